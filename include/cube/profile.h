@@ -1,0 +1,56 @@
+/* cube/profile.h: profiling levels and durations (reference §7).
+ *
+ * Levels (CUBE_PROFILE=exec|basic|medium|full, or the server option):
+ *   none    nothing is recorded (default)
+ *   exec    every launch is logged: "Executing <kernel>"
+ *   basic   every launch is timed; cube_client_sync prints the summary table
+ *           (kernel, total duration, count, share), sorted by total time
+ *   medium  as basic, and every launch logs "| <duration> | <kernel>"
+ *   full    as medium, and logs "<kernel>: <id> CubeCount (x, y, z)"
+ * Log lines go to the server's log callback, else to the file named by
+ * CUBE_LOG_FILE, else to stderr.
+ */
+#ifndef CUBE_PROFILE_H_
+#define CUBE_PROFILE_H_
+
+#include <stdint.h>
+
+#include "cube/device.h"
+#include "cube/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cube_profile_level_e {
+  CUBE_PROFILE_NONE = 0,
+  CUBE_PROFILE_EXEC = 1,
+  CUBE_PROFILE_BASIC = 2,
+  CUBE_PROFILE_MEDIUM = 3,
+  CUBE_PROFILE_FULL = 4,
+} cube_profile_level_t;
+
+/* "none", "exec", "basic", "medium", "full". */
+const char* cube_profile_level_name(cube_profile_level_t level);
+cube_status_t cube_profile_level_parse(const char* text, cube_profile_level_t* out_level);
+
+/* A measured duration (CubeCL's ProfileDuration once resolved). */
+typedef struct cube_profile_duration {
+  uint64_t start_ns; /* on the host monotonic clock */
+  uint64_t end_ns;
+  cube_timing_method_t method;
+} cube_profile_duration_t;
+
+static inline uint64_t cube_profile_duration_ns(const cube_profile_duration_t* d) {
+  return d->end_ns - d->start_ns;
+}
+
+/* Receives each log line (without newline). Called on the device runner or
+ * the calling thread, never under a lock that a cube call could need. */
+typedef void (*cube_log_fn)(void* user, const char* line);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUBE_PROFILE_H_ */

@@ -1,0 +1,88 @@
+/* The backend interface: a table of functions per backend (cpu, cuda, opencl,
+ * null). Only src/server calls it; nothing here calls back up.
+ *
+ * Threading: availability, device_count, device_create and the storage
+ * functions are thread-safe. Everything taking a stream runs on the device's
+ * runner (or under its inline lock) and is ordered on that stream.
+ */
+#ifndef CUBE_BACKENDS_BACKEND_H_
+#define CUBE_BACKENDS_BACKEND_H_
+
+#include <stdint.h>
+
+#include "cube/client.h"
+#include "cube/device.h"
+#include "cube/kernel.h"
+#include "memory/memory.h"
+
+typedef struct cube__backend_device cube__backend_device_t;
+
+/* One launch, arguments resolved for the backend. */
+typedef struct cube__launch {
+  const cube_kernel_t* kernel;
+  const char* name;
+  uint32_t count[3];                /* static, or read from the dynamic buffer */
+  cube_dim_t dim;
+  cube_execution_mode_t mode;
+  uint32_t arg_count;
+  const cube_arg_kind_t* kinds;     /* arg_count entries */
+  const cube_cpu_arg_t* args;       /* buffers resolved to addresses + lengths */
+} cube__launch_t;
+
+/* Backend flags. */
+enum {
+  /* Storage pointers are host memory that any thread may read and write. */
+  CUBE__BACKEND_HOST_MEMORY = 1u << 0,
+};
+
+typedef struct cube__backend_vtable {
+  cube_backend_t backend;
+  const char* name;
+  uint32_t flags;
+
+  /* CUBE_OK or UNAVAILABLE with the reason (driver absent...). */
+  cube_status_t (*availability)(void);
+  uint32_t (*device_count)(void);
+
+  cube_status_t (*device_create)(uint32_t index, const cube_server_options_t* options,
+                                 cube__backend_device_t** out_device,
+                                 cube_device_properties_t* out_props,
+                                 cube_features_t* out_features, cube_backend_info_t* out_info);
+  void (*device_destroy)(cube__backend_device_t* device);
+
+  /* Device storage. Thread-safe. OOM -> CUBE_STATUS_OUT_OF_MEMORY. */
+  cube_status_t (*alloc)(cube__backend_device_t* device, uint64_t size, cube__storage_t* out);
+  void (*dealloc)(cube__backend_device_t* device, const cube__storage_t* storage);
+
+  /* Pinned host staging storage; NULL when the backend has none. */
+  cube_status_t (*host_alloc)(cube__backend_device_t* device, uint64_t size,
+                              cube__storage_t* out);
+  void (*host_dealloc)(cube__backend_device_t* device, const cube__storage_t* storage);
+
+  /* Per logical stream state (may be NULL: no state). */
+  cube_status_t (*stream_create)(cube__backend_device_t* device, uint64_t stream_id,
+                                 void** out_stream);
+  void (*stream_destroy)(cube__backend_device_t* device, void* stream);
+
+  /* Copies between host memory and device storage, rows of |width| bytes:
+   * |height| rows, |pitch| bytes apart on the device, packed on the host. */
+  cube_status_t (*write)(cube__backend_device_t* device, void* stream, const cube__storage_t* dst,
+                         uint64_t dst_offset, uint64_t pitch, const void* src, uint64_t width,
+                         uint64_t height);
+  cube_status_t (*read)(cube__backend_device_t* device, void* stream, void* dst,
+                        const cube__storage_t* src, uint64_t src_offset, uint64_t pitch,
+                        uint64_t width, uint64_t height);
+
+  cube_status_t (*launch)(cube__backend_device_t* device, void* stream, const cube__launch_t* l);
+
+  /* Waits for everything queued on |stream|. */
+  cube_status_t (*sync)(cube__backend_device_t* device, void* stream);
+} cube__backend_vtable_t;
+
+/* The registry: the table of |backend|, or NULL if not compiled in. */
+const cube__backend_vtable_t* cube__backend_get(cube_backend_t backend);
+
+extern const cube__backend_vtable_t cube__backend_cpu;
+extern const cube__backend_vtable_t cube__backend_null;
+
+#endif /* CUBE_BACKENDS_BACKEND_H_ */

@@ -1,0 +1,151 @@
+/* Memory management: managed-memory descriptors, pools and the manager that
+ * picks a pool (reference §4). Backend-neutral: storage comes from a
+ * cube__storage_ops_t table.
+ *
+ * Threading: a manager (cube__mm_t) is not thread-safe; its owner (a stream)
+ * serialises calls with its own lock. Descriptor reference counts are atomic
+ * and may be dropped from any thread: freeing is lazy -- a pool discovers
+ * that only its own reference is left when it next scans (reserve, usage,
+ * cleanup), exactly as CubeCL.
+ *
+ * Differences from CubeCL, on purpose:
+ *  - A descriptor points at its slice directly (no pool/page/slice indices),
+ *    so cleanup that removes pages never invalidates a live binding (CubeCL
+ *    issues #1384, #1401) and there is no 65,536-page wrap (#1617).
+ *  - A failed storage allocation first runs an explicit cleanup and retries
+ *    once (CubeCL HEAD #1468); out-of-memory errors carry a pool report.
+ */
+#ifndef CUBE_MEMORY_MEMORY_H_
+#define CUBE_MEMORY_MEMORY_H_
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cube/client.h"
+#include "cube/memory.h"
+#include "cube/status.h"
+
+/* Storage ---------------------------------------------------------------- */
+
+/* One buffer obtained from the backend. */
+typedef struct cube__storage {
+  uint64_t id;        /* unique per storage ops instance */
+  void* ptr;          /* host pointer, or device address cast to a pointer */
+  uint64_t size;
+  void* backend_data; /* the backend's own bookkeeping */
+} cube__storage_t;
+
+typedef struct cube__storage_ops {
+  void* self;
+  uint64_t alignment; /* power of two */
+  /* Must return CUBE_STATUS_OUT_OF_MEMORY (any message) when the device has
+   * no room; other codes are passed through. */
+  cube_status_t (*alloc)(void* self, uint64_t size, cube__storage_t* out);
+  void (*dealloc)(void* self, const cube__storage_t* storage);
+} cube__storage_ops_t;
+
+/* Descriptors (CubeCL's ManagedMemoryHandle / Binding) --------------------- */
+
+typedef struct cube__slice cube__slice_t; /* private to the pools */
+typedef struct cube__mm cube__mm_t;
+
+typedef struct cube__memory {
+  atomic_uint refs;        /* every reference: handles, bindings, the pool's slice */
+  atomic_uint handle_refs; /* user handle references only (can_mut) */
+  uint64_t id;             /* process-unique */
+  cube__slice_t* slice;    /* bound slice or NULL; changed only by the owning manager */
+  cube__mm_t* mm;          /* manager owning the slice, NULL while unbound */
+  void* owner;             /* free for the user of the module (the server's stream) */
+} cube__memory_t;
+
+/* A new unbound descriptor with refs = 1, handle_refs = 1 (one handle). NULL
+ * when out of host memory. */
+cube__memory_t* cube__memory_create(void);
+
+/* Binding references (keep the slice alive; do not affect can_mut). */
+void cube__memory_ref(cube__memory_t* m);
+void cube__memory_unref(cube__memory_t* m); /* frees the descriptor at 0 */
+
+/* Handle references (a clone of a handle): refs and handle_refs together. */
+void cube__memory_handle_ref(cube__memory_t* m);
+void cube__memory_handle_unref(cube__memory_t* m);
+
+/* handle_refs <= 1 (CubeCL: strong count <= 2, the pool's copy included). */
+bool cube__memory_can_mut(const cube__memory_t* m);
+
+/* Only the pool still references the descriptor. */
+bool cube__memory_is_free(const cube__memory_t* m);
+
+/* The bound storage, the byte offset of the slice inside it and the slice's
+ * requested size. False when unbound. Safe from any thread while the caller
+ * holds a reference (a bound slice's fields never change). */
+bool cube__memory_resolve(const cube__memory_t* m, const cube__storage_t** out_storage,
+                          uint64_t* out_offset, uint64_t* out_size);
+
+/* Manager configuration (reference §4.5) ---------------------------------- */
+
+typedef struct cube__pool_options {
+  cube_pool_kind_t kind;   /* CUBE_POOL_SLICED or CUBE_POOL_EXCLUSIVE */
+  uint64_t page_size;      /* sliced: page size (ignored for exclusive) */
+  uint64_t max_alloc_size; /* sliced: max slice size; exclusive: max_alloc_size */
+  uint64_t dealloc_period; /* exclusive: allocations between aging checks x5; 0 = never */
+} cube__pool_options_t;
+
+typedef enum cube__persistent_policy_e {
+  CUBE__PERSISTENT_ENABLED = 0,  /* initial Auto, mode changes honoured */
+  CUBE__PERSISTENT_DISABLED = 1, /* always Auto */
+  CUBE__PERSISTENT_ENFORCED = 2, /* always Persistent */
+} cube__persistent_policy_t;
+
+typedef struct cube__mm_options {
+  const char* name;                   /* "device memory", "pinned host memory" */
+  cube_memory_config_t config;        /* SUBSLICES or EXCLUSIVE_PAGES ladder ... */
+  const cube__pool_options_t* custom; /* ... or these pools, in order, when non-NULL */
+  uint32_t custom_count;
+  uint64_t max_page_size;             /* device property */
+  cube__persistent_policy_t persistent;
+  cube_allocation_mode_t mode;        /* initial mode */
+} cube__mm_options_t;
+
+/* Fills |out| (capacity CUBE_MAX_POOLS) with the pools of |config| for
+ * |max_page_size| and |alignment| and returns their count (§4.5 SubSlices:
+ * zero-size exclusive pool, ladder smallest page first, tail pool;
+ * ExclusivePages: 24 log-spaced buckets 32 KiB..max_page). */
+uint32_t cube__pool_ladder(cube_memory_config_t config, uint64_t max_page_size,
+                           uint64_t alignment, cube__pool_options_t* out);
+
+/* The manager ------------------------------------------------------------- */
+
+cube_status_t cube__mm_create(const cube__mm_options_t* options, const cube__storage_ops_t* storage,
+                              cube__mm_t** out_mm);
+
+/* Deallocates every storage buffer. Descriptors still bound are detached
+ * (slice = NULL, the pool's reference dropped) and fail to resolve. */
+void cube__mm_destroy(cube__mm_t* mm);
+
+/* Reserves |size| bytes and returns a new descriptor bound to them with
+ * refs = 2 (caller + pool) and handle_refs = 1 (reference §4.3). */
+cube_status_t cube__mm_reserve(cube__mm_t* mm, uint64_t size, cube__memory_t** out_memory);
+
+/* Reserves |size| bytes and binds them to the client-created, unbound |m|
+ * (takes the pool's reference on it). CubeCL's initialize_memory. */
+cube_status_t cube__mm_reserve_bind(cube__mm_t* mm, uint64_t size, cube__memory_t* m);
+
+void cube__mm_set_mode(cube__mm_t* mm, cube_allocation_mode_t mode); /* policy permitting */
+cube_allocation_mode_t cube__mm_mode(const cube__mm_t* mm);
+
+/* Usage over every pool (§4.8); scans for free slices first. */
+void cube__mm_usage(cube__mm_t* mm, cube_memory_usage_t* out_usage);
+
+/* Per-pool report (total filled; device_reserved and memory_limit left 0). */
+void cube__mm_report(cube__mm_t* mm, cube_memory_report_t* out_report);
+
+/* §4.7: explicit frees fully free sliced pages, free exclusive pages and free
+ * persistent slices; implicit only ages exclusive pages. */
+void cube__mm_cleanup(cube__mm_t* mm, bool explicit_cleanup);
+
+/* Bytes currently held from storage (sum of page sizes). */
+uint64_t cube__mm_reserved_bytes(const cube__mm_t* mm);
+
+#endif /* CUBE_MEMORY_MEMORY_H_ */

@@ -1,0 +1,242 @@
+#include "platform/platform.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/status.h"
+
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+uint64_t cube__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#ifdef __linux__
+void cube__futex_wait(atomic_uint* addr, unsigned expected, uint64_t timeout_ns) {
+  struct timespec ts, *tsp = NULL;
+  if (timeout_ns != UINT64_MAX) {
+    ts.tv_sec = (time_t)(timeout_ns / 1000000000ull);
+    ts.tv_nsec = (long)(timeout_ns % 1000000000ull);
+    tsp = &ts;
+  }
+  syscall(SYS_futex, (unsigned*)addr, FUTEX_WAIT_PRIVATE, expected, tsp, NULL, 0);
+}
+void cube__futex_wake(atomic_uint* addr, int count) {
+  syscall(SYS_futex, (unsigned*)addr, FUTEX_WAKE_PRIVATE, count < 0 ? 0x7fffffff : count, NULL,
+          NULL, 0);
+}
+#else
+/* Portable fallback: short sleeps. Correct, slower. */
+void cube__futex_wait(atomic_uint* addr, unsigned expected, uint64_t timeout_ns) {
+  if (atomic_load(addr) != expected) return;
+  struct timespec ts = {0, timeout_ns < 50000 ? (long)timeout_ns : 50000};
+  nanosleep(&ts, NULL);
+}
+void cube__futex_wake(atomic_uint* addr, int count) {
+  (void)addr;
+  (void)count;
+}
+#endif
+
+void cube__event_set(cube__event_t* e) {
+  unsigned prev = atomic_exchange_explicit(&e->state, 1, memory_order_acq_rel);
+  if (prev == 2) cube__futex_wake(&e->state, -1);
+}
+
+bool cube__event_is_set(const cube__event_t* e) {
+  return atomic_load_explicit((atomic_uint*)&e->state, memory_order_acquire) == 1;
+}
+
+bool cube__event_wait(cube__event_t* e, uint64_t timeout_ns) {
+  for (int i = 0; i < 2000; ++i) {
+    if (atomic_load_explicit(&e->state, memory_order_acquire) == 1) return true;
+    cube__cpu_relax();
+  }
+  uint64_t deadline = timeout_ns == UINT64_MAX ? UINT64_MAX : cube__now_ns() + timeout_ns;
+  for (;;) {
+    unsigned s = atomic_load_explicit(&e->state, memory_order_acquire);
+    if (s == 1) return true;
+    if (s == 0 && !atomic_compare_exchange_weak(&e->state, &s, 2)) continue;
+    uint64_t wait = UINT64_MAX;
+    if (deadline != UINT64_MAX) {
+      uint64_t now = cube__now_ns();
+      if (now >= deadline) return atomic_load(&e->state) == 1;
+      wait = deadline - now;
+    }
+    cube__futex_wait(&e->state, 2, wait);
+  }
+}
+
+typedef struct {
+  cube__thread_fn fn;
+  void* arg;
+  char name[16];
+} cube__thread_start_t;
+
+static void* cube__thread_trampoline(void* p) {
+  cube__thread_start_t st = *(cube__thread_start_t*)p;
+  free(p);
+#ifdef __linux__
+  if (st.name[0]) pthread_setname_np(pthread_self(), st.name);
+#endif
+  return st.fn(st.arg);
+}
+
+cube_status_t cube__thread_create(pthread_t* out, cube__thread_fn fn, void* arg, const char* name,
+                                  size_t stack_size) {
+  cube__thread_start_t* st = calloc(1, sizeof(*st));
+  if (!st) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "thread '%s': no memory", name);
+  st->fn = fn;
+  st->arg = arg;
+  if (name) snprintf(st->name, sizeof(st->name), "%s", name);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  if (stack_size) pthread_attr_setstacksize(&attr, stack_size);
+  int rc = pthread_create(out, &attr, cube__thread_trampoline, st);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    free(st);
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "thread '%s': pthread_create failed: %s",
+                             name ? name : "", strerror(rc));
+  }
+  return CUBE_OK;
+}
+
+void* cube__aligned_alloc(size_t size, size_t alignment) {
+  if (alignment < sizeof(void*)) alignment = sizeof(void*);
+  void* p = NULL;
+  if (posix_memalign(&p, alignment, size ? size : 1) != 0) return NULL;
+  return p;
+}
+
+void* cube__aligned_calloc(size_t size, size_t alignment) {
+  /* Large blocks come from mmap through calloc and are zero without touching
+   * the pages; use calloc when its natural alignment suffices. */
+  if (alignment <= 16) return calloc(1, size ? size : 1);
+  void* p = cube__aligned_alloc(size, alignment);
+  if (p) memset(p, 0, size);
+  return p;
+}
+
+void cube__aligned_free(void* p) { free(p); }
+
+uint32_t cube__cpu_count(void) {
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return (uint32_t)n;
+  }
+#endif
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (uint32_t)n : 1;
+}
+
+static uint64_t cube__read_u64_file(const char* path) {
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  char buf[64] = {0};
+  uint64_t v = 0;
+  if (fgets(buf, sizeof(buf), f) && isdigit((unsigned char)buf[0])) v = strtoull(buf, NULL, 10);
+  fclose(f);
+  return v;
+}
+
+uint64_t cube__total_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  uint64_t total = (pages > 0 && page > 0) ? (uint64_t)pages * (uint64_t)page : (1ull << 32);
+  uint64_t cg = cube__read_u64_file("/sys/fs/cgroup/memory.max");
+  if (!cg) cg = cube__read_u64_file("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+  if (cg && cg < total) total = cg;
+  return total;
+}
+
+bool cube__env_str(const char* name, const char** out) {
+  const char* v = getenv(name);
+  if (!v || !*v) return false;
+  *out = v;
+  return true;
+}
+
+cube_status_t cube__parse_size(const char* name, const char* text, uint64_t* out) {
+  const char* p = text;
+  while (isspace((unsigned char)*p)) ++p;
+  char* end = NULL;
+  errno = 0;
+  double v = strtod(p, &end);
+  if (end == p || errno || v < 0)
+    return CUBE_INVALID("%s: '%s' is not a size (expected e.g. 1048576, 512K, 64MiB, 2G)", name,
+                        text);
+  while (isspace((unsigned char)*end)) ++end;
+  double mul = 1;
+  char u = (char)toupper((unsigned char)*end);
+  if (u == 'K') mul = 1024.0;
+  else if (u == 'M') mul = 1024.0 * 1024.0;
+  else if (u == 'G') mul = 1024.0 * 1024.0 * 1024.0;
+  else if (u == 'T') mul = 1024.0 * 1024.0 * 1024.0 * 1024.0;
+  else if (u == 'B' || u == 0) mul = 1;
+  else
+    return CUBE_INVALID("%s: '%s' has an unknown unit (use K, M, G or T)", name, text);
+  if (u && u != 'B') {
+    ++end;
+    if (*end == 'i' || *end == 'I') ++end;
+    if (*end == 'b' || *end == 'B') ++end;
+  } else if (u == 'B') {
+    ++end;
+  }
+  while (isspace((unsigned char)*end)) ++end;
+  if (*end) return CUBE_INVALID("%s: '%s' has trailing characters", name, text);
+  double bytes = v * mul;
+  if (bytes > 1.8e19) return CUBE_INVALID("%s: '%s' is too large", name, text);
+  *out = (uint64_t)bytes;
+  return CUBE_OK;
+}
+
+cube_status_t cube__env_size(const char* name, bool* out_set, uint64_t* out) {
+  const char* v;
+  *out_set = false;
+  if (!cube__env_str(name, &v)) return CUBE_OK;
+  CUBE_RETURN_IF_ERROR(cube__parse_size(name, v, out));
+  *out_set = true;
+  return CUBE_OK;
+}
+
+cube_status_t cube__env_u32(const char* name, bool* out_set, uint32_t* out) {
+  const char* v;
+  *out_set = false;
+  if (!cube__env_str(name, &v)) return CUBE_OK;
+  char* end = NULL;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (end == v || *end || errno || x > UINT32_MAX)
+    return CUBE_INVALID("%s: '%s' is not an integer in [0, %u]", name, v, UINT32_MAX);
+  *out = (uint32_t)x;
+  *out_set = true;
+  return CUBE_OK;
+}
+
+const char* cube__format_bytes(uint64_t bytes, char* buf, size_t size) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  if (u == 0)
+    snprintf(buf, size, "%llu B", (unsigned long long)bytes);
+  else
+    snprintf(buf, size, "%.2f %s", v, units[u]);
+  return buf;
+}

@@ -1,0 +1,130 @@
+/* Device queues (CubeCL's DeviceHandle, reference §3): one runner per device
+ * key that executes tasks for the services registered on that device, in
+ * submission order.
+ *
+ * A service is a type of state living on a device (the compute server is one;
+ * tests register others), identified by its vtable pointer. Its state is
+ * created exactly once per (device, service), even under contention, and is
+ * only touched by tasks, which never run concurrently on one device.
+ *
+ * Modes:
+ *  - THREADED (default): a runner thread per device, fed by a bounded
+ *    lock-free multi-producer queue of fixed-size cells (payloads up to
+ *    CUBE__TASK_INLINE_BYTES are copied into the cell, larger ones go to the
+ *    heap). submit() returns at once and wakes the runner only if it sleeps;
+ *    the runner spins briefly before sleeping on a futex.
+ *  - INLINE: tasks run on the calling thread under the device lock.
+ *
+ * Re-entrancy: a call made from inside a task or an exclusive function
+ * running on this device (the runner thread, or in inline mode the thread
+ * holding the device lock) executes immediately on that thread. A call into
+ * the *same* service from inside one of its own tasks is refused with
+ * CUBE_STATUS_FAILED_PRECONDITION ("re-entrant use of service ..."): CubeCL
+ * panics there; we return an error. Calls into other services of the same
+ * device work (reference §3.5 recursive tests).
+ *
+ * Every task runs with the submitter's stream id set as the runner thread's
+ * current stream (cube__stream_current_id), as CubeCL's StreamId::executes.
+ *
+ * All functions are thread-safe.
+ */
+#ifndef CUBE_QUEUE_DEVICE_QUEUE_H_
+#define CUBE_QUEUE_DEVICE_QUEUE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cube/client.h"
+#include "cube/status.h"
+
+/* Bytes of payload stored in a queue cell without a heap allocation. */
+#define CUBE__TASK_INLINE_BYTES 192
+
+typedef struct cube__device_key {
+  uint32_t type;  /* backend (or a test's own type number) */
+  uint32_t index;
+} cube__device_key_t;
+
+typedef struct cube__service_vtable {
+  const char* name;
+  /* Creates the state; runs once per (device, service). */
+  cube_status_t (*create)(cube__device_key_t key, void* create_arg, void** out_state);
+  /* Destroys it (cube__queue_shutdown_all / cube__queue_shutdown). */
+  void (*destroy)(void* state);
+  /* Receives the failure of a fire-and-forget task (consumes |status|); may
+   * be NULL (the status is then logged to stderr and freed). */
+  void (*task_failed)(void* state, uint64_t stream_id, cube_status_t status);
+} cube__service_vtable_t;
+
+typedef struct cube__device cube__device_t;   /* one per key: runner + lock */
+typedef struct cube__service cube__service_t; /* one per (device, service) */
+
+/* Task functions. |payload| is the copy made at submit (fire-and-forget) or
+ * the caller's pointer (blocking). */
+typedef cube_status_t (*cube__task_fn)(void* state, void* payload);
+/* Optional destructor of a submitted payload, run exactly once after the task
+ * ran (or when the queue is shut down without running it). */
+typedef void (*cube__payload_drop_fn)(void* payload);
+
+/* Returns the service |vt| of device |key|, creating the device (with |mode|;
+ * CUBE_QUEUE_DEFAULT reads CUBE_DEVICE_QUEUE, "inline" or "threaded") and the
+ * state (vt->create(key, create_arg)) on first use. Later calls return the
+ * same service whatever |mode| says. */
+cube_status_t cube__service_get(cube__device_key_t key, cube_queue_mode_t mode,
+                                const cube__service_vtable_t* vt, void* create_arg,
+                                cube__service_t** out_service);
+
+/* Registers an already-created |state| for (key, vt) (CubeCL's insert).
+ * ALREADY_EXISTS if the service exists; the state is then not taken. */
+cube_status_t cube__service_insert(cube__device_key_t key, cube_queue_mode_t mode,
+                                   const cube__service_vtable_t* vt, void* state,
+                                   cube__service_t** out_service);
+
+/* True if the service exists already (no creation). */
+bool cube__service_exists(cube__device_key_t key, const cube__service_vtable_t* vt);
+
+cube__device_t* cube__service_device(cube__service_t* s);
+void* cube__service_state_unsafe(cube__service_t* s); /* for read-only immutable parts */
+bool cube__device_is_blocking(const cube__device_t* d); /* inline mode */
+cube__device_key_t cube__device_key(const cube__device_t* d);
+
+/* Fire and forget: copies |size| bytes of |payload| and queues |fn|. A
+ * non-OK return of |fn| goes to vt->task_failed. Returns an error only if
+ * the task could not be queued (re-entrant use of the same service, or out
+ * of host memory for a large payload); then |drop| has run. */
+cube_status_t cube__submit(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,
+                           const void* payload, size_t size, cube__payload_drop_fn drop);
+
+/* Runs |fn|(state, payload) on the device and waits for it; returns its
+ * status. |payload| stays on the caller's side (borrowed). */
+cube_status_t cube__submit_blocking(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,
+                                    void* payload);
+
+/* Runs |fn|(user) with the device to itself (no service state borrowed); calls
+ * into any service of this device from inside run at once. Returns |fn|'s
+ * status. */
+cube_status_t cube__exclusive(cube__device_t* d, uint64_t stream_id, cube_status_t (*fn)(void*),
+                              void* user);
+
+/* Makes sure everything queued so far will run without further submissions
+ * (our runner never waits for a batch to fill, so this only wakes it). */
+void cube__device_flush(cube__device_t* d);
+
+/* True on the thread currently executing tasks of |d| (runner thread, or
+ * the inline lock holder). */
+bool cube__device_is_current(const cube__device_t* d);
+
+/* The calling thread's stream id: the id of the task being run on a runner,
+ * else the thread's own id (0, 1, 2 ... in order of first use). */
+uint64_t cube__stream_current_id(void);
+/* A fresh id never handed to a thread. */
+uint64_t cube__stream_new_id(void);
+
+/* Stops the device's runner after the queued tasks ran and destroys its
+ * services (creation order reversed). Not safe concurrently with use of the
+ * device. */
+void cube__queue_shutdown(cube__device_key_t key);
+void cube__queue_shutdown_all(void);
+
+#endif /* CUBE_QUEUE_DEVICE_QUEUE_H_ */
