@@ -105,6 +105,10 @@ bool cube_status_oom_report(cube_status_t s, uint64_t* out_requested,
   return true;
 }
 
+cube_memory_report_t* cube__status_oom_report_mut(cube_status_t s) {
+  return (s && !s->is_static) ? s->oom_report : NULL;
+}
+
 static void cube__status_set_message(struct cube_status_s* s, char* msg) {
   if (!msg) return; /* keep the old message rather than lose it */
   free(s->message);

@@ -16,6 +16,9 @@ cube_status_t cube__status_makev(cube_status_code_t code, const char* fmt, va_li
 cube_status_t cube__status_oom(uint64_t requested, const cube_memory_report_t* report,
                                const char* fmt, ...) CUBE_PRINTF(3, 4);
 
+/* The report inside an OOM status, for the server to complete; NULL if none. */
+cube_memory_report_t* cube__status_oom_report_mut(cube_status_t status);
+
 /* Prefixes the message of |status| with "<prefix>: "; returns |status|. */
 cube_status_t cube__status_annotate(cube_status_t status, const char* fmt, ...) CUBE_PRINTF(2, 3);
 

@@ -1,0 +1,508 @@
+/* The CPU backend: CUBE_CPU_DEVICES logical devices (default 1) over the one
+ * process-wide worker pool. Storage is plain host memory; launches run native
+ * kernels (cube_cpu_kernel_fn) once per cube, synchronously on the calling
+ * runner thread with the pool's threads helping.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "backends/backend.h"
+#include "backends/cpu/worker_pool.h"
+#include "base/status.h"
+#include "cube/cube.h"
+#include "kernel/kernel.h"
+#include "platform/platform.h"
+
+#define CUBE__CPU_MAX_DEVICES 64u
+#define CUBE__CPU_ALIGNMENT 64u
+/* Allocations of at least this size come from anonymous mmap: zero pages
+ * that the kernel maps lazily, so a big buffer costs nothing until used. */
+#define CUBE__CPU_MMAP_THRESHOLD (256u * 1024u)
+/* Units a chunk of cubes should hold at least before another worker is
+ * asked to help: below this a wake-up costs more than the work. A launch of
+ * one cube always runs on the caller. */
+#define CUBE__CPU_MIN_CHUNK_UNITS 1024u
+
+/* How a storage buffer was obtained (kept in backend_data). */
+enum {
+  CUBE__CPU_STORAGE_HEAP = 1, /* cube__aligned_calloc */
+  CUBE__CPU_STORAGE_MMAP = 2, /* anonymous mmap */
+};
+
+/* Cube-local scratch of one participant; grown on demand. */
+typedef struct cube__cpu_scratch {
+  void* ptr;
+  uint64_t size;
+} cube__cpu_scratch_t;
+
+struct cube__backend_device {
+  uint32_t index;
+  cube__worker_pool_t* pool;
+  uint32_t workers; /* pool size: participant numbers are < workers */
+  /* One per participant. A device's launches never overlap (they run on its
+   * runner), and participant numbers are unique within a launch, so entry p
+   * is touched by one thread at a time. */
+  cube__cpu_scratch_t* scratch;
+};
+
+static atomic_uint_fast64_t cube__cpu_next_storage_id = 1;
+
+//===----------------------------------------------------------------------===//
+// Devices
+//===----------------------------------------------------------------------===//
+
+/* Reads CUBE_CPU_DEVICES (default 1). */
+static cube_status_t cube__cpu_devices_wanted(uint32_t* out_count) {
+  const char* text;
+  if (!cube__env_str("CUBE_CPU_DEVICES", &text)) {
+    *out_count = 1;
+    return CUBE_OK;
+  }
+  char* end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (end == text || *end || errno || v < 1 || v > CUBE__CPU_MAX_DEVICES || text[0] == '-')
+    return CUBE_INVALID("CUBE_CPU_DEVICES: '%s' is not a device count in [1, %u]", text,
+                        CUBE__CPU_MAX_DEVICES);
+  *out_count = (uint32_t)v;
+  return CUBE_OK;
+}
+
+static cube_status_t cube__cpu_availability(void) {
+  uint32_t count;
+  return cube__cpu_devices_wanted(&count);
+}
+
+static uint32_t cube__cpu_device_count(void) {
+  uint32_t count;
+  cube_status_t s = cube__cpu_devices_wanted(&count);
+  if (s != CUBE_OK) {
+    cube_status_free(s);
+    return 0;
+  }
+  return count;
+}
+
+static pthread_once_t cube__cpu_model_once = PTHREAD_ONCE_INIT;
+static char cube__cpu_model[96] = "cpu";
+
+/* The "model name" line of /proc/cpuinfo, if any. */
+static void cube__cpu_model_read(void) {
+  FILE* f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[256];
+  while (fgets(line, sizeof(line), f)) {
+    if (strncmp(line, "model name", 10) != 0) continue;
+    const char* v = strchr(line, ':');
+    if (!v) continue;
+    ++v;
+    while (*v == ' ' || *v == '\t') ++v;
+    size_t len = strcspn(v, "\r\n");
+    while (len > 0 && (v[len - 1] == ' ' || v[len - 1] == '\t')) --len;
+    if (len == 0) continue;
+    if (len >= sizeof(cube__cpu_model)) len = sizeof(cube__cpu_model) - 1;
+    memcpy(cube__cpu_model, v, len);
+    cube__cpu_model[len] = '\0';
+    break;
+  }
+  fclose(f);
+}
+
+static void cube__cpu_fill_properties(uint32_t index, uint32_t workers,
+                                      cube_device_properties_t* p) {
+  memset(p, 0, sizeof(*p));
+  pthread_once(&cube__cpu_model_once, cube__cpu_model_read);
+  snprintf(p->name, sizeof(p->name), "cpu%u (%.96s)", index, cube__cpu_model);
+  p->id.backend = CUBE_BACKEND_CPU;
+  p->id.index = index;
+  p->memory.total_memory = cube__total_memory();
+  /* CubeCL's CPU backend uses all of RAM as the max page size, which makes
+   * the top pages of the SubSlices ladder huge (a quarter of RAM, then a
+   * sixteenth...). A quarter of RAM matches CUDA's rule. */
+  p->memory.max_page_size =
+      (p->memory.total_memory / 4) / CUBE__CPU_ALIGNMENT * CUBE__CPU_ALIGNMENT;
+  p->memory.alignment = CUBE__CPU_ALIGNMENT;
+  p->hardware.load_width = 512;
+  p->hardware.plane_size_min = 1;
+  p->hardware.plane_size_max = 1;
+  p->hardware.max_bindings = 1024;
+  p->hardware.max_shared_memory_size = 1u << 20;
+  p->hardware.max_cube_count[0] = UINT32_MAX;
+  p->hardware.max_cube_count[1] = UINT32_MAX;
+  p->hardware.max_cube_count[2] = UINT32_MAX;
+  p->hardware.max_units_per_cube = 1024;
+  p->hardware.max_cube_dim[0] = 1024;
+  p->hardware.max_cube_dim[1] = 1024;
+  p->hardware.max_cube_dim[2] = 64;
+  p->hardware.num_streaming_multiprocessors = 0;
+  p->hardware.num_tensor_cores = 0;
+  p->hardware.min_tensor_cores_dim = 0;
+  p->hardware.num_cpu_cores = workers;
+  p->hardware.max_vector_size = 16;
+  p->timing_method = CUBE_TIMING_DEVICE;
+  p->layout_policy = CUBE_LAYOUT_POLICY_CONTIGUOUS;
+}
+
+static cube_status_t cube__cpu_device_create(uint32_t index, const cube_server_options_t* options,
+                                             cube__backend_device_t** out_device,
+                                             cube_device_properties_t* out_props,
+                                             cube_features_t* out_features,
+                                             cube_backend_info_t* out_info) {
+  (void)options;
+  uint32_t count;
+  CUBE_RETURN_IF_ERROR(cube__cpu_devices_wanted(&count));
+  if (index >= count)
+    return cube__status_make(CUBE_STATUS_NOT_FOUND,
+                             "cpu device %u does not exist (%u device%s, CUBE_CPU_DEVICES)", index,
+                             count, count == 1 ? "" : "s");
+  cube__backend_device_t* dev = calloc(1, sizeof(*dev));
+  if (!dev)
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "cpu device %u: no memory for the device",
+                             index);
+  cube_status_t s = cube__worker_pool_acquire(&dev->pool);
+  if (s != CUBE_OK) {
+    free(dev);
+    return cube__status_annotate(s, "cpu device %u", index);
+  }
+  dev->index = index;
+  dev->workers = cube__worker_pool_size(dev->pool);
+  dev->scratch = calloc(dev->workers, sizeof(*dev->scratch));
+  if (!dev->scratch) {
+    uint32_t workers = dev->workers;
+    cube__worker_pool_release(dev->pool);
+    free(dev);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                             "cpu device %u: no memory for %u scratch slots", index, workers);
+  }
+
+  if (out_props) cube__cpu_fill_properties(index, dev->workers, out_props);
+  if (out_features) {
+    out_features->bits = CUBE_FEATURE_NATIVE_KERNELS | CUBE_FEATURE_DYNAMIC_COUNT |
+                         CUBE_FEATURE_F64 | CUBE_FEATURE_I64 | CUBE_FEATURE_ATOMIC_U32 |
+                         CUBE_FEATURE_ATOMIC_F32_ADD | CUBE_FEATURE_SHARED_MEMORY |
+                         CUBE_FEATURE_PINNED_STAGING;
+  }
+  if (out_info) {
+    memset(out_info, 0, sizeof(*out_info));
+    out_info->backend = CUBE_BACKEND_CPU;
+    snprintf(out_info->name, sizeof(out_info->name), "cpu");
+    snprintf(out_info->version, sizeof(out_info->version), "cube %s cpu, %u threads",
+             CUBE_VERSION_STRING, dev->workers);
+    out_info->device_count = count;
+  }
+  *out_device = dev;
+  return CUBE_OK;
+}
+
+static void cube__cpu_device_destroy(cube__backend_device_t* dev) {
+  if (!dev) return;
+  for (uint32_t i = 0; i < dev->workers; ++i) cube__aligned_free(dev->scratch[i].ptr);
+  free(dev->scratch);
+  cube__worker_pool_release(dev->pool);
+  free(dev);
+}
+
+//===----------------------------------------------------------------------===//
+// Storage
+//===----------------------------------------------------------------------===//
+
+static cube_status_t cube__cpu_alloc(cube__backend_device_t* dev, uint64_t size,
+                                     cube__storage_t* out) {
+  void* ptr = NULL;
+  uintptr_t kind;
+  if (size > (uint64_t)SIZE_MAX / 2) {
+    ptr = NULL;
+    kind = CUBE__CPU_STORAGE_MMAP;
+  } else if (size >= CUBE__CPU_MMAP_THRESHOLD) {
+    /* Page aligned (>= 64) and zero; nothing is touched until used. */
+    ptr = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ptr == MAP_FAILED) ptr = NULL;
+    kind = CUBE__CPU_STORAGE_MMAP;
+  } else {
+    /* Size 0 still gets a distinct, valid pointer. */
+    ptr = cube__aligned_calloc(size ? (size_t)size : 1, CUBE__CPU_ALIGNMENT);
+    kind = CUBE__CPU_STORAGE_HEAP;
+  }
+  if (!ptr) {
+    char buf[32];
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                             "cpu device %u: allocation of %llu bytes (%s) failed",
+                             dev ? dev->index : 0u, (unsigned long long)size,
+                             cube__format_bytes(size, buf, sizeof(buf)));
+  }
+  out->id = atomic_fetch_add_explicit(&cube__cpu_next_storage_id, 1, memory_order_relaxed);
+  out->ptr = ptr;
+  out->size = size;
+  out->backend_data = (void*)kind;
+  return CUBE_OK;
+}
+
+static void cube__cpu_dealloc(cube__backend_device_t* dev, const cube__storage_t* storage) {
+  (void)dev;
+  if (!storage || !storage->ptr) return;
+  if ((uintptr_t)storage->backend_data == CUBE__CPU_STORAGE_MMAP)
+    munmap(storage->ptr, (size_t)storage->size);
+  else
+    cube__aligned_free(storage->ptr);
+}
+
+static cube_status_t cube__cpu_stream_create(cube__backend_device_t* dev, uint64_t stream_id,
+                                             void** out_stream) {
+  (void)dev;
+  (void)stream_id;
+  *out_stream = NULL; /* no per-stream state */
+  return CUBE_OK;
+}
+
+static void cube__cpu_stream_destroy(cube__backend_device_t* dev, void* stream) {
+  (void)dev;
+  (void)stream;
+}
+
+/* Checks that |height| rows of |width| bytes, |pitch| apart from |offset|,
+ * lie inside |storage|. */
+static cube_status_t cube__cpu_check_rows(const char* op, const cube__storage_t* storage,
+                                          uint64_t offset, uint64_t pitch, uint64_t width,
+                                          uint64_t height) {
+  if (height > 1 && pitch < width)
+    return CUBE_INVALID("cpu %s: pitch %llu is smaller than the row width %llu", op,
+                        (unsigned long long)pitch, (unsigned long long)width);
+  uint64_t span, last;
+  if (cube__mul_overflow_u64(height - 1, pitch, &span) ||
+      cube__add_overflow_u64(span, width, &span) || cube__add_overflow_u64(offset, span, &last) ||
+      last > storage->size)
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "cpu %s: %llu rows of %llu bytes, pitch %llu, at offset %llu exceed "
+                             "storage %llu of %llu bytes",
+                             op, (unsigned long long)height, (unsigned long long)width,
+                             (unsigned long long)pitch, (unsigned long long)offset,
+                             (unsigned long long)storage->id, (unsigned long long)storage->size);
+  return CUBE_OK;
+}
+
+static cube_status_t cube__cpu_write(cube__backend_device_t* dev, void* stream,
+                                     const cube__storage_t* dst, uint64_t dst_offset,
+                                     uint64_t pitch, const void* src, uint64_t width,
+                                     uint64_t height) {
+  (void)dev;
+  (void)stream;
+  if (width == 0 || height == 0) return CUBE_OK;
+  CUBE_RETURN_IF_ERROR(cube__cpu_check_rows("write", dst, dst_offset, pitch, width, height));
+  uint8_t* d = (uint8_t*)dst->ptr + dst_offset;
+  const uint8_t* s = src;
+  if (height == 1 || pitch == width) {
+    memcpy(d, s, (size_t)(width * height));
+    return CUBE_OK;
+  }
+  for (uint64_t r = 0; r < height; ++r) memcpy(d + r * pitch, s + r * width, (size_t)width);
+  return CUBE_OK;
+}
+
+static cube_status_t cube__cpu_read(cube__backend_device_t* dev, void* stream, void* dst,
+                                    const cube__storage_t* src, uint64_t src_offset,
+                                    uint64_t pitch, uint64_t width, uint64_t height) {
+  (void)dev;
+  (void)stream;
+  if (width == 0 || height == 0) return CUBE_OK;
+  CUBE_RETURN_IF_ERROR(cube__cpu_check_rows("read", src, src_offset, pitch, width, height));
+  const uint8_t* s = (const uint8_t*)src->ptr + src_offset;
+  uint8_t* d = dst;
+  if (height == 1 || pitch == width) {
+    memcpy(d, s, (size_t)(width * height));
+    return CUBE_OK;
+  }
+  for (uint64_t r = 0; r < height; ++r) memcpy(d + r * width, s + r * pitch, (size_t)width);
+  return CUBE_OK;
+}
+
+static cube_status_t cube__cpu_sync(cube__backend_device_t* dev, void* stream) {
+  (void)dev;
+  (void)stream;
+  return CUBE_OK; /* launches and copies ran synchronously on the runner */
+}
+
+//===----------------------------------------------------------------------===//
+// Launch
+//===----------------------------------------------------------------------===//
+
+enum {
+  CUBE__CPU_RANGE_KERNEL_FAILED = 1,
+  CUBE__CPU_RANGE_NO_SCRATCH = 2,
+};
+
+typedef struct cube__cpu_launch_ctx {
+  cube__backend_device_t* dev;
+  cube_cpu_kernel_fn fn;
+  const cube_cpu_arg_t* args;
+  uint32_t arg_count;
+  uint32_t count[3];
+  uint32_t dim[3];
+  cube_execution_mode_t mode;
+  uint64_t shared_size;
+  /* The first failure: claimed by CAS, its details written by the winner
+   * and read after the pool run returned (which orders them). */
+  atomic_int failed;
+  int fail_kind;
+  int fail_code;
+  uint32_t fail_pos[3];
+} cube__cpu_launch_ctx_t;
+
+static void cube__cpu_launch_fail(cube__cpu_launch_ctx_t* ctx, int kind, int code,
+                                  const uint32_t pos[3]) {
+  int expected = 0;
+  if (!atomic_compare_exchange_strong(&ctx->failed, &expected, 1)) return;
+  ctx->fail_kind = kind;
+  ctx->fail_code = code;
+  memcpy(ctx->fail_pos, pos, sizeof(ctx->fail_pos));
+}
+
+/* Runs cubes [begin, end) (linear indices, x fastest) as |participant|. */
+static int cube__cpu_run_cubes(void* p, uint64_t begin, uint64_t end, uint32_t participant) {
+  cube__cpu_launch_ctx_t* ctx = p;
+  cube_cpu_cube_t cube;
+  memset(&cube, 0, sizeof(cube));
+  memcpy(cube.cube_count, ctx->count, sizeof(cube.cube_count));
+  memcpy(cube.cube_dim, ctx->dim, sizeof(cube.cube_dim));
+  cube.mode = ctx->mode;
+  cube.worker = participant;
+
+  const uint64_t cx = ctx->count[0], cy = ctx->count[1], cxy = cx * cy;
+  uint32_t x = (uint32_t)(begin % cx), y = (uint32_t)((begin / cx) % cy),
+           z = (uint32_t)(begin / cxy);
+
+  if (ctx->shared_size) {
+    cube__cpu_scratch_t* scratch = &ctx->dev->scratch[participant];
+    if (scratch->size < ctx->shared_size) {
+      uint64_t size = cube__round_up(ctx->shared_size, CUBE__CPU_ALIGNMENT);
+      void* mem = cube__aligned_alloc((size_t)size, CUBE__CPU_ALIGNMENT);
+      if (!mem) {
+        uint32_t pos[3] = {x, y, z};
+        cube__cpu_launch_fail(ctx, CUBE__CPU_RANGE_NO_SCRATCH, 0, pos);
+        return CUBE__CPU_RANGE_NO_SCRATCH;
+      }
+      cube__aligned_free(scratch->ptr);
+      scratch->ptr = mem;
+      scratch->size = size;
+    }
+    cube.shared = scratch->ptr;
+    cube.shared_size = ctx->shared_size;
+  }
+
+  const cube_cpu_kernel_fn fn = ctx->fn;
+  for (uint64_t i = begin; i < end; ++i) {
+    cube.cube_pos[0] = x;
+    cube.cube_pos[1] = y;
+    cube.cube_pos[2] = z;
+    int rc = fn(&cube, ctx->args, ctx->arg_count);
+    if (rc != 0) {
+      cube__cpu_launch_fail(ctx, CUBE__CPU_RANGE_KERNEL_FAILED, rc, cube.cube_pos);
+      return CUBE__CPU_RANGE_KERNEL_FAILED;
+    }
+    /* Another participant failed: stop early, its error is the one kept. */
+    if (atomic_load_explicit(&ctx->failed, memory_order_relaxed)) return CUBE__CPU_RANGE_KERNEL_FAILED;
+    if (++x == cx) {
+      x = 0;
+      if (++y == cy) {
+        y = 0;
+        ++z;
+      }
+    }
+  }
+  return 0;
+}
+
+static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
+                                      const cube__launch_t* l) {
+  (void)stream;
+  const cube_kernel_t* k = l->kernel;
+  const char* name = l->name ? l->name : (k && k->name ? k->name : "?");
+  if (!k || !k->cpu_fn)
+    return cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "kernel '%s' has no native CPU function",
+                             name);
+
+  static const uint32_t max_dim[3] = {1024, 1024, 64};
+  const uint32_t dim[3] = {l->dim.x, l->dim.y, l->dim.z};
+  for (int i = 0; i < 3; ++i) {
+    if (dim[i] == 0 || dim[i] > max_dim[i])
+      return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                               "launch of kernel '%s': cube dim (%u, %u, %u): %c = %u is outside "
+                               "[1, %u]",
+                               name, dim[0], dim[1], dim[2], "xyz"[i], dim[i], max_dim[i]);
+  }
+  uint64_t units = (uint64_t)dim[0] * dim[1] * dim[2];
+  if (units > 1024)
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "launch of kernel '%s': cube dim (%u, %u, %u) has %llu units, more "
+                             "than the %u a cube may have",
+                             name, dim[0], dim[1], dim[2], (unsigned long long)units, 1024u);
+  if (k->shared_memory_size > (1u << 20))
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "launch of kernel '%s': %llu bytes of cube-local memory, more than "
+                             "the %u bytes a cube may have",
+                             name, (unsigned long long)k->shared_memory_size, 1u << 20);
+  if (l->arg_count > 1024)
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "launch of kernel '%s': %u arguments, more than the %u bindings",
+                             name, l->arg_count, 1024u);
+
+  /* max_cube_count is UINT32_MAX per axis, which a uint32_t always meets;
+   * the product may still not fit in 64 bits. */
+  uint64_t total;
+  if (cube__mul_overflow_u64((uint64_t)l->count[0] * l->count[1], l->count[2], &total))
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "launch of kernel '%s': cube count (%u, %u, %u) is more than 2^64 "
+                             "cubes",
+                             name, l->count[0], l->count[1], l->count[2]);
+  if (total == 0) return CUBE_OK;
+
+  cube__cpu_launch_ctx_t ctx;
+  memset(&ctx, 0, sizeof(ctx));
+  ctx.dev = dev;
+  ctx.fn = k->cpu_fn;
+  ctx.args = l->args;
+  ctx.arg_count = l->arg_count;
+  memcpy(ctx.count, l->count, sizeof(ctx.count));
+  memcpy(ctx.dim, dim, sizeof(ctx.dim));
+  ctx.mode = l->mode;
+  ctx.shared_size = k->shared_memory_size;
+  atomic_init(&ctx.failed, 0);
+
+  uint64_t min_chunk = CUBE__CPU_MIN_CHUNK_UNITS / units;
+  if (min_chunk < 1) min_chunk = 1;
+  int rc = cube__worker_pool_run(dev->pool, total, min_chunk, cube__cpu_run_cubes, &ctx);
+  if (rc == 0 && !atomic_load(&ctx.failed)) return CUBE_OK;
+  if (ctx.fail_kind == CUBE__CPU_RANGE_NO_SCRATCH) {
+    char buf[32];
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                             "launch of kernel '%s': no memory for %s of cube-local scratch", name,
+                             cube__format_bytes(ctx.shared_size, buf, sizeof(buf)));
+  }
+  return cube__status_make(CUBE_STATUS_LAUNCH_FAILED,
+                           "launch of kernel '%s': cube (%u, %u, %u) returned error %d", name,
+                           ctx.fail_pos[0], ctx.fail_pos[1], ctx.fail_pos[2], ctx.fail_code);
+}
+
+const cube__backend_vtable_t cube__backend_cpu = {
+    .backend = CUBE_BACKEND_CPU,
+    .name = "cpu",
+    .flags = CUBE__BACKEND_HOST_MEMORY,
+    .availability = cube__cpu_availability,
+    .device_count = cube__cpu_device_count,
+    .device_create = cube__cpu_device_create,
+    .device_destroy = cube__cpu_device_destroy,
+    .alloc = cube__cpu_alloc,
+    .dealloc = cube__cpu_dealloc,
+    /* On the CPU "pinned" staging memory is plain memory. */
+    .host_alloc = cube__cpu_alloc,
+    .host_dealloc = cube__cpu_dealloc,
+    .stream_create = cube__cpu_stream_create,
+    .stream_destroy = cube__cpu_stream_destroy,
+    .write = cube__cpu_write,
+    .read = cube__cpu_read,
+    .launch = cube__cpu_launch,
+    .sync = cube__cpu_sync,
+};

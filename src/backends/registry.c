@@ -1,0 +1,16 @@
+/* The backend registry: one table per backend compiled in. Adding a backend
+ * is one case here (see src/backends/null/null_backend.c). */
+#include "backends/backend.h"
+
+const cube__backend_vtable_t* cube__backend_get(cube_backend_t backend) {
+  switch (backend) {
+    case CUBE_BACKEND_CPU:
+      return &cube__backend_cpu;
+    case CUBE_BACKEND_NULL:
+      return &cube__backend_null;
+    case CUBE_BACKEND_CUDA:   /* not built yet */
+    case CUBE_BACKEND_OPENCL: /* not built yet */
+    default:
+      return NULL;
+  }
+}

@@ -1,0 +1,164 @@
+/* Names of enumerations, their parsers, the memory usage line and the version. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+
+#include "base/status.h"
+#include "cube/cube.h"
+#include "platform/platform.h"
+
+/* Backends ----------------------------------------------------------------- */
+
+static const char* const cube__backend_names[CUBE_BACKEND_COUNT] = {"cpu", "cuda", "opencl",
+                                                                    "null"};
+
+const char* cube_backend_name(cube_backend_t backend) {
+  if ((unsigned)backend >= (unsigned)CUBE_BACKEND_COUNT) return NULL;
+  return cube__backend_names[backend];
+}
+
+cube_status_t cube_backend_parse(const char* name, cube_backend_t* out_backend) {
+  if (!name) return CUBE_INVALID("cube_backend_parse: name is NULL");
+  if (!out_backend) return CUBE_INVALID("cube_backend_parse: out_backend is NULL ('%s')", name);
+  for (int b = 0; b < CUBE_BACKEND_COUNT; ++b) {
+    if (strcasecmp(name, cube__backend_names[b]) == 0) {
+      *out_backend = (cube_backend_t)b;
+      return CUBE_OK;
+    }
+  }
+  return CUBE_INVALID("cube_backend_parse: unknown backend '%s' (valid: cpu, cuda, opencl, null)",
+                      name);
+}
+
+cube_backend_t cube_backend_default(void) {
+  const char* text;
+  if (!cube__env_str("CUBE_BACKEND", &text)) return CUBE_BACKEND_CPU;
+  cube_backend_t backend = CUBE_BACKEND_CPU;
+  cube_status_t s = cube_backend_parse(text, &backend);
+  if (s != CUBE_OK) {
+    cube_status_free(s);
+    return CUBE_BACKEND_CPU;
+  }
+  return backend;
+}
+
+/* Element types -------------------------------------------------------------- */
+
+uint32_t cube_dtype_size(cube_dtype_t dtype) {
+  switch (dtype) {
+    case CUBE_DTYPE_U8:
+    case CUBE_DTYPE_I8: return 1;
+    case CUBE_DTYPE_F16:
+    case CUBE_DTYPE_BF16: return 2;
+    case CUBE_DTYPE_U32:
+    case CUBE_DTYPE_I32:
+    case CUBE_DTYPE_F32: return 4;
+    case CUBE_DTYPE_U64:
+    case CUBE_DTYPE_I64:
+    case CUBE_DTYPE_F64: return 8;
+    case CUBE_DTYPE_COUNT: break;
+  }
+  return 0;
+}
+
+const char* cube_dtype_name(cube_dtype_t dtype) {
+  switch (dtype) {
+    case CUBE_DTYPE_U8: return "u8";
+    case CUBE_DTYPE_I8: return "i8";
+    case CUBE_DTYPE_U32: return "u32";
+    case CUBE_DTYPE_I32: return "i32";
+    case CUBE_DTYPE_U64: return "u64";
+    case CUBE_DTYPE_I64: return "i64";
+    case CUBE_DTYPE_F16: return "f16";
+    case CUBE_DTYPE_BF16: return "bf16";
+    case CUBE_DTYPE_F32: return "f32";
+    case CUBE_DTYPE_F64: return "f64";
+    case CUBE_DTYPE_COUNT: break;
+  }
+  return "unknown";
+}
+
+/* Profile levels -------------------------------------------------------------- */
+
+const char* cube_profile_level_name(cube_profile_level_t level) {
+  switch (level) {
+    case CUBE_PROFILE_NONE: return "none";
+    case CUBE_PROFILE_EXEC: return "exec";
+    case CUBE_PROFILE_BASIC: return "basic";
+    case CUBE_PROFILE_MEDIUM: return "medium";
+    case CUBE_PROFILE_FULL: return "full";
+  }
+  return "unknown";
+}
+
+cube_status_t cube_profile_level_parse(const char* text, cube_profile_level_t* out_level) {
+  static const struct {
+    const char* name;
+    cube_profile_level_t level;
+  } table[] = {
+      {"none", CUBE_PROFILE_NONE},     {"exec", CUBE_PROFILE_EXEC},
+      {"basic", CUBE_PROFILE_BASIC},   {"medium", CUBE_PROFILE_MEDIUM},
+      {"full", CUBE_PROFILE_FULL},
+      /* CubeCL's config names (profiling.logger.level). */
+      {"disabled", CUBE_PROFILE_NONE}, {"minimal", CUBE_PROFILE_EXEC},
+  };
+  if (!text) return CUBE_INVALID("cube_profile_level_parse: text is NULL");
+  if (!out_level)
+    return CUBE_INVALID("cube_profile_level_parse: out_level is NULL ('%s')", text);
+  for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); ++i) {
+    if (strcasecmp(text, table[i].name) == 0) {
+      *out_level = table[i].level;
+      return CUBE_OK;
+    }
+  }
+  return CUBE_INVALID("cube_profile_level_parse: unknown profile level '%s' (valid: none, exec, "
+                      "basic, medium, full; also disabled, minimal)",
+                      text);
+}
+
+/* Memory usage ----------------------------------------------------------------- */
+
+/* CubeCL's bytes_format: base-1000 units with two decimals ("1.02 MB"). */
+static void cube__format_bytes_si(uint64_t bytes, char* buf, size_t size) {
+  static const char prefixes[] = "KMGTPE";
+  if (bytes < 1000) {
+    snprintf(buf, size, "%" PRIu64 " B", bytes);
+    return;
+  }
+  double v = (double)bytes / 1000.0;
+  int p = 0;
+  while (v >= 1000.0 && p < 5) {
+    v /= 1000.0;
+    ++p;
+  }
+  snprintf(buf, size, "%.2f %cB", v, prefixes[p]);
+}
+
+static double cube__percent(uint64_t num, uint64_t den) {
+  return den ? (double)num / (double)den * 100.0 : 0.0;
+}
+
+const char* cube_memory_usage_format(const cube_memory_usage_t* usage, char* buf,
+                                     size_t buf_size) {
+  if (!buf || buf_size == 0) return buf;
+  if (!usage) {
+    snprintf(buf, buf_size, "(no memory usage)");
+    return buf;
+  }
+  char in_use[32], padding[32], reserved[32];
+  cube__format_bytes_si(usage->bytes_in_use, in_use, sizeof(in_use));
+  cube__format_bytes_si(usage->bytes_padding, padding, sizeof(padding));
+  cube__format_bytes_si(usage->bytes_reserved, reserved, sizeof(reserved));
+  snprintf(buf, buf_size,
+           "%" PRIu64 " allocations, %s in use, %s padding, %s reserved, usage efficiency "
+           "%.2f%%, padding overhead %.2f%%",
+           usage->number_allocs, in_use, padding, reserved,
+           cube__percent(usage->bytes_in_use, usage->bytes_reserved),
+           cube__percent(usage->bytes_padding, usage->bytes_in_use));
+  return buf;
+}
+
+/* Version ------------------------------------------------------------------------ */
+
+const char* cube_version(void) { return CUBE_VERSION_STRING; }

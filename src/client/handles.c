@@ -1,0 +1,198 @@
+#include "client/handles.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "base/status.h"
+
+#define CUBE__CHUNK_BITS 12
+#define CUBE__CHUNK_SLOTS (1u << CUBE__CHUNK_BITS)
+#define CUBE__MAX_CHUNKS (1u << 16) /* 268M handles */
+
+typedef struct cube__slot {
+  atomic_uint gen;  /* current generation; odd = live, even = free */
+  atomic_uint refs; /* handle references of this slot */
+  cube__handle_info_t info;
+  uint32_t next_free; /* index + 1 of the next free slot, 0 = none */
+} cube__slot_t;
+
+static _Atomic(cube__slot_t*) cube__chunks[CUBE__MAX_CHUNKS];
+static pthread_mutex_t cube__table_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t cube__free_head;  /* index + 1, under the lock */
+static uint32_t cube__next_index; /* slots handed out so far, under the lock */
+static atomic_uint_fast64_t cube__live;
+
+static cube__slot_t* cube__slot_at(uint32_t index) {
+  uint32_t c = index >> CUBE__CHUNK_BITS;
+  if (c >= CUBE__MAX_CHUNKS) return NULL;
+  cube__slot_t* chunk = atomic_load_explicit(&cube__chunks[c], memory_order_acquire);
+  return chunk ? &chunk[index & (CUBE__CHUNK_SLOTS - 1)] : NULL;
+}
+
+cube_status_t cube__handle_create(const cube__handle_info_t* info, cube_handle_t* out) {
+  pthread_mutex_lock(&cube__table_lock);
+  uint32_t index;
+  cube__slot_t* s;
+  if (cube__free_head) {
+    index = cube__free_head - 1;
+    s = cube__slot_at(index);
+    cube__free_head = s->next_free;
+  } else {
+    index = cube__next_index;
+    uint32_t c = index >> CUBE__CHUNK_BITS;
+    if (c >= CUBE__MAX_CHUNKS) {
+      pthread_mutex_unlock(&cube__table_lock);
+      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                               "handle table: %u handles are live, the most the table holds",
+                               index);
+    }
+    if (!atomic_load_explicit(&cube__chunks[c], memory_order_relaxed)) {
+      cube__slot_t* chunk = calloc(CUBE__CHUNK_SLOTS, sizeof(cube__slot_t));
+      if (!chunk) {
+        pthread_mutex_unlock(&cube__table_lock);
+        return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "handle table: no host memory");
+      }
+      atomic_store_explicit(&cube__chunks[c], chunk, memory_order_release);
+    }
+    cube__next_index++;
+    s = cube__slot_at(index);
+  }
+  pthread_mutex_unlock(&cube__table_lock);
+  s->info = *info;
+  s->next_free = 0;
+  atomic_store_explicit(&s->refs, 1, memory_order_relaxed);
+  unsigned gen = atomic_load_explicit(&s->gen, memory_order_relaxed) + 1; /* even -> odd */
+  atomic_store_explicit(&s->gen, gen, memory_order_release);
+  atomic_fetch_add_explicit(&cube__live, 1, memory_order_relaxed);
+  out->id = ((uint64_t)gen << 32) | (uint64_t)(index + 1);
+  return CUBE_OK;
+}
+
+/* The live slot of |h|, or NULL. */
+static cube__slot_t* cube__lookup(cube_handle_t h) {
+  uint32_t index1 = (uint32_t)(h.id & 0xffffffffu);
+  unsigned gen = (unsigned)(h.id >> 32);
+  if (!index1 || !(gen & 1u)) return NULL;
+  cube__slot_t* s = cube__slot_at(index1 - 1);
+  if (!s) return NULL;
+  if (atomic_load_explicit(&s->gen, memory_order_acquire) != gen) return NULL;
+  return s;
+}
+
+cube_status_t cube__handle_get(cube_handle_t h, const char* what, cube__handle_info_t* out) {
+  if (h.id == 0) return CUBE_INVALID("%s is the null handle", what);
+  cube__slot_t* s = cube__lookup(h);
+  if (!s || atomic_load_explicit(&s->refs, memory_order_acquire) == 0)
+    return cube__status_make(CUBE_STATUS_NOT_FOUND,
+                             "%s: handle 0x%" PRIx64 " was released (or never existed)", what,
+                             h.id);
+  *out = s->info;
+  return CUBE_OK;
+}
+
+cube_handle_t cube_handle_retain(cube_handle_t h) {
+  cube__slot_t* s = cube__lookup(h);
+  if (s && atomic_load_explicit(&s->refs, memory_order_relaxed) > 0) {
+    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+    cube__memory_handle_ref(s->info.mem);
+  }
+  return h;
+}
+
+cube_status_t cube_handle_release_checked(cube_handle_t h) {
+  if (h.id == 0) return CUBE_INVALID("cube_handle_release: the null handle");
+  cube__slot_t* s = cube__lookup(h);
+  if (!s)
+    return cube__status_make(CUBE_STATUS_NOT_FOUND,
+                             "cube_handle_release: handle 0x%" PRIx64 " was already released",
+                             h.id);
+  unsigned r = atomic_load_explicit(&s->refs, memory_order_relaxed);
+  do {
+    if (r == 0)
+      return cube__status_make(CUBE_STATUS_NOT_FOUND,
+                               "cube_handle_release: handle 0x%" PRIx64 " was already released",
+                               h.id);
+  } while (!atomic_compare_exchange_weak_explicit(&s->refs, &r, r - 1, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+  cube__memory_t* mem = s->info.mem;
+  if (r == 1) {
+    atomic_fetch_add_explicit(&s->gen, 1, memory_order_release); /* odd -> even: dead */
+    pthread_mutex_lock(&cube__table_lock);
+    s->next_free = cube__free_head;
+    cube__free_head = (uint32_t)(h.id & 0xffffffffu);
+    pthread_mutex_unlock(&cube__table_lock);
+    atomic_fetch_sub_explicit(&cube__live, 1, memory_order_relaxed);
+  }
+  cube__memory_handle_unref(mem);
+  return CUBE_OK;
+}
+
+void cube_handle_release(cube_handle_t h) {
+  if (h.id == 0) return;
+  cube_status_free(cube_handle_release_checked(h));
+}
+
+void cube_handle_release_array(const cube_handle_t* handles, size_t count) {
+  if (!handles) return;
+  for (size_t i = 0; i < count; ++i) cube_handle_release(handles[i]);
+}
+
+bool cube_handle_can_mut(cube_handle_t h) {
+  cube__slot_t* s = cube__lookup(h);
+  if (!s || atomic_load(&s->refs) == 0) return false;
+  return cube__memory_can_mut(s->info.mem);
+}
+
+uint64_t cube_handle_size(cube_handle_t h) {
+  cube__handle_info_t i;
+  cube_status_t st = cube__handle_get(h, "cube_handle_size", &i);
+  if (st) {
+    cube_status_free(st);
+    return 0;
+  }
+  return cube__handle_view_size(&i);
+}
+
+uint64_t cube_handle_buffer_size(cube_handle_t h) {
+  cube__handle_info_t i;
+  cube_status_t st = cube__handle_get(h, "cube_handle_buffer_size", &i);
+  if (st) {
+    cube_status_free(st);
+    return 0;
+  }
+  return i.buffer_size;
+}
+
+uint64_t cube_handle_offset(cube_handle_t h) {
+  cube__handle_info_t i;
+  cube_status_t st = cube__handle_get(h, "cube_handle_offset", &i);
+  if (st) {
+    cube_status_free(st);
+    return 0;
+  }
+  return i.offset_start;
+}
+
+cube_status_t cube_handle_offset_view(cube_handle_t h, uint64_t offset_start, uint64_t offset_end,
+                                      cube_handle_t* out_handle) {
+  if (!out_handle) return CUBE_INVALID("cube_handle_offset_view: out_handle is NULL");
+  cube__handle_info_t i;
+  CUBE_RETURN_IF_ERROR(cube__handle_get(h, "cube_handle_offset_view: h", &i));
+  uint64_t view = cube__handle_view_size(&i);
+  uint64_t cut;
+  if (__builtin_add_overflow(offset_start, offset_end, &cut) || cut >= view)
+    return CUBE_INVALID("cube_handle_offset_view: offsets %llu + %llu leave nothing of a view of "
+                        "%llu bytes",
+                        (unsigned long long)offset_start, (unsigned long long)offset_end,
+                        (unsigned long long)view);
+  i.offset_start += offset_start;
+  i.offset_end += offset_end;
+  cube__memory_handle_ref(i.mem);
+  cube_status_t st = cube__handle_create(&i, out_handle);
+  if (st) cube__memory_handle_unref(i.mem);
+  return st;
+}
+
+uint64_t cube__handle_live_count(void) { return atomic_load(&cube__live); }

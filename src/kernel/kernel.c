@@ -1,0 +1,178 @@
+/* Kernel objects and the launch-shape helpers of reference §2.4. */
+#include "kernel/kernel.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+static atomic_uint_least64_t cube__kernel_next_id = 1;
+
+const char* cube_arg_kind_name(cube_arg_kind_t kind) {
+  switch (kind) {
+    case CUBE_ARG_BUFFER: return "buffer";
+    case CUBE_ARG_U32: return "u32";
+    case CUBE_ARG_I32: return "i32";
+    case CUBE_ARG_U64: return "u64";
+    case CUBE_ARG_I64: return "i64";
+    case CUBE_ARG_F32: return "f32";
+    case CUBE_ARG_F64: return "f64";
+    case CUBE_ARG_KIND_COUNT: break;
+  }
+  return "unknown";
+}
+
+/* Kernels ----------------------------------------------------------------- */
+
+cube_status_t cube_kernel_create(const cube_kernel_desc_t* desc, cube_kernel_t** out_kernel) {
+  const char* fn = "cube_kernel_create";
+  if (!out_kernel) return CUBE_INVALID("%s: out_kernel is NULL", fn);
+  if (!desc) return CUBE_INVALID("%s: desc is NULL", fn);
+  if (!desc->name) return CUBE_INVALID("%s: desc->name is NULL", fn);
+  if (!desc->name[0]) return CUBE_INVALID("%s: desc->name is empty", fn);
+  const char* name = desc->name;
+  if (!desc->cpu_fn) return CUBE_INVALID("%s: kernel '%s': desc->cpu_fn is NULL", fn, name);
+
+  cube_dim_t dim = desc->cube_dim;
+  if (dim.x == 0 && dim.y == 0 && dim.z == 0) {
+    dim.x = dim.y = dim.z = 1;
+  } else {
+    const uint32_t comp[3] = {dim.x, dim.y, dim.z};
+    static const char axis[3] = {'x', 'y', 'z'};
+    for (int i = 0; i < 3; ++i)
+      if (comp[i] == 0)
+        return CUBE_INVALID("%s: kernel '%s': desc->cube_dim.%c is 0 (cube_dim is (%" PRIu32
+                            ", %" PRIu32 ", %" PRIu32 "); use {0,0,0} for (1,1,1))",
+                            fn, name, axis[i], dim.x, dim.y, dim.z);
+    uint64_t units = (uint64_t)dim.x * dim.y;
+    if (units > UINT32_MAX || units * dim.z > UINT32_MAX)
+      return CUBE_INVALID("%s: kernel '%s': desc->cube_dim (%" PRIu32 ", %" PRIu32 ", %" PRIu32
+                          ") has more than %" PRIu32 " units",
+                          fn, name, dim.x, dim.y, dim.z, UINT32_MAX);
+  }
+
+  if (desc->arg_count > CUBE_MAX_KERNEL_ARGS)
+    return CUBE_INVALID("%s: kernel '%s': desc->arg_count %" PRIu32
+                        " exceeds CUBE_MAX_KERNEL_ARGS (%d)",
+                        fn, name, desc->arg_count, CUBE_MAX_KERNEL_ARGS);
+  if (desc->arg_count > 0 && !desc->arg_kinds)
+    return CUBE_INVALID("%s: kernel '%s': desc->arg_kinds is NULL with desc->arg_count %" PRIu32,
+                        fn, name, desc->arg_count);
+  for (uint32_t i = 0; i < desc->arg_count; ++i)
+    if ((unsigned)desc->arg_kinds[i] >= (unsigned)CUBE_ARG_KIND_COUNT)
+      return CUBE_INVALID("%s: kernel '%s': desc->arg_kinds[%" PRIu32
+                          "] is %d (not a cube_arg_kind_t)",
+                          fn, name, i, (int)desc->arg_kinds[i]);
+
+  cube_kernel_t* k = calloc(1, sizeof(*k));
+  size_t name_len = strlen(name);
+  char* name_copy = malloc(name_len + 1);
+  if (!k || !name_copy) {
+    free(k);
+    free(name_copy);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: kernel '%s': out of host memory", fn,
+                             name);
+  }
+  memcpy(name_copy, name, name_len + 1);
+  atomic_init(&k->refs, 1);
+  k->id = atomic_fetch_add_explicit(&cube__kernel_next_id, 1, memory_order_relaxed);
+  k->name = name_copy;
+  k->cube_dim = dim;
+  k->arg_count = desc->arg_count;
+  for (uint32_t i = 0; i < desc->arg_count; ++i) k->arg_kinds[i] = desc->arg_kinds[i];
+  k->shared_memory_size = desc->shared_memory_size;
+  k->cpu_fn = desc->cpu_fn;
+  *out_kernel = k;
+  return CUBE_OK;
+}
+
+cube_kernel_t* cube_kernel_retain(cube_kernel_t* kernel) {
+  if (kernel) atomic_fetch_add_explicit(&kernel->refs, 1, memory_order_relaxed);
+  return kernel;
+}
+
+void cube_kernel_release(cube_kernel_t* kernel) {
+  if (!kernel) return;
+  if (atomic_fetch_sub_explicit(&kernel->refs, 1, memory_order_acq_rel) != 1) return;
+  free(kernel->name);
+  free(kernel);
+}
+
+const char* cube_kernel_name(const cube_kernel_t* kernel) { return kernel ? kernel->name : ""; }
+
+cube_dim_t cube_kernel_cube_dim(const cube_kernel_t* kernel) {
+  cube_dim_t none = {0, 0, 0};
+  return kernel ? kernel->cube_dim : none;
+}
+
+uint32_t cube_kernel_arg_count(const cube_kernel_t* kernel) {
+  return kernel ? kernel->arg_count : 0;
+}
+
+/* Launch shapes (reference §2.4) -------------------------------------------- */
+
+/* CubeCL's CubeCountSelection: x starts at |num_cubes|; while x > max_x,
+ * x = ceil(x/2) and y doubles; then the same for y into z. The spreading
+ * stops at the first axis that already fits. */
+cube_status_t cube_count_select(uint64_t num_cubes, const uint32_t max_count[3],
+                                cube_count_t* out_count, bool* out_exact) {
+  const char* fn = "cube_count_select";
+  if (!max_count) return CUBE_INVALID("%s: max_count is NULL", fn);
+  if (!out_count) return CUBE_INVALID("%s: out_count is NULL", fn);
+  static const char axis[3] = {'x', 'y', 'z'};
+  for (int i = 0; i < 3; ++i)
+    if (max_count[i] == 0)
+      return CUBE_INVALID("%s: max_count[%d] (%c) is 0", fn, i, axis[i]);
+
+  uint64_t n[3] = {num_cubes, 1, 1};
+  bool fits = true;
+  for (int i = 0; i < 2 && fits; ++i) {
+    if (n[i] <= max_count[i]) break;
+    while (n[i] > max_count[i]) {
+      if (n[i + 1] > UINT64_MAX / 2) {
+        fits = false;
+        break;
+      }
+      n[i] = n[i] / 2 + (n[i] & 1);
+      n[i + 1] *= 2;
+    }
+  }
+  if (!fits || n[2] > max_count[2])
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "%s: %" PRIu64 " cubes do not fit under max_count (%" PRIu32
+                             ", %" PRIu32 ", %" PRIu32 ")",
+                             fn, num_cubes, max_count[0], max_count[1], max_count[2]);
+  *out_count = cube_count_static((uint32_t)n[0], (uint32_t)n[1], (uint32_t)n[2]);
+  uint64_t xy, xyz;
+  bool overflow = __builtin_mul_overflow(n[0], n[1], &xy) || __builtin_mul_overflow(xy, n[2], &xyz);
+  if (out_exact) *out_exact = !overflow && xyz == num_cubes;
+  return CUBE_OK;
+}
+
+/* CubeCL's CubeDim::new: plane = plane_size_max; planes per cube = CPU:
+ * min(cores, units); GPU: 2^min(3, floor(log2(max(1, units / plane)))). The
+ * result is (plane, max(1, min(max_units_per_cube / plane, planes)), 1). */
+cube_dim_t cube_dim_for_units(const cube_device_properties_t* props, uint64_t working_units) {
+  cube_dim_t one = {1, 1, 1};
+  if (!props) return one;
+  uint64_t plane = props->hardware.plane_size_max ? props->hardware.plane_size_max : 1;
+  uint64_t planes;
+  if (props->id.backend == CUBE_BACKEND_CPU) {
+    uint64_t cores = props->hardware.num_cpu_cores ? props->hardware.num_cpu_cores : 1;
+    planes = working_units < cores ? working_units : cores;
+  } else {
+    uint64_t max_planes = working_units / plane;
+    if (max_planes < 1) max_planes = 1;
+    uint32_t log2 = 63u - (uint32_t)__builtin_clzll(max_planes);
+    planes = UINT64_C(1) << (log2 < 3 ? log2 : 3);
+  }
+  uint64_t limit = props->hardware.max_units_per_cube / plane;
+  uint64_t y = planes < limit ? planes : limit;
+  if (y < 1) y = 1;
+  if (y > UINT32_MAX) y = UINT32_MAX;
+  cube_dim_t dim = {(uint32_t)plane, (uint32_t)y, 1};
+  return dim;
+}

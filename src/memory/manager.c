@@ -1,0 +1,278 @@
+/* The memory manager: picks a pool for each request (reference §4.3),
+ * retries a storage allocation once after an explicit cleanup, and turns
+ * failures into OUT_OF_MEMORY statuses that carry a pool report. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "memory/memory.h"
+#include "memory/pool_internal.h"
+
+struct cube__mm {
+  char* name;
+  cube__storage_ops_t storage; /* pools point at this copy */
+  uint64_t alignment;
+  cube__pool_t pools[CUBE_MAX_POOLS - 1]; /* dynamic pools, tried in order */
+  uint32_t pool_count;
+  cube__pool_t persistent; /* reported after the dynamic pools */
+  uint64_t alloc_reserve_count;
+  cube_allocation_mode_t mode;
+  cube__persistent_policy_t policy;
+};
+
+static const char* cube__pool_kind_name(cube_pool_kind_t kind) {
+  switch (kind) {
+    case CUBE_POOL_SLICED:
+      return "sliced";
+    case CUBE_POOL_EXCLUSIVE:
+      return "exclusive";
+    case CUBE_POOL_PERSISTENT:
+      return "persistent";
+  }
+  return "unknown";
+}
+
+cube_status_t cube__mm_create(const cube__mm_options_t* options, const cube__storage_ops_t* storage,
+                              cube__mm_t** out_mm) {
+  if (!options || !storage || !out_mm || !storage->alloc || !storage->dealloc) {
+    return CUBE_INVALID("cube__mm_create: options, storage (with alloc and dealloc) and out_mm "
+                        "are required");
+  }
+  *out_mm = NULL;
+  const char* name = options->name ? options->name : "memory";
+  if (storage->alignment == 0) {
+    return CUBE_INVALID("%s: storage alignment 0 is invalid (must be >= 1)", name);
+  }
+  cube__pool_options_t ladder[CUBE_MAX_POOLS];
+  const cube__pool_options_t* pools = options->custom;
+  uint32_t count = options->custom_count;
+  if (pools) {
+    if (count == 0 || count > CUBE_MAX_POOLS - 1) {
+      return CUBE_INVALID("%s: %u custom pools given (must be 1 to %d)", name, count,
+                          CUBE_MAX_POOLS - 1);
+    }
+  } else {
+    count = cube__pool_ladder(options->config, options->max_page_size, storage->alignment, ladder);
+    pools = ladder;
+  }
+  for (uint32_t i = 0; i < count; ++i) {
+    if (pools[i].kind != CUBE_POOL_SLICED && pools[i].kind != CUBE_POOL_EXCLUSIVE) {
+      return CUBE_INVALID("%s: pool %u has kind %d (must be sliced or exclusive)", name, i,
+                          (int)pools[i].kind);
+    }
+    if (pools[i].kind == CUBE_POOL_EXCLUSIVE && pools[i].max_alloc_size % storage->alignment) {
+      return CUBE_INVALID("%s: exclusive pool %u: max_alloc_size %" PRIu64
+                          " is not a multiple of the alignment %" PRIu64,
+                          name, i, pools[i].max_alloc_size, storage->alignment);
+    }
+  }
+
+  cube__mm_t* mm = calloc(1, sizeof(*mm));
+  char* name_copy = strdup(name);
+  if (!mm || !name_copy) {
+    free(mm);
+    free(name_copy);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: out of host memory", name);
+  }
+  mm->name = name_copy;
+  mm->storage = *storage;
+  mm->alignment = storage->alignment;
+  mm->pool_count = count;
+  for (uint32_t i = 0; i < count; ++i) {
+    cube__pool_init(&mm->pools[i], &pools[i], mm->alignment, &mm->storage, mm);
+  }
+  cube__pool_init_persistent(&mm->persistent, mm->alignment, &mm->storage, mm);
+  mm->policy = options->persistent;
+  switch (options->persistent) {
+    case CUBE__PERSISTENT_DISABLED:
+      mm->mode = CUBE_ALLOCATION_AUTO;
+      break;
+    case CUBE__PERSISTENT_ENFORCED:
+      mm->mode = CUBE_ALLOCATION_PERSISTENT;
+      break;
+    default:
+      mm->mode = options->mode;
+      break;
+  }
+  *out_mm = mm;
+  return CUBE_OK;
+}
+
+void cube__mm_destroy(cube__mm_t* mm) {
+  if (!mm) return;
+  for (uint32_t i = 0; i < mm->pool_count; ++i) cube__pool_deinit(&mm->pools[i]);
+  cube__pool_deinit(&mm->persistent);
+  free(mm->name);
+  free(mm);
+}
+
+void cube__mm_set_mode(cube__mm_t* mm, cube_allocation_mode_t mode) {
+  if (mm->policy == CUBE__PERSISTENT_ENABLED) mm->mode = mode;
+}
+
+cube_allocation_mode_t cube__mm_mode(const cube__mm_t* mm) { return mm->mode; }
+
+static void cube__usage_add(cube_memory_usage_t* total, const cube_memory_usage_t* u) {
+  total->number_allocs += u->number_allocs;
+  total->bytes_in_use += u->bytes_in_use;
+  total->bytes_padding += u->bytes_padding;
+  total->bytes_reserved += u->bytes_reserved;
+}
+
+void cube__mm_usage(cube__mm_t* mm, cube_memory_usage_t* out_usage) {
+  memset(out_usage, 0, sizeof(*out_usage));
+  for (uint32_t i = 0; i < mm->pool_count; ++i) cube__pool_usage(&mm->pools[i], out_usage);
+  cube__pool_usage(&mm->persistent, out_usage);
+}
+
+void cube__mm_report(cube__mm_t* mm, cube_memory_report_t* out_report) {
+  memset(out_report, 0, sizeof(*out_report));
+  for (uint32_t i = 0; i < mm->pool_count; ++i) {
+    cube__pool_report(&mm->pools[i], &out_report->pools[i]);
+  }
+  cube__pool_report(&mm->persistent, &out_report->pools[mm->pool_count]);
+  out_report->pool_count = mm->pool_count + 1;
+  for (uint32_t i = 0; i < out_report->pool_count; ++i) {
+    cube__usage_add(&out_report->total, &out_report->pools[i].usage);
+  }
+}
+
+void cube__mm_cleanup(cube__mm_t* mm, bool explicit_cleanup) {
+  cube__pool_cleanup(&mm->persistent, mm->alloc_reserve_count, explicit_cleanup);
+  for (uint32_t i = 0; i < mm->pool_count; ++i) {
+    cube__pool_cleanup(&mm->pools[i], mm->alloc_reserve_count, explicit_cleanup);
+  }
+}
+
+uint64_t cube__mm_reserved_bytes(const cube__mm_t* mm) {
+  uint64_t total = mm->persistent.reserved;
+  for (uint32_t i = 0; i < mm->pool_count; ++i) total += mm->pools[i].reserved;
+  return total;
+}
+
+/* Appends to a fixed buffer, truncating silently. */
+typedef struct cube__msg {
+  char text[2048];
+  size_t len;
+} cube__msg_t;
+
+static void cube__msg_add(cube__msg_t* msg, const char* fmt, ...) CUBE_PRINTF(2, 3);
+static void cube__msg_add(cube__msg_t* msg, const char* fmt, ...) {
+  if (msg->len >= sizeof(msg->text) - 1) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(msg->text + msg->len, sizeof(msg->text) - msg->len, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  msg->len += (size_t)n;
+  if (msg->len > sizeof(msg->text) - 1) msg->len = sizeof(msg->text) - 1;
+}
+
+/* "<name>: cannot reserve N bytes: <reason>; largest free block per pool:
+ * ...; reserved R bytes, in use U bytes", carrying the report. */
+static cube_status_t cube__mm_oom(cube__mm_t* mm, uint64_t size, const char* reason) {
+  cube_memory_report_t report;
+  cube__mm_report(mm, &report);
+  cube__msg_t msg = {.len = 0};
+  msg.text[0] = '\0';
+  cube__msg_add(&msg, "%s: cannot reserve %" PRIu64 " bytes: %s; largest free block per pool:",
+                mm->name, size, reason);
+  for (uint32_t i = 0; i < report.pool_count; ++i) {
+    const cube_pool_report_t* p = &report.pools[i];
+    cube__msg_add(&msg, "%s #%u %s", i ? "," : "", i, cube__pool_kind_name(p->kind));
+    if (p->kind == CUBE_POOL_SLICED) cube__msg_add(&msg, " (page %" PRIu64 ")", p->page_size);
+    if (p->kind == CUBE_POOL_EXCLUSIVE) cube__msg_add(&msg, " (max %" PRIu64 ")", p->max_alloc_size);
+    cube__msg_add(&msg, " %" PRIu64, p->largest_free_block);
+  }
+  cube__msg_add(&msg, "; reserved %" PRIu64 " bytes, in use %" PRIu64 " bytes",
+                report.total.bytes_reserved, report.total.bytes_in_use);
+  return cube__status_oom(size, &report, "%s", msg.text);
+}
+
+/* Allocates new storage in |pool| for |m|; on storage out-of-memory runs an
+ * explicit cleanup and tries once more. */
+static cube_status_t cube__mm_alloc_with_retry(cube__mm_t* mm, cube__pool_t* pool, uint64_t size,
+                                               cube__memory_t* m) {
+  bool storage_oom = false;
+  cube_status_t status = cube__pool_alloc(pool, size, m, &storage_oom);
+  if (status == CUBE_OK) return CUBE_OK;
+  if (!storage_oom) return cube__status_annotate(status, "%s: reserve %" PRIu64, mm->name, size);
+  cube_status_free(status);
+
+  uint64_t before = cube__mm_reserved_bytes(mm);
+  cube__mm_cleanup(mm, true);
+  uint64_t freed = before - cube__mm_reserved_bytes(mm);
+  status = cube__pool_alloc(pool, size, m, &storage_oom);
+  if (status == CUBE_OK) return CUBE_OK;
+  if (!storage_oom) return cube__status_annotate(status, "%s: reserve %" PRIu64, mm->name, size);
+
+  char reason[512];
+  snprintf(reason, sizeof(reason),
+           "the storage is out of memory for a %s buffer of the pool (%s), also after a cleanup "
+           "that freed %" PRIu64 " bytes",
+           cube__pool_kind_name(pool->kind), cube_status_message(status), freed);
+  cube_status_free(status);
+  return cube__mm_oom(mm, size, reason);
+}
+
+static cube_status_t cube__mm_reserve_into(cube__mm_t* mm, uint64_t size, cube__memory_t* m) {
+  mm->alloc_reserve_count++;
+  bool found = false;
+
+  /* Persistent: reuse a free buffer of the same effective size in either
+   * mode; allocate one when persistent, or when that size lives there. */
+  CUBE_RETURN_IF_ERROR(cube__pool_try_reserve(&mm->persistent, size, m, &found));
+  if (found) return CUBE_OK;
+  if (mm->mode == CUBE_ALLOCATION_PERSISTENT || cube__persistent_has_size(&mm->persistent, size)) {
+    return cube__mm_alloc_with_retry(mm, &mm->persistent, size, m);
+  }
+
+  cube__pool_t* pool = NULL;
+  uint64_t largest = 0;
+  for (uint32_t i = 0; i < mm->pool_count; ++i) {
+    if (cube__pool_accept(&mm->pools[i], size)) {
+      pool = &mm->pools[i];
+      break;
+    }
+    uint64_t max = cube__pool_max_request(&mm->pools[i]);
+    if (max > largest) largest = max;
+  }
+  if (!pool) {
+    char reason[128];
+    snprintf(reason, sizeof(reason), "no pool accepts it (largest pool takes %" PRIu64 ")",
+             largest);
+    return cube__mm_oom(mm, size, reason);
+  }
+  CUBE_RETURN_IF_ERROR(cube__pool_try_reserve(pool, size, m, &found));
+  if (found) return CUBE_OK;
+  return cube__mm_alloc_with_retry(mm, pool, size, m);
+}
+
+cube_status_t cube__mm_reserve(cube__mm_t* mm, uint64_t size, cube__memory_t** out_memory) {
+  if (!mm || !out_memory) return CUBE_INVALID("cube__mm_reserve: mm and out_memory are required");
+  *out_memory = NULL;
+  cube__memory_t* m = cube__memory_create();
+  if (!m) {
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                             "%s: out of host memory creating a descriptor", mm->name);
+  }
+  cube_status_t status = cube__mm_reserve_into(mm, size, m);
+  if (status != CUBE_OK) {
+    cube__memory_unref(m);
+    return status;
+  }
+  *out_memory = m;
+  return CUBE_OK;
+}
+
+cube_status_t cube__mm_reserve_bind(cube__mm_t* mm, uint64_t size, cube__memory_t* m) {
+  if (!mm || !m) return CUBE_INVALID("cube__mm_reserve_bind: mm and memory are required");
+  if (m->slice) {
+    return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
+                             "%s: memory %" PRIu64 " is already bound", mm->name, m->id);
+  }
+  return cube__mm_reserve_into(mm, size, m);
+}

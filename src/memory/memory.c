@@ -1,0 +1,60 @@
+/* Managed-memory descriptors (reference §4.1). */
+#include <stdlib.h>
+
+#include "memory/memory.h"
+#include "memory/pool_internal.h"
+
+static atomic_uint_fast64_t cube__memory_next_id = 1;
+
+cube__memory_t* cube__memory_create(void) {
+  cube__memory_t* m = calloc(1, sizeof(*m));
+  if (!m) return NULL;
+  atomic_init(&m->refs, 1);
+  atomic_init(&m->handle_refs, 1);
+  m->id = atomic_fetch_add_explicit(&cube__memory_next_id, 1, memory_order_relaxed);
+  return m;
+}
+
+/* Increments are relaxed: the caller already holds a reference, so the
+ * descriptor cannot go away meanwhile. Decrements are acq_rel so that the
+ * thread that frees (or the pool that sees refs == 1) observes every write
+ * made before the other references were dropped. */
+void cube__memory_ref(cube__memory_t* m) {
+  if (m) atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+}
+
+void cube__memory_unref(cube__memory_t* m) {
+  if (!m) return;
+  if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) free(m);
+}
+
+void cube__memory_handle_ref(cube__memory_t* m) {
+  if (!m) return;
+  atomic_fetch_add_explicit(&m->handle_refs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+}
+
+void cube__memory_handle_unref(cube__memory_t* m) {
+  if (!m) return;
+  /* handle_refs first: |m| may be freed by the unref. */
+  atomic_fetch_sub_explicit(&m->handle_refs, 1, memory_order_acq_rel);
+  cube__memory_unref(m);
+}
+
+bool cube__memory_can_mut(const cube__memory_t* m) {
+  return atomic_load_explicit(&m->handle_refs, memory_order_acquire) <= 1;
+}
+
+bool cube__memory_is_free(const cube__memory_t* m) {
+  return atomic_load_explicit(&m->refs, memory_order_acquire) <= 1;
+}
+
+bool cube__memory_resolve(const cube__memory_t* m, const cube__storage_t** out_storage,
+                          uint64_t* out_offset, uint64_t* out_size) {
+  const cube__slice_t* s = m ? m->slice : NULL;
+  if (!s) return false;
+  if (out_storage) *out_storage = &s->page->storage;
+  if (out_offset) *out_offset = s->offset;
+  if (out_size) *out_size = s->size;
+  return true;
+}

@@ -1,0 +1,203 @@
+/* Private to src/memory: slices, pages and the three pool kinds (reference
+ * §4.4). The manager (manager.c) and the unit tests use these; nothing else
+ * should.
+ *
+ * Ownership: a pool owns its pages, a page owns its storage buffer and its
+ * slices. A bound slice holds one reference on its descriptor (the "pool's
+ * reference"); the descriptor points back at the slice. A slice is free when
+ * it holds no descriptor. A slice whose descriptor has only the pool's
+ * reference left is discovered lazily by cube__slice_check_free, which
+ * detaches it (descriptor unbound, reference dropped).
+ *
+ * Thread-compatible: one thread at a time per pool (the manager's owner);
+ * only descriptor reference counts are touched from other threads.
+ */
+#ifndef CUBE_MEMORY_POOL_INTERNAL_H_
+#define CUBE_MEMORY_POOL_INTERNAL_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memory/memory.h"
+
+typedef struct cube__page cube__page_t;
+typedef struct cube__pool cube__pool_t;
+
+struct cube__slice {
+  cube__page_t* page;
+  cube__slice_t* prev; /* address order inside the page (sliced pages) */
+  cube__slice_t* next;
+  uint64_t offset;  /* from the start of the page's storage; fixed while bound */
+  uint64_t length;  /* bytes of the page it covers: size + padding while bound */
+  uint64_t size;    /* requested size; meaningful while bound */
+  uint64_t padding; /* alignment padding; meaningful while bound */
+  cube__memory_t* memory; /* bound descriptor (holds one ref on it), NULL = free */
+};
+
+struct cube__page {
+  cube__pool_t* pool;      /* NULL for a standalone page (tests) */
+  cube__storage_t storage; /* never moves: bound descriptors resolve to it */
+  cube__slice_t* first;    /* slices in address order, covering the storage
+                              exactly (sliced); exclusive and persistent pages
+                              have exactly one slice at offset 0 */
+  uint32_t slice_count;
+  uint32_t free_count;        /* exclusive: aging counter (§4.4) */
+  cube__page_t* bucket_next;  /* persistent: next page of the same bucket */
+};
+
+/* Padding that rounds |size| up to a multiple of |align| (any align >= 1). */
+static inline uint64_t cube__padding(uint64_t size, uint64_t align) {
+  return align ? (align - size % align) % align : 0;
+}
+
+/* Slices and pages (page.c) --------------------------------------------- */
+
+/* True when |s| is free. If only the pool's reference on its descriptor is
+ * left, detaches it first (descriptor unbound, the reference dropped). */
+bool cube__slice_check_free(cube__slice_t* s);
+
+/* Binds free slice |s| to |m| for |size| bytes with |padding|: takes the
+ * pool's reference on |m| and points it at |s|. */
+void cube__slice_bind(cube__slice_t* s, cube__memory_t* m, uint64_t size, uint64_t padding);
+
+/* Detaches |s| from its descriptor whatever its reference count (used when
+ * the storage goes away). */
+void cube__slice_detach(cube__slice_t* s);
+
+/* A page over |storage| (copied) with one free slice covering it. NULL when
+ * out of host memory. The page does not own the storage's deallocation: the
+ * pool (or the test) deallocates it. */
+cube__page_t* cube__page_create(cube__pool_t* pool, const cube__storage_t* storage);
+/* Detaches every bound slice and frees the page (not the storage). */
+void cube__page_destroy(cube__page_t* page);
+
+/* First-fit over the slices in address order: binds |m| to the first free
+ * slice of at least size + padding bytes, splitting off the rest as a new
+ * free slice. *out_found is false when no slice fits (no error). Fails only
+ * when out of host memory. Does not coalesce. */
+cube_status_t cube__page_try_reserve(cube__page_t* page, uint64_t size, uint64_t alignment,
+                                     cube__memory_t* m, bool* out_found);
+
+/* One run of adjacent free slices that a coalesce merges. */
+typedef struct cube__coalesce_job {
+  uint32_t start; /* index of the first slice of the run */
+  uint32_t count; /* slices in the run (>= 2) */
+  uint64_t size;  /* bytes of the merged slice */
+} cube__coalesce_job_t;
+
+/* The runs a coalesce would merge (writes at most |cap|, returns the
+ * count). Detaches free descriptors but merges nothing. */
+uint32_t cube__page_coalesce_jobs(cube__page_t* page, cube__coalesce_job_t* out, uint32_t cap);
+/* Merges every run of >= 2 adjacent free slices. Returns the merges done. */
+uint32_t cube__page_coalesce(cube__page_t* page);
+
+typedef struct cube__page_block {
+  uint64_t offset;
+  uint64_t size; /* effective size (length) */
+  bool free;
+} cube__page_block_t;
+
+/* The slices in address order (writes at most |cap|, returns the count). */
+uint32_t cube__page_summary(cube__page_t* page, cube__page_block_t* out, uint32_t cap);
+
+/* True when every slice is free (after detaching). */
+bool cube__page_is_free(cube__page_t* page);
+
+/* Largest block a coalesce would give (sum of the longest free run). */
+uint64_t cube__page_largest_free(cube__page_t* page);
+
+/* Adds this page's slices to |usage| (reserved = sum of slice lengths). */
+void cube__page_usage(cube__page_t* page, cube_memory_usage_t* usage);
+
+/* Pools (pool.c, sliced_pool.c, exclusive_pool.c, persistent_pool.c) ----- */
+
+typedef struct cube__bucket {
+  uint64_t effective_size;
+  cube__page_t* head; /* pages in creation order, linked by bucket_next */
+  cube__page_t* tail;
+} cube__bucket_t;
+
+struct cube__pool {
+  cube_pool_kind_t kind;
+  uint64_t page_size;      /* sliced: page size */
+  uint64_t max_alloc_size; /* sliced: max slice; exclusive: max alloc */
+  uint64_t alignment;
+  uint64_t dealloc_period; /* exclusive: 0 = never age implicitly */
+  uint64_t last_check;     /* exclusive: alloc_nr of the last aging pass */
+  double cur_avg_size;     /* exclusive: EMA of requested sizes */
+  const cube__storage_ops_t* storage;
+  cube__mm_t* mm;          /* written into descriptors bound here */
+
+  cube__page_t** pages; /* creation order */
+  uint32_t page_count;
+  uint32_t page_cap;
+  uint64_t pages_peak;
+  uint64_t reserved; /* sum of storage sizes of |pages| */
+
+  cube__bucket_t* buckets; /* persistent: sorted by effective_size */
+  uint32_t bucket_count;
+  uint32_t bucket_cap;
+};
+
+/* |options| describes a sliced or exclusive pool; persistent pools use
+ * cube__pool_init_persistent. */
+void cube__pool_init(cube__pool_t* pool, const cube__pool_options_t* options, uint64_t alignment,
+                     const cube__storage_ops_t* storage, cube__mm_t* mm);
+void cube__pool_init_persistent(cube__pool_t* pool, uint64_t alignment,
+                                const cube__storage_ops_t* storage, cube__mm_t* mm);
+/* Detaches every bound descriptor and deallocates every page. */
+void cube__pool_deinit(cube__pool_t* pool);
+
+bool cube__pool_accept(const cube__pool_t* pool, uint64_t size);
+/* Largest request the pool accepts (persistent: UINT64_MAX). */
+uint64_t cube__pool_max_request(const cube__pool_t* pool);
+
+/* Binds |m| to a free slice of the pool; *out_found false when none. */
+cube_status_t cube__pool_try_reserve(cube__pool_t* pool, uint64_t size, cube__memory_t* m,
+                                     bool* out_found);
+/* Allocates a new storage buffer for |size| and binds |m| in it. On failure
+ * *out_storage_oom tells whether the storage reported OUT_OF_MEMORY (the
+ * status is then the storage's own). */
+cube_status_t cube__pool_alloc(cube__pool_t* pool, uint64_t size, cube__memory_t* m,
+                               bool* out_storage_oom);
+
+void cube__pool_usage(cube__pool_t* pool, cube_memory_usage_t* usage);
+void cube__pool_report(cube__pool_t* pool, cube_pool_report_t* out);
+void cube__pool_cleanup(cube__pool_t* pool, uint64_t alloc_nr, bool explicit_cleanup);
+
+/* Persistent: a bucket for the effective size of |size| exists. */
+bool cube__persistent_has_size(const cube__pool_t* pool, uint64_t size);
+
+/* Shared helpers (pool.c). */
+cube_status_t cube__pool_reserve_page_slot(cube__pool_t* pool);
+/* Allocates |bytes| of storage and appends a page over it. Call
+ * cube__pool_reserve_page_slot first. */
+cube_status_t cube__pool_add_page(cube__pool_t* pool, uint64_t bytes, cube__page_t** out_page,
+                                  bool* out_storage_oom);
+/* Detaches the page's slices, deallocates its storage and frees it; the
+ * caller takes it out of |pages|. */
+void cube__pool_release_page(cube__pool_t* pool, cube__page_t* page);
+/* Removes pages[i] (order kept) and releases it. */
+void cube__pool_remove_page(cube__pool_t* pool, uint32_t index);
+
+/* Per-kind implementations. */
+cube_status_t cube__sliced_try_reserve(cube__pool_t* pool, uint64_t size, cube__memory_t* m,
+                                       bool* out_found);
+cube_status_t cube__sliced_alloc(cube__pool_t* pool, uint64_t size, cube__memory_t* m,
+                                 bool* out_storage_oom);
+void cube__sliced_cleanup(cube__pool_t* pool, bool explicit_cleanup);
+
+cube_status_t cube__exclusive_try_reserve(cube__pool_t* pool, uint64_t size, cube__memory_t* m,
+                                          bool* out_found);
+cube_status_t cube__exclusive_alloc(cube__pool_t* pool, uint64_t size, cube__memory_t* m,
+                                    bool* out_storage_oom);
+void cube__exclusive_cleanup(cube__pool_t* pool, uint64_t alloc_nr, bool explicit_cleanup);
+
+cube_status_t cube__persistent_try_reserve(cube__pool_t* pool, uint64_t size, cube__memory_t* m,
+                                           bool* out_found);
+cube_status_t cube__persistent_alloc(cube__pool_t* pool, uint64_t size, cube__memory_t* m,
+                                     bool* out_storage_oom);
+void cube__persistent_cleanup(cube__pool_t* pool, bool explicit_cleanup);
+
+#endif /* CUBE_MEMORY_POOL_INTERNAL_H_ */

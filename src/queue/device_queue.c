@@ -1,0 +1,917 @@
+/* Device queues: see device_queue.h and reference §3.
+ *
+ * Layout:
+ *  - a global registry (g_registry_lock) of devices, newest first;
+ *  - per device, its services in a list (lookup, creation in progress
+ *    included) and a "ready" list, newest completed first, which is the
+ *    destruction order;
+ *  - THREADED devices own a runner thread and a bounded MPSC ring of
+ *    1024 cells (per-cell sequence numbers, Vyukov style); tasks run in the
+ *    cell, which is released afterwards;
+ *  - INLINE devices own a re-entrant execution lock (mutex + owner + depth).
+ *
+ * Thread-locals record whose runner this thread is, which services are
+ * borrowed by the tasks running on this thread (a linked list of stack
+ * nodes) and the thread's current stream id.
+ */
+#include "queue/device_queue.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "base/status.h"
+#include "platform/platform.h"
+
+/* ---------------------------------------------------------------------------
+ * Tunables
+ * ------------------------------------------------------------------------- */
+
+#define CUBE__RING_CELLS 1024u
+#define CUBE__RING_MASK (CUBE__RING_CELLS - 1u)
+#define CUBE__RUNNER_SPINS 4096       /* cpu_relax polls before yielding */
+#define CUBE__RUNNER_YIELDS 8         /* sched_yield polls before sleeping */
+#define CUBE__PRODUCER_SPINS 4096     /* ring full: cpu_relax retries */
+#define CUBE__PRODUCER_YIELDS 64      /* then sched_yield retries */
+#define CUBE__PRODUCER_SLEEP_NS 50000 /* then 50 us sleeps */
+#define CUBE__QUEUE_ENV "CUBE_DEVICE_QUEUE"
+
+/* ---------------------------------------------------------------------------
+ * Types
+ * ------------------------------------------------------------------------- */
+
+enum {
+  CUBE__CELL_NORMAL = 0,    /* payload inside the cell */
+  CUBE__CELL_HEAP = 1,      /* payload in a 64-aligned heap copy (ptr) */
+  CUBE__CELL_BLOCKING = 2,  /* ptr: a cube__sync_call_t on the caller's stack */
+  CUBE__CELL_EXCLUSIVE = 3, /* ptr: a cube__sync_call_t, no service */
+};
+
+typedef struct cube__cell {
+  _Alignas(64) atomic_size_t seq;
+  uint32_t kind;
+  cube__task_fn fn;
+  cube__payload_drop_fn drop;
+  cube__service_t* service;
+  uint64_t stream_id;
+  void* ptr;
+  _Alignas(64) unsigned char payload[CUBE__TASK_INLINE_BYTES];
+} cube__cell_t;
+
+_Static_assert(offsetof(cube__cell_t, payload) == 64, "cell header must fit in 64 bytes");
+_Static_assert(sizeof(cube__cell_t) % 64 == 0, "cells must be 64-byte multiples");
+_Static_assert((CUBE__RING_CELLS & CUBE__RING_MASK) == 0, "ring size must be a power of two");
+
+/* A blocking call or an exclusive call waiting on the caller's stack. */
+typedef struct cube__sync_call {
+  cube__task_fn fn;             /* blocking */
+  cube_status_t (*xfn)(void*);  /* exclusive */
+  void* arg;
+  cube_status_t result;
+  cube__event_t done;
+} cube__sync_call_t;
+
+struct cube__service {
+  const cube__service_vtable_t* vt;
+  cube__device_t* device;
+  void* state;
+  bool ready;                       /* under services_lock */
+  bool destroyed;                   /* set by shutdown on the executing thread */
+  uintptr_t creator;                /* thread token while being created */
+  struct cube__service* next;       /* all services, insertion order */
+  struct cube__service* ready_next; /* ready list, newest first */
+};
+
+struct cube__device {
+  /* Producers' line. */
+  _Alignas(64) atomic_size_t enqueue_pos;
+  /* Wake-up line: read by producers after each publish, written rarely. */
+  _Alignas(64) atomic_uint sleeping;
+  atomic_uint wake_seq;
+  /* Runner's line. */
+  _Alignas(64) size_t dequeue_pos;
+  atomic_bool stop;
+  /* Cold. */
+  _Alignas(64) cube__device_key_t key;
+  bool is_inline;
+  bool has_thread;
+  cube__cell_t* cells;
+  pthread_t thread;
+
+  pthread_mutex_t services_lock;
+  pthread_cond_t services_cv;
+  cube__service_t* services; /* all, insertion order */
+  cube__service_t* services_tail;
+  cube__service_t* ready; /* completed creations, newest first */
+
+  /* INLINE mode execution lock, re-entrant for its owner. */
+  pthread_mutex_t exec_mutex;
+  atomic_uintptr_t owner;
+  unsigned depth;
+
+  struct cube__device* next; /* registry */
+};
+
+typedef struct cube__borrow {
+  cube__service_t* service;
+  struct cube__borrow* prev;
+} cube__borrow_t;
+
+/* ---------------------------------------------------------------------------
+ * Globals and thread-locals
+ * ------------------------------------------------------------------------- */
+
+static pthread_mutex_t g_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static cube__device_t* g_devices; /* newest first */
+static atomic_uint_fast64_t g_stream_counter;
+
+static _Thread_local char tl_token;            /* its address identifies the thread */
+static _Thread_local cube__device_t* tl_runner; /* device whose runner this thread is */
+static _Thread_local cube__borrow_t* tl_borrows;
+static _Thread_local uint64_t tl_stream;
+static _Thread_local bool tl_stream_set;
+
+static inline uintptr_t cube__self(void) { return (uintptr_t)&tl_token; }
+
+/* ---------------------------------------------------------------------------
+ * Stream ids (reference §6.1)
+ * ------------------------------------------------------------------------- */
+
+uint64_t cube__stream_current_id(void) {
+  if (!tl_stream_set) {
+    tl_stream = atomic_fetch_add_explicit(&g_stream_counter, 1, memory_order_relaxed);
+    tl_stream_set = true;
+  }
+  return tl_stream;
+}
+
+uint64_t cube__stream_new_id(void) {
+  return atomic_fetch_add_explicit(&g_stream_counter, 1, memory_order_relaxed);
+}
+
+typedef struct {
+  uint64_t id;
+  bool set;
+} cube__stream_save_t;
+
+static inline cube__stream_save_t cube__stream_enter(uint64_t id) {
+  cube__stream_save_t save = {tl_stream, tl_stream_set};
+  tl_stream = id;
+  tl_stream_set = true;
+  return save;
+}
+
+static inline void cube__stream_leave(cube__stream_save_t save) {
+  tl_stream = save.id;
+  tl_stream_set = save.set;
+}
+
+/* ---------------------------------------------------------------------------
+ * Small helpers
+ * ------------------------------------------------------------------------- */
+
+static const char* cube__service_name(const cube__service_t* s) {
+  return (s->vt && s->vt->name) ? s->vt->name : "?";
+}
+
+static bool cube__is_borrowed(const cube__service_t* s) {
+  for (const cube__borrow_t* b = tl_borrows; b; b = b->prev)
+    if (b->service == s) return true;
+  return false;
+}
+
+/* Refusals common to every call into |s|; NULL when the call may go on. */
+static cube_status_t cube__check_usable(const cube__service_t* s) {
+  const cube__device_t* d = s->device;
+  if (cube__is_borrowed(s))
+    return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
+                             "re-entrant use of service '%s' on device %u:%u from inside its own "
+                             "task",
+                             cube__service_name(s), d->key.type, d->key.index);
+  if (s->destroyed)
+    return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
+                             "service '%s' on device %u:%u is destroyed (queue shut down)",
+                             cube__service_name(s), d->key.type, d->key.index);
+  return CUBE_OK;
+}
+
+static void cube__exec_lock(cube__device_t* d) {
+  uintptr_t me = cube__self();
+  if (atomic_load_explicit(&d->owner, memory_order_relaxed) == me) {
+    ++d->depth;
+    return;
+  }
+  pthread_mutex_lock(&d->exec_mutex);
+  atomic_store_explicit(&d->owner, me, memory_order_relaxed);
+  d->depth = 1;
+}
+
+static void cube__exec_unlock(cube__device_t* d) {
+  if (--d->depth == 0) {
+    atomic_store_explicit(&d->owner, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&d->exec_mutex);
+  }
+}
+
+static void cube__sleep_ns(long ns) {
+  struct timespec ts = {0, ns};
+  nanosleep(&ts, NULL);
+}
+
+/* ---------------------------------------------------------------------------
+ * Running tasks (any mode, on the executing thread)
+ * ------------------------------------------------------------------------- */
+
+/* Runs fn(state, payload) with |s| borrowed and |stream_id| current. */
+static cube_status_t cube__run_borrowed(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,
+                                        void* payload) {
+  cube__borrow_t b = {s, tl_borrows};
+  tl_borrows = &b;
+  cube__stream_save_t save = cube__stream_enter(stream_id);
+  cube_status_t st = fn(s->state, payload);
+  cube__stream_leave(save);
+  tl_borrows = b.prev;
+  return st;
+}
+
+static void cube__report_failure(cube__service_t* s, uint64_t stream_id, cube_status_t st) {
+  if (s->vt->task_failed) {
+    s->vt->task_failed(s->state, stream_id, st);
+    return;
+  }
+  fprintf(stderr, "cube: a task of service '%s' on device %u:%u (stream %llu) failed: [%s] %s\n",
+          cube__service_name(s), s->device->key.type, s->device->key.index,
+          (unsigned long long)stream_id, cube_status_code_name(cube_status_code(st)),
+          cube_status_message(st));
+  cube_status_free(st);
+}
+
+/* A fire-and-forget task: run, report a failure, drop the payload. */
+static void cube__run_detached(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,
+                               void* payload, cube__payload_drop_fn drop) {
+  cube_status_t st = cube__run_borrowed(s, stream_id, fn, payload);
+  if (st != CUBE_OK) cube__report_failure(s, stream_id, st);
+  if (drop) drop(payload);
+}
+
+static cube_status_t cube__run_exclusive(uint64_t stream_id, cube_status_t (*fn)(void*),
+                                         void* user) {
+  cube__stream_save_t save = cube__stream_enter(stream_id);
+  cube_status_t st = fn(user);
+  cube__stream_leave(save);
+  return st;
+}
+
+/* ---------------------------------------------------------------------------
+ * The ring (THREADED mode)
+ * ------------------------------------------------------------------------- */
+
+/* Wakes the runner if it announced that it sleeps. Called after a publish:
+ * the fence orders the publish before the read of |sleeping| (the runner
+ * does the converse: sets |sleeping|, fences, re-checks the ring). */
+static void cube__wake_runner(cube__device_t* d) {
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&d->sleeping, memory_order_relaxed) == 0) return;
+  if (atomic_exchange(&d->sleeping, 0) != 0) {
+    atomic_fetch_add(&d->wake_seq, 1);
+    cube__futex_wake(&d->wake_seq, 1);
+  }
+}
+
+/* Claims the next cell; spins, yields, then sleeps while the ring is full.
+ * Never fails. */
+static cube__cell_t* cube__ring_claim(cube__device_t* d, size_t* out_pos) {
+  unsigned spins = 0, yields = 0;
+  size_t pos = atomic_load_explicit(&d->enqueue_pos, memory_order_relaxed);
+  for (;;) {
+    cube__cell_t* c = &d->cells[pos & CUBE__RING_MASK];
+    size_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
+    intptr_t diff = (intptr_t)seq - (intptr_t)pos;
+    if (diff == 0) {
+      if (atomic_compare_exchange_weak_explicit(&d->enqueue_pos, &pos, pos + 1,
+                                                memory_order_relaxed, memory_order_relaxed)) {
+        *out_pos = pos;
+        return c;
+      }
+      /* |pos| was reloaded by the failed exchange. */
+    } else if (diff < 0) {
+      /* Full: the runner has not released this cell yet. */
+      if (spins < CUBE__PRODUCER_SPINS) {
+        ++spins;
+        cube__cpu_relax();
+      } else if (yields < CUBE__PRODUCER_YIELDS) {
+        ++yields;
+        sched_yield();
+      } else {
+        cube__wake_runner(d);
+        cube__sleep_ns(CUBE__PRODUCER_SLEEP_NS);
+      }
+      pos = atomic_load_explicit(&d->enqueue_pos, memory_order_relaxed);
+    } else {
+      pos = atomic_load_explicit(&d->enqueue_pos, memory_order_relaxed);
+    }
+  }
+}
+
+static void cube__ring_publish(cube__device_t* d, cube__cell_t* c, size_t pos) {
+  atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
+  cube__wake_runner(d);
+}
+
+/* Runner side: true if the next cell is published. */
+static inline bool cube__ring_ready(const cube__device_t* d) {
+  const cube__cell_t* c = &d->cells[d->dequeue_pos & CUBE__RING_MASK];
+  return atomic_load_explicit((atomic_size_t*)&c->seq, memory_order_acquire) ==
+         d->dequeue_pos + 1;
+}
+
+static void cube__execute_cell(cube__cell_t* c) {
+  switch (c->kind) {
+    case CUBE__CELL_NORMAL:
+      cube__run_detached(c->service, c->stream_id, c->fn, c->payload, c->drop);
+      break;
+    case CUBE__CELL_HEAP:
+      cube__run_detached(c->service, c->stream_id, c->fn, c->ptr, c->drop);
+      cube__aligned_free(c->ptr);
+      break;
+    case CUBE__CELL_BLOCKING: {
+      cube__sync_call_t* r = (cube__sync_call_t*)c->ptr;
+      r->result = cube__run_borrowed(c->service, c->stream_id, r->fn, r->arg);
+      cube__event_set(&r->done); /* |r| may be gone after this */
+      break;
+    }
+    case CUBE__CELL_EXCLUSIVE: {
+      cube__sync_call_t* r = (cube__sync_call_t*)c->ptr;
+      r->result = cube__run_exclusive(c->stream_id, r->xfn, r->arg);
+      cube__event_set(&r->done);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+/* Disposes of a cell that will never run (shutdown leftovers). */
+static void cube__discard_cell(cube__device_t* d, cube__cell_t* c) {
+  switch (c->kind) {
+    case CUBE__CELL_NORMAL:
+      if (c->drop) c->drop(c->payload);
+      break;
+    case CUBE__CELL_HEAP:
+      if (c->drop) c->drop(c->ptr);
+      cube__aligned_free(c->ptr);
+      break;
+    case CUBE__CELL_BLOCKING:
+    case CUBE__CELL_EXCLUSIVE: {
+      cube__sync_call_t* r = (cube__sync_call_t*)c->ptr;
+      r->result = cube__status_make(CUBE_STATUS_ABORTED,
+                                    "device %u:%u was shut down before the call ran",
+                                    d->key.type, d->key.index);
+      cube__event_set(&r->done);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+/* Runs the next cell if it is published. Runner thread only. */
+static bool cube__ring_run_one(cube__device_t* d) {
+  size_t pos = d->dequeue_pos;
+  cube__cell_t* c = &d->cells[pos & CUBE__RING_MASK];
+  if (atomic_load_explicit(&c->seq, memory_order_acquire) != pos + 1) return false;
+  cube__execute_cell(c);
+  d->dequeue_pos = pos + 1;
+  atomic_store_explicit(&c->seq, pos + CUBE__RING_CELLS, memory_order_release);
+  return true;
+}
+
+/* ---------------------------------------------------------------------------
+ * Service destruction (on the executing thread)
+ * ------------------------------------------------------------------------- */
+
+static void cube__destroy_services(cube__device_t* d) {
+  for (;;) {
+    pthread_mutex_lock(&d->services_lock);
+    cube__service_t* s = d->ready;
+    if (s) d->ready = s->ready_next;
+    pthread_mutex_unlock(&d->services_lock);
+    if (!s) break;
+    s->destroyed = true;
+    if (s->vt->destroy) s->vt->destroy(s->state);
+    s->state = NULL;
+  }
+}
+
+/* ---------------------------------------------------------------------------
+ * The runner thread
+ * ------------------------------------------------------------------------- */
+
+static void* cube__runner_main(void* arg) {
+  cube__device_t* d = (cube__device_t*)arg;
+  tl_runner = d;
+  for (;;) {
+    if (cube__ring_run_one(d)) continue;
+    if (atomic_load_explicit(&d->stop, memory_order_acquire)) {
+      /* Look again after reading |stop|: what was published before the
+       * shutdown request is visible now. */
+      if (cube__ring_run_one(d)) continue;
+      break;
+    }
+
+    /* Idle: spin, then yield, then sleep. */
+    bool work = false;
+    for (int i = 0; i < CUBE__RUNNER_SPINS && !work; ++i) {
+      cube__cpu_relax();
+      work = cube__ring_ready(d);
+    }
+    for (int i = 0; i < CUBE__RUNNER_YIELDS && !work; ++i) {
+      sched_yield();
+      work = cube__ring_ready(d) || atomic_load_explicit(&d->stop, memory_order_acquire);
+    }
+    if (work) continue;
+
+    unsigned w = atomic_load(&d->wake_seq);
+    atomic_store(&d->sleeping, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (cube__ring_ready(d) || atomic_load(&d->stop)) {
+      atomic_store(&d->sleeping, 0);
+      continue;
+    }
+    cube__futex_wait(&d->wake_seq, w, UINT64_MAX);
+    atomic_store(&d->sleeping, 0);
+  }
+  /* Destroy on this thread so that calls made by destroy functions into
+   * other services of the device run inline. */
+  cube__destroy_services(d);
+  tl_runner = NULL;
+  return NULL;
+}
+
+/* ---------------------------------------------------------------------------
+ * Registry
+ * ------------------------------------------------------------------------- */
+
+static cube__device_t* cube__find_device_locked(cube__device_key_t key) {
+  for (cube__device_t* d = g_devices; d; d = d->next)
+    if (d->key.type == key.type && d->key.index == key.index) return d;
+  return NULL;
+}
+
+static cube__service_t* cube__find_service_locked(cube__device_t* d,
+                                                  const cube__service_vtable_t* vt) {
+  for (cube__service_t* s = d->services; s; s = s->next)
+    if (s->vt == vt) return s;
+  return NULL;
+}
+
+static void cube__device_free(cube__device_t* d) {
+  cube__service_t* s = d->services;
+  while (s) {
+    cube__service_t* next = s->next;
+    free(s);
+    s = next;
+  }
+  pthread_mutex_destroy(&d->services_lock);
+  pthread_cond_destroy(&d->services_cv);
+  pthread_mutex_destroy(&d->exec_mutex);
+  cube__aligned_free(d->cells);
+  cube__aligned_free(d);
+}
+
+/* Resolves |mode| (CUBE_QUEUE_DEFAULT reads CUBE_DEVICE_QUEUE). */
+static cube_status_t cube__resolve_mode(cube_queue_mode_t mode, bool* out_inline) {
+  switch (mode) {
+    case CUBE_QUEUE_INLINE:
+      *out_inline = true;
+      return CUBE_OK;
+    case CUBE_QUEUE_THREADED:
+      *out_inline = false;
+      return CUBE_OK;
+    case CUBE_QUEUE_DEFAULT: {
+      *out_inline = false;
+      const char* v = NULL;
+      if (!cube__env_str(CUBE__QUEUE_ENV, &v)) return CUBE_OK;
+      if (strcasecmp(v, "inline") == 0) {
+        *out_inline = true;
+        return CUBE_OK;
+      }
+      if (strcasecmp(v, "threaded") == 0) return CUBE_OK;
+      return CUBE_INVALID("%s: '%s' is not a device queue mode (expected 'inline' or 'threaded')",
+                          CUBE__QUEUE_ENV, v);
+    }
+  }
+  return CUBE_INVALID("device queue: unknown queue mode %d", (int)mode);
+}
+
+static cube_status_t cube__device_new(cube__device_key_t key, bool is_inline,
+                                      cube__device_t** out) {
+  cube__device_t* d = (cube__device_t*)cube__aligned_calloc(sizeof(*d), 64);
+  if (!d)
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "device %u:%u: no memory for its queue",
+                             key.type, key.index);
+  atomic_init(&d->enqueue_pos, 0);
+  atomic_init(&d->sleeping, 0);
+  atomic_init(&d->wake_seq, 0);
+  atomic_init(&d->stop, false);
+  atomic_init(&d->owner, 0);
+  d->key = key;
+  d->is_inline = is_inline;
+  pthread_mutex_init(&d->services_lock, NULL);
+  pthread_cond_init(&d->services_cv, NULL);
+  pthread_mutex_init(&d->exec_mutex, NULL);
+  if (!is_inline) {
+    d->cells = (cube__cell_t*)cube__aligned_alloc(sizeof(cube__cell_t) * CUBE__RING_CELLS, 64);
+    if (!d->cells) {
+      cube__device_free(d);
+      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                               "device %u:%u: no memory for its queue (%zu bytes)", key.type,
+                               key.index, sizeof(cube__cell_t) * CUBE__RING_CELLS);
+    }
+    for (size_t i = 0; i < CUBE__RING_CELLS; ++i) atomic_init(&d->cells[i].seq, i);
+    char name[16];
+    snprintf(name, sizeof(name), "cube-dev-%u-%u", key.type, key.index);
+    cube_status_t st = cube__thread_create(&d->thread, cube__runner_main, d, name, 0);
+    if (st != CUBE_OK) {
+      cube__device_free(d);
+      return cube__status_annotate(st, "device %u:%u: starting its runner", key.type, key.index);
+    }
+    d->has_thread = true;
+  }
+  *out = d;
+  return CUBE_OK;
+}
+
+/* Finds or creates the device of |key|. */
+static cube_status_t cube__device_get(cube__device_key_t key, cube_queue_mode_t mode,
+                                      cube__device_t** out) {
+  pthread_mutex_lock(&g_registry_lock);
+  cube__device_t* d = cube__find_device_locked(key);
+  if (d) {
+    pthread_mutex_unlock(&g_registry_lock);
+    *out = d;
+    return CUBE_OK;
+  }
+  bool is_inline = false;
+  cube_status_t st = cube__resolve_mode(mode, &is_inline);
+  if (st == CUBE_OK) st = cube__device_new(key, is_inline, &d);
+  if (st == CUBE_OK) {
+    d->next = g_devices;
+    g_devices = d;
+    *out = d;
+  }
+  pthread_mutex_unlock(&g_registry_lock);
+  return st;
+}
+
+static void cube__append_service_locked(cube__device_t* d, cube__service_t* s) {
+  if (d->services_tail)
+    d->services_tail->next = s;
+  else
+    d->services = s;
+  d->services_tail = s;
+}
+
+static void cube__unlink_service_locked(cube__device_t* d, cube__service_t* s) {
+  cube__service_t* prev = NULL;
+  for (cube__service_t* it = d->services; it; prev = it, it = it->next) {
+    if (it != s) continue;
+    if (prev)
+      prev->next = s->next;
+    else
+      d->services = s->next;
+    if (d->services_tail == s) d->services_tail = prev;
+    return;
+  }
+}
+
+/* ---------------------------------------------------------------------------
+ * Services
+ * ------------------------------------------------------------------------- */
+
+cube_status_t cube__service_get(cube__device_key_t key, cube_queue_mode_t mode,
+                                const cube__service_vtable_t* vt, void* create_arg,
+                                cube__service_t** out_service) {
+  if (!out_service) return CUBE_INVALID("cube__service_get: out_service is NULL");
+  *out_service = NULL;
+  if (!vt) return CUBE_INVALID("cube__service_get: service vtable is NULL");
+  cube__device_t* d = NULL;
+  CUBE_RETURN_IF_ERROR(cube__device_get(key, mode, &d));
+
+  uintptr_t me = cube__self();
+  pthread_mutex_lock(&d->services_lock);
+  for (;;) {
+    cube__service_t* s = cube__find_service_locked(d, vt);
+    if (!s) break;
+    if (s->ready) {
+      pthread_mutex_unlock(&d->services_lock);
+      *out_service = s;
+      return CUBE_OK;
+    }
+    if (s->creator == me) {
+      pthread_mutex_unlock(&d->services_lock);
+      return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
+                               "service '%s' on device %u:%u requested from inside its own "
+                               "create function",
+                               vt->name ? vt->name : "?", key.type, key.index);
+    }
+    /* Another thread is creating it: wait, then look again (a failed
+     * creation removes the entry and the next caller retries). */
+    pthread_cond_wait(&d->services_cv, &d->services_lock);
+  }
+  if (!vt->create) {
+    pthread_mutex_unlock(&d->services_lock);
+    return CUBE_INVALID("service '%s' on device %u:%u has no create function (use insert)",
+                        vt->name ? vt->name : "?", key.type, key.index);
+  }
+  cube__service_t* s = (cube__service_t*)calloc(1, sizeof(*s));
+  if (!s) {
+    pthread_mutex_unlock(&d->services_lock);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "service '%s' on device %u:%u: no memory",
+                             vt->name ? vt->name : "?", key.type, key.index);
+  }
+  s->vt = vt;
+  s->device = d;
+  s->creator = me;
+  cube__append_service_locked(d, s);
+  pthread_mutex_unlock(&d->services_lock);
+
+  /* Create outside the lock: create may use other services of the device. */
+  void* state = NULL;
+  cube_status_t st = vt->create(key, create_arg, &state);
+
+  pthread_mutex_lock(&d->services_lock);
+  if (st != CUBE_OK) {
+    cube__unlink_service_locked(d, s);
+    pthread_cond_broadcast(&d->services_cv);
+    pthread_mutex_unlock(&d->services_lock);
+    free(s);
+    return cube__status_annotate(st, "creating service '%s' on device %u:%u",
+                                 vt->name ? vt->name : "?", key.type, key.index);
+  }
+  s->state = state;
+  s->ready = true;
+  s->creator = 0;
+  s->ready_next = d->ready;
+  d->ready = s;
+  pthread_cond_broadcast(&d->services_cv);
+  pthread_mutex_unlock(&d->services_lock);
+  *out_service = s;
+  return CUBE_OK;
+}
+
+cube_status_t cube__service_insert(cube__device_key_t key, cube_queue_mode_t mode,
+                                   const cube__service_vtable_t* vt, void* state,
+                                   cube__service_t** out_service) {
+  if (out_service) *out_service = NULL;
+  if (!vt) return CUBE_INVALID("cube__service_insert: service vtable is NULL");
+  cube__device_t* d = NULL;
+  CUBE_RETURN_IF_ERROR(cube__device_get(key, mode, &d));
+  pthread_mutex_lock(&d->services_lock);
+  if (cube__find_service_locked(d, vt)) {
+    pthread_mutex_unlock(&d->services_lock);
+    return cube__status_make(CUBE_STATUS_ALREADY_EXISTS,
+                             "service '%s' is already registered on device %u:%u",
+                             vt->name ? vt->name : "?", key.type, key.index);
+  }
+  cube__service_t* s = (cube__service_t*)calloc(1, sizeof(*s));
+  if (!s) {
+    pthread_mutex_unlock(&d->services_lock);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "service '%s' on device %u:%u: no memory",
+                             vt->name ? vt->name : "?", key.type, key.index);
+  }
+  s->vt = vt;
+  s->device = d;
+  s->state = state;
+  s->ready = true;
+  cube__append_service_locked(d, s);
+  s->ready_next = d->ready;
+  d->ready = s;
+  pthread_cond_broadcast(&d->services_cv);
+  pthread_mutex_unlock(&d->services_lock);
+  if (out_service) *out_service = s;
+  return CUBE_OK;
+}
+
+bool cube__service_exists(cube__device_key_t key, const cube__service_vtable_t* vt) {
+  pthread_mutex_lock(&g_registry_lock);
+  cube__device_t* d = cube__find_device_locked(key);
+  pthread_mutex_unlock(&g_registry_lock);
+  if (!d) return false;
+  pthread_mutex_lock(&d->services_lock);
+  cube__service_t* s = cube__find_service_locked(d, vt);
+  bool exists = s && s->ready;
+  pthread_mutex_unlock(&d->services_lock);
+  return exists;
+}
+
+cube__device_t* cube__service_device(cube__service_t* s) { return s ? s->device : NULL; }
+
+void* cube__service_state_unsafe(cube__service_t* s) { return s ? s->state : NULL; }
+
+bool cube__device_is_blocking(const cube__device_t* d) { return d && d->is_inline; }
+
+cube__device_key_t cube__device_key(const cube__device_t* d) {
+  if (!d) return (cube__device_key_t){0, 0};
+  return d->key;
+}
+
+bool cube__device_is_current(const cube__device_t* d) {
+  if (!d) return false;
+  if (d->is_inline)
+    return atomic_load_explicit((atomic_uintptr_t*)&d->owner, memory_order_relaxed) ==
+           cube__self();
+  return tl_runner == d;
+}
+
+/* ---------------------------------------------------------------------------
+ * Submission
+ * ------------------------------------------------------------------------- */
+
+cube_status_t cube__submit(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,
+                           const void* payload, size_t size, cube__payload_drop_fn drop) {
+  if (!s || !fn) {
+    if (drop && payload) drop((void*)payload);
+    return CUBE_INVALID("cube__submit: %s is NULL", !s ? "service" : "task function");
+  }
+  if (size && !payload) return CUBE_INVALID("cube__submit: payload is NULL with size %zu", size);
+  cube_status_t st = cube__check_usable(s);
+  if (st != CUBE_OK) {
+    if (drop) drop((void*)payload);
+    return st;
+  }
+  cube__device_t* d = s->device;
+
+  /* Large payloads: a 64-aligned heap copy (made before a cell is claimed). */
+  void* heap = NULL;
+  if (size > CUBE__TASK_INLINE_BYTES) {
+    heap = cube__aligned_alloc(size, 64);
+    if (!heap) {
+      if (drop) drop((void*)payload);
+      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                               "submit to service '%s' on device %u:%u: no memory for a %zu-byte "
+                               "payload",
+                               cube__service_name(s), d->key.type, d->key.index, size);
+    }
+    memcpy(heap, payload, size);
+  }
+
+  if (d->is_inline || tl_runner == d) {
+    /* Run now on this thread (inline mode, or nested on the runner). */
+    _Alignas(64) unsigned char local[CUBE__TASK_INLINE_BYTES];
+    void* p = heap ? heap : (void*)local;
+    if (!heap && size) memcpy(local, payload, size);
+    if (d->is_inline) cube__exec_lock(d);
+    cube__run_detached(s, stream_id, fn, p, drop);
+    if (d->is_inline) cube__exec_unlock(d);
+    cube__aligned_free(heap);
+    return CUBE_OK;
+  }
+
+  size_t pos = 0;
+  cube__cell_t* c = cube__ring_claim(d, &pos);
+  c->kind = heap ? CUBE__CELL_HEAP : CUBE__CELL_NORMAL;
+  c->fn = fn;
+  c->drop = drop;
+  c->service = s;
+  c->stream_id = stream_id;
+  c->ptr = heap;
+  if (!heap && size) memcpy(c->payload, payload, size);
+  cube__ring_publish(d, c, pos);
+  return CUBE_OK;
+}
+
+cube_status_t cube__submit_blocking(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,
+                                    void* payload) {
+  if (!s || !fn)
+    return CUBE_INVALID("cube__submit_blocking: %s is NULL", !s ? "service" : "task function");
+  CUBE_RETURN_IF_ERROR(cube__check_usable(s));
+  cube__device_t* d = s->device;
+  if (d->is_inline) {
+    cube__exec_lock(d);
+    cube_status_t st = cube__run_borrowed(s, stream_id, fn, payload);
+    cube__exec_unlock(d);
+    return st;
+  }
+  if (tl_runner == d) return cube__run_borrowed(s, stream_id, fn, payload);
+
+  cube__sync_call_t r;
+  r.fn = fn;
+  r.xfn = NULL;
+  r.arg = payload;
+  r.result = CUBE_OK;
+  cube__event_init(&r.done);
+  size_t pos = 0;
+  cube__cell_t* c = cube__ring_claim(d, &pos);
+  c->kind = CUBE__CELL_BLOCKING;
+  c->fn = NULL;
+  c->drop = NULL;
+  c->service = s;
+  c->stream_id = stream_id;
+  c->ptr = &r;
+  cube__ring_publish(d, c, pos);
+  cube__event_wait(&r.done, UINT64_MAX);
+  return r.result;
+}
+
+cube_status_t cube__exclusive(cube__device_t* d, uint64_t stream_id, cube_status_t (*fn)(void*),
+                              void* user) {
+  if (!d || !fn)
+    return CUBE_INVALID("cube__exclusive: %s is NULL", !d ? "device" : "function");
+  if (d->is_inline) {
+    cube__exec_lock(d);
+    cube_status_t st = cube__run_exclusive(stream_id, fn, user);
+    cube__exec_unlock(d);
+    return st;
+  }
+  if (tl_runner == d) return cube__run_exclusive(stream_id, fn, user);
+
+  cube__sync_call_t r;
+  r.fn = NULL;
+  r.xfn = fn;
+  r.arg = user;
+  r.result = CUBE_OK;
+  cube__event_init(&r.done);
+  size_t pos = 0;
+  cube__cell_t* c = cube__ring_claim(d, &pos);
+  c->kind = CUBE__CELL_EXCLUSIVE;
+  c->fn = NULL;
+  c->drop = NULL;
+  c->service = NULL;
+  c->stream_id = stream_id;
+  c->ptr = &r;
+  cube__ring_publish(d, c, pos);
+  cube__event_wait(&r.done, UINT64_MAX);
+  return r.result;
+}
+
+void cube__device_flush(cube__device_t* d) {
+  if (!d || d->is_inline) return;
+  cube__wake_runner(d);
+}
+
+/* ---------------------------------------------------------------------------
+ * Shutdown
+ * ------------------------------------------------------------------------- */
+
+void cube__queue_shutdown(cube__device_key_t key) {
+  pthread_mutex_lock(&g_registry_lock);
+  cube__device_t* d = cube__find_device_locked(key);
+  pthread_mutex_unlock(&g_registry_lock);
+  if (!d) return;
+  if (cube__device_is_current(d)) {
+    fprintf(stderr,
+            "cube: cube__queue_shutdown(%u:%u) called from a task of that device; ignored\n",
+            key.type, key.index);
+    return;
+  }
+
+  if (d->is_inline) {
+    cube__exec_lock(d);
+    cube__destroy_services(d);
+    cube__exec_unlock(d);
+  } else if (d->has_thread) {
+    /* The runner drains the ring, sees |stop|, destroys the services on its
+     * own thread and exits. */
+    atomic_store(&d->stop, true);
+    atomic_fetch_add(&d->wake_seq, 1);
+    cube__futex_wake(&d->wake_seq, -1);
+    pthread_join(d->thread, NULL);
+    d->has_thread = false;
+    /* Nothing should be left (the device must not be used during
+     * shutdown); dispose of whatever a late producer published. */
+    while (cube__ring_ready(d)) {
+      cube__cell_t* c = &d->cells[d->dequeue_pos & CUBE__RING_MASK];
+      cube__discard_cell(d, c);
+      atomic_store_explicit(&c->seq, d->dequeue_pos + CUBE__RING_CELLS, memory_order_release);
+      ++d->dequeue_pos;
+    }
+  }
+
+  pthread_mutex_lock(&g_registry_lock);
+  cube__device_t** link = &g_devices;
+  while (*link && *link != d) link = &(*link)->next;
+  if (*link) *link = d->next;
+  pthread_mutex_unlock(&g_registry_lock);
+  cube__device_free(d);
+}
+
+void cube__queue_shutdown_all(void) {
+  for (;;) {
+    bool found = false;
+    cube__device_key_t key = {0, 0};
+    pthread_mutex_lock(&g_registry_lock);
+    for (cube__device_t* d = g_devices; d; d = d->next) {
+      if (cube__device_is_current(d)) continue;
+      key = d->key;
+      found = true;
+      break;
+    }
+    pthread_mutex_unlock(&g_registry_lock);
+    if (!found) return;
+    cube__queue_shutdown(key);
+  }
+}
