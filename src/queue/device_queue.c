@@ -32,7 +32,8 @@
 
 #define CUBE__RING_CELLS 1024u
 #define CUBE__RING_MASK (CUBE__RING_CELLS - 1u)
-#define CUBE__RUNNER_SPINS 4096       /* cpu_relax polls before yielding */
+#define CUBE__RUNNER_SPINS 4096       /* cpu_relax polls before yielding, */
+#define CUBE__RUNNER_SPIN_NS 50000    /* ... or this long, whichever is first */
 #define CUBE__RUNNER_YIELDS 8         /* sched_yield polls before sleeping */
 #define CUBE__PRODUCER_SPINS 4096     /* ring full: cpu_relax retries */
 #define CUBE__PRODUCER_YIELDS 64      /* then sched_yield retries */
@@ -196,6 +197,14 @@ static cube_status_t cube__check_usable(const cube__service_t* s) {
                              "service '%s' on device %u:%u is destroyed (queue shut down)",
                              cube__service_name(s), d->key.type, d->key.index);
   return CUBE_OK;
+}
+
+/* Drops the payload of a task that will not run. A zero-size payload may be
+ * NULL; drop then gets a pointer to an empty aligned buffer, as the task would
+ * have. */
+static void cube__drop_refused(const void* payload, cube__payload_drop_fn drop) {
+  static _Alignas(64) unsigned char empty[64];
+  if (drop) drop(payload ? (void*)payload : (void*)empty);
 }
 
 static void cube__exec_lock(cube__device_t* d) {
@@ -424,9 +433,11 @@ static void* cube__runner_main(void* arg) {
 
     /* Idle: spin, then yield, then sleep. */
     bool work = false;
+    uint64_t spin_start = cube__now_ns();
     for (int i = 0; i < CUBE__RUNNER_SPINS && !work; ++i) {
       cube__cpu_relax();
       work = cube__ring_ready(d);
+      if ((i & 63) == 63 && cube__now_ns() - spin_start > CUBE__RUNNER_SPIN_NS) break;
     }
     for (int i = 0; i < CUBE__RUNNER_YIELDS && !work; ++i) {
       sched_yield();
@@ -734,13 +745,14 @@ bool cube__device_is_current(const cube__device_t* d) {
 cube_status_t cube__submit(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,
                            const void* payload, size_t size, cube__payload_drop_fn drop) {
   if (!s || !fn) {
-    if (drop && payload) drop((void*)payload);
+    if (size == 0 || payload) cube__drop_refused(payload, drop);
     return CUBE_INVALID("cube__submit: %s is NULL", !s ? "service" : "task function");
   }
+  /* (A NULL payload with a size is not dropped: there is nothing to drop.) */
   if (size && !payload) return CUBE_INVALID("cube__submit: payload is NULL with size %zu", size);
   cube_status_t st = cube__check_usable(s);
   if (st != CUBE_OK) {
-    if (drop) drop((void*)payload);
+    cube__drop_refused(payload, drop);
     return st;
   }
   cube__device_t* d = s->device;
@@ -750,7 +762,7 @@ cube_status_t cube__submit(cube__service_t* s, uint64_t stream_id, cube__task_fn
   if (size > CUBE__TASK_INLINE_BYTES) {
     heap = cube__aligned_alloc(size, 64);
     if (!heap) {
-      if (drop) drop((void*)payload);
+      cube__drop_refused(payload, drop);
       return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
                                "submit to service '%s' on device %u:%u: no memory for a %zu-byte "
                                "payload",

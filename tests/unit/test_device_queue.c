@@ -1311,3 +1311,51 @@ CUBE_TEST(create_requesting_itself_refused) {
   g_self_create_status = CUBE_OK;
   cube__queue_shutdown(key);
 }
+
+/* ---------------------------------------------------------------------------
+ * Threaded only: a full ring makes producers wait, nothing is lost
+ * ------------------------------------------------------------------------- */
+
+static void* open_gate_later(void* arg) {
+  (void)arg;
+  sleep_us(20000);
+  atomic_store(&g_gate, 1);
+  return NULL;
+}
+
+CUBE_TEST(ring_full_producer_waits_threaded) {
+  cube__device_key_t key = key_for(CUBE_QUEUE_THREADED, 28);
+  cube__service_t* s = get_service(key, CUBE_QUEUE_THREADED, &counter_vt);
+  REQUIRE(s);
+  atomic_store(&g_gate, 0);
+  atomic_store(&g_shutdown_runs, 0);
+  CHECK_OK(cube__submit(s, cube__stream_current_id(), task_gated, NULL, 0, NULL));
+  pthread_t th;
+  REQUIRE(pthread_create(&th, NULL, open_gate_later, NULL) == 0);
+  enum { N = 5000 }; /* > 4 rings' worth while the runner is held */
+  for (int i = 0; i < N; ++i)
+    CHECK_OK(cube__submit(s, cube__stream_current_id(), task_inc, NULL, 0, NULL));
+  CHECK(atomic_load(&g_gate) == 1); /* we could not have queued them all before */
+  pthread_join(th, NULL);
+  CHECK_EQ_U64(read_value(s), N);
+  CHECK(atomic_load(&g_shutdown_runs) == 1);
+  cube__queue_shutdown(key);
+}
+
+/* Threaded only: a submit wakes a sleeping runner without any flush. */
+CUBE_TEST(submit_wakes_sleeping_runner_threaded) {
+  cube__device_key_t key = key_for(CUBE_QUEUE_THREADED, 29);
+  cube__service_t* s = get_service(key, CUBE_QUEUE_THREADED, &counter_vt);
+  REQUIRE(s);
+  for (int round = 0; round < 30; ++round) {
+    sleep_us(round % 3 == 0 ? 2000 : 30 * round); /* asleep, or about to sleep */
+    atomic_int flag;
+    atomic_init(&flag, 0);
+    flag_payload_t p = {&flag};
+    CHECK_OK(cube__submit(s, cube__stream_current_id(), task_set_flag, &p, sizeof(p), NULL));
+    uint64_t deadline = cube__now_ns() + 1000000000ull;
+    while (!atomic_load(&flag) && cube__now_ns() < deadline) sched_yield();
+    REQUIRE(atomic_load(&flag) == 1);
+  }
+  cube__queue_shutdown(key);
+}

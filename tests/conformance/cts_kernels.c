@@ -1,0 +1,208 @@
+/* Helpers and native kernels shared by the conformance cases. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cts.h"
+
+cube_status_t cts_kernel_create(const char* name, cube_cpu_kernel_fn fn, cube_dim_t dim,
+                                uint64_t shared, uint32_t arg_count,
+                                const cube_arg_kind_t* kinds, cube_kernel_t** out) {
+  cube_kernel_desc_t d;
+  memset(&d, 0, sizeof(d));
+  d.name = name;
+  d.cube_dim = dim;
+  d.arg_kinds = kinds;
+  d.arg_count = arg_count;
+  d.shared_memory_size = shared;
+  d.cpu_fn = fn;
+  return cube_kernel_create(&d, out);
+}
+
+cube_status_t cts_poisoned(cube_client_t* c, size_t n, cube_handle_t* out) {
+  void* p = malloc(n ? n : 1);
+  if (!p) return cube_client_empty(c, 0, out); /* reports an error */
+  memset(p, CTS_POISON, n);
+  cube_status_t s = cube_client_create_from_slice(c, p, n, out);
+  free(p);
+  return s;
+}
+
+cube_status_t cts_read_alloc(cube_client_t* c, cube_handle_t h, void** out, size_t* out_size) {
+  cube_bytes_t* b = NULL;
+  cube_status_t s = cube_client_read_one(c, h, &b);
+  if (s) return s;
+  size_t n = cube_bytes_size(b);
+  void* p = malloc(n ? n : 1);
+  if (p) memcpy(p, cube_bytes_const_data(b), n);
+  cube_bytes_release(b);
+  *out = p;
+  *out_size = n;
+  return CUBE_OK;
+}
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
+
+float cts_saxpy1(float a, float x, float y) {
+  volatile float prod = a * x; /* no contraction into an FMA on either side */
+  return prod + y;
+}
+
+int cts_k_saxpy(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
+  if (n != 5) return 7;
+  const float* x = args[0].buffer.data;
+  const float* y = args[1].buffer.data;
+  float* out = args[2].buffer.data;
+  float a = args[3].f32;
+  uint32_t count = args[4].u32;
+  if (args[0].buffer.len < (uint64_t)count * 4 || args[1].buffer.len < (uint64_t)count * 4 ||
+      args[2].buffer.len < (uint64_t)count * 4)
+    return 8;
+  uint64_t units = (uint64_t)cube->cube_dim[0] * cube->cube_dim[1] * cube->cube_dim[2];
+  uint64_t base = cts_cube_index(cube) * units;
+  for (uint64_t u = 0; u < units; ++u) {
+    uint64_t i = base + u;
+    if (i < count) out[i] = cts_saxpy1(a, x[i], y[i]);
+  }
+  return 0;
+}
+
+int cts_k_add_u32(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
+  if (n != 4) return 7;
+  const uint32_t* in = args[0].buffer.data;
+  uint32_t* out = args[1].buffer.data;
+  uint32_t add = args[2].u32, count = args[3].u32;
+  if (args[0].buffer.len < (uint64_t)count * 4 || args[1].buffer.len < (uint64_t)count * 4) return 8;
+  uint64_t units = (uint64_t)cube->cube_dim[0] * cube->cube_dim[1] * cube->cube_dim[2];
+  uint64_t base = cts_cube_index(cube) * units;
+  for (uint64_t u = 0; u < units; ++u) {
+    uint64_t i = base + u;
+    if (i < count) out[i] = in[i] + add;
+  }
+  return 0;
+}
+
+int cts_k_copy(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
+  (void)cube;
+  if (n != 2) return 7;
+  uint64_t len = args[0].buffer.len < args[1].buffer.len ? args[0].buffer.len : args[1].buffer.len;
+  memcpy(args[1].buffer.data, args[0].buffer.data, (size_t)len);
+  return 0;
+}
+
+int cts_k_fail(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
+  if (n != 5) return 7;
+  if (cube->cube_pos[0] == args[1].u32 && cube->cube_pos[1] == args[2].u32 &&
+      cube->cube_pos[2] == args[3].u32)
+    return args[4].i32;
+  return 0;
+}
+
+static atomic_int cts_gate_state = 0;
+
+void cts_gate_close(void) { atomic_store(&cts_gate_state, 0); }
+void cts_gate_open(void) { atomic_store(&cts_gate_state, 1); }
+
+int cts_k_gate(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
+  (void)cube;
+  (void)args;
+  (void)n;
+  for (unsigned i = 0; i < 600000; ++i) { /* 60 s at 100 us */
+    if (atomic_load(&cts_gate_state)) return 0;
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+  return 99;
+}
+
+//===----------------------------------------------------------------------===//
+// Logs, files, strings
+//===----------------------------------------------------------------------===//
+
+void cts_log_init(cts_log_t* log) {
+  memset(log, 0, sizeof(*log));
+  pthread_mutex_init(&log->lock, NULL);
+}
+
+void cts_log_fn(void* user, const char* line) {
+  cts_log_t* log = user;
+  pthread_mutex_lock(&log->lock);
+  if (log->count == log->capacity) {
+    size_t cap = log->capacity ? log->capacity * 2 : 64;
+    char** l = realloc(log->lines, cap * sizeof(*l));
+    if (!l) {
+      pthread_mutex_unlock(&log->lock);
+      return;
+    }
+    log->lines = l;
+    log->capacity = cap;
+  }
+  log->lines[log->count] = strdup(line ? line : "(null)");
+  if (log->lines[log->count]) log->count++;
+  pthread_mutex_unlock(&log->lock);
+}
+
+long cts_log_find(cts_log_t* log, const char* word, ...) {
+  const char* words[16];
+  size_t nw = 0;
+  va_list ap;
+  va_start(ap, word);
+  for (const char* w = word; w && nw < 16; w = va_arg(ap, const char*)) words[nw++] = w;
+  va_end(ap);
+  long found = -1;
+  pthread_mutex_lock(&log->lock);
+  for (size_t i = 0; i < log->count && found < 0; ++i) {
+    size_t k = 0;
+    while (k < nw && strstr(log->lines[i], words[k])) ++k;
+    if (k == nw) found = (long)i;
+  }
+  pthread_mutex_unlock(&log->lock);
+  return found;
+}
+
+void cts_log_dump(cts_log_t* log) {
+  pthread_mutex_lock(&log->lock);
+  fprintf(stderr, "log (%zu lines):\n", log->count);
+  for (size_t i = 0; i < log->count; ++i) fprintf(stderr, "  %s\n", log->lines[i]);
+  pthread_mutex_unlock(&log->lock);
+}
+
+void cts_log_clear(cts_log_t* log) {
+  pthread_mutex_lock(&log->lock);
+  for (size_t i = 0; i < log->count; ++i) free(log->lines[i]);
+  log->count = 0;
+  pthread_mutex_unlock(&log->lock);
+}
+
+void cts_log_free(cts_log_t* log) {
+  cts_log_clear(log);
+  free(log->lines);
+  pthread_mutex_destroy(&log->lock);
+  memset(log, 0, sizeof(*log));
+}
+
+const char* cts_tmp_path(char* buf, size_t size, const char* name) {
+  const char* dir = getenv("CUBE_TEST_TMPDIR");
+  if (!dir || !*dir) dir = "/tmp";
+  snprintf(buf, size, "%s/%s.%ld", dir, name, (long)getpid());
+  return buf;
+}
+
+void cts_sleep_ms(unsigned ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+int cts_contains(const char* s, ...) {
+  va_list ap;
+  va_start(ap, s);
+  int ok = 1;
+  for (const char* w = va_arg(ap, const char*); w; w = va_arg(ap, const char*))
+    if (!s || !strstr(s, w)) ok = 0;
+  va_end(ap);
+  return ok;
+}
