@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "base/status.h"
+#include "server/server.h"
 
 #define CUBE__CHUNK_BITS 12
 #define CUBE__CHUNK_SLOTS (1u << CUBE__CHUNK_BITS)
@@ -196,3 +197,11 @@ cube_status_t cube_handle_offset_view(cube_handle_t h, uint64_t offset_start, ui
 }
 
 uint64_t cube__handle_live_count(void) { return atomic_load(&cube__live); }
+
+cube_status_t cube_handle_device(cube_handle_t h, cube_device_id_t* out_device) {
+  if (!out_device) return CUBE_INVALID("cube_handle_device: out_device is NULL");
+  cube__handle_info_t i;
+  CUBE_RETURN_IF_ERROR(cube__handle_get(h, "cube_handle_device: h", &i));
+  *out_device = i.server->id;
+  return CUBE_OK;
+}

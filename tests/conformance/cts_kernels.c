@@ -90,7 +90,7 @@ int cts_k_copy(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t
   (void)cube;
   if (n != 2) return 7;
   uint64_t len = args[0].buffer.len < args[1].buffer.len ? args[0].buffer.len : args[1].buffer.len;
-  memcpy(args[1].buffer.data, args[0].buffer.data, (size_t)len);
+  memmove(args[1].buffer.data, args[0].buffer.data, (size_t)len);
   return 0;
 }
 

@@ -57,6 +57,15 @@ CUBE_TEST(read_offset_view) {
   REQUIRE_OK(cube_handle_offset_view(v, 10, 1, &v2));
   CHECK_EQ_U64(cube_handle_size(v2), 1001 - 23);
   CHECK(cts_read_equals(c, v2, data + 15, 1001 - 23));
+  /* A view that would be empty is refused. */
+  cube_handle_t bad = CUBE_HANDLE_NULL;
+  CHECK_STATUS(cube_handle_offset_view(h, 500, 501, &bad), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_handle_offset_view", "500", "501");
+  CHECK_STATUS(cube_handle_offset_view(v, 989, 0, &bad), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_handle_offset_view");
+  CHECK_STATUS(cube_handle_offset_view(h, UINT64_MAX, 2, &bad), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_handle_offset_view");
+  CHECK(cube_handle_is_null(bad));
   /* The view keeps the buffer alive without the original handle. */
   cube_handle_release(h);
   CHECK(cts_read_equals(c, v2, data + 15, 1001 - 23));
@@ -154,6 +163,32 @@ CUBE_TEST(read_async_release_unwaited) {
   CHECK_OK(cube_client_memory_usage(c, &u));
   CHECK_EQ_U64(u.number_allocs, 0);
   CHECK_EQ_U64(u.bytes_in_use, 0);
+  CTS_END(c);
+}
+
+/* A read that returned holds nothing any more: releasing the last handle
+ * right after it frees the slice (header: memory returns to its pool when
+ * the last handle and the last in-flight use are gone). Repeated, because a
+ * library that drops the read's binding after completing the future shows it
+ * only now and then. */
+CUBE_TEST(read_returned_holds_no_binding) {
+  CTS_CLIENT(c);
+  uint8_t data[256];
+  cube_test_fill_random(data, sizeof(data), 2360);
+  int late = 0;
+  for (int i = 0; i < 300; ++i) {
+    cube_handle_t h;
+    REQUIRE_OK(cube_client_create_from_slice(c, data, sizeof(data), &h));
+    cube_bytes_t* b = NULL;
+    REQUIRE_OK(cube_client_read_one(c, h, &b));
+    cube_bytes_release(b);
+    cube_handle_release(h);
+    cube_memory_usage_t u;
+    REQUIRE_OK(cube_client_memory_usage(c, &u));
+    late += u.number_allocs != 0;
+  }
+  if (late) fprintf(stderr, "%d of 300 reads still held their memory after returning\n", late);
+  CHECK(late == 0);
   CTS_END(c);
 }
 
@@ -288,6 +323,7 @@ CUBE_TEST(get_resource_pointer_and_lifetime) {
   CHECK_EQ_U64(u.number_allocs, 5); /* four handles + the resource's slice */
   cube_resource_release(r);
   cube_handle_release_array(h2, 4);
+  CHECK_OK(cube_client_sync(c));
   CHECK_OK(cube_client_memory_usage(c, &u));
   CHECK_EQ_U64(u.number_allocs, 0);
   CTS_END(c);

@@ -1,0 +1,820 @@
+/* bench_runtime: cube's runtime overheads on the CPU backend, each measured
+ * beside a baseline taken in the same run (absolute figures drift between
+ * runs and machines; ratios are what /work/shared/reference/baselines.md
+ * compares).
+ *
+ *   1. caller-side cost of cube_client_launch (threaded and inline queue)
+ *   2. allocation + release through the pools vs malloc / posix_memalign
+ *   3. launch + sync round trip of an empty kernel
+ *   4. launch + read back of a 4-byte result
+ *   5. upload (create_from_slice) and download (read_one) of 64 MiB vs memcpy
+ *   6. saxpy over 16M floats: native kernel vs a plain C loop (vs OpenMP when
+ *      built with -fopenmp)
+ *
+ * Two CPU devices: cpu:0 runs with the threaded queue, cpu:1 with the inline
+ * queue (CUBE_CPU_DEVICES=2 is set here before the first cube call).
+ *
+ * Every figure is the median and the minimum over repeated trials after
+ * warm-up trials, timed with CLOCK_MONOTONIC. On time lines "ratio vs B" =
+ * median time / B's median time (lower is better); on lines that end in
+ * "(of GB/s)" it is GB/s / B's GB/s (higher is better). GB/s = 1e9 bytes per second; for copies it counts
+ * the bytes copied once (the baselines table counts read + written, 2x).
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cube/cube.h"
+
+//===----------------------------------------------------------------------===//
+// Timing and statistics
+//===----------------------------------------------------------------------===//
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#define MAX_TRIALS 64
+
+typedef struct stats {
+  double median_us; /* per operation */
+  double min_us;
+  int trials;
+} stats_t;
+
+/* One trial runs |iters| operations and returns its total time in ns. */
+typedef uint64_t (*trial_fn)(void* ctx, uint64_t iters);
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+static stats_t measure(trial_fn fn, void* ctx, uint64_t iters, int warmup, int trials) {
+  double t[MAX_TRIALS];
+  if (trials > MAX_TRIALS) trials = MAX_TRIALS;
+  for (int i = 0; i < warmup; ++i) (void)fn(ctx, iters);
+  for (int i = 0; i < trials; ++i) t[i] = (double)fn(ctx, iters) / 1000.0 / (double)iters;
+  qsort(t, (size_t)trials, sizeof(double), cmp_double);
+  stats_t s;
+  s.trials = trials;
+  s.min_us = t[0];
+  s.median_us = trials % 2 ? t[trials / 2] : 0.5 * (t[trials / 2 - 1] + t[trials / 2]);
+  return s;
+}
+
+static int g_failures;
+
+static void fail_status(const char* what, cube_status_t s) {
+  fprintf(stderr, "bench_runtime: %s failed: [%s] %s\n", what,
+          cube_status_code_name(cube_status_code(s)), cube_status_message(s));
+  cube_status_free(s);
+  g_failures++;
+}
+
+#define TRY(what, expr)                         \
+  do {                                          \
+    cube_status_t s_ = (expr);                  \
+    if (s_ != CUBE_OK) fail_status((what), s_); \
+  } while (0)
+
+/* "name: median X us (min Y), ratio vs B Z" */
+static void line_time(const char* name, stats_t s, const char* base_name, stats_t base) {
+  printf("%-58s median %9.3f us (min %9.3f), ratio vs %s %.2f\n", name, s.median_us,
+         s.min_us, base_name, s.median_us / base.median_us);
+}
+
+static void line_base(const char* name, stats_t s) {
+  printf("%-58s median %9.3f us (min %9.3f), baseline\n", name, s.median_us, s.min_us);
+}
+
+static double gbps(double bytes, double us) { return bytes / (us * 1e3); }
+
+static void line_bw(const char* name, stats_t s, double bytes, const char* base_name, stats_t base,
+                    double base_bytes) {
+  double g = gbps(bytes, s.median_us), gb = gbps(base_bytes, base.median_us);
+  printf("%-58s median %9.1f us (min %9.1f) = %6.2f GB/s (best %6.2f), ratio vs %s "
+         "%.2f (of GB/s)\n",
+         name, s.median_us, s.min_us, g, gbps(bytes, s.min_us), base_name, g / gb);
+}
+
+static void line_bw_base(const char* name, stats_t s, double bytes) {
+  printf("%-58s median %9.1f us (min %9.1f) = %6.2f GB/s (best %6.2f), baseline\n", name,
+         s.median_us, s.min_us, gbps(bytes, s.median_us), gbps(bytes, s.min_us));
+}
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
+
+static int k_empty(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
+  (void)cube;
+  (void)args;
+  (void)n;
+  return 0;
+}
+
+/* result(out, value): out[0] = value + 1 (a u32). */
+static int k_result(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
+  (void)cube;
+  if (n != 2 || args[0].buffer.len < 4) return 1;
+  uint32_t v = args[1].u32 + 1;
+  memcpy(args[0].buffer.data, &v, 4);
+  return 0;
+}
+
+#define SAXPY_DIM 256u
+
+/* saxpy(x, y, a): y[i] = a * x[i] + y[i] for the 256 units of this cube. */
+static int k_saxpy(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
+  (void)n;
+  const float* restrict x = args[0].buffer.data;
+  float* restrict y = args[1].buffer.data;
+  const float a = args[2].f32;
+  uint64_t len = args[1].buffer.len / sizeof(float);
+  uint64_t begin = (uint64_t)cube->cube_pos[0] * cube->cube_dim[0];
+  uint64_t end = begin + cube->cube_dim[0];
+  if (end > len) end = len;
+  for (uint64_t i = begin; i < end; ++i) y[i] = a * x[i] + y[i];
+  return 0;
+}
+
+static void saxpy_plain(uint64_t n, float a, const float* restrict x, float* restrict y) {
+  for (uint64_t i = 0; i < n; ++i) y[i] = a * x[i] + y[i];
+}
+
+#ifdef _OPENMP
+static void saxpy_omp(uint64_t n, float a, const float* restrict x, float* restrict y) {
+  int64_t nn = (int64_t)n;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < nn; ++i) y[i] = a * x[i] + y[i];
+}
+#endif
+
+static cube_kernel_t* make_kernel(const char* name, uint32_t dim, const cube_arg_kind_t* kinds,
+                                  uint32_t nargs, cube_cpu_kernel_fn fn) {
+  cube_kernel_desc_t d;
+  memset(&d, 0, sizeof(d));
+  d.name = name;
+  d.cube_dim = (cube_dim_t){dim, 1, 1};
+  d.arg_kinds = kinds;
+  d.arg_count = nargs;
+  d.cpu_fn = fn;
+  cube_kernel_t* k = NULL;
+  cube_status_t s = cube_kernel_create(&d, &k);
+  if (s) {
+    fail_status("cube_kernel_create", s);
+    exit(1);
+  }
+  return k;
+}
+
+//===----------------------------------------------------------------------===//
+// Contexts
+//===----------------------------------------------------------------------===//
+
+static cube_client_t* g_threaded; /* cpu:0 */
+static cube_client_t* g_inline;   /* cpu:1 */
+static cube_kernel_t* g_k_empty;
+static cube_kernel_t* g_k_result;
+static cube_kernel_t* g_k_saxpy;
+static volatile uint8_t g_sink;
+
+/* 1. Launch cost ------------------------------------------------------------ */
+
+static uint64_t trial_launch(void* ctx, uint64_t iters) {
+  cube_client_t* c = ctx;
+  cube_count_t one = cube_count_static(1, 1, 1);
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) {
+    cube_status_t s = cube_client_launch(c, g_k_empty, one, 0, NULL);
+    if (s) fail_status("cube_client_launch", s);
+  }
+  uint64_t t1 = now_ns();
+  TRY("cube_client_sync", cube_client_sync(c)); /* not timed */
+  return t1 - t0;
+}
+
+static uint64_t trial_direct_call(void* ctx, uint64_t iters) {
+  (void)ctx;
+  cube_cpu_kernel_fn volatile fn = k_empty;
+  cube_cpu_cube_t cube;
+  memset(&cube, 0, sizeof(cube));
+  int acc = 0;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) acc += fn(&cube, NULL, 0);
+  uint64_t t1 = now_ns();
+  g_sink = (uint8_t)acc;
+  return t1 - t0;
+}
+
+/* 2. Allocation ------------------------------------------------------------- */
+
+typedef struct alloc_ctx {
+  cube_client_t* client;
+  size_t size;
+} alloc_ctx_t;
+
+static uint64_t trial_pool_alloc(void* p, uint64_t iters) {
+  alloc_ctx_t* a = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) {
+    cube_handle_t h;
+    cube_status_t s = cube_client_empty(a->client, a->size, &h);
+    if (s) {
+      fail_status("cube_client_empty", s);
+      break;
+    }
+    cube_handle_release(h);
+  }
+  return now_ns() - t0;
+}
+
+static uint64_t trial_malloc(void* p, uint64_t iters) {
+  alloc_ctx_t* a = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) {
+    uint8_t* m = malloc(a->size);
+    if (!m) abort();
+    m[0] = (uint8_t)i;
+    g_sink = m[0];
+    free(m);
+  }
+  return now_ns() - t0;
+}
+
+static uint64_t trial_memalign(void* p, uint64_t iters) {
+  alloc_ctx_t* a = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) {
+    void* m = NULL;
+    if (posix_memalign(&m, 64, a->size) != 0) abort();
+    ((uint8_t*)m)[0] = (uint8_t)i;
+    g_sink = ((uint8_t*)m)[0];
+    free(m);
+  }
+  return now_ns() - t0;
+}
+
+/* 3. Round trips ------------------------------------------------------------ */
+
+static uint64_t trial_launch_sync(void* ctx, uint64_t iters) {
+  cube_client_t* c = ctx;
+  cube_count_t one = cube_count_static(1, 1, 1);
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) {
+    TRY("cube_client_launch", cube_client_launch(c, g_k_empty, one, 0, NULL));
+    TRY("cube_client_sync", cube_client_sync(c));
+  }
+  return now_ns() - t0;
+}
+
+/* A thread round trip with no runtime around it: the floor of a threaded
+ * queue's launch + sync. */
+typedef struct pingpong {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  uint64_t ping, pong;
+  bool stop;
+  atomic_uint_fast64_t sping, spong; /* spinning variant */
+  atomic_bool sstop;
+} pingpong_t;
+
+static void* pong_cond_main(void* p) {
+  pingpong_t* pp = p;
+  pthread_mutex_lock(&pp->lock);
+  for (;;) {
+    while (pp->ping == pp->pong && !pp->stop) pthread_cond_wait(&pp->cond, &pp->lock);
+    if (pp->stop) break;
+    pp->pong = pp->ping;
+    pthread_cond_broadcast(&pp->cond);
+  }
+  pthread_mutex_unlock(&pp->lock);
+  return NULL;
+}
+
+static uint64_t trial_pingpong_cond(void* p, uint64_t iters) {
+  pingpong_t* pp = p;
+  uint64_t t0 = now_ns();
+  pthread_mutex_lock(&pp->lock);
+  for (uint64_t i = 0; i < iters; ++i) {
+    pp->ping++;
+    pthread_cond_broadcast(&pp->cond);
+    while (pp->pong != pp->ping) pthread_cond_wait(&pp->cond, &pp->lock);
+  }
+  pthread_mutex_unlock(&pp->lock);
+  return now_ns() - t0;
+}
+
+static void* pong_spin_main(void* p) {
+  pingpong_t* pp = p;
+  uint64_t seen = 0;
+  while (!atomic_load_explicit(&pp->sstop, memory_order_acquire)) {
+    uint64_t v = atomic_load_explicit(&pp->sping, memory_order_acquire);
+    if (v != seen) {
+      seen = v;
+      atomic_store_explicit(&pp->spong, v, memory_order_release);
+    } else {
+      sched_yield();
+    }
+  }
+  return NULL;
+}
+
+static uint64_t trial_pingpong_spin(void* p, uint64_t iters) {
+  pingpong_t* pp = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) {
+    uint64_t v = atomic_fetch_add_explicit(&pp->sping, 1, memory_order_acq_rel) + 1;
+    while (atomic_load_explicit(&pp->spong, memory_order_acquire) != v) sched_yield();
+  }
+  return now_ns() - t0;
+}
+
+/* 4. Launch + read back ------------------------------------------------------ */
+
+typedef struct result_ctx {
+  cube_client_t* client;
+  cube_handle_t out;
+} result_ctx_t;
+
+static uint64_t trial_launch_read(void* p, uint64_t iters) {
+  result_ctx_t* r = p;
+  cube_count_t one = cube_count_static(1, 1, 1);
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) {
+    cube_arg_t args[2] = {cube_arg_buffer(r->out), cube_arg_u32((uint32_t)i)};
+    TRY("cube_client_launch", cube_client_launch(r->client, g_k_result, one, 2, args));
+    cube_bytes_t* b = NULL;
+    cube_status_t s = cube_client_read_one(r->client, r->out, &b);
+    if (s) {
+      fail_status("cube_client_read_one", s);
+      continue;
+    }
+    uint32_t v;
+    memcpy(&v, cube_bytes_const_data(b), 4);
+    if (v != (uint32_t)i + 1) {
+      fprintf(stderr, "bench_runtime: read back %u, expected %u\n", v, (uint32_t)i + 1);
+      g_failures++;
+    }
+    cube_bytes_release(b);
+  }
+  return now_ns() - t0;
+}
+
+/* 5. Upload / download ------------------------------------------------------- */
+
+typedef struct copy_ctx {
+  cube_client_t* client;
+  const uint8_t* src;
+  uint8_t* dst;
+  size_t size;
+  cube_handle_t h;
+} copy_ctx_t;
+
+static uint64_t trial_upload(void* p, uint64_t iters) {
+  copy_ctx_t* c = p;
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < iters; ++i) {
+    cube_handle_t h;
+    uint64_t t0 = now_ns();
+    cube_status_t s = cube_client_create_from_slice(c->client, c->src, c->size, &h);
+    total += now_ns() - t0;
+    if (s) {
+      fail_status("cube_client_create_from_slice", s);
+      continue;
+    }
+    cube_handle_release(h); /* not timed; the next trial reuses the slice */
+  }
+  return total;
+}
+
+static uint64_t trial_memcpy(void* p, uint64_t iters) {
+  copy_ctx_t* c = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) {
+    memcpy(c->dst, c->src, c->size);
+    g_sink = c->dst[i % c->size];
+  }
+  return now_ns() - t0;
+}
+
+static uint64_t trial_memcpy_fresh(void* p, uint64_t iters) {
+  copy_ctx_t* c = p;
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < iters; ++i) {
+    uint64_t t0 = now_ns();
+    uint8_t* d = malloc(c->size);
+    if (!d) abort();
+    memcpy(d, c->src, c->size);
+    g_sink = d[i % c->size];
+    total += now_ns() - t0;
+    free(d);
+  }
+  return total;
+}
+
+static uint64_t trial_download(void* p, uint64_t iters) {
+  copy_ctx_t* c = p;
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < iters; ++i) {
+    cube_bytes_t* b = NULL;
+    uint64_t t0 = now_ns();
+    cube_status_t s = cube_client_read_one(c->client, c->h, &b);
+    total += now_ns() - t0;
+    if (s) {
+      fail_status("cube_client_read_one", s);
+      continue;
+    }
+    g_sink = ((const uint8_t*)cube_bytes_const_data(b))[i % c->size];
+    cube_bytes_release(b); /* not timed */
+  }
+  return total;
+}
+
+/* 6. saxpy ---------------------------------------------------------------- */
+
+typedef struct saxpy_ctx {
+  cube_client_t* client;
+  cube_handle_t x, y;
+  float* hx;
+  float* hy;
+  uint64_t n;
+  float a;
+  uint64_t runs; /* applications to y, for the check */
+} saxpy_ctx_t;
+
+static uint64_t trial_saxpy_cube(void* p, uint64_t iters) {
+  saxpy_ctx_t* s = p;
+  uint32_t cubes = (uint32_t)((s->n + SAXPY_DIM - 1) / SAXPY_DIM);
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) {
+    cube_arg_t args[3] = {cube_arg_buffer(s->x), cube_arg_buffer(s->y), cube_arg_f32(s->a)};
+    TRY("cube_client_launch (saxpy)",
+        cube_client_launch(s->client, g_k_saxpy, cube_count_static(cubes, 1, 1), 3, args));
+    TRY("cube_client_sync (saxpy)", cube_client_sync(s->client));
+  }
+  s->runs += iters;
+  return now_ns() - t0;
+}
+
+static uint64_t trial_saxpy_plain(void* p, uint64_t iters) {
+  saxpy_ctx_t* s = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) saxpy_plain(s->n, s->a, s->hx, s->hy);
+  uint64_t t1 = now_ns();
+  g_sink = (uint8_t)s->hy[s->n / 2];
+  return t1 - t0;
+}
+
+#ifdef _OPENMP
+static uint64_t trial_saxpy_omp(void* p, uint64_t iters) {
+  saxpy_ctx_t* s = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) saxpy_omp(s->n, s->a, s->hx, s->hy);
+  uint64_t t1 = now_ns();
+  g_sink = (uint8_t)s->hy[s->n / 2];
+  return t1 - t0;
+}
+#endif
+
+//===----------------------------------------------------------------------===//
+// Header
+//===----------------------------------------------------------------------===//
+
+static void print_header(void) {
+  char model[256] = "unknown";
+  FILE* f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char line[512];
+    while (fgets(line, sizeof(line), f)) {
+      if (strncmp(line, "model name", 10) != 0) continue;
+      const char* v = strchr(line, ':');
+      if (!v) continue;
+      v++;
+      while (*v == ' ' || *v == '\t') v++;
+      snprintf(model, sizeof(model), "%.*s", (int)strcspn(v, "\n"), v);
+      break;
+    }
+    fclose(f);
+  }
+  cpu_set_t set;
+  int usable = -1;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) usable = CPU_COUNT(&set);
+  char date[64];
+  time_t t = time(NULL);
+  struct tm tm;
+  localtime_r(&t, &tm);
+  strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S %Z", &tm);
+  printf("cube bench_runtime (cube %s)\n", cube_version());
+  printf("machine: %s, %ld cores online, %d usable by this process\n", model,
+         sysconf(_SC_NPROCESSORS_ONLN), usable);
+  printf("date: %s\n", date);
+#if defined(__clang__)
+  printf("compiler: clang %s", __clang_version__);
+#elif defined(__GNUC__)
+  printf("compiler: gcc %s", __VERSION__);
+#else
+  printf("compiler: unknown");
+#endif
+#ifdef __OPTIMIZE__
+  printf(", optimised");
+#else
+  printf(", not optimised");
+#endif
+#ifdef _OPENMP
+  printf(", OpenMP %d (%d threads)\n", _OPENMP, omp_get_max_threads());
+#else
+  printf(", no OpenMP (built without -fopenmp)\n");
+#endif
+  printf("devices: cpu:0 threaded queue, cpu:1 inline queue; %s\n",
+         cube_client_info(g_threaded)->version);
+  printf("each line: median and min per operation over trials after warm-up;\n"
+         "ratio vs B = time / B's time, or on lines ending \"(of GB/s)\" GB/s / B's GB/s\n"
+         "(GB = 1e9 bytes; a copy's bytes are counted once)\n\n");
+}
+
+//===----------------------------------------------------------------------===//
+// Main
+//===----------------------------------------------------------------------===//
+
+int main(void) {
+  if (setenv("CUBE_CPU_DEVICES", "2", 1) != 0) return 1;
+
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.queue_mode = CUBE_QUEUE_THREADED;
+  cube_status_t s = cube_client_init((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &o, &g_threaded);
+  if (s) {
+    fail_status("cube_client_init cpu:0 (threaded)", s);
+    return 1;
+  }
+  cube_server_options_initialize(&o);
+  o.queue_mode = CUBE_QUEUE_INLINE;
+  s = cube_client_init((cube_device_id_t){CUBE_BACKEND_CPU, 1}, &o, &g_inline);
+  if (s) {
+    fail_status("cube_client_init cpu:1 (inline)", s);
+    return 1;
+  }
+  if (cube_client_is_blocking(g_threaded) || !cube_client_is_blocking(g_inline)) {
+    fprintf(stderr, "bench_runtime: queue modes were not applied (threaded blocking %d, inline "
+                    "blocking %d)\n",
+            cube_client_is_blocking(g_threaded), cube_client_is_blocking(g_inline));
+    g_failures++;
+  }
+
+  static const cube_arg_kind_t result_kinds[2] = {CUBE_ARG_BUFFER, CUBE_ARG_U32};
+  static const cube_arg_kind_t saxpy_kinds[3] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_F32};
+  g_k_empty = make_kernel("empty", 1, NULL, 0, k_empty);
+  g_k_result = make_kernel("result", 1, result_kinds, 2, k_result);
+  g_k_saxpy = make_kernel("saxpy", SAXPY_DIM, saxpy_kinds, 3, k_saxpy);
+
+  print_header();
+  fflush(stdout);
+
+  /* 1. Caller-side launch cost: N back-to-back launches / N. */
+  {
+    const uint64_t n = 100000;
+    printf("[1] caller-side cost of cube_client_launch, empty native kernel, 1 cube "
+           "(N = %llu back to back, then sync, not timed)\n",
+           (unsigned long long)n);
+    stats_t direct = measure(trial_direct_call, NULL, n, 1, 7);
+    stats_t thr = measure(trial_launch, g_threaded, n, 1, 7);
+    stats_t inl = measure(trial_launch, g_inline, n, 1, 7);
+    line_base("direct call of the kernel function (no runtime):", direct);
+    line_time("launch, threaded queue:", thr, "direct call", direct);
+    line_time("launch, inline queue:", inl, "direct call", direct);
+    line_time("launch, threaded queue (vs inline):", thr, "inline", inl);
+    printf("  target: threaded <= 0.500 us -> %s\n\n", thr.median_us <= 0.5 ? "met" : "NOT met");
+    fflush(stdout);
+  }
+
+  /* 2. Allocation + release through the pools. */
+  {
+    printf("[2] allocation + release (pool hit: the same size again and again)\n");
+    static const size_t sizes[2] = {1u << 20, 4u << 10};
+    static const char* names[2] = {"1 MiB", "4 KiB"};
+    for (int i = 0; i < 2; ++i) {
+      alloc_ctx_t a = {g_threaded, sizes[i]};
+      alloc_ctx_t b = {g_inline, sizes[i]};
+      const uint64_t n = 100000;
+      stats_t m = measure(trial_malloc, &a, n, 1, 7);
+      stats_t pm = measure(trial_memalign, &a, n, 1, 7);
+      stats_t pt = measure(trial_pool_alloc, &a, n, 1, 7);
+      stats_t pi = measure(trial_pool_alloc, &b, n, 1, 7);
+      char label[96];
+      snprintf(label, sizeof(label), "malloc + touch + free, %s:", names[i]);
+      line_base(label, m);
+      snprintf(label, sizeof(label), "posix_memalign(64) + touch + free, %s:", names[i]);
+      line_time(label, pm, "malloc", m);
+      snprintf(label, sizeof(label), "cube_client_empty + release, %s (threaded dev):", names[i]);
+      line_time(label, pt, "malloc", m);
+      snprintf(label, sizeof(label), "cube_client_empty + release, %s (inline dev):", names[i]);
+      line_time(label, pi, "malloc", m);
+      printf("  target: pool hit <= 0.200 us -> %s\n", pt.median_us <= 0.2 ? "met" : "NOT met");
+    }
+    printf("\n");
+    fflush(stdout);
+  }
+
+  /* 3. Launch + sync round trip. */
+  stats_t rt_thr, rt_inl;
+  {
+    printf("[3] launch + sync round trip, empty kernel, 1 cube\n");
+    pingpong_t pp;
+    memset(&pp, 0, sizeof(pp));
+    pthread_mutex_init(&pp.lock, NULL);
+    pthread_cond_init(&pp.cond, NULL);
+    atomic_init(&pp.sping, 0);
+    atomic_init(&pp.spong, 0);
+    atomic_init(&pp.sstop, false);
+    pthread_t th;
+    pthread_create(&th, NULL, pong_cond_main, &pp);
+    stats_t cond = measure(trial_pingpong_cond, &pp, 20000, 1, 7);
+    pthread_mutex_lock(&pp.lock);
+    pp.stop = true;
+    pthread_cond_broadcast(&pp.cond);
+    pthread_mutex_unlock(&pp.lock);
+    pthread_join(th, NULL);
+    pthread_create(&th, NULL, pong_spin_main, &pp);
+    stats_t spin = measure(trial_pingpong_spin, &pp, 20000, 1, 7);
+    atomic_store(&pp.sstop, true);
+    pthread_join(th, NULL);
+    pthread_mutex_destroy(&pp.lock);
+    pthread_cond_destroy(&pp.cond);
+
+    rt_thr = measure(trial_launch_sync, g_threaded, 20000, 1, 7);
+    rt_inl = measure(trial_launch_sync, g_inline, 20000, 1, 7);
+    line_base("thread ping-pong, mutex + condvar (no runtime):", cond);
+    line_time("thread ping-pong, spinning atomics + yield:", spin, "condvar ping-pong", cond);
+    line_time("launch + sync, threaded queue:", rt_thr, "condvar ping-pong", cond);
+    line_time("launch + sync, inline queue:", rt_inl, "condvar ping-pong", cond);
+    printf("  target: empty launch + sync <= 10 us on 2 cores -> threaded %s, inline %s\n\n",
+           rt_thr.median_us <= 10.0 ? "met" : "NOT met",
+           rt_inl.median_us <= 10.0 ? "met" : "NOT met");
+    fflush(stdout);
+  }
+
+  /* 4. Launch + read back of a 4-byte result. */
+  {
+    printf("[4] launch + read back of a 4-byte result (kernel writes a u32, read_one)\n");
+    result_ctx_t rt = {g_threaded, CUBE_HANDLE_NULL}, ri = {g_inline, CUBE_HANDLE_NULL};
+    TRY("cube_client_empty", cube_client_empty(g_threaded, 4, &rt.out));
+    TRY("cube_client_empty", cube_client_empty(g_inline, 4, &ri.out));
+    stats_t t = measure(trial_launch_read, &rt, 20000, 1, 7);
+    stats_t i = measure(trial_launch_read, &ri, 20000, 1, 7);
+    line_time("launch + read_one, threaded queue:", t, "launch + sync (threaded)", rt_thr);
+    line_time("launch + read_one, inline queue:", i, "launch + sync (inline)", rt_inl);
+    cube_handle_release(rt.out);
+    cube_handle_release(ri.out);
+    printf("\n");
+    fflush(stdout);
+  }
+
+  /* 5. Upload / download of 64 MiB. */
+  {
+    const size_t size = 64u << 20;
+    printf("[5] upload / download of 64 MiB from / into pageable memory\n");
+    uint8_t* src = malloc(size);
+    uint8_t* dst = malloc(size);
+    if (!src || !dst) abort();
+    for (size_t i = 0; i < size; ++i) src[i] = (uint8_t)(i * 131u + 7u);
+    memset(dst, 1, size);
+    copy_ctx_t c = {g_threaded, src, dst, size, CUBE_HANDLE_NULL};
+    copy_ctx_t ci = {g_inline, src, dst, size, CUBE_HANDLE_NULL};
+    stats_t mc = measure(trial_memcpy, &c, 1, 2, 11);
+    stats_t mf = measure(trial_memcpy_fresh, &c, 1, 1, 7);
+    stats_t up = measure(trial_upload, &c, 1, 2, 11);
+    stats_t upi = measure(trial_upload, &ci, 1, 2, 11);
+    TRY("cube_client_create_from_slice", cube_client_create_from_slice(g_threaded, src, size, &c.h));
+    TRY("cube_client_create_from_slice", cube_client_create_from_slice(g_inline, src, size, &ci.h));
+    stats_t dn = measure(trial_download, &c, 1, 2, 11);
+    stats_t dni = measure(trial_download, &ci, 1, 2, 11);
+    /* The content must survive the round trip. */
+    cube_bytes_t* b = NULL;
+    s = cube_client_read_one(g_threaded, c.h, &b);
+    if (s) {
+      fail_status("cube_client_read_one", s);
+    } else {
+      if (cube_bytes_size(b) != size || memcmp(cube_bytes_const_data(b), src, size) != 0) {
+        fprintf(stderr, "bench_runtime: 64 MiB round trip differs\n");
+        g_failures++;
+      }
+      cube_bytes_release(b);
+    }
+    cube_handle_release(c.h);
+    cube_handle_release(ci.h);
+    line_bw_base("memcpy 64 MiB into a touched buffer:", mc, (double)size);
+    line_bw("malloc + memcpy 64 MiB into fresh memory:", mf, (double)size, "memcpy", mc,
+            (double)size);
+    line_bw("upload: create_from_slice 64 MiB (threaded dev):", up, (double)size, "memcpy", mc,
+            (double)size);
+    line_bw("upload: create_from_slice 64 MiB (inline dev):", upi, (double)size, "memcpy", mc,
+            (double)size);
+    line_bw("download: read_one 64 MiB (threaded dev):", dn, (double)size, "memcpy", mc,
+            (double)size);
+    line_bw("download: read_one 64 MiB (inline dev):", dni, (double)size, "memcpy", mc,
+            (double)size);
+    line_bw("download: read_one 64 MiB (threaded dev) vs fresh memcpy:", dn, (double)size,
+            "malloc + memcpy", mf, (double)size);
+    printf("\n");
+    free(src);
+    free(dst);
+    fflush(stdout);
+  }
+
+  /* 6. saxpy over 16M floats. */
+  {
+    const uint64_t n = 16u << 20;
+    const double bytes = 12.0 * (double)n;
+    printf("[6] saxpy y = a*x + y over 16M floats (12 bytes per element), cube_dim 256, %llu "
+           "cubes\n",
+           (unsigned long long)(n / SAXPY_DIM));
+    float* hx = malloc(n * sizeof(float));
+    float* hy = malloc(n * sizeof(float));
+    if (!hx || !hy) abort();
+    for (uint64_t i = 0; i < n; ++i) {
+      hx[i] = 1.0f;
+      hy[i] = 0.0f;
+    }
+    saxpy_ctx_t sc = {g_threaded, CUBE_HANDLE_NULL, CUBE_HANDLE_NULL, hx, hy, n, 0.5f, 0};
+    TRY("create x", cube_client_create_from_slice(g_threaded, hx, n * sizeof(float), &sc.x));
+    TRY("create y", cube_client_create_from_slice(g_threaded, hy, n * sizeof(float), &sc.y));
+    saxpy_ctx_t si = {g_inline, CUBE_HANDLE_NULL, CUBE_HANDLE_NULL, hx, hy, n, 0.5f, 0};
+    TRY("create x", cube_client_create_from_slice(g_inline, hx, n * sizeof(float), &si.x));
+    TRY("create y", cube_client_create_from_slice(g_inline, hy, n * sizeof(float), &si.y));
+
+    stats_t plain = measure(trial_saxpy_plain, &sc, 1, 2, 11);
+#ifdef _OPENMP
+    stats_t omp = measure(trial_saxpy_omp, &sc, 1, 2, 11);
+#endif
+    stats_t ct = measure(trial_saxpy_cube, &sc, 1, 2, 11);
+    stats_t ci = measure(trial_saxpy_cube, &si, 1, 2, 11);
+    line_bw_base("plain C loop (1 thread):", plain, bytes);
+#ifdef _OPENMP
+    line_bw("OpenMP parallel for loop:", omp, bytes, "plain C loop", plain, bytes);
+    line_bw("cube native kernel, launch + sync (threaded dev):", ct, bytes, "OpenMP", omp, bytes);
+    line_bw("cube native kernel, launch + sync (inline dev):", ci, bytes, "OpenMP", omp, bytes);
+#else
+    printf("%-58s not built with -fopenmp\n", "OpenMP parallel for loop:");
+#endif
+    line_bw("cube native kernel, launch + sync (threaded dev):", ct, bytes, "plain C loop", plain,
+            bytes);
+    line_bw("cube native kernel, launch + sync (inline dev):", ci, bytes, "plain C loop", plain,
+            bytes);
+#ifdef _OPENMP
+    printf("  target: >= 0.9x the OpenMP loop -> %s\n",
+           gbps(bytes, ct.median_us) >= 0.9 * gbps(bytes, omp.median_us) ? "met" : "NOT met");
+#endif
+    /* Check the device result: y = runs * a * 1.0 everywhere (exact). */
+    saxpy_ctx_t* all[2] = {&sc, &si};
+    for (int k = 0; k < 2; ++k) {
+      cube_bytes_t* b = NULL;
+      s = cube_client_read_one(all[k]->client, all[k]->y, &b);
+      if (s) {
+        fail_status("read saxpy result", s);
+        continue;
+      }
+      const float* y = cube_bytes_const_data(b);
+      float want = (float)all[k]->runs * all[k]->a;
+      uint64_t bad = 0;
+      for (uint64_t i = 0; i < n; ++i) bad += y[i] != want;
+      if (bad) {
+        fprintf(stderr, "bench_runtime: saxpy result wrong in %llu of %llu elements\n",
+                (unsigned long long)bad, (unsigned long long)n);
+        g_failures++;
+      }
+      cube_bytes_release(b);
+      cube_handle_release(all[k]->x);
+      cube_handle_release(all[k]->y);
+    }
+    free(hx);
+    free(hy);
+    fflush(stdout);
+  }
+
+  cube_kernel_release(g_k_empty);
+  cube_kernel_release(g_k_result);
+  cube_kernel_release(g_k_saxpy);
+  cube_client_release(g_threaded);
+  cube_client_release(g_inline);
+  cube_shutdown();
+  if (g_failures) {
+    printf("\n%d failures (see stderr)\n", g_failures);
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,247 @@
+/* Devices: enumeration, properties, features, info, vector sizes,
+ * collectives, queue variants, shutdown. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cts.h"
+
+CUBE_TEST(devices_enumeration_agrees) {
+  cube_backend_t be = cts_backend()->backend;
+  size_t n = cube_device_count(be);
+  if (n == 0) CUBE_SKIP("backend %s has no devices", cts_backend()->name);
+  size_t count = 0;
+  REQUIRE_OK(cube_enumerate_devices(be, NULL, 0, &count));
+  CHECK_EQ_U64(count, n);
+  cube_device_id_t ids[70];
+  for (int i = 0; i < 70; ++i) ids[i] = (cube_device_id_t){CUBE_BACKEND_COUNT, 0xFFFFFFFFu};
+  REQUIRE_OK(cube_enumerate_devices(be, ids, 64, &count));
+  CHECK_EQ_U64(count, n);
+  for (size_t i = 0; i < n && i < 64; ++i) CHECK(ids[i].backend == be && ids[i].index == i);
+  CHECK(ids[n < 64 ? n : 64].index == 0xFFFFFFFFu);
+  /* A small capacity writes only that many but counts all. */
+  ids[0] = ids[1] = (cube_device_id_t){CUBE_BACKEND_COUNT, 0xFFFFFFFFu};
+  count = 0;
+  REQUIRE_OK(cube_enumerate_devices(be, ids, 0, &count));
+  CHECK_EQ_U64(count, n);
+  CHECK(ids[0].index == 0xFFFFFFFFu);
+  /* All backends. */
+  size_t total = cube_device_count_total();
+  CHECK(total >= n);
+  size_t all = 0;
+  REQUIRE_OK(cube_enumerate_all_devices(NULL, 0, &all));
+  CHECK_EQ_U64(all, total);
+  cube_device_id_t* every = calloc(total + 1, sizeof(*every));
+  REQUIRE(every);
+  REQUIRE_OK(cube_enumerate_all_devices(every, total, &all));
+  CHECK_EQ_U64(all, total);
+  size_t mine = 0;
+  for (size_t i = 0; i < total; ++i) {
+    if (every[i].backend == be) mine++;
+    if (i > 0)
+      CHECK(every[i - 1].backend < every[i].backend ||
+            (every[i - 1].backend == every[i].backend && every[i - 1].index < every[i].index));
+  }
+  CHECK_EQ_U64(mine, n);
+  size_t sum = 0;
+  for (int b = 0; b < CUBE_BACKEND_COUNT; ++b) sum += cube_device_count((cube_backend_t)b);
+  CHECK_EQ_U64(sum, total);
+  free(every);
+  CHECK_OK(cube_backend_status(be));
+  CHECK(cube_device_count(CUBE_BACKEND_NULL) == 0);
+  CHECK(cube_device_count((cube_backend_t)99) == 0);
+  CHECK_STATUS(cube_enumerate_devices((cube_backend_t)99, NULL, 0, &count), CUBE_STATUS_INVALID_ARGUMENT, "99");
+}
+
+CUBE_TEST(devices_cpu_device_count_env) {
+  if (cts_backend()->backend != CUBE_BACKEND_CPU) CUBE_SKIP("CPU only");
+  setenv("CUBE_CPU_DEVICES", "3", 1);
+  CHECK_EQ_U64(cube_device_count(CUBE_BACKEND_CPU), 3);
+  cube_client_t* c2 = NULL;
+  REQUIRE_OK(cube_client_load(cts_device(2), &c2));
+  CHECK(cube_client_device(c2).index == 2);
+  CHECK(cube_client_properties(c2)->id.index == 2);
+  CHECK(cube_client_info(c2)->device_count == 3);
+  cube_client_t* c3 = NULL;
+  CHECK_STATUS(cube_client_load(cts_device(3), &c3), CUBE_STATUS_NOT_FOUND, "3");
+  CTS_END(c2);
+}
+
+static int cts_pow2(uint64_t v) { return v && !(v & (v - 1)); }
+
+CUBE_TEST(devices_properties_sane) {
+  CTS_CLIENT(c);
+  const cube_device_properties_t* p = cube_client_properties(c);
+  REQUIRE(p != NULL);
+  CHECK(p->name[0] != 0);
+  CHECK(memchr(p->name, 0, sizeof(p->name)) != NULL);
+  CHECK(p->id.backend == cts_backend()->backend && p->id.index == 0);
+  CHECK(cts_pow2(p->memory.alignment));
+  CHECK(p->memory.max_page_size > 0);
+  CHECK(p->memory.max_page_size <= p->memory.total_memory);
+  CHECK_EQ_U64(p->memory.max_page_size % p->memory.alignment, 0);
+  CHECK(p->hardware.load_width > 0);
+  CHECK(p->hardware.plane_size_min >= 1 && p->hardware.plane_size_min <= p->hardware.plane_size_max);
+  CHECK(p->hardware.max_units_per_cube >= 1);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(p->hardware.max_cube_dim[i] >= 1);
+    CHECK(p->hardware.max_cube_count[i] >= 1);
+  }
+  CHECK(p->hardware.max_vector_size >= 1);
+  CHECK(p->hardware.max_bindings >= 1);
+  if (cts_backend()->backend == CUBE_BACKEND_CPU) {
+    CHECK(p->layout_policy == CUBE_LAYOUT_POLICY_CONTIGUOUS);
+    CHECK(p->timing_method == CUBE_TIMING_DEVICE);
+    CHECK(p->hardware.num_cpu_cores >= 1);
+  }
+  CHECK(cube_client_device(c).backend == p->id.backend && cube_client_device(c).index == 0);
+  CTS_END(c);
+}
+
+CUBE_TEST(devices_features_and_info) {
+  CTS_CLIENT(c);
+  const cube_features_t* f = cube_client_features(c);
+  REQUIRE(f != NULL);
+  if (cts_backend()->backend == CUBE_BACKEND_CPU) {
+    CHECK(f->bits & CUBE_FEATURE_NATIVE_KERNELS);
+    CHECK(!(f->bits & CUBE_FEATURE_COLLECTIVES));
+  }
+  const cube_backend_info_t* info = cube_client_info(c);
+  REQUIRE(info != NULL);
+  CHECK(info->backend == cts_backend()->backend);
+  CHECK(strcmp(info->name, cube_backend_name(cts_backend()->backend)) == 0);
+  if (cts_backend()->backend == CUBE_BACKEND_CPU) CHECK(strcmp(info->name, "cpu") == 0);
+  CHECK(info->version[0] != 0);
+  CHECK_EQ_U64(info->device_count, cube_device_count(cts_backend()->backend));
+  cube_backend_t parsed = CUBE_BACKEND_COUNT;
+  CHECK_OK(cube_backend_parse("CPU", &parsed));
+  CHECK(parsed == CUBE_BACKEND_CPU);
+  CHECK(cube_backend_name((cube_backend_t)99) == NULL);
+  CHECK(strcmp(cube_version(), CUBE_VERSION_STRING) == 0);
+  /* Every client of a device shares its server. */
+  cube_client_t* c2 = NULL;
+  REQUIRE_OK(cube_client_load(cts_device(0), &c2));
+  CHECK(cube_client_properties(c2) == cube_client_properties(c) ||
+        memcmp(cube_client_properties(c2), cube_client_properties(c), sizeof(cube_device_properties_t)) == 0);
+  uint8_t d[7] = {7, 6, 5, 4, 3, 2, 1};
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c, d, 7, &h));
+  CHECK(cts_read_equals(c2, h, d, 7));
+  cube_client_t* c3 = cube_client_retain(c2);
+  CHECK(c3 == c2);
+  cube_client_release(c3);
+  cube_handle_release(h);
+  cube_client_release(c2);
+  CTS_END(c);
+}
+
+CUBE_TEST(devices_io_optimized_vector_sizes) {
+  CTS_CLIENT(c);
+  const cube_device_properties_t* p = cube_client_properties(c);
+  const uint32_t elems[4] = {1, 2, 4, 8};
+  for (int e = 0; e < 4; ++e) {
+    uint64_t max = p->hardware.load_width / (elems[e] * 8u);
+    if (p->hardware.max_vector_size < max) max = p->hardware.max_vector_size;
+    uint64_t top = 1;
+    while (top * 2 <= max) top *= 2;
+    uint32_t sizes[64];
+    size_t n = 0;
+    REQUIRE_OK(cube_client_io_optimized_vector_sizes(c, elems[e], sizes, 64, &n));
+    REQUIRE(n >= 1 && n <= 64);
+    CHECK_EQ_U64(sizes[0], top);
+    CHECK_EQ_U64(sizes[n - 1], 1);
+    for (size_t i = 1; i < n; ++i) CHECK(sizes[i] * 2 == sizes[i - 1]);
+    size_t counted = 0;
+    CHECK_OK(cube_client_io_optimized_vector_sizes(c, elems[e], NULL, 0, &counted));
+    CHECK_EQ_U64(counted, n);
+  }
+  /* The reference's example: f32 on the CPU (load width 512, max 16) -> 16..1. */
+  if (cts_backend()->backend == CUBE_BACKEND_CPU && p->hardware.load_width == 512 &&
+      p->hardware.max_vector_size >= 16) {
+    uint32_t sizes[8];
+    size_t n = 0;
+    CHECK_OK(cube_client_io_optimized_vector_sizes(c, 4, sizes, 8, &n));
+    CHECK(n == 5 && sizes[0] == 16 && sizes[4] == 1);
+  }
+  CTS_END(c);
+}
+
+CUBE_TEST(devices_collectives_unimplemented) {
+  CTS_CLIENT(c);
+  if (cube_client_features(c)->bits & CUBE_FEATURE_COLLECTIVES) CUBE_SKIP("backend has collectives");
+  cube_device_id_t devs[1] = {cts_device(0)};
+  CHECK_STATUS(cube_client_ensure_init_collective(c, 1, devs), CUBE_STATUS_UNIMPLEMENTED,
+               "cube_client_ensure_init_collective");
+  CHECK_STATUS(cube_client_sync_collective(c), CUBE_STATUS_UNIMPLEMENTED, "cube_client_sync_collective");
+  float v[4] = {1, 2, 3, 4};
+  cube_handle_t src, dst;
+  REQUIRE_OK(cube_client_create_from_slice(c, v, sizeof(v), &src));
+  REQUIRE_OK(cube_client_empty(c, sizeof(v), &dst));
+  CHECK_STATUS(cube_client_all_reduce(c, src, dst, CUBE_DTYPE_F32, 1, devs, CUBE_REDUCE_SUM),
+               CUBE_STATUS_UNIMPLEMENTED, "cube_client_all_reduce");
+  /* Bad inputs are reported as such first. */
+  CHECK_STATUS(cube_client_ensure_init_collective(c, 0, devs), CUBE_STATUS_INVALID_ARGUMENT, "device_count");
+  CHECK_STATUS(cube_client_ensure_init_collective(c, 1, NULL), CUBE_STATUS_INVALID_ARGUMENT, "devices");
+  CHECK_STATUS(cube_client_ensure_init_collective(NULL, 1, devs), CUBE_STATUS_INVALID_ARGUMENT, "client");
+  CHECK_STATUS(cube_client_all_reduce(c, src, dst, (cube_dtype_t)99, 1, devs, CUBE_REDUCE_SUM),
+               CUBE_STATUS_INVALID_ARGUMENT, "99");
+  CHECK_STATUS(cube_client_all_reduce(c, src, dst, CUBE_DTYPE_F32, 1, devs, (cube_reduce_op_t)5),
+               CUBE_STATUS_INVALID_ARGUMENT, "5");
+  CHECK_STATUS(cube_client_all_reduce(c, CUBE_HANDLE_NULL, dst, CUBE_DTYPE_F32, 1, devs, CUBE_REDUCE_SUM),
+               CUBE_STATUS_INVALID_ARGUMENT, "src");
+  CHECK_STATUS(cube_client_all_reduce(c, src, dst, CUBE_DTYPE_F32, 0, devs, CUBE_REDUCE_MEAN),
+               CUBE_STATUS_INVALID_ARGUMENT, "device_count");
+  CHECK_STATUS(cube_client_sync_collective(NULL), CUBE_STATUS_INVALID_ARGUMENT, "client");
+  CHECK(cube_dtype_size(CUBE_DTYPE_F32) == 4 && cube_dtype_size(CUBE_DTYPE_BF16) == 2 &&
+        cube_dtype_size(CUBE_DTYPE_U8) == 1 && cube_dtype_size((cube_dtype_t)99) == 0);
+  /* Nothing happened to the data or the stream. */
+  CHECK_OK(cube_client_sync(c));
+  CHECK(cts_read_equals(c, src, v, sizeof(v)));
+  cube_handle_release(src);
+  cube_handle_release(dst);
+  CTS_END(c);
+}
+
+CUBE_TEST(devices_queue_variant) {
+  CTS_CLIENT(c);
+  const char* mode = cts_backend()->queue_mode;
+  if (mode && strcmp(mode, "inline") == 0) CHECK(cube_client_is_blocking(c));
+  if (mode && strcmp(mode, "threaded") == 0) CHECK(!cube_client_is_blocking(c));
+  /* An explicit option wins over the environment -- for a new server. */
+  cube_client_release(c);
+  cube_shutdown();
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.queue_mode = (mode && strcmp(mode, "inline") == 0) ? CUBE_QUEUE_THREADED : CUBE_QUEUE_INLINE;
+  cube_client_t* c2 = NULL;
+  REQUIRE_OK(cube_client_init(cts_device(0), &o, &c2));
+  CHECK(cube_client_is_blocking(c2) == (o.queue_mode == CUBE_QUEUE_INLINE));
+  uint8_t d[9] = {1, 1, 2, 3, 5, 8, 13, 21, 34};
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c2, d, 9, &h));
+  CHECK(cts_read_equals(c2, h, d, 9));
+  cube_handle_release(h);
+  CTS_END(c2);
+}
+
+CUBE_TEST(devices_shutdown_and_reuse) {
+  for (int round = 0; round < 3; ++round) {
+    CTS_CLIENT(c);
+    CTS_KERNEL(k, "add", cts_k_add_u32, 4, 0, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_U32, CUBE_ARG_U32);
+    uint32_t in[16];
+    cube_test_fill_random(in, sizeof(in), 9000 + round);
+    cube_handle_t hi, ho;
+    REQUIRE_OK(cube_client_create_from_slice(c, in, sizeof(in), &hi));
+    REQUIRE_OK(cube_client_empty(c, sizeof(in), &ho));
+    cube_arg_t a[4] = {cube_arg_buffer(hi), cube_arg_buffer(ho), cube_arg_u32(3), cube_arg_u32(16)};
+    CHECK_OK(cube_client_launch(c, k, cube_count_static(4, 1, 1), 4, a));
+    for (int i = 0; i < 16; ++i) in[i] += 3;
+    CHECK(cts_read_equals(c, ho, in, sizeof(in)));
+    cube_memory_usage_t u;
+    CHECK_OK(cube_client_memory_usage(c, &u));
+    CHECK_EQ_U64(u.number_allocs, 2); /* a fresh server after each shutdown */
+    cube_handle_release(hi);
+    cube_handle_release(ho);
+    cube_kernel_release(k);
+    CTS_END(c);
+  }
+}
