@@ -51,6 +51,7 @@ cube_status_code_t cube_status_consume(cube_status_t s) {
 
 cube_status_t cube__status_makev(cube_status_code_t code, const char* fmt, va_list ap) {
   if (code == CUBE_STATUS_OK) return CUBE_OK;
+  if (!fmt) fmt = "";
   struct cube_status_s* s = calloc(1, sizeof(*s));
   if (!s) return &cube__status_oom_static;
   s->code = code;

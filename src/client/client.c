@@ -240,7 +240,10 @@ static cube_status_t cube__create_tensors(cube_client_t* c, const char* fn, size
       b[i] = staged;
     }
   }
-  st = cube__server_alloc(stream, total, fn, &mem);
+  /* Reserve up to the end of the last tensor: the rounding between tensors
+   * is part of the buffer, the tail rounding is the pool's padding (so
+   * bytes_in_use counts what was asked for). */
+  st = cube__server_alloc(stream, offsets[count - 1] + tsizes[count - 1], fn, &mem);
   if (st) goto done;
   uint64_t stream_id = stream->id;
   for (made = 0; made < count; ++made) {
@@ -785,6 +788,9 @@ cube_status_t cube_client_memory_usage(cube_client_t* c, cube_memory_usage_t* ou
   CUBE__CHECK_OUT(out_usage, fn, "out_usage");
   cube__stream_t* st;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &st));
+  /* As CubeCL (a blocking call): after the work queued before it, so that a
+   * failure of that work is seen. */
+  CUBE_RETURN_IF_ERROR(cube__server_barrier(c->server, cube__client_stream_id(c)));
   return cube__stream_usage(st, fn, true, out_usage);
 }
 

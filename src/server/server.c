@@ -385,6 +385,12 @@ static cube_status_t cube__read_task_run(void* state, void* payload) {
                                 r->pitch, r->width, r->height);
     if (status) status = cube__status_annotate(status, "read of handles[%zu]", i);
   }
+  /* Let go of the buffers before the caller can see the result: once a read
+   * returns, it holds no memory. */
+  for (size_t i = 0; i < t->count; ++i) {
+    cube__memory_unref(t->regions[i].mem);
+    t->regions[i].mem = NULL;
+  }
   cube__future_complete(t->future, status);
   t->future = NULL;
   return CUBE_OK;
@@ -395,7 +401,8 @@ static void cube__read_task_drop(void* payload) {
   if (t->future) /* never ran (shutdown) */
     cube__future_complete(t->future, cube__status_make(CUBE_STATUS_ABORTED,
                                                        "read: the device was shut down"));
-  for (size_t i = 0; i < t->count; ++i) cube__memory_unref(t->regions[i].mem);
+  for (size_t i = 0; i < t->count; ++i)
+    if (t->regions[i].mem) cube__memory_unref(t->regions[i].mem);
   free(t->regions);
 }
 
@@ -556,6 +563,16 @@ static cube_status_t cube__flush_task_run(void* state, void* payload) {
   cube__stream_t* st;
   CUBE_RETURN_IF_ERROR(cube__server_stream(s, cube__stream_current_id(), &st));
   return cube__stream_take_errors(st);
+}
+
+static cube_status_t cube__noop_task_run(void* state, void* payload) {
+  (void)state;
+  (void)payload;
+  return CUBE_OK;
+}
+
+cube_status_t cube__server_barrier(cube__server_t* s, uint64_t stream_id) {
+  return cube__submit_blocking(s->service, stream_id, cube__noop_task_run, NULL);
 }
 
 cube_status_t cube__server_flush(cube__server_t* s, uint64_t stream_id) {

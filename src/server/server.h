@@ -119,6 +119,8 @@ cube_status_t cube__server_launch(cube__server_t* s, uint64_t stream_id, cube_ke
                                   cube_execution_mode_t mode, uint32_t arg_count,
                                   const cube__task_arg_t* args);
 
+/* Waits until the work queued before on the stream has run (no error taken). */
+cube_status_t cube__server_barrier(cube__server_t* s, uint64_t stream_id);
 cube_status_t cube__server_flush(cube__server_t* s, uint64_t stream_id);
 cube_status_t cube__server_sync(cube__server_t* s, uint64_t stream_id);
 cube_status_t cube__server_sync_async(cube__server_t* s, uint64_t stream_id,

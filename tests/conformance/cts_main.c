@@ -51,14 +51,3 @@ int cube_test_main_hook(int* argc, char*** argv) {
   if (cts_current->queue_mode) setenv("CUBE_DEVICE_QUEUE", cts_current->queue_mode, 1);
   return 0;
 }
-
-/* cube_handle_device is declared in cube/handle.h. Should the library not
- * define it, this weak stand-in keeps the suite linking and makes the cases
- * that use it fail (instead of every case failing to build). A definition in
- * the library overrides it. */
-__attribute__((weak)) cube_status_t cube_handle_device(cube_handle_t h, cube_device_id_t* out_device) {
-  (void)h;
-  (void)out_device;
-  fprintf(stderr, "cts: cube_handle_device is not defined by the library\n");
-  return cube_client_flush(NULL); /* some library error: INVALID_ARGUMENT */
-}
