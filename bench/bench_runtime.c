@@ -319,16 +319,32 @@ static uint64_t trial_pingpong_cond(void* p, uint64_t iters) {
   return now_ns() - t0;
 }
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spins with a pause; yields every 1024 polls so that a machine with fewer
+ * free cores than spinners still makes progress. */
+static inline void spin_poll(unsigned* polls) {
+  if ((++*polls & 1023u) == 0) sched_yield();
+  else cpu_relax();
+}
+
 static void* pong_spin_main(void* p) {
   pingpong_t* pp = p;
   uint64_t seen = 0;
+  unsigned polls = 0;
   while (!atomic_load_explicit(&pp->sstop, memory_order_acquire)) {
     uint64_t v = atomic_load_explicit(&pp->sping, memory_order_acquire);
     if (v != seen) {
       seen = v;
       atomic_store_explicit(&pp->spong, v, memory_order_release);
     } else {
-      sched_yield();
+      spin_poll(&polls);
     }
   }
   return NULL;
@@ -336,10 +352,11 @@ static void* pong_spin_main(void* p) {
 
 static uint64_t trial_pingpong_spin(void* p, uint64_t iters) {
   pingpong_t* pp = p;
+  unsigned polls = 0;
   uint64_t t0 = now_ns();
   for (uint64_t i = 0; i < iters; ++i) {
     uint64_t v = atomic_fetch_add_explicit(&pp->sping, 1, memory_order_acq_rel) + 1;
-    while (atomic_load_explicit(&pp->spong, memory_order_acquire) != v) sched_yield();
+    while (atomic_load_explicit(&pp->spong, memory_order_acquire) != v) spin_poll(&polls);
   }
   return now_ns() - t0;
 }
@@ -658,10 +675,11 @@ int main(void) {
 
     rt_thr = measure(trial_launch_sync, g_threaded, 20000, 1, 7);
     rt_inl = measure(trial_launch_sync, g_inline, 20000, 1, 7);
-    line_base("thread ping-pong, mutex + condvar (no runtime):", cond);
-    line_time("thread ping-pong, spinning atomics + yield:", spin, "condvar ping-pong", cond);
-    line_time("launch + sync, threaded queue:", rt_thr, "condvar ping-pong", cond);
-    line_time("launch + sync, inline queue:", rt_inl, "condvar ping-pong", cond);
+    line_base("thread ping-pong, spinning atomics (no runtime):", spin);
+    line_time("thread ping-pong, mutex + condvar (sleeping):", cond, "spin ping-pong", spin);
+    line_time("launch + sync, threaded queue:", rt_thr, "spin ping-pong", spin);
+    line_time("launch + sync, inline queue:", rt_inl, "spin ping-pong", spin);
+    line_time("launch + sync, threaded queue (vs inline):", rt_thr, "inline", rt_inl);
     printf("  target: empty launch + sync <= 10 us on 2 cores -> threaded %s, inline %s\n\n",
            rt_thr.median_us <= 10.0 ? "met" : "NOT met",
            rt_inl.median_us <= 10.0 ? "met" : "NOT met");
@@ -757,12 +775,12 @@ int main(void) {
     TRY("create x", cube_client_create_from_slice(g_inline, hx, n * sizeof(float), &si.x));
     TRY("create y", cube_client_create_from_slice(g_inline, hy, n * sizeof(float), &si.y));
 
-    stats_t plain = measure(trial_saxpy_plain, &sc, 1, 2, 11);
+    stats_t plain = measure(trial_saxpy_plain, &sc, 1, 2, 21);
 #ifdef _OPENMP
-    stats_t omp = measure(trial_saxpy_omp, &sc, 1, 2, 11);
+    stats_t omp = measure(trial_saxpy_omp, &sc, 1, 3, 21);
 #endif
-    stats_t ct = measure(trial_saxpy_cube, &sc, 1, 2, 11);
-    stats_t ci = measure(trial_saxpy_cube, &si, 1, 2, 11);
+    stats_t ct = measure(trial_saxpy_cube, &sc, 1, 3, 21);
+    stats_t ci = measure(trial_saxpy_cube, &si, 1, 3, 21);
     line_bw_base("plain C loop (1 thread):", plain, bytes);
 #ifdef _OPENMP
     line_bw("OpenMP parallel for loop:", omp, bytes, "plain C loop", plain, bytes);

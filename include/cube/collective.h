@@ -1,5 +1,6 @@
 /* cube/collective.h: element types and reduce operations for collectives
  * (reference §9). The collective operations themselves are in client.h. */
+/* The functions in this header are thread-safe. */
 #ifndef CUBE_COLLECTIVE_H_
 #define CUBE_COLLECTIVE_H_
 

@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-/* The library's version string ("0.1.0"). */
+/* The library's version string ("0.1.0"). Thread-safe. */
 const char* cube_version(void);
 
 #ifdef __cplusplus

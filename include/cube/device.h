@@ -34,7 +34,7 @@ typedef struct cube_device_id {
 const char* cube_backend_name(cube_backend_t backend);
 
 /* Parses a backend name (as above, case-insensitive). */
-cube_status_t cube_backend_parse(const char* name, cube_backend_t* out_backend);
+CUBE_MUST_USE_RESULT cube_status_t cube_backend_parse(const char* name, cube_backend_t* out_backend);
 
 /* The backend named by CUBE_BACKEND, else CUBE_BACKEND_CPU. */
 cube_backend_t cube_backend_default(void);

@@ -99,8 +99,9 @@ typedef struct cube_tensor {
 } cube_tensor_t;
 
 /* Fills a descriptor; shape is copied. Returns INVALID_ARGUMENT for rank >
- * CUBE_MAX_RANK or elem_size 0. */
-cube_status_t cube_layout_desc_init(cube_layout_strategy_t strategy, uint32_t rank,
+ * CUBE_MAX_RANK, elem_size 0, a NULL shape with rank > 0, a zero dimension or
+ * an unknown strategy. */
+CUBE_MUST_USE_RESULT cube_status_t cube_layout_desc_init(cube_layout_strategy_t strategy, uint32_t rank,
                                     const uint64_t* shape, uint32_t elem_size,
                                     cube_layout_desc_t* out_desc);
 
@@ -113,8 +114,9 @@ void cube_tensor_release_array(cube_tensor_t* tensors, size_t count);
 /* Computes sizes, strides and packing of |count| descriptors under |policy|
  * with buffer alignment |alignment|: writes per-tensor strides, the byte
  * offset of each tensor in the packed buffer, its size (size_i) and the total
- * size. No memory is touched. */
-cube_status_t cube_layout_compute(cube_layout_policy_t policy, uint64_t alignment, size_t count,
+ * size. No memory is touched. Any out_ pointer may be NULL; |alignment| must
+ * be a power of two. */
+CUBE_MUST_USE_RESULT cube_status_t cube_layout_compute(cube_layout_policy_t policy, uint64_t alignment, size_t count,
                                   const cube_layout_desc_t* descs,
                                   uint64_t (*out_strides)[CUBE_MAX_RANK], uint64_t* out_offsets,
                                   uint64_t* out_sizes, uint64_t* out_total);

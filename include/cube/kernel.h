@@ -117,7 +117,8 @@ typedef struct cube_cpu_cube {
   cube_execution_mode_t mode;
   void* shared;           /* cube-local scratch of the kernel's shared_memory_size */
   uint64_t shared_size;
-  uint32_t worker;        /* index of the worker thread running this cube */
+  uint32_t worker;        /* participant number: unique among the threads running this
+                             launch at once, < num_cpu_cores (not a fixed thread id) */
 } cube_cpu_cube_t;
 
 /* Returns 0 on success; any other value fails the launch. */
@@ -156,7 +157,7 @@ uint32_t cube_kernel_arg_count(const cube_kernel_t* kernel);
  * CubeCountSelection): while x > max_x: x = ceil(x/2), y *= 2; then the same
  * for y into z. |out_exact| is true when x*y*z == num_cubes (else the kernel
  * must bounds-check). */
-cube_status_t cube_count_select(uint64_t num_cubes, const uint32_t max_count[3],
+CUBE_MUST_USE_RESULT cube_status_t cube_count_select(uint64_t num_cubes, const uint32_t max_count[3],
                                 cube_count_t* out_count, bool* out_exact);
 
 /* CubeCL's CubeDim::new for |working_units| on a device. */

@@ -6,6 +6,7 @@
  * CubeCL's MemoryUsage: number_allocs counts live slices, not device
  * allocations; bytes_reserved counts what the pools hold from the backend.
  */
+/* The functions in this header are thread-safe. */
 #ifndef CUBE_MEMORY_H_
 #define CUBE_MEMORY_H_
 

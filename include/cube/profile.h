@@ -10,6 +10,7 @@
  * Log lines go to the server's log callback, else to the file named by
  * CUBE_LOG_FILE, else to stderr.
  */
+/* The functions in this header are thread-safe. */
 #ifndef CUBE_PROFILE_H_
 #define CUBE_PROFILE_H_
 
@@ -32,7 +33,7 @@ typedef enum cube_profile_level_e {
 
 /* "none", "exec", "basic", "medium", "full". */
 const char* cube_profile_level_name(cube_profile_level_t level);
-cube_status_t cube_profile_level_parse(const char* text, cube_profile_level_t* out_level);
+CUBE_MUST_USE_RESULT cube_status_t cube_profile_level_parse(const char* text, cube_profile_level_t* out_level);
 
 /* A measured duration (CubeCL's ProfileDuration once resolved). */
 typedef struct cube_profile_duration {

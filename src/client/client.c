@@ -763,6 +763,7 @@ cube_status_t cube_client_memory_cleanup(cube_client_t* c) {
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &st));
   pthread_mutex_lock(&st->lock);
   cube__mm_cleanup(st->mm, true);
+  if (st->pinned) cube__mm_cleanup(st->pinned, true); /* read results and staging buffers */
   pthread_mutex_unlock(&st->lock);
   return CUBE_OK;
 }

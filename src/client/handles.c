@@ -90,15 +90,25 @@ cube_status_t cube__handle_get(cube_handle_t h, const char* what, cube__handle_i
                              "%s: handle 0x%" PRIx64 " was released (or never existed)", what,
                              h.id);
   *out = s->info;
+  /* A stale id racing with the slot's reuse would have copied another
+   * handle's view: check the generation again. */
+  if (atomic_load_explicit(&s->gen, memory_order_acquire) != (unsigned)(h.id >> 32))
+    return cube__status_make(CUBE_STATUS_NOT_FOUND,
+                             "%s: handle 0x%" PRIx64 " was released (or never existed)", what,
+                             h.id);
   return CUBE_OK;
 }
 
 cube_handle_t cube_handle_retain(cube_handle_t h) {
   cube__slot_t* s = cube__lookup(h);
-  if (s && atomic_load_explicit(&s->refs, memory_order_relaxed) > 0) {
-    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
-    cube__memory_handle_ref(s->info.mem);
-  }
+  if (!s) return h;
+  /* Never revive a slot whose last reference is being dropped. */
+  unsigned r = atomic_load_explicit(&s->refs, memory_order_relaxed);
+  do {
+    if (r == 0) return h;
+  } while (!atomic_compare_exchange_weak_explicit(&s->refs, &r, r + 1, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+  cube__memory_handle_ref(s->info.mem);
   return h;
 }
 
@@ -109,6 +119,9 @@ cube_status_t cube_handle_release_checked(cube_handle_t h) {
     return cube__status_make(CUBE_STATUS_NOT_FOUND,
                              "cube_handle_release: handle 0x%" PRIx64 " was already released",
                              h.id);
+  /* Read the slot before dropping our reference: once it is dropped, another
+   * thread may free the slot and reuse it for a new handle. */
+  cube__memory_t* mem = s->info.mem;
   unsigned r = atomic_load_explicit(&s->refs, memory_order_relaxed);
   do {
     if (r == 0)
@@ -117,7 +130,6 @@ cube_status_t cube_handle_release_checked(cube_handle_t h) {
                                h.id);
   } while (!atomic_compare_exchange_weak_explicit(&s->refs, &r, r - 1, memory_order_acq_rel,
                                                   memory_order_relaxed));
-  cube__memory_t* mem = s->info.mem;
   if (r == 1) {
     atomic_fetch_add_explicit(&s->gen, 1, memory_order_release); /* odd -> even: dead */
     pthread_mutex_lock(&cube__table_lock);

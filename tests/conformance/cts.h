@@ -2,8 +2,8 @@
  * backend (and queue variant) listed in tests/CMakeLists.txt
  * (CUBE_CTS_BACKENDS). `cube_cts --backend <name> <case>` runs one case.
  *
- * Backend names: "cpu" (threaded queue), "cpu-inline" (inline queue). A new
- * backend adds one entry to cts_backends in cts_main.c and one word in
+ * Backend names: "<backend>" (threaded queue) or "<backend>-inline" (inline
+ * queue), e.g. "cpu", "cpu-inline". A new backend is one word in
  * CUBE_CTS_BACKENDS. A backend that is unavailable here makes every case
  * skip (exit 77), never pass.
  */

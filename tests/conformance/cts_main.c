@@ -3,12 +3,12 @@
 
 #include "cts.h"
 
-static const cts_backend_t cts_backends[] = {
-    {"cpu", CUBE_BACKEND_CPU, "threaded"},
-    {"cpu-inline", CUBE_BACKEND_CPU, "inline"},
-};
-
-static const cts_backend_t* cts_current = &cts_backends[0];
+/* The backend under test, parsed from its CTest name: "<backend>" or
+ * "<backend>-inline" (the same backend with the inline device queue). The list
+ * of names lives in one place: CUBE_CTS_BACKENDS in tests/CMakeLists.txt. */
+static cts_backend_t cts_parsed = {"cpu", CUBE_BACKEND_CPU, "threaded"};
+static const cts_backend_t* cts_current = &cts_parsed;
+static char cts_name[64];
 
 const cts_backend_t* cts_backend(void) { return cts_current; }
 
@@ -37,14 +37,27 @@ int cts_read_equals(cube_client_t* c, cube_handle_t h, const void* expect, size_
 int cube_test_main_hook(int* argc, char*** argv) {
   char** a = *argv;
   if (*argc >= 3 && strcmp(a[1], "--backend") == 0) {
-    const char* name = a[2];
-    cts_current = NULL;
-    for (size_t i = 0; i < sizeof(cts_backends) / sizeof(cts_backends[0]); ++i)
-      if (strcmp(cts_backends[i].name, name) == 0) cts_current = &cts_backends[i];
-    if (!cts_current) {
-      fprintf(stderr, "cube_cts: unknown backend '%s'\n", name);
+    snprintf(cts_name, sizeof(cts_name), "%s", a[2]);
+    char base[64];
+    snprintf(base, sizeof(base), "%s", a[2]);
+    const char* mode = "threaded";
+    char* dash = strchr(base, '-');
+    if (dash) {
+      *dash = 0;
+      if (strcmp(dash + 1, "inline") != 0) {
+        fprintf(stderr, "cube_cts: unknown variant '%s' of backend '%s'\n", dash + 1, base);
+        return 2;
+      }
+      mode = "inline";
+    }
+    cube_backend_t b;
+    cube_status_t s = cube_backend_parse(base, &b);
+    if (s) {
+      fprintf(stderr, "cube_cts: %s\n", cube_status_message(s));
+      cube_status_free(s);
       return 2;
     }
+    cts_parsed = (cts_backend_t){cts_name, b, mode};
     for (int i = 3; i <= *argc; ++i) a[i - 2] = a[i];
     *argc -= 2;
   }
