@@ -54,7 +54,9 @@ typedef struct cube__backend_vtable {
   cube_status_t (*alloc)(cube__backend_device_t* device, uint64_t size, cube__storage_t* out);
   void (*dealloc)(cube__backend_device_t* device, const cube__storage_t* storage);
 
-  /* Pinned host staging storage; NULL when the backend has none. */
+  /* Pinned host staging storage; NULL when the backend has none. host_dealloc
+   * must accept device NULL: it is called so, after device_destroy, for staging
+   * buffers (read results) the caller kept past cube_shutdown. */
   cube_status_t (*host_alloc)(cube__backend_device_t* device, uint64_t size,
                               cube__storage_t* out);
   void (*host_dealloc)(cube__backend_device_t* device, const cube__storage_t* storage);

@@ -10,8 +10,13 @@
 #include "kernel/kernel.h"
 #include "server/server.h"
 
+/* Bumped by cube_shutdown: clients made before it are refused afterwards
+ * (their server is gone). */
+static atomic_uint_fast64_t cube__epoch;
+
 struct cube_client_s {
   atomic_uint refs;
+  uint64_t epoch; /* cube__epoch when created */
   cube__server_t* server;
   bool pinned;     /* stream pinned by cube_client_set_stream */
   uint64_t stream; /* valid when pinned */
@@ -23,10 +28,20 @@ struct cube_resource_s {
   uint64_t size;
 };
 
-#define CUBE__CHECK_CLIENT(c, fn) \
-  do {                            \
-    if (!(c)) return CUBE_INVALID("%s: client is NULL", fn); \
-  } while (0)
+static cube_status_t cube__client_check(const cube_client_t* c, const char* fn) {
+  if (!c) return CUBE_INVALID("%s: client is NULL", fn);
+  if (c->epoch != atomic_load_explicit(&cube__epoch, memory_order_relaxed))
+    return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
+                             "%s: the client was created before cube_shutdown; load a new one", fn);
+  return CUBE_OK;
+}
+
+/* True for a client that may be used (not NULL, not from before a shutdown). */
+static bool cube__client_live(const cube_client_t* c) {
+  return c && c->epoch == atomic_load_explicit(&cube__epoch, memory_order_relaxed);
+}
+
+#define CUBE__CHECK_CLIENT(c, fn) CUBE_RETURN_IF_ERROR(cube__client_check((c), (fn)))
 
 #define CUBE__CHECK_OUT(p, fn, name) \
   do {                               \
@@ -49,6 +64,7 @@ static cube_status_t cube__client_new(cube__server_t* s, cube_client_t** out) {
   cube_client_t* c = calloc(1, sizeof(*c));
   if (!c) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "client: no host memory");
   atomic_init(&c->refs, 1);
+  c->epoch = atomic_load(&cube__epoch);
   c->server = s;
   *out = c;
   return CUBE_OK;
@@ -98,22 +114,22 @@ void cube_client_release(cube_client_t* c) {
 }
 
 cube_device_id_t cube_client_device(const cube_client_t* c) {
-  return c ? c->server->id : (cube_device_id_t){CUBE_BACKEND_COUNT, 0};
+  return cube__client_live(c) ? c->server->id : (cube_device_id_t){CUBE_BACKEND_COUNT, 0};
 }
 const cube_backend_info_t* cube_client_info(const cube_client_t* c) {
-  return c ? &c->server->info : NULL;
+  return cube__client_live(c) ? &c->server->info : NULL;
 }
 const cube_device_properties_t* cube_client_properties(const cube_client_t* c) {
-  return c ? &c->server->props : NULL;
+  return cube__client_live(c) ? &c->server->props : NULL;
 }
 const cube_features_t* cube_client_features(const cube_client_t* c) {
-  return c ? &c->server->features : NULL;
+  return cube__client_live(c) ? &c->server->features : NULL;
 }
 bool cube_client_is_blocking(const cube_client_t* c) {
-  return c && cube__device_is_blocking(c->server->device);
+  return cube__client_live(c) && cube__device_is_blocking(c->server->device);
 }
 cube_profile_level_t cube_client_profile_level(const cube_client_t* c) {
-  return c ? c->server->profiler.level : CUBE_PROFILE_NONE;
+  return cube__client_live(c) ? c->server->profiler.level : CUBE_PROFILE_NONE;
 }
 
 //===----------------------------------------------------------------------===//
@@ -323,10 +339,11 @@ cube_status_t cube_client_create_from_slice(cube_client_t* c, const void* data, 
 
 cube_status_t cube_client_create(cube_client_t* c, cube_bytes_t* bytes, cube_handle_t* out_handle) {
   const char* fn = "cube_client_create";
-  if (!c || !out_handle || !bytes || cube_bytes_size(bytes) == 0) {
+  cube_status_t cs = cube__client_check(c, fn);
+  if (cs || !out_handle || !bytes || cube_bytes_size(bytes) == 0) {
     size_t n = bytes ? cube_bytes_size(bytes) : 0;
     cube_bytes_release(bytes);
-    if (!c) return CUBE_INVALID("%s: client is NULL", fn);
+    if (cs) return cs;
     if (!out_handle) return CUBE_INVALID("%s: out_handle is NULL", fn);
     if (!bytes) return CUBE_INVALID("%s: bytes is NULL", fn);
     return CUBE_INVALID("%s: bytes holds %zu bytes (size 0 is invalid)", fn, n);
@@ -356,11 +373,15 @@ cube_status_t cube_client_create_tensor(cube_client_t* c, cube_bytes_t* bytes, u
                                         cube_tensor_t* out_tensor) {
   const char* fn = "cube_client_create_tensor";
   cube_layout_desc_t d;
-  cube_status_t st = CUBE_OK;
-  if (!c) st = CUBE_INVALID("%s: client is NULL", fn);
-  else if (!out_tensor) st = CUBE_INVALID("%s: out_tensor is NULL", fn);
-  else if (!bytes) st = CUBE_INVALID("%s: bytes is NULL", fn);
-  else st = cube__desc_nd(fn, CUBE_LAYOUT_OPTIMIZED, rank, shape, elem_size, &d);
+  cube_status_t st = cube__client_check(c, fn);
+  if (st) {
+  } else if (!out_tensor) {
+    st = CUBE_INVALID("%s: out_tensor is NULL", fn);
+  } else if (!bytes) {
+    st = CUBE_INVALID("%s: bytes is NULL", fn);
+  } else {
+    st = cube__desc_nd(fn, CUBE_LAYOUT_OPTIMIZED, rank, shape, elem_size, &d);
+  }
   if (st) {
     cube_bytes_release(bytes);
     return st;
@@ -383,10 +404,9 @@ cube_status_t cube_client_create_tensors(cube_client_t* c, size_t count,
                                          const cube_layout_desc_t* descs,
                                          cube_bytes_t* const* bytes, cube_tensor_t* out_tensors) {
   const char* fn = "cube_client_create_tensors";
-  cube_status_t st = CUBE_OK;
-  if (!c) st = CUBE_INVALID("%s: client is NULL", fn);
-  else if (count && !out_tensors) st = CUBE_INVALID("%s: out_tensors is NULL", fn);
-  else if (count && !bytes) return CUBE_INVALID("%s: bytes is NULL", fn);
+  cube_status_t st = cube__client_check(c, fn);
+  if (!st && count && !out_tensors) st = CUBE_INVALID("%s: out_tensors is NULL", fn);
+  if (!st && count && !bytes) return CUBE_INVALID("%s: bytes is NULL", fn);
   if (st) {
     if (bytes)
       for (size_t i = 0; i < count; ++i) cube_bytes_release(bytes[i]);
@@ -1016,7 +1036,8 @@ cube_status_t cube_client_io_optimized_vector_sizes(const cube_client_t* c, uint
 cube_status_t cube_client_to_client(cube_client_t* src, cube_handle_t handle, cube_client_t* dst,
                                     cube_handle_t* out_handle) {
   const char* fn = "cube_client_to_client";
-  if (!src || !dst) return CUBE_INVALID("%s: %s client is NULL", fn, !src ? "src" : "dst");
+  CUBE__CHECK_CLIENT(src, "cube_client_to_client: src");
+  CUBE__CHECK_CLIENT(dst, "cube_client_to_client: dst");
   CUBE__CHECK_OUT(out_handle, fn, "out_handle");
   /* No transport between servers yet: read on src, write on dst (reference §9.1). */
   cube_bytes_t* b;
@@ -1029,7 +1050,8 @@ cube_status_t cube_client_to_client(cube_client_t* src, cube_handle_t handle, cu
 cube_status_t cube_client_to_client_tensor(cube_client_t* src, const cube_tensor_t* tensor,
                                            cube_client_t* dst, cube_tensor_t* out_tensor) {
   const char* fn = "cube_client_to_client_tensor";
-  if (!src || !dst) return CUBE_INVALID("%s: %s client is NULL", fn, !src ? "src" : "dst");
+  CUBE__CHECK_CLIENT(src, "cube_client_to_client_tensor: src");
+  CUBE__CHECK_CLIENT(dst, "cube_client_to_client_tensor: dst");
   if (!tensor) return CUBE_INVALID("%s: tensor is NULL", fn);
   CUBE__CHECK_OUT(out_tensor, fn, "out_tensor");
   cube_bytes_t* b;
@@ -1146,4 +1168,9 @@ cube_status_t cube_enumerate_all_devices(cube_device_id_t* out_ids, size_t capac
   return CUBE_OK;
 }
 
-void cube_shutdown(void) { cube__queue_shutdown_all(); }
+void cube_shutdown(void) {
+  atomic_fetch_add(&cube__epoch, 1);
+  cube__queue_shutdown_all();
+  cube__handle_invalidate_all();
+  cube__server_sweep_orphans();
+}

@@ -217,3 +217,23 @@ cube_status_t cube_handle_device(cube_handle_t h, cube_device_id_t* out_device) 
   *out_device = i.server->id;
   return CUBE_OK;
 }
+
+void cube__handle_invalidate_all(void) {
+  pthread_mutex_lock(&cube__table_lock);
+  uint32_t n = cube__next_index;
+  pthread_mutex_unlock(&cube__table_lock);
+  for (uint32_t i = 0; i < n; ++i) {
+    cube__slot_t* s = cube__slot_at(i);
+    if (!s || !(atomic_load(&s->gen) & 1u)) continue;
+    unsigned refs = atomic_exchange(&s->refs, 0);
+    if (refs == 0) continue;
+    cube__memory_t* mem = s->info.mem;
+    atomic_fetch_add(&s->gen, 1); /* dead */
+    pthread_mutex_lock(&cube__table_lock);
+    s->next_free = cube__free_head;
+    cube__free_head = i + 1;
+    pthread_mutex_unlock(&cube__table_lock);
+    atomic_fetch_sub(&cube__live, 1);
+    while (refs--) cube__memory_handle_unref(mem);
+  }
+}

@@ -37,6 +37,10 @@ static inline uint64_t cube__handle_view_size(const cube__handle_info_t* i) {
   return i->buffer_size - i->offset_start - i->offset_end;
 }
 
+/* Kills every live handle (cube_shutdown): their ids become "released" and
+ * their references on the memory are dropped. Not thread-safe with handle use. */
+void cube__handle_invalidate_all(void);
+
 /* Live handles now (for leak checks in tests). */
 uint64_t cube__handle_live_count(void);
 

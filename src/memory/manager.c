@@ -276,3 +276,8 @@ cube_status_t cube__mm_reserve_bind(cube__mm_t* mm, uint64_t size, cube__memory_
   }
   return cube__mm_reserve_into(mm, size, m);
 }
+
+void cube__mm_rebind_storage(cube__mm_t* mm, const cube__storage_ops_t* storage) {
+  /* The pools point at mm->storage, so updating the copy in place is enough. */
+  if (mm && storage && storage->alignment == mm->storage.alignment) mm->storage = *storage;
+}

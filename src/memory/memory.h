@@ -145,6 +145,10 @@ void cube__mm_report(cube__mm_t* mm, cube_memory_report_t* out_report);
  * persistent slices; implicit only ages exclusive pages. */
 void cube__mm_cleanup(cube__mm_t* mm, bool explicit_cleanup);
 
+/* Replaces the storage ops (same alignment required), e.g. when the pools
+ * outlive the object their ops pointed at. */
+void cube__mm_rebind_storage(cube__mm_t* mm, const cube__storage_ops_t* storage);
+
 /* Bytes currently held from storage (sum of page sizes). */
 uint64_t cube__mm_reserved_bytes(const cube__mm_t* mm);
 

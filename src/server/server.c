@@ -138,10 +138,80 @@ static void cube__stream_host_dealloc(void* self, const cube__storage_t* storage
 // Streams
 //===----------------------------------------------------------------------===//
 
+/* Pinned pools whose buffers the caller still holds at shutdown (read
+ * results, staging buffers): they are host memory the caller owns, so they
+ * stay valid; the pools are destroyed once every buffer is released (checked
+ * at the next shutdown). */
+typedef struct cube__orphan {
+  struct cube__orphan* next;
+  cube__mm_t* mm;
+  const cube__backend_vtable_t* backend;
+} cube__orphan_t;
+
+static cube_status_t cube__orphan_alloc(void* self, uint64_t size, cube__storage_t* out) {
+  (void)self;
+  (void)out;
+  return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
+                           "staging: the device was shut down (%" PRIu64 " bytes)", size);
+}
+
+static void cube__orphan_dealloc(void* self, const cube__storage_t* storage) {
+  cube__orphan_t* o = self;
+  o->backend->host_dealloc(NULL, storage);
+}
+static pthread_mutex_t cube__orphans_lock = PTHREAD_MUTEX_INITIALIZER;
+static cube__orphan_t* cube__orphans;
+
+static bool cube__mm_in_use(cube__mm_t* mm) {
+  cube__mm_cleanup(mm, true);
+  cube_memory_usage_t u;
+  cube__mm_usage(mm, &u);
+  return u.number_allocs > 0;
+}
+
+/* Destroys the orphaned pools that are free now; true if none is left. */
+bool cube__server_sweep_orphans(void) {
+  pthread_mutex_lock(&cube__orphans_lock);
+  cube__orphan_t** p = &cube__orphans;
+  while (*p) {
+    cube__orphan_t* o = *p;
+    if (cube__mm_in_use(o->mm)) {
+      p = &o->next;
+      continue;
+    }
+    *p = o->next;
+    cube__mm_destroy(o->mm);
+    free(o);
+  }
+  bool empty = cube__orphans == NULL;
+  pthread_mutex_unlock(&cube__orphans_lock);
+  return empty;
+}
+
 static void cube__stream_destroy(cube__stream_t* st) {
   if (!st) return;
   if (st->mm) cube__mm_destroy(st->mm);
-  if (st->pinned) cube__mm_destroy(st->pinned);
+  if (st->pinned) {
+    if (!cube__mm_in_use(st->pinned)) {
+      cube__mm_destroy(st->pinned);
+    } else {
+      cube__orphan_t* o = calloc(1, sizeof(*o));
+      if (o) {
+        /* The pool's storage ops point at this stream, which goes away: they
+         * now point at the orphan, which frees through the backend table with
+         * no device (backend.h allows that for host storage). */
+        o->mm = st->pinned;
+        o->backend = st->server->backend;
+        cube__storage_ops_t ops = {o, 64, cube__orphan_alloc, cube__orphan_dealloc};
+        cube__mm_rebind_storage(o->mm, &ops);
+        pthread_mutex_lock(&cube__orphans_lock);
+        o->next = cube__orphans;
+        cube__orphans = o;
+        pthread_mutex_unlock(&cube__orphans_lock);
+      }
+    }
+    st->pinned = NULL;
+  }
   if (st->backend_stream && st->server->backend->stream_destroy)
     st->server->backend->stream_destroy(st->server->bdev, st->backend_stream);
   cube_status_free(st->errors);

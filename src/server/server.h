@@ -131,6 +131,10 @@ cube_status_t cube__server_profile(cube__server_t* s, uint64_t stream_id, cube_t
                                    void* user, const char* name,
                                    cube_profile_duration_t* out_duration);
 
+/* Destroys pinned pools kept past a shutdown once their buffers are all
+ * released; true if none is left. */
+bool cube__server_sweep_orphans(void);
+
 /* The server's service vtable (exposed for cube_shutdown). */
 extern const cube__service_vtable_t cube__server_service;
 

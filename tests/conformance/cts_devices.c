@@ -245,3 +245,40 @@ CUBE_TEST(devices_shutdown_and_reuse) {
     CTS_END(c);
   }
 }
+
+/* cube_shutdown releases everything: read results kept by the caller stay
+ * valid, handles and clients from before it are refused (not dereferenced),
+ * and the library works again afterwards. */
+CUBE_TEST(shutdown_refuses_stale_objects_keeps_read_results) {
+  CTS_CLIENT(c);
+  uint8_t data[3001];
+  cube_test_fill_random(data, sizeof(data), 77);
+  cube_handle_t h, kept;
+  REQUIRE_OK(cube_client_create_from_slice(c, data, sizeof(data), &h));
+  REQUIRE_OK(cube_client_empty(c, 64, &kept)); /* never released by the caller */
+  cube_bytes_t* b = NULL;
+  REQUIRE_OK(cube_client_read_one(c, h, &b));
+  cube_shutdown();
+  /* The read result is the caller's: still valid and intact. */
+  CHECK(cube_bytes_size(b) == sizeof(data));
+  CHECK(memcmp(cube_bytes_const_data(b), data, sizeof(data)) == 0);
+  cube_bytes_release(b);
+  /* Old handles and clients are refused with a clear status. */
+  cube_bytes_t* b2 = NULL;
+  cube_client_t* fresh = NULL;
+  REQUIRE_OK(cube_client_load(cts_device(0), &fresh));
+  CHECK_STATUS(cube_client_read_one(fresh, h, &b2), CUBE_STATUS_NOT_FOUND, "released");
+  CHECK_STATUS(cube_client_read_one(fresh, kept, &b2), CUBE_STATUS_NOT_FOUND, "released");
+  CHECK(cube_handle_size(kept) == 0);
+  CHECK_STATUS(cube_handle_release_checked(h), CUBE_STATUS_NOT_FOUND, "already released");
+  cube_handle_t h2;
+  CHECK_STATUS(cube_client_empty(c, 16, &h2), CUBE_STATUS_FAILED_PRECONDITION, "cube_shutdown");
+  CHECK(cube_client_properties(c) == NULL);
+  cube_client_release(c);
+  /* The library works again. */
+  REQUIRE_OK(cube_client_create_from_slice(fresh, data, 100, &h2));
+  CHECK(cts_read_equals(fresh, h2, data, 100));
+  cube_handle_release(h2);
+  cube_client_release(fresh);
+  cube_shutdown();
+}
