@@ -1,5 +1,5 @@
 # cube: the two commands of the README, plus a few helpers.
-#   make run     build, then `cube info` and `cube demo` on the CPU backend
+#   make run     install missing Debian packages, build, then `cube info` and `cube demo` (CPU)
 #   make check   install what the tests need (Debian, as root) if missing, build, run CTest
 #   make bench   build and run the benchmarks (never part of the tests)
 #   make install install into $(PREFIX) (default /usr/local)
@@ -14,15 +14,17 @@ GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
 all: build
 
+# Debian packages the build and the tests need (installed only if missing).
+PACKAGES := cmake gcc make pkg-config libxxhash-dev pocl-opencl-icd ocl-icd-opencl-dev opencl-headers
+
 deps:
 	@missing=""; \
-	for t in cmake:cmake cc:gcc make:make pkg-config:pkg-config; do \
-	  cmd=$${t%%:*}; pkg=$${t##*:}; \
-	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
-	done; \
+	if command -v dpkg >/dev/null 2>&1; then \
+	  for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	fi; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
-	  if [ "$$(id -u)" != 0 ]; then echo "run as root (or install$$missing)"; exit 1; fi; \
+	  if [ "$$(id -u)" != 0 ]; then echo "run as root, or install:$$missing"; exit 1; fi; \
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
 	fi
 
@@ -32,7 +34,8 @@ $(BUILD)/CMakeCache.txt:
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+run: deps
+	$(MAKE) build
 	./$(BUILD)/cube info
 	./$(BUILD)/cube demo
 

@@ -22,6 +22,7 @@
 #define CUBE_VERSION_STRING "0.1.0"
 
 #include "cube/bytes.h"
+#include "cube/cache.h"
 #include "cube/client.h"
 #include "cube/collective.h"
 #include "cube/device.h"

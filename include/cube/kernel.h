@@ -110,6 +110,17 @@ typedef union cube_cpu_arg {
   double f64;
 } cube_cpu_arg_t;
 
+/* Where a kernel compiled in Validate mode records its first out-of-bounds
+ * access (the launch then fails naming the kernel, argument and index). */
+typedef struct cube_bounds_error {
+  uint32_t flag;     /* 0 = none; set once, atomically */
+  uint32_t arg;      /* argument index */
+  uint64_t index;    /* element index accessed */
+  uint64_t len;      /* elements in the argument */
+  uint32_t is_write; /* 1 for a store */
+  uint32_t reserved;
+} cube_bounds_error_t;
+
 typedef struct cube_cpu_cube {
   uint32_t cube_pos[3];   /* this cube */
   uint32_t cube_count[3]; /* cubes in the launch */
@@ -119,6 +130,9 @@ typedef struct cube_cpu_cube {
   uint64_t shared_size;
   uint32_t worker;        /* participant number: unique among the threads running this
                              launch at once, < num_cpu_cores (not a fixed thread id) */
+  cube_bounds_error_t* bounds; /* Validate mode: where to record an out-of-bounds access */
+  void* scratch;          /* runtime scratch for compiled kernels (fiber stacks) */
+  uint64_t scratch_size;
 } cube_cpu_cube_t;
 
 /* Returns 0 on success; any other value fails the launch. */
@@ -131,18 +145,32 @@ typedef struct cube_kernel_s cube_kernel_t;
 
 #define CUBE_MAX_KERNEL_ARGS 64
 
+/* A compile-time define (CubeCL's comptime): "#define name value". */
+typedef struct cube_define {
+  const char* name;  /* a C identifier */
+  const char* value; /* may be NULL or "" (defined, empty) */
+} cube_define_t;
+
 typedef struct cube_kernel_desc {
-  const char* name;                 /* shown in errors and profiles (copied) */
+  const char* name;                 /* shown in errors and profiles (copied); NULL = entry */
   cube_dim_t cube_dim;              /* units per cube; {0,0,0} means {1,1,1} */
-  const cube_arg_kind_t* arg_kinds; /* the signature launches are checked against */
+  const cube_arg_kind_t* arg_kinds; /* signature; for dialect kernels NULL = from the source */
   uint32_t arg_count;               /* <= CUBE_MAX_KERNEL_ARGS */
-  uint64_t shared_memory_size;      /* bytes of cube-local scratch per cube */
-  cube_cpu_kernel_fn cpu_fn;        /* native kernel for the CPU backend */
+  uint64_t shared_memory_size;      /* native kernels: bytes of cube-local scratch per cube */
+  cube_cpu_kernel_fn cpu_fn;        /* a native kernel for the CPU backend, or NULL */
+  /* A kernel in the cube dialect (docs/dialect.md), compiled by each backend on
+   * first launch (or cube_kernel_precompile) and cached. */
+  const char* source;               /* dialect source text (copied) */
+  const char* entry;                /* the CUBE_KERNEL to run */
+  const cube_define_t* defines;     /* compile-time defines (copied) */
+  uint32_t define_count;
 } cube_kernel_desc_t;
 
-/* Creates a kernel. Fails with INVALID_ARGUMENT (naming the field) for a
- * missing name or function, a zero cube dimension component, too many args
- * or an unknown arg kind. Thread-safe. */
+/* Creates a kernel: native (cpu_fn) or dialect (source + entry; the source is
+ * parsed now, so a missing entry or a malformed CUBE_KERNEL declaration fails
+ * here, naming the line; compile errors come at first launch). Fails with
+ * INVALID_ARGUMENT (naming the field) for a missing name or function, a zero
+ * cube dimension component, too many args or an unknown arg kind. Thread-safe. */
 CUBE_MUST_USE_RESULT cube_status_t cube_kernel_create(const cube_kernel_desc_t* desc,
                                                       cube_kernel_t** out_kernel);
 cube_kernel_t* cube_kernel_retain(cube_kernel_t* kernel);

@@ -1,0 +1,49 @@
+/* cube/cache.h: the kernel cache. Compiled dialect kernels are kept in memory
+ * (per process) and on disk (CUBE_CACHE_DIR, default $XDG_CACHE_HOME/cube or
+ * ~/.cache/cube), keyed by a hash of everything that changes the binary:
+ * source, defines, entry, execution mode, backend, device architecture,
+ * compiler identity and the runtime version. Disk writes are atomic (several
+ * processes may compile the same kernel at once); a corrupt or truncated entry
+ * is detected and rebuilt.
+ *
+ * All functions are thread-safe.
+ */
+#ifndef CUBE_CACHE_H_
+#define CUBE_CACHE_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cube/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cube_kernel_cache_stats {
+  uint64_t memory_hits;      /* compiled kernel found in this process */
+  uint64_t disk_hits;        /* loaded from the disk cache */
+  uint64_t misses;           /* had to compile */
+  uint64_t compile_failures; /* compilations that failed */
+  uint64_t corrupt_entries;  /* disk entries found damaged and rebuilt */
+  uint64_t compile_ns;       /* time spent compiling */
+  uint64_t load_ns;          /* time spent loading disk hits */
+  uint64_t disk_entries;     /* entries on disk now */
+  uint64_t disk_bytes;       /* their size */
+} cube_kernel_cache_stats_t;
+
+/* Counters of this process, plus the disk entries now. */
+CUBE_MUST_USE_RESULT cube_status_t cube_kernel_cache_stats(cube_kernel_cache_stats_t* out_stats);
+
+/* The cache directory in use ("" when the disk cache is off: CUBE_CACHE_DIR=off). */
+const char* cube_kernel_cache_dir(void);
+
+/* Removes every disk entry (and resets the counters). Compiled kernels in use
+ * stay loaded. */
+CUBE_MUST_USE_RESULT cube_status_t cube_kernel_cache_clear(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUBE_CACHE_H_ */
