@@ -46,7 +46,7 @@ int main(void) {
   CHECK(cube_client_empty(client, sizeof(a), &hout));
 
   cube_arg_kind_t kinds[] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER};
-  cube_kernel_desc_t desc = {"add", {64, 1, 1}, kinds, 3, 0, add_kernel};
+  cube_kernel_desc_t desc = {.name = "add", .cube_dim = {64, 1, 1}, .arg_kinds = kinds, .arg_count = 3, .shared_memory_size = 0, .cpu_fn = add_kernel};
   cube_kernel_t* kernel;
   CHECK(cube_kernel_create(&desc, &kernel));
   cube_arg_t args[] = {cube_arg_buffer(ha), cube_arg_buffer(hb), cube_arg_buffer(hout)};

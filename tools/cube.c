@@ -1,5 +1,7 @@
 /* cube: the command-line tool.
  *   cube info   backends, devices, properties and features
+ *   cube cache  kernel cache: directory, entries, size and counters
+ *   cube cache clear   remove every disk entry
  *   cube demo   uploads tensors (contiguous and packed), runs kernels, reads
  *               the results back and checks them, prints memory usage and a
  *               profile. Exit status 0 only if every check passed.
@@ -15,6 +17,8 @@ static int usage(void) {
   fprintf(stderr,
           "usage: cube <command>\n"
           "  info   list backends, devices, properties and features\n"
+          "  cache  show the kernel cache (directory, entries, size, counters)\n"
+          "  cache clear   remove every kernel cache entry on disk\n"
           "  demo   run the demo on the default backend (CUBE_BACKEND, else cpu)\n");
   return 2;
 }
@@ -221,7 +225,7 @@ static int cmd_demo(void) {
   TRY(cube_client_create_from_slice(c, x, N * sizeof(float), &hx));
   TRY(cube_client_create_from_slice(c, y, N * sizeof(float), &hy));
   cube_arg_kind_t saxpy_kinds[] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_F32};
-  cube_kernel_desc_t d1 = {"saxpy", {DIM, 1, 1}, saxpy_kinds, 3, 0, saxpy};
+  cube_kernel_desc_t d1 = {.name = "saxpy", .cube_dim = {DIM, 1, 1}, .arg_kinds = saxpy_kinds, .arg_count = 3, .shared_memory_size = 0, .cpu_fn = saxpy};
   cube_kernel_t* k_saxpy;
   TRY(cube_kernel_create(&d1, &k_saxpy));
   cube_arg_t a1[] = {cube_arg_buffer(hx), cube_arg_buffer(hy), cube_arg_f32(2.0f)};
@@ -238,8 +242,7 @@ static int cmd_demo(void) {
   cube_handle_t hpart;
   TRY(cube_client_empty(c, (N / DIM) * sizeof(double), &hpart));
   cube_arg_kind_t sum_kinds[] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER};
-  cube_kernel_desc_t d2 = {"partial_sum", {DIM, 1, 1}, sum_kinds, 2, DIM * sizeof(double),
-                           partial_sum};
+  cube_kernel_desc_t d2 = {.name = "partial_sum", .cube_dim = {DIM, 1, 1}, .arg_kinds = sum_kinds, .arg_count = 2, .shared_memory_size = DIM * sizeof(double), .cpu_fn = partial_sum};
   cube_kernel_t* k_sum;
   TRY(cube_kernel_create(&d2, &k_sum));
   cube_arg_t a2[] = {cube_arg_buffer(hx), cube_arg_buffer(hpart)};
@@ -274,7 +277,7 @@ static int cmd_demo(void) {
          cube_handle_buffer_size(t[0].handle), cube_handle_offset(t[0].handle),
          cube_handle_offset(t[1].handle), cube_handle_offset(t[2].handle));
   cube_arg_kind_t scale_kinds[] = {CUBE_ARG_BUFFER, CUBE_ARG_F32, CUBE_ARG_U64, CUBE_ARG_U64};
-  cube_kernel_desc_t d3 = {"scale_rows", {1, 1, 1}, scale_kinds, 4, 0, scale_rows};
+  cube_kernel_desc_t d3 = {.name = "scale_rows", .cube_dim = {1, 1, 1}, .arg_kinds = scale_kinds, .arg_count = 4, .shared_memory_size = 0, .cpu_fn = scale_rows};
   cube_kernel_t* k_scale;
   TRY(cube_kernel_create(&d3, &k_scale));
   cube_arg_t a3[] = {cube_arg_buffer(t[0].handle), cube_arg_f32(3.0f), cube_arg_u64(t[0].strides[0]),
@@ -328,8 +331,41 @@ static int cmd_demo(void) {
   return failures ? 1 : 0;
 }
 
+static int cmd_cache(int argc, char** argv) {
+  if (argc >= 3 && strcmp(argv[2], "clear") == 0) {
+    cube_status_t st = cube_kernel_cache_clear();
+    if (st) {
+      fprintf(stderr, "cube cache clear: %s\n", cube_status_message(st));
+      cube_status_free(st);
+      return 1;
+    }
+    printf("kernel cache cleared: %s\n", cube_kernel_cache_dir());
+    return 0;
+  }
+  if (argc >= 3) return usage();
+  cube_kernel_cache_stats_t s;
+  cube_status_t st = cube_kernel_cache_stats(&s);
+  if (st) {
+    fprintf(stderr, "cube cache: %s\n", cube_status_message(st));
+    cube_status_free(st);
+    return 1;
+  }
+  char b[32];
+  const char* dir = cube_kernel_cache_dir();
+  printf("kernel cache: %s\n", dir[0] ? dir : "(disk cache off: CUBE_CACHE_DIR=off)");
+  printf("  entries on disk: %llu, %s\n", (unsigned long long)s.disk_entries,
+         fmt_bytes(s.disk_bytes, b, sizeof(b)));
+  printf("  this process: %llu memory hits, %llu disk hits, %llu misses, %llu failed compiles, "
+         "%llu corrupt entries rebuilt\n",
+         (unsigned long long)s.memory_hits, (unsigned long long)s.disk_hits,
+         (unsigned long long)s.misses, (unsigned long long)s.compile_failures,
+         (unsigned long long)s.corrupt_entries);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
+  if (strcmp(argv[1], "cache") == 0) return cmd_cache(argc, argv);
   if (strcmp(argv[1], "info") == 0) return cmd_info();
   if (strcmp(argv[1], "demo") == 0) return cmd_demo();
   return usage();

@@ -318,6 +318,14 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_launch_mode(cube_client_t* client
                                                            const cube_arg_t* args,
                                                            cube_execution_mode_t mode);
 
+/* Compiles dialect |kernels| for the client's device in |mode| now (the kernel
+ * cache keeps them, in memory and on disk), so that their first launch does
+ * not pay for it; compile errors are returned here. Native kernels need
+ * nothing. */
+CUBE_MUST_USE_RESULT cube_status_t cube_kernel_precompile(cube_client_t* client, size_t count,
+                                                          cube_kernel_t* const* kernels,
+                                                          cube_execution_mode_t mode);
+
 /* Synchronisation -------------------------------------------------------- */
 
 /* Pushes queued work to the device and returns (and clears) the stream's

@@ -77,6 +77,12 @@ typedef struct cube__backend_vtable {
 
   cube_status_t (*launch)(cube__backend_device_t* device, void* stream, const cube__launch_t* l);
 
+  /* Compiles |kernel| for |mode| if it is not yet (dialect kernels; a no-op for
+   * native ones). Thread-safe; used by cube_kernel_precompile and, implicitly,
+   * by the first launch. */
+  cube_status_t (*prepare)(cube__backend_device_t* device, const cube_kernel_t* kernel,
+                           cube_execution_mode_t mode);
+
   /* Waits for everything queued on |stream|. */
   cube_status_t (*sync)(cube__backend_device_t* device, void* stream);
 } cube__backend_vtable_t;

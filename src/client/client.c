@@ -7,6 +7,7 @@
 #include "base/status.h"
 #include "client/handles.h"
 #include "cube/cube.h"
+#include "kernel/cache.h"
 #include "kernel/kernel.h"
 #include "server/server.h"
 
@@ -880,9 +881,13 @@ cube_status_t cube_client_launch_mode(cube_client_t* c, cube_kernel_t* kernel, c
     return CUBE_INVALID("%s: kernel '%s' takes %u argument%s, got %zu", fn, kernel->name,
                         kernel->arg_count, kernel->arg_count == 1 ? "" : "s", arg_count);
   if (arg_count && !args) return CUBE_INVALID("%s: kernel '%s': args is NULL", fn, kernel->name);
-  if (!kernel->cpu_fn && s->id.backend == CUBE_BACKEND_CPU)
+  if (!kernel->cpu_fn && !kernel->source)
+    return cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "%s: kernel '%s' has no code", fn,
+                             kernel->name);
+  if (kernel->cpu_fn && s->id.backend != CUBE_BACKEND_CPU)
     return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
-                             "%s: kernel '%s' has no native CPU function", fn, kernel->name);
+                             "%s: kernel '%s' is a native CPU function; %s runs dialect kernels",
+                             fn, kernel->name, s->props.name);
   const cube_dim_t d = kernel->cube_dim;
   const uint32_t* maxd = s->props.hardware.max_cube_dim;
   uint64_t units = (uint64_t)d.x * d.y * d.z;
@@ -958,6 +963,23 @@ cube_status_t cube_client_launch_mode(cube_client_t* c, cube_kernel_t* kernel, c
   if (dyn.mem) cube__memory_ref(dyn.mem);
   return cube__server_launch(c->server, cube__client_stream_id(c), kernel, xyz,
                              dyn.mem ? &dyn : NULL, mode, (uint32_t)arg_count, targs);
+}
+
+cube_status_t cube_kernel_precompile(cube_client_t* c, size_t count, cube_kernel_t* const* kernels,
+                                     cube_execution_mode_t mode) {
+  const char* fn = "cube_kernel_precompile";
+  CUBE__CHECK_CLIENT(c, fn);
+  if (count && !kernels) return CUBE_INVALID("%s: kernels is NULL", fn);
+  if ((unsigned)mode > CUBE_EXEC_UNCHECKED)
+    return CUBE_INVALID("%s: execution mode %d is invalid", fn, (int)mode);
+  cube__server_t* s = c->server;
+  for (size_t i = 0; i < count; ++i) {
+    if (!kernels[i]) return CUBE_INVALID("%s: kernels[%zu] is NULL", fn, i);
+    if (!s->backend->prepare) continue;
+    cube_status_t st = s->backend->prepare(s->bdev, kernels[i], mode);
+    if (st) return cube__status_annotate(st, "%s: kernels[%zu]", fn, i);
+  }
+  return CUBE_OK;
 }
 
 cube_status_t cube_client_launch(cube_client_t* c, cube_kernel_t* kernel, cube_count_t count,
@@ -1173,4 +1195,5 @@ void cube_shutdown(void) {
   cube__queue_shutdown_all();
   cube__handle_invalidate_all();
   cube__server_sweep_orphans();
+  cube__cache_shutdown();
 }

@@ -39,8 +39,18 @@ cube_status_t cube__cache_disk_load(cube__cache_key_t key, const char* kind, voi
 cube_status_t cube__cache_disk_store(cube__cache_key_t key, const char* kind, const void* data,
                                      size_t size);
 
+/* Where the entry of |key| and |kind| lives ("<dir>/v1/<hex>.<kind>"), for
+ * tools and tests. UNAVAILABLE when the disk cache is off. */
+cube_status_t cube__cache_entry_path(cube__cache_key_t key, const char* kind, char* out,
+                                     size_t size);
+/* Deletes the entry of |key| and |kind| and counts it as corrupt: for a caller
+ * that found a well-formed entry unusable (e.g. a shared object that does not
+ * load). */
+void cube__cache_disk_discard(cube__cache_key_t key, const char* kind);
+
 /* Memory: an artifact (e.g. a loaded module) per key, owned by the cache;
- * |destroy| runs at cube_kernel_cache_clear / shutdown of the process cache. */
+ * |destroy| runs at cube__cache_shutdown (cube_kernel_cache_clear keeps
+ * loaded artifacts). */
 void* cube__cache_memory_get(cube__cache_key_t key);
 /* Inserts unless present; returns the artifact now in the cache (the
  * existing one if another thread won, then |artifact| is destroyed). */
@@ -50,5 +60,15 @@ void* cube__cache_memory_put(cube__cache_key_t key, void* artifact, void (*destr
 void cube__cache_count_memory_hit(void);
 void cube__cache_count_disk_hit(uint64_t load_ns);
 void cube__cache_count_miss(uint64_t compile_ns, bool failed);
+
+/* cube_shutdown: destroys the memory map (every artifact's |destroy| runs;
+ * the CPU backend's modules are only retired, never unloaded, so functions
+ * taken from them stay callable) and frees the cache's strings
+ * (cube_kernel_cache_dir results). The cache stays usable: later calls start
+ * with an empty map. */
+void cube__cache_shutdown(void);
+/* Bumped by every cube__cache_shutdown: a holder of a function taken from a
+ * cached artifact can tell that it went away. */
+uint64_t cube__cache_generation(void);
 
 #endif /* CUBE_KERNEL_CACHE_H_ */

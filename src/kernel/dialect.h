@@ -64,4 +64,21 @@ cube_status_t cube__dialect_generate(cube__target_t target, const cube__signatur
  * 0 otherwise). */
 uint64_t cube__dialect_cpu_scratch_size(const cube__signature_t* signature, uint64_t units);
 
+/* Additions (beyond the first contract) -------------------------------------- */
+
+/* Bytes of fiber stack per unit: the value of a CUBE_CPU_FIBER_STACK define
+ * (decimal, a multiple of 64, >= 4096) or the default, 16384. */
+uint64_t cube__dialect_cpu_fiber_stack(const cube_define_t* defines, uint32_t define_count);
+
+/* cube__dialect_cpu_scratch_size for a kernel whose defines may set
+ * CUBE_CPU_FIBER_STACK (the runtime should call this one). */
+uint64_t cube__dialect_cpu_scratch_size_defines(const cube__signature_t* signature, uint64_t units,
+                                                const cube_define_t* defines,
+                                                uint32_t define_count);
+
+/* What a non-zero return of a generated CPU cube_kernel_entry means, for the
+ * launch's error message: 1 scratch too small, 2 argument count mismatch,
+ * 3 fiber stack overflow, 4 too many units. Static text. */
+const char* cube__dialect_cpu_entry_error(int code);
+
 #endif /* CUBE_KERNEL_DIALECT_H_ */

@@ -4,10 +4,12 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/status.h"
+#include "kernel/dialect.h"
 
 static atomic_uint_least64_t cube__kernel_next_id = 1;
 
@@ -31,10 +33,16 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t* desc, cube_kernel_t**
   const char* fn = "cube_kernel_create";
   if (!out_kernel) return CUBE_INVALID("%s: out_kernel is NULL", fn);
   if (!desc) return CUBE_INVALID("%s: desc is NULL", fn);
-  if (!desc->name) return CUBE_INVALID("%s: desc->name is NULL", fn);
-  if (!desc->name[0]) return CUBE_INVALID("%s: desc->name is empty", fn);
-  const char* name = desc->name;
-  if (!desc->cpu_fn) return CUBE_INVALID("%s: kernel '%s': desc->cpu_fn is NULL", fn, name);
+  if (desc->source && !desc->entry) return CUBE_INVALID("%s: desc->source is set but desc->entry is NULL", fn);
+  if (!desc->name && !desc->source) return CUBE_INVALID("%s: desc->name is NULL", fn);
+  const char* name = desc->name ? desc->name : desc->entry;
+  if (!name[0]) return CUBE_INVALID("%s: desc->name is empty", fn);
+  if (!desc->cpu_fn && !desc->source)
+    return CUBE_INVALID("%s: kernel '%s': desc->cpu_fn is NULL and there is no desc->source", fn,
+                        name);
+  if (desc->cpu_fn && desc->source)
+    return CUBE_INVALID("%s: kernel '%s': give desc->cpu_fn (native) or desc->source (dialect), "
+                        "not both", fn, name);
 
   cube_dim_t dim = desc->cube_dim;
   if (dim.x == 0 && dim.y == 0 && dim.z == 0) {
@@ -54,18 +62,61 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t* desc, cube_kernel_t**
                           fn, name, dim.x, dim.y, dim.z, UINT32_MAX);
   }
 
-  if (desc->arg_count > CUBE_MAX_KERNEL_ARGS)
-    return CUBE_INVALID("%s: kernel '%s': desc->arg_count %" PRIu32
-                        " exceeds CUBE_MAX_KERNEL_ARGS (%d)",
-                        fn, name, desc->arg_count, CUBE_MAX_KERNEL_ARGS);
-  if (desc->arg_count > 0 && !desc->arg_kinds)
-    return CUBE_INVALID("%s: kernel '%s': desc->arg_kinds is NULL with desc->arg_count %" PRIu32,
-                        fn, name, desc->arg_count);
-  for (uint32_t i = 0; i < desc->arg_count; ++i)
-    if ((unsigned)desc->arg_kinds[i] >= (unsigned)CUBE_ARG_KIND_COUNT)
-      return CUBE_INVALID("%s: kernel '%s': desc->arg_kinds[%" PRIu32
-                          "] is %d (not a cube_arg_kind_t)",
-                          fn, name, i, (int)desc->arg_kinds[i]);
+  cube__signature_t* sig = NULL;
+  cube_arg_kind_t kinds[CUBE_MAX_KERNEL_ARGS];
+  uint32_t arg_count = desc->arg_count;
+  if (desc->source) {
+    sig = calloc(1, sizeof(*sig));
+    if (!sig) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", fn);
+    cube_status_t st = cube__dialect_parse(desc->source, desc->entry, sig);
+    if (st) {
+      free(sig);
+      return cube__status_annotate(st, "%s: kernel '%s'", fn, name);
+    }
+    if (desc->arg_kinds || desc->arg_count) {
+      /* A declared signature must agree with the source. */
+      bool same = desc->arg_kinds && desc->arg_count == sig->count;
+      for (uint32_t i = 0; same && i < sig->count; ++i)
+        same = desc->arg_kinds[i] == sig->params[i].kind;
+      if (!same) {
+        uint32_t n = sig->count;
+        free(sig);
+        return CUBE_INVALID("%s: kernel '%s': desc->arg_kinds (%" PRIu32 " arguments) disagree "
+                            "with CUBE_KERNEL(%s, ...) in the source (%" PRIu32 " arguments)",
+                            fn, name, desc->arg_count, desc->entry, n);
+      }
+    }
+    arg_count = sig->count;
+    for (uint32_t i = 0; i < sig->count; ++i) kinds[i] = sig->params[i].kind;
+    for (uint32_t i = 0; i < desc->define_count; ++i) {
+      const char* dn = desc->defines ? desc->defines[i].name : NULL;
+      bool ok = dn && (dn[0] == '_' || (dn[0] >= 'A' && dn[0] <= 'Z') || (dn[0] >= 'a' && dn[0] <= 'z'));
+      for (const char* c = dn; ok && *c; ++c)
+        ok = *c == '_' || (*c >= '0' && *c <= '9') || (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z');
+      const char* dv = desc->defines && desc->defines[i].value ? desc->defines[i].value : "";
+      if (ok && (strchr(dv, '\n') || strchr(dv, '\r'))) ok = false;
+      if (!ok) {
+        free(sig);
+        return CUBE_INVALID("%s: kernel '%s': desc->defines[%" PRIu32 "] ('%s') is not a C "
+                            "identifier with a one-line value",
+                            fn, name, i, dn ? dn : "(null)");
+      }
+    }
+  } else {
+    if (desc->arg_count > CUBE_MAX_KERNEL_ARGS)
+      return CUBE_INVALID("%s: kernel '%s': desc->arg_count %" PRIu32
+                          " exceeds CUBE_MAX_KERNEL_ARGS (%d)",
+                          fn, name, desc->arg_count, CUBE_MAX_KERNEL_ARGS);
+    if (desc->arg_count > 0 && !desc->arg_kinds)
+      return CUBE_INVALID("%s: kernel '%s': desc->arg_kinds is NULL with desc->arg_count %" PRIu32,
+                          fn, name, desc->arg_count);
+    for (uint32_t i = 0; i < desc->arg_count; ++i)
+      if ((unsigned)desc->arg_kinds[i] >= (unsigned)CUBE_ARG_KIND_COUNT)
+        return CUBE_INVALID("%s: kernel '%s': desc->arg_kinds[%" PRIu32
+                            "] is %d (not a cube_arg_kind_t)",
+                            fn, name, i, (int)desc->arg_kinds[i]);
+    for (uint32_t i = 0; i < desc->arg_count; ++i) kinds[i] = desc->arg_kinds[i];
+  }
 
   cube_kernel_t* k = calloc(1, sizeof(*k));
   size_t name_len = strlen(name);
@@ -73,6 +124,7 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t* desc, cube_kernel_t**
   if (!k || !name_copy) {
     free(k);
     free(name_copy);
+    free(sig);
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: kernel '%s': out of host memory", fn,
                              name);
   }
@@ -81,12 +133,43 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t* desc, cube_kernel_t**
   k->id = atomic_fetch_add_explicit(&cube__kernel_next_id, 1, memory_order_relaxed);
   k->name = name_copy;
   k->cube_dim = dim;
-  k->arg_count = desc->arg_count;
-  for (uint32_t i = 0; i < desc->arg_count; ++i) k->arg_kinds[i] = desc->arg_kinds[i];
+  k->arg_count = arg_count;
+  for (uint32_t i = 0; i < arg_count; ++i) k->arg_kinds[i] = kinds[i];
   k->shared_memory_size = desc->shared_memory_size;
   k->cpu_fn = desc->cpu_fn;
+  k->signature = sig;
+  if (desc->source) {
+    k->source = strdup(desc->source);
+    k->entry = strdup(desc->entry);
+    k->define_count = desc->define_count;
+    k->defines = desc->define_count ? calloc(desc->define_count, sizeof(cube_define_t)) : NULL;
+    bool ok = k->source && k->entry && (!desc->define_count || k->defines);
+    for (uint32_t i = 0; ok && i < desc->define_count; ++i) {
+      k->defines[i].name = strdup(desc->defines[i].name);
+      k->defines[i].value = strdup(desc->defines[i].value ? desc->defines[i].value : "");
+      ok = k->defines[i].name && k->defines[i].value;
+    }
+    if (!ok) {
+      cube_kernel_release(k);
+      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: kernel '%s': out of host memory",
+                               fn, name);
+    }
+    /* Sorted by name: the same set in any order is the same kernel. */
+    for (uint32_t i = 1; i < k->define_count; ++i)
+      for (uint32_t j = i; j > 0 && strcmp(k->defines[j - 1].name, k->defines[j].name) > 0; --j) {
+        cube_define_t t = k->defines[j];
+        k->defines[j] = k->defines[j - 1];
+        k->defines[j - 1] = t;
+      }
+  }
   *out_kernel = k;
   return CUBE_OK;
+}
+
+const char* cube__kernel_param_name(const cube_kernel_t* k, uint32_t i, char buf[16]) {
+  if (k && k->signature && i < k->signature->count) return k->signature->params[i].name;
+  snprintf(buf, 16, "arg%u", i);
+  return buf;
 }
 
 cube_kernel_t* cube_kernel_retain(cube_kernel_t* kernel) {
@@ -97,6 +180,14 @@ cube_kernel_t* cube_kernel_retain(cube_kernel_t* kernel) {
 void cube_kernel_release(cube_kernel_t* kernel) {
   if (!kernel) return;
   if (atomic_fetch_sub_explicit(&kernel->refs, 1, memory_order_acq_rel) != 1) return;
+  for (uint32_t i = 0; kernel->defines && i < kernel->define_count; ++i) {
+    free((char*)kernel->defines[i].name);
+    free((char*)kernel->defines[i].value);
+  }
+  free(kernel->defines);
+  free(kernel->source);
+  free(kernel->entry);
+  free(kernel->signature);
   free(kernel->name);
   free(kernel);
 }

@@ -6,6 +6,8 @@
 
 #include "cube/kernel.h"
 
+struct cube__signature;
+
 struct cube_kernel_s {
   atomic_uint refs;
   uint64_t id;                 /* process-unique, for profiles and cache keys */
@@ -15,6 +17,19 @@ struct cube_kernel_s {
   cube_arg_kind_t arg_kinds[CUBE_MAX_KERNEL_ARGS];
   uint64_t shared_memory_size;
   cube_cpu_kernel_fn cpu_fn;
+  /* Dialect kernels (source != NULL, cpu_fn == NULL). */
+  char* source;
+  char* entry;
+  cube_define_t* defines;           /* copies, sorted by name (one key per set) */
+  uint32_t define_count;
+  struct cube__signature* signature; /* parsed at creation */
+  /* Compiled forms per backend and execution mode, filled by the backend on
+   * first use; they belong to the process-wide kernel cache, not to the
+   * kernel (several kernel objects of one source share them). */
+  _Atomic(void*) compiled[CUBE_BACKEND_COUNT][3];
 };
+
+/* The name of parameter |i| of a dialect kernel ("arg<i>" for native ones). */
+const char* cube__kernel_param_name(const cube_kernel_t* k, uint32_t i, char buf[16]);
 
 #endif /* CUBE_KERNEL_KERNEL_H_ */

@@ -622,11 +622,11 @@ CUBE_TEST(random_operations) {
   static const cube_arg_kind_t fill_kinds[2] = {CUBE_ARG_BUFFER, CUBE_ARG_U32};
   static const cube_arg_kind_t copy_kinds[2] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER};
   static const cube_arg_kind_t add_kinds[3] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER};
-  cube_kernel_desc_t kd = {"stress_fill", {K_DIM, 1, 1}, fill_kinds, 2, 0, k_fill};
+  cube_kernel_desc_t kd = {.name = "stress_fill", .cube_dim = {K_DIM, 1, 1}, .arg_kinds = fill_kinds, .arg_count = 2, .shared_memory_size = 0, .cpu_fn = k_fill};
   REQUIRE_OK(cube_kernel_create(&kd, &g_fill));
-  kd = (cube_kernel_desc_t){"stress_copy", {K_DIM, 1, 1}, copy_kinds, 2, 0, k_copy};
+  kd = (cube_kernel_desc_t){.name = "stress_copy", .cube_dim = {K_DIM, 1, 1}, .arg_kinds = copy_kinds, .arg_count = 2, .cpu_fn = k_copy};
   REQUIRE_OK(cube_kernel_create(&kd, &g_copy));
-  kd = (cube_kernel_desc_t){"stress_add", {K_DIM, 1, 1}, add_kinds, 3, 0, k_add};
+  kd = (cube_kernel_desc_t){.name = "stress_add", .cube_dim = {K_DIM, 1, 1}, .arg_kinds = add_kinds, .arg_count = 3, .cpu_fn = k_add};
   REQUIRE_OK(cube_kernel_create(&kd, &g_add));
 
   cube_memory_usage_t start[STRESS_DEVICES];

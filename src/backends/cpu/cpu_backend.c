@@ -11,9 +11,12 @@
 #include <sys/mman.h>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_compiler.h"
 #include "backends/cpu/worker_pool.h"
 #include "base/status.h"
 #include "cube/cube.h"
+#include "kernel/cache.h"
+#include "kernel/dialect.h"
 #include "kernel/kernel.h"
 #include "platform/platform.h"
 
@@ -334,6 +337,56 @@ enum {
   CUBE__CPU_RANGE_NO_SCRATCH = 2,
 };
 
+/* The function that runs one cube of |k| in |mode|: the native one, or the
+ * dialect source compiled by the system C compiler (cached per kernel object
+ * here, per process and on disk in the kernel cache). */
+static cube_status_t cube__cpu_kernel_function(const cube_kernel_t* k, cube_execution_mode_t mode,
+                                               cube_cpu_kernel_fn* out) {
+  if (k->cpu_fn) {
+    *out = k->cpu_fn;
+    return CUBE_OK;
+  }
+  if (!k->source || !k->signature)
+    return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
+                             "kernel '%s' has no native CPU function and no dialect source", k->name);
+  if ((unsigned)mode > CUBE_EXEC_UNCHECKED)
+    return CUBE_INVALID("kernel '%s': execution mode %d is invalid", k->name, (int)mode);
+  _Atomic(void*)* slot = (_Atomic(void*)*)&k->compiled[CUBE_BACKEND_CPU][mode];
+  void* fn = atomic_load_explicit(slot, memory_order_acquire);
+  if (fn) {
+    *out = (cube_cpu_kernel_fn)fn;
+    return CUBE_OK;
+  }
+  char* text = NULL;
+  cube_status_t st = cube__dialect_generate(CUBE__TARGET_CPU, k->signature, k->source, k->defines,
+                                            k->define_count, mode, &text);
+  if (st) return cube__status_annotate(st, "kernel '%s'", k->name);
+  const char* cc = NULL;
+  const char* identity = NULL;
+  st = cube__cpu_compiler(&cc, &identity);
+  if (!st) {
+    static const char* const mode_names[3] = {"checked", "validate", "unchecked"};
+    const char* parts[] = {"cube", CUBE_VERSION_STRING, "cpu", cube__cpu_machine_id(), identity,
+                           mode_names[mode], text, NULL};
+    cube__cache_key_t key = cube__cache_key(parts);
+    cube_cpu_kernel_fn f = NULL;
+    st = cube__cpu_compile(text, key, "cube_kernel_entry", k->name, &f);
+    if (!st) {
+      atomic_store_explicit(slot, (void*)f, memory_order_release);
+      *out = f;
+    }
+  }
+  free(text);
+  return st;
+}
+
+static cube_status_t cube__cpu_prepare(cube__backend_device_t* dev, const cube_kernel_t* k,
+                                       cube_execution_mode_t mode) {
+  (void)dev;
+  cube_cpu_kernel_fn fn;
+  return cube__cpu_kernel_function(k, mode, &fn);
+}
+
 typedef struct cube__cpu_launch_ctx {
   cube__backend_device_t* dev;
   cube_cpu_kernel_fn fn;
@@ -342,7 +395,9 @@ typedef struct cube__cpu_launch_ctx {
   uint32_t count[3];
   uint32_t dim[3];
   cube_execution_mode_t mode;
-  uint64_t shared_size;
+  uint64_t shared_size;  /* user cube-local memory (native kernels) */
+  uint64_t scratch_size; /* runtime scratch (fiber stacks of dialect kernels) */
+  cube_bounds_error_t* bounds;
   /* The first failure: claimed by CAS, its details written by the winner
    * and read after the pool run returned (which orders them). */
   atomic_int failed;
@@ -369,15 +424,18 @@ static int cube__cpu_run_cubes(void* p, uint64_t begin, uint64_t end, uint32_t p
   memcpy(cube.cube_dim, ctx->dim, sizeof(cube.cube_dim));
   cube.mode = ctx->mode;
   cube.worker = participant;
+  cube.bounds = ctx->bounds;
 
   const uint64_t cx = ctx->count[0], cy = ctx->count[1], cxy = cx * cy;
   uint32_t x = (uint32_t)(begin % cx), y = (uint32_t)((begin / cx) % cy),
            z = (uint32_t)(begin / cxy);
 
-  if (ctx->shared_size) {
+  const uint64_t shared_part = cube__round_up(ctx->shared_size, CUBE__CPU_ALIGNMENT);
+  const uint64_t need = shared_part + ctx->scratch_size;
+  if (need) {
     cube__cpu_scratch_t* scratch = &ctx->dev->scratch[participant];
-    if (scratch->size < ctx->shared_size) {
-      uint64_t size = cube__round_up(ctx->shared_size, CUBE__CPU_ALIGNMENT);
+    if (scratch->size < need) {
+      uint64_t size = cube__round_up(need, CUBE__CPU_ALIGNMENT);
       void* mem = cube__aligned_alloc((size_t)size, CUBE__CPU_ALIGNMENT);
       if (!mem) {
         uint32_t pos[3] = {x, y, z};
@@ -388,8 +446,14 @@ static int cube__cpu_run_cubes(void* p, uint64_t begin, uint64_t end, uint32_t p
       scratch->ptr = mem;
       scratch->size = size;
     }
-    cube.shared = scratch->ptr;
-    cube.shared_size = ctx->shared_size;
+    if (ctx->shared_size) {
+      cube.shared = scratch->ptr;
+      cube.shared_size = ctx->shared_size;
+    }
+    if (ctx->scratch_size) {
+      cube.scratch = (char*)scratch->ptr + shared_part;
+      cube.scratch_size = ctx->scratch_size;
+    }
   }
 
   const cube_cpu_kernel_fn fn = ctx->fn;
@@ -420,9 +484,9 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
   (void)stream;
   const cube_kernel_t* k = l->kernel;
   const char* name = l->name ? l->name : (k && k->name ? k->name : "?");
-  if (!k || !k->cpu_fn)
-    return cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "kernel '%s' has no native CPU function",
-                             name);
+  if (!k) return CUBE_INVALID("launch of kernel '%s': no kernel object", name);
+  cube_cpu_kernel_fn kernel_fn = NULL;
+  CUBE_RETURN_IF_ERROR(cube__cpu_kernel_function(k, l->mode, &kernel_fn));
 
   static const uint32_t max_dim[3] = {1024, 1024, 64};
   const uint32_t dim[3] = {l->dim.x, l->dim.y, l->dim.z};
@@ -462,19 +526,35 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
   cube__cpu_launch_ctx_t ctx;
   memset(&ctx, 0, sizeof(ctx));
   ctx.dev = dev;
-  ctx.fn = k->cpu_fn;
+  ctx.fn = kernel_fn;
   ctx.args = l->args;
   ctx.arg_count = l->arg_count;
   memcpy(ctx.count, l->count, sizeof(ctx.count));
   memcpy(ctx.dim, dim, sizeof(ctx.dim));
   ctx.mode = l->mode;
   ctx.shared_size = k->shared_memory_size;
+  ctx.scratch_size = k->signature ? cube__dialect_cpu_scratch_size(k->signature, units) : 0;
+  cube_bounds_error_t bounds;
+  memset(&bounds, 0, sizeof(bounds));
+  if (l->mode == CUBE_EXEC_VALIDATE) ctx.bounds = &bounds;
   atomic_init(&ctx.failed, 0);
 
   uint64_t min_chunk = CUBE__CPU_MIN_CHUNK_UNITS / units;
   if (min_chunk < 1) min_chunk = 1;
   int rc = cube__worker_pool_run(dev->pool, total, min_chunk, cube__cpu_run_cubes, &ctx);
-  if (rc == 0 && !atomic_load(&ctx.failed)) return CUBE_OK;
+  if (rc == 0 && !atomic_load(&ctx.failed)) {
+    if (bounds.flag) {
+      char nb[16];
+      return cube__status_make(
+          CUBE_STATUS_LAUNCH_FAILED,
+          "launch of kernel '%s' (Validate mode): out-of-bounds %s of argument %u ('%s', %llu "
+          "elements) at index %llu",
+          name, bounds.is_write ? "write" : "read", bounds.arg,
+          cube__kernel_param_name(k, bounds.arg, nb), (unsigned long long)bounds.len,
+          (unsigned long long)bounds.index);
+    }
+    return CUBE_OK;
+  }
   if (ctx.fail_kind == CUBE__CPU_RANGE_NO_SCRATCH) {
     char buf[32];
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
@@ -504,5 +584,6 @@ const cube__backend_vtable_t cube__backend_cpu = {
     .write = cube__cpu_write,
     .read = cube__cpu_read,
     .launch = cube__cpu_launch,
+    .prepare = cube__cpu_prepare,
     .sync = cube__cpu_sync,
 };

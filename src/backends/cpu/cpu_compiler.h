@@ -1,0 +1,53 @@
+/* Run-time compilation of C translation units for the CPU backend: the system
+ * C compiler runs as a child process (no shell), the shared object it writes
+ * is kept in the kernel cache (memory and disk) and loaded with dlopen from an
+ * anonymous memory file.
+ *
+ * Loaded modules stay loaded for the process, also across
+ * cube__cache_shutdown (which only makes the cache forget them): functions
+ * handed out stay callable. Each keeps one close-on-exec file descriptor open
+ * (its memfd): dlopen knows objects by path, and "/proc/self/fd/<n>" must not
+ * name two modules.
+ *
+ * Thread-safe; concurrent compiles of one key in a process are serialised
+ * (the second waits and gets a memory hit), across processes both compile and
+ * the disk store is atomic.
+ */
+#ifndef CUBE_BACKENDS_CPU_CPU_COMPILER_H_
+#define CUBE_BACKENDS_CPU_CPU_COMPILER_H_
+
+#include "cube/kernel.h"
+#include "cube/status.h"
+#include "kernel/cache.h"
+
+/* The C compiler the CPU backend uses: CUBE_CC if set (a program name looked
+ * up on PATH, or a path), else clang if on PATH, else cc; its identity
+ * ("<path> | <first line of --version> | <flags>") for cache keys. Every
+ * compile runs "<cc> -O3 -march=native -fPIC -shared -std=gnu11
+ * -fno-math-errno -fopenmp-simd -w -x c - -o <tmp>.so" with the unit on stdin. The strings
+ * stay valid for the process. Fails with UNAVAILABLE naming the program when
+ * it cannot be found or run. */
+cube_status_t cube__cpu_compiler(const char** out_command, const char** out_identity);
+
+typedef struct cube__cpu_module cube__cpu_module_t; /* a loaded shared object */
+
+/* Compiles the C translation unit |text| (memory hit -> disk hit -> compile),
+ * loads it and returns the exported function |symbol| as a native kernel.
+ * |key| identifies the unit (the caller hashes text, compiler identity,
+ * machine, runtime version). |display_name| ("saxpy") names it in messages.
+ * The module stays loaded for the process.
+ *
+ * Errors: COMPILATION_FAILED with the compiler's messages ("compiling kernel
+ * 'saxpy' with /usr/bin/clang failed:\n saxpy.cube:12:5: error: ..."),
+ * UNAVAILABLE when the compiler cannot be found or started, NOT_FOUND when
+ * the module lacks |symbol|, INTERNAL when a freshly compiled module cannot be
+ * loaded. A disk entry that does not load counts as corrupt and is rebuilt. */
+cube_status_t cube__cpu_compile(const char* text, cube__cache_key_t key, const char* symbol,
+                                const char* display_name, cube_cpu_kernel_fn* out_fn);
+
+/* The host CPU for cache keys (-march=native binaries must not move between
+ * CPU models): "<model name> | <arch> | avx2=<0|1> avx512f=<0|1> | flags=<hash>".
+ * Static string. */
+const char* cube__cpu_machine_id(void);
+
+#endif /* CUBE_BACKENDS_CPU_CPU_COMPILER_H_ */

@@ -1,0 +1,692 @@
+/* The kernel cache: XXH3-128 keys, integrity-checked disk entries written
+ * atomically (temp file + fsync + rename), a process-wide key -> artifact map
+ * and the counters of cube/cache.h. */
+#include "kernel/cache.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#include "base/status.h"
+
+/* Disk format ---------------------------------------------------------- */
+
+#define CUBE__KC_MAGIC "CUBEKC01"
+#define CUBE__KC_FORMAT_VERSION 1u
+#define CUBE__KC_SUBDIR "v1"              /* bumped with the format */
+#define CUBE__KC_HEADER_SIZE (8 + 4 + 8 + 8) /* magic, version, length, XXH3-64 */
+#define CUBE__KC_MAX_KIND 15
+
+/* Counters -------------------------------------------------------------- */
+
+static atomic_uint_fast64_t cube__kc_memory_hits;
+static atomic_uint_fast64_t cube__kc_disk_hits;
+static atomic_uint_fast64_t cube__kc_misses;
+static atomic_uint_fast64_t cube__kc_compile_failures;
+static atomic_uint_fast64_t cube__kc_corrupt;
+static atomic_uint_fast64_t cube__kc_compile_ns;
+static atomic_uint_fast64_t cube__kc_load_ns;
+static atomic_uint_fast64_t cube__kc_generation;
+
+static void cube__kc_add(atomic_uint_fast64_t* c, uint64_t v) {
+  atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+static uint64_t cube__kc_get(atomic_uint_fast64_t* c) {
+  return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+void cube__cache_count_memory_hit(void) { cube__kc_add(&cube__kc_memory_hits, 1); }
+
+void cube__cache_count_disk_hit(uint64_t load_ns) {
+  cube__kc_add(&cube__kc_disk_hits, 1);
+  cube__kc_add(&cube__kc_load_ns, load_ns);
+}
+
+void cube__cache_count_miss(uint64_t compile_ns, bool failed) {
+  cube__kc_add(&cube__kc_misses, 1);
+  cube__kc_add(&cube__kc_compile_ns, compile_ns);
+  if (failed) cube__kc_add(&cube__kc_compile_failures, 1);
+}
+
+uint64_t cube__cache_generation(void) {
+  return atomic_load_explicit(&cube__kc_generation, memory_order_acquire);
+}
+
+/* Keys -------------------------------------------------------------------- */
+
+cube__cache_key_t cube__cache_key(const char* const* parts) {
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_128bits_reset(&state);
+  uint64_t count = 0;
+  for (const char* const* p = parts; p && *p; ++p, ++count) {
+    /* Each part as (u64 little-endian length, bytes): boundaries matter. */
+    uint64_t len = strlen(*p);
+    unsigned char le[8];
+    for (int i = 0; i < 8; ++i) le[i] = (unsigned char)(len >> (8 * i));
+    XXH3_128bits_update(&state, le, sizeof(le));
+    XXH3_128bits_update(&state, *p, (size_t)len);
+  }
+  /* The part count closes the list: (x) and (x, "") differ. */
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = (unsigned char)(count >> (8 * i));
+  XXH3_128bits_update(&state, le, sizeof(le));
+  XXH128_hash_t h = XXH3_128bits_digest(&state);
+  cube__cache_key_t key = {h.high64, h.low64};
+  return key;
+}
+
+void cube__cache_key_hex(cube__cache_key_t key, char out[33]) {
+  static const char digits[] = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    out[i] = digits[(key.hi >> (60 - 4 * i)) & 0xf];
+    out[16 + i] = digits[(key.lo >> (60 - 4 * i)) & 0xf];
+  }
+  out[32] = '\0';
+}
+
+/* Strings handed out for the process (cube_kernel_cache_dir) ------------- */
+
+typedef struct cube__kc_string {
+  struct cube__kc_string* next;
+  char text[];
+} cube__kc_string_t;
+
+static pthread_mutex_t cube__kc_strings_lock = PTHREAD_MUTEX_INITIALIZER;
+static cube__kc_string_t* cube__kc_strings;
+
+/* A copy of |s| that lives until cube__cache_shutdown; NULL without memory. */
+static const char* cube__kc_intern(const char* s) {
+  const char* found = NULL;
+  pthread_mutex_lock(&cube__kc_strings_lock);
+  for (cube__kc_string_t* e = cube__kc_strings; e; e = e->next) {
+    if (strcmp(e->text, s) == 0) {
+      found = e->text;
+      break;
+    }
+  }
+  if (!found) {
+    size_t n = strlen(s);
+    cube__kc_string_t* e = malloc(sizeof(*e) + n + 1);
+    if (e) {
+      memcpy(e->text, s, n + 1);
+      e->next = cube__kc_strings;
+      cube__kc_strings = e;
+      found = e->text;
+    }
+  }
+  pthread_mutex_unlock(&cube__kc_strings_lock);
+  return found;
+}
+
+/* The directory ----------------------------------------------------------- */
+
+typedef struct cube__kc_dir {
+  bool off;
+  bool shared_tmp; /* the /tmp fallback: must be ours (not planted by another user) */
+  char path[PATH_MAX];
+} cube__kc_dir_t;
+
+static cube_status_t cube__kc_dir_resolve(cube__kc_dir_t* d) {
+  d->off = false;
+  d->shared_tmp = false;
+  d->path[0] = '\0';
+  const char* v = NULL;
+  int n;
+  if ((v = getenv("CUBE_CACHE_DIR")) && *v) {
+    if (strcmp(v, "off") == 0) {
+      d->off = true;
+      return CUBE_OK;
+    }
+    n = snprintf(d->path, sizeof(d->path), "%s", v);
+    if (n < 0 || (size_t)n >= sizeof(d->path))
+      return CUBE_INVALID("cube kernel cache: CUBE_CACHE_DIR is %zu bytes long (at most %d)",
+                          strlen(v), PATH_MAX - 1);
+  } else if ((v = getenv("XDG_CACHE_HOME")) && v[0] == '/') {
+    n = snprintf(d->path, sizeof(d->path), "%s/cube", v);
+    if (n < 0 || (size_t)n >= sizeof(d->path))
+      return CUBE_INVALID("cube kernel cache: XDG_CACHE_HOME is %zu bytes long (at most %d)",
+                          strlen(v), PATH_MAX - 12);
+  } else if ((v = getenv("HOME")) && *v) {
+    n = snprintf(d->path, sizeof(d->path), "%s/.cache/cube", v);
+    if (n < 0 || (size_t)n >= sizeof(d->path))
+      return CUBE_INVALID("cube kernel cache: HOME is %zu bytes long (at most %d)", strlen(v),
+                          PATH_MAX - 16);
+  } else {
+    snprintf(d->path, sizeof(d->path), "/tmp/cube-cache-%lu", (unsigned long)geteuid());
+    d->shared_tmp = true;
+  }
+  /* Trailing slashes would double in "<dir>/v1". */
+  size_t len = strlen(d->path);
+  while (len > 1 && d->path[len - 1] == '/') d->path[--len] = '\0';
+  return CUBE_OK;
+}
+
+static bool cube__kc_kind_ok(const char* kind) {
+  if (!kind || !*kind) return false;
+  size_t n = 0;
+  for (const char* c = kind; *c; ++c, ++n) {
+    bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9');
+    if (!ok || n >= CUBE__KC_MAX_KIND) return false;
+  }
+  return true;
+}
+
+/* "<dir>/v1" */
+static cube_status_t cube__kc_subdir(const cube__kc_dir_t* d, char* out, size_t size) {
+  int n = snprintf(out, size, "%s/%s", d->path, CUBE__KC_SUBDIR);
+  if (n < 0 || (size_t)n >= size)
+    return CUBE_INVALID("cube kernel cache: directory '%s' is too long", d->path);
+  return CUBE_OK;
+}
+
+static cube_status_t cube__kc_entry_path(const cube__kc_dir_t* d, cube__cache_key_t key,
+                                         const char* kind, char* out, size_t size) {
+  char hex[33];
+  cube__cache_key_hex(key, hex);
+  int n = snprintf(out, size, "%s/%s/%s.%s", d->path, CUBE__KC_SUBDIR, hex, kind);
+  if (n < 0 || (size_t)n >= size)
+    return CUBE_INVALID("cube kernel cache: entry path under '%s' is too long (%d bytes, at most %zu)",
+                        d->path, n, size - 1);
+  return CUBE_OK;
+}
+
+/* An entry file name: 32 hex digits, '.', a kind. */
+static bool cube__kc_is_entry_name(const char* name) {
+  for (int i = 0; i < 32; ++i) {
+    char c = name[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return name[32] == '.' && cube__kc_kind_ok(name + 33);
+}
+
+/* The /tmp fallback is shared by every user: use it only when the directory
+ * is ours and nobody else may write into it. */
+static cube_status_t cube__kc_check_private(const cube__kc_dir_t* d) {
+  if (!d->shared_tmp) return CUBE_OK;
+  struct stat st;
+  if (lstat(d->path, &st) != 0)
+    return cube__status_make(CUBE_STATUS_NOT_FOUND, "cube kernel cache: cannot stat '%s': %s",
+                             d->path, strerror(errno));
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022) != 0)
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                             "cube kernel cache: '%s' is not a private directory of uid %lu "
+                             "(owner %lu, mode %03o); the disk cache is not used",
+                             d->path, (unsigned long)geteuid(), (unsigned long)st.st_uid,
+                             (unsigned)(st.st_mode & 07777));
+  return CUBE_OK;
+}
+
+/* mkdir -p with mode 0700 for the directories it creates. */
+static cube_status_t cube__kc_mkdirs(const char* path) {
+  char buf[PATH_MAX];
+  size_t n = strlen(path);
+  if (n == 0 || n >= sizeof(buf))
+    return CUBE_INVALID("cube kernel cache: cannot create directory '%s': bad length %zu", path, n);
+  memcpy(buf, path, n + 1);
+  for (size_t i = 1; i <= n; ++i) {
+    if (buf[i] != '/' && buf[i] != '\0') continue;
+    char saved = buf[i];
+    buf[i] = '\0';
+    if (mkdir(buf, 0700) != 0 && errno != EEXIST) {
+      int e = errno;
+      return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                               "cube kernel cache: cannot create directory '%s': %s", buf,
+                               strerror(e));
+    }
+    buf[i] = saved;
+  }
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                             "cube kernel cache: '%s' exists and is not a directory", path);
+  return CUBE_OK;
+}
+
+static size_t cube__kc_read_full(int fd, void* buf, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    size_t chunk = size - done;
+    if (chunk > ((size_t)1 << 30)) chunk = (size_t)1 << 30;
+    ssize_t r = read(fd, (char*)buf + done, chunk);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    done += (size_t)r;
+  }
+  return done;
+}
+
+static bool cube__kc_write_full(int fd, const void* buf, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    size_t chunk = size - done;
+    if (chunk > ((size_t)1 << 30)) chunk = (size_t)1 << 30;
+    ssize_t w = write(fd, (const char*)buf + done, chunk);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      if (w == 0) errno = EIO;
+      return false;
+    }
+    done += (size_t)w;
+  }
+  return true;
+}
+
+static void cube__kc_put_u32(unsigned char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void cube__kc_put_u64(unsigned char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t cube__kc_get_u32(const unsigned char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+static uint64_t cube__kc_get_u64(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* Deletes |path| if it is still the file |st| describes (a writer may have
+ * renamed a good entry over it since we read it) and counts it as corrupt. */
+static void cube__kc_remove_corrupt(const char* path, const struct stat* st) {
+  struct stat now;
+  if (!st || (lstat(path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino))
+    (void)unlink(path);
+  cube__kc_add(&cube__kc_corrupt, 1);
+}
+
+/* Disk -------------------------------------------------------------------- */
+
+cube_status_t cube__cache_entry_path(cube__cache_key_t key, const char* kind, char* out,
+                                     size_t size) {
+  if (!out || size == 0) return CUBE_INVALID("cube__cache_entry_path: no output buffer");
+  out[0] = '\0';
+  if (!cube__kc_kind_ok(kind))
+    return CUBE_INVALID("cube kernel cache: kind '%s' is invalid (1-%d letters or digits)",
+                        kind ? kind : "(null)", CUBE__KC_MAX_KIND);
+  cube__kc_dir_t d;
+  CUBE_RETURN_IF_ERROR(cube__kc_dir_resolve(&d));
+  if (d.off)
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                             "cube kernel cache: the disk cache is off (CUBE_CACHE_DIR=off)");
+  return cube__kc_entry_path(&d, key, kind, out, size);
+}
+
+cube_status_t cube__cache_disk_load(cube__cache_key_t key, const char* kind, void** out_data,
+                                    size_t* out_size) {
+  if (!out_data || !out_size) return CUBE_INVALID("cube__cache_disk_load: NULL output");
+  *out_data = NULL;
+  *out_size = 0;
+  if (!cube__kc_kind_ok(kind))
+    return CUBE_INVALID("cube kernel cache: kind '%s' is invalid (1-%d letters or digits)",
+                        kind ? kind : "(null)", CUBE__KC_MAX_KIND);
+  cube__kc_dir_t d;
+  cube_status_t st = cube__kc_dir_resolve(&d);
+  if (st) return cube__status_annotate(st, "cube kernel cache: load");
+  if (d.off)
+    return cube__status_make(CUBE_STATUS_NOT_FOUND,
+                             "cube kernel cache: the disk cache is off (CUBE_CACHE_DIR=off)");
+  st = cube__kc_check_private(&d);
+  if (st) {
+    cube_status_free(st);
+    return cube__status_make(CUBE_STATUS_NOT_FOUND,
+                             "cube kernel cache: no usable directory at '%s'", d.path);
+  }
+  char path[PATH_MAX];
+  CUBE_RETURN_IF_ERROR(cube__kc_entry_path(&d, key, kind, path, sizeof(path)));
+
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    int e = errno;
+    return cube__status_make(CUBE_STATUS_NOT_FOUND, "cube kernel cache: no entry '%s'%s%s", path,
+                             e == ENOENT ? "" : ": ", e == ENOENT ? "" : strerror(e));
+  }
+  struct stat fst;
+  if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode)) {
+    close(fd);
+    return cube__status_make(CUBE_STATUS_NOT_FOUND,
+                             "cube kernel cache: '%s' is not a regular file", path);
+  }
+  char why[160];
+  uint64_t file_size = (uint64_t)fst.st_size;
+  unsigned char header[CUBE__KC_HEADER_SIZE];
+  void* data = NULL;
+  if (file_size < CUBE__KC_HEADER_SIZE) {
+    snprintf(why, sizeof(why), "short file: %llu bytes, the header alone is %d",
+             (unsigned long long)file_size, CUBE__KC_HEADER_SIZE);
+    goto corrupt;
+  }
+  if (cube__kc_read_full(fd, header, sizeof(header)) != sizeof(header)) {
+    snprintf(why, sizeof(why), "header read failed (file of %llu bytes)",
+             (unsigned long long)file_size);
+    goto corrupt;
+  }
+  if (memcmp(header, CUBE__KC_MAGIC, 8) != 0) {
+    snprintf(why, sizeof(why), "bad magic (expected \"%s\")", CUBE__KC_MAGIC);
+    goto corrupt;
+  }
+  uint32_t version = cube__kc_get_u32(header + 8);
+  uint64_t length = cube__kc_get_u64(header + 12);
+  uint64_t checksum = cube__kc_get_u64(header + 20);
+  if (version != CUBE__KC_FORMAT_VERSION) {
+    snprintf(why, sizeof(why), "format version %u, expected %u", version, CUBE__KC_FORMAT_VERSION);
+    goto corrupt;
+  }
+  if (length != file_size - CUBE__KC_HEADER_SIZE) {
+    snprintf(why, sizeof(why), "payload length %llu in the header, the file holds %llu",
+             (unsigned long long)length, (unsigned long long)(file_size - CUBE__KC_HEADER_SIZE));
+    goto corrupt;
+  }
+  if (length > (uint64_t)SIZE_MAX - 1) {
+    snprintf(why, sizeof(why), "payload length %llu is too large", (unsigned long long)length);
+    goto corrupt;
+  }
+  data = malloc(length ? (size_t)length : 1);
+  if (!data) {
+    close(fd);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                             "cube kernel cache: cannot allocate %llu bytes to load '%s'",
+                             (unsigned long long)length, path);
+  }
+  size_t got = cube__kc_read_full(fd, data, (size_t)length);
+  if (got != length) {
+    snprintf(why, sizeof(why), "short read: %zu of %llu payload bytes", got,
+             (unsigned long long)length);
+    goto corrupt;
+  }
+  uint64_t actual = XXH3_64bits(data, (size_t)length);
+  if (actual != checksum) {
+    snprintf(why, sizeof(why), "checksum %016llx, the header says %016llx",
+             (unsigned long long)actual, (unsigned long long)checksum);
+    goto corrupt;
+  }
+  close(fd);
+  *out_data = data;
+  *out_size = (size_t)length;
+  return CUBE_OK;
+
+corrupt:
+  free(data);
+  close(fd);
+  cube__kc_remove_corrupt(path, &fst);
+  return cube__status_make(CUBE_STATUS_NOT_FOUND,
+                           "cube kernel cache: entry '%s' is corrupt (%s); deleted, to be rebuilt",
+                           path, why);
+}
+
+cube_status_t cube__cache_disk_store(cube__cache_key_t key, const char* kind, const void* data,
+                                     size_t size) {
+  if (!cube__kc_kind_ok(kind))
+    return CUBE_INVALID("cube kernel cache: kind '%s' is invalid (1-%d letters or digits)",
+                        kind ? kind : "(null)", CUBE__KC_MAX_KIND);
+  if (!data && size) return CUBE_INVALID("cube kernel cache: store of %zu bytes from NULL", size);
+  cube__kc_dir_t d;
+  cube_status_t st = cube__kc_dir_resolve(&d);
+  if (st) return cube__status_annotate(st, "cube kernel cache: store");
+  if (d.off) return CUBE_OK;
+  char sub[PATH_MAX], path[PATH_MAX], tmp[PATH_MAX];
+  CUBE_RETURN_IF_ERROR(cube__kc_subdir(&d, sub, sizeof(sub)));
+  CUBE_RETURN_IF_ERROR(cube__kc_entry_path(&d, key, kind, path, sizeof(path)));
+  char hex[33];
+  cube__cache_key_hex(key, hex);
+  int n = snprintf(tmp, sizeof(tmp), "%s/.%s.%s.XXXXXX", sub, hex, kind);
+  if (n < 0 || (size_t)n >= sizeof(tmp))
+    return CUBE_INVALID("cube kernel cache: temporary path under '%s' is too long", sub);
+  CUBE_RETURN_IF_ERROR(cube__kc_mkdirs(sub));
+  CUBE_RETURN_IF_ERROR(cube__kc_check_private(&d));
+
+  int fd = mkostemp(tmp, O_CLOEXEC);
+  if (fd < 0)
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                             "cube kernel cache: cannot create a temporary file in '%s': %s", sub,
+                             strerror(errno));
+  unsigned char header[CUBE__KC_HEADER_SIZE];
+  memcpy(header, CUBE__KC_MAGIC, 8);
+  cube__kc_put_u32(header + 8, CUBE__KC_FORMAT_VERSION);
+  cube__kc_put_u64(header + 12, (uint64_t)size);
+  cube__kc_put_u64(header + 20, XXH3_64bits(data, size));
+  const char* step = NULL;
+  if (!cube__kc_write_full(fd, header, sizeof(header)) || !cube__kc_write_full(fd, data, size))
+    step = "write";
+  else if (fsync(fd) != 0)
+    step = "fsync";
+  int e = errno;
+  if (close(fd) != 0 && !step) {
+    step = "close";
+    e = errno;
+  }
+  if (!step && rename(tmp, path) != 0) {
+    step = "rename";
+    e = errno;
+  }
+  if (step) {
+    (void)unlink(tmp);
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                             "cube kernel cache: storing %zu bytes as '%s' failed at %s: %s", size,
+                             path, step, strerror(e));
+  }
+  return CUBE_OK;
+}
+
+void cube__cache_disk_discard(cube__cache_key_t key, const char* kind) {
+  char path[PATH_MAX];
+  cube_status_t st = cube__cache_entry_path(key, kind, path, sizeof(path));
+  if (st) {
+    cube_status_free(st);
+    cube__kc_add(&cube__kc_corrupt, 1);
+    return;
+  }
+  cube__kc_remove_corrupt(path, NULL);
+}
+
+/* Memory ------------------------------------------------------------------ */
+
+typedef struct cube__kc_slot {
+  cube__cache_key_t key;
+  void* artifact; /* NULL: empty slot */
+  void (*destroy)(void*);
+} cube__kc_slot_t;
+
+static pthread_mutex_t cube__kc_mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static cube__kc_slot_t* cube__kc_slots;
+static size_t cube__kc_cap; /* a power of two, or 0 */
+static size_t cube__kc_count;
+
+static size_t cube__kc_hash(cube__cache_key_t key) {
+  /* The key is a hash already: mix the halves. */
+  return (size_t)(key.lo ^ (key.hi * 0x9E3779B97F4A7C15ull));
+}
+
+static cube__kc_slot_t* cube__kc_find(cube__kc_slot_t* slots, size_t cap, cube__cache_key_t key) {
+  if (!cap) return NULL;
+  size_t i = cube__kc_hash(key) & (cap - 1);
+  for (;;) {
+    cube__kc_slot_t* s = &slots[i];
+    if (!s->artifact || (s->key.hi == key.hi && s->key.lo == key.lo)) return s;
+    i = (i + 1) & (cap - 1);
+  }
+}
+
+static bool cube__kc_grow(void) {
+  size_t cap = cube__kc_cap ? cube__kc_cap * 2 : 64;
+  cube__kc_slot_t* slots = calloc(cap, sizeof(*slots));
+  if (!slots) return false;
+  for (size_t i = 0; i < cube__kc_cap; ++i) {
+    if (!cube__kc_slots[i].artifact) continue;
+    *cube__kc_find(slots, cap, cube__kc_slots[i].key) = cube__kc_slots[i];
+  }
+  free(cube__kc_slots);
+  cube__kc_slots = slots;
+  cube__kc_cap = cap;
+  return true;
+}
+
+void* cube__cache_memory_get(cube__cache_key_t key) {
+  pthread_mutex_lock(&cube__kc_mem_lock);
+  cube__kc_slot_t* s = cube__kc_find(cube__kc_slots, cube__kc_cap, key);
+  void* a = s ? s->artifact : NULL;
+  pthread_mutex_unlock(&cube__kc_mem_lock);
+  return a;
+}
+
+void* cube__cache_memory_put(cube__cache_key_t key, void* artifact, void (*destroy)(void*)) {
+  if (!artifact) return cube__cache_memory_get(key);
+  pthread_mutex_lock(&cube__kc_mem_lock);
+  cube__kc_slot_t* s = cube__kc_find(cube__kc_slots, cube__kc_cap, key);
+  if (s && s->artifact) {
+    void* winner = s->artifact;
+    pthread_mutex_unlock(&cube__kc_mem_lock);
+    if (destroy && winner != artifact) destroy(artifact);
+    return winner;
+  }
+  /* Keep the load at most one half. */
+  if (!cube__kc_cap || (cube__kc_count + 1) * 2 > cube__kc_cap) {
+    if (!cube__kc_grow()) {
+      /* Without memory the artifact stays alive, unowned: it is a loaded
+       * module the caller keeps using for the process. */
+      pthread_mutex_unlock(&cube__kc_mem_lock);
+      return artifact;
+    }
+  }
+  s = cube__kc_find(cube__kc_slots, cube__kc_cap, key);
+  s->key = key;
+  s->artifact = artifact;
+  s->destroy = destroy;
+  cube__kc_count++;
+  pthread_mutex_unlock(&cube__kc_mem_lock);
+  return artifact;
+}
+
+/* Public ------------------------------------------------------------------ */
+
+typedef struct cube__kc_scan {
+  uint64_t entries, bytes;
+  uint64_t removed;
+} cube__kc_scan_t;
+
+/* Walks <dir>/v1: counts entries, or deletes entries and temporary files. */
+static cube_status_t cube__kc_walk(const cube__kc_dir_t* d, bool remove, cube__kc_scan_t* out) {
+  memset(out, 0, sizeof(*out));
+  if (d->off) return CUBE_OK;
+  char sub[PATH_MAX];
+  CUBE_RETURN_IF_ERROR(cube__kc_subdir(d, sub, sizeof(sub)));
+  DIR* dir = opendir(sub);
+  if (!dir) {
+    if (errno == ENOENT || errno == ENOTDIR) return CUBE_OK; /* nothing stored */
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "cube kernel cache: cannot read '%s': %s",
+                             sub, strerror(errno));
+  }
+  int dfd = dirfd(dir);
+  cube_status_t first = CUBE_OK;
+  struct dirent* de;
+  while ((de = readdir(dir)) != NULL) {
+    const char* name = de->d_name;
+    bool entry = cube__kc_is_entry_name(name);
+    /* Temporary files of stores: ".<hex>.<kind>.XXXXXX". */
+    bool temp = name[0] == '.' && strspn(name + 1, "0123456789abcdef") == 32 && name[33] == '.';
+    if (!entry && !temp) continue;
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (remove) {
+      if (unlinkat(dfd, name, 0) != 0 && errno != ENOENT && !first) {
+        first = cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                                  "cube_kernel_cache_clear: cannot delete '%s/%s': %s", sub, name,
+                                  strerror(errno));
+      } else {
+        out->removed++;
+      }
+    } else if (entry) {
+      out->entries++;
+      out->bytes += (uint64_t)st.st_size;
+    }
+  }
+  closedir(dir);
+  return first;
+}
+
+cube_status_t cube_kernel_cache_stats(cube_kernel_cache_stats_t* out_stats) {
+  if (!out_stats) return CUBE_INVALID("cube_kernel_cache_stats: out_stats is NULL");
+  memset(out_stats, 0, sizeof(*out_stats));
+  out_stats->memory_hits = cube__kc_get(&cube__kc_memory_hits);
+  out_stats->disk_hits = cube__kc_get(&cube__kc_disk_hits);
+  out_stats->misses = cube__kc_get(&cube__kc_misses);
+  out_stats->compile_failures = cube__kc_get(&cube__kc_compile_failures);
+  out_stats->corrupt_entries = cube__kc_get(&cube__kc_corrupt);
+  out_stats->compile_ns = cube__kc_get(&cube__kc_compile_ns);
+  out_stats->load_ns = cube__kc_get(&cube__kc_load_ns);
+  cube__kc_dir_t d;
+  cube_status_t st = cube__kc_dir_resolve(&d);
+  if (st) return cube__status_annotate(st, "cube_kernel_cache_stats");
+  cube__kc_scan_t scan;
+  st = cube__kc_walk(&d, false, &scan);
+  if (st) return cube__status_annotate(st, "cube_kernel_cache_stats");
+  out_stats->disk_entries = scan.entries;
+  out_stats->disk_bytes = scan.bytes;
+  return CUBE_OK;
+}
+
+const char* cube_kernel_cache_dir(void) {
+  cube__kc_dir_t d;
+  cube_status_t st = cube__kc_dir_resolve(&d);
+  if (st || d.off) {
+    cube_status_free(st);
+    return "";
+  }
+  const char* s = cube__kc_intern(d.path);
+  return s ? s : "";
+}
+
+cube_status_t cube_kernel_cache_clear(void) {
+  atomic_store(&cube__kc_memory_hits, 0);
+  atomic_store(&cube__kc_disk_hits, 0);
+  atomic_store(&cube__kc_misses, 0);
+  atomic_store(&cube__kc_compile_failures, 0);
+  atomic_store(&cube__kc_corrupt, 0);
+  atomic_store(&cube__kc_compile_ns, 0);
+  atomic_store(&cube__kc_load_ns, 0);
+  cube__kc_dir_t d;
+  cube_status_t st = cube__kc_dir_resolve(&d);
+  if (st) return cube__status_annotate(st, "cube_kernel_cache_clear");
+  cube__kc_scan_t scan;
+  return cube__kc_walk(&d, true, &scan);
+}
+
+void cube__cache_shutdown(void) {
+  pthread_mutex_lock(&cube__kc_mem_lock);
+  cube__kc_slot_t* slots = cube__kc_slots;
+  size_t cap = cube__kc_cap;
+  cube__kc_slots = NULL;
+  cube__kc_cap = 0;
+  cube__kc_count = 0;
+  atomic_fetch_add_explicit(&cube__kc_generation, 1, memory_order_acq_rel);
+  pthread_mutex_unlock(&cube__kc_mem_lock);
+  for (size_t i = 0; i < cap; ++i) {
+    if (slots[i].artifact && slots[i].destroy) slots[i].destroy(slots[i].artifact);
+  }
+  free(slots);
+
+  pthread_mutex_lock(&cube__kc_strings_lock);
+  cube__kc_string_t* e = cube__kc_strings;
+  cube__kc_strings = NULL;
+  pthread_mutex_unlock(&cube__kc_strings_lock);
+  while (e) {
+    cube__kc_string_t* next = e->next;
+    free(e);
+    e = next;
+  }
+}

@@ -1,0 +1,473 @@
+/* cube dialect prelude: CPU target (host C11, compiled by the system C
+ * compiler into a shared object, one translation unit per kernel).
+ *
+ * docs/dialect.md describes the vocabulary. The generated unit is:
+ *   #define CUBE_MODE_<mode> 1, this prelude, layout checks, the kernel's
+ *   defines, the user's source under #line, the entry wrapper.
+ * Every name this prelude adds besides the documented vocabulary starts with
+ * cube__ (or CUBE__). All functions are static inline: nothing but
+ * cube_kernel_entry leaves the shared object.
+ */
+#ifndef CUBE__PRELUDE_CPU_H
+#define CUBE__PRELUDE_CPU_H 1
+
+#define CUBE_TARGET_CPU 1
+
+#if !defined(CUBE_MODE_CHECKED) && !defined(CUBE_MODE_VALIDATE) && !defined(CUBE_MODE_UNCHECKED)
+#define CUBE_MODE_CHECKED 1
+#endif
+
+/* The ucontext fallback needs the X/Open declarations. */
+#if !defined(__x86_64__) && !defined(__aarch64__) && !defined(CUBE_CPU_FIBER_UCONTEXT)
+#define CUBE_CPU_FIBER_UCONTEXT 1
+#endif
+#if defined(CUBE_CPU_FIBER_UCONTEXT) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE 1
+#endif
+
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(CUBE_CPU_FIBER_UCONTEXT)
+#include <ucontext.h>
+#endif
+
+/* `#pragma omp simd` is emitted on the unit loop; without -fopenmp-simd gcc
+ * would warn about it under -Wall. */
+#pragma GCC diagnostic ignored "-Wunknown-pragmas"
+
+/* The native CPU kernel ABI (include/cube/kernel.h), copied: this unit is
+ * compiled on its own. The generator adds _Static_asserts that compare every
+ * size and offset with the values the runtime was built with. */
+typedef struct cube_bounds_error {
+  uint32_t flag;
+  uint32_t arg;
+  uint64_t index;
+  uint64_t len;
+  uint32_t is_write;
+  uint32_t reserved;
+} cube_bounds_error_t;
+
+typedef union cube_cpu_arg {
+  struct {
+    void* data;
+    uint64_t len; /* bytes */
+  } buffer;
+  uint32_t u32;
+  int32_t i32;
+  uint64_t u64;
+  int64_t i64;
+  float f32;
+  double f64;
+} cube_cpu_arg_t;
+
+typedef struct cube_cpu_cube {
+  uint32_t cube_pos[3];
+  uint32_t cube_count[3];
+  uint32_t cube_dim[3];
+  int32_t mode; /* cube_execution_mode_t */
+  void* shared;
+  uint64_t shared_size;
+  uint32_t worker;
+  cube_bounds_error_t* bounds;
+  void* scratch;
+  uint64_t scratch_size;
+} cube_cpu_cube_t;
+
+/* Qualifiers --------------------------------------------------------------- */
+
+#define CUBE_FN static inline __attribute__((unused))
+#define CUBE_GLOBAL
+#define CUBE_LOCAL
+#define CUBE_RESTRICT restrict
+#define CUBE__UNUSED __attribute__((unused))
+/* Prelude functions: unused ones must not warn (the unit is one main file). */
+#define CUBE__PFN static inline __attribute__((unused))
+
+/* Fibers (kernels that call sync_cube) -------------------------------------- */
+
+/* The scheduler of one cube: its units run one after the other on this
+ * worker's thread; sync_cube() switches to the next live unit of the ring.
+ * Round robin makes the barrier: when the last unit reaches it and switches
+ * to the first, every unit has arrived. A unit that returns leaves the ring
+ * (it no longer holds the others back, like an exited GPU thread). */
+typedef struct cube__sched {
+  void* main_sp;      /* the entry's context */
+  void** sp;          /* saved context per unit */
+  uint32_t* next;     /* ring of live units */
+  uint32_t cur, prev; /* running unit, its predecessor in the ring */
+  const void* args;   /* the entry's unpacked arguments */
+#if defined(CUBE_CPU_FIBER_UCONTEXT)
+  ucontext_t main_uc;
+#endif
+} cube__sched_t;
+
+typedef void (*cube__fiber_fn)(cube__sched_t*);
+
+#if defined(CUBE_CPU_FIBER_UCONTEXT)
+/* Portable fallback: ucontext (slow: swapcontext makes a sigprocmask system
+ * call per switch). A unit's ucontext_t sits at the bottom of its region. */
+CUBE__PFN void cube__ctx_switch(void** save, void* load) {
+  swapcontext((ucontext_t*)*save, (ucontext_t*)load);
+}
+CUBE__PFN void cube__fiber_entry_uc(unsigned int lo, unsigned int hi, unsigned int flo,
+                                        unsigned int fhi) {
+  cube__sched_t* s = (cube__sched_t*)(((uintptr_t)hi << 16 << 16) | (uintptr_t)lo);
+  cube__fiber_fn fn = (cube__fiber_fn)(((uintptr_t)fhi << 16 << 16) | (uintptr_t)flo);
+  fn(s);
+}
+CUBE__PFN void* cube__fiber_init(void* region, uint64_t region_size, cube__fiber_fn fn,
+                                     cube__sched_t* s) {
+  ucontext_t* uc = (ucontext_t*)region;
+  uintptr_t sp = (uintptr_t)s, fp = (uintptr_t)fn;
+  size_t hdr = (sizeof(ucontext_t) + 63u) & ~(size_t)63u;
+  getcontext(uc);
+  uc->uc_stack.ss_sp = (char*)region + hdr;
+  uc->uc_stack.ss_size = (size_t)region_size - hdr;
+  uc->uc_link = 0;
+  makecontext(uc, (void (*)(void))cube__fiber_entry_uc, 4, (unsigned int)(sp & 0xffffffffu),
+              (unsigned int)(sp >> 16 >> 16), (unsigned int)(fp & 0xffffffffu),
+              (unsigned int)(fp >> 16 >> 16));
+  return uc;
+}
+#define CUBE__MAIN_CTX(s) ((s)->main_sp = &(s)->main_uc, &(s)->main_sp)
+#else
+/* Hand-written switch: saves the callee-saved registers on the current stack,
+ * stores the stack pointer in *save, loads |load| and restores. The floating
+ * point control words (MXCSR, x87 CW, FPCR) are not switched: kernels do not
+ * change them. Hidden, local to this shared object. */
+extern void cube__ctx_switch(void** save, void* load) __attribute__((visibility("hidden")));
+extern void cube__fiber_start(void) __attribute__((visibility("hidden")));
+#if defined(__x86_64__)
+__asm__(
+    ".pushsection .text\n"
+    ".p2align 4\n"
+    ".type cube__ctx_switch,@function\n"
+    "cube__ctx_switch:\n"
+    "  pushq %rbp\n"
+    "  pushq %rbx\n"
+    "  pushq %r12\n"
+    "  pushq %r13\n"
+    "  pushq %r14\n"
+    "  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n"
+    "  popq %r14\n"
+    "  popq %r13\n"
+    "  popq %r12\n"
+    "  popq %rbx\n"
+    "  popq %rbp\n"
+    "  ret\n"
+    ".size cube__ctx_switch, .-cube__ctx_switch\n"
+    /* A new fiber 'returns' here with r12 = scheduler, r13 = body. */
+    ".p2align 4\n"
+    ".type cube__fiber_start,@function\n"
+    "cube__fiber_start:\n"
+    "  movq %r12, %rdi\n"
+    "  callq *%r13\n"
+    "  ud2\n"
+    ".size cube__fiber_start, .-cube__fiber_start\n"
+    ".popsection\n");
+#define CUBE__FRAME_WORDS 7 /* r15 r14 r13 r12 rbx rbp ret */
+CUBE__PFN void* cube__fiber_init(void* region, uint64_t region_size, cube__fiber_fn fn,
+                                     cube__sched_t* s) {
+  uintptr_t* sp = (uintptr_t*)(((uintptr_t)region + (uintptr_t)region_size) & ~(uintptr_t)15);
+  sp -= CUBE__FRAME_WORDS; /* after the pops and ret, rsp is 16-aligned */
+  sp[0] = 0;                              /* r15 */
+  sp[1] = 0;                              /* r14 */
+  sp[2] = (uintptr_t)fn;                  /* r13 */
+  sp[3] = (uintptr_t)s;                   /* r12 */
+  sp[4] = 0;                              /* rbx */
+  sp[5] = 0;                              /* rbp */
+  sp[6] = (uintptr_t)&cube__fiber_start;  /* return address */
+  return sp;
+}
+#elif defined(__aarch64__)
+__asm__(
+    ".pushsection .text\n"
+    ".p2align 4\n"
+    ".type cube__ctx_switch,%function\n"
+    "cube__ctx_switch:\n"
+    "  sub sp, sp, #160\n"
+    "  stp x19, x20, [sp, #0]\n"
+    "  stp x21, x22, [sp, #16]\n"
+    "  stp x23, x24, [sp, #32]\n"
+    "  stp x25, x26, [sp, #48]\n"
+    "  stp x27, x28, [sp, #64]\n"
+    "  stp x29, x30, [sp, #80]\n"
+    "  stp d8, d9, [sp, #96]\n"
+    "  stp d10, d11, [sp, #112]\n"
+    "  stp d12, d13, [sp, #128]\n"
+    "  stp d14, d15, [sp, #144]\n"
+    "  mov x9, sp\n"
+    "  str x9, [x0]\n"
+    "  mov sp, x1\n"
+    "  ldp x19, x20, [sp, #0]\n"
+    "  ldp x21, x22, [sp, #16]\n"
+    "  ldp x23, x24, [sp, #32]\n"
+    "  ldp x25, x26, [sp, #48]\n"
+    "  ldp x27, x28, [sp, #64]\n"
+    "  ldp x29, x30, [sp, #80]\n"
+    "  ldp d8, d9, [sp, #96]\n"
+    "  ldp d10, d11, [sp, #112]\n"
+    "  ldp d12, d13, [sp, #128]\n"
+    "  ldp d14, d15, [sp, #144]\n"
+    "  add sp, sp, #160\n"
+    "  ret\n"
+    ".size cube__ctx_switch, .-cube__ctx_switch\n"
+    /* A new fiber 'returns' here with x19 = scheduler, x20 = body. */
+    ".p2align 4\n"
+    ".type cube__fiber_start,%function\n"
+    "cube__fiber_start:\n"
+    "  mov x0, x19\n"
+    "  blr x20\n"
+    "  brk #0\n"
+    ".size cube__fiber_start, .-cube__fiber_start\n"
+    ".popsection\n");
+#define CUBE__FRAME_WORDS 20 /* x19..x30, d8..d15 */
+CUBE__PFN void* cube__fiber_init(void* region, uint64_t region_size, cube__fiber_fn fn,
+                                     cube__sched_t* s) {
+  uintptr_t* sp = (uintptr_t*)(((uintptr_t)region + (uintptr_t)region_size) & ~(uintptr_t)15);
+  sp -= CUBE__FRAME_WORDS;
+  for (int i = 0; i < CUBE__FRAME_WORDS; ++i) sp[i] = 0;
+  sp[0] = (uintptr_t)s;                   /* x19 */
+  sp[1] = (uintptr_t)fn;                  /* x20 */
+  sp[11] = (uintptr_t)&cube__fiber_start; /* x30 */
+  return sp;
+}
+#endif
+#define CUBE__MAIN_CTX(s) (&(s)->main_sp)
+#endif /* fiber switch */
+
+/* Barrier: every live unit of the cube reaches it before any goes on. */
+CUBE__PFN void cube__sync_cube(cube__sched_t* s) {
+  if (s == 0) return; /* a cube of one unit */
+  uint32_t cur = s->cur, nxt = s->next[cur];
+  if (nxt == cur) return;
+  s->prev = cur;
+  s->cur = nxt;
+  __asm__ __volatile__("" ::: "memory");
+  cube__ctx_switch(&s->sp[cur], s->sp[nxt]);
+  __asm__ __volatile__("" ::: "memory");
+}
+
+/* The running unit returned: it leaves the ring; the last one goes back to
+ * the entry. Never returns. */
+CUBE__PFN void cube__fiber_exit(cube__sched_t* s) {
+  uint32_t cur = s->cur, nxt = s->next[cur];
+  void* to;
+  if (nxt == cur) {
+    to = s->main_sp;
+  } else {
+    s->next[s->prev] = nxt;
+    s->cur = nxt;
+    to = s->sp[nxt];
+  }
+  __asm__ __volatile__("" ::: "memory");
+  cube__ctx_switch(&s->sp[cur], to);
+  __builtin_unreachable();
+}
+
+#define CUBE__STACK_CANARY 0x6375626566696265ull
+
+/* Scratch layout for |units| fibers of |stack| bytes (a multiple of 64):
+ * 64-byte aligned base; units saved contexts; units ring links; stacks. Must
+ * agree with cube__dialect_cpu_scratch_size in src/kernel/dialect.c. */
+CUBE__PFN uint64_t cube__fiber_scratch_need(uint64_t units, uint64_t stack) {
+  return 64u + ((units * 12u + 63u) & ~(uint64_t)63u) + units * stack;
+}
+
+/* Runs |units| fibers of |body| to completion. Returns 0, 1 when the scratch
+ * is too small, 3 when a fiber overflowed its stack. */
+CUBE__PFN int cube__fiber_run(cube__sched_t* s, uint32_t units, void* scratch,
+                                  uint64_t scratch_size, uint64_t stack, cube__fiber_fn body) {
+  if (scratch == 0 || scratch_size < cube__fiber_scratch_need(units, stack)) return 1;
+  uintptr_t base = ((uintptr_t)scratch + 63u) & ~(uintptr_t)63u;
+  s->sp = (void**)base;
+  s->next = (uint32_t*)(base + (uintptr_t)units * sizeof(void*));
+  char* stacks = (char*)(base + (((uintptr_t)units * 12u + 63u) & ~(uintptr_t)63u));
+  for (uint32_t u = 0; u < units; ++u) {
+    char* region = stacks + (uint64_t)u * stack;
+    uint64_t canary = CUBE__STACK_CANARY;
+#if defined(CUBE_CPU_FIBER_UCONTEXT)
+    memcpy(region + ((sizeof(ucontext_t) + 63u) & ~(size_t)63u), &canary, sizeof canary);
+#else
+    memcpy(region, &canary, sizeof canary);
+#endif
+    /* Stack tops staggered by 64 bytes: regions a power of two apart would
+     * all start in the same L1 set. */
+    s->sp[u] = cube__fiber_init(region, stack - (uint64_t)(u & 31u) * 64u, body, s);
+    s->next[u] = u + 1 == units ? 0 : u + 1;
+  }
+  s->cur = 0;
+  s->prev = units - 1;
+  __asm__ __volatile__("" ::: "memory");
+  cube__ctx_switch(CUBE__MAIN_CTX(s), s->sp[0]);
+  __asm__ __volatile__("" ::: "memory");
+  int rc = 0;
+  for (uint32_t u = 0; u < units; ++u) {
+    char* region = stacks + (uint64_t)u * stack;
+    uint64_t canary;
+#if defined(CUBE_CPU_FIBER_UCONTEXT)
+    memcpy(&canary, region + ((sizeof(ucontext_t) + 63u) & ~(size_t)63u), sizeof canary);
+#else
+    memcpy(&canary, region, sizeof canary);
+#endif
+    if (canary != CUBE__STACK_CANARY) rc = 3;
+  }
+  return rc;
+}
+
+/* Kernels ------------------------------------------------------------------- */
+
+/* The user's kernel: an always-inlined function of the unit's position (plain
+ * scalars, so that the unit loop vectorises), the cube's, the bounds record,
+ * the fiber scheduler and the user's parameters. */
+#define CUBE_KERNEL(name, ...)                                                              \
+  CUBE__PFN __attribute__((always_inline, unused)) void cube__kernel_##name(                    \
+      uint32_t cube__ux CUBE__UNUSED, uint32_t cube__uy CUBE__UNUSED,                        \
+      uint32_t cube__uz CUBE__UNUSED, uint32_t cube__cx CUBE__UNUSED,                        \
+      uint32_t cube__cy CUBE__UNUSED, uint32_t cube__cz CUBE__UNUSED,                        \
+      uint32_t cube__dx CUBE__UNUSED, uint32_t cube__dy CUBE__UNUSED,                        \
+      uint32_t cube__dz CUBE__UNUSED, uint32_t cube__nx CUBE__UNUSED,                        \
+      uint32_t cube__ny CUBE__UNUSED, uint32_t cube__nz CUBE__UNUSED,                        \
+      cube_bounds_error_t* cube__bounds CUBE__UNUSED, cube__sched_t* cube__sched CUBE__UNUSED, \
+      __VA_ARGS__)
+
+/* A buffer: pointer plus its length in elements. */
+#define CUBE_ARRAY(T, name) T* name, uint64_t name##__len CUBE__UNUSED
+#define CUBE_LEN(a) ((uint64_t)(a##__len))
+
+/* Positions (uint32_t). */
+#define UNIT_POS_X cube__ux
+#define UNIT_POS_Y cube__uy
+#define UNIT_POS_Z cube__uz
+#define UNIT_POS (cube__ux + cube__dx * (cube__uy + cube__dy * cube__uz))
+#define CUBE_POS_X cube__cx
+#define CUBE_POS_Y cube__cy
+#define CUBE_POS_Z cube__cz
+#define CUBE_POS (cube__cx + cube__nx * (cube__cy + cube__ny * cube__cz))
+#define CUBE_DIM_X cube__dx
+#define CUBE_DIM_Y cube__dy
+#define CUBE_DIM_Z cube__dz
+#define CUBE_DIM (cube__dx * cube__dy * cube__dz)
+#define CUBE_COUNT_X cube__nx
+#define CUBE_COUNT_Y cube__ny
+#define CUBE_COUNT_Z cube__nz
+#define CUBE_COUNT (cube__nx * cube__ny * cube__nz)
+#define ABSOLUTE_POS_X (cube__cx * cube__dx + cube__ux)
+#define ABSOLUTE_POS_Y (cube__cy * cube__dy + cube__uy)
+#define ABSOLUTE_POS_Z (cube__cz * cube__dz + cube__uz)
+#define ABSOLUTE_POS                                                                         \
+  (ABSOLUTE_POS_X + cube__nx * cube__dx * (ABSOLUTE_POS_Y + cube__ny * cube__dy * ABSOLUTE_POS_Z))
+#define PLANE_DIM 1u
+#define UNIT_POS_PLANE 0u
+
+/* Cube-local memory: one copy per worker thread (a worker runs all units of
+ * a cube, and one cube at a time). */
+#define CUBE_SHARED(T, name, N) static _Thread_local T name[N]
+
+#define sync_cube() cube__sync_cube(cube__sched)
+
+/* Bounds-checked accessors. The index is evaluated more than once. */
+CUBE__PFN void cube__bounds_fail(cube_bounds_error_t* b, uint32_t arg, uint64_t index,
+                                     uint64_t len, uint32_t is_write) {
+  uint32_t expected = 0;
+  if (b != 0 && __atomic_compare_exchange_n(&b->flag, &expected, 1u, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_RELAXED)) {
+    b->arg = arg;
+    b->index = index;
+    b->len = len;
+    b->is_write = is_write;
+  }
+}
+
+#if defined(CUBE_MODE_UNCHECKED)
+#define CUBE_LOAD(a, i) ((a)[(i)])
+#define CUBE_STORE(a, i, v) ((void)((a)[(i)] = (v)))
+#elif defined(CUBE_MODE_VALIDATE)
+#define CUBE_LOAD(a, i)                                                                      \
+  ((uint64_t)(i) < CUBE_LEN(a)                                                               \
+       ? (a)[(i)]                                                                            \
+       : (cube__bounds_fail(cube__bounds, cube__argidx_##a, (uint64_t)(i), CUBE_LEN(a), 0u), 0))
+#define CUBE_STORE(a, i, v)                                                                  \
+  ((uint64_t)(i) < CUBE_LEN(a)                                                               \
+       ? (void)((a)[(i)] = (v))                                                              \
+       : cube__bounds_fail(cube__bounds, cube__argidx_##a, (uint64_t)(i), CUBE_LEN(a), 1u))
+#else /* CUBE_MODE_CHECKED */
+#define CUBE_LOAD(a, i) ((uint64_t)(i) < CUBE_LEN(a) ? (a)[(i)] : 0)
+#define CUBE_STORE(a, i, v) ((uint64_t)(i) < CUBE_LEN(a) ? (void)((a)[(i)] = (v)) : (void)0)
+#endif
+
+/* Atomics (relaxed, like GPU atomics); each returns the old value. ---------- */
+
+#define CUBE__ATOMIC_INT(sfx, T)                                                             \
+  CUBE__PFN T cube_atomic_add_##sfx(T* p, T v) {                                         \
+    return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);                                       \
+  }                                                                                          \
+  CUBE__PFN T cube_atomic_sub_##sfx(T* p, T v) {                                         \
+    return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED);                                       \
+  }                                                                                          \
+  CUBE__PFN T cube_atomic_and_##sfx(T* p, T v) {                                         \
+    return __atomic_fetch_and(p, v, __ATOMIC_RELAXED);                                       \
+  }                                                                                          \
+  CUBE__PFN T cube_atomic_or_##sfx(T* p, T v) {                                          \
+    return __atomic_fetch_or(p, v, __ATOMIC_RELAXED);                                        \
+  }                                                                                          \
+  CUBE__PFN T cube_atomic_xor_##sfx(T* p, T v) {                                         \
+    return __atomic_fetch_xor(p, v, __ATOMIC_RELAXED);                                       \
+  }                                                                                          \
+  CUBE__PFN T cube_atomic_exchange_##sfx(T* p, T v) {                                    \
+    return __atomic_exchange_n(p, v, __ATOMIC_RELAXED);                                      \
+  }                                                                                          \
+  CUBE__PFN T cube_atomic_compare_exchange_##sfx(T* p, T expected, T desired) {          \
+    __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED); \
+    return expected;                                                                         \
+  }                                                                                          \
+  CUBE__PFN T cube_atomic_min_##sfx(T* p, T v) {                                         \
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);                                            \
+    while (v < old && !__atomic_compare_exchange_n(p, &old, v, 1, __ATOMIC_RELAXED,          \
+                                                   __ATOMIC_RELAXED)) {                      \
+    }                                                                                        \
+    return old;                                                                              \
+  }                                                                                          \
+  CUBE__PFN T cube_atomic_max_##sfx(T* p, T v) {                                         \
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);                                            \
+    while (v > old && !__atomic_compare_exchange_n(p, &old, v, 1, __ATOMIC_RELAXED,          \
+                                                   __ATOMIC_RELAXED)) {                      \
+    }                                                                                        \
+    return old;                                                                              \
+  }
+CUBE__ATOMIC_INT(u32, uint32_t)
+CUBE__ATOMIC_INT(i32, int32_t)
+
+CUBE__PFN float cube_atomic_add_f32(float* p, float v) {
+  uint32_t* w = (uint32_t*)(void*)p;
+  uint32_t old = __atomic_load_n(w, __ATOMIC_RELAXED), neu;
+  float f;
+  do {
+    memcpy(&f, &old, sizeof f);
+    f += v;
+    memcpy(&neu, &f, sizeof neu);
+  } while (!__atomic_compare_exchange_n(w, &old, neu, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  memcpy(&f, &old, sizeof f);
+  return f;
+}
+
+/* Plane (warp) operations: a plane is one unit wide on the CPU. ------------- */
+
+CUBE__PFN float cube_plane_sum_f32(float v) { return v; }
+CUBE__PFN float cube_plane_min_f32(float v) { return v; }
+CUBE__PFN float cube_plane_max_f32(float v) { return v; }
+CUBE__PFN uint32_t cube_plane_sum_u32(uint32_t v) { return v; }
+CUBE__PFN uint32_t cube_plane_min_u32(uint32_t v) { return v; }
+CUBE__PFN uint32_t cube_plane_max_u32(uint32_t v) { return v; }
+CUBE__PFN int32_t cube_plane_sum_i32(int32_t v) { return v; }
+CUBE__PFN int32_t cube_plane_min_i32(int32_t v) { return v; }
+CUBE__PFN int32_t cube_plane_max_i32(int32_t v) { return v; }
+
+#endif /* CUBE__PRELUDE_CPU_H */

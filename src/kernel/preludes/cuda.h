@@ -1,0 +1,194 @@
+/* cube dialect prelude: CUDA target (CUDA C++ compiled by NVRTC, no
+ * includes: NVRTC has no <stdint.h> by default).
+ *
+ * docs/dialect.md describes the vocabulary. The generated unit is:
+ *   #define CUBE_MODE_<mode> 1, this prelude, the kernel's defines,
+ *   "#define cube__kernel_<entry> cube_kernel_entry", the user's source under
+ *   #line. Every CUBE_KERNEL becomes an extern "C" __global__ function; the
+ *   entry's is named cube_kernel_entry.
+ *
+ * Launch ABI: the user's parameters in order, a CUBE_ARRAY(T, a) as two
+ * (T* a, uint64_t a__bytes: the buffer's length in bytes), a scalar as
+ * itself; in Validate mode one more, the bounds record (uint32_t* cube__bounds,
+ * 8 words laid out as cube_bounds_error_t).
+ */
+#ifndef CUBE__PRELUDE_CUDA_H
+#define CUBE__PRELUDE_CUDA_H 1
+
+#define CUBE_TARGET_CUDA 1
+
+#if !defined(CUBE_MODE_CHECKED) && !defined(CUBE_MODE_VALIDATE) && !defined(CUBE_MODE_UNCHECKED)
+#define CUBE_MODE_CHECKED 1
+#endif
+
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+
+#ifndef UINT32_MAX
+#define UINT32_MAX 0xffffffffu
+#endif
+#ifndef INT32_MAX
+#define INT32_MAX 0x7fffffff
+#endif
+#ifndef INT32_MIN
+#define INT32_MIN (-INT32_MAX - 1)
+#endif
+#ifndef UINT64_MAX
+#define UINT64_MAX 0xffffffffffffffffull
+#endif
+#ifndef INT64_MAX
+#define INT64_MAX 0x7fffffffffffffffll
+#endif
+#ifndef INT64_MIN
+#define INT64_MIN (-INT64_MAX - 1)
+#endif
+#ifndef FLT_MAX
+#define FLT_MAX 3.402823466e+38f
+#endif
+#ifndef FLT_MIN
+#define FLT_MIN 1.175494351e-38f
+#endif
+#ifndef FLT_EPSILON
+#define FLT_EPSILON 1.192092896e-07f
+#endif
+#ifndef DBL_MAX
+#define DBL_MAX 1.7976931348623158e+308
+#endif
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
+
+/* Qualifiers --------------------------------------------------------------- */
+
+#define CUBE_FN static __device__ inline __attribute__((unused))
+/* Prelude functions: unused ones must not warn. */
+#define CUBE__PFN static __device__ inline __attribute__((unused))
+#define CUBE_GLOBAL
+#define CUBE_LOCAL
+#define CUBE_RESTRICT __restrict__
+
+/* Kernels ------------------------------------------------------------------- */
+
+#if defined(CUBE_MODE_VALIDATE)
+#define CUBE__BOUNDS_PARAM , uint32_t* cube__bounds
+#else
+#define CUBE__BOUNDS_PARAM
+#endif
+
+#define CUBE_KERNEL(name, ...) \
+  extern "C" __global__ void cube__kernel_##name(__VA_ARGS__ CUBE__BOUNDS_PARAM)
+
+#define CUBE_ARRAY(T, name) T* name, uint64_t name##__bytes
+#define CUBE_LEN(a) ((uint64_t)((a##__bytes) / sizeof(*(a))))
+
+/* Positions (uint32_t). */
+#define UNIT_POS_X ((uint32_t)threadIdx.x)
+#define UNIT_POS_Y ((uint32_t)threadIdx.y)
+#define UNIT_POS_Z ((uint32_t)threadIdx.z)
+#define UNIT_POS (UNIT_POS_X + CUBE_DIM_X * (UNIT_POS_Y + CUBE_DIM_Y * UNIT_POS_Z))
+#define CUBE_POS_X ((uint32_t)blockIdx.x)
+#define CUBE_POS_Y ((uint32_t)blockIdx.y)
+#define CUBE_POS_Z ((uint32_t)blockIdx.z)
+#define CUBE_POS (CUBE_POS_X + CUBE_COUNT_X * (CUBE_POS_Y + CUBE_COUNT_Y * CUBE_POS_Z))
+#define CUBE_DIM_X ((uint32_t)blockDim.x)
+#define CUBE_DIM_Y ((uint32_t)blockDim.y)
+#define CUBE_DIM_Z ((uint32_t)blockDim.z)
+#define CUBE_DIM (CUBE_DIM_X * CUBE_DIM_Y * CUBE_DIM_Z)
+#define CUBE_COUNT_X ((uint32_t)gridDim.x)
+#define CUBE_COUNT_Y ((uint32_t)gridDim.y)
+#define CUBE_COUNT_Z ((uint32_t)gridDim.z)
+#define CUBE_COUNT (CUBE_COUNT_X * CUBE_COUNT_Y * CUBE_COUNT_Z)
+#define ABSOLUTE_POS_X (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X)
+#define ABSOLUTE_POS_Y (CUBE_POS_Y * CUBE_DIM_Y + UNIT_POS_Y)
+#define ABSOLUTE_POS_Z (CUBE_POS_Z * CUBE_DIM_Z + UNIT_POS_Z)
+#define ABSOLUTE_POS                                                                         \
+  (ABSOLUTE_POS_X +                                                                          \
+   CUBE_COUNT_X * CUBE_DIM_X * (ABSOLUTE_POS_Y + CUBE_COUNT_Y * CUBE_DIM_Y * ABSOLUTE_POS_Z))
+#define PLANE_DIM ((uint32_t)warpSize)
+#define UNIT_POS_PLANE (UNIT_POS % (uint32_t)warpSize)
+
+#define CUBE_SHARED(T, name, N) __shared__ T name[N]
+
+#define sync_cube() __syncthreads()
+
+/* Bounds-checked accessors. The index is evaluated more than once. */
+CUBE__PFN void cube__bounds_fail(uint32_t* b, uint32_t arg, uint64_t index,
+                                                uint64_t len, uint32_t is_write) {
+  if (atomicCAS(b, 0u, 1u) == 0u) {
+    b[1] = arg;
+    b[2] = (uint32_t)index;
+    b[3] = (uint32_t)(index >> 32);
+    b[4] = (uint32_t)len;
+    b[5] = (uint32_t)(len >> 32);
+    b[6] = is_write;
+    __threadfence();
+  }
+}
+
+#if defined(CUBE_MODE_UNCHECKED)
+#define CUBE_LOAD(a, i) ((a)[(i)])
+#define CUBE_STORE(a, i, v) ((void)((a)[(i)] = (v)))
+#elif defined(CUBE_MODE_VALIDATE)
+#define CUBE_LOAD(a, i)                                                                      \
+  ((uint64_t)(i) < CUBE_LEN(a)                                                               \
+       ? (a)[(i)]                                                                            \
+       : (cube__bounds_fail(cube__bounds, cube__argidx_##a, (uint64_t)(i), CUBE_LEN(a), 0u), 0))
+#define CUBE_STORE(a, i, v)                                                                  \
+  ((uint64_t)(i) < CUBE_LEN(a)                                                               \
+       ? (void)((a)[(i)] = (v))                                                              \
+       : cube__bounds_fail(cube__bounds, cube__argidx_##a, (uint64_t)(i), CUBE_LEN(a), 1u))
+#else /* CUBE_MODE_CHECKED */
+#define CUBE_LOAD(a, i) ((uint64_t)(i) < CUBE_LEN(a) ? (a)[(i)] : 0)
+#define CUBE_STORE(a, i, v) ((uint64_t)(i) < CUBE_LEN(a) ? (void)((a)[(i)] = (v)) : (void)0)
+#endif
+
+/* Atomics (relaxed); each returns the old value. ----------------------------- */
+
+#define CUBE__ATOMIC_INT(sfx, T)                                                             \
+  CUBE__PFN T cube_atomic_add_##sfx(T* p, T v) { return atomicAdd(p, v); }    \
+  CUBE__PFN T cube_atomic_sub_##sfx(T* p, T v) { return atomicSub(p, v); }    \
+  CUBE__PFN T cube_atomic_and_##sfx(T* p, T v) { return atomicAnd(p, v); }    \
+  CUBE__PFN T cube_atomic_or_##sfx(T* p, T v) { return atomicOr(p, v); }      \
+  CUBE__PFN T cube_atomic_xor_##sfx(T* p, T v) { return atomicXor(p, v); }    \
+  CUBE__PFN T cube_atomic_min_##sfx(T* p, T v) { return atomicMin(p, v); }    \
+  CUBE__PFN T cube_atomic_max_##sfx(T* p, T v) { return atomicMax(p, v); }    \
+  CUBE__PFN T cube_atomic_exchange_##sfx(T* p, T v) { return atomicExch(p, v); } \
+  CUBE__PFN T cube_atomic_compare_exchange_##sfx(T* p, T expected, T desired) { \
+    return atomicCAS(p, expected, desired);                                                  \
+  }
+CUBE__ATOMIC_INT(u32, uint32_t)
+CUBE__ATOMIC_INT(i32, int32_t)
+
+CUBE__PFN float cube_atomic_add_f32(float* p, float v) { return atomicAdd(p, v); }
+
+/* Plane (warp) operations: butterfly shuffles over the whole warp (every lane
+ * of the warp must take part, as in CubeCL). ------------------------------- */
+
+#define CUBE__PLANE_REDUCE(name, T, OP)                                                      \
+  CUBE__PFN T name(T v) {                                                     \
+    for (int o = warpSize / 2; o > 0; o >>= 1) {                                             \
+      T w = __shfl_xor_sync(0xffffffffu, v, o);                                              \
+      v = OP;                                                                                \
+    }                                                                                        \
+    return v;                                                                                \
+  }
+CUBE__PLANE_REDUCE(cube_plane_sum_f32, float, v + w)
+CUBE__PLANE_REDUCE(cube_plane_min_f32, float, fminf(v, w))
+CUBE__PLANE_REDUCE(cube_plane_max_f32, float, fmaxf(v, w))
+CUBE__PLANE_REDUCE(cube_plane_sum_u32, uint32_t, v + w)
+CUBE__PLANE_REDUCE(cube_plane_min_u32, uint32_t, (w < v ? w : v))
+CUBE__PLANE_REDUCE(cube_plane_max_u32, uint32_t, (w > v ? w : v))
+CUBE__PLANE_REDUCE(cube_plane_sum_i32, int32_t, v + w)
+CUBE__PLANE_REDUCE(cube_plane_min_i32, int32_t, (w < v ? w : v))
+CUBE__PLANE_REDUCE(cube_plane_max_i32, int32_t, (w > v ? w : v))
+
+#endif /* CUBE__PRELUDE_CUDA_H */

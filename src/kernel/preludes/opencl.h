@@ -1,0 +1,216 @@
+/* cube dialect prelude: OpenCL target (OpenCL C 1.2, clBuildProgram).
+ *
+ * docs/dialect.md describes the vocabulary. The generated unit is:
+ *   #define CUBE_MODE_<mode> 1, this prelude, the kernel's defines,
+ *   "#define cube__kernel_<entry> cube_kernel_entry", the user's source under
+ *   #line. Every CUBE_KERNEL becomes a __kernel function (cube-local memory
+ *   may only be declared in one); the entry's is named cube_kernel_entry.
+ *
+ * Launch ABI: the user's parameters in order, a CUBE_ARRAY(T, a) as two
+ * (__global T* a, ulong a__bytes: the buffer's length in bytes), a scalar as
+ * itself; in Validate mode one more, the bounds record (__global uint*
+ * cube__bounds, 8 words laid out as cube_bounds_error_t).
+ *
+ * Planes are one unit wide here (OpenCL 1.2 has no sub-groups).
+ */
+#ifndef CUBE__PRELUDE_OPENCL_H
+#define CUBE__PRELUDE_OPENCL_H 1
+
+#define CUBE_TARGET_OPENCL 1
+
+#if !defined(CUBE_MODE_CHECKED) && !defined(CUBE_MODE_VALIDATE) && !defined(CUBE_MODE_UNCHECKED)
+#define CUBE_MODE_CHECKED 1
+#endif
+
+#ifdef cl_khr_fp64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+
+typedef char int8_t;
+typedef uchar uint8_t;
+typedef short int16_t;
+typedef ushort uint16_t;
+typedef int int32_t;
+typedef uint uint32_t;
+typedef long int64_t;
+typedef ulong uint64_t;
+
+#ifndef UINT32_MAX
+#define UINT32_MAX 0xffffffffu
+#endif
+#ifndef INT32_MAX
+#define INT32_MAX 0x7fffffff
+#endif
+#ifndef INT32_MIN
+#define INT32_MIN (-INT32_MAX - 1)
+#endif
+#ifndef UINT64_MAX
+#define UINT64_MAX 0xffffffffffffffffUL
+#endif
+#ifndef INT64_MAX
+#define INT64_MAX 0x7fffffffffffffffL
+#endif
+#ifndef INT64_MIN
+#define INT64_MIN (-INT64_MAX - 1)
+#endif
+
+/* The C99 float functions, mapped to OpenCL's overloaded builtins (the
+ * double ones are builtins already, with cl_khr_fp64). */
+#define sqrtf(x) sqrt((float)(x))
+#define expf(x) exp((float)(x))
+#define exp2f(x) exp2((float)(x))
+#define logf(x) log((float)(x))
+#define log2f(x) log2((float)(x))
+#define log10f(x) log10((float)(x))
+#define sinf(x) sin((float)(x))
+#define cosf(x) cos((float)(x))
+#define tanf(x) tan((float)(x))
+#define asinf(x) asin((float)(x))
+#define acosf(x) acos((float)(x))
+#define atanf(x) atan((float)(x))
+#define atan2f(y, x) atan2((float)(y), (float)(x))
+#define sinhf(x) sinh((float)(x))
+#define coshf(x) cosh((float)(x))
+#define tanhf(x) tanh((float)(x))
+#define fabsf(x) fabs((float)(x))
+#define fminf(x, y) fmin((float)(x), (float)(y))
+#define fmaxf(x, y) fmax((float)(x), (float)(y))
+#define fmodf(x, y) fmod((float)(x), (float)(y))
+#define powf(x, y) pow((float)(x), (float)(y))
+#define floorf(x) floor((float)(x))
+#define ceilf(x) ceil((float)(x))
+#define truncf(x) trunc((float)(x))
+#define roundf(x) round((float)(x))
+#define fmaf(x, y, z) fma((float)(x), (float)(y), (float)(z))
+
+/* Qualifiers --------------------------------------------------------------- */
+
+#define CUBE_FN static inline
+#define CUBE_GLOBAL __global
+#define CUBE_LOCAL __local
+#define CUBE_RESTRICT restrict
+
+/* Kernels ------------------------------------------------------------------- */
+
+#if defined(CUBE_MODE_VALIDATE)
+#define CUBE__BOUNDS_PARAM , __global uint* cube__bounds
+#else
+#define CUBE__BOUNDS_PARAM
+#endif
+
+#define CUBE_KERNEL(name, ...) __kernel void cube__kernel_##name(__VA_ARGS__ CUBE__BOUNDS_PARAM)
+
+#define CUBE_ARRAY(T, name) __global T* name, ulong name##__bytes
+#define CUBE_LEN(a) ((ulong)((a##__bytes) / sizeof(*(a))))
+
+/* Positions (uint32_t). */
+#define UNIT_POS_X ((uint)get_local_id(0))
+#define UNIT_POS_Y ((uint)get_local_id(1))
+#define UNIT_POS_Z ((uint)get_local_id(2))
+#define UNIT_POS (UNIT_POS_X + CUBE_DIM_X * (UNIT_POS_Y + CUBE_DIM_Y * UNIT_POS_Z))
+#define CUBE_POS_X ((uint)get_group_id(0))
+#define CUBE_POS_Y ((uint)get_group_id(1))
+#define CUBE_POS_Z ((uint)get_group_id(2))
+#define CUBE_POS (CUBE_POS_X + CUBE_COUNT_X * (CUBE_POS_Y + CUBE_COUNT_Y * CUBE_POS_Z))
+#define CUBE_DIM_X ((uint)get_local_size(0))
+#define CUBE_DIM_Y ((uint)get_local_size(1))
+#define CUBE_DIM_Z ((uint)get_local_size(2))
+#define CUBE_DIM (CUBE_DIM_X * CUBE_DIM_Y * CUBE_DIM_Z)
+#define CUBE_COUNT_X ((uint)get_num_groups(0))
+#define CUBE_COUNT_Y ((uint)get_num_groups(1))
+#define CUBE_COUNT_Z ((uint)get_num_groups(2))
+#define CUBE_COUNT (CUBE_COUNT_X * CUBE_COUNT_Y * CUBE_COUNT_Z)
+#define ABSOLUTE_POS_X (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X)
+#define ABSOLUTE_POS_Y (CUBE_POS_Y * CUBE_DIM_Y + UNIT_POS_Y)
+#define ABSOLUTE_POS_Z (CUBE_POS_Z * CUBE_DIM_Z + UNIT_POS_Z)
+#define ABSOLUTE_POS                                                                         \
+  (ABSOLUTE_POS_X +                                                                          \
+   CUBE_COUNT_X * CUBE_DIM_X * (ABSOLUTE_POS_Y + CUBE_COUNT_Y * CUBE_DIM_Y * ABSOLUTE_POS_Z))
+#define PLANE_DIM 1u
+#define UNIT_POS_PLANE 0u
+
+#define CUBE_SHARED(T, name, N) __local T name[N]
+
+#define sync_cube() barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE)
+
+/* Bounds-checked accessors. The index is evaluated more than once. */
+static inline void cube__bounds_fail(__global uint* b, uint arg, ulong index, ulong len,
+                                     uint is_write) {
+  if (atomic_cmpxchg((volatile __global uint*)b, 0u, 1u) == 0u) {
+    b[1] = arg;
+    b[2] = (uint)index;
+    b[3] = (uint)(index >> 32);
+    b[4] = (uint)len;
+    b[5] = (uint)(len >> 32);
+    b[6] = is_write;
+  }
+}
+
+#if defined(CUBE_MODE_UNCHECKED)
+#define CUBE_LOAD(a, i) ((a)[(i)])
+#define CUBE_STORE(a, i, v) ((void)((a)[(i)] = (v)))
+#elif defined(CUBE_MODE_VALIDATE)
+#define CUBE_LOAD(a, i)                                                                      \
+  ((ulong)(i) < CUBE_LEN(a)                                                                  \
+       ? (a)[(i)]                                                                            \
+       : (cube__bounds_fail(cube__bounds, cube__argidx_##a, (ulong)(i), CUBE_LEN(a), 0u), 0))
+#define CUBE_STORE(a, i, v)                                                                  \
+  ((ulong)(i) < CUBE_LEN(a)                                                                  \
+       ? (void)((a)[(i)] = (v))                                                              \
+       : cube__bounds_fail(cube__bounds, cube__argidx_##a, (ulong)(i), CUBE_LEN(a), 1u))
+#else /* CUBE_MODE_CHECKED */
+#define CUBE_LOAD(a, i) ((ulong)(i) < CUBE_LEN(a) ? (a)[(i)] : 0)
+#define CUBE_STORE(a, i, v) ((ulong)(i) < CUBE_LEN(a) ? (void)((a)[(i)] = (v)) : (void)0)
+#endif
+
+/* Atomics (relaxed); each returns the old value. The integer ones map to the
+ * OpenCL 1.1 builtins, which take __global and __local pointers alike. ------ */
+
+#define cube_atomic_add_u32(p, v) atomic_add((p), (uint)(v))
+#define cube_atomic_sub_u32(p, v) atomic_sub((p), (uint)(v))
+#define cube_atomic_and_u32(p, v) atomic_and((p), (uint)(v))
+#define cube_atomic_or_u32(p, v) atomic_or((p), (uint)(v))
+#define cube_atomic_xor_u32(p, v) atomic_xor((p), (uint)(v))
+#define cube_atomic_min_u32(p, v) atomic_min((p), (uint)(v))
+#define cube_atomic_max_u32(p, v) atomic_max((p), (uint)(v))
+#define cube_atomic_exchange_u32(p, v) atomic_xchg((p), (uint)(v))
+#define cube_atomic_compare_exchange_u32(p, e, d) atomic_cmpxchg((p), (uint)(e), (uint)(d))
+#define cube_atomic_add_i32(p, v) atomic_add((p), (int)(v))
+#define cube_atomic_sub_i32(p, v) atomic_sub((p), (int)(v))
+#define cube_atomic_and_i32(p, v) atomic_and((p), (int)(v))
+#define cube_atomic_or_i32(p, v) atomic_or((p), (int)(v))
+#define cube_atomic_xor_i32(p, v) atomic_xor((p), (int)(v))
+#define cube_atomic_min_i32(p, v) atomic_min((p), (int)(v))
+#define cube_atomic_max_i32(p, v) atomic_max((p), (int)(v))
+#define cube_atomic_exchange_i32(p, v) atomic_xchg((p), (int)(v))
+#define cube_atomic_compare_exchange_i32(p, e, d) atomic_cmpxchg((p), (int)(e), (int)(d))
+
+/* Float add: a compare-exchange loop (no native float atomics in 1.2). */
+static inline float __attribute__((overloadable)) cube_atomic_add_f32(volatile __global float* p,
+                                                                      float v) {
+  volatile __global uint* w = (volatile __global uint*)p;
+  uint old = *w, seen;
+  while ((seen = atomic_cmpxchg(w, old, as_uint(as_float(old) + v))) != old) old = seen;
+  return as_float(old);
+}
+static inline float __attribute__((overloadable)) cube_atomic_add_f32(volatile __local float* p,
+                                                                      float v) {
+  volatile __local uint* w = (volatile __local uint*)p;
+  uint old = *w, seen;
+  while ((seen = atomic_cmpxchg(w, old, as_uint(as_float(old) + v))) != old) old = seen;
+  return as_float(old);
+}
+
+/* Plane operations: a plane is one unit wide here. ---------------------------- */
+
+#define cube_plane_sum_f32(v) ((float)(v))
+#define cube_plane_min_f32(v) ((float)(v))
+#define cube_plane_max_f32(v) ((float)(v))
+#define cube_plane_sum_u32(v) ((uint)(v))
+#define cube_plane_min_u32(v) ((uint)(v))
+#define cube_plane_max_u32(v) ((uint)(v))
+#define cube_plane_sum_i32(v) ((int)(v))
+#define cube_plane_min_i32(v) ((int)(v))
+#define cube_plane_max_i32(v) ((int)(v))
+
+#endif /* CUBE__PRELUDE_OPENCL_H */

@@ -1,0 +1,668 @@
+// cube-test-libs: cube_static
+/* The kernel cache's storage: keys, the disk format and its atomic writes,
+ * corrupt entries, the memory map, counters, stats and clear. Every case uses
+ * its own cache directory (CUBE_CACHE_DIR). */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cube/cache.h"
+#include "kernel/cache.h"
+
+#define HEADER_SIZE 28
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+static char g_dir[1024];
+
+static int rm_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+static void rm_tree(const char* path) { (void)nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* A fresh cache directory for the case, empty counters and memory map. */
+static void use_fresh_cache(const char* name) {
+  const char* base = getenv("CUBE_TEST_TMPDIR");
+  if (!base || !*base) base = "/tmp";
+  snprintf(g_dir, sizeof(g_dir), "%s/kcache-%s-%ld", base, name, (long)getpid());
+  rm_tree(g_dir);
+  setenv("CUBE_CACHE_DIR", g_dir, 1);
+  cube__cache_shutdown();
+  CHECK_OK(cube_kernel_cache_clear());
+}
+
+static void done_with_cache(void) {
+  cube__cache_shutdown();
+  rm_tree(g_dir);
+}
+
+static cube__cache_key_t key_of(const char* a, const char* b) {
+  const char* parts[] = {a, b, NULL};
+  return cube__cache_key(parts);
+}
+
+static void entry_path(cube__cache_key_t key, const char* kind, char* out, size_t size) {
+  cube_status_t st = cube__cache_entry_path(key, kind, out, size);
+  if (st) {
+    fprintf(stderr, "entry path: %s\n", cube_status_message(st));
+    cube_status_free(st);
+    out[0] = '\0';
+  }
+}
+
+static bool file_exists(const char* path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+static uint64_t corrupt_count(void) {
+  cube_kernel_cache_stats_t s;
+  cube_status_t st = cube_kernel_cache_stats(&s);
+  if (st) {
+    cube_status_free(st);
+    return UINT64_MAX;
+  }
+  return s.corrupt_entries;
+}
+
+//===----------------------------------------------------------------------===//
+// Keys
+//===----------------------------------------------------------------------===//
+
+CUBE_TEST(key_part_boundaries_matter) {
+  const char* ab_c[] = {"ab", "c", NULL};
+  const char* a_bc[] = {"a", "bc", NULL};
+  const char* abc[] = {"abc", NULL};
+  const char* a[] = {"a", NULL};
+  const char* a_empty[] = {"a", "", NULL};
+  const char* none[] = {NULL};
+  const char* empty[] = {"", NULL};
+  cube__cache_key_t k1 = cube__cache_key(ab_c), k2 = cube__cache_key(a_bc);
+  cube__cache_key_t k3 = cube__cache_key(abc), k4 = cube__cache_key(a);
+  cube__cache_key_t k5 = cube__cache_key(a_empty), k6 = cube__cache_key(none);
+  cube__cache_key_t k7 = cube__cache_key(empty);
+  cube__cache_key_t all[] = {k1, k2, k3, k4, k5, k6, k7};
+  for (int i = 0; i < 7; ++i)
+    for (int j = i + 1; j < 7; ++j)
+      CHECK(!(all[i].hi == all[j].hi && all[i].lo == all[j].lo));
+  /* Same parts, same key. */
+  const char* ab_c2[] = {"ab", "c", NULL};
+  cube__cache_key_t k1b = cube__cache_key(ab_c2);
+  CHECK(k1.hi == k1b.hi && k1.lo == k1b.lo);
+  /* A single changed byte changes the key. */
+  const char* ab_d[] = {"ab", "d", NULL};
+  cube__cache_key_t k8 = cube__cache_key(ab_d);
+  CHECK(!(k1.hi == k8.hi && k1.lo == k8.lo));
+}
+
+CUBE_TEST(key_hex_is_stable) {
+  char hex[33];
+  cube__cache_key_t k = {0x0123456789abcdefull, 0xfedcba9876543210ull};
+  cube__cache_key_hex(k, hex);
+  CHECK(strcmp(hex, "0123456789abcdeffedcba9876543210") == 0);
+  cube__cache_key_t z = {0, 0};
+  cube__cache_key_hex(z, hex);
+  CHECK(strcmp(hex, "00000000000000000000000000000000") == 0);
+  /* The scheme itself is fixed (changing it silently orphans every disk
+   * entry): XXH3-128 of (u64 length, bytes) per part, then the part count. */
+  const char* parts[] = {"cube", "0.1.0", "cpu", "int main(void){return 0;}", NULL};
+  cube__cache_key_hex(cube__cache_key(parts), hex);
+  printf("key hex: %s\n", hex);
+  CHECK(strlen(hex) == 32);
+  CHECK(strspn(hex, "0123456789abcdef") == 32);
+  CHECK(strcmp(hex, "5961405e66096c49620c623612420cf8") == 0);
+}
+
+//===----------------------------------------------------------------------===//
+// Disk
+//===----------------------------------------------------------------------===//
+
+CUBE_TEST(disk_store_load_round_trip) {
+  use_fresh_cache("round_trip");
+  cube__cache_key_t k = key_of("round", "trip");
+  size_t n = 100000;
+  unsigned char* payload = malloc(n);
+  REQUIRE(payload);
+  cube_test_fill_random(payload, n, 42);
+
+  void* data = (void*)1;
+  size_t size = 7;
+  CHECK_STATUS(cube__cache_disk_load(k, "so", &data, &size), CUBE_STATUS_NOT_FOUND, "no entry");
+  CHECK(data == NULL && size == 0);
+
+  CHECK_OK(cube__cache_disk_store(k, "so", payload, n));
+  CHECK_OK(cube__cache_disk_load(k, "so", &data, &size));
+  CHECK_EQ_U64(size, n);
+  CHECK(data && memcmp(data, payload, n) == 0);
+  free(data);
+
+  /* Layout: <dir>/v1/<hex>.so, header + payload; private modes. */
+  char path[2048], hex[33], expect[2048];
+  entry_path(k, "so", path, sizeof(path));
+  cube__cache_key_hex(k, hex);
+  snprintf(expect, sizeof(expect), "%s/v1/%s.so", g_dir, hex);
+  CHECK(strcmp(path, expect) == 0);
+  struct stat st;
+  REQUIRE(stat(path, &st) == 0);
+  CHECK_EQ_U64(st.st_size, n + HEADER_SIZE);
+  CHECK_EQ_U64(st.st_mode & 0777, 0600);
+  char v1[2048];
+  snprintf(v1, sizeof(v1), "%s/v1", g_dir);
+  REQUIRE(stat(v1, &st) == 0);
+  CHECK_EQ_U64(st.st_mode & 0777, 0700);
+  REQUIRE(stat(g_dir, &st) == 0);
+  CHECK_EQ_U64(st.st_mode & 0777, 0700);
+  FILE* f = fopen(path, "rb");
+  REQUIRE(f);
+  char magic[8];
+  CHECK(fread(magic, 1, 8, f) == 8 && memcmp(magic, "CUBEKC01", 8) == 0);
+  fclose(f);
+
+  /* Kinds are separate entries; an empty payload round-trips; a second
+   * store replaces. */
+  CHECK_STATUS(cube__cache_disk_load(k, "cubin", &data, &size), CUBE_STATUS_NOT_FOUND, "cubin");
+  CHECK_OK(cube__cache_disk_store(k, "clbin", "", 0));
+  CHECK_OK(cube__cache_disk_load(k, "clbin", &data, &size));
+  CHECK_EQ_U64(size, 0);
+  free(data);
+  CHECK_OK(cube__cache_disk_store(k, "so", "second", 6));
+  CHECK_OK(cube__cache_disk_load(k, "so", &data, &size));
+  CHECK(size == 6 && memcmp(data, "second", 6) == 0);
+  free(data);
+  CHECK_EQ_U64(corrupt_count(), 0);
+
+  /* A bad kind is refused. */
+  CHECK_STATUS(cube__cache_disk_store(k, "../x", "a", 1), CUBE_STATUS_INVALID_ARGUMENT, "kind");
+  CHECK_STATUS(cube__cache_disk_load(k, "", &data, &size), CUBE_STATUS_INVALID_ARGUMENT, "kind");
+  free(payload);
+  done_with_cache();
+}
+
+CUBE_TEST(disk_store_creates_nested_directories) {
+  use_fresh_cache("nested");
+  char nested[1100];
+  snprintf(nested, sizeof(nested), "%s/a/b/c", g_dir);
+  setenv("CUBE_CACHE_DIR", nested, 1);
+  CHECK(strcmp(cube_kernel_cache_dir(), nested) == 0);
+  cube__cache_key_t k = key_of("nested", "dirs");
+  CHECK_OK(cube__cache_disk_store(k, "so", "xyz", 3));
+  void* data = NULL;
+  size_t size = 0;
+  CHECK_OK(cube__cache_disk_load(k, "so", &data, &size));
+  CHECK(size == 3 && memcmp(data, "xyz", 3) == 0);
+  free(data);
+  struct stat st;
+  char b[1200];
+  snprintf(b, sizeof(b), "%s/a/b", g_dir);
+  REQUIRE(stat(b, &st) == 0);
+  CHECK_EQ_U64(st.st_mode & 0777, 0700);
+  /* A trailing slash names the same directory. */
+  char slash[1200];
+  snprintf(slash, sizeof(slash), "%s/", nested);
+  setenv("CUBE_CACHE_DIR", slash, 1);
+  CHECK(strcmp(cube_kernel_cache_dir(), nested) == 0);
+  CHECK_OK(cube__cache_disk_load(k, "so", &data, &size));
+  free(data);
+  setenv("CUBE_CACHE_DIR", g_dir, 1);
+  done_with_cache();
+}
+
+CUBE_TEST(disk_store_unusable_directory_reports) {
+  use_fresh_cache("unusable");
+  /* A regular file where a parent directory should be (refused even to root). */
+  FILE* f = fopen(g_dir, "w");
+  REQUIRE(f);
+  fclose(f);
+  char sub[1100];
+  snprintf(sub, sizeof(sub), "%s/cache", g_dir);
+  setenv("CUBE_CACHE_DIR", sub, 1);
+  cube__cache_key_t k = key_of("unusable", "dir");
+  CHECK_STATUS(cube__cache_disk_store(k, "so", "abc", 3), CUBE_STATUS_UNAVAILABLE,
+               "cannot create directory", sub, "Not a directory");
+  void* data = NULL;
+  size_t size = 0;
+  CHECK_STATUS(cube__cache_disk_load(k, "so", &data, &size), CUBE_STATUS_NOT_FOUND, sub);
+  cube_kernel_cache_stats_t s;
+  CHECK_OK(cube_kernel_cache_stats(&s)); /* nothing to count: not an error */
+  CHECK_EQ_U64(s.disk_entries, 0);
+  unlink(g_dir);
+  setenv("CUBE_CACHE_DIR", g_dir, 1);
+  done_with_cache();
+}
+
+/* Two processes store different payloads under one key, 200 times each,
+ * while a third loads: every load is one payload intact, or a miss. */
+CUBE_TEST(disk_store_atomic_across_processes) {
+  use_fresh_cache("atomic");
+  cube__cache_key_t k = key_of("atomic", "race");
+  const size_t na = 300000, nb = 170000;
+  unsigned char* pa = malloc(na);
+  unsigned char* pb = malloc(nb);
+  REQUIRE(pa && pb);
+  cube_test_fill_random(pa, na, 1);
+  cube_test_fill_random(pb, nb, 2);
+  struct shared {
+    atomic_int writers_done;
+    atomic_int loads_a, loads_b, misses, bad, corrupt;
+  }* sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(sh != MAP_FAILED);
+  memset(sh, 0, sizeof(*sh));
+  fflush(stdout);
+  fflush(stderr);
+
+  pid_t loader = fork();
+  REQUIRE(loader >= 0);
+  if (loader == 0) {
+    uint64_t rounds = 0;
+    while (!atomic_load(&sh->writers_done) || rounds < 10) {
+      void* data = NULL;
+      size_t size = 0;
+      cube_status_t st = cube__cache_disk_load(k, "so", &data, &size);
+      if (st) {
+        if (cube_status_code(st) == CUBE_STATUS_NOT_FOUND && !strstr(cube_status_message(st), "corrupt"))
+          atomic_fetch_add(&sh->misses, 1);
+        else {
+          fprintf(stderr, "loader: %s\n", cube_status_message(st));
+          atomic_fetch_add(&sh->bad, 1);
+        }
+        cube_status_free(st);
+      } else if (size == na && memcmp(data, pa, na) == 0) {
+        atomic_fetch_add(&sh->loads_a, 1);
+      } else if (size == nb && memcmp(data, pb, nb) == 0) {
+        atomic_fetch_add(&sh->loads_b, 1);
+      } else {
+        atomic_fetch_add(&sh->bad, 1);
+      }
+      free(data);
+      ++rounds;
+    }
+    cube_kernel_cache_stats_t s;
+    if (cube_status_consume(cube_kernel_cache_stats(&s)) == CUBE_STATUS_OK)
+      atomic_store(&sh->corrupt, (int)s.corrupt_entries);
+    _exit(0);
+  }
+  pid_t writers[2];
+  for (int w = 0; w < 2; ++w) {
+    writers[w] = fork();
+    REQUIRE(writers[w] >= 0);
+    if (writers[w] == 0) {
+      int failures = 0;
+      for (int i = 0; i < 200; ++i) {
+        cube_status_t st = w == 0 ? cube__cache_disk_store(k, "so", pa, na)
+                                  : cube__cache_disk_store(k, "so", pb, nb);
+        if (st) {
+          fprintf(stderr, "writer %d: %s\n", w, cube_status_message(st));
+          cube_status_free(st);
+          ++failures;
+        }
+      }
+      _exit(failures ? 1 : 0);
+    }
+  }
+  for (int w = 0; w < 2; ++w) {
+    int ws = 0;
+    CHECK(waitpid(writers[w], &ws, 0) == writers[w]);
+    CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  }
+  atomic_store(&sh->writers_done, 1);
+  int ws = 0;
+  CHECK(waitpid(loader, &ws, 0) == loader);
+  CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  printf("loads: %d of payload A, %d of B, %d misses, %d bad, %d corrupt\n",
+         atomic_load(&sh->loads_a), atomic_load(&sh->loads_b), atomic_load(&sh->misses),
+         atomic_load(&sh->bad), atomic_load(&sh->corrupt));
+  CHECK_EQ_U64(atomic_load(&sh->bad), 0);
+  CHECK_EQ_U64(atomic_load(&sh->corrupt), 0);
+  CHECK(atomic_load(&sh->loads_a) + atomic_load(&sh->loads_b) > 0);
+  /* One entry left, no temporary files. */
+  cube_kernel_cache_stats_t s;
+  CHECK_OK(cube_kernel_cache_stats(&s));
+  CHECK_EQ_U64(s.disk_entries, 1);
+  CHECK(s.disk_bytes == na + HEADER_SIZE || s.disk_bytes == nb + HEADER_SIZE);
+  char v1[1100];
+  snprintf(v1, sizeof(v1), "%s/v1", g_dir);
+  char cmd[1300];
+  snprintf(cmd, sizeof(cmd), "test $(ls -A '%s' | wc -l) -eq 1", v1);
+  CHECK(system(cmd) == 0);
+  munmap(sh, sizeof(*sh));
+  free(pa);
+  free(pb);
+  done_with_cache();
+}
+
+/* Stores a payload, damages the file with |damage|, then expects the load to
+ * report NOT_FOUND "corrupt", count it and delete the file. */
+static void check_corruption(const char* name, void (*damage)(const char* path, size_t n),
+                             const char* why) {
+  use_fresh_cache(name);
+  cube__cache_key_t k = key_of("corrupt", name);
+  size_t n = 4096;
+  unsigned char payload[4096];
+  cube_test_fill_random(payload, n, 7);
+  CHECK_OK(cube__cache_disk_store(k, "so", payload, n));
+  char path[2048];
+  entry_path(k, "so", path, sizeof(path));
+  REQUIRE(file_exists(path));
+  damage(path, n);
+  void* data = (void*)1;
+  size_t size = 1;
+  CHECK_STATUS(cube__cache_disk_load(k, "so", &data, &size), CUBE_STATUS_NOT_FOUND, "corrupt",
+               path, why);
+  CHECK(data == NULL && size == 0);
+  CHECK_EQ_U64(corrupt_count(), 1);
+  CHECK(!file_exists(path));
+  /* Then a plain miss, not counted again; a new store works. */
+  CHECK_STATUS(cube__cache_disk_load(k, "so", &data, &size), CUBE_STATUS_NOT_FOUND, "no entry");
+  CHECK_EQ_U64(corrupt_count(), 1);
+  CHECK_OK(cube__cache_disk_store(k, "so", payload, n));
+  CHECK_OK(cube__cache_disk_load(k, "so", &data, &size));
+  CHECK(size == n && memcmp(data, payload, n) == 0);
+  free(data);
+  done_with_cache();
+}
+
+static void patch(const char* path, off_t at, const void* bytes, size_t n) {
+  int fd = open(path, O_WRONLY);
+  if (fd < 0) return;
+  if (pwrite(fd, bytes, n, at) != (ssize_t)n) perror("pwrite");
+  close(fd);
+}
+
+static void damage_truncate(const char* path, size_t n) {
+  if (truncate(path, (off_t)(HEADER_SIZE + n / 2)) != 0) perror("truncate");
+}
+static void damage_truncate_header(const char* path, size_t n) {
+  (void)n;
+  if (truncate(path, 10) != 0) perror("truncate");
+}
+static void damage_flip_byte(const char* path, size_t n) {
+  int fd = open(path, O_RDWR);
+  if (fd < 0) return;
+  unsigned char b = 0;
+  off_t at = (off_t)(HEADER_SIZE + n / 3);
+  if (pread(fd, &b, 1, at) == 1) {
+    b ^= 0x10;
+    if (pwrite(fd, &b, 1, at) != 1) perror("pwrite");
+  }
+  close(fd);
+}
+static void damage_magic(const char* path, size_t n) {
+  (void)n;
+  patch(path, 0, "NOTACUBE", 8);
+}
+static void damage_version(const char* path, size_t n) {
+  (void)n;
+  const unsigned char v2[4] = {2, 0, 0, 0};
+  patch(path, 8, v2, 4);
+}
+static void damage_length(const char* path, size_t n) {
+  uint64_t len = n - 1; /* little-endian on disk */
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = (unsigned char)(len >> (8 * i));
+  patch(path, 12, le, 8);
+}
+static void damage_append(const char* path, size_t n) {
+  (void)n;
+  FILE* f = fopen(path, "ab");
+  if (!f) return;
+  fputs("trailing garbage", f);
+  fclose(f);
+}
+
+CUBE_TEST(disk_corrupt_truncated_payload) { check_corruption("trunc", damage_truncate, "length"); }
+CUBE_TEST(disk_corrupt_truncated_header) { check_corruption("trunc_hdr", damage_truncate_header, "short file"); }
+CUBE_TEST(disk_corrupt_flipped_byte) { check_corruption("flip", damage_flip_byte, "checksum"); }
+CUBE_TEST(disk_corrupt_bad_magic) { check_corruption("magic", damage_magic, "magic"); }
+CUBE_TEST(disk_corrupt_bad_version) { check_corruption("version", damage_version, "version 2"); }
+CUBE_TEST(disk_corrupt_bad_length) { check_corruption("length", damage_length, "payload length 4095"); }
+CUBE_TEST(disk_corrupt_trailing_bytes) { check_corruption("append", damage_append, "length"); }
+
+CUBE_TEST(disk_discard_counts_and_deletes) {
+  use_fresh_cache("discard");
+  cube__cache_key_t k = key_of("discard", "me");
+  CHECK_OK(cube__cache_disk_store(k, "so", "abc", 3));
+  char path[2048];
+  entry_path(k, "so", path, sizeof(path));
+  REQUIRE(file_exists(path));
+  cube__cache_disk_discard(k, "so");
+  CHECK(!file_exists(path));
+  CHECK_EQ_U64(corrupt_count(), 1);
+  done_with_cache();
+}
+
+CUBE_TEST(disk_off_disables) {
+  use_fresh_cache("off");
+  setenv("CUBE_CACHE_DIR", "off", 1);
+  CHECK(strcmp(cube_kernel_cache_dir(), "") == 0);
+  cube__cache_key_t k = key_of("off", "switch");
+  CHECK_OK(cube__cache_disk_store(k, "so", "abc", 3));
+  void* data = NULL;
+  size_t size = 0;
+  CHECK_STATUS(cube__cache_disk_load(k, "so", &data, &size), CUBE_STATUS_NOT_FOUND, "off");
+  char path[256];
+  CHECK_STATUS(cube__cache_entry_path(k, "so", path, sizeof(path)), CUBE_STATUS_UNAVAILABLE, "off");
+  cube_kernel_cache_stats_t s;
+  CHECK_OK(cube_kernel_cache_stats(&s));
+  CHECK_EQ_U64(s.disk_entries, 0);
+  CHECK_EQ_U64(s.disk_bytes, 0);
+  CHECK_OK(cube_kernel_cache_clear());
+  /* Nothing was written anywhere: the case directory was never made. */
+  CHECK(!file_exists(g_dir));
+  setenv("CUBE_CACHE_DIR", g_dir, 1);
+  CHECK_STATUS(cube__cache_disk_load(k, "so", &data, &size), CUBE_STATUS_NOT_FOUND, "no entry");
+  done_with_cache();
+}
+
+CUBE_TEST(dir_default_resolution) {
+  char* saved_home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
+  char* saved_xdg = getenv("XDG_CACHE_HOME") ? strdup(getenv("XDG_CACHE_HOME")) : NULL;
+  char* saved_dir = getenv("CUBE_CACHE_DIR") ? strdup(getenv("CUBE_CACHE_DIR")) : NULL;
+  unsetenv("CUBE_CACHE_DIR");
+  setenv("XDG_CACHE_HOME", "/xdg/cache", 1);
+  setenv("HOME", "/home/someone", 1);
+  CHECK(strcmp(cube_kernel_cache_dir(), "/xdg/cache/cube") == 0);
+  setenv("XDG_CACHE_HOME", "relative/ignored", 1); /* XDG: relative paths are invalid */
+  CHECK(strcmp(cube_kernel_cache_dir(), "/home/someone/.cache/cube") == 0);
+  unsetenv("XDG_CACHE_HOME");
+  CHECK(strcmp(cube_kernel_cache_dir(), "/home/someone/.cache/cube") == 0);
+  unsetenv("HOME");
+  const char* tmp = cube_kernel_cache_dir();
+  printf("fallback: %s\n", tmp);
+  CHECK(strncmp(tmp, "/tmp/", 5) == 0);
+  setenv("CUBE_CACHE_DIR", "", 1); /* empty = unset */
+  CHECK(strcmp(cube_kernel_cache_dir(), tmp) == 0);
+  setenv("CUBE_CACHE_DIR", "/explicit/dir", 1);
+  CHECK(strcmp(cube_kernel_cache_dir(), "/explicit/dir") == 0);
+  /* The same string for the same directory. */
+  CHECK(cube_kernel_cache_dir() == cube_kernel_cache_dir());
+  if (saved_home) setenv("HOME", saved_home, 1);
+  if (saved_xdg) setenv("XDG_CACHE_HOME", saved_xdg, 1);
+  if (saved_dir)
+    setenv("CUBE_CACHE_DIR", saved_dir, 1);
+  else
+    unsetenv("CUBE_CACHE_DIR");
+  free(saved_home);
+  free(saved_xdg);
+  free(saved_dir);
+}
+
+CUBE_TEST(stats_count_entries_and_bytes) {
+  use_fresh_cache("stats");
+  cube_kernel_cache_stats_t s;
+  CHECK_OK(cube_kernel_cache_stats(&s));
+  CHECK_EQ_U64(s.disk_entries, 0);
+  CHECK_EQ_U64(s.disk_bytes, 0);
+  CHECK_OK(cube__cache_disk_store(key_of("s", "1"), "so", "a", 1));
+  CHECK_OK(cube__cache_disk_store(key_of("s", "2"), "so", "bbbbbbbbbb", 10));
+  CHECK_OK(cube__cache_disk_store(key_of("s", "3"), "cubin", "cc", 2));
+  /* Files that are not entries are not counted (nor deleted by clear). */
+  char other[1200];
+  snprintf(other, sizeof(other), "%s/v1/README", g_dir);
+  FILE* f = fopen(other, "w");
+  REQUIRE(f);
+  fputs("not an entry", f);
+  fclose(f);
+  CHECK_OK(cube_kernel_cache_stats(&s));
+  CHECK_EQ_U64(s.disk_entries, 3);
+  CHECK_EQ_U64(s.disk_bytes, 13 + 3 * HEADER_SIZE);
+
+  cube__cache_count_memory_hit();
+  cube__cache_count_memory_hit();
+  cube__cache_count_disk_hit(1000);
+  cube__cache_count_miss(5000, false);
+  cube__cache_count_miss(7000, true);
+  CHECK_OK(cube_kernel_cache_stats(&s));
+  CHECK_EQ_U64(s.memory_hits, 2);
+  CHECK_EQ_U64(s.disk_hits, 1);
+  CHECK_EQ_U64(s.load_ns, 1000);
+  CHECK_EQ_U64(s.misses, 2);
+  CHECK_EQ_U64(s.compile_failures, 1);
+  CHECK_EQ_U64(s.compile_ns, 12000);
+  CHECK_EQ_U64(s.corrupt_entries, 0);
+  CHECK_STATUS(cube_kernel_cache_stats(NULL), CUBE_STATUS_INVALID_ARGUMENT, "NULL");
+  unlink(other);
+  done_with_cache();
+}
+
+static int g_destroyed;
+static void count_destroy(void* p) {
+  (void)p;
+  g_destroyed++;
+}
+
+CUBE_TEST(clear_removes_entries_and_resets_counters) {
+  use_fresh_cache("clear");
+  for (int i = 0; i < 5; ++i) {
+    char id[8];
+    snprintf(id, sizeof(id), "%d", i);
+    CHECK_OK(cube__cache_disk_store(key_of("clear", id), "so", "payload", 7));
+  }
+  /* A temporary file left by a crashed store goes too. */
+  char hex[33], tmp[1200];
+  cube__cache_key_hex(key_of("clear", "tmp"), hex);
+  snprintf(tmp, sizeof(tmp), "%s/v1/.%s.so.AbCdEf", g_dir, hex);
+  FILE* f = fopen(tmp, "w");
+  REQUIRE(f);
+  fclose(f);
+  cube__cache_count_miss(100, true);
+  cube__cache_count_memory_hit();
+  static int artifact = 1;
+  g_destroyed = 0;
+  CHECK(cube__cache_memory_put(key_of("clear", "mem"), &artifact, count_destroy) == &artifact);
+
+  cube_kernel_cache_stats_t s;
+  CHECK_OK(cube_kernel_cache_stats(&s));
+  CHECK_EQ_U64(s.disk_entries, 5);
+  CHECK_OK(cube_kernel_cache_clear());
+  CHECK_OK(cube_kernel_cache_stats(&s));
+  CHECK_EQ_U64(s.disk_entries, 0);
+  CHECK_EQ_U64(s.disk_bytes, 0);
+  CHECK_EQ_U64(s.misses, 0);
+  CHECK_EQ_U64(s.compile_failures, 0);
+  CHECK_EQ_U64(s.memory_hits, 0);
+  CHECK_EQ_U64(s.compile_ns, 0);
+  CHECK(!file_exists(tmp));
+  void* data = NULL;
+  size_t size = 0;
+  CHECK_STATUS(cube__cache_disk_load(key_of("clear", "0"), "so", &data, &size),
+               CUBE_STATUS_NOT_FOUND, "no entry");
+  /* Loaded artifacts stay. */
+  CHECK(cube__cache_memory_get(key_of("clear", "mem")) == &artifact);
+  CHECK_EQ_U64(g_destroyed, 0);
+  /* Clearing an absent directory is fine. */
+  rm_tree(g_dir);
+  CHECK_OK(cube_kernel_cache_clear());
+  done_with_cache();
+  CHECK_EQ_U64(g_destroyed, 1);
+}
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+CUBE_TEST(memory_put_keeps_first) {
+  use_fresh_cache("memory_first");
+  static int a = 1, b = 2;
+  g_destroyed = 0;
+  cube__cache_key_t k = key_of("memory", "first");
+  CHECK(cube__cache_memory_get(k) == NULL);
+  CHECK(cube__cache_memory_put(k, &a, count_destroy) == &a);
+  CHECK(cube__cache_memory_put(k, &b, count_destroy) == &a);
+  CHECK_EQ_U64(g_destroyed, 1); /* the loser */
+  CHECK(cube__cache_memory_get(k) == &a);
+  CHECK(cube__cache_memory_get(key_of("memory", "other")) == NULL);
+  cube__cache_shutdown();
+  CHECK_EQ_U64(g_destroyed, 2);
+  CHECK(cube__cache_memory_get(k) == NULL);
+  /* Usable after shutdown. */
+  CHECK(cube__cache_memory_put(k, &b, count_destroy) == &b);
+  CHECK(cube__cache_memory_get(k) == &b);
+  done_with_cache();
+  CHECK_EQ_U64(g_destroyed, 3);
+}
+
+#define RACE_THREADS 8
+#define RACE_KEYS 2000
+
+static atomic_int g_race_destroyed;
+static void race_destroy(void* p) {
+  free(p);
+  atomic_fetch_add(&g_race_destroyed, 1);
+}
+
+typedef struct {
+  int id;
+  int mismatches;
+} race_arg_t;
+
+static void* race_thread(void* p) {
+  race_arg_t* a = p;
+  for (int i = 0; i < RACE_KEYS; ++i) {
+    char id[16];
+    snprintf(id, sizeof(id), "%d", i);
+    cube__cache_key_t k = key_of("race", id);
+    int* mine = malloc(sizeof(int));
+    *mine = a->id;
+    int* got = cube__cache_memory_put(k, mine, race_destroy);
+    if (got != cube__cache_memory_get(k)) a->mismatches++;
+  }
+  return NULL;
+}
+
+CUBE_TEST(memory_map_concurrent_puts) {
+  use_fresh_cache("memory_race");
+  atomic_store(&g_race_destroyed, 0);
+  pthread_t t[RACE_THREADS];
+  race_arg_t args[RACE_THREADS];
+  for (int i = 0; i < RACE_THREADS; ++i) {
+    args[i].id = i;
+    args[i].mismatches = 0;
+    REQUIRE(pthread_create(&t[i], NULL, race_thread, &args[i]) == 0);
+  }
+  for (int i = 0; i < RACE_THREADS; ++i) pthread_join(t[i], NULL);
+  for (int i = 0; i < RACE_THREADS; ++i) CHECK_EQ_U64(args[i].mismatches, 0);
+  /* One winner per key; every loser destroyed. */
+  CHECK_EQ_U64(atomic_load(&g_race_destroyed), (RACE_THREADS - 1) * RACE_KEYS);
+  for (int i = 0; i < RACE_KEYS; ++i) {
+    char id[16];
+    snprintf(id, sizeof(id), "%d", i);
+    CHECK(cube__cache_memory_get(key_of("race", id)) != NULL);
+  }
+  done_with_cache();
+  CHECK_EQ_U64(atomic_load(&g_race_destroyed), RACE_THREADS * RACE_KEYS);
+}
