@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -215,6 +216,46 @@ static const char* const K_TWO =
     "                     (double)e);\n"
     "}\n";
 
+/* Helpers with the unit's context: positions, sync_cube() and the checked
+ * accessors inside CUBE_FN functions. */
+static const char* const K_HELPERS =
+    "CUBE_FN float load_twice(CUBE_UNIT_PARAMS, CUBE_ARRAY(const float, v), uint32_t i)\n"
+    "{\n"
+    "    return 2.0f * CUBE_LOAD(v, i);\n"
+    "}\n"
+    "CUBE_FN void rotate(CUBE_UNIT_PARAMS, CUBE_LOCAL float* sh, float mine, CUBE_GLOBAL float* dst)\n"
+    "{\n"
+    "    sh[UNIT_POS] = mine;\n"
+    "    sync_cube();\n"
+    "    dst[ABSOLUTE_POS] = sh[(UNIT_POS + 1u) % CUBE_DIM];\n"
+    "}\n"
+    "CUBE_KERNEL(helpers, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, y))\n"
+    "{\n"
+    "    CUBE_SHARED(float, sh, 256);\n"
+    "    float mine = load_twice(CUBE_UNIT_ARGS, CUBE_ARRAY_ARG(x), ABSOLUTE_POS);\n"
+    "    rotate(CUBE_UNIT_ARGS, sh, mine, y);\n"
+    "}\n";
+
+/* Many values live across barriers (callee-saved integer and floating-point
+ * registers must survive the fiber switch). */
+static const char* const K_REGS =
+    "CUBE_KERNEL(regs, CUBE_ARRAY(double, out), uint32_t rounds)\n"
+    "{\n"
+    "    uint32_t u = UNIT_POS;\n"
+    "    double a = u * 1.5, b = u + 0.25, c = 3.0 - u, d = u * 0.5;\n"
+    "    float e = (float)u * 2.0f, f = 1.0f / ((float)u + 1.0f);\n"
+    "    uint64_t g = u * 0x9E3779B97F4A7C15ull, h = ~(uint64_t)u;\n"
+    "    for (uint32_t r = 0; r < rounds; ++r) {\n"
+    "        a = a * 0.5 + b; b = b - c * 0.5; c = c + d * 0.25; d = d * 0.75 + a * 0.125;\n"
+    "        e = e * 0.5f + f; f = f * 0.25f + e * 0.125f;\n"
+    "        g = g * 6364136223846793005ull + 1442695040888963407ull; h ^= g >> 7;\n"
+    "        sync_cube();\n"
+    "    }\n"
+    "    CUBE_STORE(out, 3u * u, a + b + c + d);\n"
+    "    CUBE_STORE(out, 3u * u + 1u, (double)(e + f));\n"
+    "    CUBE_STORE(out, 3u * u + 2u, (double)((g ^ h) >> 12));\n"
+    "}\n";
+
 typedef struct test_kernel {
   const char* entry;
   const char* source;
@@ -245,20 +286,38 @@ static size_t all_kernels(test_kernel_t* out) {
   out[n++] = (test_kernel_t){"plane", K_PLANE};
   out[n++] = (test_kernel_t){"fill_a", K_TWO};
   out[n++] = (test_kernel_t){"fill_b", K_TWO};
+  out[n++] = (test_kernel_t){"helpers", K_HELPERS};
+  out[n++] = (test_kernel_t){"regs", K_REGS};
   return n;
 }
-#define MAX_KERNELS 16
+#define MAX_KERNELS 24
 
 /* Temporary files ---------------------------------------------------------------- */
 
+static char tmp_dir_path[1024];
+
+static int remove_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  remove(path);
+  return 0;
+}
+
+/* The case's scratch directory goes when the process ends. */
+static void remove_tmp_dir(void) {
+  if (tmp_dir_path[0]) nftw(tmp_dir_path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static const char* tmp_dir(void) {
-  static char dir[1024];
+  char* dir = tmp_dir_path;
   if (!dir[0]) {
     const char* base = getenv("CUBE_TEST_TMPDIR");
     if (!base || !base[0]) base = "/tmp";
     mkdir(base, 0755);
-    snprintf(dir, sizeof dir, "%s/dialect-%ld", base, (long)getpid());
+    snprintf(dir, sizeof tmp_dir_path, "%s/dialect-%ld", base, (long)getpid());
     mkdir(dir, 0755);
+    atexit(remove_tmp_dir);
   }
   return dir;
 }
@@ -336,6 +395,11 @@ typedef struct cpu_kernel {
 
 static atomic_int so_counter;
 
+/* The compiler and extra flags cpu_build uses (the runtime-flags case
+ * changes them). */
+static const char* build_cc = "cc";
+static const char* const* build_flags = NULL;
+
 /* Compiles |text| with |cc| (extra flags in |flags|, NULL-terminated) into a
  * shared object; returns true on success, else the compiler's messages in
  * |*out_log| (malloc'd) when it is given. */
@@ -396,7 +460,12 @@ static bool cpu_build(cpu_kernel_t* k, const char* source, const char* entry,
   }
   snprintf(k->so_path, sizeof k->so_path, "%s/%s-%d.so", tmp_dir(), entry,
            atomic_fetch_add(&so_counter, 1));
-  bool ok = cc_compile("cc", flags, text, k->so_path, NULL);
+  const char* all[24];
+  int na = 0;
+  for (int i = 0; build_flags && build_flags[i] && na < 11; ++i) all[na++] = build_flags[i];
+  for (int i = 0; flags && flags[i] && na < 22; ++i) all[na++] = flags[i];
+  all[na] = NULL;
+  bool ok = cc_compile(build_cc, all, text, k->so_path, NULL);
   free(text);
   if (!ok) return false;
   k->handle = dlopen(k->so_path, RTLD_NOW | RTLD_LOCAL);
@@ -1137,6 +1206,100 @@ CUBE_TEST(cpu_units_warning_free_gcc_clang) {
     }
   }
   if (!tried) CUBE_SKIP("neither gcc nor clang found");
+}
+
+static void check_helpers(void) {
+  cpu_kernel_t k;
+  if (!cpu_build(&k, K_HELPERS, "helpers", CUBE_EXEC_VALIDATE, NULL, 0, NULL)) {
+    CHECK(!"build helpers");
+    cpu_unload(&k);
+    return;
+  }
+  const uint32_t dim = 48, cubes = 5, n = dim * cubes;
+  float x[240], y[240];
+  for (uint32_t i = 0; i < n; ++i) {
+    x[i] = (float)i;
+    y[i] = -1.0f;
+  }
+  cube_cpu_arg_t args[2] = {buf_arg(x, sizeof x), buf_arg(y, sizeof y)};
+  cube_bounds_error_t b = {0};
+  launch_t l = {&k, {cubes, 1, 1}, {dim, 1, 1}, CUBE_EXEC_VALIDATE, args, 2, &b, 2, NULL, 0};
+  CHECK_EQ_U64(cpu_launch(&l), 0);
+  for (uint32_t c = 0; c < cubes; ++c)
+    for (uint32_t u = 0; u < dim; ++u) CHECK(y[c * dim + u] == 2.0f * x[c * dim + (u + 1) % dim]);
+  CHECK_EQ_U64(b.flag, 0);
+  /* Reads past x in the helper are recorded against the entry's 'x'. */
+  args[0] = buf_arg(x, (n - 3) * sizeof(float));
+  CHECK_EQ_U64(cpu_launch(&l), 0);
+  CHECK_EQ_U64(b.flag, 1);
+  CHECK_EQ_U64(b.arg, 0);
+  CHECK_EQ_U64(b.len, n - 3);
+  CHECK_EQ_U64(b.is_write, 0);
+  CHECK(y[n - 4] == 0.0f);
+  cpu_unload(&k);
+}
+
+CUBE_TEST(cpu_helpers_with_unit_context) { check_helpers(); }
+
+static void check_regs(void) {
+  cpu_kernel_t k;
+  if (!cpu_build(&k, K_REGS, "regs", CUBE_EXEC_CHECKED, NULL, 0, NULL)) {
+    CHECK(!"build regs");
+    cpu_unload(&k);
+    return;
+  }
+  const uint32_t dim = 33, rounds = 50;
+  double out[99];
+  cube_cpu_arg_t args[2] = {buf_arg(out, sizeof out), u32_arg(rounds)};
+  launch_t l = {&k, {1, 1, 1}, {dim, 1, 1}, CUBE_EXEC_CHECKED, args, 2, NULL, 1, NULL, 0};
+  CHECK_EQ_U64(cpu_launch(&l), 0);
+  uint32_t bad = 0;
+  for (uint32_t u = 0; u < dim; ++u) {
+    double a = u * 1.5, b = u + 0.25, c = 3.0 - u, d = u * 0.5;
+    float e = (float)u * 2.0f, f = 1.0f / ((float)u + 1.0f);
+    uint64_t g = u * 0x9E3779B97F4A7C15ull, h = ~(uint64_t)u;
+    for (uint32_t r = 0; r < rounds; ++r) {
+      a = a * 0.5 + b;
+      b = b - c * 0.5;
+      c = c + d * 0.25;
+      d = d * 0.75 + a * 0.125;
+      e = e * 0.5f + f;
+      f = f * 0.25f + e * 0.125f;
+      g = g * 6364136223846793005ull + 1442695040888963407ull;
+      h ^= g >> 7;
+    }
+    double w0 = a + b + c + d, w1 = (double)(e + f), w2 = (double)((g ^ h) >> 12);
+    if (fabs(out[3 * u] - w0) > 1e-9 * fabs(w0) + 1e-12) ++bad;
+    if (fabs(out[3 * u + 1] - w1) > 1e-5 * fabs(w1) + 1e-7) ++bad;
+    if (out[3 * u + 2] != w2) ++bad;
+  }
+  CHECK_EQ_U64(bad, 0);
+  cpu_unload(&k);
+}
+
+CUBE_TEST(cpu_fibers_keep_registers) { check_regs(); }
+
+/* The flags the CPU backend compiles with (clang when present, -O3
+ * -march=native -fopenmp-simd): fibers, positions and the saxpy loop. */
+CUBE_TEST(cpu_runtime_compiler_flags) {
+  static const char* const flags[] = {"-O3", "-march=native", "-std=gnu11", "-fno-math-errno",
+                                      "-fopenmp-simd", NULL};
+  build_cc = have_program("clang") ? "clang" : "cc";
+  build_flags = flags;
+  check_helpers();
+  check_regs();
+  check_positions(false);
+  check_positions(true);
+  static const uint32_t dims[][3] = {{1, 1, 1}, {7, 1, 1}, {256, 1, 1}, {3, 5, 2}};
+  cpu_kernel_t k;
+  if (cpu_build(&k, K_REDUCE, "reduce", CUBE_EXEC_UNCHECKED, NULL, 0, NULL)) {
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; ++d) check_reduce(&k, dims[d], 50, 2);
+  } else {
+    CHECK(!"build reduce");
+  }
+  cpu_unload(&k);
+  build_cc = "cc";
+  build_flags = NULL;
 }
 
 /* CUDA through NVRTC ---------------------------------------------------------------- */

@@ -324,22 +324,33 @@ CUBE__PFN int cube__fiber_run(cube__sched_t* s, uint32_t units, void* scratch,
 
 /* Kernels ------------------------------------------------------------------- */
 
-/* The user's kernel: an always-inlined function of the unit's position (plain
- * scalars, so that the unit loop vectorises), the cube's, the bounds record,
- * the fiber scheduler and the user's parameters. */
-#define CUBE_KERNEL(name, ...)                                                              \
-  CUBE__PFN __attribute__((always_inline, unused)) void cube__kernel_##name(                    \
-      uint32_t cube__ux CUBE__UNUSED, uint32_t cube__uy CUBE__UNUSED,                        \
+/* What a unit knows: its position and the cube's (plain scalars, so that the
+ * unit loop vectorises), the bounds record and the fiber scheduler. Kernels
+ * get these as hidden leading parameters; a helper that needs positions,
+ * sync_cube() or the checked accessors declares CUBE_UNIT_PARAMS first and
+ * is called with CUBE_UNIT_ARGS. */
+#define CUBE_UNIT_PARAMS                                                                     \
+  uint32_t cube__ux CUBE__UNUSED, uint32_t cube__uy CUBE__UNUSED,                            \
       uint32_t cube__uz CUBE__UNUSED, uint32_t cube__cx CUBE__UNUSED,                        \
       uint32_t cube__cy CUBE__UNUSED, uint32_t cube__cz CUBE__UNUSED,                        \
       uint32_t cube__dx CUBE__UNUSED, uint32_t cube__dy CUBE__UNUSED,                        \
       uint32_t cube__dz CUBE__UNUSED, uint32_t cube__nx CUBE__UNUSED,                        \
       uint32_t cube__ny CUBE__UNUSED, uint32_t cube__nz CUBE__UNUSED,                        \
-      cube_bounds_error_t* cube__bounds CUBE__UNUSED, cube__sched_t* cube__sched CUBE__UNUSED, \
-      __VA_ARGS__)
+      cube_bounds_error_t* cube__bounds CUBE__UNUSED, cube__sched_t* cube__sched CUBE__UNUSED
+#define CUBE_UNIT_ARGS                                                                       \
+  cube__ux, cube__uy, cube__uz, cube__cx, cube__cy, cube__cz, cube__dx, cube__dy, cube__dz,  \
+      cube__nx, cube__ny, cube__nz, cube__bounds, cube__sched
 
-/* A buffer: pointer plus its length in elements. */
+/* The user's kernel: an always-inlined function of the unit (above) and the
+ * user's parameters. */
+#define CUBE_KERNEL(name, ...)                                                               \
+  static inline __attribute__((always_inline, unused)) void cube__kernel_##name(             \
+      CUBE_UNIT_PARAMS, __VA_ARGS__)
+
+/* A buffer: pointer plus its length in elements; CUBE_ARRAY_ARG(a) passes
+ * both on to a helper that declares CUBE_ARRAY(T, a). */
 #define CUBE_ARRAY(T, name) T* name, uint64_t name##__len CUBE__UNUSED
+#define CUBE_ARRAY_ARG(a) a, a##__len
 #define CUBE_LEN(a) ((uint64_t)(a##__len))
 
 /* Positions (uint32_t). */

@@ -87,7 +87,18 @@ typedef unsigned long long uint64_t;
 #define CUBE_KERNEL(name, ...) \
   extern "C" __global__ void cube__kernel_##name(__VA_ARGS__ CUBE__BOUNDS_PARAM)
 
+/* Helpers that use positions, sync_cube() or the checked accessors declare
+ * CUBE_UNIT_PARAMS first and are called with CUBE_UNIT_ARGS. */
+#if defined(CUBE_MODE_VALIDATE)
+#define CUBE_UNIT_PARAMS uint32_t* cube__bounds
+#define CUBE_UNIT_ARGS cube__bounds
+#else
+#define CUBE_UNIT_PARAMS int cube__unit
+#define CUBE_UNIT_ARGS 0
+#endif
+
 #define CUBE_ARRAY(T, name) T* name, uint64_t name##__bytes
+#define CUBE_ARRAY_ARG(a) a, a##__bytes
 #define CUBE_LEN(a) ((uint64_t)((a##__bytes) / sizeof(*(a))))
 
 /* Positions (uint32_t). */
