@@ -30,7 +30,9 @@ extern const char cube__prelude_opencl[];
 static bool cube__is_ident_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
-static bool cube__is_ident_char(char c) { return cube__is_ident_start(c) || (c >= '0' && c <= '9'); }
+static bool cube__is_ident_char(char c) {
+  return cube__is_ident_start(c) || (c >= '0' && c <= '9');
+}
 static bool cube__is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
@@ -362,7 +364,8 @@ static cube_status_t cube__parse_param(const char* v, size_t b, size_t e, const 
   if (kw_e - b == strlen("CUBE_ARRAY") && memcmp(v + b, "CUBE_ARRAY", kw_e - b) == 0) {
     size_t open = cube__skip_space(v, kw_e, e);
     if (open >= e || v[open] != '(')
-      return cube__param_error(entry, line, index, text, "CUBE_ARRAY must be followed by (T, name)");
+      return cube__param_error(entry, line, index, text,
+                               "CUBE_ARRAY must be followed by (T, name)");
     size_t close = cube__match_paren(v, e, open);
     if (close >= e)
       return cube__param_error(entry, line, index, text, "unbalanced parentheses in CUBE_ARRAY");
@@ -398,7 +401,7 @@ static cube_status_t cube__parse_param(const char* v, size_t b, size_t e, const 
   }
 
   /* A scalar: type words, then the name. */
-  char words[8][32];
+  char words[8][64];
   uint32_t nwords = 0;
   size_t i = b;
   while (i < e) {
@@ -415,8 +418,11 @@ static cube_status_t cube__parse_param(const char* v, size_t b, size_t e, const 
     }
     size_t s = i;
     while (i < e && cube__is_ident_char(v[i])) ++i;
-    if (nwords == 8 || i - s >= sizeof words[0])
+    if (nwords == 8)
       return cube__param_error(entry, line, index, text, "unknown scalar type");
+    if (i - s >= sizeof words[0])
+      return cube__param_error(entry, line, index, text, "a word is longer than %zu characters",
+                               sizeof words[0] - 1);
     memcpy(words[nwords], v + s, i - s);
     words[nwords][i - s] = '\0';
     ++nwords;
@@ -429,7 +435,7 @@ static cube_status_t cube__parse_param(const char* v, size_t b, size_t e, const 
   if (strlen(name) >= sizeof p->name)
     return cube__param_error(entry, line, index, text, "the name is longer than %zu characters",
                              sizeof p->name - 1);
-  char type[128] = "";
+  char type[8 * 64] = "";
   for (uint32_t w = 0; w + 1 < nwords; ++w) {
     if (strcmp(words[w], "const") == 0) continue;
     if (type[0]) strcat(type, " ");
@@ -447,6 +453,48 @@ static cube_status_t cube__parse_param(const char* v, size_t b, size_t e, const 
                            "unknown scalar type '%s' (a scalar is uint32_t, int32_t, uint64_t, "
                            "int64_t, float or double; a buffer is CUBE_ARRAY(T, name))",
                            type);
+}
+
+/* The body of the kernel whose declaration closes at |close|: [*b, *e), the
+ * braces included; false if there is none. */
+static bool cube__kernel_body(const char* v, size_t n, size_t close, size_t* b, size_t* e) {
+  size_t i = close + 1;
+  while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == '\n' || v[i] == '\r')) ++i;
+  if (i >= n || v[i] != '{') return false;
+  size_t depth = 0;
+  for (size_t j = i; j < n; ++j) {
+    if (v[j] == '{') ++depth;
+    if (v[j] == '}' && --depth == 0) {
+      *b = i;
+      *e = j + 1;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Whether the entry (declaration closing at |entry_close|) runs its units as
+ * fibers: sync_cube appears in its own body or outside every kernel body (a
+ * helper function it may call). A sync_cube in *another* kernel of the same
+ * source does not count: that kernel's barrier must not slow this one down
+ * (a loop over units is ~80x faster than fibers). */
+static bool cube__uses_sync_cube(const char* v, size_t n, size_t entry_close) {
+  size_t eb = 0, ee = 0;
+  bool entry_body = cube__kernel_body(v, n, entry_close, &eb, &ee);
+  for (size_t at = cube__find_token(v, n, 0, "sync_cube"); at < n;
+       at = cube__find_token(v, n, at + 1, "sync_cube")) {
+    if (entry_body && at >= eb && at < ee) return true;
+    bool in_other = false;
+    for (size_t k = cube__find_token(v, n, 0, "CUBE_KERNEL"); k < n && !in_other;
+         k = cube__find_token(v, n, k + 1, "CUBE_KERNEL")) {
+      cube__decl_t cand = cube__read_decl(v, n, k);
+      size_t b, e;
+      if (cand.close < n && cand.close != entry_close && cube__kernel_body(v, n, cand.close, &b, &e))
+        in_other = at >= b && at < e;
+    }
+    if (!in_other) return true;
+  }
+  return false;
 }
 
 cube_status_t cube__dialect_parse(const char* source, const char* entry,
@@ -553,7 +601,7 @@ cube_status_t cube__dialect_parse(const char* source, const char* entry,
     }
     sig->count = parts;
   }
-  sig->uses_sync_cube = cube__find_token(v, n, 0, "sync_cube") < n;
+  sig->uses_sync_cube = cube__uses_sync_cube(v, n, d.close);
 
 done:
   free(v);
@@ -755,7 +803,8 @@ static void cube__emit_argidx(cube__sb_t* sb, const cube__signature_t* sig, cons
     size_t b = s[1], t = e[1];
     cube__trim(v, &b, &t);
     if (!cube__is_identifier(v + b, t - b) || t - b > 200) continue;
-    cube__sb_printf(sb, "#ifndef cube__argidx_%.*s\n#define cube__argidx_%.*s 4294967295u\n#endif\n",
+    cube__sb_printf(sb,
+                    "#ifndef cube__argidx_%.*s\n#define cube__argidx_%.*s 4294967295u\n#endif\n",
                     (int)(t - b), v + b, (int)(t - b), v + b);
   }
   free(v);
@@ -772,13 +821,30 @@ static void cube__emit_call_params(cube__sb_t* sb, const cube__signature_t* sig,
   }
 }
 
-static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig) {
+/* True when the source's code declares thread-local storage (CUBE_SHARED is
+ * static _Thread_local on the CPU). */
+static bool cube__uses_tls(const char* source, bool* out_of_memory) {
+  size_t n = strlen(source);
+  char* v = cube__code_view(source, n);
+  if (!v) {
+    *out_of_memory = true;
+    return false;
+  }
+  bool tls = cube__find_token(v, n, 0, "CUBE_SHARED") < n ||
+             cube__find_token(v, n, 0, "_Thread_local") < n ||
+             cube__find_token(v, n, 0, "__thread") < n;
+  free(v);
+  return tls;
+}
+
+static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, bool uses_tls) {
   const char* e = sig->entry;
   cube__sb_printf(sb,
                   "\n#line 1 \"%s.entry.c\"\n"
                   "/* Entry wrapper (generated): runs the units of one cube. */\n"
                   "#ifndef CUBE_CPU_FIBER_STACK\n#define CUBE_CPU_FIBER_STACK %uu\n#endif\n"
-                  "_Static_assert((CUBE_CPU_FIBER_STACK) %% 64 == 0 && (CUBE_CPU_FIBER_STACK) >= %u,"
+                  "_Static_assert((CUBE_CPU_FIBER_STACK) %% 64 == 0 &&"
+                  " (CUBE_CPU_FIBER_STACK) >= %u,"
                   " \"CUBE_CPU_FIBER_STACK must be a multiple of 64, at least %u\");\n"
                   "typedef struct cube__args {\n",
                   e, CUBE__CPU_FIBER_STACK_DEFAULT, CUBE__CPU_FIBER_STACK_MIN,
@@ -816,14 +882,30 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig) {
     cube__sb_puts(sb, ");\n  cube__fiber_exit(cube__s);\n}\n\n");
   }
 
+  if (uses_tls) {
+    /* The first access to this object's thread-local storage on a thread
+     * allocates it (a slow __tls_get_addr). clang assumes that call keeps
+     * xmm16-31, which an allocator running there may not (seen with
+     * AddressSanitizer's malloc and AVX-512): make that first access here, in
+     * a function with nothing live, so that the kernel's own accesses take the
+     * fast path. */
+    cube__sb_puts(sb,
+                  "static _Thread_local unsigned char cube__tls_anchor;\n"
+                  "__attribute__((noinline)) static void cube__tls_touch(void) {\n"
+                  "  __asm__ __volatile__(\"\" : : \"r\"(&cube__tls_anchor) : \"memory\");\n"
+                  "}\n\n");
+  }
   cube__sb_printf(sb,
                   "__attribute__((visibility(\"default\"))) int cube_kernel_entry(\n"
-                  "    const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t arg_count);\n"
+                  "    const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args,"
+                  " uint32_t arg_count);\n"
                   "__attribute__((visibility(\"default\"))) int cube_kernel_entry(\n"
-                  "    const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t arg_count) {\n"
+                  "    const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args,"
+                  " uint32_t arg_count) {\n"
                   "  if (arg_count != %" PRIu32 "u) return 2;\n"
+                  "%s"
                   "  cube__args_t cube__a;\n",
-                  sig->count);
+                  sig->count, uses_tls ? "  cube__tls_touch();\n" : "");
   for (uint32_t i = 0; i < sig->count; ++i) {
     const cube__param_t* p = &sig->params[i];
     if (p->kind == CUBE_ARG_BUFFER) {
@@ -966,7 +1048,12 @@ cube_status_t cube__dialect_generate(cube__target_t target, const cube__signatur
   cube__sb_printf(&sb, "#line 1 \"%s.cube\"\n", entry);
   cube__sb_puts(&sb, source);
   cube__sb_puts(&sb, "\n");
-  if (target == CUBE__TARGET_CPU) cube__emit_cpu_entry(&sb, signature);
+  if (target == CUBE__TARGET_CPU) {
+    bool oom = false;
+    bool tls = cube__uses_tls(source, &oom);
+    if (oom) sb.failed = true;
+    cube__emit_cpu_entry(&sb, signature, tls);
+  }
   if (sb.failed) {
     free(sb.data);
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: kernel '%s': no host memory", fn,

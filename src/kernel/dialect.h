@@ -45,8 +45,10 @@ cube_status_t cube__dialect_parse(const char* source, const char* entry,
 const char* cube__dialect_prelude(cube__target_t target);
 
 /* The whole translation unit for |target| (caller frees |*out_text|):
- *   prelude, CUBE_MODE_{CHECKED,VALIDATE,UNCHECKED}, the defines, "#line 1
- *   \"<entry>.cube\"", the source, then the entry wrapper:
+ *   "#define CUBE_MODE_{CHECKED,VALIDATE,UNCHECKED} 1" (the prelude reads it),
+ *   the prelude, (CPU) layout _Static_asserts, the defines, the
+ *   cube__argidx_<array> defines, "#line 1 \"<entry>.cube\"", the source, then
+ *   the entry (docs/dialect.md, "What each backend compiles"):
  *   - CPU: `int cube_kernel_entry(const cube_cpu_cube_t*, const cube_cpu_arg_t*,
  *     uint32_t)` (the native kernel ABI of cube/kernel.h) running the units of
  *     one cube: a loop over units (vectorisable) or, when the kernel calls
@@ -60,8 +62,9 @@ cube_status_t cube__dialect_generate(cube__target_t target, const cube__signatur
                                      char** out_text);
 
 /* Bytes of runtime scratch the CPU entry needs per worker for a cube of
- * |units| units (fiber stacks and contexts when the kernel uses sync_cube;
- * 0 otherwise). */
+ * |units| units (fiber stacks and contexts when the kernel uses sync_cube
+ * and units > 1; 0 otherwise). Kernels whose defines may set
+ * CUBE_CPU_FIBER_STACK need cube__dialect_cpu_scratch_size_defines. */
 uint64_t cube__dialect_cpu_scratch_size(const cube__signature_t* signature, uint64_t units);
 
 /* Additions (beyond the first contract) -------------------------------------- */

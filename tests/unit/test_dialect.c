@@ -211,6 +211,25 @@ CUBE_TEST(parse_bad_type_names_line) {
   CHECK_STATUS(parse("CUBE_KERNEL(k) { }", "k"), CUBE_STATUS_INVALID_ARGUMENT, "no parameters");
   CHECK_STATUS(parse("CUBE_KERNEL(k, float cube__x) { }", "k"), CUBE_STATUS_INVALID_ARGUMENT,
                "reserved");
+  /* Long names: up to 63 characters; long type words are refused, not cut. */
+  if (parse_ok("CUBE_KERNEL(k, float a_parameter_name_that_is_rather_long_but_below_the_limit_x)"
+               " { }",
+               "k"))
+    CHECK_EQ_U64(strlen(sig.params[0].name), 58);
+  CHECK_STATUS(parse("CUBE_KERNEL(k, a_type_word_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa "
+                     "b_type_word_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa "
+                     "c_type_word_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa "
+                     "d_type_word_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa "
+                     "e_type_word_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa "
+                     "f_type_word_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa "
+                     "g_type_word_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa n) { }",
+                     "k"),
+               CUBE_STATUS_INVALID_ARGUMENT, "parameter 1");
+  char longname[200];
+  memset(longname, 'n', sizeof longname);
+  memcpy(longname, "CUBE_KERNEL(k, float ", 21);
+  memcpy(longname + 150, ") { }", 6);
+  CHECK_STATUS(parse(longname, "k"), CUBE_STATUS_INVALID_ARGUMENT, "parameter 1", "longer");
 }
 
 CUBE_TEST(parse_unbalanced_parentheses) {
@@ -388,9 +407,55 @@ CUBE_TEST(generate_argidx_for_other_kernels) {
   free(text);
 }
 
+/* Thread-local storage (CUBE_SHARED on the CPU) is first touched by the entry,
+ * outside kernel code (see cube__emit_cpu_entry). */
+CUBE_TEST(generate_cpu_tls_touch) {
+  const char* shared_src =
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, x))\n"
+      "{\n"
+      "    CUBE_SHARED(float, sh, 64);\n"
+      "    sh[UNIT_POS] = 1.0f;\n"
+      "    sync_cube();\n"
+      "    CUBE_STORE(x, ABSOLUTE_POS, sh[0]);\n"
+      "}\n";
+  char* text = NULL;
+  if (parse_ok(shared_src, "k")) {
+    CHECK_OK(cube__dialect_generate(CUBE__TARGET_CPU, &sig, shared_src, NULL, 0,
+                                    CUBE_EXEC_CHECKED, &text));
+    CHECK(text && strstr(text, "  cube__tls_touch();\n") != NULL);
+    free(text);
+    text = NULL;
+  }
+  if (parse_ok(saxpy_src, "saxpy")) {
+    CHECK_OK(cube__dialect_generate(CUBE__TARGET_CPU, &sig, saxpy_src, NULL, 0, CUBE_EXEC_CHECKED,
+                                    &text));
+    CHECK(text && strstr(text, "cube__tls_touch") == NULL);
+    free(text);
+  }
+}
+
 CUBE_TEST(cpu_entry_error_texts) {
   CHECK(strstr(cube__dialect_cpu_entry_error(1), "scratch") != NULL);
   CHECK(strstr(cube__dialect_cpu_entry_error(2), "arguments") != NULL);
   CHECK(strstr(cube__dialect_cpu_entry_error(3), "CUBE_CPU_FIBER_STACK") != NULL);
   CHECK(cube__dialect_cpu_entry_error(99) != NULL);
+}
+
+/* A barrier in another kernel of the same source must not turn this kernel's
+ * units into fibers; one in a helper function (outside every kernel) does. */
+CUBE_TEST(parse_sync_cube_is_per_kernel) {
+  const char* src =
+      "CUBE_KERNEL(with_barrier, CUBE_ARRAY(float, x)) {\n"
+      "  CUBE_SHARED(float, t, 4);\n  t[UNIT_POS_X] = x[0];\n  sync_cube();\n  x[0] = t[0];\n}\n"
+      "CUBE_KERNEL(plain, CUBE_ARRAY(float, x)) { x[ABSOLUTE_POS] = 1.0f; }\n";
+  cube__signature_t sig;
+  REQUIRE_OK(cube__dialect_parse(src, "with_barrier", &sig));
+  CHECK(sig.uses_sync_cube);
+  REQUIRE_OK(cube__dialect_parse(src, "plain", &sig));
+  CHECK(!sig.uses_sync_cube);
+  const char* helper =
+      "CUBE_FN void wait_all(CUBE_UNIT_PARAMS) { sync_cube(); }\n"
+      "CUBE_KERNEL(calls_helper, CUBE_ARRAY(float, x)) { x[0] = 1.0f; }\n";
+  REQUIRE_OK(cube__dialect_parse(helper, "calls_helper", &sig));
+  CHECK(sig.uses_sync_cube);
 }

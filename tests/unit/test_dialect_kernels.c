@@ -219,9 +219,9 @@ static const char* const K_TWO =
 /* Helpers with the unit's context: positions, sync_cube() and the checked
  * accessors inside CUBE_FN functions. */
 static const char* const K_HELPERS =
-    "CUBE_FN float load_twice(CUBE_UNIT_PARAMS, CUBE_ARRAY(const float, v), uint32_t i)\n"
+    "CUBE_FN float load_twice(CUBE_UNIT_PARAMS, CUBE_ARRAY(const float, x), uint32_t i)\n"
     "{\n"
-    "    return 2.0f * CUBE_LOAD(v, i);\n"
+    "    return 2.0f * CUBE_LOAD(x, i);\n"
     "}\n"
     "CUBE_FN void rotate(CUBE_UNIT_PARAMS, CUBE_LOCAL float* sh, float mine, CUBE_GLOBAL float* dst)\n"
     "{\n"
@@ -256,9 +256,52 @@ static const char* const K_REGS =
     "    CUBE_STORE(out, 3u * u + 2u, (double)((g ^ h) >> 12));\n"
     "}\n";
 
+/* The example of docs/dialect.md, verbatim. */
+static const char* const K_DOC =
+    "/* Two kernels in one source; the kernel object names the one it runs (its entry). */\n"
+    "CUBE_FN float squared(float v) { return v * v; }\n"
+    "\n"
+    "CUBE_KERNEL(saxpy, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, y), float a)\n"
+    "{\n"
+    "    uint32_t i = ABSOLUTE_POS;\n"
+    "    if (i < CUBE_LEN(y))\n"
+    "        CUBE_STORE(y, i, a * CUBE_LOAD(x, i) + CUBE_LOAD(y, i));\n"
+    "}\n"
+    "\n"
+    "/* Sum of squares per cube: one partial sum per cube, any cube size up to BLOCK. */\n"
+    "CUBE_KERNEL(sum_squares, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, partial))\n"
+    "{\n"
+    "    CUBE_SHARED(float, sh, BLOCK);          /* BLOCK: a compile-time define, e.g. 256 */\n"
+    "    uint32_t u = UNIT_POS;\n"
+    "    sh[u] = squared(CUBE_LOAD(x, ABSOLUTE_POS));   /* 0 past the end */\n"
+    "    sync_cube();\n"
+    "    for (uint32_t s = 1; s < CUBE_DIM; s *= 2) {\n"
+    "        if ((u & (2 * s - 1)) == 0 && u + s < CUBE_DIM) sh[u] += sh[u + s];\n"
+    "        sync_cube();\n"
+    "    }\n"
+    "    if (u == 0) CUBE_STORE(partial, CUBE_POS, sh[0]);\n"
+    "}\n";
+static const cube_define_t DOC_DEFINES[1] = {{"BLOCK", "256"}};
+static const cube_define_t TYPES_DEFINES[1] = {{"DBL_MAX_OK", "1"}};
+
+/* The types and constants every prelude provides. */
+static const char* const K_TYPES =
+    "CUBE_KERNEL(types, CUBE_ARRAY(uint32_t, o))\n"
+    "{\n"
+    "    size_t n = sizeof(float); bool b = n == 4; int8_t a = -1; uint8_t a2 = 1;\n"
+    "    int16_t c0 = -2; uint16_t c = 7; int64_t d = INT64_MIN; uint64_t e = UINT64_MAX;\n"
+    "    float f = INFINITY, g = NAN, h = FLT_EPSILON, m = FLT_MAX, l = FLT_MIN;\n"
+    "    o[0] = (uint32_t)n + (b ? 1u : 0u) + (uint32_t)a + a2 + (uint32_t)c0 + c;\n"
+    "    o[1] = (uint32_t)(d < INT64_MAX) + (uint32_t)(e == UINT64_MAX) + (f > m ? 1u : 0u);\n"
+    "    o[2] = (g != g ? 1u : 0u) + (h > 0.0f ? 1u : 0u) + (l > 0.0f ? 1u : 0u) + INT32_MAX;\n"
+    "    o[3] = UINT32_MAX + (uint32_t)(INT32_MIN < 0) + (uint32_t)DBL_MAX_OK;\n"
+    "}\n";
+
 typedef struct test_kernel {
   const char* entry;
   const char* source;
+  const cube_define_t* defines;
+  uint32_t define_count;
 } test_kernel_t;
 
 static char positions_plain[2048], positions_sync[2048];
@@ -273,21 +316,24 @@ static const char* positions_source(bool with_sync) {
 /* Every test kernel, for the compile-everywhere cases. */
 static size_t all_kernels(test_kernel_t* out) {
   size_t n = 0;
-  out[n++] = (test_kernel_t){"saxpy", K_SAXPY};
-  out[n++] = (test_kernel_t){"reduce", K_REDUCE};
-  out[n++] = (test_kernel_t){"early_exit", K_EARLY_EXIT};
-  out[n++] = (test_kernel_t){"positions", positions_source(false)};
-  out[n++] = (test_kernel_t){"positions", positions_source(true)};
-  out[n++] = (test_kernel_t){"histogram", K_HISTOGRAM};
-  out[n++] = (test_kernel_t){"atomic_ops", K_ATOMIC_OPS};
-  out[n++] = (test_kernel_t){"shared_atomics", K_SHARED_ATOMICS};
-  out[n++] = (test_kernel_t){"oob", K_OOB};
-  out[n++] = (test_kernel_t){"math", K_MATH};
-  out[n++] = (test_kernel_t){"plane", K_PLANE};
-  out[n++] = (test_kernel_t){"fill_a", K_TWO};
-  out[n++] = (test_kernel_t){"fill_b", K_TWO};
-  out[n++] = (test_kernel_t){"helpers", K_HELPERS};
-  out[n++] = (test_kernel_t){"regs", K_REGS};
+  out[n++] = (test_kernel_t){"saxpy", K_SAXPY, NULL, 0};
+  out[n++] = (test_kernel_t){"reduce", K_REDUCE, NULL, 0};
+  out[n++] = (test_kernel_t){"early_exit", K_EARLY_EXIT, NULL, 0};
+  out[n++] = (test_kernel_t){"positions", positions_source(false), NULL, 0};
+  out[n++] = (test_kernel_t){"positions", positions_source(true), NULL, 0};
+  out[n++] = (test_kernel_t){"histogram", K_HISTOGRAM, NULL, 0};
+  out[n++] = (test_kernel_t){"atomic_ops", K_ATOMIC_OPS, NULL, 0};
+  out[n++] = (test_kernel_t){"shared_atomics", K_SHARED_ATOMICS, NULL, 0};
+  out[n++] = (test_kernel_t){"oob", K_OOB, NULL, 0};
+  out[n++] = (test_kernel_t){"math", K_MATH, NULL, 0};
+  out[n++] = (test_kernel_t){"plane", K_PLANE, NULL, 0};
+  out[n++] = (test_kernel_t){"fill_a", K_TWO, NULL, 0};
+  out[n++] = (test_kernel_t){"fill_b", K_TWO, NULL, 0};
+  out[n++] = (test_kernel_t){"helpers", K_HELPERS, NULL, 0};
+  out[n++] = (test_kernel_t){"regs", K_REGS, NULL, 0};
+  out[n++] = (test_kernel_t){"saxpy", K_DOC, DOC_DEFINES, 1};
+  out[n++] = (test_kernel_t){"sum_squares", K_DOC, DOC_DEFINES, 1};
+  out[n++] = (test_kernel_t){"types", K_TYPES, TYPES_DEFINES, 1};
   return n;
 }
 #define MAX_KERNELS 24
@@ -1183,8 +1229,8 @@ CUBE_TEST(cpu_units_warning_free_gcc_clang) {
       REQUIRE_OK(cube__dialect_parse(ks[i].source, ks[i].entry, &sig));
       for (int m = 0; m < 3; ++m) {
         char* text = NULL;
-        REQUIRE_OK(cube__dialect_generate(CUBE__TARGET_CPU, &sig, ks[i].source, NULL, 0,
-                                          (cube_execution_mode_t)m, &text));
+        REQUIRE_OK(cube__dialect_generate(CUBE__TARGET_CPU, &sig, ks[i].source, ks[i].defines,
+                                          ks[i].define_count, (cube_execution_mode_t)m, &text));
         char so[1100];
         snprintf(so, sizeof so, "%s/warn-%s-%zu-%d.so", tmp_dir(), compilers[c], i, m);
         const char* flags[] = {"-std=c11", "-pedantic", NULL};
@@ -1279,6 +1325,44 @@ static void check_regs(void) {
 
 CUBE_TEST(cpu_fibers_keep_registers) { check_regs(); }
 
+/* The example of docs/dialect.md runs as documented. */
+CUBE_TEST(cpu_doc_example) {
+  cpu_kernel_t k;
+  if (!cpu_build(&k, K_DOC, "sum_squares", CUBE_EXEC_CHECKED, DOC_DEFINES, 1, NULL)) {
+    CHECK(!"build sum_squares");
+    cpu_unload(&k);
+    return;
+  }
+  const uint32_t n = 1000, dim = 256, cubes = (n + dim - 1) / dim;
+  float x[1000], partial[4];
+  uint64_t rng = 3;
+  for (uint32_t i = 0; i < n; ++i) x[i] = small_int_float(&rng);
+  cube_cpu_arg_t args[2] = {buf_arg(x, sizeof x), buf_arg(partial, sizeof partial)};
+  launch_t l = {&k, {cubes, 1, 1}, {dim, 1, 1}, CUBE_EXEC_CHECKED, args, 2, NULL, 2, NULL, 0};
+  CHECK_EQ_U64(cpu_launch(&l), 0);
+  for (uint32_t c = 0; c < cubes; ++c) {
+    float want = 0.0f;
+    for (uint32_t i = c * dim; i < (c + 1) * dim && i < n; ++i) want += x[i] * x[i];
+    CHECK(partial[c] == want);
+  }
+  cpu_unload(&k);
+  /* And the types kernel. */
+  if (!cpu_build(&k, K_TYPES, "types", CUBE_EXEC_CHECKED, TYPES_DEFINES, 1, NULL)) {
+    CHECK(!"build types");
+    cpu_unload(&k);
+    return;
+  }
+  uint32_t o[4] = {0};
+  cube_cpu_arg_t targs[1] = {buf_arg(o, sizeof o)};
+  launch_t tl = {&k, {1, 1, 1}, {1, 1, 1}, CUBE_EXEC_CHECKED, targs, 1, NULL, 1, NULL, 0};
+  CHECK_EQ_U64(cpu_launch(&tl), 0);
+  CHECK_EQ_U64(o[0], 4u + 1u + 0xffffffffu + 1u + (uint32_t)-2 + 7u);
+  CHECK_EQ_U64(o[1], 3);
+  CHECK_EQ_U64(o[2], 3u + 0x7fffffffu);
+  CHECK_EQ_U64(o[3], (uint32_t)(0xffffffffu + 1u + 1u));
+  cpu_unload(&k);
+}
+
 /* The flags the CPU backend compiles with (clang when present, -O3
  * -march=native -fopenmp-simd): fibers, positions and the saxpy loop. */
 CUBE_TEST(cpu_runtime_compiler_flags) {
@@ -1330,8 +1414,8 @@ CUBE_TEST(cuda_nvrtc_compiles_every_kernel) {
     REQUIRE_OK(cube__dialect_parse(ks[i].source, ks[i].entry, &sig));
     for (int m = 0; m < 3; ++m) {
       char* text = NULL;
-      REQUIRE_OK(cube__dialect_generate(CUBE__TARGET_CUDA, &sig, ks[i].source, NULL, 0,
-                                        (cube_execution_mode_t)m, &text));
+      REQUIRE_OK(cube__dialect_generate(CUBE__TARGET_CUDA, &sig, ks[i].source, ks[i].defines,
+                                        ks[i].define_count, (cube_execution_mode_t)m, &text));
       char name[160];
       snprintf(name, sizeof name, "%s.cu", ks[i].entry);
       nvrtc_program_t prog = NULL;
@@ -1467,6 +1551,7 @@ static void ocl_close(ocl_t* o) {
 
 /* Builds the OpenCL unit of |entry|; NULL (and the log printed) on failure. */
 static cl_program ocl_build(ocl_t* o, const char* source, const char* entry,
+                            const cube_define_t* defines, uint32_t define_count,
                             cube_execution_mode_t mode, char** out_log) {
   cube__signature_t sig;
   cube_status_t st = cube__dialect_parse(source, entry, &sig);
@@ -1476,7 +1561,8 @@ static cl_program ocl_build(ocl_t* o, const char* source, const char* entry,
     return NULL;
   }
   char* text = NULL;
-  st = cube__dialect_generate(CUBE__TARGET_OPENCL, &sig, source, NULL, 0, mode, &text);
+  st = cube__dialect_generate(CUBE__TARGET_OPENCL, &sig, source, defines, define_count, mode,
+                              &text);
   if (st) {
     fprintf(stderr, "generate: %s\n", cube_status_message(st));
     cube_status_free(st);
@@ -1534,7 +1620,8 @@ static void opencl_builds_every_kernel_impl(void) {
   size_t nk = all_kernels(ks);
   for (size_t i = 0; i < nk; ++i) {
     for (int m = 0; m < 3; ++m) {
-      cl_program p = ocl_build(&o, ks[i].source, ks[i].entry, (cube_execution_mode_t)m, NULL);
+      cl_program p = ocl_build(&o, ks[i].source, ks[i].entry, ks[i].defines, ks[i].define_count,
+                               (cube_execution_mode_t)m, NULL);
       CHECK(p != NULL);
       if (!p) continue;
       cl_int err = 0;
@@ -1547,7 +1634,7 @@ static void opencl_builds_every_kernel_impl(void) {
   /* A user error names the user's line. */
   char* log = NULL;
   cl_program p = ocl_build(&o, "CUBE_KERNEL(broken, CUBE_ARRAY(float, x))\n{\n  x[0] = oops;\n}\n",
-                           "broken", CUBE_EXEC_CHECKED, &log);
+                           "broken", NULL, 0, CUBE_EXEC_CHECKED, &log);
   CHECK(p == NULL);
   CHECK(log != NULL && strstr(log, "broken.cube:3") != NULL);
   if (log && !strstr(log, "broken.cube:3")) fprintf(stderr, "OpenCL said:\n%s\n", log);
@@ -1569,7 +1656,7 @@ static void opencl_runs_saxpy_impl(void) {
   }
   REQUIRE(rc == 0);
   for (int m = 0; m < 3; ++m) {
-    cl_program p = ocl_build(&o, K_SAXPY, "saxpy", (cube_execution_mode_t)m, NULL);
+    cl_program p = ocl_build(&o, K_SAXPY, "saxpy", NULL, 0, (cube_execution_mode_t)m, NULL);
     CHECK(p != NULL);
     if (!p) continue;
     cl_int err = 0;
@@ -1628,7 +1715,7 @@ static void opencl_runs_reduce_impl(void) {
     CUBE_SKIP("no OpenCL platform");
   }
   REQUIRE(rc == 0);
-  cl_program p = ocl_build(&o, K_REDUCE, "reduce", CUBE_EXEC_CHECKED, NULL);
+  cl_program p = ocl_build(&o, K_REDUCE, "reduce", NULL, 0, CUBE_EXEC_CHECKED, NULL);
   REQUIRE(p != NULL);
   cl_int err = 0;
   cl_kernel k = o.CreateKernel(p, "cube_kernel_entry", &err);

@@ -533,7 +533,7 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
   memcpy(ctx.dim, dim, sizeof(ctx.dim));
   ctx.mode = l->mode;
   ctx.shared_size = k->shared_memory_size;
-  ctx.scratch_size = k->signature ? cube__dialect_cpu_scratch_size(k->signature, units) : 0;
+  ctx.scratch_size = k->signature ? cube__dialect_cpu_scratch_size_defines(k->signature, units, k->defines, k->define_count) : 0;
   cube_bounds_error_t bounds;
   memset(&bounds, 0, sizeof(bounds));
   if (l->mode == CUBE_EXEC_VALIDATE) ctx.bounds = &bounds;
@@ -561,6 +561,11 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
                              "launch of kernel '%s': no memory for %s of cube-local scratch", name,
                              cube__format_bytes(ctx.shared_size, buf, sizeof(buf)));
   }
+  if (k->signature)
+    return cube__status_make(CUBE_STATUS_LAUNCH_FAILED,
+                             "launch of kernel '%s': cube (%u, %u, %u): %s (code %d)", name,
+                             ctx.fail_pos[0], ctx.fail_pos[1], ctx.fail_pos[2],
+                             cube__dialect_cpu_entry_error(ctx.fail_code), ctx.fail_code);
   return cube__status_make(CUBE_STATUS_LAUNCH_FAILED,
                            "launch of kernel '%s': cube (%u, %u, %u) returned error %d", name,
                            ctx.fail_pos[0], ctx.fail_pos[1], ctx.fail_pos[2], ctx.fail_code);
