@@ -448,14 +448,14 @@ CUBE_TEST(parse_sync_cube_is_per_kernel) {
       "CUBE_KERNEL(with_barrier, CUBE_ARRAY(float, x)) {\n"
       "  CUBE_SHARED(float, t, 4);\n  t[UNIT_POS_X] = x[0];\n  sync_cube();\n  x[0] = t[0];\n}\n"
       "CUBE_KERNEL(plain, CUBE_ARRAY(float, x)) { x[ABSOLUTE_POS] = 1.0f; }\n";
-  cube__signature_t sig;
-  REQUIRE_OK(cube__dialect_parse(src, "with_barrier", &sig));
-  CHECK(sig.uses_sync_cube);
-  REQUIRE_OK(cube__dialect_parse(src, "plain", &sig));
-  CHECK(!sig.uses_sync_cube);
+  cube__signature_t sg;
+  REQUIRE_OK(cube__dialect_parse(src, "with_barrier", &sg));
+  CHECK(sg.uses_sync_cube);
+  REQUIRE_OK(cube__dialect_parse(src, "plain", &sg));
+  CHECK(!sg.uses_sync_cube);
   const char* helper =
       "CUBE_FN void wait_all(CUBE_UNIT_PARAMS) { sync_cube(); }\n"
       "CUBE_KERNEL(calls_helper, CUBE_ARRAY(float, x)) { x[0] = 1.0f; }\n";
-  REQUIRE_OK(cube__dialect_parse(helper, "calls_helper", &sig));
-  CHECK(sig.uses_sync_cube);
+  REQUIRE_OK(cube__dialect_parse(helper, "calls_helper", &sg));
+  CHECK(sg.uses_sync_cube);
 }
