@@ -1,0 +1,1765 @@
+/* bench_dialect: kernels written in the cube dialect on the CPU backend, each
+ * measured in the same run, on the same data, beside its baselines
+ * (/work/shared/reference/baselines.md compares ratios, not absolute figures):
+ *
+ *   1. saxpy over 16M floats: cube (dialect kernel, cube_dim 256) vs a plain C
+ *      loop vs an OpenMP loop vs PoCL running the same source as OpenCL
+ *   2. sum over 16M floats with cube-local memory and sync_cube (the tree
+ *      kernel of examples/reduce.c, 256 units per cube, partial sums finished
+ *      on the host): cube vs OpenMP reduction(+) vs PoCL
+ *   3. tiled matmul 512x512x512 (examples/matmul.c, TILE 16): cube and PoCL vs
+ *      a naive C triple loop and an OpenMP loop parallel over i
+ *   4. kernel cache: cold compile vs disk hit (a child process) vs memory hit
+ *   5. empty launch + sync of a dialect kernel, 1 cube, threaded queue
+ *
+ * PoCL is reached through libOpenCL.so.1 opened with dlopen at run time (the
+ * bench never links it); every OpenCL function used is resolved with dlsym.
+ * The OpenCL translation unit is cube's own: cube__dialect_generate(
+ * CUBE__TARGET_OPENCL, ...) of the same source in Checked mode (the mode of
+ * cube_client_launch). Without OpenCL or a platform the PoCL lines say
+ * "PoCL: not available (<reason>)" and the rest runs.
+ *
+ * Every result is checked (saxpy within 1e-6 relative, sums within 1e-3
+ * relative of a double host sum, matmul max relative error < 1e-4); a wrong
+ * result makes the exit status 1.
+ *
+ * Figures: median and minimum over trials after warm-up trials, timed with
+ * CLOCK_MONOTONIC; cube trials are launch + sync, PoCL trials enqueue +
+ * clFinish (buffers created once). "ratio vs B" on a rate line is rate / B's
+ * rate (higher is better); on a time line it is time / B's time (lower is
+ * better).
+ */
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <math.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cube/cube.h"
+/* Internal: the OpenCL unit of a dialect source, and the CPU compiler. */
+#include "backends/cpu/cpu_compiler.h"
+#include "kernel/dialect.h"
+
+//===----------------------------------------------------------------------===//
+// Kernel sources (the dialect kernels of examples/)
+//===----------------------------------------------------------------------===//
+
+static const char* const k_saxpy_src =
+    "CUBE_KERNEL(saxpy, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, y), float a) {\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < CUBE_LEN(y)) CUBE_STORE(y, i, a * CUBE_LOAD(x, i) + CUBE_LOAD(y, i));\n"
+    "}\n";
+
+static const char* const k_reduce_src =
+    "CUBE_KERNEL(block_sum, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, partial)) {\n"
+    "  CUBE_SHARED(float, tile, BLOCK);\n"
+    "  uint32_t u = UNIT_POS_X;\n"
+    "  uint64_t i = ABSOLUTE_POS_X;\n"
+    "  tile[u] = i < CUBE_LEN(x) ? x[i] : 0.0f;\n"
+    "  sync_cube();\n"
+    "  for (uint32_t s = BLOCK / 2; s > 0; s >>= 1) {\n"
+    "    if (u < s) tile[u] += tile[u + s];\n"
+    "    sync_cube();\n"
+    "  }\n"
+    "  if (u == 0) partial[CUBE_POS_X] = tile[0];\n"
+    "}\n";
+
+static const char* const k_matmul_src =
+    "CUBE_KERNEL(matmul, CUBE_ARRAY(const float, a), CUBE_ARRAY(const float, b),\n"
+    "            CUBE_ARRAY(float, c), uint32_t m, uint32_t n, uint32_t k) {\n"
+    "  CUBE_SHARED(float, ta, TILE * TILE);\n"
+    "  CUBE_SHARED(float, tb, TILE * TILE);\n"
+    "  uint32_t tx = UNIT_POS_X, ty = UNIT_POS_Y;\n"
+    "  uint32_t row = CUBE_POS_Y * TILE + ty, col = CUBE_POS_X * TILE + tx;\n"
+    "  float acc = 0.0f;\n"
+    "  for (uint32_t t = 0; t < k; t += TILE) {\n"
+    "    ta[ty * TILE + tx] = (row < m && t + tx < k) ? a[(uint64_t)row * k + t + tx] : 0.0f;\n"
+    "    tb[ty * TILE + tx] = (t + ty < k && col < n) ? b[(uint64_t)(t + ty) * n + col] : 0.0f;\n"
+    "    sync_cube();\n"
+    "    for (uint32_t q = 0; q < TILE; ++q) acc += ta[ty * TILE + q] * tb[q * TILE + tx];\n"
+    "    sync_cube();\n"
+    "  }\n"
+    "  if (row < m && col < n) CUBE_STORE(c, (uint64_t)row * n + col, acc);\n"
+    "}\n";
+
+static const char* const k_empty_src = "CUBE_KERNEL(empty, uint32_t unused) {}\n";
+
+//===----------------------------------------------------------------------===//
+// Timing, statistics, output
+//===----------------------------------------------------------------------===//
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#define MAX_TRIALS 64
+
+typedef struct stats {
+  double median_us; /* per operation */
+  double min_us;
+  int trials;
+  bool valid; /* false: not measured (system absent or failed) */
+} stats_t;
+
+/* One trial runs |iters| operations and returns its total time in ns. */
+typedef uint64_t (*trial_fn)(void* ctx, uint64_t iters);
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+static int cmp_u64(const void* a, const void* b) {
+  uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median_sorted(const double* t, int n) {
+  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+static stats_t measure(trial_fn fn, void* ctx, uint64_t iters, int warmup, int trials) {
+  double t[MAX_TRIALS];
+  if (trials > MAX_TRIALS) trials = MAX_TRIALS;
+  for (int i = 0; i < warmup; ++i) (void)fn(ctx, iters);
+  for (int i = 0; i < trials; ++i) t[i] = (double)fn(ctx, iters) / 1000.0 / (double)iters;
+  qsort(t, (size_t)trials, sizeof(double), cmp_double);
+  stats_t s;
+  s.trials = trials;
+  s.min_us = t[0];
+  s.median_us = median_sorted(t, trials);
+  s.valid = true;
+  return s;
+}
+
+/* Lets spinning helpers of the system measured before (OpenMP, PoCL, cube's
+ * pool) go to sleep before the next system is timed: on a machine with few
+ * cores a spinner steals a core from the next measurement. */
+static void settle(void) {
+  struct timespec ts = {0, 30 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static int g_failures;
+static volatile float g_sink;
+
+static void fail_status(const char* what, cube_status_t s) {
+  fprintf(stderr, "bench_dialect: %s failed: [%s] %s\n", what,
+          cube_status_code_name(cube_status_code(s)), cube_status_message(s));
+  cube_status_free(s);
+  g_failures++;
+}
+
+#define TRY(what, expr)                         \
+  do {                                          \
+    cube_status_t s_ = (expr);                  \
+    if (s_ != CUBE_OK) fail_status((what), s_); \
+  } while (0)
+
+static void wrong(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static void wrong(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "bench_dialect: WRONG RESULT: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  printf("  WRONG RESULT (see stderr)\n");
+  g_failures++;
+}
+
+#define LABEL_W 56
+
+/* Rates: |work| units of work per operation (bytes, flops) -> G<unit>/s. */
+static double grate(double work, double us) { return work / (us * 1e3); }
+
+static void line_rate_base(const char* name, stats_t s, double work, const char* unit) {
+  printf("%-*s median %9.3f ms (min %9.3f) = %7.2f %s (best %7.2f), baseline\n", LABEL_W, name,
+         s.median_us / 1e3, s.min_us / 1e3, grate(work, s.median_us), unit,
+         grate(work, s.min_us));
+}
+
+static void line_rate(const char* name, stats_t s, double work, const char* unit,
+                      const char* base_name, stats_t base, double base_work) {
+  printf("%-*s median %9.3f ms (min %9.3f) = %7.2f %s (best %7.2f), ratio vs %s %.2f\n", LABEL_W,
+         name, s.median_us / 1e3, s.min_us / 1e3, grate(work, s.median_us), unit,
+         grate(work, s.min_us), base_name,
+         grate(work, s.median_us) / grate(base_work, base.median_us));
+}
+
+static void line_ratio(const char* name, stats_t s, double work, stats_t base, double base_work,
+                       const char* base_name) {
+  printf("%-*s ratio vs %s %.2f (of rate)\n", LABEL_W, name, base_name,
+         grate(work, s.median_us) / grate(base_work, base.median_us));
+}
+
+//===----------------------------------------------------------------------===//
+// Data
+//===----------------------------------------------------------------------===//
+
+static float rnd(uint64_t* s) {
+  *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
+  return (float)((*s * 0x2545F4914F6CDD1Dull) >> 40) / (float)(1u << 24) - 0.5f;
+}
+
+static void* xmalloc(size_t n) {
+  void* p = malloc(n);
+  if (!p) {
+    fprintf(stderr, "bench_dialect: out of memory (%zu bytes)\n", n);
+    exit(1);
+  }
+  return p;
+}
+
+//===----------------------------------------------------------------------===//
+// OpenCL (PoCL) through dlopen
+//===----------------------------------------------------------------------===//
+
+#define OCL_FUNCS(X)                                                                     \
+  X(clGetPlatformIDs)                                                                    \
+  X(clGetPlatformInfo)                                                                   \
+  X(clGetDeviceIDs)                                                                      \
+  X(clGetDeviceInfo)                                                                     \
+  X(clCreateContext)                                                                     \
+  X(clReleaseContext)                                                                    \
+  X(clCreateCommandQueue)                                                                \
+  X(clReleaseCommandQueue)                                                               \
+  X(clCreateProgramWithSource)                                                           \
+  X(clBuildProgram)                                                                      \
+  X(clGetProgramBuildInfo)                                                               \
+  X(clReleaseProgram)                                                                    \
+  X(clCreateKernel)                                                                      \
+  X(clReleaseKernel)                                                                     \
+  X(clSetKernelArg)                                                                      \
+  X(clCreateBuffer)                                                                      \
+  X(clReleaseMemObject)                                                                  \
+  X(clEnqueueNDRangeKernel)                                                              \
+  X(clEnqueueReadBuffer)                                                                 \
+  X(clFinish)
+
+typedef struct ocl {
+  void* lib;
+#define OCL_MEMBER(f) __typeof__(f)* f;
+  OCL_FUNCS(OCL_MEMBER)
+#undef OCL_MEMBER
+  cl_platform_id platform;
+  cl_device_id device;
+  cl_context context;
+  cl_command_queue queue;
+  bool ok;
+  char platform_name[256];
+  char platform_version[256];
+  char device_name[256];
+  cl_uint compute_units;
+  char reason[512]; /* why not available */
+} ocl_t;
+
+static ocl_t g_ocl;
+
+static void ocl_init(void) {
+  ocl_t* o = &g_ocl;
+  o->lib = dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!o->lib) {
+    const char* e = dlerror();
+    snprintf(o->reason, sizeof(o->reason), "dlopen libOpenCL.so.1: %s", e ? e : "?");
+    return;
+  }
+#define OCL_RESOLVE(f)                                                                  \
+  do {                                                                                  \
+    void* p_ = dlsym(o->lib, #f);                                                       \
+    if (!p_) {                                                                          \
+      snprintf(o->reason, sizeof(o->reason), "libOpenCL.so.1 has no %s", #f);           \
+      return;                                                                           \
+    }                                                                                   \
+    memcpy(&o->f, &p_, sizeof(p_));                                                     \
+  } while (0);
+  OCL_FUNCS(OCL_RESOLVE)
+#undef OCL_RESOLVE
+
+  cl_uint np = 0;
+  cl_int err = o->clGetPlatformIDs(0, NULL, &np);
+  if (err != CL_SUCCESS || np == 0) {
+    snprintf(o->reason, sizeof(o->reason), "no OpenCL platform (clGetPlatformIDs: error %d, %u "
+             "platforms)", (int)err, (unsigned)np);
+    return;
+  }
+  cl_platform_id plats[16];
+  if (np > 16) np = 16;
+  err = o->clGetPlatformIDs(np, plats, NULL);
+  if (err != CL_SUCCESS) {
+    snprintf(o->reason, sizeof(o->reason), "clGetPlatformIDs: error %d", (int)err);
+    return;
+  }
+  /* PoCL if present, else the first platform with a device. */
+  int pick = -1;
+  for (cl_uint i = 0; i < np; ++i) {
+    char name[256] = "";
+    o->clGetPlatformInfo(plats[i], CL_PLATFORM_NAME, sizeof(name), name, NULL);
+    cl_uint nd = 0;
+    if (o->clGetDeviceIDs(plats[i], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0)
+      continue;
+    if (strstr(name, "Portable Computing Language") || strstr(name, "PoCL") ||
+        strstr(name, "pocl")) {
+      pick = (int)i;
+      break;
+    }
+    if (pick < 0) pick = (int)i;
+  }
+  if (pick < 0) {
+    snprintf(o->reason, sizeof(o->reason), "%u OpenCL platform(s), none with a device",
+             (unsigned)np);
+    return;
+  }
+  o->platform = plats[pick];
+  o->clGetPlatformInfo(o->platform, CL_PLATFORM_NAME, sizeof(o->platform_name), o->platform_name,
+                       NULL);
+  o->clGetPlatformInfo(o->platform, CL_PLATFORM_VERSION, sizeof(o->platform_version),
+                       o->platform_version, NULL);
+  err = o->clGetDeviceIDs(o->platform, CL_DEVICE_TYPE_ALL, 1, &o->device, NULL);
+  if (err != CL_SUCCESS) {
+    snprintf(o->reason, sizeof(o->reason), "clGetDeviceIDs: error %d", (int)err);
+    return;
+  }
+  o->clGetDeviceInfo(o->device, CL_DEVICE_NAME, sizeof(o->device_name), o->device_name, NULL);
+  o->clGetDeviceInfo(o->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof(o->compute_units),
+                     &o->compute_units, NULL);
+  o->context = o->clCreateContext(NULL, 1, &o->device, NULL, NULL, &err);
+  if (!o->context || err != CL_SUCCESS) {
+    snprintf(o->reason, sizeof(o->reason), "clCreateContext: error %d", (int)err);
+    return;
+  }
+  o->queue = o->clCreateCommandQueue(o->context, o->device, 0, &err);
+  if (!o->queue || err != CL_SUCCESS) {
+    snprintf(o->reason, sizeof(o->reason), "clCreateCommandQueue: error %d", (int)err);
+    o->clReleaseContext(o->context);
+    o->context = NULL;
+    return;
+  }
+  o->ok = true;
+}
+
+static void ocl_fini(void) {
+  ocl_t* o = &g_ocl;
+  if (o->queue) o->clReleaseCommandQueue(o->queue);
+  if (o->context) o->clReleaseContext(o->context);
+  o->queue = NULL;
+  o->context = NULL;
+  /* libOpenCL stays loaded: PoCL's threads may outlive the context. */
+}
+
+static void ocl_not_available(void) {
+  printf("%-*s PoCL: not available (%s)\n", LABEL_W, "PoCL (same source as OpenCL):",
+         g_ocl.reason);
+}
+
+/* A dialect kernel built for OpenCL from cube's own OpenCL unit. */
+typedef struct ocl_kernel {
+  cl_program program;
+  cl_kernel kernel;
+  cube__signature_t sig;
+  double build_ms;
+  bool ok;
+} ocl_kernel_t;
+
+/* Builds |source|'s |entry| for the PoCL device; on failure prints why (a
+ * failure of cube's generated unit counts as a bench failure). */
+static bool ocl_build(const char* source, const char* entry, const cube_define_t* defs,
+                      uint32_t ndefs, ocl_kernel_t* out) {
+  memset(out, 0, sizeof(*out));
+  if (!g_ocl.ok) return false;
+  cube_status_t s = cube__dialect_parse(source, entry, &out->sig);
+  if (s) {
+    fail_status("cube__dialect_parse (OpenCL)", s);
+    return false;
+  }
+  char* text = NULL;
+  s = cube__dialect_generate(CUBE__TARGET_OPENCL, &out->sig, source, defs, ndefs,
+                             CUBE_EXEC_CHECKED, &text);
+  if (s) {
+    fail_status("cube__dialect_generate(CUBE__TARGET_OPENCL)", s);
+    return false;
+  }
+  cl_int err;
+  const char* srcs[1] = {text};
+  uint64_t t0 = now_ns();
+  out->program = g_ocl.clCreateProgramWithSource(g_ocl.context, 1, srcs, NULL, &err);
+  if (!out->program || err != CL_SUCCESS) {
+    printf("  PoCL: clCreateProgramWithSource('%s') failed: error %d\n", entry, (int)err);
+    g_failures++;
+    free(text);
+    return false;
+  }
+  err = g_ocl.clBuildProgram(out->program, 1, &g_ocl.device, "-cl-std=CL1.2", NULL, NULL);
+  if (err != CL_SUCCESS) {
+    size_t len = 0;
+    g_ocl.clGetProgramBuildInfo(out->program, g_ocl.device, CL_PROGRAM_BUILD_LOG, 0, NULL, &len);
+    char* log = xmalloc(len + 1);
+    log[0] = '\0';
+    g_ocl.clGetProgramBuildInfo(out->program, g_ocl.device, CL_PROGRAM_BUILD_LOG, len + 1, log,
+                                NULL);
+    log[len] = '\0';
+    printf("  PoCL: building cube's OpenCL unit of '%s' failed (error %d):\n%.4000s\n", entry,
+           (int)err, log);
+    fprintf(stderr, "bench_dialect: PoCL build of '%s' failed; the unit was:\n%s\n", entry, text);
+    free(log);
+    g_failures++;
+    g_ocl.clReleaseProgram(out->program);
+    out->program = NULL;
+    free(text);
+    return false;
+  }
+  free(text);
+  out->kernel = g_ocl.clCreateKernel(out->program, "cube_kernel_entry", &err);
+  if (!out->kernel || err != CL_SUCCESS) {
+    printf("  PoCL: clCreateKernel(cube_kernel_entry of '%s') failed: error %d\n", entry,
+           (int)err);
+    g_failures++;
+    g_ocl.clReleaseProgram(out->program);
+    out->program = NULL;
+    return false;
+  }
+  out->build_ms = (double)(now_ns() - t0) / 1e6;
+  out->ok = true;
+  return true;
+}
+
+static void ocl_kernel_release(ocl_kernel_t* k) {
+  if (k->kernel) g_ocl.clReleaseKernel(k->kernel);
+  if (k->program) g_ocl.clReleaseProgram(k->program);
+  k->kernel = NULL;
+  k->program = NULL;
+  k->ok = false;
+}
+
+/* One launch argument for an OpenCL unit: a buffer (cl_mem and its bytes,
+ * passed as the unit's (T*, ulong bytes) pair) or a scalar. */
+typedef struct ocl_arg {
+  cube_arg_kind_t kind;
+  cl_mem mem;
+  uint64_t bytes;
+  cube_arg_t scalar;
+} ocl_arg_t;
+
+static ocl_arg_t ocl_buf(cl_mem m, uint64_t bytes) {
+  ocl_arg_t a;
+  memset(&a, 0, sizeof(a));
+  a.kind = CUBE_ARG_BUFFER;
+  a.mem = m;
+  a.bytes = bytes;
+  return a;
+}
+
+static ocl_arg_t ocl_scalar(cube_arg_t s) {
+  ocl_arg_t a;
+  memset(&a, 0, sizeof(a));
+  a.kind = s.kind;
+  a.scalar = s;
+  return a;
+}
+
+/* Sets the arguments of the unit's cube_kernel_entry in Checked mode: per
+ * array (global T*, ulong bytes), per scalar itself, no bounds record. */
+static bool ocl_set_args(ocl_kernel_t* k, uint32_t n, const ocl_arg_t* args) {
+  if (n != k->sig.count) {
+    printf("  PoCL: kernel '%s' takes %u arguments, given %u\n", k->sig.entry, k->sig.count, n);
+    g_failures++;
+    return false;
+  }
+  cl_uint idx = 0;
+  cl_int err = CL_SUCCESS;
+  for (uint32_t i = 0; i < n && err == CL_SUCCESS; ++i) {
+    const cube__param_t* p = &k->sig.params[i];
+    if (p->kind != args[i].kind) {
+      printf("  PoCL: kernel '%s' argument %u: kind %s, given %s\n", k->sig.entry, i,
+             cube_arg_kind_name(p->kind), cube_arg_kind_name(args[i].kind));
+      g_failures++;
+      return false;
+    }
+    switch (p->kind) {
+      case CUBE_ARG_BUFFER: {
+        cl_ulong bytes = args[i].bytes;
+        err = g_ocl.clSetKernelArg(k->kernel, idx++, sizeof(cl_mem), &args[i].mem);
+        if (err == CL_SUCCESS) err = g_ocl.clSetKernelArg(k->kernel, idx++, sizeof(bytes), &bytes);
+        break;
+      }
+      case CUBE_ARG_U32: {
+        cl_uint v = args[i].scalar.v.u32;
+        err = g_ocl.clSetKernelArg(k->kernel, idx++, sizeof(v), &v);
+        break;
+      }
+      case CUBE_ARG_I32: {
+        cl_int v = args[i].scalar.v.i32;
+        err = g_ocl.clSetKernelArg(k->kernel, idx++, sizeof(v), &v);
+        break;
+      }
+      case CUBE_ARG_U64: {
+        cl_ulong v = args[i].scalar.v.u64;
+        err = g_ocl.clSetKernelArg(k->kernel, idx++, sizeof(v), &v);
+        break;
+      }
+      case CUBE_ARG_I64: {
+        cl_long v = args[i].scalar.v.i64;
+        err = g_ocl.clSetKernelArg(k->kernel, idx++, sizeof(v), &v);
+        break;
+      }
+      case CUBE_ARG_F32: {
+        cl_float v = args[i].scalar.v.f32;
+        err = g_ocl.clSetKernelArg(k->kernel, idx++, sizeof(v), &v);
+        break;
+      }
+      case CUBE_ARG_F64: {
+        cl_double v = args[i].scalar.v.f64;
+        err = g_ocl.clSetKernelArg(k->kernel, idx++, sizeof(v), &v);
+        break;
+      }
+      default: err = CL_INVALID_VALUE; break;
+    }
+  }
+  if (err != CL_SUCCESS) {
+    printf("  PoCL: clSetKernelArg for '%s' failed: error %d\n", k->sig.entry, (int)err);
+    g_failures++;
+    return false;
+  }
+  return true;
+}
+
+static cl_mem ocl_buffer(cl_mem_flags flags, size_t size, void* host) {
+  cl_int err;
+  cl_mem m = g_ocl.clCreateBuffer(g_ocl.context, flags | (host ? CL_MEM_COPY_HOST_PTR : 0), size,
+                                  host, &err);
+  if (!m || err != CL_SUCCESS) {
+    printf("  PoCL: clCreateBuffer(%zu bytes) failed: error %d\n", size, (int)err);
+    g_failures++;
+    return NULL;
+  }
+  return m;
+}
+
+/* Enqueue + clFinish. */
+static bool ocl_run(ocl_kernel_t* k, cl_uint dims, const size_t* global, const size_t* local) {
+  cl_int err = g_ocl.clEnqueueNDRangeKernel(g_ocl.queue, k->kernel, dims, NULL, global, local, 0,
+                                            NULL, NULL);
+  if (err == CL_SUCCESS) err = g_ocl.clFinish(g_ocl.queue);
+  if (err != CL_SUCCESS) {
+    fprintf(stderr, "bench_dialect: PoCL launch of '%s' failed: error %d\n", k->sig.entry,
+            (int)err);
+    g_failures++;
+    return false;
+  }
+  return true;
+}
+
+static bool ocl_read(cl_mem m, size_t size, void* dst) {
+  cl_int err = g_ocl.clEnqueueReadBuffer(g_ocl.queue, m, CL_TRUE, 0, size, dst, 0, NULL, NULL);
+  if (err != CL_SUCCESS) {
+    fprintf(stderr, "bench_dialect: clEnqueueReadBuffer failed: error %d\n", (int)err);
+    g_failures++;
+    return false;
+  }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// cube helpers
+//===----------------------------------------------------------------------===//
+
+static cube_client_t* g_client; /* cpu:0, threaded queue */
+
+static cube_kernel_t* make_dialect(const char* source, const char* entry, uint32_t dx, uint32_t dy,
+                                   const cube_define_t* defs, uint32_t ndefs) {
+  cube_kernel_desc_t d;
+  memset(&d, 0, sizeof(d));
+  d.cube_dim = (cube_dim_t){dx, dy, 1};
+  d.source = source;
+  d.entry = entry;
+  d.defines = defs;
+  d.define_count = ndefs;
+  cube_kernel_t* k = NULL;
+  cube_status_t s = cube_kernel_create(&d, &k);
+  if (s) {
+    fail_status("cube_kernel_create", s);
+    exit(1);
+  }
+  return k;
+}
+
+/* Compiles |k| now (Checked mode) and returns the time it took in ms. */
+static double precompile_ms(cube_kernel_t* k) {
+  uint64_t t0 = now_ns();
+  cube_status_t s = cube_kernel_precompile(g_client, 1, &k, CUBE_EXEC_CHECKED);
+  double ms = (double)(now_ns() - t0) / 1e6;
+  if (s) {
+    fail_status("cube_kernel_precompile", s);
+    exit(1);
+  }
+  return ms;
+}
+
+static cube_handle_t upload(const void* data, size_t size) {
+  cube_handle_t h = CUBE_HANDLE_NULL;
+  cube_status_t s = cube_client_create_from_slice(g_client, data, size, &h);
+  if (s) {
+    fail_status("cube_client_create_from_slice", s);
+    exit(1);
+  }
+  return h;
+}
+
+/* Reads |h| into |dst| (|size| bytes); false on failure. */
+static bool download(cube_handle_t h, void* dst, size_t size) {
+  cube_bytes_t* b = NULL;
+  cube_status_t s = cube_client_read_one(g_client, h, &b);
+  if (s) {
+    fail_status("cube_client_read_one", s);
+    return false;
+  }
+  bool ok = cube_bytes_size(b) == size;
+  if (ok) memcpy(dst, cube_bytes_const_data(b), size);
+  else {
+    fprintf(stderr, "bench_dialect: read %zu bytes, expected %zu\n", cube_bytes_size(b), size);
+    g_failures++;
+  }
+  cube_bytes_release(b);
+  return ok;
+}
+
+//===----------------------------------------------------------------------===//
+// 1. saxpy
+//===----------------------------------------------------------------------===//
+
+#define DIM 256u
+
+typedef struct saxpy_ctx {
+  uint64_t n;
+  float a;
+  const float* x;  /* host */
+  const float* y0; /* host, initial y */
+  float* yw;       /* host work copy for the C loops and read-backs */
+  cube_kernel_t* k;
+  cube_handle_t hx, hy;
+  ocl_kernel_t ok;
+  cl_mem cx, cy;
+} saxpy_ctx_t;
+
+/* y = a*x + y0 within 1e-6 of the magnitude of its terms (an FMA rounds once). */
+static bool saxpy_check(const char* who, const saxpy_ctx_t* s, const float* y) {
+  uint64_t bad = 0, first = 0;
+  for (uint64_t i = 0; i < s->n; ++i) {
+    double ax = (double)s->a * s->x[i], e = ax + s->y0[i];
+    double tol = 1e-6 * (fabs(ax) + fabs((double)s->y0[i])) + 1e-30;
+    if (!(fabs((double)y[i] - e) <= tol)) {
+      if (!bad) first = i;
+      bad++;
+    }
+  }
+  if (bad) {
+    wrong("saxpy (%s): %llu of %llu elements wrong (first at %llu: %.9g, expected %.9g)", who,
+          (unsigned long long)bad, (unsigned long long)s->n, (unsigned long long)first,
+          (double)y[first], (double)s->a * s->x[first] + s->y0[first]);
+    return false;
+  }
+  return true;
+}
+
+static void saxpy_plain(uint64_t n, float a, const float* restrict x, float* restrict y) {
+  for (uint64_t i = 0; i < n; ++i) y[i] = a * x[i] + y[i];
+}
+
+#ifdef _OPENMP
+static void saxpy_omp(uint64_t n, float a, const float* restrict x, float* restrict y) {
+  int64_t nn = (int64_t)n;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < nn; ++i) y[i] = a * x[i] + y[i];
+}
+#endif
+
+static bool saxpy_cube_once(saxpy_ctx_t* s) {
+  cube_arg_t args[3] = {cube_arg_buffer(s->hx), cube_arg_buffer(s->hy), cube_arg_f32(s->a)};
+  cube_status_t st = cube_client_launch(g_client, s->k,
+                                        cube_count_static((uint32_t)(s->n / DIM), 1, 1), 3, args);
+  if (st) {
+    fail_status("cube_client_launch (saxpy)", st);
+    return false;
+  }
+  st = cube_client_sync(g_client);
+  if (st) {
+    fail_status("cube_client_sync (saxpy)", st);
+    return false;
+  }
+  return true;
+}
+
+static uint64_t trial_saxpy_cube(void* p, uint64_t iters) {
+  saxpy_ctx_t* s = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) (void)saxpy_cube_once(s);
+  return now_ns() - t0;
+}
+
+static uint64_t trial_saxpy_plain(void* p, uint64_t iters) {
+  saxpy_ctx_t* s = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) saxpy_plain(s->n, s->a, s->x, s->yw);
+  uint64_t t1 = now_ns();
+  g_sink = s->yw[s->n / 2];
+  return t1 - t0;
+}
+
+#ifdef _OPENMP
+static uint64_t trial_saxpy_omp(void* p, uint64_t iters) {
+  saxpy_ctx_t* s = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) saxpy_omp(s->n, s->a, s->x, s->yw);
+  uint64_t t1 = now_ns();
+  g_sink = s->yw[s->n / 2];
+  return t1 - t0;
+}
+#endif
+
+static uint64_t trial_saxpy_ocl(void* p, uint64_t iters) {
+  saxpy_ctx_t* s = p;
+  size_t global = s->n, local = DIM;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) (void)ocl_run(&s->ok, 1, &global, &local);
+  return now_ns() - t0;
+}
+
+static void bench_saxpy(void) {
+  const uint64_t n = 16u << 20;
+  const double bytes = 12.0 * (double)n;
+  printf("[1] saxpy y = a*x + y over 16M floats (12 bytes per element), cube_dim 256, %llu cubes\n",
+         (unsigned long long)(n / DIM));
+  saxpy_ctx_t s;
+  memset(&s, 0, sizeof(s));
+  s.n = n;
+  s.a = 2.5f;
+  float* x = xmalloc(n * sizeof(float));
+  float* y0 = xmalloc(n * sizeof(float));
+  s.yw = xmalloc(n * sizeof(float));
+  uint64_t seed = 42;
+  for (uint64_t i = 0; i < n; ++i) x[i] = rnd(&seed), y0[i] = rnd(&seed);
+  s.x = x;
+  s.y0 = y0;
+
+  /* cube: compile, one checked launch on y0, then the timed trials. */
+  s.k = make_dialect(k_saxpy_src, "saxpy", DIM, 1, NULL, 0);
+  double compile = precompile_ms(s.k);
+  s.hx = upload(x, n * sizeof(float));
+  s.hy = upload(y0, n * sizeof(float));
+  bool cube_ok = saxpy_cube_once(&s) && download(s.hy, s.yw, n * sizeof(float)) &&
+                 saxpy_check("cube", &s, s.yw);
+  stats_t cube = measure(trial_saxpy_cube, &s, 1, 3, 21);
+  settle();
+
+  /* Plain C loop and OpenMP: checked on a fresh copy of y0 first. */
+  memcpy(s.yw, y0, n * sizeof(float));
+  saxpy_plain(n, s.a, x, s.yw);
+  (void)saxpy_check("plain C loop", &s, s.yw);
+  stats_t plain = measure(trial_saxpy_plain, &s, 1, 2, 11);
+#ifdef _OPENMP
+  memcpy(s.yw, y0, n * sizeof(float));
+  saxpy_omp(n, s.a, x, s.yw);
+  (void)saxpy_check("OpenMP loop", &s, s.yw);
+  stats_t omp = measure(trial_saxpy_omp, &s, 1, 3, 21);
+  settle();
+#endif
+
+  /* PoCL: buffers created once (copied once), checked launch, trials. */
+  stats_t pocl = {0};
+  if (ocl_build(k_saxpy_src, "saxpy", NULL, 0, &s.ok)) {
+    s.cx = ocl_buffer(CL_MEM_READ_ONLY, n * sizeof(float), x);
+    s.cy = ocl_buffer(CL_MEM_READ_WRITE, n * sizeof(float), y0);
+    ocl_arg_t args[3] = {ocl_buf(s.cx, n * sizeof(float)), ocl_buf(s.cy, n * sizeof(float)),
+                         ocl_scalar(cube_arg_f32(s.a))};
+    size_t global = n, local = DIM;
+    if (s.cx && s.cy && ocl_set_args(&s.ok, 3, args) && ocl_run(&s.ok, 1, &global, &local) &&
+        ocl_read(s.cy, n * sizeof(float), s.yw) && saxpy_check("PoCL", &s, s.yw)) {
+      pocl = measure(trial_saxpy_ocl, &s, 1, 3, 21);
+    }
+    settle();
+  }
+
+  printf("  cube compile of the dialect kernel (precompile, cold): %.1f ms\n", compile);
+  if (s.ok.ok) printf("  PoCL build of the same source (clBuildProgram, POCL_CACHE_DIR may hit): "
+                      "%.1f ms\n", s.ok.build_ms);
+  line_rate_base("plain C loop (1 thread):", plain, bytes, "GB/s");
+#ifdef _OPENMP
+  line_rate("OpenMP parallel for simd loop:", omp, bytes, "GB/s", "plain C", plain, bytes);
+#else
+  printf("%-*s not built with -fopenmp\n", LABEL_W, "OpenMP parallel for simd loop:");
+#endif
+  line_rate("cube dialect kernel, launch + sync:", cube, bytes, "GB/s", "plain C", plain, bytes);
+  if (pocl.valid)
+    line_rate("PoCL, same source (enqueue + clFinish):", pocl, bytes, "GB/s", "plain C", plain,
+              bytes);
+  else if (!g_ocl.ok)
+    ocl_not_available();
+#ifdef _OPENMP
+  line_ratio("cube vs OpenMP:", cube, bytes, omp, bytes, "OpenMP");
+  if (pocl.valid) line_ratio("PoCL vs OpenMP:", pocl, bytes, omp, bytes, "OpenMP");
+#endif
+  if (pocl.valid) line_ratio("cube vs PoCL:", cube, bytes, pocl, bytes, "PoCL");
+#ifdef _OPENMP
+  printf("  target: cube >= 0.9x the OpenMP loop -> %s",
+         grate(bytes, cube.median_us) >= 0.9 * grate(bytes, omp.median_us) ? "met" : "NOT met");
+#else
+  printf("  target: cube >= 0.9x the OpenMP loop -> not measured (no OpenMP)");
+#endif
+  if (pocl.valid)
+    printf("; cube >= PoCL -> %s\n", cube.median_us <= pocl.median_us ? "met" : "NOT met");
+  else
+    printf("; cube >= PoCL -> not measured\n");
+  if (!cube_ok) printf("  cube result was WRONG\n");
+  printf("\n");
+
+  if (s.cx) g_ocl.clReleaseMemObject(s.cx);
+  if (s.cy) g_ocl.clReleaseMemObject(s.cy);
+  ocl_kernel_release(&s.ok);
+  cube_handle_release(s.hx);
+  cube_handle_release(s.hy);
+  cube_kernel_release(s.k);
+  free(x);
+  free(y0);
+  free(s.yw);
+  fflush(stdout);
+}
+
+//===----------------------------------------------------------------------===//
+// 2. Reduction with sync_cube
+//===----------------------------------------------------------------------===//
+
+typedef struct reduce_ctx {
+  uint64_t n;
+  uint32_t cubes;
+  const float* x;
+  double expect;
+  float* partial; /* host copy of the partial sums */
+  cube_kernel_t* k;
+  cube_handle_t hx, hp;
+  ocl_kernel_t ok;
+  cl_mem cx, cp;
+  uint64_t bad;   /* trials with a wrong sum */
+  double worst;   /* the worst sum seen */
+} reduce_ctx_t;
+
+static bool sum_ok(double got, double expect) {
+  return fabs(got - expect) <= 1e-3 * fabs(expect) + 1e-6;
+}
+
+static void reduce_note(reduce_ctx_t* r, double got) {
+  if (!sum_ok(got, r->expect)) {
+    r->bad++;
+    r->worst = got;
+  }
+}
+
+static double finish(const float* partial, uint32_t cubes) {
+  double s = 0;
+  for (uint32_t i = 0; i < cubes; ++i) s += partial[i];
+  return s;
+}
+
+static uint64_t trial_reduce_cube(void* p, uint64_t iters) {
+  reduce_ctx_t* r = p;
+  cube_arg_t args[2] = {cube_arg_buffer(r->hx), cube_arg_buffer(r->hp)};
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) {
+    cube_status_t s = cube_client_launch(g_client, r->k, cube_count_static(r->cubes, 1, 1), 2, args);
+    if (s) {
+      fail_status("cube_client_launch (block_sum)", s);
+      continue;
+    }
+    cube_bytes_t* b = NULL; /* the read waits for the launch */
+    s = cube_client_read_one(g_client, r->hp, &b);
+    if (s) {
+      fail_status("cube_client_read_one (partials)", s);
+      continue;
+    }
+    reduce_note(r, finish(cube_bytes_const_data(b), r->cubes));
+    cube_bytes_release(b);
+  }
+  return now_ns() - t0;
+}
+
+static uint64_t trial_reduce_ocl(void* p, uint64_t iters) {
+  reduce_ctx_t* r = p;
+  size_t global = r->n, local = DIM;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) {
+    if (!ocl_run(&r->ok, 1, &global, &local)) continue;
+    if (!ocl_read(r->cp, r->cubes * sizeof(float), r->partial)) continue;
+    reduce_note(r, finish(r->partial, r->cubes));
+  }
+  return now_ns() - t0;
+}
+
+#ifdef _OPENMP
+static float sum_omp_simd(const float* restrict x, uint64_t n) {
+  float s = 0.0f;
+  int64_t nn = (int64_t)n;
+#pragma omp parallel for simd reduction(+ : s) schedule(static)
+  for (int64_t i = 0; i < nn; ++i) s += x[i];
+  return s;
+}
+
+static float sum_omp_scalar(const float* restrict x, uint64_t n) {
+  float s = 0.0f;
+  int64_t nn = (int64_t)n;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+  for (int64_t i = 0; i < nn; ++i) s += x[i];
+  return s;
+}
+
+static uint64_t trial_reduce_omp_simd(void* p, uint64_t iters) {
+  reduce_ctx_t* r = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) reduce_note(r, sum_omp_simd(r->x, r->n));
+  return now_ns() - t0;
+}
+
+static uint64_t trial_reduce_omp_scalar(void* p, uint64_t iters) {
+  reduce_ctx_t* r = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) reduce_note(r, sum_omp_scalar(r->x, r->n));
+  return now_ns() - t0;
+}
+#endif
+
+static void reduce_verdict(reduce_ctx_t* r, const char* who) {
+  if (r->bad)
+    wrong("sum (%s): %llu trials wrong (e.g. %.6f, expected %.6f)", who,
+          (unsigned long long)r->bad, r->worst, r->expect);
+  r->bad = 0;
+}
+
+static void bench_reduce(void) {
+  const uint64_t n = 16u << 20;
+  const double bytes = 4.0 * (double)n;
+  reduce_ctx_t r;
+  memset(&r, 0, sizeof(r));
+  r.n = n;
+  r.cubes = (uint32_t)(n / DIM);
+  printf("[2] sum over 16M floats: cube of 256 units, CUBE_SHARED + sync_cube tree, %u partial "
+         "sums finished on the host (timed: launch + read of the partials + host sum)\n",
+         r.cubes);
+  float* x = xmalloc(n * sizeof(float));
+  r.partial = xmalloc(r.cubes * sizeof(float));
+  uint64_t seed = 7;
+  for (uint64_t i = 0; i < n; ++i) r.expect += x[i] = rnd(&seed);
+  r.x = x;
+
+  cube_define_t defs[] = {{"BLOCK", "256"}};
+  r.k = make_dialect(k_reduce_src, "block_sum", DIM, 1, defs, 1);
+  double compile = precompile_ms(r.k);
+  r.hx = upload(x, n * sizeof(float));
+  TRY("cube_client_empty", cube_client_empty(g_client, r.cubes * sizeof(float), &r.hp));
+  stats_t cube = measure(trial_reduce_cube, &r, 1, 2, 11);
+  reduce_verdict(&r, "cube");
+  settle();
+
+#ifdef _OPENMP
+  stats_t omp = measure(trial_reduce_omp_simd, &r, 1, 2, 11);
+  reduce_verdict(&r, "OpenMP simd");
+  stats_t omps = measure(trial_reduce_omp_scalar, &r, 1, 2, 11);
+  reduce_verdict(&r, "OpenMP");
+  settle();
+#endif
+
+  stats_t pocl = {0};
+  if (ocl_build(k_reduce_src, "block_sum", defs, 1, &r.ok)) {
+    r.cx = ocl_buffer(CL_MEM_READ_ONLY, n * sizeof(float), x);
+    r.cp = ocl_buffer(CL_MEM_READ_WRITE, r.cubes * sizeof(float), NULL);
+    ocl_arg_t args[2] = {ocl_buf(r.cx, n * sizeof(float)),
+                         ocl_buf(r.cp, r.cubes * sizeof(float))};
+    if (r.cx && r.cp && ocl_set_args(&r.ok, 2, args)) {
+      pocl = measure(trial_reduce_ocl, &r, 1, 1, 7);
+      reduce_verdict(&r, "PoCL");
+    }
+    settle();
+  }
+
+  printf("  host sum (double): %.6f\n", r.expect);
+  printf("  cube compile of the dialect kernel (precompile, cold): %.1f ms\n", compile);
+  if (r.ok.ok) printf("  PoCL build of the same source: %.1f ms\n", r.ok.build_ms);
+#ifdef _OPENMP
+  line_rate_base("OpenMP parallel for simd reduction(+):", omp, bytes, "GB/s");
+  line_rate("OpenMP parallel for reduction(+) (no simd):", omps, bytes, "GB/s", "OpenMP simd", omp,
+            bytes);
+  line_rate("cube dialect kernel (sync_cube), launch + read:", cube, bytes, "GB/s", "OpenMP simd",
+            omp, bytes);
+  if (pocl.valid)
+    line_rate("PoCL, same source (enqueue + clFinish + read):", pocl, bytes, "GB/s",
+              "OpenMP simd", omp, bytes);
+#else
+  line_rate_base("cube dialect kernel (sync_cube), launch + read:", cube, bytes, "GB/s");
+  if (pocl.valid)
+    line_rate("PoCL, same source (enqueue + clFinish + read):", pocl, bytes, "GB/s", "cube", cube,
+              bytes);
+#endif
+  if (!pocl.valid && !g_ocl.ok) ocl_not_available();
+  if (pocl.valid) {
+    line_ratio("cube vs PoCL:", cube, bytes, pocl, bytes, "PoCL");
+    printf("  target: cube no slower than PoCL -> %s\n",
+           cube.median_us <= pocl.median_us ? "met" : "NOT met");
+  } else {
+    printf("  target: cube no slower than PoCL (baselines.md: 109 ms) -> PoCL not measured; "
+           "cube %.1f ms\n", cube.median_us / 1e3);
+  }
+  printf("\n");
+
+  if (r.cx) g_ocl.clReleaseMemObject(r.cx);
+  if (r.cp) g_ocl.clReleaseMemObject(r.cp);
+  ocl_kernel_release(&r.ok);
+  cube_handle_release(r.hx);
+  cube_handle_release(r.hp);
+  cube_kernel_release(r.k);
+  free(x);
+  free(r.partial);
+  fflush(stdout);
+}
+
+//===----------------------------------------------------------------------===//
+// 3. matmul
+//===----------------------------------------------------------------------===//
+
+#define MM 512u
+#define TILE 16u
+
+typedef struct mm_ctx {
+  const float* a;
+  const float* b;
+  float* c; /* host result for the C loops and read-backs */
+  const double* ref;
+  const double* mag;
+  cube_kernel_t* k;
+  cube_handle_t ha, hb, hc;
+  ocl_kernel_t ok;
+  cl_mem ca, cb, cc;
+} mm_ctx_t;
+
+static void mm_naive(const float* restrict a, const float* restrict b, float* restrict c) {
+  for (uint32_t i = 0; i < MM; ++i)
+    for (uint32_t j = 0; j < MM; ++j) {
+      float acc = 0.0f;
+      for (uint32_t q = 0; q < MM; ++q) acc += a[i * MM + q] * b[q * MM + j];
+      c[i * MM + j] = acc;
+    }
+}
+
+#ifdef _OPENMP
+static void mm_omp(const float* restrict a, const float* restrict b, float* restrict c) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < (int)MM; ++i)
+    for (uint32_t j = 0; j < MM; ++j) {
+      float acc = 0.0f;
+      for (uint32_t q = 0; q < MM; ++q) acc += a[(uint32_t)i * MM + q] * b[q * MM + j];
+      c[(uint32_t)i * MM + j] = acc;
+    }
+}
+
+/* The same loop nest in i-k-j order (the inner loop runs along rows of b and
+ * c and vectorises): what a C programmer would write. */
+static void mm_omp_ikj(const float* restrict a, const float* restrict b, float* restrict c) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < (int)MM; ++i) {
+    float* restrict ci = c + (uint32_t)i * MM;
+    for (uint32_t j = 0; j < MM; ++j) ci[j] = 0.0f;
+    for (uint32_t q = 0; q < MM; ++q) {
+      float aiq = a[(uint32_t)i * MM + q];
+      const float* restrict bq = b + q * MM;
+      for (uint32_t j = 0; j < MM; ++j) ci[j] += aiq * bq[j];
+    }
+  }
+}
+#endif
+
+static bool mm_check(const char* who, const mm_ctx_t* m, const float* c) {
+  double worst = 0;
+  uint64_t at = 0;
+  for (uint64_t i = 0; i < (uint64_t)MM * MM; ++i) {
+    double rel = fabs((double)c[i] - m->ref[i]) / (m->mag[i] > 0 ? m->mag[i] : 1.0);
+    if (!(rel <= worst)) worst = rel, at = i;
+  }
+  if (!(worst < 1e-4)) {
+    wrong("matmul (%s): max relative error %.3e at (%llu, %llu): %.9g, expected %.9g", who, worst,
+          (unsigned long long)(at / MM), (unsigned long long)(at % MM), (double)c[at], m->ref[at]);
+    return false;
+  }
+  return true;
+}
+
+typedef void (*mm_fn)(const float* restrict, const float* restrict, float* restrict);
+typedef struct mm_host_ctx {
+  mm_ctx_t* m;
+  mm_fn fn;
+} mm_host_ctx_t;
+
+static uint64_t trial_mm_host(void* p, uint64_t iters) {
+  mm_host_ctx_t* h = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) h->fn(h->m->a, h->m->b, h->m->c);
+  uint64_t t1 = now_ns();
+  g_sink = h->m->c[7];
+  return t1 - t0;
+}
+
+static uint64_t trial_mm_cube(void* p, uint64_t iters) {
+  mm_ctx_t* m = p;
+  cube_arg_t args[6] = {cube_arg_buffer(m->ha), cube_arg_buffer(m->hb), cube_arg_buffer(m->hc),
+                        cube_arg_u32(MM), cube_arg_u32(MM), cube_arg_u32(MM)};
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) {
+    TRY("cube_client_launch (matmul)",
+        cube_client_launch(g_client, m->k, cube_count_static(MM / TILE, MM / TILE, 1), 6, args));
+    TRY("cube_client_sync (matmul)", cube_client_sync(g_client));
+  }
+  return now_ns() - t0;
+}
+
+static uint64_t trial_mm_ocl(void* p, uint64_t iters) {
+  mm_ctx_t* m = p;
+  size_t global[2] = {MM, MM}, local[2] = {TILE, TILE};
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) (void)ocl_run(&m->ok, 2, global, local);
+  return now_ns() - t0;
+}
+
+static void bench_matmul(void) {
+  const double flops = 2.0 * MM * MM * MM;
+  const size_t bytes = (size_t)MM * MM * sizeof(float);
+  printf("[3] matmul C = A*B, %ux%ux%u floats (2*M*N*K flops), tiled dialect kernel TILE %u "
+         "(cube_dim 16x16, %ux%u cubes)\n",
+         MM, MM, MM, TILE, MM / TILE, MM / TILE);
+  mm_ctx_t m;
+  memset(&m, 0, sizeof(m));
+  float* a = xmalloc(bytes);
+  float* b = xmalloc(bytes);
+  m.c = xmalloc(bytes);
+  double* ref = xmalloc((size_t)MM * MM * sizeof(double));
+  double* mag = xmalloc((size_t)MM * MM * sizeof(double));
+  uint64_t seed = 3;
+  for (uint32_t i = 0; i < MM * MM; ++i) a[i] = rnd(&seed);
+  for (uint32_t i = 0; i < MM * MM; ++i) b[i] = rnd(&seed);
+  memset(ref, 0, (size_t)MM * MM * sizeof(double));
+  memset(mag, 0, (size_t)MM * MM * sizeof(double));
+  for (uint32_t i = 0; i < MM; ++i)
+    for (uint32_t q = 0; q < MM; ++q) {
+      double aiq = a[i * MM + q];
+      for (uint32_t j = 0; j < MM; ++j) {
+        double t = aiq * b[q * MM + j];
+        ref[i * MM + j] += t;
+        mag[i * MM + j] += fabs(t);
+      }
+    }
+  m.a = a;
+  m.b = b;
+  m.ref = ref;
+  m.mag = mag;
+
+  cube_define_t defs[] = {{"TILE", "16"}};
+  m.k = make_dialect(k_matmul_src, "matmul", TILE, TILE, defs, 1);
+  double compile = precompile_ms(m.k);
+  m.ha = upload(a, bytes);
+  m.hb = upload(b, bytes);
+  TRY("cube_client_empty", cube_client_empty(g_client, bytes, &m.hc));
+  stats_t cube = measure(trial_mm_cube, &m, 1, 1, 7);
+  if (download(m.hc, m.c, bytes)) (void)mm_check("cube", &m, m.c);
+  settle();
+
+  mm_host_ctx_t h = {&m, mm_naive};
+  memset(m.c, 0, bytes);
+  stats_t naive = measure(trial_mm_host, &h, 1, 1, 5);
+  (void)mm_check("naive C loop", &m, m.c);
+#ifdef _OPENMP
+  h.fn = mm_omp;
+  memset(m.c, 0, bytes);
+  stats_t omp = measure(trial_mm_host, &h, 1, 1, 7);
+  (void)mm_check("OpenMP i-parallel loop", &m, m.c);
+  h.fn = mm_omp_ikj;
+  memset(m.c, 0, bytes);
+  stats_t ikj = measure(trial_mm_host, &h, 1, 2, 11);
+  (void)mm_check("OpenMP i-k-j loop", &m, m.c);
+  settle();
+#endif
+
+  stats_t pocl = {0};
+  if (ocl_build(k_matmul_src, "matmul", defs, 1, &m.ok)) {
+    m.ca = ocl_buffer(CL_MEM_READ_ONLY, bytes, a);
+    m.cb = ocl_buffer(CL_MEM_READ_ONLY, bytes, b);
+    m.cc = ocl_buffer(CL_MEM_READ_WRITE, bytes, NULL);
+    ocl_arg_t args[6] = {ocl_buf(m.ca, bytes), ocl_buf(m.cb, bytes), ocl_buf(m.cc, bytes),
+                         ocl_scalar(cube_arg_u32(MM)), ocl_scalar(cube_arg_u32(MM)),
+                         ocl_scalar(cube_arg_u32(MM))};
+    if (m.ca && m.cb && m.cc && ocl_set_args(&m.ok, 6, args)) {
+      pocl = measure(trial_mm_ocl, &m, 1, 1, 7);
+      memset(m.c, 0, bytes);
+      if (ocl_read(m.cc, bytes, m.c) && !mm_check("PoCL", &m, m.c)) pocl.valid = false;
+    }
+    settle();
+  }
+
+  printf("  cube compile of the dialect kernel (precompile, cold): %.1f ms\n", compile);
+  if (m.ok.ok) printf("  PoCL build of the same source: %.1f ms\n", m.ok.build_ms);
+  line_rate_base("naive C triple loop i-j-k (1 thread):", naive, flops, "GFLOP/s");
+#ifdef _OPENMP
+  line_rate("OpenMP i-parallel loop (same i-j-k nest):", omp, flops, "GFLOP/s", "naive", naive,
+            flops);
+  line_rate("OpenMP i-parallel loop, i-k-j order (vectorised):", ikj, flops, "GFLOP/s", "naive",
+            naive, flops);
+#endif
+  line_rate("cube dialect kernel, launch + sync:", cube, flops, "GFLOP/s", "naive", naive, flops);
+  if (pocl.valid)
+    line_rate("PoCL, same source (enqueue + clFinish):", pocl, flops, "GFLOP/s", "naive", naive,
+              flops);
+  else if (!g_ocl.ok)
+    ocl_not_available();
+#ifdef _OPENMP
+  line_ratio("cube vs OpenMP i-parallel (i-j-k):", cube, flops, omp, flops, "OpenMP");
+#endif
+  if (pocl.valid) line_ratio("cube vs PoCL:", cube, flops, pocl, flops, "PoCL");
+  printf("\n");
+
+  if (m.ca) g_ocl.clReleaseMemObject(m.ca);
+  if (m.cb) g_ocl.clReleaseMemObject(m.cb);
+  if (m.cc) g_ocl.clReleaseMemObject(m.cc);
+  ocl_kernel_release(&m.ok);
+  cube_handle_release(m.ha);
+  cube_handle_release(m.hb);
+  cube_handle_release(m.hc);
+  cube_kernel_release(m.k);
+  free(a);
+  free(b);
+  free(m.c);
+  free(ref);
+  free(mag);
+  fflush(stdout);
+}
+
+//===----------------------------------------------------------------------===//
+// 4. Kernel cache: cold compile, disk hit (child process), memory hit
+//===----------------------------------------------------------------------===//
+
+/* Kernels of the cache bench: the saxpy source with a define that changes
+ * the unit (so the key) and nothing else. */
+#define CACHE_SALTS 5
+
+typedef struct cache_child_result {
+  int ok;
+  char error[400];
+  uint64_t ns[CACHE_SALTS]; /* precompile of each salt */
+  uint64_t disk_hits, misses, memory_hits, load_ns;
+} cache_child_result_t;
+
+typedef struct cache_child {
+  pid_t pid;
+  int go_fd;     /* parent writes one byte: the disk entries are there */
+  int result_fd; /* child writes a cache_child_result_t */
+} cache_child_t;
+
+static cache_child_t g_child = {-1, -1, -1};
+
+static void salt_define(int salt, char* value, size_t size, cube_define_t* def) {
+  snprintf(value, size, "%d", salt);
+  def->name = "CUBE_BENCH_CACHE_PROBE";
+  def->value = value;
+}
+
+static bool write_full(int fd, const void* p, size_t n) {
+  const char* c = p;
+  while (n) {
+    ssize_t w = write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    c += w;
+    n -= (size_t)w;
+  }
+  return true;
+}
+
+static bool read_full(int fd, void* p, size_t n) {
+  char* c = p;
+  while (n) {
+    ssize_t r = read(fd, c, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    c += r;
+    n -= (size_t)r;
+  }
+  return true;
+}
+
+/* The child: a fresh process (forked before any cube call, so no runtime
+ * state is inherited) that waits for the parent's cold compiles, then loads
+ * the same kernels from the disk cache. */
+static void cache_child_main(int go_fd, int result_fd) {
+  char go;
+  if (!read_full(go_fd, &go, 1)) _exit(0); /* the parent went away */
+  cache_child_result_t r;
+  memset(&r, 0, sizeof(r));
+  cube_client_t* c = NULL;
+  cube_status_t s = cube_client_load((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &c);
+  if (s) {
+    snprintf(r.error, sizeof(r.error), "cube_client_load: %s", cube_status_message(s));
+    cube_status_free(s);
+  } else {
+    r.ok = 1;
+    for (int i = 0; i < CACHE_SALTS && r.ok; ++i) {
+      char v[16];
+      cube_define_t def;
+      salt_define(i, v, sizeof(v), &def);
+      cube_kernel_desc_t d;
+      memset(&d, 0, sizeof(d));
+      d.cube_dim = (cube_dim_t){DIM, 1, 1};
+      d.source = k_saxpy_src;
+      d.entry = "saxpy";
+      d.defines = &def;
+      d.define_count = 1;
+      cube_kernel_t* k = NULL;
+      s = cube_kernel_create(&d, &k);
+      if (!s) {
+        uint64_t t0 = now_ns();
+        s = cube_kernel_precompile(c, 1, &k, CUBE_EXEC_CHECKED);
+        r.ns[i] = now_ns() - t0;
+        cube_kernel_release(k);
+      }
+      if (s) {
+        snprintf(r.error, sizeof(r.error), "salt %d: %s", i, cube_status_message(s));
+        cube_status_free(s);
+        r.ok = 0;
+      }
+    }
+    cube_kernel_cache_stats_t st;
+    s = cube_kernel_cache_stats(&st);
+    if (!s) {
+      r.disk_hits = st.disk_hits;
+      r.misses = st.misses;
+      r.memory_hits = st.memory_hits;
+      r.load_ns = st.load_ns;
+    } else {
+      cube_status_free(s);
+    }
+    cube_client_release(c);
+  }
+  (void)write_full(result_fd, &r, sizeof(r));
+  _exit(0);
+}
+
+static void cache_child_start(void) {
+  int go[2], res[2];
+  if (pipe(go) != 0 || pipe(res) != 0) {
+    perror("bench_dialect: pipe");
+    return;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("bench_dialect: fork");
+    close(go[0]), close(go[1]), close(res[0]), close(res[1]);
+    return;
+  }
+  if (pid == 0) {
+    close(go[1]);
+    close(res[0]);
+    cache_child_main(go[0], res[1]);
+    _exit(0);
+  }
+  close(go[0]);
+  close(res[1]);
+  g_child.pid = pid;
+  g_child.go_fd = go[1];
+  g_child.result_fd = res[0];
+}
+
+static void cache_child_stop(void) {
+  if (g_child.go_fd >= 0) close(g_child.go_fd);
+  if (g_child.result_fd >= 0) close(g_child.result_fd);
+  g_child.go_fd = g_child.result_fd = -1;
+  if (g_child.pid > 0) {
+    int ws;
+    while (waitpid(g_child.pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+    g_child.pid = -1;
+  }
+}
+
+static double median_u64_ms(uint64_t* v, int n) {
+  qsort(v, (size_t)n, sizeof(uint64_t), cmp_u64);
+  return (n % 2 ? (double)v[n / 2] : 0.5 * ((double)v[n / 2 - 1] + (double)v[n / 2])) / 1e6;
+}
+
+static void bench_cache(void) {
+  printf("[4] kernel cache: cold compile vs disk hit vs memory hit (saxpy source + a distinct "
+         "define per kernel, Checked mode; CUBE_CACHE_DIR=%s)\n",
+         cube_kernel_cache_dir());
+  cube_kernel_cache_stats_t st0, st1, st2;
+  TRY("cube_kernel_cache_stats", cube_kernel_cache_stats(&st0));
+
+  /* Cold: the first precompile of each key (none is on disk: the cache
+   * directory is fresh). */
+  uint64_t cold[CACHE_SALTS];
+  char vals[CACHE_SALTS][16];
+  cube_define_t defs[CACHE_SALTS];
+  for (int i = 0; i < CACHE_SALTS; ++i) {
+    salt_define(i, vals[i], sizeof(vals[i]), &defs[i]);
+    cube_kernel_t* k = make_dialect(k_saxpy_src, "saxpy", DIM, 1, &defs[i], 1);
+    uint64_t t0 = now_ns();
+    cube_status_t s = cube_kernel_precompile(g_client, 1, &k, CUBE_EXEC_CHECKED);
+    cold[i] = now_ns() - t0;
+    if (s) fail_status("cube_kernel_precompile (cold)", s);
+    cube_kernel_release(k);
+  }
+  TRY("cube_kernel_cache_stats", cube_kernel_cache_stats(&st1));
+
+  /* Memory hit: a different kernel object with the same source and define. */
+  enum { MEM_TRIALS = 201 };
+  uint64_t mem[MEM_TRIALS];
+  for (int i = 0; i < MEM_TRIALS; ++i) {
+    cube_kernel_t* k = make_dialect(k_saxpy_src, "saxpy", DIM, 1, &defs[i % CACHE_SALTS], 1);
+    uint64_t t0 = now_ns();
+    cube_status_t s = cube_kernel_precompile(g_client, 1, &k, CUBE_EXEC_CHECKED);
+    mem[i] = now_ns() - t0;
+    if (s) fail_status("cube_kernel_precompile (memory hit)", s);
+    cube_kernel_release(k);
+  }
+  TRY("cube_kernel_cache_stats", cube_kernel_cache_stats(&st2));
+
+  /* Disk hit: the child process loads the same keys. */
+  cache_child_result_t r;
+  memset(&r, 0, sizeof(r));
+  bool have_child = false;
+  if (g_child.pid > 0) {
+    char go = 'g';
+    if (write_full(g_child.go_fd, &go, 1) && read_full(g_child.result_fd, &r, sizeof(r)))
+      have_child = true;
+    cache_child_stop();
+  }
+
+  uint64_t cold_first = cold[0];
+  double cold_ms = median_u64_ms(cold, CACHE_SALTS);
+  double mem_ms = median_u64_ms(mem, MEM_TRIALS);
+  printf("%-*s median %9.3f ms (min %9.3f, first %9.3f) over %d kernels\n", LABEL_W,
+         "cold compile (precompile, empty cache):", cold_ms, (double)cold[0] / 1e6,
+         (double)cold_first / 1e6, CACHE_SALTS);
+  printf("  counters: misses +%llu, compile time %.1f ms in all, disk entries %llu (%llu bytes)\n",
+         (unsigned long long)(st1.misses - st0.misses),
+         (double)(st1.compile_ns - st0.compile_ns) / 1e6, (unsigned long long)st1.disk_entries,
+         (unsigned long long)st1.disk_bytes);
+  if (st1.misses - st0.misses != CACHE_SALTS) {
+    wrong("cold compiles: %llu cache misses counted, expected %d",
+          (unsigned long long)(st1.misses - st0.misses), CACHE_SALTS);
+  }
+  if (have_child && r.ok) {
+    uint64_t first = r.ns[0];
+    double disk_ms = median_u64_ms(r.ns, CACHE_SALTS);
+    printf("%-*s median %9.3f ms (min %9.3f, first %9.3f) over %d kernels, ratio vs cold %.4f\n",
+           LABEL_W, "disk hit (precompile in a fresh child process):", disk_ms,
+           (double)r.ns[0] / 1e6, (double)first / 1e6, CACHE_SALTS, disk_ms / cold_ms);
+    printf("  child counters: disk hits %llu, misses %llu, memory hits %llu, load time %.3f ms "
+           "in all (the first includes the process's one-time setup)\n",
+           (unsigned long long)r.disk_hits, (unsigned long long)r.misses,
+           (unsigned long long)r.memory_hits, (double)r.load_ns / 1e6);
+    if (r.disk_hits != CACHE_SALTS || r.misses != 0)
+      wrong("disk hits: the child counted %llu disk hits and %llu misses, expected %d and 0",
+            (unsigned long long)r.disk_hits, (unsigned long long)r.misses, CACHE_SALTS);
+    printf("  target: disk hit / cold <= 0.01 -> %s\n",
+           disk_ms / cold_ms <= 0.01 ? "met" : "NOT met");
+  } else {
+    printf("%-*s not measured (%s)\n", LABEL_W, "disk hit (child process):",
+           have_child ? r.error : "the child process could not be started or did not answer");
+    g_failures++;
+  }
+  qsort(mem, MEM_TRIALS, sizeof(uint64_t), cmp_u64);
+  printf("%-*s median %9.3f ms (min %9.3f) over %d kernel objects, ratio vs cold %.6f\n",
+         LABEL_W, "memory hit (new kernel object, same source):", mem_ms, (double)mem[0] / 1e6,
+         MEM_TRIALS, mem_ms / cold_ms);
+  printf("  counters: memory hits +%llu\n", (unsigned long long)(st2.memory_hits - st1.memory_hits));
+  if (st2.memory_hits - st1.memory_hits != MEM_TRIALS || st2.misses != st1.misses)
+    wrong("memory hits: %llu counted (and %llu misses), expected %d",
+          (unsigned long long)(st2.memory_hits - st1.memory_hits),
+          (unsigned long long)(st2.misses - st1.misses), MEM_TRIALS);
+  printf("  target (memory): hit / cold <= 0.01 -> %s\n\n",
+         mem_ms / cold_ms <= 0.01 ? "met" : "NOT met");
+  fflush(stdout);
+}
+
+//===----------------------------------------------------------------------===//
+// 5. Empty launch + sync
+//===----------------------------------------------------------------------===//
+
+typedef struct dist {
+  double median_us, min_us, p99_us;
+  bool valid;
+} dist_t;
+
+static dist_t dist_of(double* t, int n) {
+  qsort(t, (size_t)n, sizeof(double), cmp_double);
+  dist_t d;
+  d.median_us = median_sorted(t, n);
+  d.min_us = t[0];
+  d.p99_us = t[(int)((double)n * 0.99)];
+  d.valid = true;
+  return d;
+}
+
+static int k_native_empty(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
+  (void)cube;
+  (void)args;
+  (void)n;
+  return 0;
+}
+
+static dist_t cube_empty_rounds(cube_kernel_t* k, int warm, int n, double* t) {
+  cube_arg_t arg = cube_arg_u32(0);
+  cube_count_t one = cube_count_static(1, 1, 1);
+  for (int i = 0; i < warm + n; ++i) {
+    uint64_t t0 = now_ns();
+    cube_status_t s = cube_client_launch(g_client, k, one, 1, &arg);
+    if (!s) s = cube_client_sync(g_client);
+    uint64_t t1 = now_ns();
+    if (s) {
+      fail_status("launch + sync (empty)", s);
+      dist_t d = {0};
+      return d;
+    }
+    if (i >= warm) t[i - warm] = (double)(t1 - t0) / 1e3;
+  }
+  return dist_of(t, n);
+}
+
+static void line_dist(const char* name, dist_t d, const char* base_name, dist_t base) {
+  printf("%-*s median %8.2f us (min %8.2f, p99 %8.2f)", LABEL_W, name, d.median_us, d.min_us,
+         d.p99_us);
+  if (base_name) printf(", ratio vs %s %.2f\n", base_name, d.median_us / base.median_us);
+  else printf(", baseline\n");
+}
+
+static void bench_empty(void) {
+  enum { N = 10000, WARM = 1000 };
+  printf("[5] empty launch + sync, 1 cube of 1 unit, threaded queue (each round timed alone; "
+         "median over %d)\n", N);
+  double* t = xmalloc(N * sizeof(double));
+  cube_kernel_t* k = make_dialect(k_empty_src, "empty", 1, 1, NULL, 0);
+  (void)precompile_ms(k);
+  dist_t dia = cube_empty_rounds(k, WARM, N, t);
+  static const cube_arg_kind_t kinds[1] = {CUBE_ARG_U32};
+  cube_kernel_desc_t d;
+  memset(&d, 0, sizeof(d));
+  d.name = "native_empty";
+  d.cube_dim = (cube_dim_t){1, 1, 1};
+  d.arg_kinds = kinds;
+  d.arg_count = 1;
+  d.cpu_fn = k_native_empty;
+  cube_kernel_t* kn = NULL;
+  TRY("cube_kernel_create (native)", cube_kernel_create(&d, &kn));
+  dist_t nat = {0};
+  if (kn) nat = cube_empty_rounds(kn, WARM, N, t);
+  settle();
+
+  dist_t pocl = {0};
+  ocl_kernel_t ok;
+  if (ocl_build(k_empty_src, "empty", NULL, 0, &ok)) {
+    ocl_arg_t arg = ocl_scalar(cube_arg_u32(0));
+    size_t one = 1;
+    if (ocl_set_args(&ok, 1, &arg)) {
+      bool fine = true;
+      for (int i = 0; i < WARM / 5 + N && fine; ++i) {
+        uint64_t t0 = now_ns();
+        fine = ocl_run(&ok, 1, &one, &one);
+        uint64_t t1 = now_ns();
+        if (i >= WARM / 5) t[i - WARM / 5] = (double)(t1 - t0) / 1e3;
+      }
+      if (fine) pocl = dist_of(t, N);
+    }
+    ocl_kernel_release(&ok);
+  }
+  if (dia.valid) line_dist("cube dialect kernel, launch + sync:", dia, NULL, dia);
+  if (nat.valid) line_dist("cube native kernel, launch + sync:", nat, "dialect", dia);
+  if (pocl.valid) line_dist("PoCL, same source (enqueue + clFinish):", pocl, "cube dialect", dia);
+  else if (!g_ocl.ok) ocl_not_available();
+  if (dia.valid)
+    printf("  target: empty launch + sync <= 10 us -> %s\n\n",
+           dia.median_us <= 10.0 ? "met" : "NOT met");
+  cube_kernel_release(k);
+  cube_kernel_release(kn);
+  free(t);
+  fflush(stdout);
+}
+
+//===----------------------------------------------------------------------===//
+// Header, environment, main
+//===----------------------------------------------------------------------===//
+
+static char g_cache_dir[PATH_MAX];
+
+static int rm_entry(const char* path, const struct stat* sb, int flag, struct FTW* ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+/* POCL_CACHE_DIR: left alone when set; else <dir of this executable>/pocl-cache
+ * (the build tree), else /tmp/cube-bench-pocl-cache. */
+static void set_pocl_cache_dir(void) {
+  if (getenv("POCL_CACHE_DIR")) return;
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  char dir[PATH_MAX + 16] = "";
+  if (n > 0) {
+    exe[n] = '\0';
+    char* slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = '\0';
+      snprintf(dir, sizeof(dir), "%s/pocl-cache", exe);
+      if (mkdir(dir, 0700) != 0 && errno != EEXIST) dir[0] = '\0';
+      else if (access(dir, W_OK) != 0) dir[0] = '\0';
+    }
+  }
+  if (!dir[0]) {
+    snprintf(dir, sizeof(dir), "/tmp/cube-bench-pocl-cache-%lu", (unsigned long)geteuid());
+    (void)mkdir(dir, 0700);
+  }
+  setenv("POCL_CACHE_DIR", dir, 1);
+}
+
+static void print_header(void) {
+  char model[256] = "unknown";
+  FILE* f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char line[512];
+    while (fgets(line, sizeof(line), f)) {
+      if (strncmp(line, "model name", 10) != 0) continue;
+      const char* v = strchr(line, ':');
+      if (!v) continue;
+      v++;
+      while (*v == ' ' || *v == '\t') v++;
+      snprintf(model, sizeof(model), "%.*s", (int)strcspn(v, "\n"), v);
+      break;
+    }
+    fclose(f);
+  }
+  cpu_set_t set;
+  int usable = -1;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) usable = CPU_COUNT(&set);
+  char date[64];
+  time_t t = time(NULL);
+  struct tm tm;
+  localtime_r(&t, &tm);
+  strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S %Z", &tm);
+  printf("cube bench_dialect (cube %s)\n", cube_version());
+  printf("machine: %s, %ld cores online, %d usable by this process\n", model,
+         sysconf(_SC_NPROCESSORS_ONLN), usable);
+  printf("date: %s\n", date);
+  const char* cc = NULL;
+  const char* ident = NULL;
+  cube_status_t s = cube__cpu_compiler(&cc, &ident);
+  if (s) {
+    printf("kernel compiler (cube CPU backend): unavailable: %s\n", cube_status_message(s));
+    cube_status_free(s);
+  } else {
+    printf("kernel compiler (cube CPU backend): %s\n  identity: %s\n", cc, ident);
+  }
+#if defined(__clang__)
+  printf("bench compiler: clang %s", __clang_version__);
+#elif defined(__GNUC__)
+  printf("bench compiler: gcc %s", __VERSION__);
+#else
+  printf("bench compiler: unknown");
+#endif
+#ifdef __OPTIMIZE__
+  printf(", optimised");
+#else
+  printf(", not optimised");
+#endif
+#ifdef _OPENMP
+  printf(", OpenMP %d (%d threads)\n", _OPENMP, omp_get_max_threads());
+#else
+  printf(", no OpenMP (built without -fopenmp)\n");
+#endif
+  printf("device: cpu:0, threaded queue: %s\n", cube_client_properties(g_client)->name);
+  if (g_ocl.ok)
+    printf("PoCL: %s, %s, device %s (%u compute units); POCL_CACHE_DIR=%s\n",
+           g_ocl.platform_name, g_ocl.platform_version, g_ocl.device_name,
+           (unsigned)g_ocl.compute_units, getenv("POCL_CACHE_DIR"));
+  else
+    printf("PoCL: not available (%s)\n", g_ocl.reason);
+  printf("cube kernel cache: %s (fresh for this run)\n", cube_kernel_cache_dir());
+  printf("each line: median and min over trials after warm-up; rate lines: \"ratio vs B\" = "
+         "rate / B's rate (higher is better);\n"
+         "time lines: \"ratio vs B\" = time / B's time (lower is better). GB = 1e9 bytes.\n\n");
+}
+
+int main(void) {
+  /* A fresh kernel cache directory, before any cube call: the first compile
+   * of each kernel is cold. */
+  snprintf(g_cache_dir, sizeof(g_cache_dir), "%s/cube-bench-dialect-XXXXXX",
+           getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR") : "/tmp");
+  if (!mkdtemp(g_cache_dir)) {
+    perror("bench_dialect: mkdtemp");
+    return 1;
+  }
+  if (setenv("CUBE_CACHE_DIR", g_cache_dir, 1) != 0) return 1;
+  set_pocl_cache_dir();
+
+  /* The disk-hit child is forked now, while the process has no threads and
+   * no runtime state; it waits for section 4. */
+  cache_child_start();
+
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.queue_mode = CUBE_QUEUE_THREADED;
+  cube_status_t s = cube_client_init((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &o, &g_client);
+  if (s) {
+    fail_status("cube_client_init cpu:0 (threaded)", s);
+    cache_child_stop();
+    return 1;
+  }
+  if (cube_client_is_blocking(g_client)) {
+    fprintf(stderr, "bench_dialect: the threaded queue mode was not applied\n");
+    g_failures++;
+  }
+  ocl_init();
+  print_header();
+  fflush(stdout);
+
+  bench_saxpy();
+  bench_reduce();
+  bench_matmul();
+  bench_cache();
+  bench_empty();
+
+  cache_child_stop();
+  ocl_fini();
+  cube_client_release(g_client);
+  TRY("cube_kernel_cache_clear", cube_kernel_cache_clear());
+  cube_shutdown();
+  (void)nftw(g_cache_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  if (g_failures) {
+    printf("\n%d failures (see stderr)\n", g_failures);
+    return 1;
+  }
+  printf("all results verified\n");
+  return 0;
+}
