@@ -796,6 +796,31 @@ cube_status_t cube__submit(cube__service_t* s, uint64_t stream_id, cube__task_fn
   return CUBE_OK;
 }
 
+/* Queues a call whose record lives on this (waiting) caller's stack, and
+ * waits for the runner to run it: a task of |s| (|fn|) for BLOCKING, or an
+ * exclusive function (|xfn|) for EXCLUSIVE. */
+static cube_status_t cube__call_on_runner(cube__device_t* d, int kind, cube__service_t* s,
+                                          uint64_t stream_id, cube__task_fn fn,
+                                          cube_status_t (*xfn)(void*), void* arg) {
+  cube__sync_call_t r;
+  r.fn = fn;
+  r.xfn = xfn;
+  r.arg = arg;
+  r.result = CUBE_OK;
+  cube__event_init(&r.done);
+  size_t pos = 0;
+  cube__cell_t* c = cube__ring_claim(d, &pos);
+  c->kind = (uint32_t)kind;
+  c->fn = NULL;
+  c->drop = NULL;
+  c->service = s;
+  c->stream_id = stream_id;
+  c->ptr = &r;
+  cube__ring_publish(d, c, pos);
+  cube__event_wait(&r.done, UINT64_MAX);
+  return r.result;
+}
+
 cube_status_t cube__submit_blocking(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,
                                     void* payload) {
   if (!s || !fn)
@@ -809,24 +834,7 @@ cube_status_t cube__submit_blocking(cube__service_t* s, uint64_t stream_id, cube
     return st;
   }
   if (tl_runner == d) return cube__run_borrowed(s, stream_id, fn, payload);
-
-  cube__sync_call_t r;
-  r.fn = fn;
-  r.xfn = NULL;
-  r.arg = payload;
-  r.result = CUBE_OK;
-  cube__event_init(&r.done);
-  size_t pos = 0;
-  cube__cell_t* c = cube__ring_claim(d, &pos);
-  c->kind = CUBE__CELL_BLOCKING;
-  c->fn = NULL;
-  c->drop = NULL;
-  c->service = s;
-  c->stream_id = stream_id;
-  c->ptr = &r;
-  cube__ring_publish(d, c, pos);
-  cube__event_wait(&r.done, UINT64_MAX);
-  return r.result;
+  return cube__call_on_runner(d, CUBE__CELL_BLOCKING, s, stream_id, fn, NULL, payload);
 }
 
 cube_status_t cube__exclusive(cube__device_t* d, uint64_t stream_id, cube_status_t (*fn)(void*),
@@ -840,24 +848,7 @@ cube_status_t cube__exclusive(cube__device_t* d, uint64_t stream_id, cube_status
     return st;
   }
   if (tl_runner == d) return cube__run_exclusive(stream_id, fn, user);
-
-  cube__sync_call_t r;
-  r.fn = NULL;
-  r.xfn = fn;
-  r.arg = user;
-  r.result = CUBE_OK;
-  cube__event_init(&r.done);
-  size_t pos = 0;
-  cube__cell_t* c = cube__ring_claim(d, &pos);
-  c->kind = CUBE__CELL_EXCLUSIVE;
-  c->fn = NULL;
-  c->drop = NULL;
-  c->service = NULL;
-  c->stream_id = stream_id;
-  c->ptr = &r;
-  cube__ring_publish(d, c, pos);
-  cube__event_wait(&r.done, UINT64_MAX);
-  return r.result;
+  return cube__call_on_runner(d, CUBE__CELL_EXCLUSIVE, NULL, stream_id, NULL, fn, user);
 }
 
 void cube__device_flush(cube__device_t* d) {
