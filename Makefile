@@ -46,7 +46,7 @@ check: deps
 	$(MAKE) test
 
 bench: build
-	./$(BUILD)/bench_runtime
+	./$(BUILD)/bench_runtime && ./$(BUILD)/bench_dialect
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

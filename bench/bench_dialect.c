@@ -885,7 +885,8 @@ static uint64_t trial_reduce_cube(void* p, uint64_t iters) {
   cube_arg_t args[2] = {cube_arg_buffer(r->hx), cube_arg_buffer(r->hp)};
   uint64_t t0 = now_ns();
   for (uint64_t i = 0; i < iters; ++i) {
-    cube_status_t s = cube_client_launch(g_client, r->k, cube_count_static(r->cubes, 1, 1), 2, args);
+    cube_status_t s =
+        cube_client_launch(g_client, r->k, cube_count_static(r->cubes, 1, 1), 2, args);
     if (s) {
       fail_status("cube_client_launch (block_sum)", s);
       continue;
@@ -1058,8 +1059,13 @@ typedef struct mm_ctx {
   cl_mem ca, cb, cc;
 } mm_ctx_t;
 
-static void mm_naive(const float* restrict a, const float* restrict b, float* restrict c) {
-  for (uint32_t i = 0; i < MM; ++i)
+/* Rows [i0, i1) of the naive i-j-k product. Both the 1-thread loop and the
+ * OpenMP one call this (the OpenMP outlined region would otherwise drop the
+ * restrict qualifiers and compile a different, slower inner loop). */
+__attribute__((noinline)) static void mm_rows_ijk(const float* restrict a,
+                                                  const float* restrict b, float* restrict c,
+                                                  uint32_t i0, uint32_t i1) {
+  for (uint32_t i = i0; i < i1; ++i)
     for (uint32_t j = 0; j < MM; ++j) {
       float acc = 0.0f;
       for (uint32_t q = 0; q < MM; ++q) acc += a[i * MM + q] * b[q * MM + j];
@@ -1067,30 +1073,33 @@ static void mm_naive(const float* restrict a, const float* restrict b, float* re
     }
 }
 
+static void mm_naive(const float* restrict a, const float* restrict b, float* restrict c) {
+  mm_rows_ijk(a, b, c, 0, MM);
+}
+
 #ifdef _OPENMP
 static void mm_omp(const float* restrict a, const float* restrict b, float* restrict c) {
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i < (int)MM; ++i)
-    for (uint32_t j = 0; j < MM; ++j) {
-      float acc = 0.0f;
-      for (uint32_t q = 0; q < MM; ++q) acc += a[(uint32_t)i * MM + q] * b[q * MM + j];
-      c[(uint32_t)i * MM + j] = acc;
-    }
+  for (int i = 0; i < (int)MM; ++i) mm_rows_ijk(a, b, c, (uint32_t)i, (uint32_t)i + 1);
 }
 
 /* The same loop nest in i-k-j order (the inner loop runs along rows of b and
  * c and vectorises): what a C programmer would write. */
+__attribute__((noinline)) static void mm_rows_ikj(const float* restrict a,
+                                                  const float* restrict b, float* restrict c,
+                                                  uint32_t i) {
+  float* restrict ci = c + i * MM;
+  for (uint32_t j = 0; j < MM; ++j) ci[j] = 0.0f;
+  for (uint32_t q = 0; q < MM; ++q) {
+    float aiq = a[i * MM + q];
+    const float* restrict bq = b + q * MM;
+    for (uint32_t j = 0; j < MM; ++j) ci[j] += aiq * bq[j];
+  }
+}
+
 static void mm_omp_ikj(const float* restrict a, const float* restrict b, float* restrict c) {
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i < (int)MM; ++i) {
-    float* restrict ci = c + (uint32_t)i * MM;
-    for (uint32_t j = 0; j < MM; ++j) ci[j] = 0.0f;
-    for (uint32_t q = 0; q < MM; ++q) {
-      float aiq = a[(uint32_t)i * MM + q];
-      const float* restrict bq = b + q * MM;
-      for (uint32_t j = 0; j < MM; ++j) ci[j] += aiq * bq[j];
-    }
-  }
+  for (int i = 0; i < (int)MM; ++i) mm_rows_ikj(a, b, c, (uint32_t)i);
 }
 #endif
 
@@ -1494,7 +1503,8 @@ static void bench_cache(void) {
   printf("%-*s median %9.3f ms (min %9.3f) over %d kernel objects, ratio vs cold %.6f\n",
          LABEL_W, "memory hit (new kernel object, same source):", mem_ms, (double)mem[0] / 1e6,
          MEM_TRIALS, mem_ms / cold_ms);
-  printf("  counters: memory hits +%llu\n", (unsigned long long)(st2.memory_hits - st1.memory_hits));
+  printf("  counters: memory hits +%llu\n",
+         (unsigned long long)(st2.memory_hits - st1.memory_hits));
   if (st2.memory_hits - st1.memory_hits != MEM_TRIALS || st2.misses != st1.misses)
     wrong("memory hits: %llu counted (and %llu misses), expected %d",
           (unsigned long long)(st2.memory_hits - st1.memory_hits),

@@ -954,6 +954,65 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                   "                         CUBE_CPU_FIBER_STACK, cube__fiber_body);\n"
                   "}\n");
   } else {
+    /* Interior cubes. When every unit's ABSOLUTE_POS (the largest is the last
+     * unit's, checked in 64 bits and without 32-bit wrap) is below every
+     * array's length, the unit loop states that fact to the compiler: the
+     * kernel's own guards and the checked accessors then fold away and the
+     * loop vectorises without masked loads and stores (5x on saxpy with
+     * AVX-512). The assumption is checked before it is made, so behaviour is
+     * unchanged; edge cubes take the plain loop. */
+    uint32_t arrays = 0;
+    for (uint32_t i = 0; i < sig->count; ++i) arrays += sig->params[i].kind == CUBE_ARG_BUFFER;
+    if (arrays) {
+      cube__sb_puts(sb,
+                    "  {\n"
+                    "    const uint64_t cube__gx = (uint64_t)cube__a.cube__nx * cube__a.cube__dx;\n"
+                    "    const uint64_t cube__gy = (uint64_t)cube__a.cube__ny * cube__a.cube__dy;\n"
+                    "    const uint64_t cube__last =\n"
+                    "        ((uint64_t)cube__a.cube__cx * cube__a.cube__dx + cube__a.cube__dx - 1) +\n"
+                    "        cube__gx * (((uint64_t)cube__a.cube__cy * cube__a.cube__dy + cube__a.cube__dy - 1) +\n"
+                    "                    cube__gy * ((uint64_t)cube__a.cube__cz * cube__a.cube__dz + "
+                    "cube__a.cube__dz - 1));\n"
+                    "    int cube__interior = cube__last <= 0xffffffffu");
+      for (uint32_t i = 0; i < sig->count; ++i)
+        if (sig->params[i].kind == CUBE_ARG_BUFFER)
+          cube__sb_printf(sb, " && cube__last < cube__a.%s__len", sig->params[i].name);
+      cube__sb_printf(sb,
+                      ";\n"
+                      "    if (cube__interior) {\n"
+                      "      for (uint32_t cube__z = 0; cube__z < cube__a.cube__dz; ++cube__z) {\n"
+                      "        for (uint32_t cube__y = 0; cube__y < cube__a.cube__dy; ++cube__y) {\n"
+                      "#pragma omp simd\n"
+                      "          for (uint32_t cube__x = 0; cube__x < cube__a.cube__dx; ++cube__x) {\n"
+                      "            /* ABSOLUTE_POS exactly as the prelude computes it. */\n"
+                      "            const uint32_t cube__p =\n"
+                      "                (cube__a.cube__cx * cube__a.cube__dx + cube__x) +\n"
+                      "                cube__a.cube__nx * cube__a.cube__dx *\n"
+                      "                    ((cube__a.cube__cy * cube__a.cube__dy + cube__y) +\n"
+                      "                     cube__a.cube__ny * cube__a.cube__dy *\n"
+                      "                         (cube__a.cube__cz * cube__a.cube__dz + cube__z));\n"
+                      "            (void)cube__p;\n");
+      for (uint32_t i = 0; i < sig->count; ++i)
+        if (sig->params[i].kind == CUBE_ARG_BUFFER)
+          cube__sb_printf(sb, "            CUBE__ASSUME((uint64_t)cube__p < cube__a.%s__len);\n",
+                          sig->params[i].name);
+      cube__sb_printf(sb,
+                      "            cube__kernel_%s(cube__x, cube__y, cube__z, cube__a.cube__cx, "
+                      "cube__a.cube__cy, cube__a.cube__cz,\n"
+                      "                cube__a.cube__dx, cube__a.cube__dy, cube__a.cube__dz, "
+                      "cube__a.cube__nx, cube__a.cube__ny, cube__a.cube__nz,\n"
+                      "                cube__a.cube__bounds, (cube__sched_t*)0",
+                      e);
+      cube__emit_call_params(sb, sig, "cube__a.");
+      cube__sb_puts(sb,
+                    ");\n"
+                    "          }\n"
+                    "        }\n"
+                    "      }\n"
+                    "      return 0;\n"
+                    "    }\n"
+                    "  }\n");
+    }
     cube__sb_printf(sb,
                     "  for (uint32_t cube__z = 0; cube__z < cube__a.cube__dz; ++cube__z) {\n"
                     "    for (uint32_t cube__y = 0; cube__y < cube__a.cube__dy; ++cube__y) {\n"

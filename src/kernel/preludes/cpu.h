@@ -486,4 +486,17 @@ CUBE__PFN int32_t cube_plane_sum_i32(int32_t v) { return v; }
 CUBE__PFN int32_t cube_plane_min_i32(int32_t v) { return v; }
 CUBE__PFN int32_t cube_plane_max_i32(int32_t v) { return v; }
 
+/* A fact the generated entry has checked and tells the optimiser (interior
+ * cubes: every unit's ABSOLUTE_POS is inside every array). */
+#if defined(__clang__)
+#define CUBE__ASSUME(x) __builtin_assume(x)
+#elif defined(__GNUC__)
+#define CUBE__ASSUME(x) \
+  do {                  \
+    if (!(x)) __builtin_unreachable(); \
+  } while (0)
+#else
+#define CUBE__ASSUME(x) ((void)0)
+#endif
+
 #endif /* CUBE__PRELUDE_CPU_H */
