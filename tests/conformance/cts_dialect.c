@@ -176,12 +176,14 @@ CUBE_TEST(dialect_reduce_sync_cube) {
   cube_handle_t hx;
   REQUIRE_OK(cube_client_create_from_slice(c, x, n * 4, &hx));
   static const uint32_t blocks[] = {1, 7, 64, 256};
-  for (size_t b = 0; b < sizeof(blocks) / sizeof(blocks[0]); ++b) {
-    const uint32_t block = blocks[b];
+  for (size_t run = 0; run < 2 * sizeof(blocks) / sizeof(blocks[0]); ++run) {
+    const uint32_t block = blocks[run / 2], fibers = run % 2;
     char value[16];
     snprintf(value, sizeof(value), "%u", block);
-    cube_define_t defs[] = {{"BLOCK", value}};
-    DK(k, k_block_sum, "block_sum", block, 1, 1, defs, 1);
+    /* CUBE_CPU_FIBERS forces the fiber entry where the CPU backend would run
+     * the kernel as loops over its units between barriers. */
+    cube_define_t defs[] = {{"BLOCK", value}, {"CUBE_CPU_FIBERS", "1"}};
+    DK(k, k_block_sum, "block_sum", block, 1, 1, defs, 1 + fibers);
     const uint32_t cubes = (n + block - 1) / block;
     cube_handle_t hp;
     REQUIRE_OK(cts_poisoned(c, (size_t)cubes * 4, &hp));
@@ -202,7 +204,8 @@ CUBE_TEST(dialect_reduce_sync_cube) {
         }
         /* A float tree over <= 256 values: log2(256) roundings at most. */
         if (!(fabs((double)got[q] - ref) <= 1e-5 * ref_abs + 1e-6) && bad++ < 5)
-          fprintf(stderr, "BLOCK=%u: partial[%u] = %.9g, expected %.9g\n", block, q, got[q], ref);
+          fprintf(stderr, "BLOCK=%u%s: partial[%u] = %.9g, expected %.9g\n", block,
+                  fibers ? " (fibers)" : "", q, got[q], ref);
         sum += got[q];
       }
       CHECK(bad == 0);
@@ -218,6 +221,282 @@ CUBE_TEST(dialect_reduce_sync_cube) {
   CHECK_OK(cube_client_sync(c));
   cube_handle_release(hx);
   free(x);
+  CTS_END(c);
+}
+
+//===----------------------------------------------------------------------===//
+// 2b. Kernel shapes around sync_cube
+//===----------------------------------------------------------------------===//
+
+/* Unit-private values kept across barriers, a loop with barriers whose bounds
+ * every unit shares, locals declared in that loop, several declarators in one
+ * declaration, const and 64-bit and double locals, comments: integer
+ * arithmetic, so every path must give the exact host result. */
+static const char* k_ring =
+    "/* Rounds of a ring exchange in cube memory. */\n"
+    "CUBE_KERNEL(ring, CUBE_ARRAY(const uint32_t, x), CUBE_ARRAY(uint32_t, out),\n"
+    "            uint32_t rounds) {\n"
+    "  CUBE_SHARED(uint32_t, buf, 64);\n"
+    "  const uint32_t u = UNIT_POS;\n"
+    "  uint32_t n = CUBE_DIM, left = (u + n - 1u) % n, right = (u + 1u) % n;\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  uint64_t acc = 0; // a line comment\n"
+    "  double dsum = 0.0;\n"
+    "  uint32_t v = CUBE_LOAD(x, i);\n"
+    "  for (uint32_t r = 0; r < rounds; ++r) {\n"
+    "    buf[u] = v;\n"
+    "    sync_cube();\n"
+    "    uint32_t l = buf[left], rr = buf[right];\n"
+    "    sync_cube();\n"
+    "    v = l + 2u * v /* wraps */ + 3u * rr + r;\n"
+    "    acc += v;\n"
+    "    dsum += (double)(v & 0xffffu);\n"
+    "  }\n"
+    "  CUBE_STORE(out, 2 * i, v ^ (uint32_t)acc);\n"
+    "  CUBE_STORE(out, 2 * i + 1, (uint32_t)(acc >> 32) + (uint32_t)dsum);\n"
+    "}\n";
+
+/* A tree over a cube of any size (P2: the next power of two), then every unit
+ * reads the total and a neighbour's value. */
+static const char* k_tree =
+    "CUBE_KERNEL(tree, CUBE_ARRAY(const uint32_t, x), CUBE_ARRAY(uint32_t, out)) {\n"
+    "  CUBE_SHARED(uint32_t, t, 256);\n"
+    "  uint32_t u = UNIT_POS_X;\n"
+    "  uint32_t mine = CUBE_LOAD(x, ABSOLUTE_POS) * 3u;\n"
+    "  t[u] = mine;\n"
+    "  sync_cube();\n"
+    "  for (uint32_t s = P2 / 2u; s > 0u; s >>= 1) {\n"
+    "    if (u < s && u + s < CUBE_DIM_X) t[u] += t[u + s];\n"
+    "    sync_cube();\n"
+    "  }\n"
+    "  uint32_t total = t[0];\n"
+    "  sync_cube();\n"
+    "  t[u] = total - mine;\n"
+    "  sync_cube();\n"
+    "  CUBE_STORE(out, ABSOLUTE_POS, t[(u + 1u) % CUBE_DIM_X] + mine);\n"
+    "}\n";
+
+/* Units past |active| return before the barrier (they stop counting). */
+static const char* k_partial_units =
+    "CUBE_KERNEL(partial_units, CUBE_ARRAY(const uint32_t, x), CUBE_ARRAY(uint32_t, out),\n"
+    "            uint32_t active) {\n"
+    "  CUBE_SHARED(uint32_t, t, 128);\n"
+    "  uint32_t u = UNIT_POS_X;\n"
+    "  if (u >= active) return;\n"
+    "  t[u] = CUBE_LOAD(x, ABSOLUTE_POS);\n"
+    "  sync_cube();\n"
+    "  uint32_t sum = 0;\n"
+    "  for (uint32_t k = 0; k < active; ++k) sum += t[k];\n"
+    "  CUBE_STORE(out, ABSOLUTE_POS, sum + u);\n"
+    "}\n";
+
+/* The barrier in a helper (docs/dialect.md's example, in integers). */
+static const char* k_helpers =
+    "CUBE_FN uint32_t load_twice(CUBE_UNIT_PARAMS, CUBE_ARRAY(const uint32_t, x), uint64_t i) {\n"
+    "  return 2u * CUBE_LOAD(x, i);\n"
+    "}\n"
+    "CUBE_FN void rotate(CUBE_UNIT_PARAMS, CUBE_LOCAL uint32_t* sh, uint32_t mine,\n"
+    "                    CUBE_GLOBAL uint32_t* dst) {\n"
+    "  sh[UNIT_POS] = mine;\n"
+    "  sync_cube();\n"
+    "  dst[ABSOLUTE_POS] = sh[(UNIT_POS + 1u) % CUBE_DIM];\n"
+    "}\n"
+    "CUBE_KERNEL(helpers, CUBE_ARRAY(const uint32_t, x), CUBE_ARRAY(uint32_t, y)) {\n"
+    "  CUBE_SHARED(uint32_t, sh, 256);\n"
+    "  rotate(CUBE_UNIT_ARGS, sh, load_twice(CUBE_UNIT_ARGS, CUBE_ARRAY_ARG(x), ABSOLUTE_POS), y);\n"
+    "}\n";
+
+/* Inclusive scans (Hillis-Steele, double-buffered): with a for loop whose
+ * bounds every unit shares, and with a while loop over a unit's own variable.
+ * Two kernels in one source. */
+static const char* k_scans =
+    "CUBE_KERNEL(scan_for, CUBE_ARRAY(const uint32_t, x), CUBE_ARRAY(uint32_t, out)) {\n"
+    "  CUBE_SHARED(uint32_t, a, 256);\n"
+    "  CUBE_SHARED(uint32_t, b, 256);\n"
+    "  uint32_t u = UNIT_POS_X;\n"
+    "  a[u] = CUBE_LOAD(x, ABSOLUTE_POS);\n"
+    "  sync_cube();\n"
+    "  for (uint32_t off = 1; off < CUBE_DIM_X; off <<= 1) {\n"
+    "    b[u] = u >= off ? a[u] + a[u - off] : a[u];\n"
+    "    sync_cube();\n"
+    "    a[u] = b[u];\n"
+    "    sync_cube();\n"
+    "  }\n"
+    "  CUBE_STORE(out, ABSOLUTE_POS, a[u]);\n"
+    "}\n"
+    "\n"
+    "CUBE_KERNEL(scan_while, CUBE_ARRAY(const uint32_t, x), CUBE_ARRAY(uint32_t, out)) {\n"
+    "  CUBE_SHARED(uint32_t, a, 256);\n"
+    "  CUBE_SHARED(uint32_t, b, 256);\n"
+    "  uint32_t u = UNIT_POS_X;\n"
+    "  uint32_t off = 1;\n"
+    "  a[u] = CUBE_LOAD(x, ABSOLUTE_POS);\n"
+    "  sync_cube();\n"
+    "  while (off < CUBE_DIM_X) {\n"
+    "    b[u] = u >= off ? a[u] + a[u - off] : a[u];\n"
+    "    sync_cube();\n"
+    "    a[u] = b[u];\n"
+    "    sync_cube();\n"
+    "    off <<= 1;\n"
+    "  }\n"
+    "  CUBE_STORE(out, ABSOLUTE_POS, a[u]);\n"
+    "}\n";
+
+typedef struct shape_grid {
+  uint32_t dim[3], count[3];
+} shape_grid_t;
+
+static uint32_t grid_units(const shape_grid_t* g) { return g->dim[0] * g->dim[1] * g->dim[2]; }
+static uint32_t grid_cubes(const shape_grid_t* g) {
+  return g->count[0] * g->count[1] * g->count[2];
+}
+
+/* ABSOLUTE_POS of unit |u| (UNIT_POS) of cube |q| (CUBE_POS). */
+static uint64_t grid_abs(const shape_grid_t* g, uint32_t q, uint32_t u) {
+  uint32_t cx = q % g->count[0], cy = (q / g->count[0]) % g->count[1],
+           cz = q / (g->count[0] * g->count[1]);
+  uint32_t ux = u % g->dim[0], uy = (u / g->dim[0]) % g->dim[1], uz = u / (g->dim[0] * g->dim[1]);
+  uint64_t ax = (uint64_t)cx * g->dim[0] + ux, ay = (uint64_t)cy * g->dim[1] + uy,
+           az = (uint64_t)cz * g->dim[2] + uz;
+  uint64_t gx = (uint64_t)g->count[0] * g->dim[0], gy = (uint64_t)g->count[1] * g->dim[1];
+  return ax + gx * (ay + gy * az);
+}
+
+static void ref_ring(const shape_grid_t* g, const uint32_t* x, uint32_t* out, uint32_t rounds) {
+  const uint32_t n = grid_units(g);
+  uint32_t v[64], nv[64];
+  uint64_t acc[64];
+  double dsum[64];
+  for (uint32_t q = 0; q < grid_cubes(g); ++q) {
+    for (uint32_t u = 0; u < n; ++u) v[u] = x[grid_abs(g, q, u)], acc[u] = 0, dsum[u] = 0;
+    for (uint32_t r = 0; r < rounds; ++r) {
+      for (uint32_t u = 0; u < n; ++u)
+        nv[u] = v[(u + n - 1) % n] + 2u * v[u] + 3u * v[(u + 1) % n] + r;
+      for (uint32_t u = 0; u < n; ++u) {
+        v[u] = nv[u];
+        acc[u] += v[u];
+        dsum[u] += (double)(v[u] & 0xffffu);
+      }
+    }
+    for (uint32_t u = 0; u < n; ++u) {
+      uint64_t i = grid_abs(g, q, u);
+      out[2 * i] = v[u] ^ (uint32_t)acc[u];
+      out[2 * i + 1] = (uint32_t)(acc[u] >> 32) + (uint32_t)dsum[u];
+    }
+  }
+}
+
+static void ref_tree(const shape_grid_t* g, const uint32_t* x, uint32_t* out, uint32_t unused) {
+  (void)unused;
+  const uint32_t n = grid_units(g);
+  for (uint32_t q = 0; q < grid_cubes(g); ++q) {
+    uint32_t total = 0;
+    for (uint32_t u = 0; u < n; ++u) total += 3u * x[grid_abs(g, q, u)];
+    for (uint32_t u = 0; u < n; ++u)
+      out[grid_abs(g, q, u)] =
+          (total - 3u * x[grid_abs(g, q, (u + 1) % n)]) + 3u * x[grid_abs(g, q, u)];
+  }
+}
+
+static void ref_partial_units(const shape_grid_t* g, const uint32_t* x, uint32_t* out,
+                              uint32_t active) {
+  const uint32_t n = grid_units(g);
+  for (uint32_t q = 0; q < grid_cubes(g); ++q) {
+    uint32_t sum = 0;
+    for (uint32_t u = 0; u < active && u < n; ++u) sum += x[grid_abs(g, q, u)];
+    for (uint32_t u = 0; u < active && u < n; ++u) out[grid_abs(g, q, u)] = sum + u;
+  }
+}
+
+static void ref_helpers(const shape_grid_t* g, const uint32_t* x, uint32_t* out, uint32_t unused) {
+  (void)unused;
+  const uint32_t n = grid_units(g);
+  for (uint32_t q = 0; q < grid_cubes(g); ++q)
+    for (uint32_t u = 0; u < n; ++u)
+      out[grid_abs(g, q, u)] = 2u * x[grid_abs(g, q, (u + 1) % n)];
+}
+
+static void ref_scan(const shape_grid_t* g, const uint32_t* x, uint32_t* out, uint32_t unused) {
+  (void)unused;
+  const uint32_t n = grid_units(g);
+  for (uint32_t q = 0; q < grid_cubes(g); ++q) {
+    uint32_t run = 0;
+    for (uint32_t u = 0; u < n; ++u) {
+      run += x[grid_abs(g, q, u)];
+      out[grid_abs(g, q, u)] = run;
+    }
+  }
+}
+
+CUBE_TEST(dialect_sync_cube_shapes) {
+  CTS_CLIENT(c);
+  static const struct {
+    const char* source;
+    const char* entry;
+    const char* p2; /* value of the define P2, or NULL */
+    shape_grid_t grid;
+    uint32_t out_per_unit;
+    int has_scalar;
+    uint32_t scalar;
+    void (*ref)(const shape_grid_t*, const uint32_t*, uint32_t*, uint32_t);
+  } shapes[] = {
+      {NULL, "ring", NULL, {{4, 3, 2}, {3, 2, 1}}, 2, 1, 5, ref_ring},
+      {NULL, "ring", NULL, {{7, 1, 1}, {5, 1, 1}}, 2, 1, 0, ref_ring},
+      {NULL, "tree", "128", {{100, 1, 1}, {4, 1, 1}}, 1, 0, 0, ref_tree},
+      {NULL, "tree", "1", {{1, 1, 1}, {9, 1, 1}}, 1, 0, 0, ref_tree},
+      {NULL, "partial_units", NULL, {{96, 1, 1}, {3, 1, 1}}, 1, 1, 77, ref_partial_units},
+      {NULL, "helpers", NULL, {{5, 4, 3}, {2, 2, 1}}, 1, 0, 0, ref_helpers},
+      {NULL, "scan_for", NULL, {{200, 1, 1}, {3, 1, 1}}, 1, 0, 0, ref_scan},
+      {NULL, "scan_while", NULL, {{200, 1, 1}, {3, 1, 1}}, 1, 0, 0, ref_scan},
+  };
+  const char* sources[] = {k_ring, k_ring, k_tree, k_tree, k_partial_units, k_helpers, k_scans,
+                           k_scans};
+  uint64_t seed = 0x5A4E5;
+  for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); ++sh) {
+    const shape_grid_t* g = &shapes[sh].grid;
+    const uint32_t total = grid_units(g) * grid_cubes(g);
+    const size_t out_len = (size_t)total * shapes[sh].out_per_unit;
+    uint32_t* x = malloc((size_t)total * 4);
+    uint32_t* expect = malloc(out_len * 4);
+    REQUIRE(x && expect);
+    for (uint32_t i = 0; i < total; ++i) x[i] = (uint32_t)cube_test_rand(&seed);
+    memset(expect, CTS_POISON, out_len * 4);
+    shapes[sh].ref(g, x, expect, shapes[sh].scalar);
+    cube_handle_t hx;
+    REQUIRE_OK(cube_client_create_from_slice(c, x, (size_t)total * 4, &hx));
+    for (int fibers = 0; fibers < 2; ++fibers) {
+      cube_define_t defs[2];
+      uint32_t nd = 0;
+      if (shapes[sh].p2) defs[nd++] = (cube_define_t){"P2", shapes[sh].p2};
+      if (fibers) defs[nd++] = (cube_define_t){"CUBE_CPU_FIBERS", "1"};
+      DK(k, sources[sh], shapes[sh].entry, g->dim[0], g->dim[1], g->dim[2], defs, nd);
+      cube_handle_t ho;
+      REQUIRE_OK(cts_poisoned(c, out_len * 4, &ho));
+      cube_arg_t args[3] = {cube_arg_buffer(hx), cube_arg_buffer(ho),
+                            cube_arg_u32(shapes[sh].scalar)};
+      CHECK_OK(cube_client_launch(c, k, cube_count_static(g->count[0], g->count[1], g->count[2]),
+                                  shapes[sh].has_scalar ? 3 : 2, args));
+      uint32_t* got = NULL;
+      size_t size = 0;
+      CHECK_OK(cts_read_alloc(c, ho, (void**)&got, &size));
+      CHECK_EQ_U64(size, out_len * 4);
+      if (got && size == out_len * 4) {
+        size_t bad = 0;
+        for (size_t i = 0; i < out_len; ++i)
+          if (got[i] != expect[i] && bad++ < 5)
+            fprintf(stderr, "%s (shape %zu%s): out[%zu] = %u, expected %u\n", shapes[sh].entry,
+                    sh, fibers ? ", fibers" : "", i, got[i], expect[i]);
+        CHECK(bad == 0);
+      }
+      free(got);
+      cube_handle_release(ho);
+      cube_kernel_release(k);
+    }
+    cube_handle_release(hx);
+    free(x);
+    free(expect);
+  }
+  CHECK_OK(cube_client_sync(c));
   CTS_END(c);
 }
 
@@ -255,13 +534,13 @@ CUBE_TEST(dialect_matmul_tiled) {
   cube_handle_t ha, hb;
   REQUIRE_OK(cube_client_create_from_slice(c, a, (size_t)M * K * 4, &ha));
   REQUIRE_OK(cube_client_create_from_slice(c, b, (size_t)K * N * 4, &hb));
-  static const uint32_t tiles[] = {16, 5};
-  for (size_t t = 0; t < 2; ++t) {
+  static const uint32_t tiles[] = {16, 5, 16};
+  for (size_t t = 0; t < 3; ++t) {
     const uint32_t tile = tiles[t];
     char value[16];
     snprintf(value, sizeof(value), "%u", tile);
-    cube_define_t defs[] = {{"TILE", value}};
-    DK(k, k_matmul, "matmul", tile, tile, 1, defs, 1);
+    cube_define_t defs[] = {{"TILE", value}, {"CUBE_CPU_FIBERS", "1"}};
+    DK(k, k_matmul, "matmul", tile, tile, 1, defs, t == 2 ? 2 : 1);
     cube_handle_t hc;
     REQUIRE_OK(cts_poisoned(c, (size_t)M * N * 4, &hc));
     cube_arg_t args[6] = {cube_arg_buffer(ha), cube_arg_buffer(hb), cube_arg_buffer(hc),
@@ -353,14 +632,18 @@ CUBE_TEST(dialect_atomic_histogram) {
     const char* entry;
     uint32_t dim[3];
     uint32_t count[3];
+    int fibers;
   } runs[] = {
-      {k_hist_global, "hist_global", {128, 1, 1}, {(n + 127) / 128, 1, 1}},
-      {k_hist_global, "hist_global", {8, 4, 2}, {(n + 63) / 64, 1, 1}},
-      {k_hist_shared, "hist_shared", {32, 3, 1}, {5, 3, 1}},
-      {k_hist_shared, "hist_shared", {1, 1, 1}, {7, 1, 1}},
+      {k_hist_global, "hist_global", {128, 1, 1}, {(n + 127) / 128, 1, 1}, 0},
+      {k_hist_global, "hist_global", {8, 4, 2}, {(n + 63) / 64, 1, 1}, 0},
+      {k_hist_shared, "hist_shared", {32, 3, 1}, {5, 3, 1}, 0},
+      {k_hist_shared, "hist_shared", {1, 1, 1}, {7, 1, 1}, 0},
+      {k_hist_shared, "hist_shared", {32, 3, 1}, {5, 3, 1}, 1},
   };
   for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); ++r) {
-    DK(k, runs[r].source, runs[r].entry, runs[r].dim[0], runs[r].dim[1], runs[r].dim[2], NULL, 0);
+    cube_define_t fdefs[] = {{"CUBE_CPU_FIBERS", "1"}};
+    DK(k, runs[r].source, runs[r].entry, runs[r].dim[0], runs[r].dim[1], runs[r].dim[2], fdefs,
+       runs[r].fibers ? 1 : 0);
     cube_handle_t hb;
     REQUIRE_OK(cube_client_create_from_slice(c, init, sizeof(init), &hb));
     cube_arg_t args[2] = {cube_arg_buffer(hd), cube_arg_buffer(hb)};
@@ -671,10 +954,14 @@ static void check_positions(const uint32_t dim[3], const uint32_t count[3]) {
   const cube_device_properties_t* props = cube_client_properties(c);
   const uint64_t units = (uint64_t)dim[0] * dim[1] * dim[2] * count[0] * count[1] * count[2];
   const size_t len = (size_t)(units + 1) * POS_VALUES; /* one unit's worth of guard */
-  for (int fibers = 0; fibers < 2; ++fibers) {
+  /* 0: a plain unit loop; 1: with a barrier (the backend's choice of entry);
+   * 2: with a barrier, fibers forced. */
+  static const char* const variants[3] = {"loop", "barrier", "fibers"};
+  for (int variant = 0; variant < 3; ++variant) {
     char src[4096];
-    snprintf(src, sizeof(src), k_positions_fmt, fibers ? "  sync_cube();\n" : "");
-    DK(k, src, "positions", dim[0], dim[1], dim[2], NULL, 0);
+    snprintf(src, sizeof(src), k_positions_fmt, variant ? "  sync_cube();\n" : "");
+    cube_define_t fdefs[] = {{"CUBE_CPU_FIBERS", "1"}};
+    DK(k, src, "positions", dim[0], dim[1], dim[2], fdefs, variant == 2 ? 1 : 0);
     cube_handle_t ho;
     REQUIRE_OK(cts_poisoned(c, len * 4, &ho));
     cube_arg_t args[1] = {cube_arg_buffer(ho)};
@@ -711,13 +998,13 @@ static void check_positions(const uint32_t dim[3], const uint32_t count[3]) {
                     if (g[v] != e[v] && bad++ < 8)
                       fprintf(stderr,
                               "%s: cube (%u,%u,%u) unit (%u,%u,%u): %s = %u, expected %u\n",
-                              fibers ? "fibers" : "loop", cx, cy, cz, ux, uy, uz, pos_names[v],
+                              variants[variant], cx, cy, cz, ux, uy, uz, pos_names[v],
                               g[v], e[v]);
                 }
       for (size_t i = (size_t)units * POS_VALUES; i < len; ++i)
         if (got[i] != poison_u32() && bad++ < 8)
           fprintf(stderr, "%s: out[%zu] past the last unit was written\n",
-                  fibers ? "fibers" : "loop", i);
+                  variants[variant], i);
       CHECK(bad == 0);
     }
     free(got);
@@ -752,6 +1039,14 @@ static const char* k_oob =
     "CUBE_KERNEL(oob_probe, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, y), uint32_t limit) {\n"
     "  uint64_t i = ABSOLUTE_POS;\n"
     "  if (i < limit) CUBE_STORE(y, i, CUBE_LOAD(x, i) + 1.0f);\n"
+    "}\n";
+
+/* y[i + shift] = x[i + shift] + 1: with every ABSOLUTE_POS inside both arrays
+ * (an interior cube) the shifted accesses may still leave them. */
+static const char* k_oob_shift =
+    "CUBE_KERNEL(oob_shift, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, y), uint32_t shift) {\n"
+    "  uint64_t i = (uint64_t)ABSOLUTE_POS + shift;\n"
+    "  CUBE_STORE(y, i, CUBE_LOAD(x, i) + 1.0f);\n"
     "}\n";
 
 /* A buffer of front + len + back floats: the view holds random values (or
@@ -848,6 +1143,34 @@ CUBE_TEST(dialect_oob_checked) {
   }
   free(yv);
 
+  /* Interior cubes (every ABSOLUTE_POS inside both arrays) with accesses past
+   * the end: 2 cubes of 32 units over 80 elements, shifted by 60. */
+  {
+    DK(ks, k_oob_shift, "oob_shift", 32, 1, 1, NULL, 0);
+    guarded_t sx, sy;
+    REQUIRE_OK(guarded_make(c, 7, 80, 13, NAN, &seed, &sx));
+    REQUIRE_OK(guarded_make(c, 9, 80, 11, -777.0f, &seed, &sy));
+    cube_arg_t sargs[3] = {cube_arg_buffer(sx.view), cube_arg_buffer(sy.view), cube_arg_u32(60)};
+    CHECK_OK(cube_client_launch(c, ks, cube_count_static(2, 1, 1), 3, sargs));
+    CHECK_OK(cube_client_sync(c));
+    float* syv = NULL;
+    guarded_read(c, &sy, "checked shifted: y", &syv);
+    guarded_read(c, &sx, "checked shifted: x", NULL);
+    if (syv) {
+      size_t bad = 0;
+      for (uint32_t i = 0; i < 80; ++i) {
+        float e = i < 60 ? -777.0f : sx.host[sx.front + i] + 1.0f;
+        if (memcmp(&syv[i], &e, 4) != 0 && bad++ < 5)
+          fprintf(stderr, "checked shifted: y[%u] = %.9g, expected %.9g\n", i, syv[i], e);
+      }
+      CHECK(bad == 0);
+    }
+    free(syv);
+    guarded_free(&sx);
+    guarded_free(&sy);
+    cube_kernel_release(ks);
+  }
+
   /* Packed tensors: the neighbour of y is a real tensor of the same buffer. */
   {
     const uint64_t lx = 19, ly = 23, lg = 29;
@@ -939,6 +1262,29 @@ CUBE_TEST(dialect_oob_validate) {
     guarded_read(c, &y, "validate write: y", NULL);
     guarded_free(&x);
     guarded_free(&y);
+  }
+  /* An interior cube reading and writing past the end (index >= 80). */
+  {
+    DK(ks, k_oob_shift, "oob_shift", 32, 1, 1, NULL, 0);
+    guarded_t sx, sy;
+    REQUIRE_OK(guarded_make(c, 3, 80, 5, NAN, &seed, &sx));
+    REQUIRE_OK(guarded_make(c, 3, 80, 40, -777.0f, &seed, &sy));
+    cube_arg_t sargs[3] = {cube_arg_buffer(sx.view), cube_arg_buffer(sy.view), cube_arg_u32(60)};
+    CHECK_OK(cube_client_launch_mode(c, ks, cube_count_static(2, 1, 1), 3, sargs,
+                                     CUBE_EXEC_VALIDATE));
+    cube_status_t s = cube_client_sync(c);
+    CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_LAUNCH_FAILED);
+    const char* msg = cube_status_message(s);
+    uint64_t idx = message_index(msg);
+    if (!cts_contains(msg, "oob_shift", NULL) || !(idx >= 80 && idx < 124)) {
+      fprintf(stderr, "validate (shifted): %s\n", msg);
+      CHECK(!"names the kernel and an index past the end");
+    }
+    cube_status_free(s);
+    guarded_read(c, &sy, "validate shifted: y", NULL);
+    guarded_free(&sx);
+    guarded_free(&sy);
+    cube_kernel_release(ks);
   }
   /* Reported by flush too; then a launch in bounds is clean. */
   {
@@ -1158,6 +1504,22 @@ CUBE_TEST(dialect_compile_error) {
   CHECK_OK(cube_kernel_precompile(c, 1, &kg, CUBE_EXEC_CHECKED));
   CHECK_STATUS(cube_kernel_precompile(c, 1, &kb, CUBE_EXEC_CHECKED),
                CUBE_STATUS_COMPILATION_FAILED, "maybe_k.cube:7:", "missing_identifier_7");
+  /* An error in a kernel with barriers (which the backend may restructure)
+   * still names the user's line. */
+  {
+    static const char* k_sync_broken =
+        "CUBE_KERNEL(sync_broken, CUBE_ARRAY(uint32_t, y)) {\n"
+        "  CUBE_SHARED(uint32_t, t, 64);\n"
+        "  uint32_t u = UNIT_POS_X;\n"
+        "  t[u] = u;\n"
+        "  sync_cube();\n"
+        "  y[u] = t[63 - u] + not_declared_6;\n"
+        "}\n";
+    DK(kx, k_sync_broken, "sync_broken", 64, 1, 1, NULL, 0);
+    CHECK_STATUS(cube_kernel_precompile(c, 1, &kx, CUBE_EXEC_CHECKED),
+                 CUBE_STATUS_COMPILATION_FAILED, "sync_broken.cube:6:", "not_declared_6");
+    cube_kernel_release(kx);
+  }
   /* A batch stops at the bad kernel and names it. */
   cube_kernel_t* batch[2] = {kg, kb};
   CHECK_STATUS(cube_kernel_precompile(c, 2, batch, CUBE_EXEC_CHECKED),

@@ -1,0 +1,688 @@
+/* Kernels with sync_cube split at their barriers into loops over units
+ * (src/kernel/dialect.c, "Split entry"): the same source is compiled twice,
+ * split and as fibers (CUBE_CPU_FIBERS), run cube by cube here and compared
+ * exactly with each other and with a host reference; kernels outside the
+ * supported subset must keep the fibers and stay correct.
+ */
+// cube-test-libs: cube_static
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "kernel/dialect.h"
+
+/* Build and run -------------------------------------------------------------------- */
+
+static char tmp_dir_path[1024];
+
+static void remove_tmp_dir(void) {
+  if (tmp_dir_path[0]) rmdir(tmp_dir_path);
+}
+
+static const char* tmp_dir(void) {
+  if (!tmp_dir_path[0]) {
+    atexit(remove_tmp_dir);
+    const char* base = getenv("CUBE_TEST_TMPDIR");
+    if (!base || !base[0]) base = "/tmp";
+    mkdir(base, 0755);
+    snprintf(tmp_dir_path, sizeof tmp_dir_path, "%s/dialect-split-%ld", base, (long)getpid());
+    mkdir(tmp_dir_path, 0755);
+  }
+  return tmp_dir_path;
+}
+
+/* Runs argv with |input| on stdin, output in |log_path|; the exit status or -1. */
+static int run_with_stdin(char* const* argv, const char* input, const char* log_path) {
+  int in[2];
+  if (pipe(in) != 0) return -1;
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(in[0]);
+    close(in[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) _exit(126);
+    dup2(in[0], 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(in[0]);
+    close(in[1]);
+    close(fd);
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  close(in[0]);
+  size_t len = strlen(input), off = 0;
+  while (off < len) {
+    ssize_t w = write(in[1], input + off, len - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    off += (size_t)w;
+  }
+  close(in[1]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void print_file(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (!f) return;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, got, stderr);
+  fclose(f);
+}
+
+typedef struct kern {
+  void* handle;
+  cube_cpu_kernel_fn fn;
+  cube__signature_t sig;
+  cube_define_t defs[8];
+  uint32_t ndefs;
+  bool split; /* the generated unit has the split entry */
+  char so_path[1100];
+} kern_t;
+
+static atomic_int so_counter;
+
+/* Generates |entry| of |source| (split unless |fibers|), compiles and loads
+ * it. */
+static bool build(kern_t* k, const char* source, const char* entry, const cube_define_t* defines,
+                  uint32_t define_count, bool fibers) {
+  memset(k, 0, sizeof *k);
+  for (uint32_t i = 0; i < define_count && i < 7; ++i) k->defs[k->ndefs++] = defines[i];
+  if (fibers) k->defs[k->ndefs++] = (cube_define_t){"CUBE_CPU_FIBERS", "1"};
+  cube_status_t st = cube__dialect_parse(source, entry, &k->sig);
+  if (st) {
+    fprintf(stderr, "parse %s: %s\n", entry, cube_status_message(st));
+    cube_status_free(st);
+    return false;
+  }
+  char* text = NULL;
+  st = cube__dialect_generate(CUBE__TARGET_CPU, &k->sig, source, k->defs, k->ndefs,
+                              CUBE_EXEC_CHECKED, &text);
+  if (st) {
+    fprintf(stderr, "generate %s: %s\n", entry, cube_status_message(st));
+    cube_status_free(st);
+    return false;
+  }
+  k->split = strstr(text, "cube__split_run(") != NULL;
+  snprintf(k->so_path, sizeof k->so_path, "%s/%s-%d.so", tmp_dir(), entry,
+           atomic_fetch_add(&so_counter, 1));
+  char log_path[1200];
+  snprintf(log_path, sizeof log_path, "%s.log", k->so_path);
+  char* argv[] = {"cc",         "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror",
+                  "-std=gnu11", "-x",  "c",       "-",     "-o",    k->so_path, NULL};
+  int rc = run_with_stdin(argv, text, log_path);
+  if (rc != 0) {
+    fprintf(stderr, "cc failed (%d) for %s:\n", rc, entry);
+    print_file(log_path);
+    if (getenv("CUBE_TEST_DUMP")) fputs(text, stderr);
+  }
+  unlink(log_path);
+  free(text);
+  if (rc != 0) return false;
+  k->handle = dlopen(k->so_path, RTLD_NOW | RTLD_LOCAL);
+  if (!k->handle) return false;
+  k->fn = (cube_cpu_kernel_fn)(uintptr_t)dlsym(k->handle, "cube_kernel_entry");
+  return k->fn != NULL;
+}
+
+static void unload(kern_t* k) {
+  if (k->handle) dlclose(k->handle);
+  if (k->so_path[0]) unlink(k->so_path);
+  memset(k, 0, sizeof *k);
+}
+
+/* Whether the generator splits |entry| of |source| (no compile). */
+static bool splits(const char* source, const char* entry, const cube_define_t* defines,
+                   uint32_t define_count) {
+  cube__signature_t sig;
+  cube_status_t st = cube__dialect_parse(source, entry, &sig);
+  if (st) {
+    cube_status_free(st);
+    return false;
+  }
+  char* text = NULL;
+  st = cube__dialect_generate(CUBE__TARGET_CPU, &sig, source, defines, define_count,
+                              CUBE_EXEC_CHECKED, &text);
+  if (st) {
+    cube_status_free(st);
+    return false;
+  }
+  bool s = strstr(text, "cube__split_run(") != NULL;
+  free(text);
+  return s;
+}
+
+/* Runs every cube of count x dim, one after the other; the first non-zero
+ * return of the entry, or 0. */
+static int run(const kern_t* k, const uint32_t count[3], const uint32_t dim[3],
+               const cube_cpu_arg_t* args, uint32_t nargs) {
+  uint64_t units = (uint64_t)dim[0] * dim[1] * dim[2];
+  uint64_t size = cube__dialect_cpu_scratch_size_defines(&k->sig, units, k->defs, k->ndefs);
+  void* scratch = size ? malloc(size) : NULL;
+  cube_cpu_cube_t c;
+  memset(&c, 0, sizeof c);
+  memcpy(c.cube_count, count, sizeof c.cube_count);
+  memcpy(c.cube_dim, dim, sizeof c.cube_dim);
+  c.mode = CUBE_EXEC_CHECKED;
+  c.scratch = scratch;
+  c.scratch_size = size;
+  int rc = 0;
+  uint64_t cubes = (uint64_t)count[0] * count[1] * count[2];
+  for (uint64_t i = 0; i < cubes && rc == 0; ++i) {
+    c.cube_pos[0] = (uint32_t)(i % count[0]);
+    c.cube_pos[1] = (uint32_t)(i / count[0] % count[1]);
+    c.cube_pos[2] = (uint32_t)(i / count[0] / count[1]);
+    rc = k->fn(&c, args, nargs);
+  }
+  free(scratch);
+  return rc;
+}
+
+static cube_cpu_arg_t buf_arg(void* data, uint64_t bytes) {
+  cube_cpu_arg_t a;
+  memset(&a, 0, sizeof a);
+  a.buffer.data = data;
+  a.buffer.len = bytes;
+  return a;
+}
+static cube_cpu_arg_t u32_arg(uint32_t v) {
+  cube_cpu_arg_t a;
+  memset(&a, 0, sizeof a);
+  a.u32 = v;
+  return a;
+}
+
+static float rand_float(uint64_t* rng) {
+  return (float)(cube_test_rand(rng) >> 40) / (float)(1u << 24) - 0.5f;
+}
+
+/* Builds |entry| both ways; false (and a failed check) when either fails. */
+static bool build_both(kern_t* split, kern_t* fib, const char* src, const char* entry,
+                       const cube_define_t* defs, uint32_t ndefs) {
+  bool ok = build(split, src, entry, defs, ndefs, false) && build(fib, src, entry, defs, ndefs, true);
+  CHECK(ok);
+  if (ok) {
+    CHECK(split->split);
+    CHECK(!fib->split);
+  }
+  return ok;
+}
+
+/* Reduction with a tree for any cube size ----------------------------------------- */
+
+static const char* const K_REDUCE =
+    "CUBE_KERNEL(rsum, CUBE_ARRAY(const float, in), CUBE_ARRAY(float, out))\n"
+    "{\n"
+    "    CUBE_SHARED(float, sh, 1024);\n"
+    "    uint32_t u = UNIT_POS; /* a private local */\n"
+    "    sh[u] = CUBE_LOAD(in, CUBE_POS * CUBE_DIM + u);\n"
+    "    sync_cube();\n"
+    "    for (uint32_t dim = CUBE_DIM; dim > 1u; dim = (dim + 1u) / 2u) {\n"
+    "        const uint32_t s = (dim + 1u) / 2u;\n"
+    "        if (u < s && u + s < dim) sh[u] += sh[u + s];\n"
+    "        sync_cube();\n"
+    "    }\n"
+    "    if (u == 0) CUBE_STORE(out, CUBE_POS, sh[0]);\n"
+    "}\n";
+
+static float host_tree(const float* x, uint32_t dim) {
+  float sh[1024];
+  memcpy(sh, x, dim * sizeof(float));
+  for (uint32_t d = dim; d > 1u; d = (d + 1u) / 2u) {
+    uint32_t s = (d + 1u) / 2u;
+    for (uint32_t u = 0; u < s && u + s < d; ++u) sh[u] += sh[u + s];
+  }
+  return sh[0];
+}
+
+CUBE_TEST(split_reduce_any_cube_size) {
+  kern_t ks, kf;
+  if (!build_both(&ks, &kf, K_REDUCE, "rsum", NULL, 0)) goto out;
+  static const uint32_t dims[][3] = {{1, 1, 1}, {7, 1, 1}, {64, 1, 1}, {256, 1, 1},
+                                     {100, 1, 1}, {3, 5, 2}, {1000, 1, 1}};
+  uint64_t rng = 11;
+  for (size_t d = 0; d < sizeof dims / sizeof dims[0]; ++d) {
+    uint32_t dim = dims[d][0] * dims[d][1] * dims[d][2];
+    uint32_t count[3] = {13, 1, 1};
+    uint32_t n = dim * 13;
+    float* in = malloc(n * sizeof(float));
+    float* o1 = calloc(13, sizeof(float));
+    float* o2 = calloc(13, sizeof(float));
+    for (uint32_t i = 0; i < n; ++i) in[i] = rand_float(&rng);
+    cube_cpu_arg_t a1[2] = {buf_arg(in, n * sizeof(float)), buf_arg(o1, 13 * sizeof(float))};
+    cube_cpu_arg_t a2[2] = {buf_arg(in, n * sizeof(float)), buf_arg(o2, 13 * sizeof(float))};
+    CHECK_EQ_U64(run(&ks, count, dims[d], a1, 2), 0);
+    CHECK_EQ_U64(run(&kf, count, dims[d], a2, 2), 0);
+    CHECK(memcmp(o1, o2, 13 * sizeof(float)) == 0);
+    uint32_t bad = 0;
+    for (uint32_t c = 0; c < 13; ++c) {
+      float want = host_tree(in + c * dim, dim);
+      if (memcmp(&want, &o1[c], sizeof want) != 0 && bad++ < 3)
+        fprintf(stderr, "dim %u cube %u: %.9g, want %.9g\n", dim, c, (double)o1[c], (double)want);
+    }
+    CHECK_EQ_U64(bad, 0);
+    free(in);
+    free(o1);
+    free(o2);
+  }
+  {
+    /* Too little scratch: refused as with the fibers. */
+    uint32_t dim[3] = {64, 1, 1};
+    uint64_t need = cube__dialect_cpu_scratch_size(&ks.sig, 64);
+    float in[64] = {0}, out[1] = {0};
+    cube_cpu_arg_t args[2] = {buf_arg(in, sizeof in), buf_arg(out, sizeof out)};
+    cube_cpu_cube_t c;
+    memset(&c, 0, sizeof c);
+    c.cube_count[0] = c.cube_count[1] = c.cube_count[2] = 1;
+    memcpy(c.cube_dim, dim, sizeof dim);
+    c.scratch = malloc(need);
+    c.scratch_size = need - 1;
+    CHECK_EQ_U64(ks.fn(&c, args, 2), 1);
+    c.scratch_size = need;
+    CHECK_EQ_U64(ks.fn(&c, args, 2), 0);
+    free(c.scratch);
+  }
+out:
+  unload(&ks);
+  unload(&kf);
+}
+
+/* Tiled matmul (examples/matmul.c) -------------------------------------------------- */
+
+static const char* const K_MATMUL =
+    "CUBE_KERNEL(matmul, CUBE_ARRAY(const float, a), CUBE_ARRAY(const float, b),\n"
+    "            CUBE_ARRAY(float, c), uint32_t m, uint32_t n, uint32_t k) {\n"
+    "  CUBE_SHARED(float, ta, TILE * TILE);\n"
+    "  CUBE_SHARED(float, tb, TILE * TILE);\n"
+    "  uint32_t tx = UNIT_POS_X, ty = UNIT_POS_Y;\n"
+    "  uint32_t row = CUBE_POS_Y * TILE + ty, col = CUBE_POS_X * TILE + tx;\n"
+    "  float acc = 0.0f;\n"
+    "  for (uint32_t t = 0; t < k; t += TILE) {\n"
+    "    ta[ty * TILE + tx] = (row < m && t + tx < k) ? a[(uint64_t)row * k + t + tx] : 0.0f;\n"
+    "    tb[ty * TILE + tx] = (t + ty < k && col < n) ? b[(uint64_t)(t + ty) * n + col] : 0.0f;\n"
+    "    sync_cube();\n"
+    "    for (uint32_t q = 0; q < TILE; ++q) acc += ta[ty * TILE + q] * tb[q * TILE + tx];\n"
+    "    sync_cube();\n"
+    "  }\n"
+    "  if (row < m && col < n) CUBE_STORE(c, (uint64_t)row * n + col, acc);\n"
+    "}\n";
+
+CUBE_TEST(split_matmul_odd_sizes) {
+  static const uint32_t tiles[] = {8, 16};
+  static const uint32_t sizes[][3] = {{37, 29, 45}, {1, 17, 3}, {33, 33, 33}};
+  for (size_t t = 0; t < 2; ++t) {
+    char tv[8];
+    snprintf(tv, sizeof tv, "%u", tiles[t]);
+    cube_define_t def = {"TILE", tv};
+    kern_t ks, kf;
+    if (!build_both(&ks, &kf, K_MATMUL, "matmul", &def, 1)) {
+      unload(&ks);
+      unload(&kf);
+      continue;
+    }
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; ++s) {
+      uint32_t M = sizes[s][0], N = sizes[s][1], K = sizes[s][2], T = tiles[t];
+      uint64_t rng = 5 + s;
+      float* a = malloc(M * K * sizeof(float));
+      float* b = malloc(K * N * sizeof(float));
+      float* c1 = calloc(M * N, sizeof(float));
+      float* c2 = calloc(M * N, sizeof(float));
+      for (uint32_t i = 0; i < M * K; ++i) a[i] = rand_float(&rng);
+      for (uint32_t i = 0; i < K * N; ++i) b[i] = rand_float(&rng);
+      uint32_t count[3] = {(N + T - 1) / T, (M + T - 1) / T, 1}, dim[3] = {T, T, 1};
+      cube_cpu_arg_t a1[6] = {buf_arg(a, M * K * sizeof(float)), buf_arg(b, K * N * sizeof(float)),
+                              buf_arg(c1, M * N * sizeof(float)), u32_arg(M), u32_arg(N),
+                              u32_arg(K)};
+      cube_cpu_arg_t a2[6];
+      memcpy(a2, a1, sizeof a2);
+      a2[2] = buf_arg(c2, M * N * sizeof(float));
+      CHECK_EQ_U64(run(&ks, count, dim, a1, 6), 0);
+      CHECK_EQ_U64(run(&kf, count, dim, a2, 6), 0);
+      CHECK(memcmp(c1, c2, M * N * sizeof(float)) == 0);
+      double max_err = 0;
+      for (uint32_t i = 0; i < M; ++i)
+        for (uint32_t j = 0; j < N; ++j) {
+          double sum = 0;
+          for (uint32_t q = 0; q < K; ++q) sum += (double)a[i * K + q] * b[q * N + j];
+          double err = fabs(sum - c1[i * N + j]);
+          if (err > max_err) max_err = err;
+        }
+      CHECK(max_err < 1e-4);
+      free(a);
+      free(b);
+      free(c1);
+      free(c2);
+    }
+    unload(&ks);
+    unload(&kf);
+  }
+}
+
+/* Positions in 2-D and 3-D cubes across a barrier ------------------------------------ */
+
+static const char* const K_POS =
+    "CUBE_KERNEL(pos3, CUBE_ARRAY(uint32_t, out))\n"
+    "{\n"
+    "    CUBE_SHARED(uint32_t, sh, 512);\n"
+    "    uint32_t lin = UNIT_POS;\n"
+    "    sh[lin] = UNIT_POS_X + 100u * UNIT_POS_Y + 10000u * UNIT_POS_Z;\n"
+    "    sync_cube();\n"
+    "    uint32_t other = (lin + 1u) % CUBE_DIM;\n"
+    "    CUBE_STORE(out, ABSOLUTE_POS * 3u, sh[other]);\n"
+    "    CUBE_STORE(out, ABSOLUTE_POS * 3u + 1u,\n"
+    "               ABSOLUTE_POS_X + 1000u * ABSOLUTE_POS_Y + 1000000u * ABSOLUTE_POS_Z);\n"
+    "    CUBE_STORE(out, ABSOLUTE_POS * 3u + 2u, CUBE_POS + 1000u * UNIT_POS_PLANE + PLANE_DIM);\n"
+    "}\n";
+
+CUBE_TEST(split_positions_2d_3d) {
+  kern_t ks, kf;
+  if (!build_both(&ks, &kf, K_POS, "pos3", NULL, 0)) goto out;
+  static const uint32_t cfg[][6] = {{4, 3, 2, 2, 3, 2}, {5, 3, 1, 3, 2, 1}, {1, 7, 3, 2, 1, 2}};
+  for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; ++k) {
+    uint32_t dim[3] = {cfg[k][0], cfg[k][1], cfg[k][2]}, count[3] = {cfg[k][3], cfg[k][4], cfg[k][5]};
+    uint32_t gx = dim[0] * count[0], gy = dim[1] * count[1], gz = dim[2] * count[2];
+    uint32_t total = gx * gy * gz, n = total * 3;
+    uint32_t* o1 = calloc(n, sizeof(uint32_t));
+    uint32_t* o2 = calloc(n, sizeof(uint32_t));
+    cube_cpu_arg_t a1[1] = {buf_arg(o1, n * sizeof(uint32_t))};
+    cube_cpu_arg_t a2[1] = {buf_arg(o2, n * sizeof(uint32_t))};
+    CHECK_EQ_U64(run(&ks, count, dim, a1, 1), 0);
+    CHECK_EQ_U64(run(&kf, count, dim, a2, 1), 0);
+    CHECK(memcmp(o1, o2, n * sizeof(uint32_t)) == 0);
+    uint32_t bad = 0, units = dim[0] * dim[1] * dim[2];
+    for (uint32_t az = 0; az < gz; ++az)
+      for (uint32_t ay = 0; ay < gy; ++ay)
+        for (uint32_t ax = 0; ax < gx; ++ax) {
+          uint32_t p = ax + gx * (ay + gy * az);
+          uint32_t ux = ax % dim[0], uy = ay % dim[1], uz = az % dim[2];
+          uint32_t cx = ax / dim[0], cy = ay / dim[1], cz = az / dim[2];
+          uint32_t lin = ux + dim[0] * (uy + dim[1] * uz), o = (lin + 1) % units;
+          uint32_t ox = o % dim[0], oy = o / dim[0] % dim[1], oz = o / dim[0] / dim[1];
+          uint32_t want0 = ox + 100u * oy + 10000u * oz;
+          uint32_t want1 = ax + 1000u * ay + 1000000u * az;
+          uint32_t want2 = cx + count[0] * (cy + count[1] * cz) + 1u;
+          if (o1[3 * p] != want0 || o1[3 * p + 1] != want1 || o1[3 * p + 2] != want2) ++bad;
+        }
+    CHECK_EQ_U64(bad, 0);
+    free(o1);
+    free(o2);
+  }
+out:
+  unload(&ks);
+  unload(&kf);
+}
+
+/* Private locals of every supported type across barriers --------------------------- */
+
+static const char* const K_PRIV =
+    "CUBE_KERNEL(privs, CUBE_ARRAY(double, out), CUBE_ARRAY(uint64_t, outi), uint32_t rounds)\n"
+    "{\n"
+    "    CUBE_SHARED(double, sh, 256);\n"
+    "    const uint32_t u = UNIT_POS;\n"
+    "    double a = u * 1.5, b = u + 0.25;\n"
+    "    float f = (float)u * 0.5f;\n"
+    "    uint64_t g = u * 0x9E3779B97F4A7C15ull;\n"
+    "    int32_t neg = -(int32_t)u;\n"
+    "    int64_t big = (int64_t)u << 40;\n"
+    "    unsigned w = 3u;\n"
+    "    int iv;\n"
+    "    for (uint32_t r = 0; r < rounds; ++r) {\n"
+    "        sh[u] = a;\n"
+    "        sync_cube();\n"
+    "        iv = (int)r;\n"
+    "        a = a * 0.5 + sh[(u + 1u) % CUBE_DIM] + b;\n"
+    "        f = f * 0.25f + (float)a;\n"
+    "        g = g * 6364136223846793005ull + 1442695040888963407ull;\n"
+    "        sync_cube();\n"
+    "        b = b - 0.125 * (double)neg + iv;\n"
+    "        big += w;\n"
+    "    }\n"
+    "    CUBE_STORE(out, ABSOLUTE_POS * 2u, a + b);\n"
+    "    CUBE_STORE(out, ABSOLUTE_POS * 2u + 1u, (double)f);\n"
+    "    CUBE_STORE(outi, ABSOLUTE_POS, g ^ (uint64_t)(int64_t)neg ^ (uint64_t)big);\n"
+    "}\n";
+
+CUBE_TEST(split_private_locals_across_barriers) {
+  kern_t ks, kf;
+  if (!build_both(&ks, &kf, K_PRIV, "privs", NULL, 0)) goto out;
+  static const uint32_t dims[] = {2, 7, 64, 256};
+  static const uint32_t rounds[] = {0, 1, 5};
+  for (size_t d = 0; d < 4; ++d)
+    for (size_t r = 0; r < 3; ++r) {
+      uint32_t dim[3] = {dims[d], 1, 1}, count[3] = {3, 1, 1}, n = dims[d] * 3;
+      double* o1 = calloc(2 * n, sizeof(double));
+      double* o2 = calloc(2 * n, sizeof(double));
+      uint64_t* i1 = calloc(n, sizeof(uint64_t));
+      uint64_t* i2 = calloc(n, sizeof(uint64_t));
+      cube_cpu_arg_t a1[3] = {buf_arg(o1, 2 * n * sizeof(double)), buf_arg(i1, n * 8),
+                              u32_arg(rounds[r])};
+      cube_cpu_arg_t a2[3] = {buf_arg(o2, 2 * n * sizeof(double)), buf_arg(i2, n * 8),
+                              u32_arg(rounds[r])};
+      CHECK_EQ_U64(run(&ks, count, dim, a1, 3), 0);
+      CHECK_EQ_U64(run(&kf, count, dim, a2, 3), 0);
+      CHECK(memcmp(o1, o2, 2 * n * sizeof(double)) == 0);
+      CHECK(memcmp(i1, i2, n * sizeof(uint64_t)) == 0);
+      /* Host: every unit of a cube, round by round. */
+      uint32_t U = dims[d], bad = 0;
+      double A[256], B[256], SH[256];
+      float F[256];
+      uint64_t G[256];
+      int64_t BIG[256];
+      for (uint32_t u = 0; u < U; ++u) {
+        A[u] = u * 1.5;
+        B[u] = u + 0.25;
+        F[u] = (float)u * 0.5f;
+        G[u] = u * 0x9E3779B97F4A7C15ull;
+        BIG[u] = (int64_t)u << 40;
+      }
+      for (uint32_t k = 0; k < rounds[r]; ++k) {
+        for (uint32_t u = 0; u < U; ++u) SH[u] = A[u];
+        for (uint32_t u = 0; u < U; ++u) {
+          A[u] = A[u] * 0.5 + SH[(u + 1u) % U] + B[u];
+          F[u] = F[u] * 0.25f + (float)A[u];
+          G[u] = G[u] * 6364136223846793005ull + 1442695040888963407ull;
+        }
+        for (uint32_t u = 0; u < U; ++u) {
+          B[u] = B[u] - 0.125 * (double)-(int32_t)u + (int)k;
+          BIG[u] += 3u;
+        }
+      }
+      for (uint32_t c = 0; c < 3; ++c)
+        for (uint32_t u = 0; u < U; ++u) {
+          uint32_t p = c * U + u;
+          uint64_t wi = G[u] ^ (uint64_t)(int64_t) - (int32_t)u ^ (uint64_t)BIG[u];
+          if (fabs(o1[2 * p] - (A[u] + B[u])) > 1e-9 * (1 + fabs(A[u] + B[u])) ||
+              fabs(o1[2 * p + 1] - F[u]) > 1e-5 * (1 + fabs(F[u])) || i1[p] != wi)
+            ++bad;
+        }
+      CHECK_EQ_U64(bad, 0);
+      free(o1);
+      free(o2);
+      free(i1);
+      free(i2);
+    }
+out:
+  unload(&ks);
+  unload(&kf);
+}
+
+/* Kernels that keep the fibers ------------------------------------------------------ */
+
+/* Each writes out[ABSOLUTE_POS] = (sum of (k + 1) over the units k < active of
+ * the cube) + UNIT_POS, with |active| = n or every unit. */
+static const char* const K_FB_RETURN =
+    "CUBE_KERNEL(fb, CUBE_ARRAY(uint32_t, out), uint32_t n)\n"
+    "{\n"
+    "    CUBE_SHARED(uint32_t, sh, 256);\n"
+    "    uint32_t u = UNIT_POS;\n"
+    "    sh[u] = u < n ? u + 1u : 0u;\n"
+    "    sync_cube();\n"
+    "    if (u >= n) { CUBE_STORE(out, ABSOLUTE_POS, u); return; }\n"
+    "    uint32_t sum = 0;\n"
+    "    for (uint32_t k = 0; k < CUBE_DIM; ++k) sum += sh[k];\n"
+    "    sync_cube();\n"
+    "    CUBE_STORE(out, ABSOLUTE_POS, sum + u);\n"
+    "}\n";
+
+static const char* const K_FB_BREAK =
+    "CUBE_KERNEL(fb, CUBE_ARRAY(uint32_t, out), uint32_t n)\n"
+    "{\n"
+    "    CUBE_SHARED(uint32_t, sh, 256);\n"
+    "    uint32_t u = UNIT_POS, sum = 0;\n"
+    "    for (uint32_t r = 0; r < 100u; ++r) {\n"
+    "        sh[u] = u < n ? u + 1u : 0u;\n"
+    "        sync_cube();\n"
+    "        if (r == 2u) break;\n"
+    "        sync_cube();\n"
+    "    }\n"
+    "    for (uint32_t k = 0; k < CUBE_DIM; ++k) sum += sh[k];\n"
+    "    CUBE_STORE(out, ABSOLUTE_POS, sum + u);\n"
+    "}\n";
+
+static const char* const K_FB_WHILE =
+    "CUBE_KERNEL(fb, CUBE_ARRAY(uint32_t, out), uint32_t n)\n"
+    "{\n"
+    "    CUBE_SHARED(uint32_t, sh, 256);\n"
+    "    uint32_t u = UNIT_POS, r = 0, sum = 0;\n"
+    "    while (r < 3u) {\n"
+    "        sh[u] = u < n ? u + 1u : 0u;\n"
+    "        sync_cube();\n"
+    "        ++r;\n"
+    "    }\n"
+    "    for (uint32_t k = 0; k < CUBE_DIM; ++k) sum += sh[k];\n"
+    "    CUBE_STORE(out, ABSOLUTE_POS, sum + u);\n"
+    "}\n";
+
+static const char* const K_FB_ARRAY =
+    "CUBE_KERNEL(fb, CUBE_ARRAY(uint32_t, out), uint32_t n)\n"
+    "{\n"
+    "    CUBE_SHARED(uint32_t, sh, 256);\n"
+    "    uint32_t u = UNIT_POS;\n"
+    "    uint32_t mine[2] = {u < n ? u + 1u : 0u, u};\n"
+    "    sh[u] = mine[0];\n"
+    "    sync_cube();\n"
+    "    for (uint32_t k = 0; k < CUBE_DIM; ++k) mine[0] += k == u ? 0u : sh[k];\n"
+    "    CUBE_STORE(out, ABSOLUTE_POS, mine[0] + mine[1]);\n"
+    "}\n";
+
+static const char* const K_FB_IF =
+    "CUBE_KERNEL(fb, CUBE_ARRAY(uint32_t, out), uint32_t n)\n"
+    "{\n"
+    "    CUBE_SHARED(uint32_t, sh, 256);\n"
+    "    uint32_t u = UNIT_POS, sum = 0;\n"
+    "    if (n > 0u) {\n"
+    "        sh[u] = u < n ? u + 1u : 0u;\n"
+    "        sync_cube();\n"
+    "    }\n"
+    "    for (uint32_t k = 0; k < CUBE_DIM; ++k) sum += sh[k];\n"
+    "    CUBE_STORE(out, ABSOLUTE_POS, sum + u);\n"
+    "}\n";
+
+CUBE_TEST(split_fallbacks_still_correct) {
+  static const char* const srcs[] = {K_FB_RETURN, K_FB_BREAK, K_FB_WHILE, K_FB_ARRAY, K_FB_IF};
+  static const char* const names[] = {"return", "break", "while", "local array", "if"};
+  for (size_t s = 0; s < 5; ++s) {
+    CHECK(!splits(srcs[s], "fb", NULL, 0));
+    kern_t k;
+    if (!build(&k, srcs[s], "fb", NULL, 0, false)) {
+      CHECK(!"build fallback");
+      unload(&k);
+      continue;
+    }
+    CHECK(!k.split);
+    static const uint32_t dims[] = {1, 7, 64};
+    for (size_t d = 0; d < 3; ++d) {
+      uint32_t U = dims[d], n = U > 3 ? U - 3 : U;
+      uint32_t dim[3] = {U, 1, 1}, count[3] = {2, 1, 1};
+      uint32_t out[128];
+      memset(out, 0xff, sizeof out);
+      cube_cpu_arg_t args[2] = {buf_arg(out, 2 * U * sizeof(uint32_t)), u32_arg(n)};
+      CHECK_EQ_U64(run(&k, count, dim, args, 2), 0);
+      uint32_t bad = 0;
+      for (uint32_t c = 0; c < 2; ++c)
+        for (uint32_t u = 0; u < U; ++u) {
+          uint32_t want = s == 0 && u >= n ? u : n * (n + 1) / 2 + u;
+          if (out[c * U + u] != want && bad++ < 2)
+            fprintf(stderr, "%s dim %u unit %u: %u, want %u\n", names[s], U, u, out[c * U + u],
+                    want);
+        }
+      CHECK_EQ_U64(bad, 0);
+    }
+    unload(&k);
+  }
+}
+
+/* What is refused without running: per-unit loop headers, written parameters,
+ * barriers in helpers, redeclared privates, CUBE_CPU_FIBERS. */
+CUBE_TEST(split_refusals) {
+  CHECK(splits(K_REDUCE, "rsum", NULL, 0));
+  cube_define_t fib = {"CUBE_CPU_FIBERS", "1"};
+  CHECK(!splits(K_REDUCE, "rsum", &fib, 1));
+  static const char* const refused[] = {
+      /* per-unit loop header */
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, o)) {\n"
+      "  for (uint32_t r = 0; r < UNIT_POS_X; ++r) { o[r] = 1.0f; sync_cube(); }\n}\n",
+      /* loop header reads a private */
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, o)) {\n  uint32_t u = UNIT_POS;\n"
+      "  for (uint32_t r = 0; r < u; ++r) { o[r] = 1.0f; sync_cube(); }\n}\n",
+      /* a parameter written */
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, o), uint32_t n) {\n  n += UNIT_POS;\n  sync_cube();\n"
+      "  o[n] = 1.0f;\n}\n",
+      /* the loop variable written in the body */
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, o)) {\n"
+      "  for (uint32_t r = 0; r < 4u; ++r) { o[r] = 1.0f; r += 1u; sync_cube(); }\n}\n",
+      /* a barrier in a helper */
+      "CUBE_FN void h(CUBE_UNIT_PARAMS) { sync_cube(); }\n"
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, o)) {\n  o[UNIT_POS] = 1.0f;\n  sync_cube();\n"
+      "  h(CUBE_UNIT_ARGS);\n}\n",
+      /* a private declared again in a nested block */
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, o)) {\n  uint32_t u = UNIT_POS;\n  sync_cube();\n"
+      "  { uint32_t u = 3u; o[u] = 1.0f; }\n  o[u] = 2.0f;\n}\n",
+      /* a private named like a parameter */
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, o), uint32_t n) {\n  sync_cube();\n"
+      "  { o[n] = 1.0f; }\n  uint32_t o2 = n;\n  float n2 = 1.0f, n = 2.0f;\n}\n",
+      /* a pointer local */
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, o)) {\n  float* p = o + UNIT_POS;\n  sync_cube();\n"
+      "  *p = 1.0f;\n}\n",
+      /* a declaration of another type */
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, o)) {\n  bool b = UNIT_POS == 0;\n  sync_cube();\n"
+      "  if (b) o[0] = 1.0f;\n}\n",
+      /* a barrier inside an if */
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, o)) {\n  if (o[0] > 0.0f) sync_cube();\n}\n",
+      /* a do loop with a barrier */
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, o)) {\n  do { sync_cube(); } while (o[0] > 1.0f);\n}\n",
+      /* switch */
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, o)) {\n  switch (UNIT_POS) { default: o[0] = 1.0f; }\n"
+      "  sync_cube();\n}\n",
+      /* preprocessor lines in the body */
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, o)) {\n#if 1\n  o[UNIT_POS] = 1.0f;\n#endif\n"
+      "  sync_cube();\n}\n",
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; ++i) {
+    if (splits(refused[i], "k", NULL, 0)) {
+      fprintf(stderr, "split, but should not be: case %zu\n", i);
+      CHECK(!"refused case was split");
+    }
+  }
+  /* A sync_cube in another kernel of the source does not matter. */
+  CHECK(splits("CUBE_KERNEL(other, CUBE_ARRAY(float, o)) { while (o[0] > 0.0f) sync_cube(); }\n"
+               "CUBE_KERNEL(k, CUBE_ARRAY(float, o)) {\n  o[UNIT_POS] = 1.0f;\n  sync_cube();\n"
+               "  o[0] = 2.0f;\n}\n",
+               "k", NULL, 0));
+}
