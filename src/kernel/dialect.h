@@ -31,7 +31,8 @@ typedef struct cube__signature {
   uint32_t count;
   cube__param_t params[CUBE_MAX_KERNEL_ARGS];
   uint32_t line;          /* line of CUBE_KERNEL(entry, ...) in the source */
-  bool uses_sync_cube;    /* the source calls sync_cube(): units run as fibers on the CPU */
+  bool uses_sync_cube;    /* this kernel (or a helper) calls sync_cube(): on the CPU the
+                             entry is split at barriers, or runs units as fibers */
 } cube__signature_t;
 
 /* Finds CUBE_KERNEL(entry, ...) in |source| and reads its parameters:
@@ -52,7 +53,8 @@ const char* cube__dialect_prelude(cube__target_t target);
  *   - CPU: `int cube_kernel_entry(const cube_cpu_cube_t*, const cube_cpu_arg_t*,
  *     uint32_t)` (the native kernel ABI of cube/kernel.h) running the units of
  *     one cube: a loop over units (vectorisable) or, when the kernel calls
- *     sync_cube, one fiber per unit with stacks in cube->scratch;
+ *     sync_cube, loops over units split at the barriers (per-unit locals in
+ *     cube->scratch), or as a fallback one fiber per unit with stacks there;
  *   - CUDA: `extern "C" __global__ void cube_kernel_entry(...)`;
  *   - OpenCL: `__kernel void cube_kernel_entry(...)`.
  * Compiler messages then carry the user's line numbers. */

@@ -62,9 +62,17 @@ static int rm_one(const char* path, const struct stat* st, int flag, struct FTW*
 
 static void rm_rf(const char* path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
 
+/* CUBE_CACHE_DIR before the case (restored at its end: all cases may run in
+ * one process). */
+static char saved_cache_dir[PATH_MAX];
+static int saved_cache_dir_set;
+
 /* Points CUBE_CACHE_DIR at a new, empty directory for this case (the library
  * creates it on first store). */
 static const char* fresh_cache_dir(const char* case_name, char* buf, size_t size) {
+  const char* old = getenv("CUBE_CACHE_DIR");
+  saved_cache_dir_set = old != NULL;
+  snprintf(saved_cache_dir, sizeof(saved_cache_dir), "%s", old ? old : "");
   char name[160];
   snprintf(name, sizeof(name), "dialect-cache-%s-%s", cts_backend()->name, case_name);
   cts_tmp_path(buf, size, name);
@@ -79,6 +87,10 @@ static void cache_dir_done(const char* dir) {
     rm_rf(dir);
   else
     fprintf(stderr, "kept the cache directory %s\n", dir);
+  if (saved_cache_dir_set)
+    setenv("CUBE_CACHE_DIR", saved_cache_dir, 1);
+  else
+    unsetenv("CUBE_CACHE_DIR");
 }
 
 /* Starts this program on the same backend for |case_name| with |role_value|;
