@@ -591,7 +591,7 @@ CUBE_TEST(dialect_matmul_tiled) {
 //===----------------------------------------------------------------------===//
 
 /* Straight to the global bins (a plain unit loop: no sync_cube in the
- * source), and per cube in cube memory first (grid-stride loop, fibers), then
+ * source), and per cube in cube memory first (grid-stride loop, barriers), then
  * added to the global bins. */
 static const char* k_hist_global =
     "CUBE_KERNEL(hist_global, CUBE_ARRAY(const uint8_t, data), CUBE_ARRAY(uint32_t, bins)) {\n"
@@ -913,7 +913,8 @@ CUBE_TEST(dialect_dynamic_count) {
 
 #define POS_VALUES 22
 
-/* %s: nothing, or a sync_cube() (which runs the units as fibers). */
+/* %s: nothing, or a sync_cube() (the units then no longer run as one plain
+ * loop: fibers, or loops split at the barrier). */
 static const char* k_positions_fmt =
     "CUBE_KERNEL(positions, CUBE_ARRAY(uint32_t, out)) {\n"
     "  uint64_t b = (uint64_t)ABSOLUTE_POS * 22u;\n"
@@ -1478,7 +1479,7 @@ CUBE_TEST(dialect_compile_error) {
   CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_COMPILATION_FAILED);
   const char* msg = cube_status_message(s);
   /* The compiler's own message, at the user's line 4. */
-  if (!cts_contains(msg, "broken_k", "broken_k.cube:4:", NULL)) {
+  if (!cts_contains(msg, "broken_k", "broken_k.cube:4:", "error", NULL)) {
     fprintf(stderr, "compile error message: %s\n", msg);
     CHECK(!"message names the kernel and the user's line 4");
   }

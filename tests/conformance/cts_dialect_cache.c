@@ -118,6 +118,8 @@ static pid_t spawn_self(const char* case_name, const char* role_value, int go_fd
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   if (go_fd >= 0) posix_spawn_file_actions_adddup2(&fa, go_fd, GO_FD);
+  /* The helper's verdict is its exit status; its diagnostics go to stderr. */
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   fflush(stdout);
   fflush(stderr);
   pid_t pid = -1;
