@@ -1,6 +1,7 @@
 # cube: the two commands of the README, plus a few helpers.
 #   make run     install missing Debian packages, build, then `cube info` and `cube demo` (CPU)
-#   make check   install what the tests need (Debian, as root) if missing, build, run CTest
+#   make check   install what the tests need (Debian, as root) if missing, build, run CTest,
+#                then the same tests under ASan+UBSan and under TSan
 #   make bench   build and run the benchmarks (never part of the tests)
 #   make install install into $(PREFIX) (default /usr/local)
 
@@ -10,7 +11,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all build run check deps test bench install clean
+.PHONY: all build run check deps test test-asan test-tsan bench install clean soak
 
 all: build
 
@@ -44,6 +45,30 @@ test: build
 
 check: deps
 	$(MAKE) test
+	$(MAKE) test-asan
+	$(MAKE) test-tsan
+
+# The unit, conformance, stress and example tests again, built with
+# AddressSanitizer + UBSan, then with ThreadSanitizer (findings are fatal).
+SAN_CMAKE = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUBE_ASAN_TESTS=OFF -DCUBE_BUILD_TOOLS=OFF
+test-asan: deps
+	cmake -S . -B $(BUILD)-asan $(GENERATOR) $(SAN_CMAKE) -DCUBE_SANITIZE=address,undefined
+	cmake --build $(BUILD)-asan -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --test-dir $(BUILD)-asan --output-on-failure --no-tests=error -j $(JOBS)
+
+test-tsan: deps
+	cmake -S . -B $(BUILD)-tsan $(GENERATOR) $(SAN_CMAKE) -DCUBE_SANITIZE=thread
+	cmake --build $(BUILD)-tsan -j $(JOBS)
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --test-dir $(BUILD)-tsan --output-on-failure --no-tests=error -j $(JOBS)
+
+# Soak: the stress test (8 threads x 2 CPU devices, random operations, every read
+# compared) for SOAK_SECONDS (default 600), plain then under ASan+UBSan. Not in CI.
+SOAK_SECONDS ?= 600
+soak: build
+	CUBE_SOAK_SECONDS=$(SOAK_SECONDS) ./$(BUILD)/tests/test_stress random_operations
+	CUBE_SOAK_SECONDS=$(SOAK_SECONDS) ./$(BUILD)/tests/test_stress_asan random_operations
 
 bench: build
 	./$(BUILD)/bench_runtime && ./$(BUILD)/bench_dialect
@@ -52,4 +77,4 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

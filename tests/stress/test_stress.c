@@ -583,9 +583,16 @@ static void do_op(worker_t* w) {
   if (w->live_count == 0) op_create(w, dev);
 }
 
+/* Soak mode: CUBE_SOAK_SECONDS=N runs each thread until N seconds have passed
+ * (at least STRESS_OPS operations) instead of exactly STRESS_OPS (make soak). */
+static double g_soak_seconds;
+static double g_soak_start;
+static double now_s(void);
+
 static void* worker_main(void* arg) {
   worker_t* w = arg;
-  for (int i = 0; i < STRESS_OPS; ++i) {
+  for (uint64_t i = 0;; ++i) {
+    if (i >= STRESS_OPS && (g_soak_seconds <= 0 || now_s() - g_soak_start >= g_soak_seconds)) break;
     do_op(w);
     w->ops_done++;
   }
@@ -613,6 +620,9 @@ static void print_usage(const char* when, int dev, const cube_memory_usage_t* u)
 
 CUBE_TEST(random_operations) {
   REQUIRE(setenv("CUBE_CPU_DEVICES", "2", 1) == 0);
+  const char* soak = getenv("CUBE_SOAK_SECONDS");
+  g_soak_seconds = soak ? atof(soak) : 0.0;
+  g_soak_start = now_s();
   double t0 = now_s();
 
   for (int d = 0; d < STRESS_DEVICES; ++d)
@@ -660,7 +670,10 @@ CUBE_TEST(random_operations) {
           (unsigned long long)ops, t1 - t0, atomic_load(&g_reads),
           atomic_load(&g_bytes_read) / 1048576.0, atomic_load(&g_launches),
           atomic_load(&g_cross), atomic_load(&g_mismatches), atomic_load(&g_errors));
-  CHECK_EQ_U64(ops, (uint64_t)STRESS_THREADS * STRESS_OPS);
+  if (g_soak_seconds <= 0)
+    CHECK_EQ_U64(ops, (uint64_t)STRESS_THREADS * STRESS_OPS);
+  else
+    CHECK(ops >= (uint64_t)STRESS_THREADS * STRESS_OPS);
   CHECK_EQ_U64(atomic_load(&g_mismatches), 0);
   CHECK_EQ_U64(atomic_load(&g_errors), 0);
 
