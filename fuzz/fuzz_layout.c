@@ -59,7 +59,7 @@ static uint64_t model_optimal_align(uint64_t width, uint64_t elem, uint64_t a) {
 
 /* Model of one tensor: false when the library must refuse it. */
 static bool model_one(cube_layout_policy_t policy, uint64_t a, const cube_layout_desc_t* d,
-                      uint64_t* out_size) {
+                      uint64_t* out_size, bool* ambiguous) {
   if ((unsigned)d->strategy > 1u || d->rank > CUBE_MAX_RANK || d->elem_size == 0) return false;
   for (uint32_t k = 0; k < d->rank; ++k)
     if (d->shape[k] == 0) return false;
@@ -87,6 +87,10 @@ static bool model_one(cube_layout_policy_t policy, uint64_t a, const cube_layout
   }
   u128 pitch = round_up(row, align);
   if (pitch > U64MAX) return false;
+  /* The library computes round_up as (row + align - 1) / align * align and
+   * refuses when row + align - 1 overflows, although the rounded pitch may
+   * still fit when align is not a power of two (reported). */
+  if (row + align - 1 > U64MAX) *ambiguous = true;
   u128 size = sat_mul(height, pitch);
   if (size > U64MAX) return false;
   *out_size = (uint64_t)size;
@@ -168,8 +172,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                alignment && !(alignment & (alignment - 1));
   uint64_t msizes[8] = {0};
   u128 mtotal = 0;
+  bool ambiguous = false;
   for (size_t i = 0; valid && i < count; ++i) {
-    if (!model_one(policy, alignment, &descs[i], &msizes[i])) {
+    if (!model_one(policy, alignment, &descs[i], &msizes[i], &ambiguous)) {
       valid = false;
       break;
     }
@@ -187,6 +192,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cube_status_code_t code = cube_status_code(st);
   FZ_ASSERT(code == CUBE_STATUS_OK || code == CUBE_STATUS_INVALID_ARGUMENT,
             "unexpected status %s: %s", cube_status_code_name(code), cube_status_message(st));
+  if (ambiguous && valid && code != CUBE_STATUS_OK) {
+    cube_status_free(st);
+    return 0;
+  }
   FZ_ASSERT(valid == (code == CUBE_STATUS_OK), "model says %s, library says %s: %s",
             valid ? "valid" : "invalid", cube_status_code_name(code), cube_status_message(st));
   if (st) {
@@ -226,7 +235,6 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (uint32_t k = 0; k < d->rank; ++k) last += (u128)(d->shape[k] - 1) * strides[i][k];
       FZ_ASSERT((last + 1) * d->elem_size <= (u128)sizes[i],
                 "tensor %zu addresses past its size %llu", i, (unsigned long long)sizes[i]);
-      for (uint32_t k = d->rank; k < CUBE_MAX_RANK; ++k) (void)k;
     }
     FZ_ASSERT(sum == (u128)total, "total is not the sum of rounded sizes");
 
@@ -265,8 +273,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     bool got = cube_layout_strides_readable(pp, d->rank, d->shape, probe);
     bool want = model_readable(pp, d->rank, d->shape, probe);
     FZ_ASSERT(got == want, "strides_readable says %d, model %d (rank %u)", got, want, d->rank);
-    FZ_ASSERT(!cube_layout_strides_readable(pp, d->rank ? d->rank : 1, NULL, NULL) ||
-                  false,
+    FZ_ASSERT(!cube_layout_strides_readable(pp, d->rank ? d->rank : 1, NULL, NULL),
               "NULL shape/strides readable");
   }
   return 0;

@@ -103,6 +103,7 @@ cube_status_t cube__bytes_allocate_uninit(size_t size, cube_bytes_t** out_bytes)
 }
 
 cube_status_t cube_bytes_from_copy(const void* data, size_t size, cube_bytes_t** out_bytes) {
+  if (!out_bytes) return CUBE_INVALID("cube_bytes_from_copy: out_bytes is NULL");
   if (!data && size > 0)
     return CUBE_INVALID("cube_bytes_from_copy: data is NULL with size %zu", size);
   cube_bytes_t* b = NULL;

@@ -92,6 +92,7 @@ cube_status_t cube_client_init(cube_device_id_t device, const cube_server_option
                         (int)options->memory_config, (int)options->check_mode);
   cube__server_t* s;
   cube_status_t st = cube__server_get(device, options, true, &s);
+  if (st && cube_status_code(st) == CUBE_STATUS_ALREADY_EXISTS) return st; /* names it already */
   if (st) return cube__status_annotate(st, "cube_client_init");
   return cube__client_new(s, out_client);
 }
@@ -501,8 +502,19 @@ cube_status_t cube_client_create_tensors_from_slices_pinned(cube_client_t* c, si
   if (!data || !sizes || !descs || !out_tensors)
     return CUBE_INVALID("%s: %s is NULL", fn,
                         !data ? "data" : !sizes ? "sizes" : !descs ? "descs" : "out_tensors");
-  for (size_t i = 0; i < count; ++i)
+  for (size_t i = 0; i < count; ++i) {
     if (!data[i]) return CUBE_INVALID("%s: data[%zu] is NULL", fn, i);
+    /* Check the sizes against the shapes before any staging is reserved. */
+    cube_layout_desc_t d;
+    cube_status_t st = cube_layout_desc_init(descs[i].strategy, descs[i].rank, descs[i].shape,
+                                             descs[i].elem_size, &d);
+    if (st) return cube__status_annotate(st, "%s: descs[%zu]", fn, i);
+    uint64_t dense = cube__dense_size(&d);
+    if (sizes[i] != dense)
+      return CUBE_INVALID("%s: data[%zu] holds %zu bytes but its shape needs %" PRIu64
+                          " (prod(shape) * elem_size %u)",
+                          fn, i, sizes[i], dense, descs[i].elem_size);
+  }
   cube_bytes_t** b = calloc(count, sizeof(*b));
   if (!b) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", fn);
   cube_status_t st = cube_client_reserve_staging(c, count, sizes, b);
@@ -867,10 +879,9 @@ cube_status_t cube_client_memory_cleanup_device(cube_client_t* c) {
 // Launch
 //===----------------------------------------------------------------------===//
 
-cube_status_t cube_client_launch_mode(cube_client_t* c, cube_kernel_t* kernel, cube_count_t count,
-                                      size_t arg_count, const cube_arg_t* args,
-                                      cube_execution_mode_t mode) {
-  const char* fn = "cube_client_launch";
+static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_t* kernel,
+                                  cube_count_t count, size_t arg_count, const cube_arg_t* args,
+                                  cube_execution_mode_t mode) {
   CUBE__CHECK_CLIENT(c, fn);
   if (!kernel) return CUBE_INVALID("%s: kernel is NULL", fn);
   const cube__server_t* s = c->server;
@@ -982,9 +993,15 @@ cube_status_t cube_kernel_precompile(cube_client_t* c, size_t count, cube_kernel
   return CUBE_OK;
 }
 
+cube_status_t cube_client_launch_mode(cube_client_t* c, cube_kernel_t* kernel, cube_count_t count,
+                                      size_t arg_count, const cube_arg_t* args,
+                                      cube_execution_mode_t mode) {
+  return cube__launch("cube_client_launch_mode", c, kernel, count, arg_count, args, mode);
+}
+
 cube_status_t cube_client_launch(cube_client_t* c, cube_kernel_t* kernel, cube_count_t count,
                                  size_t arg_count, const cube_arg_t* args) {
-  return cube_client_launch_mode(c, kernel, count, arg_count, args, CUBE_EXEC_CHECKED);
+  return cube__launch("cube_client_launch", c, kernel, count, arg_count, args, CUBE_EXEC_CHECKED);
 }
 
 cube_status_t cube_client_launch_unchecked(cube_client_t* c, cube_kernel_t* kernel,
@@ -994,7 +1011,7 @@ cube_status_t cube_client_launch_unchecked(cube_client_t* c, cube_kernel_t* kern
   cube_execution_mode_t mode = CUBE_EXEC_UNCHECKED;
   if (c->server->options.check_mode == CUBE_CHECK_ENFORCE) mode = CUBE_EXEC_CHECKED;
   if (c->server->options.check_mode == CUBE_CHECK_VALIDATE) mode = CUBE_EXEC_VALIDATE;
-  return cube_client_launch_mode(c, kernel, count, arg_count, args, mode);
+  return cube__launch("cube_client_launch_unchecked", c, kernel, count, arg_count, args, mode);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1088,6 +1105,8 @@ static cube_status_t cube__check_devices(const char* fn, size_t n, const cube_de
   if (n == 0) return CUBE_INVALID("%s: device_count is 0", fn);
   if (!ids) return CUBE_INVALID("%s: devices is NULL", fn);
   for (size_t i = 0; i < n; ++i) {
+    if ((unsigned)ids[i].backend >= CUBE_BACKEND_COUNT)
+      return CUBE_INVALID("%s: devices[%zu].backend %d is invalid", fn, i, (int)ids[i].backend);
     uint32_t count = (unsigned)ids[i].backend < CUBE_BACKEND_COUNT
                          ? (uint32_t)cube_device_count(ids[i].backend)
                          : 0;

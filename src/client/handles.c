@@ -113,11 +113,12 @@ cube_handle_t cube_handle_retain(cube_handle_t h) {
 }
 
 cube_status_t cube_handle_release_checked(cube_handle_t h) {
-  if (h.id == 0) return CUBE_INVALID("cube_handle_release: the null handle");
+  if (h.id == 0) return CUBE_INVALID("cube_handle_release_checked: h is the null handle");
   cube__slot_t* s = cube__lookup(h);
   if (!s)
     return cube__status_make(CUBE_STATUS_NOT_FOUND,
-                             "cube_handle_release: handle 0x%" PRIx64 " was already released",
+                             "cube_handle_release_checked: handle 0x%" PRIx64
+                             " was already released (or never existed)",
                              h.id);
   /* Read the slot before dropping our reference: once it is dropped, another
    * thread may free the slot and reuse it for a new handle. */
@@ -126,7 +127,8 @@ cube_status_t cube_handle_release_checked(cube_handle_t h) {
   do {
     if (r == 0)
       return cube__status_make(CUBE_STATUS_NOT_FOUND,
-                               "cube_handle_release: handle 0x%" PRIx64 " was already released",
+                               "cube_handle_release_checked: handle 0x%" PRIx64
+                               " was already released",
                                h.id);
   } while (!atomic_compare_exchange_weak_explicit(&s->refs, &r, r - 1, memory_order_acq_rel,
                                                   memory_order_relaxed));

@@ -19,6 +19,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "base/fault.h"
 #include "base/status.h"
 
 /* Disk format ---------------------------------------------------------- */
@@ -461,7 +462,9 @@ cube_status_t cube__cache_disk_store(cube__cache_key_t key, const char* kind, co
   cube__kc_put_u64(header + 12, (uint64_t)size);
   cube__kc_put_u64(header + 20, XXH3_64bits(data, size));
   const char* step = NULL;
-  if (!cube__kc_write_full(fd, header, sizeof(header)) || !cube__kc_write_full(fd, data, size))
+  if (cube__fault_hit(CUBE__FAULT_CACHE_STORE))
+    errno = ENOSPC, step = "write"; /* injected fault: a full disk */
+  else if (!cube__kc_write_full(fd, header, sizeof(header)) || !cube__kc_write_full(fd, data, size))
     step = "write";
   else if (fsync(fd) != 0)
     step = "fsync";

@@ -71,19 +71,28 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t* desc, cube_kernel_t**
     cube_status_t st = cube__dialect_parse(desc->source, desc->entry, sig);
     if (st) {
       free(sig);
-      return cube__status_annotate(st, "%s: kernel '%s'", fn, name);
+      return cube__status_annotate(st, "%s", fn);
     }
     if (desc->arg_kinds || desc->arg_count) {
       /* A declared signature must agree with the source. */
-      bool same = desc->arg_kinds && desc->arg_count == sig->count;
-      for (uint32_t i = 0; same && i < sig->count; ++i)
-        same = desc->arg_kinds[i] == sig->params[i].kind;
-      if (!same) {
-        uint32_t n = sig->count;
+      cube_status_t mismatch = CUBE_OK;
+      if (!desc->arg_kinds || desc->arg_count != sig->count) {
+        mismatch = CUBE_INVALID("%s: kernel '%s': desc->arg_count is %" PRIu32
+                                " but CUBE_KERNEL(%s, ...) in the source has %" PRIu32
+                                " parameters",
+                                fn, name, desc->arg_count, desc->entry, sig->count);
+      } else {
+        for (uint32_t i = 0; i < sig->count && !mismatch; ++i)
+          if (desc->arg_kinds[i] != sig->params[i].kind)
+            mismatch = CUBE_INVALID("%s: kernel '%s': desc->arg_kinds[%" PRIu32 "] is %s but "
+                                    "parameter %" PRIu32 " ('%s') of CUBE_KERNEL(%s, ...) is %s",
+                                    fn, name, i, cube_arg_kind_name(desc->arg_kinds[i]), i,
+                                    sig->params[i].name, desc->entry,
+                                    cube_arg_kind_name(sig->params[i].kind));
+      }
+      if (mismatch) {
         free(sig);
-        return CUBE_INVALID("%s: kernel '%s': desc->arg_kinds (%" PRIu32 " arguments) disagree "
-                            "with CUBE_KERNEL(%s, ...) in the source (%" PRIu32 " arguments)",
-                            fn, name, desc->arg_count, desc->entry, n);
+        return mismatch;
       }
     }
     arg_count = sig->count;

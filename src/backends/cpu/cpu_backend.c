@@ -13,6 +13,7 @@
 #include "backends/backend.h"
 #include "backends/cpu/cpu_compiler.h"
 #include "backends/cpu/worker_pool.h"
+#include "base/fault.h"
 #include "base/status.h"
 #include "cube/cube.h"
 #include "kernel/cache.h"
@@ -213,8 +214,8 @@ static void cube__cpu_device_destroy(cube__backend_device_t* dev) {
 // Storage
 //===----------------------------------------------------------------------===//
 
-static cube_status_t cube__cpu_alloc(cube__backend_device_t* dev, uint64_t size,
-                                     cube__storage_t* out) {
+static cube_status_t cube__cpu_alloc_storage(cube__backend_device_t* dev, uint64_t size,
+                                             cube__storage_t* out) {
   void* ptr = NULL;
   uintptr_t kind;
   if (size > (uint64_t)SIZE_MAX / 2) {
@@ -242,6 +243,23 @@ static cube_status_t cube__cpu_alloc(cube__backend_device_t* dev, uint64_t size,
   out->size = size;
   out->backend_data = (void*)kind;
   return CUBE_OK;
+}
+
+static cube_status_t cube__cpu_alloc(cube__backend_device_t* dev, uint64_t size,
+                                     cube__storage_t* out) {
+  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_ALLOC, CUBE_STATUS_OUT_OF_MEMORY,
+                     "cpu device %u: allocation of %llu bytes failed", dev ? dev->index : 0u,
+                     (unsigned long long)size);
+  return cube__cpu_alloc_storage(dev, size, out);
+}
+
+/* On the CPU "pinned" staging memory is plain memory. */
+static cube_status_t cube__cpu_host_alloc(cube__backend_device_t* dev, uint64_t size,
+                                          cube__storage_t* out) {
+  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_HOST_ALLOC, CUBE_STATUS_OUT_OF_MEMORY,
+                     "cpu device %u: pinned allocation of %llu bytes failed",
+                     dev ? dev->index : 0u, (unsigned long long)size);
+  return cube__cpu_alloc_storage(dev, size, out);
 }
 
 static void cube__cpu_dealloc(cube__backend_device_t* dev, const cube__storage_t* storage) {
@@ -294,6 +312,9 @@ static cube_status_t cube__cpu_write(cube__backend_device_t* dev, void* stream,
   (void)dev;
   (void)stream;
   if (width == 0 || height == 0) return CUBE_OK;
+  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_WRITE, CUBE_STATUS_INTERNAL,
+                     "cpu write of %llu bytes to storage %llu failed",
+                     (unsigned long long)(width * height), (unsigned long long)dst->id);
   CUBE_RETURN_IF_ERROR(cube__cpu_check_rows("write", dst, dst_offset, pitch, width, height));
   uint8_t* d = (uint8_t*)dst->ptr + dst_offset;
   const uint8_t* s = src;
@@ -311,6 +332,9 @@ static cube_status_t cube__cpu_read(cube__backend_device_t* dev, void* stream, v
   (void)dev;
   (void)stream;
   if (width == 0 || height == 0) return CUBE_OK;
+  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_READ, CUBE_STATUS_INTERNAL,
+                     "cpu read of %llu bytes from storage %llu failed",
+                     (unsigned long long)(width * height), (unsigned long long)src->id);
   CUBE_RETURN_IF_ERROR(cube__cpu_check_rows("read", src, src_offset, pitch, width, height));
   const uint8_t* s = (const uint8_t*)src->ptr + src_offset;
   uint8_t* d = dst;
@@ -485,6 +509,8 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
   const cube_kernel_t* k = l->kernel;
   const char* name = l->name ? l->name : (k && k->name ? k->name : "?");
   if (!k) return CUBE_INVALID("launch of kernel '%s': no kernel object", name);
+  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_LAUNCH, CUBE_STATUS_LAUNCH_FAILED,
+                     "launch of kernel '%s' failed", name);
   cube_cpu_kernel_fn kernel_fn = NULL;
   CUBE_RETURN_IF_ERROR(cube__cpu_kernel_function(k, l->mode, &kernel_fn));
 
@@ -581,8 +607,7 @@ const cube__backend_vtable_t cube__backend_cpu = {
     .device_destroy = cube__cpu_device_destroy,
     .alloc = cube__cpu_alloc,
     .dealloc = cube__cpu_dealloc,
-    /* On the CPU "pinned" staging memory is plain memory. */
-    .host_alloc = cube__cpu_alloc,
+    .host_alloc = cube__cpu_host_alloc,
     .host_dealloc = cube__cpu_dealloc,
     .stream_create = cube__cpu_stream_create,
     .stream_destroy = cube__cpu_stream_destroy,

@@ -22,6 +22,7 @@
 
 #include <xxhash.h>
 
+#include "base/fault.h"
 #include "base/status.h"
 #include "platform/platform.h"
 
@@ -452,6 +453,8 @@ static cube_status_t cube__cc_compile_text(const char* cc, const char* text,
                                            size_t* out_size) {
   *out_so = NULL;
   *out_size = 0;
+  CUBE__FAULT_RETURN(CUBE__FAULT_KERNEL_COMPILE, CUBE_STATUS_COMPILATION_FAILED,
+                     "compiling kernel '%s' with %s failed", display_name, cc);
   char safe[64];
   cube__cc_safe_name(display_name, safe, sizeof(safe));
   char dir[PATH_MAX];
