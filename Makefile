@@ -11,12 +11,13 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all build run check deps test test-asan test-tsan bench install clean soak
+.PHONY: all build run check deps test test-asan test-tsan test-fuzz fuzz bench install clean soak
 
 all: build
 
 # Debian packages the build and the tests need (installed only if missing).
-PACKAGES := cmake gcc make pkg-config libxxhash-dev pocl-opencl-icd ocl-icd-opencl-dev opencl-headers
+PACKAGES := cmake gcc make pkg-config libxxhash-dev pocl-opencl-icd ocl-icd-opencl-dev opencl-headers \
+            clang libclang-rt-14-dev
 
 deps:
 	@missing=""; \
@@ -47,6 +48,20 @@ check: deps
 	$(MAKE) test
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
+	$(MAKE) test-fuzz
+
+# The fuzz targets (libFuzzer, clang) for FUZZ_SECONDS each: short in CI,
+# longer with `make fuzz` (FUZZ_LONG_SECONDS, default 600).
+FUZZ_SECONDS ?= 10
+test-fuzz: deps
+	cmake -S . -B $(BUILD)-fuzz $(GENERATOR) -DCMAKE_C_COMPILER=clang -DCUBE_BUILD_FUZZ=ON \
+	  -DCUBE_BUILD_TESTS=OFF -DCUBE_BUILD_TOOLS=OFF -DCUBE_FUZZ_SECONDS=$(FUZZ_SECONDS)
+	cmake --build $(BUILD)-fuzz -j $(JOBS)
+	ctest --test-dir $(BUILD)-fuzz -L fuzz --output-on-failure --no-tests=error
+
+FUZZ_LONG_SECONDS ?= 600
+fuzz:
+	$(MAKE) test-fuzz FUZZ_SECONDS=$(FUZZ_LONG_SECONDS)
 
 # The unit, conformance, stress and example tests again, built with
 # AddressSanitizer + UBSan, then with ThreadSanitizer (findings are fatal).
@@ -77,4 +92,4 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz

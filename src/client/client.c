@@ -922,7 +922,8 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
                                  "%s: kernel '%s': cube count %c = %u exceeds %s's maximum %u", fn,
                                  kernel->name, "xyz"[i], xyz[i], s->props.name,
                                  s->props.hardware.max_cube_count[i]);
-    if (!xyz[0] || !xyz[1] || !xyz[2]) return CUBE_OK; /* empty launch: nothing runs */
+    /* An empty count (a zero component) runs nothing, after the arguments
+     * were checked like any launch's (found by fuzz_client). */
   } else if (count.kind == CUBE_COUNT_DYNAMIC) {
     cube__handle_info_t info;
     char what[128];
@@ -968,6 +969,7 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
                             (int)want);
     }
   }
+  if (count.kind == CUBE_COUNT_STATIC && (!xyz[0] || !xyz[1] || !xyz[2])) return CUBE_OK;
   /* All checked: take the binding references the queued launch holds. */
   for (size_t i = 0; i < arg_count; ++i)
     if (targs[i].mem) cube__memory_ref(targs[i].mem);

@@ -126,11 +126,13 @@ static cube_status_t cube__layout_one(cube_layout_policy_t policy, uint64_t buff
                           fn, index, align, elem);
     align = lcm;
   }
-  if (row > UINT64_MAX - (align - 1))
+  /* Round up without forming row + align - 1, which can overflow even when the
+   * rounded pitch fits (found by fuzz_layout). */
+  uint64_t pitch = row;
+  if (row % align != 0 && cube__add_overflow_u64(row, align - row % align, &pitch))
     return CUBE_INVALID("%s: descs[%zu]: pitch overflows (row %" PRIu64 " bytes, align %" PRIu64
                         ")",
                         fn, index, row, align);
-  uint64_t pitch = cube__round_up(row, align);
   uint64_t size;
   if (cube__mul_overflow_u64(height, pitch, &size))
     return CUBE_INVALID("%s: descs[%zu]: size overflows (%" PRIu64 " rows x pitch %" PRIu64 ")",

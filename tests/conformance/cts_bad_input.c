@@ -509,3 +509,26 @@ CUBE_TEST(bad_input_staging_and_collections) {
   cube_handle_release(h[0]);
   CTS_END(c);
 }
+
+/* Found by fuzz_client: a launch with an empty count still checks its
+ * arguments at once (it used to return OK before looking at them). */
+CUBE_TEST(bad_input_empty_launch_checks_arguments) {
+  CTS_CLIENT(c);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_empty(c, 64, &h));
+  cube_handle_release(h); /* now a released id */
+  cube_arg_kind_t kinds[1] = {CUBE_ARG_BUFFER};
+  cube_kernel_desc_t d = {.name = "empty_count", .cube_dim = {1, 1, 1}, .arg_kinds = kinds,
+                          .arg_count = 1, .cpu_fn = cts_k_copy};
+  cube_kernel_t* k = NULL;
+  REQUIRE_OK(cube_kernel_create(&d, &k));
+  cube_arg_t a[1] = {cube_arg_buffer(h)};
+  CHECK_STATUS(cube_client_launch(c, k, cube_count_static(0, 1, 1), 1, a), CUBE_STATUS_NOT_FOUND,
+               "released");
+  cube_arg_t wrong[1] = {cube_arg_f32(1.0f)};
+  CHECK_STATUS(cube_client_launch(c, k, cube_count_static(4, 0, 1), 1, wrong),
+               CUBE_STATUS_INVALID_ARGUMENT, "argument 0 is f32, expected buffer");
+  cube_kernel_release(k);
+  cube_client_release(c);
+  cube_shutdown();
+}

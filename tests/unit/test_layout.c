@@ -377,3 +377,16 @@ CUBE_TEST(desc_init_copies_and_validates) {
   CHECK_STATUS(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 2, shape, 4, NULL),
                CUBE_STATUS_INVALID_ARGUMENT, "out_desc");
 }
+
+/* Found by fuzz_layout: rounding up a row whose pitch alignment is lcm(A,
+ * elem) must not overflow when the rounded pitch itself fits. */
+CUBE_TEST(pitched_round_up_near_u64_max) {
+  cube_layout_desc_t d;
+  uint64_t shape[1] = {1537228672809129302ull};
+  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 1, shape, 3, &d));
+  uint64_t strides[1][CUBE_MAX_RANK], off[1], size[1], total = 0;
+  REQUIRE_OK(cube_layout_compute(CUBE_LAYOUT_POLICY_PITCHED, 1ull << 62, 1, &d, strides, off, size,
+                                 &total));
+  CHECK_EQ_U64(size[0], 13835058055282163712ull); /* 3 * 2^62 */
+  CHECK_EQ_U64(total, 13835058055282163712ull);
+}
