@@ -1441,6 +1441,21 @@ done:
   return result;
 }
 
+/* One call of the user's kernel for unit (cube__x, cube__y, cube__z) of the
+ * cube in cube__a, at |indent|. */
+static void cube__emit_unit_call(cube__sb_t* sb, const cube__signature_t* sig, const char* e,
+                                 const char* indent) {
+  cube__sb_printf(sb,
+                  "%scube__kernel_%s(cube__x, cube__y, cube__z, cube__a.cube__cx, "
+                  "cube__a.cube__cy, cube__a.cube__cz,\n"
+                  "%s    cube__a.cube__dx, cube__a.cube__dy, cube__a.cube__dz, "
+                  "cube__a.cube__nx, cube__a.cube__ny, cube__a.cube__nz,\n"
+                  "%s    cube__a.cube__bounds, (cube__sched_t*)0",
+                  indent, e, indent, indent);
+  cube__emit_call_params(sb, sig, "cube__a.");
+  cube__sb_puts(sb, ");\n");
+}
+
 static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, bool uses_tls,
                                  const char* split) {
   const char* e = sig->entry;
@@ -1613,16 +1628,8 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
         if (sig->params[i].kind == CUBE_ARG_BUFFER)
           cube__sb_printf(sb, "            CUBE__ASSUME((uint64_t)cube__p < cube__a.%s__len);\n",
                           sig->params[i].name);
-      cube__sb_printf(sb,
-                      "            cube__kernel_%s(cube__x, cube__y, cube__z, cube__a.cube__cx, "
-                      "cube__a.cube__cy, cube__a.cube__cz,\n"
-                      "                cube__a.cube__dx, cube__a.cube__dy, cube__a.cube__dz, "
-                      "cube__a.cube__nx, cube__a.cube__ny, cube__a.cube__nz,\n"
-                      "                cube__a.cube__bounds, (cube__sched_t*)0",
-                      e);
-      cube__emit_call_params(sb, sig, "cube__a.");
+      cube__emit_unit_call(sb, sig, e, "            ");
       cube__sb_puts(sb,
-                    ");\n"
                     "          }\n"
                     "        }\n"
                     "      }\n"
@@ -1630,20 +1637,13 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                     "    }\n"
                     "  }\n");
     }
-    cube__sb_printf(sb,
-                    "  for (uint32_t cube__z = 0; cube__z < cube__a.cube__dz; ++cube__z) {\n"
-                    "    for (uint32_t cube__y = 0; cube__y < cube__a.cube__dy; ++cube__y) {\n"
-                    "#pragma omp simd\n"
-                    "      for (uint32_t cube__x = 0; cube__x < cube__a.cube__dx; ++cube__x) {\n"
-                    "        cube__kernel_%s(cube__x, cube__y, cube__z, cube__a.cube__cx, "
-                    "cube__a.cube__cy, cube__a.cube__cz,\n"
-                    "            cube__a.cube__dx, cube__a.cube__dy, cube__a.cube__dz, "
-                    "cube__a.cube__nx, cube__a.cube__ny, cube__a.cube__nz,\n"
-                    "            cube__a.cube__bounds, (cube__sched_t*)0",
-                    e);
-    cube__emit_call_params(sb, sig, "cube__a.");
     cube__sb_puts(sb,
-                  ");\n"
+                  "  for (uint32_t cube__z = 0; cube__z < cube__a.cube__dz; ++cube__z) {\n"
+                  "    for (uint32_t cube__y = 0; cube__y < cube__a.cube__dy; ++cube__y) {\n"
+                  "#pragma omp simd\n"
+                  "      for (uint32_t cube__x = 0; cube__x < cube__a.cube__dx; ++cube__x) {\n");
+    cube__emit_unit_call(sb, sig, e, "        ");
+    cube__sb_puts(sb,
                   "      }\n"
                   "    }\n"
                   "  }\n"
