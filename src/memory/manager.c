@@ -248,7 +248,20 @@ static cube_status_t cube__mm_reserve_into(cube__mm_t* mm, uint64_t size, cube__
   }
   CUBE_RETURN_IF_ERROR(cube__pool_try_reserve(pool, size, m, &found));
   if (found) return CUBE_OK;
-  return cube__mm_alloc_with_retry(mm, pool, size, m);
+  cube_status_t status = cube__mm_alloc_with_retry(mm, pool, size, m);
+  if (status == CUBE_OK || cube_status_code(status) != CUBE_STATUS_OUT_OF_MEMORY) return status;
+  /* The pool's page does not fit in what the storage has left (a memory limit
+   * on a machine whose ladder pages are large: a 1 MiB request can need a
+   * 126 MiB page on a 125 GiB host). Before failing, take an exact-size
+   * buffer from the persistent pool: it holds just the request. */
+  bool storage_oom = false;
+  cube_status_t exact = cube__pool_alloc(&mm->persistent, size, m, &storage_oom);
+  if (exact == CUBE_OK) {
+    cube_status_free(status);
+    return CUBE_OK;
+  }
+  cube_status_free(exact);
+  return status;
 }
 
 cube_status_t cube__mm_reserve(cube__mm_t* mm, uint64_t size, cube__memory_t** out_memory) {

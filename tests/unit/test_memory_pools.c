@@ -896,7 +896,7 @@ CUBE_TEST(oom_storage_exhausted_message_and_report) {
   cube__memory_t* b = NULL;
   cube_status_t s = cube__mm_reserve(f.mm, 1000, &b);
   CHECK(b == NULL);
-  CHECK_EQ_U64(f.ts.failures, 2); /* first try and the retry */
+  CHECK_EQ_U64(f.ts.failures, 3); /* first try, the retry, an exact-size buffer */
   const char* msg = cube_status_message(s);
   CHECK(cube_status_code(s) == CUBE_STATUS_OUT_OF_MEMORY);
   CHECK(strstr(msg, "test memory: cannot reserve 1000 bytes") != NULL);
@@ -1057,4 +1057,35 @@ CUBE_TEST(create_rejects_bad_options) {
   ts.ops.alignment = 0;
   CHECK_STATUS(cube__mm_create(&o, &ts.ops, &mm), CUBE_STATUS_INVALID_ARGUMENT, "alignment");
   CHECK_STATUS(cube__mm_create(NULL, &ts.ops, &mm), CUBE_STATUS_INVALID_ARGUMENT, "required");
+}
+
+/* A page that no longer fits in what the storage has left (a memory limit
+ * below the ladder's page size) does not fail a small request: it gets an
+ * exact-size buffer from the persistent pool instead. */
+CUBE_TEST(oom_page_falls_back_to_exact_size) {
+  fixture_t f;
+  cube__pool_options_t pools[] = {sliced(4096, 4096)};
+  REQUIRE(open_custom(&f, pools, 1, DUMMY_ALIGN));
+  f.ts.limit = 3000; /* a 4096-byte page can never be had */
+  cube__memory_t* a = reserve(f.mm, 1000);
+  REQUIRE(a != NULL);
+  cube_memory_report_t r;
+  cube__mm_report(f.mm, &r);
+  CHECK_EQ_U64(r.pools[0].pages, 0);
+  CHECK_EQ_U64(r.pools[r.pool_count - 1].usage.bytes_in_use, 1000); /* the persistent pool */
+  CHECK_EQ_U64(r.total.bytes_reserved, 1024);                      /* 1000 + padding to 32 */
+  /* A second one fits too (2048 <= 3000); a third does not, and fails with the report. */
+  cube__memory_t* b = reserve(f.mm, 1000);
+  CHECK(b != NULL);
+  cube__memory_t* c = NULL;
+  cube_status_t s = cube__mm_reserve(f.mm, 1000, &c);
+  CHECK(cube_status_code(s) == CUBE_STATUS_OUT_OF_MEMORY && c == NULL);
+  cube_status_free(s);
+  cube__memory_handle_unref(a);
+  if (b) cube__memory_handle_unref(b);
+  cube__mm_cleanup(f.mm, true);
+  cube_memory_usage_t u;
+  cube__mm_usage(f.mm, &u);
+  CHECK_EQ_U64(u.bytes_reserved, 0);
+  close_fixture(&f);
 }

@@ -35,9 +35,11 @@ extern char** environ;
 
 /* The flags of every compile, before "-x c - -o <out>" (part of the
  * compiler identity, so of every key). */
+/* -pipe: no temporary assembly files (gcc writes one per compile; a full or
+ * size-limited /tmp then fails the compile, seen with RLIMIT_FSIZE). */
 static const char* const cube__cc_flags[] = {
     "-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno", "-fopenmp-simd",
-    "-w", NULL};
+    "-pipe", "-w", NULL};
 #define CUBE__CC_NFLAGS (sizeof(cube__cc_flags) / sizeof(cube__cc_flags[0]) - 1)
 
 /* Small helpers -------------------------------------------------------- */
