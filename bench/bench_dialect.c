@@ -54,6 +54,7 @@
 #include <omp.h>
 #endif
 
+#include "bench_common.h"
 #include "cube/cube.h"
 /* Internal: the OpenCL unit of a dialect source, and the CPU compiler. */
 #include "backends/cpu/cpu_compiler.h"
@@ -107,50 +108,9 @@ static const char* const k_empty_src = "CUBE_KERNEL(empty, uint32_t unused) {}\n
 // Timing, statistics, output
 //===----------------------------------------------------------------------===//
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-#define MAX_TRIALS 64
-
-typedef struct stats {
-  double median_us; /* per operation */
-  double min_us;
-  int trials;
-  bool valid; /* false: not measured (system absent or failed) */
-} stats_t;
-
-/* One trial runs |iters| operations and returns its total time in ns. */
-typedef uint64_t (*trial_fn)(void* ctx, uint64_t iters);
-
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
 static int cmp_u64(const void* a, const void* b) {
   uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
   return x < y ? -1 : x > y;
-}
-
-static double median_sorted(const double* t, int n) {
-  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
-static stats_t measure(trial_fn fn, void* ctx, uint64_t iters, int warmup, int trials) {
-  double t[MAX_TRIALS];
-  if (trials > MAX_TRIALS) trials = MAX_TRIALS;
-  for (int i = 0; i < warmup; ++i) (void)fn(ctx, iters);
-  for (int i = 0; i < trials; ++i) t[i] = (double)fn(ctx, iters) / 1000.0 / (double)iters;
-  qsort(t, (size_t)trials, sizeof(double), cmp_double);
-  stats_t s;
-  s.trials = trials;
-  s.min_us = t[0];
-  s.median_us = median_sorted(t, trials);
-  s.valid = true;
-  return s;
 }
 
 /* Lets spinning helpers of the system measured before (OpenMP, PoCL, cube's
@@ -1655,33 +1615,7 @@ static void set_pocl_cache_dir(void) {
 }
 
 static void print_header(void) {
-  char model[256] = "unknown";
-  FILE* f = fopen("/proc/cpuinfo", "r");
-  if (f) {
-    char line[512];
-    while (fgets(line, sizeof(line), f)) {
-      if (strncmp(line, "model name", 10) != 0) continue;
-      const char* v = strchr(line, ':');
-      if (!v) continue;
-      v++;
-      while (*v == ' ' || *v == '\t') v++;
-      snprintf(model, sizeof(model), "%.*s", (int)strcspn(v, "\n"), v);
-      break;
-    }
-    fclose(f);
-  }
-  cpu_set_t set;
-  int usable = -1;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) usable = CPU_COUNT(&set);
-  char date[64];
-  time_t t = time(NULL);
-  struct tm tm;
-  localtime_r(&t, &tm);
-  strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S %Z", &tm);
-  printf("cube bench_dialect (cube %s)\n", cube_version());
-  printf("machine: %s, %ld cores online, %d usable by this process\n", model,
-         sysconf(_SC_NPROCESSORS_ONLN), usable);
-  printf("date: %s\n", date);
+  print_machine("bench_dialect", cube_version());
   const char* cc = NULL;
   const char* ident = NULL;
   cube_status_t s = cube__cpu_compiler(&cc, &ident);

@@ -35,46 +35,12 @@
 #include <omp.h>
 #endif
 
+#include "bench_common.h"
 #include "cube/cube.h"
 
 //===----------------------------------------------------------------------===//
 // Timing and statistics
 //===----------------------------------------------------------------------===//
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-#define MAX_TRIALS 64
-
-typedef struct stats {
-  double median_us; /* per operation */
-  double min_us;
-  int trials;
-} stats_t;
-
-/* One trial runs |iters| operations and returns its total time in ns. */
-typedef uint64_t (*trial_fn)(void* ctx, uint64_t iters);
-
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
-static stats_t measure(trial_fn fn, void* ctx, uint64_t iters, int warmup, int trials) {
-  double t[MAX_TRIALS];
-  if (trials > MAX_TRIALS) trials = MAX_TRIALS;
-  for (int i = 0; i < warmup; ++i) (void)fn(ctx, iters);
-  for (int i = 0; i < trials; ++i) t[i] = (double)fn(ctx, iters) / 1000.0 / (double)iters;
-  qsort(t, (size_t)trials, sizeof(double), cmp_double);
-  stats_t s;
-  s.trials = trials;
-  s.min_us = t[0];
-  s.median_us = trials % 2 ? t[trials / 2] : 0.5 * (t[trials / 2 - 1] + t[trials / 2]);
-  return s;
-}
 
 static int g_failures;
 
@@ -513,33 +479,7 @@ static uint64_t trial_saxpy_omp(void* p, uint64_t iters) {
 //===----------------------------------------------------------------------===//
 
 static void print_header(void) {
-  char model[256] = "unknown";
-  FILE* f = fopen("/proc/cpuinfo", "r");
-  if (f) {
-    char line[512];
-    while (fgets(line, sizeof(line), f)) {
-      if (strncmp(line, "model name", 10) != 0) continue;
-      const char* v = strchr(line, ':');
-      if (!v) continue;
-      v++;
-      while (*v == ' ' || *v == '\t') v++;
-      snprintf(model, sizeof(model), "%.*s", (int)strcspn(v, "\n"), v);
-      break;
-    }
-    fclose(f);
-  }
-  cpu_set_t set;
-  int usable = -1;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) usable = CPU_COUNT(&set);
-  char date[64];
-  time_t t = time(NULL);
-  struct tm tm;
-  localtime_r(&t, &tm);
-  strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S %Z", &tm);
-  printf("cube bench_runtime (cube %s)\n", cube_version());
-  printf("machine: %s, %ld cores online, %d usable by this process\n", model,
-         sysconf(_SC_NPROCESSORS_ONLN), usable);
-  printf("date: %s\n", date);
+  print_machine("bench_runtime", cube_version());
 #if defined(__clang__)
   printf("compiler: clang %s", __clang_version__);
 #elif defined(__GNUC__)

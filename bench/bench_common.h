@@ -1,0 +1,90 @@
+/* Shared by the benches in bench/: the clock, median/min over trials, and the
+ * machine line of the header. Each bench is one C file including this. */
+#ifndef CUBE_BENCH_COMMON_H_
+#define CUBE_BENCH_COMMON_H_
+
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static inline uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#define MAX_TRIALS 64
+
+typedef struct stats {
+  double median_us; /* per operation */
+  double min_us;
+  int trials;
+  bool valid; /* false: not measured (system absent or failed) */
+} stats_t;
+
+/* One trial runs |iters| operations and returns its total time in ns. */
+typedef uint64_t (*trial_fn)(void* ctx, uint64_t iters);
+
+static inline int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+static inline double median_sorted(const double* t, int n) {
+  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* |warmup| untimed trials, then |trials| timed ones: median and min per
+ * operation in microseconds. */
+static inline stats_t measure(trial_fn fn, void* ctx, uint64_t iters, int warmup, int trials) {
+  double t[MAX_TRIALS];
+  if (trials > MAX_TRIALS) trials = MAX_TRIALS;
+  for (int i = 0; i < warmup; ++i) (void)fn(ctx, iters);
+  for (int i = 0; i < trials; ++i) t[i] = (double)fn(ctx, iters) / 1000.0 / (double)iters;
+  qsort(t, (size_t)trials, sizeof(double), cmp_double);
+  stats_t s;
+  s.trials = trials;
+  s.min_us = t[0];
+  s.median_us = median_sorted(t, trials);
+  s.valid = true;
+  return s;
+}
+
+/* "cube <name> (cube X)", then "machine: <CPU model>, N cores online, M usable"
+ * and "date: ..." lines. */
+static inline void print_machine(const char* bench, const char* version) {
+  char model[256] = "unknown";
+  FILE* f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char line[512];
+    while (fgets(line, sizeof(line), f)) {
+      if (strncmp(line, "model name", 10) != 0) continue;
+      const char* v = strchr(line, ':');
+      if (!v) continue;
+      v++;
+      while (*v == ' ' || *v == '\t') v++;
+      snprintf(model, sizeof(model), "%.*s", (int)strcspn(v, "\n"), v);
+      break;
+    }
+    fclose(f);
+  }
+  cpu_set_t set;
+  int usable = -1;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) usable = CPU_COUNT(&set);
+  char date[64];
+  time_t t = time(NULL);
+  struct tm tm;
+  localtime_r(&t, &tm);
+  strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S %Z", &tm);
+  printf("cube %s (cube %s)\n", bench, version);
+  printf("machine: %s, %ld cores online, %d usable by this process\n", model,
+         sysconf(_SC_NPROCESSORS_ONLN), usable);
+  printf("date: %s\n", date);
+}
+
+#endif /* CUBE_BENCH_COMMON_H_ */
