@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cube/status.h"
+
 static inline uint64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -86,5 +88,25 @@ static inline void print_machine(const char* bench, const char* version) {
          sysconf(_SC_NPROCESSORS_ONLN), usable);
   printf("date: %s\n", date);
 }
+
+/* Failed calls are counted (the bench then exits 1) and printed with the
+ * bench's name; define BENCH_NAME before including this header. */
+#ifndef BENCH_NAME
+#define BENCH_NAME "bench"
+#endif
+static int g_failures;
+
+static inline void fail_status(const char* what, cube_status_t s) {
+  fprintf(stderr, BENCH_NAME ": %s failed: [%s] %s\n", what,
+          cube_status_code_name(cube_status_code(s)), cube_status_message(s));
+  cube_status_free(s);
+  g_failures++;
+}
+
+#define TRY(what, expr)                         \
+  do {                                          \
+    cube_status_t s_ = (expr);                  \
+    if (s_ != CUBE_OK) fail_status((what), s_); \
+  } while (0)
 
 #endif /* CUBE_BENCH_COMMON_H_ */

@@ -54,6 +54,7 @@
 #include <omp.h>
 #endif
 
+#define BENCH_NAME "bench_dialect"
 #include "bench_common.h"
 #include "cube/cube.h"
 /* Internal: the OpenCL unit of a dialect source, and the CPU compiler. */
@@ -121,21 +122,8 @@ static void settle(void) {
   nanosleep(&ts, NULL);
 }
 
-static int g_failures;
 static volatile float g_sink;
 
-static void fail_status(const char* what, cube_status_t s) {
-  fprintf(stderr, "bench_dialect: %s failed: [%s] %s\n", what,
-          cube_status_code_name(cube_status_code(s)), cube_status_message(s));
-  cube_status_free(s);
-  g_failures++;
-}
-
-#define TRY(what, expr)                         \
-  do {                                          \
-    cube_status_t s_ = (expr);                  \
-    if (s_ != CUBE_OK) fail_status((what), s_); \
-  } while (0)
 
 static void wrong(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 static void wrong(const char* fmt, ...) {

@@ -35,6 +35,7 @@
 #include <omp.h>
 #endif
 
+#define BENCH_NAME "bench_runtime"
 #include "bench_common.h"
 #include "cube/cube.h"
 
@@ -42,20 +43,7 @@
 // Timing and statistics
 //===----------------------------------------------------------------------===//
 
-static int g_failures;
 
-static void fail_status(const char* what, cube_status_t s) {
-  fprintf(stderr, "bench_runtime: %s failed: [%s] %s\n", what,
-          cube_status_code_name(cube_status_code(s)), cube_status_message(s));
-  cube_status_free(s);
-  g_failures++;
-}
-
-#define TRY(what, expr)                         \
-  do {                                          \
-    cube_status_t s_ = (expr);                  \
-    if (s_ != CUBE_OK) fail_status((what), s_); \
-  } while (0)
 
 /* "name: median X us (min Y), ratio vs B Z" */
 static void line_time(const char* name, stats_t s, const char* base_name, stats_t base) {
