@@ -33,6 +33,10 @@ typedef struct cube__launch {
 enum {
   /* Storage pointers are host memory that any thread may read and write. */
   CUBE__BACKEND_HOST_MEMORY = 1u << 0,
+  /* Uploads into a fresh buffer may run on the calling thread: |write| is
+   * thread-safe against the runner using the same stream, and orders the copy
+   * after the work that stream was given before (a device stream). */
+  CUBE__BACKEND_CALLER_WRITES = 1u << 1,
 };
 
 typedef struct cube__backend_vtable {
@@ -85,6 +89,34 @@ typedef struct cube__backend_vtable {
 
   /* Waits for everything queued on |stream|. */
   cube_status_t (*sync)(cube__backend_device_t* device, void* stream);
+
+  /* Optional entries (NULL when the backend has no such thing) ------------- */
+
+  /* Stream-ordered device storage: used instead of alloc/dealloc when set.
+   * dealloc_on is called with the stream that allocated the storage; the
+   * work of other streams on it has completed by then (the server holds
+   * cross-stream uses until their events completed). */
+  cube_status_t (*alloc_on)(cube__backend_device_t* device, void* stream, uint64_t size,
+                            cube__storage_t* out);
+  void (*dealloc_on)(cube__backend_device_t* device, void* stream, const cube__storage_t* storage);
+  /* Gives cached driver memory back after a cleanup (runs on the caller of
+   * memory_cleanup). */
+  void (*trim)(cube__backend_device_t* device, void* stream);
+
+  /* Events: a point in a stream's work. With them the server orders a buffer
+   * that crosses streams (wait) and keeps it alive until the other stream's
+   * work on it has completed (query/synchronize). */
+  cube_status_t (*event_record)(cube__backend_device_t* device, void* stream, void** out_event);
+  /* Makes |stream| wait for |event| (recorded on another stream). */
+  cube_status_t (*event_wait)(cube__backend_device_t* device, void* stream, void* event);
+  /* True once |event| completed (or failed: the failure surfaces at sync). */
+  bool (*event_done)(cube__backend_device_t* device, void* event);
+  /* Blocks until |event| completed. */
+  cube_status_t (*event_sync)(cube__backend_device_t* device, void* event);
+  void (*event_destroy)(cube__backend_device_t* device, void* event);
+  /* Device time between two completed events, in nanoseconds. */
+  cube_status_t (*event_elapsed)(cube__backend_device_t* device, void* start, void* end,
+                                 uint64_t* out_ns);
 } cube__backend_vtable_t;
 
 /* The registry: the table of |backend|, or NULL if not compiled in. */
@@ -92,5 +124,8 @@ const cube__backend_vtable_t* cube__backend_get(cube_backend_t backend);
 
 extern const cube__backend_vtable_t cube__backend_cpu;
 extern const cube__backend_vtable_t cube__backend_null;
+#ifdef CUBE_HAVE_CUDA
+extern const cube__backend_vtable_t cube__backend_cuda;
+#endif
 
 #endif /* CUBE_BACKENDS_BACKEND_H_ */

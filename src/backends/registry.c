@@ -8,7 +8,10 @@ const cube__backend_vtable_t* cube__backend_get(cube_backend_t backend) {
       return &cube__backend_cpu;
     case CUBE_BACKEND_NULL:
       return &cube__backend_null;
-    case CUBE_BACKEND_CUDA:   /* not built yet */
+#ifdef CUBE_HAVE_CUDA
+    case CUBE_BACKEND_CUDA:
+      return &cube__backend_cuda;
+#endif
     case CUBE_BACKEND_OPENCL: /* not built yet */
     default:
       return NULL;
