@@ -84,7 +84,8 @@ static struct {
   atomic_uint_fast64_t copies, bytes_h2d, bytes_d2h, async_allocs, async_frees, launches;
 } mock = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static _Thread_local int mock_current = -1;
+static _Thread_local int mock_current = -1;      /* device of the current context, -1: none or foreign */
+static _Thread_local CUcontext mock_current_ctx; /* as set, foreign ones included */
 
 /* Device allocations: size kept in a header before the block. */
 typedef struct { uint64_t size; int device; int magic; } mock_hdr_t;
@@ -281,7 +282,32 @@ static CUresult m_cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
   return CUDA_SUCCESS;
 }
 static CUresult m_cuCtxSetCurrent(CUcontext c) {
-  mock_current = c ? (int)((int*)c - mock.ctx_tag) : -1;
+  mock_current_ctx = c;
+  mock_current = -1;
+  for (int i = 0; i < MOCK_MAX_DEVICES; ++i)
+    if (c == (CUcontext)&mock.ctx_tag[i]) mock_current = i;
+  return CUDA_SUCCESS;
+}
+/* The context stack of a thread (pushed contexts, the current one not included). */
+static _Thread_local CUcontext mock_stack[16];
+static _Thread_local int mock_depth;
+static _Atomic int mock_pushes; /* pushes minus pops, over all threads */
+
+static CUresult m_cuCtxGetCurrent(CUcontext* c) {
+  *c = mock_current_ctx;
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuCtxPushCurrent(CUcontext c) {
+  if (mock_depth == 16) return CUDA_ERROR_INVALID_VALUE;
+  mock_stack[mock_depth++] = mock_current_ctx;
+  atomic_fetch_add(&mock_pushes, 1);
+  return m_cuCtxSetCurrent(c);
+}
+static CUresult m_cuCtxPopCurrent(CUcontext* c) {
+  if (mock_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  m_cuCtxGetCurrent(c);
+  m_cuCtxSetCurrent(mock_stack[--mock_depth]);
+  atomic_fetch_sub(&mock_pushes, 1);
   return CUDA_SUCCESS;
 }
 static CUresult m_cuCtxSynchronize(void) {
@@ -580,7 +606,7 @@ MOCK_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int versio
   static const struct { const char* name; void* fn; } table[] = {
 #define E(n) {#n, (void*)(uintptr_t)m_##n}
       E(cuInit), E(cuDriverGetVersion), E(cuDeviceGetCount), E(cuDeviceGet), E(cuDeviceGetName),
-      E(cuDeviceTotalMem), E(cuDeviceGetAttribute), E(cuDevicePrimaryCtxRetain), E(cuCtxSetCurrent),
+      E(cuDeviceTotalMem), E(cuDeviceGetAttribute), E(cuDevicePrimaryCtxRetain), E(cuCtxSetCurrent), E(cuCtxGetCurrent), E(cuCtxPushCurrent), E(cuCtxPopCurrent),
       E(cuCtxSynchronize), E(cuStreamCreate), E(cuStreamDestroy), E(cuStreamSynchronize),
       E(cuStreamWaitEvent), E(cuEventCreate), E(cuEventRecord), E(cuEventQuery),
       E(cuEventSynchronize), E(cuEventDestroy), E(cuEventElapsedTime), E(cuMemAlloc), E(cuMemFree),
@@ -607,6 +633,7 @@ MOCK_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int versio
 typedef struct cube_mock_cuda_stats {
   uint64_t copies, bytes_h2d, bytes_d2h, async_allocs, async_frees, launches, device_bytes_used;
   int pinned_allocations, streams;
+  int context_pushes_outstanding; /* pushes not popped yet, all threads */
 } cube_mock_cuda_stats_t;
 
 MOCK_API void cube_mock_cuda_stats(cube_mock_cuda_stats_t* out) {
@@ -623,4 +650,5 @@ MOCK_API void cube_mock_cuda_stats(cube_mock_cuda_stats_t* out) {
   for (mock_stream_t* s = mock.streams; s; s = s->next_all) ++n;
   out->streams = n;
   pthread_mutex_unlock(&mock.lock);
+  out->context_pushes_outstanding = atomic_load(&mock_pushes);
 }

@@ -26,10 +26,12 @@
 #endif
 
 static const cube_device_id_t cuda0 = {CUBE_BACKEND_CUDA, 0};
+typedef int CUresult_t; /* the driver's CUresult, without its header */
 
 typedef struct {
   uint64_t copies, bytes_h2d, bytes_d2h, async_allocs, async_frees, launches, device_bytes_used;
   int pinned_allocations, streams;
+  int context_pushes_outstanding;
 } mock_stats_t;
 
 static void mock_stats(mock_stats_t* out) {
@@ -419,4 +421,45 @@ CUBE_TEST(kernels_compile_and_fail_cleanly) {
   cube_handle_release(y);
   cube_client_release(c);
   cube_shutdown();
+}
+
+/* cube puts back the calling thread's context after every call: a program's
+ * own CUDA code on the same thread keeps its context (here: none at all, and
+ * one of its own). */
+CUBE_TEST(callers_context_is_left_alone) {
+  MOCK_SETUP("0");
+#ifdef CUBE_MOCK_CUDA_PATH
+  void* lib = dlopen(CUBE_MOCK_CUDA_PATH, RTLD_NOW);
+  REQUIRE(lib);
+  typedef CUresult_t (*get_proc_t)(const char*, void**, int, uint64_t, int*);
+  get_proc_t get = (get_proc_t)(uintptr_t)dlsym(lib, "cuGetProcAddress_v2");
+  REQUIRE(get);
+  void *getp = NULL, *setp = NULL;
+  REQUIRE(get("cuCtxGetCurrent", &getp, 12000, 0, NULL) == 0);
+  REQUIRE(get("cuCtxSetCurrent", &setp, 12000, 0, NULL) == 0);
+  CUresult_t (*ctx_get)(void**) = (CUresult_t (*)(void**))(uintptr_t)getp;
+  CUresult_t (*ctx_set)(void*) = (CUresult_t (*)(void*))(uintptr_t)setp;
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  void* cur = (void*)1;
+  CHECK(ctx_get(&cur) == 0 && cur == NULL); /* loading left none current */
+  int mine = 0;
+  REQUIRE(ctx_set(&mine) == 0);
+  unsigned char data[5000];
+  fill_random(data, sizeof(data), 3);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c, data, sizeof(data), &h));
+  CHECK(ctx_get(&cur) == 0 && cur == &mine);
+  CHECK(read_equals(c, h, data, sizeof(data)));
+  cube_handle_release(h);
+  CHECK_OK(cube_client_memory_cleanup(c));
+  CHECK(ctx_get(&cur) == 0 && cur == &mine);
+  REQUIRE(ctx_set(NULL) == 0);
+  cube_client_release(c);
+  cube_shutdown();
+  mock_stats_t st;
+  mock_stats(&st);
+  CHECK_EQ_U64(st.context_pushes_outstanding, 0);
+  dlclose(lib);
+#endif
 }

@@ -32,6 +32,9 @@
   X(DeviceGetAttribute, "cuDeviceGetAttribute", PFN_cuDeviceGetAttribute_v2000) \
   X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", PFN_cuDevicePrimaryCtxRetain_v7000) \
   X(CtxSetCurrent, "cuCtxSetCurrent", PFN_cuCtxSetCurrent_v4000)         \
+  X(CtxGetCurrent, "cuCtxGetCurrent", PFN_cuCtxGetCurrent_v4000)         \
+  X(CtxPushCurrent, "cuCtxPushCurrent", PFN_cuCtxPushCurrent_v4000)      \
+  X(CtxPopCurrent, "cuCtxPopCurrent", PFN_cuCtxPopCurrent_v4000)         \
   X(CtxSynchronize, "cuCtxSynchronize", PFN_cuCtxSynchronize_v2000)      \
   X(StreamCreate, "cuStreamCreate", PFN_cuStreamCreate_v2000)            \
   X(StreamDestroy, "cuStreamDestroy", PFN_cuStreamDestroy_v4000)         \

@@ -120,11 +120,39 @@ static atomic_uint_fast64_t cube__cuda_next_storage_id = 1;
     if (cube__r_ != CUDA_SUCCESS) return cube__cuda_error(cube__r_, CUBE_STATUS_OK, __VA_ARGS__); \
   } while (0)
 
-static inline cube_status_t cube__cuda_bind(cube__backend_device_t* d) {
-  CUresult r = d->cu->CtxSetCurrent(d->ctx);
-  if (r != CUDA_SUCCESS) return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: cuCtxSetCurrent", d->index);
-  return CUBE_OK;
+/* Every entry makes the device's context current for its duration and puts
+ * back whatever the calling thread had: cube runs on the user's threads too
+ * (uploads, allocation), and a program's own CUDA code on that thread must
+ * find its context unchanged. Nothing is pushed when it is current already. */
+typedef struct cube__cuda_scope {
+  const cube__cuda_driver_t* cu;
+  bool pushed;
+} cube__cuda_scope_t;
+
+static inline cube__cuda_scope_t cube__cuda_enter(CUcontext ctx) {
+  const cube__cuda_driver_t* cu = NULL;
+  cube__cuda_scope_t s = {NULL, false};
+  cube_status_t st = cube__cuda_driver(&cu);
+  if (st) {
+    cube_status_free(st);
+    return s;
+  }
+  s.cu = cu;
+  CUcontext cur = NULL;
+  if (cu->CtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx) return s;
+  s.pushed = cu->CtxPushCurrent(ctx) == CUDA_SUCCESS;
+  return s;
 }
+
+static inline void cube__cuda_leave(cube__cuda_scope_t* s) {
+  if (!s->pushed) return;
+  CUcontext popped = NULL;
+  s->cu->CtxPopCurrent(&popped);
+}
+
+#define CUBE__CUDA_SCOPE(ctx)                                                    \
+  __attribute__((cleanup(cube__cuda_leave), unused)) cube__cuda_scope_t cube__scope_ = \
+      cube__cuda_enter(ctx)
 
 static inline CUstream cube__cuda_s(void* stream) {
   return stream ? ((cube__cuda_stream_t*)stream)->stream : NULL;
@@ -166,7 +194,7 @@ static int cube__cuda_attr(cube__backend_device_t* d, CUdevice_attribute a) {
 static void cube__cuda_device_free(cube__backend_device_t* d) {
   if (!d) return;
   if (d->ctx) {
-    d->cu->CtxSetCurrent(d->ctx);
+    CUBE__CUDA_SCOPE(d->ctx);
     d->cu->CtxSynchronize();
     for (uint32_t i = 0; i < d->slot_count; ++i) {
       if (d->slots[i].done) d->cu->EventDestroy(d->slots[i].done);
@@ -185,6 +213,11 @@ static void cube__cuda_device_free(cube__backend_device_t* d) {
   pthread_mutex_destroy(&d->fn_lock);
   free(d);
 }
+
+static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t index,
+                                            cube_device_properties_t* p,
+                                            cube_features_t* out_features,
+                                            cube_backend_info_t* out_info, uint32_t count);
 
 static cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_options_t* options,
                                               cube__backend_device_t** out_device,
@@ -222,15 +255,31 @@ static cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_
     st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: cuDevicePrimaryCtxRetain", index);
     goto fail;
   }
-  st = cube__cuda_bind(d);
+  {
+    CUBE__CUDA_SCOPE(d->ctx);
+    st = cube__cuda_device_read(d, index, p, out_features, out_info, count);
+  }
   if (st) goto fail;
+  *out_device = d;
+  return CUBE_OK;
+fail:
+  cube__cuda_device_free(d);
+  return st;
+}
+
+static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t index,
+                                            cube_device_properties_t* p,
+                                            cube_features_t* out_features,
+                                            cube_backend_info_t* out_info, uint32_t count) {
+  const cube__cuda_driver_t* cu = d->cu;
+  cube_status_t st = CUBE_OK;
+  CUresult r;
   if (cu->DeviceGetName(d->name, (int)sizeof(d->name), d->dev) != CUDA_SUCCESS)
     snprintf(d->name, sizeof(d->name), "GPU %u", index);
   size_t total = 0;
   r = cu->DeviceTotalMem(&total, d->dev);
   if (r != CUDA_SUCCESS) {
-    st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: cuDeviceTotalMem", index);
-    goto fail;
+    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: cuDeviceTotalMem", index);
   }
   d->cc_major = cube__cuda_attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
   d->cc_minor = cube__cuda_attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
@@ -256,11 +305,10 @@ static cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_
   r = cu->MemAlloc(&d->bounds_dev, 64);
   if (r == CUDA_SUCCESS) r = cu->MemHostAlloc((void**)&d->bounds_host, 64, CU_MEMHOSTALLOC_PORTABLE);
   if (r != CUDA_SUCCESS) {
-    st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: bounds record", index);
-    goto fail;
+    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: bounds record", index);
   }
   st = cube__worker_pool_acquire(&d->workers);
-  if (st) goto fail;
+  if (st) return st;
   d->copy_threads = cube__worker_pool_size(d->workers);
   if (d->copy_threads > CUBE__CUDA_MAX_COPY_THREADS) d->copy_threads = CUBE__CUDA_MAX_COPY_THREADS;
   if (d->copy_threads < 1) d->copy_threads = 1;
@@ -306,10 +354,6 @@ static cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_
              CUBE_VERSION_STRING, cu->version / 1000, (cu->version % 1000) / 10);
     out_info->device_count = count;
   }
-  *out_device = d;
-  return CUBE_OK;
-fail:
-  cube__cuda_device_free(d);
   return st;
 }
 
@@ -334,7 +378,7 @@ static cube_status_t cube__cuda_alloc_on(cube__backend_device_t* d, void* stream
   CUBE__FAULT_RETURN(CUBE__FAULT_CPU_ALLOC, CUBE_STATUS_OUT_OF_MEMORY,
                      "cuda device %u: allocation of %llu bytes failed", d->index,
                      (unsigned long long)size);
-  CUBE_RETURN_IF_ERROR(cube__cuda_bind(d));
+  CUBE__CUDA_SCOPE(d->ctx);
   CUdeviceptr p = 0;
   size_t n = size ? (size_t)size : 1;
   bool async = d->async_alloc && stream;
@@ -357,7 +401,7 @@ static cube_status_t cube__cuda_alloc_on(cube__backend_device_t* d, void* stream
 static void cube__cuda_dealloc_on(cube__backend_device_t* d, void* stream,
                                   const cube__storage_t* s) {
   if (!s || !s->ptr) return;
-  if (d->cu->CtxSetCurrent(d->ctx) != CUDA_SUCCESS) return;
+  CUBE__CUDA_SCOPE(d->ctx);
   CUdeviceptr p = (CUdeviceptr)(uintptr_t)s->ptr;
   if (s->backend_data && stream)
     d->cu->MemFreeAsync(p, cube__cuda_s(stream));
@@ -376,11 +420,7 @@ static void cube__cuda_dealloc(cube__backend_device_t* d, const cube__storage_t*
 
 static void cube__cuda_trim(cube__backend_device_t* d, void* stream) {
   if (!d->async_alloc || !d->cu->MemPoolTrimTo) return;
-  cube_status_t st = cube__cuda_bind(d);
-  if (st) {
-    cube_status_free(st);
-    return;
-  }
+  CUBE__CUDA_SCOPE(d->ctx);
   if (stream) d->cu->StreamSynchronize(cube__cuda_s(stream));
   d->cu->MemPoolTrimTo(d->mempool, 0);
 }
@@ -390,7 +430,7 @@ static cube_status_t cube__cuda_host_alloc(cube__backend_device_t* d, uint64_t s
   CUBE__FAULT_RETURN(CUBE__FAULT_CPU_HOST_ALLOC, CUBE_STATUS_OUT_OF_MEMORY,
                      "cuda device %u: pinned allocation of %llu bytes failed", d->index,
                      (unsigned long long)size);
-  CUBE_RETURN_IF_ERROR(cube__cuda_bind(d));
+  CUBE__CUDA_SCOPE(d->ctx);
   void* p = NULL;
   CUresult r = d->cu->MemHostAlloc(&p, size ? (size_t)size : 1, CU_MEMHOSTALLOC_PORTABLE);
   if (r != CUDA_SUCCESS) return cube__cuda_oom(d, r, size, "cuMemHostAlloc (pinned)");
@@ -411,7 +451,7 @@ static void cube__cuda_host_dealloc(cube__backend_device_t* d, const cube__stora
     cube_status_free(st);
     return;
   }
-  if (s->backend_data) cu->CtxSetCurrent((CUcontext)s->backend_data);
+  CUBE__CUDA_SCOPE((CUcontext)s->backend_data);
   cu->MemFreeHost(s->ptr);
 }
 
@@ -421,7 +461,7 @@ static void cube__cuda_host_dealloc(cube__backend_device_t* d, const cube__stora
 
 static cube_status_t cube__cuda_stream_create(cube__backend_device_t* d, uint64_t stream_id,
                                               void** out_stream) {
-  CUBE_RETURN_IF_ERROR(cube__cuda_bind(d));
+  CUBE__CUDA_SCOPE(d->ctx);
   cube__cuda_stream_t* s = calloc(1, sizeof(*s));
   if (!s) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "cuda stream %" PRIu64 ": no host memory", stream_id);
   CUresult r = d->cu->StreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
@@ -437,7 +477,8 @@ static cube_status_t cube__cuda_stream_create(cube__backend_device_t* d, uint64_
 static void cube__cuda_stream_destroy(cube__backend_device_t* d, void* stream) {
   cube__cuda_stream_t* s = stream;
   if (!s) return;
-  if (d->cu->CtxSetCurrent(d->ctx) == CUDA_SUCCESS) {
+  {
+    CUBE__CUDA_SCOPE(d->ctx);
     d->cu->StreamSynchronize(s->stream);
     d->cu->StreamDestroy(s->stream);
   }
@@ -445,7 +486,7 @@ static void cube__cuda_stream_destroy(cube__backend_device_t* d, void* stream) {
 }
 
 static cube_status_t cube__cuda_sync(cube__backend_device_t* d, void* stream) {
-  CUBE_RETURN_IF_ERROR(cube__cuda_bind(d));
+  CUBE__CUDA_SCOPE(d->ctx);
   CUresult r = stream ? d->cu->StreamSynchronize(cube__cuda_s(stream)) : d->cu->CtxSynchronize();
   if (r != CUDA_SUCCESS)
     return cube__cuda_error(r, CUBE_STATUS_LAUNCH_FAILED, "cuda device %u: synchronising the stream", d->index);
@@ -453,7 +494,7 @@ static cube_status_t cube__cuda_sync(cube__backend_device_t* d, void* stream) {
 }
 
 static cube_status_t cube__cuda_event_record(cube__backend_device_t* d, void* stream, void** out) {
-  CUBE_RETURN_IF_ERROR(cube__cuda_bind(d));
+  CUBE__CUDA_SCOPE(d->ctx);
   CUevent e = NULL;
   CUBE__CU_TRY(d, d->cu->EventCreate(&e, CU_EVENT_DEFAULT), "cuda device %u: cuEventCreate", d->index);
   CUresult r = d->cu->EventRecord(e, cube__cuda_s(stream));
@@ -466,19 +507,19 @@ static cube_status_t cube__cuda_event_record(cube__backend_device_t* d, void* st
 }
 
 static cube_status_t cube__cuda_event_wait(cube__backend_device_t* d, void* stream, void* event) {
-  CUBE_RETURN_IF_ERROR(cube__cuda_bind(d));
+  CUBE__CUDA_SCOPE(d->ctx);
   CUBE__CU_TRY(d, d->cu->StreamWaitEvent(cube__cuda_s(stream), (CUevent)event, 0),
                "cuda device %u: cuStreamWaitEvent", d->index);
   return CUBE_OK;
 }
 
 static bool cube__cuda_event_done(cube__backend_device_t* d, void* event) {
-  if (d->cu->CtxSetCurrent(d->ctx) != CUDA_SUCCESS) return true;
+  CUBE__CUDA_SCOPE(d->ctx);
   return d->cu->EventQuery((CUevent)event) != CUDA_ERROR_NOT_READY;
 }
 
 static cube_status_t cube__cuda_event_sync(cube__backend_device_t* d, void* event) {
-  CUBE_RETURN_IF_ERROR(cube__cuda_bind(d));
+  CUBE__CUDA_SCOPE(d->ctx);
   CUresult r = d->cu->EventSynchronize((CUevent)event);
   if (r != CUDA_SUCCESS)
     return cube__cuda_error(r, CUBE_STATUS_LAUNCH_FAILED, "cuda device %u: cuEventSynchronize", d->index);
@@ -487,12 +528,13 @@ static cube_status_t cube__cuda_event_sync(cube__backend_device_t* d, void* even
 
 static void cube__cuda_event_destroy(cube__backend_device_t* d, void* event) {
   if (!event) return;
-  if (d->cu->CtxSetCurrent(d->ctx) == CUDA_SUCCESS) d->cu->EventDestroy((CUevent)event);
+  CUBE__CUDA_SCOPE(d->ctx);
+  d->cu->EventDestroy((CUevent)event);
 }
 
 static cube_status_t cube__cuda_event_elapsed(cube__backend_device_t* d, void* start, void* end,
                                               uint64_t* out_ns) {
-  CUBE_RETURN_IF_ERROR(cube__cuda_bind(d));
+  CUBE__CUDA_SCOPE(d->ctx);
   float ms = 0;
   CUBE__CU_TRY(d, d->cu->EventSynchronize((CUevent)end), "cuda device %u: cuEventSynchronize", d->index);
   CUBE__CU_TRY(d, d->cu->EventElapsedTime(&ms, (CUevent)start, (CUevent)end),
@@ -652,7 +694,8 @@ static cube_status_t cube__cuda_xfer_piece(cube__cuda_xfer_t* x, uint64_t i) {
 static int cube__cuda_xfer_range(void* p, uint64_t begin, uint64_t end, uint32_t participant) {
   (void)participant;
   cube__cuda_xfer_t* x = p;
-  cube_status_t st = cube__cuda_bind(x->d);
+  CUBE__CUDA_SCOPE(x->d->ctx);
+  cube_status_t st = CUBE_OK;
   for (uint64_t i = begin; !st && i < end; ++i) st = cube__cuda_xfer_piece(x, i);
   if (st) {
     cube_status_t expected = NULL;
@@ -703,7 +746,7 @@ static cube_status_t cube__cuda_write(cube__backend_device_t* d, void* stream,
                      "cuda write of %llu bytes to storage %llu failed",
                      (unsigned long long)(width * height), (unsigned long long)dst->id);
   CUBE_RETURN_IF_ERROR(cube__cuda_check_rows(d, "write", dst, dst_offset, pitch, width, height));
-  CUBE_RETURN_IF_ERROR(cube__cuda_bind(d));
+  CUBE__CUDA_SCOPE(d->ctx);
   cube__cuda_xfer_t x;
   memset(&x, 0, sizeof(x));
   x.d = d;
@@ -736,7 +779,7 @@ static cube_status_t cube__cuda_read(cube__backend_device_t* d, void* stream, vo
                      "cuda read of %llu bytes from storage %llu failed",
                      (unsigned long long)(width * height), (unsigned long long)src->id);
   CUBE_RETURN_IF_ERROR(cube__cuda_check_rows(d, "read", src, src_offset, pitch, width, height));
-  CUBE_RETURN_IF_ERROR(cube__cuda_bind(d));
+  CUBE__CUDA_SCOPE(d->ctx);
   CUstream s = cube__cuda_s(stream);
   CUdeviceptr from = (CUdeviceptr)(uintptr_t)src->ptr + src_offset;
   bool flat = height == 1 || pitch == width;
@@ -883,14 +926,45 @@ static cube_status_t cube__cuda_cubin(cube__backend_device_t* d, cube__cache_key
   return CUBE_OK;
 }
 
+/* The function map: open addressing on (kernel id, mode); the table is at
+ * most half full. Guarded by fn_lock. */
+static uint64_t cube__cuda_fn_key(uint64_t id, uint32_t mode) { return (id << 2) | mode; }
+
 static bool cube__cuda_fn_find(cube__backend_device_t* d, uint64_t id, uint32_t mode,
                                cube__cuda_fn_t* out) {
-  for (size_t i = 0; i < d->fn_count; ++i)
-    if (d->fns[i].kernel_id == id && d->fns[i].mode == mode) {
-      *out = d->fns[i];
+  if (!d->fn_cap) return false;
+  uint64_t key = cube__cuda_fn_key(id, mode);
+  for (size_t i = (size_t)(key * 0x9E3779B97F4A7C15ull) & (d->fn_cap - 1);; i = (i + 1) & (d->fn_cap - 1)) {
+    const cube__cuda_fn_t* e = &d->fns[i];
+    if (!e->fn) return false;
+    if (cube__cuda_fn_key(e->kernel_id, e->mode) == key) {
+      *out = *e;
       return true;
     }
-  return false;
+  }
+}
+
+static void cube__cuda_fn_place(cube__cuda_fn_t* table, size_t cap, const cube__cuda_fn_t* e) {
+  uint64_t key = cube__cuda_fn_key(e->kernel_id, e->mode);
+  size_t i = (size_t)(key * 0x9E3779B97F4A7C15ull) & (cap - 1);
+  while (table[i].fn) i = (i + 1) & (cap - 1);
+  table[i] = *e;
+}
+
+static bool cube__cuda_fn_insert(cube__backend_device_t* d, const cube__cuda_fn_t* e) {
+  if ((d->fn_count + 1) * 2 > d->fn_cap) {
+    size_t cap = d->fn_cap ? d->fn_cap * 2 : 64;
+    cube__cuda_fn_t* table = calloc(cap, sizeof(*table));
+    if (!table) return false;
+    for (size_t i = 0; i < d->fn_cap; ++i)
+      if (d->fns[i].fn) cube__cuda_fn_place(table, cap, &d->fns[i]);
+    free(d->fns);
+    d->fns = table;
+    d->fn_cap = cap;
+  }
+  cube__cuda_fn_place(d->fns, d->fn_cap, e);
+  d->fn_count++;
+  return true;
 }
 
 static void* cube__grow(void* p, size_t* cap, size_t need, size_t elem) {
@@ -947,7 +1021,7 @@ static cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_k
   if (!mod) {
     const cube__cuda_blob_t* cubin = NULL;
     st = cube__cuda_cubin(d, key, text, k->name, &cubin);
-    if (!st) st = cube__cuda_bind(d);
+    CUBE__CUDA_SCOPE(d->ctx);
     CUmodule m = NULL;
     CUfunction f = NULL;
     if (!st) {
@@ -979,15 +1053,11 @@ static cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_k
     }
   }
   if (!st) {
-    void* grown = cube__grow(d->fns, &d->fn_cap, d->fn_count + 1, sizeof(*d->fns));
-    if (!grown) {
+    cube__cuda_fn_t e = {k->id, (uint32_t)mode, mod->fn, mod->max_threads};
+    if (!cube__cuda_fn_insert(d, &e))
       st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "kernel '%s': no host memory", k->name);
-    } else {
-      d->fns = grown;
-      cube__cuda_fn_t e = {k->id, (uint32_t)mode, mod->fn, mod->max_threads};
-      d->fns[d->fn_count++] = e;
+    else
       *out = e;
-    }
   }
   pthread_mutex_unlock(&d->fn_lock);
   free(text);
@@ -1031,7 +1101,7 @@ static cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
   if (l->arg_count > CUBE_MAX_KERNEL_ARGS)
     return cube__status_make(CUBE_STATUS_OUT_OF_RANGE, "launch of kernel '%s': %u arguments, more than %u",
                              name, l->arg_count, CUBE_MAX_KERNEL_ARGS);
-  CUBE_RETURN_IF_ERROR(cube__cuda_bind(d));
+  CUBE__CUDA_SCOPE(d->ctx);
 
   /* Marshalling: pointers into this frame, no allocation. */
   void* params[2 * CUBE_MAX_KERNEL_ARGS + 1];
