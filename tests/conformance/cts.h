@@ -109,6 +109,17 @@ cube_status_t cts_poisoned(cube_client_t* c, size_t n, cube_handle_t* out);
 /* Reads |h| into a new malloc'ed buffer (*out, *out_size); caller frees. */
 cube_status_t cts_read_alloc(cube_client_t* c, cube_handle_t h, void** out, size_t* out_size);
 
+/* Layouts: whether |t| has the strides and the size (bytes of its handle's
+ * view) that the device gives a tensor of its shape and element size under
+ * |strategy|: cube_layout_compute with the device's layout policy and
+ * alignment (CPU/OpenCL contiguous; CUDA pitches Optimized rows). Prints the
+ * difference when not. *out_size (may be NULL): the expected size. */
+int cts_tensor_layout_ok(cube_client_t* c, const cube_tensor_t* t, cube_layout_strategy_t strategy,
+                         uint64_t* out_size);
+
+/* True if |t| is dense row-major (its raw view is its content). */
+int cts_tensor_dense(const cube_tensor_t* t);
+
 /* Linear index of the cube (x fastest) and the number of cubes. */
 static inline uint64_t cts_cube_index(const cube_cpu_cube_t* cube) {
   return cube->cube_pos[0] + (uint64_t)cube->cube_count[0] *

@@ -329,12 +329,15 @@ CUBE_TEST(bad_input_shapes) {
   /* read_tensor with a shape bigger than the handle */
   cube_tensor_t ok;
   REQUIRE_OK(cube_client_create_tensor_from_slice(c, data, 60, 2, s35, 4, &ok));
-  cube_tensor_t grown = ok;
-  grown.shape[0] = 4;
-  grown.strides[0] = 5;
+  cube_tensor_t grown = ok; /* one row more than the view holds (rows may be pitched) */
+  uint64_t row_bytes = ok.strides[0] * ok.elem_size, have = cube_handle_size(ok.handle);
+  grown.shape[0] = have / row_bytes + 1;
+  char have_text[32];
+  snprintf(have_text, sizeof(have_text), "%llu", (unsigned long long)have);
   cube_bytes_t* out = NULL;
   CHECK_STATUS(cube_client_read_tensor(c, 1, &grown, &out), CUBE_STATUS_INVALID_ARGUMENT,
-               "cube_client_read_tensor", "80", "60");
+               "cube_client_read_tensor", have_text,
+               cube_client_properties(c)->layout_policy == CUBE_LAYOUT_POLICY_CONTIGUOUS ? "80" : "");
   CHECK(out == NULL);
   cube_tensor_release(&ok);
   cube_memory_usage_t u;

@@ -50,6 +50,40 @@ cube_status_t cts_read_alloc(cube_client_t* c, cube_handle_t h, void** out, size
   return CUBE_OK;
 }
 
+int cts_tensor_layout_ok(cube_client_t* c, const cube_tensor_t* t, cube_layout_strategy_t strategy,
+                         uint64_t* out_size) {
+  const cube_device_properties_t* p = cube_client_properties(c);
+  cube_layout_desc_t d;
+  cube_status_t s = cube_layout_desc_init(strategy, t->rank, t->shape, t->elem_size, &d);
+  uint64_t strides[1][CUBE_MAX_RANK], size = 0;
+  if (!s) s = cube_layout_compute(p->layout_policy, p->memory.alignment, 1, &d, strides, NULL, &size, NULL);
+  if (s) {
+    fprintf(stderr, "cts_tensor_layout_ok: %s\n", cube_status_message(s));
+    cube_status_free(s);
+    return 0;
+  }
+  if (out_size) *out_size = size;
+  int ok = cube_handle_size(t->handle) == size;
+  for (uint32_t i = 0; i < t->rank; ++i) ok &= t->strides[i] == strides[0][i];
+  if (!ok) {
+    fprintf(stderr, "tensor layout: size %llu (expected %llu), strides", (unsigned long long)cube_handle_size(t->handle),
+            (unsigned long long)size);
+    for (uint32_t i = 0; i < t->rank; ++i)
+      fprintf(stderr, " %llu (%llu)", (unsigned long long)t->strides[i], (unsigned long long)strides[0][i]);
+    fprintf(stderr, "\n");
+  }
+  return ok;
+}
+
+int cts_tensor_dense(const cube_tensor_t* t) {
+  uint64_t s = 1;
+  for (uint32_t i = t->rank; i-- > 0;) {
+    if (t->strides[i] != s) return 0;
+    s *= t->shape[i];
+  }
+  return cube_handle_size(t->handle) == s * t->elem_size;
+}
+
 //===----------------------------------------------------------------------===//
 // Kernels
 //===----------------------------------------------------------------------===//
