@@ -40,6 +40,18 @@ cube_device_id_t cts_device(uint32_t index);
     REQUIRE_OK(cts_s_);                                                        \
   } while (0)
 
+/* Skips the case when the backend is unavailable here (for cases that make
+ * their clients with cube_client_init and options instead of CTS_CLIENT). */
+#define CTS_REQUIRE_BACKEND()                                                  \
+  do {                                                                         \
+    cube_status_t cts_b_ = cube_backend_status(cts_backend()->backend);        \
+    if (cube_status_code(cts_b_) == CUBE_STATUS_UNAVAILABLE) {                 \
+      cube_status_free(cts_b_);                                                \
+      CUBE_SKIP("backend %s unavailable", cts_backend()->name);                \
+    }                                                                          \
+    cube_status_free(cts_b_);                                                  \
+  } while (0)
+
 /* Skips the case unless the backend has at least |n| devices. */
 #define CTS_REQUIRE_DEVICES(n)                                                 \
   do {                                                                         \

@@ -267,6 +267,7 @@ CUBE_TEST(bad_input_kernel_create) {
 }
 
 CUBE_TEST(bad_input_device_index_out_of_range) {
+  CTS_REQUIRE_BACKEND();
   cube_client_t* c = NULL;
   cube_device_id_t dev = cts_device(7);
   CHECK_STATUS(cube_client_load(dev, &c), CUBE_STATUS_NOT_FOUND, "7");

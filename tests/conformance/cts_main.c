@@ -6,7 +6,8 @@
 /* The backend under test, parsed from its CTest name: "<backend>" followed by
  * variants: "-inline" (the inline device queue), "-dialect" (CUBE_CTS_DIALECT=1:
  * the dialect twins of the shared kernels even where native kernels run),
- * e.g. "cpu", "cpu-inline", "cpu-dialect". The list of names lives in one
+ * "-mock" (cuda only: the mock driver of tests/mock_cuda, which runs no
+ * kernels), e.g. "cpu", "cpu-inline", "cpu-dialect", "cuda-mock". The list of names lives in one
  * place: CUBE_CTS_BACKENDS in tests/CMakeLists.txt. */
 static cts_backend_t cts_parsed = {"cpu", CUBE_BACKEND_CPU, "threaded"};
 static const cts_backend_t* cts_current = &cts_parsed;
@@ -81,6 +82,13 @@ int cube_test_main_hook(int* argc, char*** argv) {
           mode = "inline";
         } else if (strcmp(v, "dialect") == 0) {
           setenv("CUBE_CTS_DIALECT", "1", 1);
+        } else if (strcmp(v, "mock") == 0 && strcmp(base, "cuda") == 0) {
+#ifdef CUBE_MOCK_CUDA_PATH
+          /* The CPU stand-in for the CUDA driver (tests/mock_cuda): the
+           * backend's memory paths in CI; it runs no kernels. */
+          setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);
+          setenv("CUBE_MOCK_CUDA_DEVICES", "2", 0); /* cases across devices run too */
+#endif
         } else {
           fprintf(stderr, "cube_cts: unknown variant '%s' of backend '%s'\n", v, base);
           return 2;

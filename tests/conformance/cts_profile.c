@@ -253,6 +253,7 @@ CUBE_TEST(profile_level_basic_summary) {
 }
 
 CUBE_TEST(profile_level_exec_logs_launches) {
+  CTS_REQUIRE_BACKEND();
   cts_log_t log;
   cts_log_init(&log);
   cube_client_t* c = NULL;
@@ -278,6 +279,7 @@ CUBE_TEST(profile_level_exec_logs_launches) {
 }
 
 CUBE_TEST(profile_env_medium) {
+  CTS_REQUIRE_BACKEND();
   setenv("CUBE_PROFILE", "medium", 1);
   cts_log_t log;
   cts_log_init(&log);
@@ -309,6 +311,7 @@ CUBE_TEST(profile_env_medium) {
 }
 
 CUBE_TEST(profile_level_full_logs_counts) {
+  CTS_REQUIRE_BACKEND();
   cts_log_t log;
   cts_log_init(&log);
   cube_client_t* c = NULL;

@@ -4,7 +4,7 @@
  *
  * What it models, on purpose close to the real driver where cube depends on it:
  *  - device memory is host memory (a CUdeviceptr is an address), counted
- *    against CUBE_MOCK_CUDA_MEMORY bytes (default 256 MiB): over it,
+ *    against CUBE_MOCK_CUDA_MEMORY bytes (default 1 GiB): over it,
  *    CUDA_ERROR_OUT_OF_MEMORY;
  *  - every stream is a thread running its operations in order, each after an
  *    optional delay (CUBE_MOCK_CUDA_DELAY_US), so work really is asynchronous:
@@ -239,7 +239,7 @@ static CUresult m_cuInit(unsigned int flags) {
   if (mock.devices < 0) mock.devices = 0;
   if (mock.devices > MOCK_MAX_DEVICES) mock.devices = MOCK_MAX_DEVICES;
   v = getenv("CUBE_MOCK_CUDA_MEMORY");
-  mock.memory = v ? strtoull(v, NULL, 10) : (256ull << 20);
+  mock.memory = v ? strtoull(v, NULL, 10) : (1ull << 30);
   v = getenv("CUBE_MOCK_CUDA_DELAY_US");
   mock.delay_us = v ? (unsigned)atoi(v) : 0;
   mock_trace = getenv("CUBE_MOCK_CUDA_TRACE") != NULL;

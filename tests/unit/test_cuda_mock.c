@@ -79,6 +79,7 @@ static int read_equals(cube_client_t* c, cube_handle_t h, const void* expect, si
 
 CUBE_TEST(devices_and_properties) {
   MOCK_SETUP("0");
+  setenv("CUBE_MOCK_CUDA_MEMORY", "268435456", 1);
   setenv("CUBE_MOCK_CUDA_DEVICES", "2", 1);
   REQUIRE_OK(cube_backend_status(CUBE_BACKEND_CUDA));
   CHECK_EQ_U64(cube_device_count(CUBE_BACKEND_CUDA), 2);
@@ -268,6 +269,7 @@ CUBE_TEST(cross_stream_read_waits_for_the_upload) {
  * report, after which the client still works. */
 CUBE_TEST(cleanup_and_out_of_memory) {
   MOCK_SETUP("0");
+  setenv("CUBE_MOCK_CUDA_MEMORY", "268435456", 1);
   cube_client_t* c = NULL;
   REQUIRE_OK(cube_client_load(cuda0, &c));
   cube_handle_t hs[16];
