@@ -46,6 +46,7 @@
 #define CUBE__CUDA_CHUNK (2ull << 20)   /* bytes per staging chunk */
 #define CUBE__CUDA_MAX_SLOTS 64u         /* chunks in the ring at most */
 #define CUBE__CUDA_MAX_COPY_THREADS 8u   /* host copies of one transfer */
+#define CUBE__CUDA_SPARE_EVENTS 64u
 
 typedef struct cube__cuda_slot {
   void* host; /* pinned, CUBE__CUDA_CHUNK bytes */
@@ -90,6 +91,8 @@ struct cube__backend_device {
   uint32_t slot_count;
   uint32_t free_slots[CUBE__CUDA_MAX_SLOTS]; /* FIFO of free chunk indices */
   uint32_t free_head, free_tail, free_count;
+  CUevent spare_events[CUBE__CUDA_SPARE_EVENTS]; /* recycled events (ring_lock) */
+  uint32_t spare_event_count;
 
   /* Functions and modules. */
   pthread_mutex_t fn_lock;
@@ -201,6 +204,7 @@ static void cube__cuda_device_free(cube__backend_device_t* d) {
       if (d->slots[i].host) d->cu->MemFreeHost(d->slots[i].host);
     }
     for (size_t i = 0; i < d->module_count; ++i) d->cu->ModuleUnload(d->modules[i].module);
+    for (uint32_t i = 0; i < d->spare_event_count; ++i) d->cu->EventDestroy(d->spare_events[i]);
     if (d->bounds_dev) d->cu->MemFree(d->bounds_dev);
     if (d->bounds_host) d->cu->MemFreeHost(d->bounds_host);
     if (d->async_alloc && d->cu->MemPoolTrimTo) d->cu->MemPoolTrimTo(d->mempool, 0);
@@ -493,10 +497,18 @@ static cube_status_t cube__cuda_sync(cube__backend_device_t* d, void* stream) {
   return CUBE_OK;
 }
 
+/* Events are recycled: cuEventCreate costs about a microsecond, and a
+ * buffer used across streams records one per launch. Giving an event back
+ * before it completed is safe: a wait captures the record it was called
+ * after, and a later record starts a new one. */
 static cube_status_t cube__cuda_event_record(cube__backend_device_t* d, void* stream, void** out) {
   CUBE__CUDA_SCOPE(d->ctx);
   CUevent e = NULL;
-  CUBE__CU_TRY(d, d->cu->EventCreate(&e, CU_EVENT_DEFAULT), "cuda device %u: cuEventCreate", d->index);
+  pthread_mutex_lock(&d->ring_lock);
+  if (d->spare_event_count) e = d->spare_events[--d->spare_event_count];
+  pthread_mutex_unlock(&d->ring_lock);
+  if (!e)
+    CUBE__CU_TRY(d, d->cu->EventCreate(&e, CU_EVENT_DEFAULT), "cuda device %u: cuEventCreate", d->index);
   CUresult r = d->cu->EventRecord(e, cube__cuda_s(stream));
   if (r != CUDA_SUCCESS) {
     d->cu->EventDestroy(e);
@@ -528,6 +540,11 @@ static cube_status_t cube__cuda_event_sync(cube__backend_device_t* d, void* even
 
 static void cube__cuda_event_destroy(cube__backend_device_t* d, void* event) {
   if (!event) return;
+  pthread_mutex_lock(&d->ring_lock);
+  bool kept = d->spare_event_count < CUBE__CUDA_SPARE_EVENTS;
+  if (kept) d->spare_events[d->spare_event_count++] = (CUevent)event;
+  pthread_mutex_unlock(&d->ring_lock);
+  if (kept) return;
   CUBE__CUDA_SCOPE(d->ctx);
   d->cu->EventDestroy((CUevent)event);
 }
