@@ -382,7 +382,12 @@ void cube__stream_release_holds(cube__stream_t* st, bool wait) {
     }
     pthread_mutex_unlock(&st->lock);
     if (!h) return;
-    if (wait) cube_status_free(b->event_sync(st->server->bdev, h->event));
+    if (wait) {
+      cube_status_t e = b->event_sync(st->server->bdev, h->event);
+      /* Not seen to complete: wait for the whole stream before letting go. */
+      if (e) cube_status_free(b->sync(st->server->bdev, st->backend_stream));
+      cube_status_free(e);
+    }
     b->event_destroy(st->server->bdev, h->event);
     for (uint32_t i = 0; i < h->count; ++i) cube__memory_unref(h->mems[i]);
     free(h);

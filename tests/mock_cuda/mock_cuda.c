@@ -17,7 +17,8 @@
  *  - modules load anything; cuLaunchKernel runs nothing and returns
  *    CUDA_ERROR_NOT_SUPPORTED (kernels need a GPU);
  *  - CUBE_MOCK_CUDA_DEVICES (default 1) devices.
- * Counters for tests: cube_mock_cuda_stats().
+ * Counters for tests: cube_mock_cuda_stats(); fault injection:
+ * cube_mock_cuda_fail().
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -230,6 +231,39 @@ static CUresult mock_push_wait(CUstream hs, mock_op_t* op) {
   return CUDA_SUCCESS;
 }
 
+/* Fault injection: cube_mock_cuda_fail(name, n) makes the n-th call (from
+ * now) of entry point |name| fail (OUT_OF_MEMORY for allocations, else
+ * CUDA_ERROR_UNKNOWN); n = 0 turns it off. */
+static pthread_mutex_t mock_fault_lock = PTHREAD_MUTEX_INITIALIZER;
+static char mock_fault_name[64];
+static _Atomic long mock_fault_left; /* read without the lock on the fast path */
+static atomic_int mock_faults_fired;
+
+static bool mock_fault(const char* name) {
+  if (!mock_fault_left) return false;
+  pthread_mutex_lock(&mock_fault_lock);
+  bool fire = false;
+  if (mock_fault_left > 0 && strcmp(name, mock_fault_name) == 0 && --mock_fault_left == 0) {
+    fire = true;
+    atomic_fetch_add(&mock_faults_fired, 1);
+  }
+  pthread_mutex_unlock(&mock_fault_lock);
+  return fire;
+}
+#define MOCK_FAULT(name, code) \
+  do {                         \
+    if (mock_fault(name)) return (code); \
+  } while (0)
+
+MOCK_API void cube_mock_cuda_fail(const char* name, long n) {
+  pthread_mutex_lock(&mock_fault_lock);
+  snprintf(mock_fault_name, sizeof(mock_fault_name), "%s", name ? name : "");
+  mock_fault_left = n;
+  pthread_mutex_unlock(&mock_fault_lock);
+}
+
+MOCK_API int cube_mock_cuda_faults_fired(void) { return atomic_load(&mock_faults_fired); }
+
 /* Driver entry points ------------------------------------------------------ */
 
 static CUresult m_cuInit(unsigned int flags) {
@@ -320,6 +354,7 @@ static CUresult m_cuCtxSynchronize(void) {
 }
 static CUresult m_cuStreamCreate(CUstream* out, unsigned int flags) {
   (void)flags;
+  MOCK_FAULT("cuStreamCreate", CUDA_ERROR_OUT_OF_MEMORY);
   if (mock_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
   mock_stream_t* s = calloc(1, sizeof(*s));
   if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -354,11 +389,13 @@ static CUresult m_cuStreamDestroy(CUstream hs) {
   return CUDA_SUCCESS;
 }
 static CUresult m_cuStreamSynchronize(CUstream hs) {
+  MOCK_FAULT("cuStreamSynchronize", CUDA_ERROR_UNKNOWN);
   if (hs) mock_stream_drain((mock_stream_t*)hs);
   return CUDA_SUCCESS;
 }
 static CUresult m_cuEventCreate(CUevent* e, unsigned int flags) {
   (void)flags;
+  MOCK_FAULT("cuEventCreate", CUDA_ERROR_OUT_OF_MEMORY);
   mock_event_t* ev = calloc(1, sizeof(*ev));
   if (!ev) return CUDA_ERROR_OUT_OF_MEMORY;
   pthread_mutex_init(&ev->lock, NULL);
@@ -368,6 +405,7 @@ static CUresult m_cuEventCreate(CUevent* e, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 static CUresult m_cuEventRecord(CUevent e, CUstream hs) {
+  MOCK_FAULT("cuEventRecord", CUDA_ERROR_UNKNOWN);
   mock_event_t* ev = (mock_event_t*)e;
   mock_op_t* op = mock_op(OP_EVENT);
   if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -386,6 +424,7 @@ static CUresult m_cuEventQuery(CUevent e) {
   return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 static CUresult m_cuEventSynchronize(CUevent e) {
+  MOCK_FAULT("cuEventSynchronize", CUDA_ERROR_UNKNOWN);
   mock_event_t* ev = (mock_event_t*)e;
   pthread_mutex_lock(&ev->lock);
   uint64_t g = ev->recorded;
@@ -407,6 +446,7 @@ static CUresult m_cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
 }
 static CUresult m_cuStreamWaitEvent(CUstream hs, CUevent e, unsigned int flags) {
   (void)flags;
+  MOCK_FAULT("cuStreamWaitEvent", CUDA_ERROR_UNKNOWN);
   mock_event_t* ev = (mock_event_t*)e;
   mock_op_t* op = mock_op(OP_WAIT);
   if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -419,6 +459,7 @@ static CUresult m_cuStreamWaitEvent(CUstream hs, CUevent e, unsigned int flags) 
 }
 
 static CUresult mock_alloc(CUdeviceptr* p, size_t n, bool async) {
+  MOCK_FAULT(async ? "cuMemAllocAsync" : "cuMemAlloc", CUDA_ERROR_OUT_OF_MEMORY);
   if (mock_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
   pthread_mutex_lock(&mock.lock);
   if (mock.used[mock_current] + n > mock.memory) {
@@ -478,6 +519,7 @@ static CUresult m_cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute a, v
 
 static CUresult m_cuMemHostAlloc(void** p, size_t n, unsigned int flags) {
   (void)flags;
+  MOCK_FAULT("cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY);
   char* q = aligned_alloc(4096, ((n + 4095) / 4096) * 4096);
   if (!q) return CUDA_ERROR_OUT_OF_MEMORY;
   pthread_mutex_lock(&mock.lock);
@@ -494,6 +536,7 @@ static CUresult m_cuMemHostAlloc(void** p, size_t n, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 static CUresult m_cuMemFreeHost(void* p) {
+  m_cuCtxSynchronize(); /* as the driver: freeing pinned memory waits for the device */
   pthread_mutex_lock(&mock.lock);
   for (int i = 0; i < mock.pinned_count; ++i)
     if (mock.pinned[i].p == p) {
@@ -514,6 +557,7 @@ static CUresult m_cuMemHostGetFlags(unsigned int* f, void* p) {
  * before returning), a pinned one is read when the copy runs. */
 static CUresult mock_h2d(void* dst, const void* src, size_t n, size_t spitch, size_t dpitch,
                          size_t width, size_t height, CUstream s) {
+  MOCK_FAULT("h2d", CUDA_ERROR_UNKNOWN);
   mock_op_t* op = mock_op(height > 1 ? OP_COPY2D : OP_COPY);
   if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
   size_t span = height > 1 ? (height - 1) * spitch + width : n;
@@ -533,6 +577,7 @@ static CUresult mock_h2d(void* dst, const void* src, size_t n, size_t spitch, si
  * the call returns when the copy is done. */
 static CUresult mock_d2h(void* dst, const void* src, size_t n, size_t spitch, size_t dpitch,
                          size_t width, size_t height, CUstream s) {
+  MOCK_FAULT("d2h", CUDA_ERROR_UNKNOWN);
   mock_op_t* op = mock_op(height > 1 ? OP_COPY2D : OP_COPY);
   if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
   op->dst = dst; op->src = src; op->n = n;
@@ -572,7 +617,9 @@ static CUresult m_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUst
   return mock_push(s, op);
 }
 static int mock_module_tag, mock_function_tag;
-static CUresult m_cuModuleLoadData(CUmodule* m, const void* image) { (void)image; *m = (CUmodule)&mock_module_tag; return CUDA_SUCCESS; }
+static CUresult m_cuModuleLoadData(CUmodule* m, const void* image) {
+  (void)image;
+  MOCK_FAULT("cuModuleLoadData", CUDA_ERROR_INVALID_IMAGE); *m = (CUmodule)&mock_module_tag; return CUDA_SUCCESS; }
 static CUresult m_cuModuleUnload(CUmodule m) { (void)m; return CUDA_SUCCESS; }
 static CUresult m_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) { (void)m; (void)name; *f = (CUfunction)&mock_function_tag; return CUDA_SUCCESS; }
 static CUresult m_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) { (void)f; *v = a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0; return CUDA_SUCCESS; }
@@ -589,6 +636,8 @@ static CUresult m_cuGetErrorName(CUresult r, const char** s) {
     case CUDA_ERROR_NOT_SUPPORTED: *s = "CUDA_ERROR_NOT_SUPPORTED"; break;
     case CUDA_ERROR_NO_DEVICE: *s = "CUDA_ERROR_NO_DEVICE"; break;
     case CUDA_ERROR_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+    case CUDA_ERROR_UNKNOWN: *s = "CUDA_ERROR_UNKNOWN"; break;
+    case CUDA_ERROR_INVALID_IMAGE: *s = "CUDA_ERROR_INVALID_IMAGE"; break;
     default: *s = "CUDA_ERROR_UNKNOWN";
   }
   return CUDA_SUCCESS;

@@ -469,3 +469,134 @@ CUBE_TEST(callers_context_is_left_alone) {
   dlclose(lib);
 #endif
 }
+
+/* Fault injection ----------------------------------------------------------- */
+
+typedef struct {
+  int ops;        /* operations that returned OK */
+  int errors;     /* operations that returned an error status */
+  int corrupted;  /* reads that returned OK with wrong bytes: never allowed */
+} workload_result_t;
+
+static void note(workload_result_t* r, cube_status_t s, const char* what) {
+  if (!s) {
+    r->ops++;
+    return;
+  }
+  r->errors++;
+  const char* m = cube_status_message(s);
+  /* Every failure names what failed. */
+  if (!m || strlen(m) < 10) {
+    fprintf(stderr, "%s: status without a message\n", what);
+    r->corrupted++;
+  }
+  cube_status_free(s);
+}
+
+/* Uploads, reads back and compares buffers and a pitched tensor, cleans up
+ * and shuts down; every call either succeeds or returns a status. */
+static void workload(unsigned seed, workload_result_t* r) {
+  cube_client_t* c = NULL;
+  cube_status_t s = cube_client_load(cuda0, &c);
+  if (s) {
+    note(r, s, "load");
+    cube_shutdown();
+    return;
+  }
+  const size_t sizes[] = {100, 70001, (5u << 20) + 3};
+  for (size_t k = 0; k < 3; ++k) {
+    size_t n = sizes[k];
+    unsigned char* data = malloc(n);
+    if (!data) continue;
+    fill_random(data, n, seed + (unsigned)k);
+    cube_handle_t h;
+    s = cube_client_create_from_slice(c, data, n, &h);
+    if (!s) {
+      r->ops++;
+      cube_bytes_t* b = NULL;
+      cube_status_t rs = cube_client_read_one(c, h, &b);
+      if (!rs && (cube_bytes_size(b) != n || memcmp(cube_bytes_const_data(b), data, n) != 0)) {
+        fprintf(stderr, "read of %zu bytes returned OK with wrong bytes\n", n);
+        r->corrupted++;
+      }
+      note(r, rs, "read");
+      cube_bytes_release(b);
+      cube_handle_release(h);
+    } else {
+      note(r, s, "create");
+    }
+    free(data);
+  }
+  const uint64_t shape[2] = {9, 333};
+  float t_data[9 * 333];
+  fill_random(t_data, sizeof(t_data), seed + 9);
+  cube_tensor_t t;
+  s = cube_client_create_tensor_from_slice(c, t_data, sizeof(t_data), 2, shape, 4, &t);
+  if (!s) {
+    cube_bytes_t* b = NULL;
+    cube_status_t rs = cube_client_read_tensor(c, 1, &t, &b);
+    if (!rs && (cube_bytes_size(b) != sizeof(t_data) ||
+                memcmp(cube_bytes_const_data(b), t_data, sizeof(t_data)) != 0)) {
+      fprintf(stderr, "tensor read returned OK with wrong bytes\n");
+      r->corrupted++;
+    }
+    note(r, rs, "read_tensor");
+    cube_bytes_release(b);
+    cube_tensor_release(&t);
+  } else {
+    note(r, s, "create_tensor");
+  }
+  note(r, cube_client_memory_cleanup(c), "cleanup");
+  note(r, cube_client_sync(c), "sync");
+  note(r, cube_client_sync(c), "sync again");
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+/* For each driver entry point, fail its 1st, 2nd, ... call during the
+ * workload until the workload no longer reaches that call: every fault comes
+ * back as a status (or is absorbed), no read ever returns wrong bytes, and a
+ * clean run afterwards works. Under ASan this also proves nothing leaks on
+ * the error paths. */
+CUBE_TEST(driver_faults_surface_as_statuses) {
+  MOCK_SETUP("0");
+  MOCK_LATE_UPLOADS("200");
+#ifdef CUBE_MOCK_CUDA_PATH
+  /* Load the mock through cube first, so the functions below are its. */
+  REQUIRE_OK(cube_backend_status(CUBE_BACKEND_CUDA));
+  void* lib = dlopen(CUBE_MOCK_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(lib);
+  void (*fail)(const char*, long) = (void (*)(const char*, long))(uintptr_t)dlsym(lib, "cube_mock_cuda_fail");
+  int (*fired)(void) = (int (*)(void))(uintptr_t)dlsym(lib, "cube_mock_cuda_faults_fired");
+  REQUIRE(fail && fired);
+  static const char* const sites[] = {"cuStreamCreate", "cuStreamSynchronize", "cuEventCreate",
+                                      "cuEventRecord", "cuEventSynchronize", "cuStreamWaitEvent",
+                                      "cuMemAllocAsync", "cuMemAlloc", "cuMemHostAlloc", "h2d", "d2h"};
+  int injected = 0, surfaced = 0;
+  for (size_t i = 0; i < sizeof(sites) / sizeof(sites[0]); ++i) {
+    for (long n = 1; n <= 40; ++n) {
+      int before = fired();
+      if (getenv("CUBE_TEST_VERBOSE")) fprintf(stderr, "fault %s #%ld\n", sites[i], n);
+      fail(sites[i], n);
+      workload_result_t r = {0, 0, 0};
+      workload((unsigned)(i * 100 + (size_t)n), &r);
+      fail("", 0);
+      CHECK(r.corrupted == 0);
+      if (r.corrupted) fprintf(stderr, "site %s call %ld: corrupted\n", sites[i], n);
+      if (fired() == before) break; /* the workload makes fewer calls than n */
+      injected++;
+      if (r.errors) surfaced++;
+      /* The library recovers: a clean run right after works. */
+      workload_result_t clean = {0, 0, 0};
+      workload(7, &clean);
+      CHECK(clean.errors == 0 && clean.corrupted == 0);
+      if (clean.errors) fprintf(stderr, "site %s call %ld: no recovery\n", sites[i], n);
+    }
+  }
+  fprintf(stderr, "%d faults injected, %d surfaced as statuses, the rest absorbed\n", injected,
+          surfaced);
+  CHECK(injected >= 30);
+  CHECK(surfaced >= injected / 2);
+  dlclose(lib);
+#endif
+}

@@ -367,6 +367,15 @@ static void cube__cuda_device_destroy(cube__backend_device_t* d) { cube__cuda_de
 // Storage
 //===----------------------------------------------------------------------===//
 
+/* Waits for |s|. If that wait fails, the whole context is waited for as
+ * well, so that no copy can still be running into memory the caller is about
+ * to give back; the first failure is returned. */
+static CUresult cube__cuda_wait(cube__backend_device_t* d, CUstream s) {
+  CUresult r = s ? d->cu->StreamSynchronize(s) : d->cu->CtxSynchronize();
+  if (r != CUDA_SUCCESS && s) d->cu->CtxSynchronize();
+  return r;
+}
+
 static cube_status_t cube__cuda_oom(cube__backend_device_t* d, CUresult r, uint64_t size,
                                     const char* how) {
   char a[32], b[32];
@@ -425,7 +434,7 @@ static void cube__cuda_dealloc(cube__backend_device_t* d, const cube__storage_t*
 static void cube__cuda_trim(cube__backend_device_t* d, void* stream) {
   if (!d->async_alloc || !d->cu->MemPoolTrimTo) return;
   CUBE__CUDA_SCOPE(d->ctx);
-  if (stream) d->cu->StreamSynchronize(cube__cuda_s(stream));
+  if (stream) cube__cuda_wait(d, cube__cuda_s(stream));
   d->cu->MemPoolTrimTo(d->mempool, 0);
 }
 
@@ -483,7 +492,7 @@ static void cube__cuda_stream_destroy(cube__backend_device_t* d, void* stream) {
   if (!s) return;
   {
     CUBE__CUDA_SCOPE(d->ctx);
-    d->cu->StreamSynchronize(s->stream);
+    cube__cuda_wait(d, s->stream);
     d->cu->StreamDestroy(s->stream);
   }
   free(s);
@@ -491,7 +500,7 @@ static void cube__cuda_stream_destroy(cube__backend_device_t* d, void* stream) {
 
 static cube_status_t cube__cuda_sync(cube__backend_device_t* d, void* stream) {
   CUBE__CUDA_SCOPE(d->ctx);
-  CUresult r = stream ? d->cu->StreamSynchronize(cube__cuda_s(stream)) : d->cu->CtxSynchronize();
+  CUresult r = cube__cuda_wait(d, cube__cuda_s(stream));
   if (r != CUDA_SUCCESS)
     return cube__cuda_error(r, CUBE_STATUS_LAUNCH_FAILED, "cuda device %u: synchronising the stream", d->index);
   return CUBE_OK;
@@ -610,7 +619,9 @@ static cube_status_t cube__cuda_slot_take(cube__backend_device_t* d, uint32_t* o
   cube__cuda_slot_t* s = &d->slots[i];
   if (s->pending) {
     CUresult r = d->cu->EventSynchronize(s->done);
-    s->pending = false;
+    /* A chunk whose DMA was not seen to finish stays pending: the next user
+     * waits again instead of writing under a copy that may still run. */
+    if (r == CUDA_SUCCESS) s->pending = false;
     if (r != CUDA_SUCCESS) {
       cube__cuda_slot_give(d, i);
       return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: waiting for a staging copy", d->index);
@@ -696,8 +707,10 @@ static cube_status_t cube__cuda_xfer_piece(cube__cuda_xfer_t* x, uint64_t i) {
     s->pending = true;
     if (!x->to_device) {
       r = d->cu->EventSynchronize(s->done);
-      s->pending = false;
-      if (r == CUDA_SUCCESS) memcpy(host, s->host, (size_t)(rows * cols));
+      if (r == CUDA_SUCCESS) {
+        s->pending = false;
+        memcpy(host, s->host, (size_t)(rows * cols));
+      }
     }
   }
   cube__cuda_slot_give(d, slot);
@@ -818,7 +831,7 @@ static cube_status_t cube__cuda_read(cube__backend_device_t* d, void* stream, vo
       m.Height = (size_t)height;
       r = d->cu->Memcpy2DAsync(&m, s);
     }
-    if (r == CUDA_SUCCESS) r = d->cu->StreamSynchronize(s);
+    if (r == CUDA_SUCCESS) r = cube__cuda_wait(d, s);
     if (r != CUDA_SUCCESS)
       return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: device-to-host copy of %" PRIu64 " bytes",
                               d->index, width * height);
@@ -1153,7 +1166,7 @@ static cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
                             dim[2]);
   if (l->mode == CUBE_EXEC_VALIDATE) {
     r = d->cu->MemcpyDtoHAsync(d->bounds_host, bounds, 32, s);
-    if (r == CUDA_SUCCESS) r = d->cu->StreamSynchronize(s);
+    if (r == CUDA_SUCCESS) r = cube__cuda_wait(d, s);
     if (r != CUDA_SUCCESS)
       return cube__cuda_error(r, CUBE_STATUS_LAUNCH_FAILED, "launch of kernel '%s' (Validate mode)", name);
     const uint32_t* b = d->bounds_host;
