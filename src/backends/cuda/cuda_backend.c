@@ -702,7 +702,12 @@ static cube_status_t cube__cuda_xfer_piece(cube__cuda_xfer_t* x, uint64_t i) {
     m.Height = (size_t)rows;
     r = d->cu->Memcpy2DAsync(&m, x->stream);
   }
-  if (r == CUDA_SUCCESS) r = d->cu->EventRecord(s->done, x->stream);
+  if (r == CUDA_SUCCESS) {
+    r = d->cu->EventRecord(s->done, x->stream);
+    /* The copy is queued but cannot be tracked: wait for it here, the chunk
+     * must be idle before anyone else writes into it. */
+    if (r != CUDA_SUCCESS) cube__cuda_wait(d, x->stream);
+  }
   if (r == CUDA_SUCCESS) {
     s->pending = true;
     if (!x->to_device) {
