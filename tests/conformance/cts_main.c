@@ -3,9 +3,11 @@
 
 #include "cts.h"
 
-/* The backend under test, parsed from its CTest name: "<backend>" or
- * "<backend>-inline" (the same backend with the inline device queue). The list
- * of names lives in one place: CUBE_CTS_BACKENDS in tests/CMakeLists.txt. */
+/* The backend under test, parsed from its CTest name: "<backend>" followed by
+ * variants: "-inline" (the inline device queue), "-dialect" (CUBE_CTS_DIALECT=1:
+ * the dialect twins of the shared kernels even where native kernels run),
+ * e.g. "cpu", "cpu-inline", "cpu-dialect". The list of names lives in one
+ * place: CUBE_CTS_BACKENDS in tests/CMakeLists.txt. */
 static cts_backend_t cts_parsed = {"cpu", CUBE_BACKEND_CPU, "threaded"};
 static const cts_backend_t* cts_current = &cts_parsed;
 static char cts_name[64];
@@ -33,6 +35,34 @@ int cts_read_equals(cube_client_t* c, cube_handle_t h, const void* expect, size_
   return ok;
 }
 
+static bool cts_native = false;
+
+bool cts_native_kernels(void) { return cts_native; }
+
+/* Native kernels unless CUBE_CTS_DIALECT=1 or device 0 lacks the feature
+ * (or cannot be loaded: then the cases skip or fail on their own). Probed
+ * before any case runs, then shut down again, so that a case still starts
+ * with no server (cases load clients with their own options and
+ * environment). */
+static void cts_probe_native(void) {
+  const char* forced = getenv("CUBE_CTS_DIALECT");
+  if (forced && strcmp(forced, "1") == 0) {
+    cts_native = false;
+    return;
+  }
+  cube_client_t* c = NULL;
+  cube_status_t s = cube_client_load(cts_device(0), &c);
+  if (s) {
+    cube_status_free(s);
+    cts_native = false;
+    return;
+  }
+  const cube_features_t* f = cube_client_features(c);
+  cts_native = f && (f->bits & CUBE_FEATURE_NATIVE_KERNELS) != 0;
+  cube_client_release(c);
+  cube_shutdown();
+}
+
 /* Picks the backend from "--backend NAME" and removes the two arguments. */
 int cube_test_main_hook(int* argc, char*** argv) {
   char** a = *argv;
@@ -44,11 +74,19 @@ int cube_test_main_hook(int* argc, char*** argv) {
     char* dash = strchr(base, '-');
     if (dash) {
       *dash = 0;
-      if (strcmp(dash + 1, "inline") != 0) {
-        fprintf(stderr, "cube_cts: unknown variant '%s' of backend '%s'\n", dash + 1, base);
-        return 2;
+      for (char* v = dash + 1; v;) {
+        char* next = strchr(v, '-');
+        if (next) *next++ = 0;
+        if (strcmp(v, "inline") == 0) {
+          mode = "inline";
+        } else if (strcmp(v, "dialect") == 0) {
+          setenv("CUBE_CTS_DIALECT", "1", 1);
+        } else {
+          fprintf(stderr, "cube_cts: unknown variant '%s' of backend '%s'\n", v, base);
+          return 2;
+        }
+        v = next;
       }
-      mode = "inline";
     }
     cube_backend_t b;
     cube_status_t s = cube_backend_parse(base, &b);
@@ -72,5 +110,6 @@ int cube_test_main_hook(int* argc, char*** argv) {
     return 77;
   }
   cube_status_free(avail);
+  if (!(*argc > 1 && strcmp((*argv)[1], "--list") == 0)) cts_probe_native();
   return 0;
 }
