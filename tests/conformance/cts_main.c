@@ -3,6 +3,13 @@
 
 #include "cts.h"
 
+/* PoCL, the ICD loader and LLVM keep allocations until exit (the OpenCL
+ * library stays loaded for the process): not ours to report under LSan. */
+const char* __lsan_default_suppressions(void);
+const char* __lsan_default_suppressions(void) {
+  return "leak:libpocl\nleak:libOpenCL\nleak:libLLVM\nleak:libclang\nleak:libhwloc\n";
+}
+
 /* The backend under test, parsed from its CTest name: "<backend>" followed by
  * variants: "-inline" (the inline device queue), "-dialect" (CUBE_CTS_DIALECT=1:
  * the dialect twins of the shared kernels even where native kernels run),
