@@ -848,7 +848,7 @@ static cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
                            "of (%u, %u, %u) units on opencl device %u (%s)",
                            name, l->count[0], l->count[1], l->count[2], dim[0], dim[1], dim[2],
                            dev->index, dev->name);
-  cl->Flush(s->queue);
+  cl->Flush(s->queue); /* start it now: the runner may not come back to this queue soon */
   cube_status_t st = CUBE_OK;
   if (done) {
     cl_ulong t0 = 0, t1 = 0;
