@@ -17,6 +17,14 @@
 
 typedef struct cube__backend_device cube__backend_device_t;
 
+/* Where a buffer argument's view lives: its storage and the byte offset of
+ * the view in it. For backends whose storage pointer is not an address (an
+ * OpenCL cl_mem): they pass the storage's own object plus the offset. */
+typedef struct cube__launch_buffer {
+  const cube__storage_t* storage; /* NULL for scalar arguments */
+  uint64_t offset;
+} cube__launch_buffer_t;
+
 /* One launch, arguments resolved for the backend. */
 typedef struct cube__launch {
   const cube_kernel_t* kernel;
@@ -27,6 +35,11 @@ typedef struct cube__launch {
   uint32_t arg_count;
   const cube_arg_kind_t* kinds;     /* arg_count entries */
   const cube_cpu_arg_t* args;       /* buffers resolved to addresses + lengths */
+  const cube__launch_buffer_t* buffers; /* arg_count entries: each buffer's storage + offset */
+  /* Non-NULL when the launch is profiled: a backend that can time the kernel
+   * where it runs (device timestamps) stores its duration here, once the
+   * kernel finished; left at UINT64_MAX, the server's host clock is used. */
+  uint64_t* device_ns;
 } cube__launch_t;
 
 /* Backend flags. */
@@ -126,6 +139,9 @@ extern const cube__backend_vtable_t cube__backend_cpu;
 extern const cube__backend_vtable_t cube__backend_null;
 #ifdef CUBE_HAVE_CUDA
 extern const cube__backend_vtable_t cube__backend_cuda;
+#endif
+#ifdef CUBE_HAVE_OPENCL
+extern const cube__backend_vtable_t cube__backend_opencl;
 #endif
 
 #endif /* CUBE_BACKENDS_BACKEND_H_ */

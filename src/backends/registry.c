@@ -12,7 +12,10 @@ const cube__backend_vtable_t* cube__backend_get(cube_backend_t backend) {
     case CUBE_BACKEND_CUDA:
       return &cube__backend_cuda;
 #endif
-    case CUBE_BACKEND_OPENCL: /* not built yet */
+#ifdef CUBE_HAVE_OPENCL
+    case CUBE_BACKEND_OPENCL:
+      return &cube__backend_opencl;
+#endif
     default:
       return NULL;
   }

@@ -487,7 +487,8 @@ void cube__server_write(cube__stream_t* st, cube__memory_t* mem, uint64_t offset
   }
   cube__write_task_t t = {mem, offset, pitch, width, height, owner};
   cube_status_t status = CUBE_OK;
-  if (!owner || cube_bytes_const_data(owner) != src)
+  /* The task runs later: keep |owner| only if it keeps |src| alive. */
+  if (!owner || cube_bytes_const_data(owner) != src || !cube__bytes_owns_data(owner))
     status = cube_bytes_from_copy(src, (size_t)(width * height), &t.bytes);
   if (t.bytes != owner) cube_bytes_release(owner);
   if (status) {
@@ -676,15 +677,21 @@ static cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st,
       CUBE_RETURN_IF_ERROR(cube__stream_order(st, t->args[i].mem));
   }
   cube_cpu_arg_t resolved[CUBE_MAX_KERNEL_ARGS];
+  cube__launch_buffer_t buffers[CUBE_MAX_KERNEL_ARGS];
   for (uint32_t i = 0; i < t->arg_count; ++i) {
     resolved[i] = t->args[i].value;
+    buffers[i] = (cube__launch_buffer_t){NULL, 0};
     if (t->args[i].mem) {
       cube_status_t status = cube__resolve_arg(&t->args[i], &resolved[i].buffer.data);
       if (status) return cube__status_annotate(status, "launch of kernel '%s': argument %u", k->name, i);
+      uint64_t off, sz;
+      cube__memory_resolve(t->args[i].mem, &buffers[i].storage, &off, &sz);
+      buffers[i].offset = off + t->args[i].offset;
     }
   }
+  uint64_t device_ns = UINT64_MAX;
   cube__launch_t l = {k, k->name, {count[0], count[1], count[2]}, k->cube_dim, t->mode,
-                      t->arg_count, k->arg_kinds, resolved};
+                      t->arg_count, k->arg_kinds, resolved, buffers, NULL};
   cube_profile_level_t level = s->profiler.level;
   if (level == CUBE_PROFILE_EXEC) cube__profiler_log(&s->profiler, "Executing %s", k->name);
   if (level >= CUBE_PROFILE_BASIC && s->backend->prepare) {
@@ -700,6 +707,7 @@ static cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st,
     }
   }
   uint64_t t0 = level >= CUBE_PROFILE_BASIC ? cube__now_ns() : 0;
+  if (level >= CUBE_PROFILE_BASIC) l.device_ns = &device_ns;
   cube_status_t status = s->backend->launch(s->bdev, st->backend_stream, &l);
   if (s->backend->event_record) {
     cube__memory_t* mems[CUBE_MAX_KERNEL_ARGS];
@@ -709,6 +717,7 @@ static cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st,
   if (level >= CUBE_PROFILE_BASIC) {
     if (s->backend->sync) cube_status_free(s->backend->sync(s->bdev, st->backend_stream));
     uint64_t ns = cube__now_ns() - t0;
+    if (device_ns != UINT64_MAX) ns = device_ns; /* the device's own timestamps */
     cube__profiler_record(&s->profiler, k->name, ns);
     if (level >= CUBE_PROFILE_MEDIUM) {
       char d[32];

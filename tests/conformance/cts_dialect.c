@@ -453,6 +453,10 @@ CUBE_TEST(dialect_sync_cube_shapes) {
                            k_scans};
   uint64_t seed = 0x5A4E5;
   for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); ++sh) {
+    /* Units leaving before a barrier is the CPU's promise only; on OpenCL
+     * (and GPUs) it is undefined (docs/dialect.md). */
+    if (strcmp(shapes[sh].entry, "partial_units") == 0 && cts_backend()->backend != CUBE_BACKEND_CPU)
+      continue;
     const shape_grid_t* g = &shapes[sh].grid;
     const uint32_t total = grid_units(g) * grid_cubes(g);
     const size_t out_len = (size_t)total * shapes[sh].out_per_unit;

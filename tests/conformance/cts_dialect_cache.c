@@ -162,7 +162,7 @@ static void wait_for_go(void) {
 }
 
 typedef struct entries {
-  int count;     /* <hex32>.so entries */
+  int count;     /* <hex32>.<kind> entries (.so on the CPU, .clbin on OpenCL) */
   int temps;     /* leftover temporary files of stores */
   char path[PATH_MAX]; /* the last entry seen */
 } entries_t;
@@ -180,7 +180,7 @@ static entries_t list_entries(const char* dir) {
     const char* name = de->d_name;
     if (name[0] == '.' && strlen(name) > 34 && strspn(name + 1, "0123456789abcdef") == 32) {
       e.temps++;
-    } else if (strspn(name, "0123456789abcdef") == 32 && strcmp(name + 32, ".so") == 0) {
+    } else if (strspn(name, "0123456789abcdef") == 32 && name[32] == '.' && name[33]) {
       e.count++;
       int n = snprintf(e.path, sizeof(e.path), "%s/%s", sub, name);
       if (n < 0 || (size_t)n >= sizeof(e.path)) e.path[0] = '\0';

@@ -589,6 +589,11 @@ CUBE_TEST(registry_tables) {
 #else
   CHECK(cube__backend_get(CUBE_BACKEND_CUDA) == NULL);
 #endif
+#ifdef CUBE_HAVE_OPENCL
+  CHECK(cube__backend_get(CUBE_BACKEND_OPENCL) == &cube__backend_opencl);
+#else
+  CHECK(cube__backend_get(CUBE_BACKEND_OPENCL) == NULL);
+#endif
   CHECK(cube__backend_get(CUBE_BACKEND_COUNT) == NULL);
   CHECK(cube__backend_get((cube_backend_t)-1) == NULL);
   for (int b = 0; b < CUBE_BACKEND_COUNT; ++b) {
