@@ -40,6 +40,11 @@ if has tests; then
     echo "== conformance on cuda"
     ctest --test-dir build-gpu -R "^cts\.cuda\.${CUBE_GPU_CTS_REGEX:-}" -j 8 --timeout 120 \
       --output-on-failure 2>&1 | tail -60
+    echo "== demo and examples on cuda"
+    for e in "./build-gpu/cube demo" ./build-gpu/tests/example_saxpy ./build-gpu/tests/example_reduce \
+             ./build-gpu/tests/example_matmul; do
+      CUBE_BACKEND=cuda $e > "$OUT/example.log" 2>&1; echo "$e: exit $?"; tail -2 "$OUT/example.log"
+    done
     echo "== conformance on cpu"
     ctest --test-dir build-gpu -R '^cts\.cpu\.' -j "$J" --timeout 120 2>&1 | tail -6
   } 2>&1 | tee "$OUT/tests.log"
