@@ -318,6 +318,9 @@ typedef struct cube__hold {
 static cube_status_t cube__stream_order(cube__stream_t* st, cube__memory_t* m) {
   const cube__backend_vtable_t* b = st->server->backend;
   if (!b->event_record || !m) return CUBE_OK;
+  /* The common case (the stream that used it last) writes nothing: the
+   * descriptor's line is shared with the callers' reference counting. */
+  if (atomic_load_explicit(&m->last_use, memory_order_acquire) == st) return CUBE_OK;
   cube__stream_t* last = atomic_exchange_explicit(&m->last_use, st, memory_order_acq_rel);
   if (!last || last == st) return CUBE_OK;
   void* ev = NULL;
@@ -365,12 +368,13 @@ static void cube__stream_hold(cube__stream_t* st, cube__memory_t* const* mems, u
   else
     st->holds_head = h;
   st->holds_tail = h;
-  st->hold_count++;
+  atomic_fetch_add_explicit(&st->hold_count, 1, memory_order_release);
   pthread_mutex_unlock(&st->lock);
 }
 
 void cube__stream_release_holds(cube__stream_t* st, bool wait) {
   const cube__backend_vtable_t* b = st->server->backend;
+  if (atomic_load_explicit(&st->hold_count, memory_order_acquire) == 0) return;
   for (;;) {
     pthread_mutex_lock(&st->lock);
     cube__hold_t* h = st->holds_head;
@@ -378,7 +382,7 @@ void cube__stream_release_holds(cube__stream_t* st, bool wait) {
     if (h) {
       st->holds_head = h->next;
       if (!st->holds_head) st->holds_tail = NULL;
-      st->hold_count--;
+      atomic_fetch_sub_explicit(&st->hold_count, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&st->lock);
     if (!h) return;

@@ -43,7 +43,7 @@ typedef struct cube__stream {
    * guarded by |lock|. Only on backends with events. */
   struct cube__hold* holds_head;
   struct cube__hold* holds_tail;
-  size_t hold_count;
+  atomic_size_t hold_count; /* read without the lock: 0 = nothing to release */
   cube__storage_ops_t device_ops; /* self = this stream; counts the memory limit */
   cube__storage_ops_t host_ops;
 } cube__stream_t;
