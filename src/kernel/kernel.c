@@ -276,3 +276,14 @@ cube_dim_t cube_dim_for_units(const cube_device_properties_t* props, uint64_t wo
   cube_dim_t dim = {(uint32_t)plane, (uint32_t)y, 1};
   return dim;
 }
+
+cube_status_t cube__kernel_bounds_status(const cube_kernel_t* k, const char* name,
+                                         const cube_bounds_error_t* b) {
+  char nb[16];
+  return cube__status_make(CUBE_STATUS_LAUNCH_FAILED,
+                           "launch of kernel '%s' (Validate mode): out-of-bounds %s of argument "
+                           "%u ('%s', %llu elements) at index %llu",
+                           name, b->is_write ? "write" : "read", b->arg,
+                           cube__kernel_param_name(k, b->arg, nb), (unsigned long long)b->len,
+                           (unsigned long long)b->index);
+}

@@ -32,4 +32,11 @@ struct cube_kernel_s {
 /* The name of parameter |i| of a dialect kernel ("arg<i>" for native ones). */
 const char* cube__kernel_param_name(const cube_kernel_t* k, uint32_t i, char buf[16]);
 
+/* The LAUNCH_FAILED status of a Validate-mode launch whose bounds record |b|
+ * has its flag set: "launch of kernel '<name>' (Validate mode): out-of-bounds
+ * read of argument 1 ('x', 37 elements) at index 40". Every backend's bounds
+ * record has this layout (the GPU preludes write it as 8 u32 words). */
+cube_status_t cube__kernel_bounds_status(const cube_kernel_t* k, const char* name,
+                                         const cube_bounds_error_t* b);
+
 #endif /* CUBE_KERNEL_KERNEL_H_ */

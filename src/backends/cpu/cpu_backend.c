@@ -569,16 +569,7 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
   if (min_chunk < 1) min_chunk = 1;
   int rc = cube__worker_pool_run(dev->pool, total, min_chunk, cube__cpu_run_cubes, &ctx);
   if (rc == 0 && !atomic_load(&ctx.failed)) {
-    if (bounds.flag) {
-      char nb[16];
-      return cube__status_make(
-          CUBE_STATUS_LAUNCH_FAILED,
-          "launch of kernel '%s' (Validate mode): out-of-bounds %s of argument %u ('%s', %llu "
-          "elements) at index %llu",
-          name, bounds.is_write ? "write" : "read", bounds.arg,
-          cube__kernel_param_name(k, bounds.arg, nb), (unsigned long long)bounds.len,
-          (unsigned long long)bounds.index);
-    }
+    if (bounds.flag) return cube__kernel_bounds_status(k, name, &bounds);
     return CUBE_OK;
   }
   if (ctx.fail_kind == CUBE__CPU_RANGE_NO_SCRATCH) {

@@ -755,6 +755,27 @@ static cube_status_t cube__cuda_xfer_run(cube__cuda_xfer_t* x) {
   return atomic_load(&x->error);
 }
 
+/* A transfer of rows (or of one flat run when the rows are packed). */
+static void cube__cuda_xfer_init(cube__cuda_xfer_t* x, cube__backend_device_t* d, CUstream s,
+                                 CUdeviceptr dev, void* host, uint64_t pitch, uint64_t width,
+                                 uint64_t height, bool to_device) {
+  memset(x, 0, sizeof(*x));
+  x->d = d;
+  x->stream = s;
+  x->dev = dev;
+  x->host = host;
+  if (height == 1 || pitch == width) {
+    x->width = width * height;
+    x->height = 1;
+    x->pitch = x->width;
+  } else {
+    x->width = width;
+    x->height = height;
+    x->pitch = pitch;
+  }
+  x->to_device = to_device;
+}
+
 static cube_status_t cube__cuda_check_rows(cube__backend_device_t* d, const char* op,
                                            const cube__storage_t* storage, uint64_t offset,
                                            uint64_t pitch, uint64_t width, uint64_t height) {
@@ -783,21 +804,8 @@ static cube_status_t cube__cuda_write(cube__backend_device_t* d, void* stream,
   CUBE_RETURN_IF_ERROR(cube__cuda_check_rows(d, "write", dst, dst_offset, pitch, width, height));
   CUBE__CUDA_SCOPE(d->ctx);
   cube__cuda_xfer_t x;
-  memset(&x, 0, sizeof(x));
-  x.d = d;
-  x.stream = cube__cuda_s(stream);
-  x.dev = (CUdeviceptr)(uintptr_t)dst->ptr + dst_offset;
-  x.host = (uint8_t*)(uintptr_t)src;
-  if (height == 1 || pitch == width) {
-    x.width = width * height;
-    x.height = 1;
-    x.pitch = x.width;
-  } else {
-    x.width = width;
-    x.height = height;
-    x.pitch = pitch;
-  }
-  x.to_device = true;
+  cube__cuda_xfer_init(&x, d, cube__cuda_s(stream), (CUdeviceptr)(uintptr_t)dst->ptr + dst_offset,
+                       (void*)(uintptr_t)src, pitch, width, height, true);
   return cube__cuda_xfer_run(&x);
 }
 
@@ -843,21 +851,7 @@ static cube_status_t cube__cuda_read(cube__backend_device_t* d, void* stream, vo
     return CUBE_OK;
   }
   cube__cuda_xfer_t x;
-  memset(&x, 0, sizeof(x));
-  x.d = d;
-  x.stream = s;
-  x.dev = from;
-  x.host = dst;
-  if (flat) {
-    x.width = width * height;
-    x.height = 1;
-    x.pitch = x.width;
-  } else {
-    x.width = width;
-    x.height = height;
-    x.pitch = pitch;
-  }
-  x.to_device = false;
+  cube__cuda_xfer_init(&x, d, s, from, dst, pitch, width, height, false);
   return cube__cuda_xfer_run(&x);
 }
 
@@ -1195,17 +1189,9 @@ static cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
     if (r == CUDA_SUCCESS) r = cube__cuda_wait(d, s);
     if (r != CUDA_SUCCESS)
       return cube__cuda_error(r, CUBE_STATUS_LAUNCH_FAILED, "launch of kernel '%s' (Validate mode)", name);
-    const uint32_t* b = d->bounds_host;
-    if (b[0]) {
-      uint64_t index = (uint64_t)b[2] | ((uint64_t)b[3] << 32);
-      uint64_t len = (uint64_t)b[4] | ((uint64_t)b[5] << 32);
-      char nb[16];
-      return cube__status_make(
-          CUBE_STATUS_LAUNCH_FAILED,
-          "launch of kernel '%s' (Validate mode): out-of-bounds %s of argument %u ('%s', %" PRIu64
-          " elements) at index %" PRIu64,
-          name, b[6] ? "write" : "read", b[1], cube__kernel_param_name(k, b[1], nb), len, index);
-    }
+    cube_bounds_error_t b;
+    memcpy(&b, d->bounds_host, sizeof(b)); /* the prelude's 8 words, the same layout */
+    if (b.flag) return cube__kernel_bounds_status(k, name, &b);
   }
   return CUBE_OK;
 }

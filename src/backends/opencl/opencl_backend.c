@@ -876,15 +876,7 @@ static cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
       return cube__ocl_error(CUBE_STATUS_LAUNCH_FAILED, err,
                              "launch of kernel '%s' (Validate mode): reading the bounds record",
                              name);
-    if (b.flag) {
-      char nb[16];
-      return cube__status_make(
-          CUBE_STATUS_LAUNCH_FAILED,
-          "launch of kernel '%s' (Validate mode): out-of-bounds %s of argument %u ('%s', %llu "
-          "elements) at index %llu",
-          name, b.is_write ? "write" : "read", b.arg, cube__kernel_param_name(k, b.arg, nb),
-          (unsigned long long)b.len, (unsigned long long)b.index);
-    }
+    if (b.flag) return cube__kernel_bounds_status(k, name, &b);
   }
   return CUBE_OK;
 }
