@@ -17,6 +17,7 @@ all: build
 
 # Debian packages the build and the tests need (installed only if missing).
 PACKAGES := cmake gcc make pkg-config libxxhash-dev pocl-opencl-icd ocl-icd-opencl-dev opencl-headers \
+            openmpi-bin libopenmpi-dev \
             clang libclang-rt-14-dev
 
 deps:
