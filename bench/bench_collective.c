@@ -1,0 +1,81 @@
+/* all_reduce bus bandwidth between CPU devices of one process (shared memory):
+ * f32 sum over n = 2, 3, 4 devices, sizes 64 KiB .. 64 MiB, all driven from
+ * one thread (threaded queues). For each: the median wall time of one round
+ * (all_reduce + sync_collective on every device, then a flush of each), and
+ * the transport's own record (time from the last arrival to completion).
+ * busbw = algbw * 2(n-1)/n (NCCL's convention).
+ *
+ *   CUBE_CPU_DEVICES is set to 4 by the bench; BENCH_MAX_MIB caps the size. */
+#define BENCH_NAME "bench_collective"
+#include "bench_common.h"
+#include "cube/cube.h"
+
+#define MAXDEV 4
+
+typedef struct {
+  uint32_t n;
+  cube_client_t* c[MAXDEV];
+  cube_handle_t h[MAXDEV];
+  cube_device_id_t ids[MAXDEV];
+  double record_busbw; /* from the last round's record */
+  double record_us;
+} ctx_t;
+
+static uint64_t trial(void* p, uint64_t iters) {
+  ctx_t* x = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t it = 0; it < iters; ++it) {
+    for (uint32_t i = 0; i < x->n; ++i)
+      TRY("all_reduce", cube_client_all_reduce(x->c[i], x->h[i], x->h[i], CUBE_DTYPE_F32, x->n,
+                                               x->ids, CUBE_REDUCE_SUM));
+    for (uint32_t i = 0; i < x->n; ++i) TRY("sync_collective", cube_client_sync_collective(x->c[i]));
+    for (uint32_t i = 0; i < x->n; ++i) TRY("flush", cube_client_flush(x->c[i]));
+  }
+  uint64_t t = now_ns() - t0;
+  cube_collective_record_t r;
+  TRY("last_collective", cube_client_last_collective(x->c[0], &r));
+  x->record_busbw = r.busbw_gbps;
+  x->record_us = (double)r.time_ns / 1000.0;
+  return t;
+}
+
+int main(void) {
+  setenv("CUBE_CPU_DEVICES", "4", 1);
+  print_machine(BENCH_NAME, cube_version());
+  uint64_t max_mib = 64;
+  const char* m = getenv("BENCH_MAX_MIB");
+  if (m && atoi(m) > 0) max_mib = (uint64_t)atoi(m);
+  printf("\n| devices | size | round (median) | algbw | busbw (round) | transport time | busbw (transport) |\n");
+  printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+  for (uint32_t n = 2; n <= MAXDEV; ++n) {
+    for (uint64_t bytes = 64 << 10; bytes <= (max_mib << 20); bytes *= 4) {
+      ctx_t x;
+      memset(&x, 0, sizeof(x));
+      x.n = n;
+      float* init = calloc(bytes / 4, sizeof(float));
+      for (uint32_t i = 0; i < n; ++i) {
+        cube_device_id_t d = {CUBE_BACKEND_CPU, i};
+        x.ids[i] = d;
+        TRY("load", cube_client_load(d, &x.c[i]));
+        TRY("create", cube_client_create_from_slice(x.c[i], init, bytes, &x.h[i]));
+      }
+      free(init);
+      uint64_t iters = bytes >= (16u << 20) ? 2 : bytes >= (1u << 20) ? 8 : 64;
+      stats_t s = measure(trial, &x, iters, 1, 7);
+      double alg = (double)bytes / (s.median_us * 1000.0);
+      double bus = alg * 2.0 * (n - 1) / n;
+      char sz[32];
+      if (bytes >= (1u << 20)) snprintf(sz, sizeof(sz), "%llu MiB", (unsigned long long)(bytes >> 20));
+      else snprintf(sz, sizeof(sz), "%llu KiB", (unsigned long long)(bytes >> 10));
+      printf("| %u | %s | %.1f us | %.2f GB/s | %.2f GB/s | %.1f us | %.2f GB/s |\n", n, sz,
+             s.median_us, alg, bus, x.record_us, x.record_busbw);
+      fflush(stdout);
+      for (uint32_t i = 0; i < n; ++i) {
+        cube_handle_release(x.h[i]);
+        cube_client_release(x.c[i]);
+      }
+    }
+  }
+  cube_shutdown();
+  return 0;
+}
