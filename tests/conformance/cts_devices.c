@@ -169,7 +169,10 @@ CUBE_TEST(devices_io_optimized_vector_sizes) {
  * alone (tests/unit/test_collective.c covers 1..4 CPU devices). */
 CUBE_TEST(devices_collectives_single_device) {
   CTS_CLIENT(c);
-  if (!(cube_client_features(c)->bits & CUBE_FEATURE_COLLECTIVES)) CUBE_SKIP("no collectives");
+  if (!(cube_client_features(c)->bits & CUBE_FEATURE_COLLECTIVES)) {
+    CTS_END(c);
+    CUBE_SKIP("no collectives (devices_collectives_unimplemented tests that)");
+  }
   cube_device_id_t devs[1] = {cts_device(0)};
   CHECK_OK(cube_client_ensure_init_collective(c, 1, devs));
   float v[5] = {1, -2, 3.5f, 4, 5}, poison[5] = {-9, -9, -9, -9, -9};
@@ -195,7 +198,10 @@ CUBE_TEST(devices_collectives_single_device) {
 
 CUBE_TEST(devices_collectives_unimplemented) {
   CTS_CLIENT(c);
-  if (cube_client_features(c)->bits & CUBE_FEATURE_COLLECTIVES) CUBE_SKIP("backend has collectives");
+  if (cube_client_features(c)->bits & CUBE_FEATURE_COLLECTIVES) {
+    CTS_END(c);
+    CUBE_SKIP("backend has collectives (devices_collectives_single_device tests them)");
+  }
   cube_device_id_t devs[1] = {cts_device(0)};
   CHECK_STATUS(cube_client_ensure_init_collective(c, 1, devs), CUBE_STATUS_UNIMPLEMENTED,
                "cube_client_ensure_init_collective");
