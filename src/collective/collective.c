@@ -57,6 +57,12 @@ struct cube__coll_op {
   uint32_t nslots;
   cube__coll_slot_t* slots; /* all_reduce: one per rank; pair: [0] send, [1] recv */
   cube_status_t status;
+  /* Set when the performer starts (or the operation ends without it): from
+   * then on the waiters of this process help with the blocks. */
+  cube__event_t started;
+  bool shared;          /* blocks may be taken by helpers (set before started) */
+  uint64_t nblocks;     /* set before started */
+  atomic_uint_fast64_t next_block, blocks_done;
   cube__event_t done;
   struct cube__coll_op* next;
 };
@@ -381,6 +387,7 @@ static void cube__op_complete_locked(cube__coll_op_t* op, cube_status_t status) 
   op->status = status;
   op->complete = true;
   for (uint32_t i = 0; i < op->nslots; ++i) cube__part_release(&op->slots[i].part);
+  cube__event_set(&op->started);
   cube__event_set(&op->done);
 }
 
@@ -410,6 +417,9 @@ static cube__coll_op_t* cube__op_find_locked(cube__comm_t* c, cube_collective_ki
   }
   atomic_init(&op->refs, 1);
   cube__event_init(&op->done);
+  cube__event_init(&op->started);
+  atomic_init(&op->next_block, 0);
+  atomic_init(&op->blocks_done, 0);
   op->comm = c;
   op->kind = kind;
   op->from = from;
@@ -444,6 +454,8 @@ static cube__coll_op_t* cube__op_solo(cube__comm_t* c, cube_collective_kind_t ki
   op->arrived = 1;
   op->complete = true;
   op->status = status;
+  cube__event_init(&op->started);
+  cube__event_set(&op->started);
   cube__event_set(&op->done);
   return op;
 }
@@ -565,24 +577,6 @@ static cube_status_t cube__perform_all_reduce(cube__coll_op_t* op, uint64_t time
   for (uint32_t i = 0; i < op->nslots; ++i)
     if (op->slots[i].has && first == UINT32_MAX) first = i;
   if (first == UINT32_MAX) return CUBE_OK;
-  if (c->rank_count <= 1) {
-    uint64_t block_elems = CUBE__COLL_BLOCK / esize;
-    void* tmp = cube__aligned_alloc(CUBE__COLL_BLOCK, 64);
-    if (!tmp) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "no host memory for a block");
-    for (uint64_t e0 = 0; e0 < count; e0 += block_elems) {
-      uint64_t m = count - e0 < block_elems ? count - e0 : block_elems;
-      uint64_t off = e0 * esize, len = m * esize;
-      memcpy(tmp, (char*)op->slots[first].src + off, len);
-      for (uint32_t i = first + 1; i < op->nslots; ++i)
-        if (op->slots[i].has)
-          cube__reduce_combine(op->dtype, op->op, tmp, (char*)op->slots[i].src + off, m);
-      cube__reduce_finish(op->dtype, op->op, tmp, m, c->n);
-      for (uint32_t i = 0; i < op->nslots; ++i)
-        if (op->slots[i].has) memcpy((char*)op->slots[i].dst + off, tmp, len);
-    }
-    cube__aligned_free(tmp);
-    return CUBE_OK;
-  }
   /* Across ranks: this rank's partial, then every rank's partial in rank
    * order, so that each rank computes the same result. */
   void* partial = malloc(op->bytes ? op->bytes : 1);
@@ -697,18 +691,105 @@ static bool cube__op_arrive_locked(cube__coll_op_t* op, uint32_t slot, cube__col
   return last;
 }
 
+/* Block |b| of a shared operation: reduce (through |tmp|, CUBE__COLL_BLOCK
+ * bytes) or copy. */
+static void cube__op_block(cube__coll_op_t* op, uint64_t b, void* tmp) {
+  if (op->kind != CUBE_COLLECTIVE_ALL_REDUCE) {
+    uint64_t off = b * CUBE__COLL_BLOCK;
+    uint64_t len = op->nblocks == 1 ? op->bytes
+                   : op->bytes - off < CUBE__COLL_BLOCK ? op->bytes - off : CUBE__COLL_BLOCK;
+    memmove((char*)op->slots[1].dst + off, (const char*)op->slots[0].src + off, len);
+    return;
+  }
+  uint32_t esize = cube_dtype_size(op->dtype);
+  uint64_t block_elems = CUBE__COLL_BLOCK / esize, count = op->bytes / esize;
+  uint64_t e0 = b * block_elems;
+  uint64_t m = count - e0 < block_elems ? count - e0 : block_elems;
+  uint64_t off = e0 * esize, len = m * esize;
+  uint32_t first = 0;
+  while (!op->slots[first].has) ++first;
+  memcpy(tmp, (const char*)op->slots[first].src + off, len);
+  for (uint32_t i = first + 1; i < op->nslots; ++i)
+    if (op->slots[i].has)
+      cube__reduce_combine(op->dtype, op->op, tmp, (const char*)op->slots[i].src + off, m);
+  cube__reduce_finish(op->dtype, op->op, tmp, m, op->comm->n);
+  for (uint32_t i = 0; i < op->nslots; ++i)
+    if (op->slots[i].has) memcpy((char*)op->slots[i].dst + off, tmp, len);
+}
+
+/* Takes blocks of a started shared operation until none is left; the one who
+ * finishes the last block completes it. A helper without memory for its
+ * staging block just does not help. */
+static void cube__op_help(cube__coll_op_t* op) {
+  if (!op->shared) return;
+  if (atomic_load_explicit(&op->next_block, memory_order_relaxed) >= op->nblocks) return;
+  void* tmp = NULL;
+  if (op->kind == CUBE_COLLECTIVE_ALL_REDUCE) {
+    tmp = cube__aligned_alloc(CUBE__COLL_BLOCK, 64);
+    if (!tmp) return;
+  }
+  for (;;) {
+    uint64_t b = atomic_fetch_add_explicit(&op->next_block, 1, memory_order_relaxed);
+    if (b >= op->nblocks) break;
+    cube__op_block(op, b, tmp);
+    if (atomic_fetch_add_explicit(&op->blocks_done, 1, memory_order_acq_rel) + 1 == op->nblocks) {
+      cube__op_record(op, cube__now_ns());
+      pthread_mutex_lock(&op->comm->lock);
+      cube__op_complete_locked(op, CUBE_OK);
+      pthread_mutex_unlock(&op->comm->lock);
+    }
+  }
+  cube__aligned_free(tmp);
+}
+
+/* The last participant of this process performs |op|: in blocks that the
+ * waiting participants help with (in-process), or alone (across ranks). */
 static void cube__op_perform(cube__coll_op_t* op, uint64_t timeout_ns) {
   cube__comm_t* c = op->comm;
   pthread_mutex_lock(&c->lock);
   bool skip = op->complete;
   pthread_mutex_unlock(&c->lock);
   if (skip) return;
-  cube_status_t st = CUBE_OK;
-  if (op->kind == CUBE_COLLECTIVE_ALL_REDUCE) {
-    st = cube__perform_all_reduce(op, timeout_ns);
-  } else if (op->slots[0].has && op->slots[1].has && op->bytes) {
-    memmove(op->slots[1].dst, op->slots[0].src, op->bytes);
+  bool p2p = op->kind != CUBE_COLLECTIVE_ALL_REDUCE;
+  if (p2p || c->rank_count <= 1) {
+    /* The performer needs its staging block before it may start. */
+    void* probe = p2p ? NULL : cube__aligned_alloc(CUBE__COLL_BLOCK, 64);
+    if (!p2p && !probe) {
+      char what[320];
+      pthread_mutex_lock(&c->lock);
+      cube__op_complete_locked(op, cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                                                     "%s: no host memory for a staging block",
+                                                     cube__op_name(op, what, sizeof(what))));
+      pthread_mutex_unlock(&c->lock);
+      return;
+    }
+    cube__aligned_free(probe);
+    uint64_t nb = (op->bytes + CUBE__COLL_BLOCK - 1) / CUBE__COLL_BLOCK;
+    if (!p2p) {
+      uint64_t be = CUBE__COLL_BLOCK / cube_dtype_size(op->dtype);
+      uint64_t count = op->bytes / cube_dtype_size(op->dtype);
+      nb = (count + be - 1) / be;
+    } else {
+      /* Overlapping views of one buffer: one block, in order. */
+      const char* a = op->slots[0].src;
+      const char* d = op->slots[1].dst;
+      if (a < d + op->bytes && d < a + op->bytes) nb = 1;
+    }
+    if (nb == 0) {
+      cube__op_record(op, cube__now_ns());
+      pthread_mutex_lock(&c->lock);
+      cube__op_complete_locked(op, CUBE_OK);
+      pthread_mutex_unlock(&c->lock);
+      return;
+    }
+    op->nblocks = nb;
+    op->shared = true;
+    cube__event_set(&op->started);
+    cube__op_help(op);
+    return;
   }
+  cube__event_set(&op->started);
+  cube_status_t st = cube__perform_all_reduce(op, timeout_ns);
   uint64_t t_end = cube__now_ns();
   if (st) {
     char what[320];
@@ -943,10 +1024,12 @@ cube_status_t cube__coll_pending_wait(cube__server_t* server, uint64_t stream_id
     cube__coll_pending_t* x = mine;
     mine = x->next;
     cube__coll_op_t* op = x->op;
-    if (!cube__event_wait(&op->done, timeout_ns)) {
+    if (!cube__event_wait(&op->started, timeout_ns)) {
       cube__op_abandon(op, timeout_ns);
-      cube__event_wait(&op->done, UINT64_MAX); /* all joined: being performed */
+      cube__event_wait(&op->started, UINT64_MAX); /* all joined: starting */
     }
+    cube__op_help(op);
+    cube__event_wait(&op->done, UINT64_MAX);
     if (op->status) errors = cube__status_join(errors, cube__status_clone(op->status));
     cube__op_unref(op);
     free(x);
