@@ -28,7 +28,8 @@ static uint64_t trial(void* p, uint64_t iters) {
     for (uint32_t i = 0; i < x->n; ++i)
       TRY("all_reduce", cube_client_all_reduce(x->c[i], x->h[i], x->h[i], CUBE_DTYPE_F32, x->n,
                                                x->ids, CUBE_REDUCE_SUM));
-    for (uint32_t i = 0; i < x->n; ++i) TRY("sync_collective", cube_client_sync_collective(x->c[i]));
+    for (uint32_t i = 0; i < x->n; ++i)
+      TRY("sync_collective", cube_client_sync_collective(x->c[i]));
     for (uint32_t i = 0; i < x->n; ++i) TRY("flush", cube_client_flush(x->c[i]));
   }
   uint64_t t = now_ns() - t0;
@@ -45,7 +46,8 @@ int main(void) {
   uint64_t max_mib = 64;
   const char* m = getenv("BENCH_MAX_MIB");
   if (m && atoi(m) > 0) max_mib = (uint64_t)atoi(m);
-  printf("\n| devices | size | round (median) | algbw | busbw (round) | transport time | busbw (transport) |\n");
+  printf("\n| devices | size | round (median) | algbw | busbw (round) | transport time "
+         "| busbw (transport) |\n");
   printf("| --- | --- | --- | --- | --- | --- | --- |\n");
   for (uint32_t n = 2; n <= MAXDEV; ++n) {
     for (uint64_t bytes = 64 << 10; bytes <= (max_mib << 20); bytes *= 4) {
@@ -65,8 +67,10 @@ int main(void) {
       double alg = (double)bytes / (s.median_us * 1000.0);
       double bus = alg * 2.0 * (n - 1) / n;
       char sz[32];
-      if (bytes >= (1u << 20)) snprintf(sz, sizeof(sz), "%llu MiB", (unsigned long long)(bytes >> 20));
-      else snprintf(sz, sizeof(sz), "%llu KiB", (unsigned long long)(bytes >> 10));
+      if (bytes >= (1u << 20))
+        snprintf(sz, sizeof(sz), "%llu MiB", (unsigned long long)(bytes >> 20));
+      else
+        snprintf(sz, sizeof(sz), "%llu KiB", (unsigned long long)(bytes >> 10));
       printf("| %u | %s | %.1f us | %.2f GB/s | %.2f GB/s | %.1f us | %.2f GB/s |\n", n, sz,
              s.median_us, alg, bus, x.record_us, x.record_busbw);
       fflush(stdout);

@@ -1174,8 +1174,7 @@ static cube_status_t cube__check_devices(const char* fn, size_t n, const cube_de
     uint32_t count = cube__coll_global_count(ids[i].backend);
     if (ids[i].index >= count)
       return cube__status_make(CUBE_STATUS_NOT_FOUND, "%s: devices[%zu] = %s:%u does not exist",
-                               fn, i, cube_backend_name(ids[i].backend) ? cube_backend_name(ids[i].backend) : "?",
-                               ids[i].index);
+                               fn, i, cube_backend_name(ids[i].backend), ids[i].index);
   }
   return CUBE_OK;
 }
@@ -1221,7 +1220,8 @@ cube_status_t cube_client_sync_collective(cube_client_t* c) {
 /* Queues this participant's part; takes binding references on the buffers. */
 static cube_status_t cube__coll_queue(cube_client_t* c, const char* fn, cube__comm_t* comm,
                                       cube_collective_kind_t kind, cube__coll_part_t* part,
-                                      const cube__handle_info_t* src, const cube__handle_info_t* dst) {
+                                      const cube__handle_info_t* src,
+                                      const cube__handle_info_t* dst) {
   uint64_t timeout;
   cube_status_t st = cube__coll_timeout_ns(&timeout);
   if (st) return cube__status_annotate(st, "%s", fn);

@@ -483,8 +483,8 @@ static void cube__op_record(const cube__coll_op_t* op, uint64_t t_end) {
   r.op = op->op;
   r.bytes = op->bytes;
   r.participants = op->kind == CUBE_COLLECTIVE_ALL_REDUCE ? c->n : 2;
-  r.ranks = op->kind == CUBE_COLLECTIVE_ALL_REDUCE ? c->rank_count
-                                                   : (c->rank_of[op->from] == c->rank_of[op->to] ? 1 : 2);
+  bool same_rank = c->rank_of[op->from] == c->rank_of[op->to];
+  r.ranks = op->kind == CUBE_COLLECTIVE_ALL_REDUCE ? c->rank_count : (same_rank ? 1 : 2);
   r.sequence = op->seq;
   r.time_ns = t_end > op->t_last ? t_end - op->t_last : 1;
   r.wait_ns = op->t_last - op->t_first;
@@ -669,8 +669,8 @@ static bool cube__op_arrive_locked(cube__coll_op_t* op, uint32_t slot, cube__col
       uint64_t b1 = me_first ? part->bytes : op->bytes, b2 = me_first ? op->bytes : part->bytes;
       cube_dtype_t t1 = me_first ? part->dtype : op->dtype, t2 = me_first ? op->dtype : part->dtype;
       cube_reduce_op_t o1 = me_first ? part->op : op->op, o2 = me_first ? op->op : part->op;
-      st = CUBE_INVALID("%s: participants disagree: %s has %" PRIu64 " bytes of %s %s, %s has %" PRIu64
-                        " bytes of %s %s",
+      st = CUBE_INVALID("%s: participants disagree: %s has %" PRIu64 " bytes of %s %s, "
+                        "%s has %" PRIu64 " bytes of %s %s",
                         what, cube__dev_name(d1, me, sizeof(me)), b1, cube_dtype_name(t1),
                         cube_reduce_op_name(o1), cube__dev_name(d2, other, sizeof(other)), b2,
                         cube_dtype_name(t2), cube_reduce_op_name(o2));
@@ -984,13 +984,14 @@ static void cube__op_abandon(cube__coll_op_t* op, uint64_t timeout_ns) {
       d = c->ids[i == 0 ? op->from : op->to];
     }
     char nm[32];
+    bool ar = op->kind == CUBE_COLLECTIVE_ALL_REDUCE;
+    const char* role = ar ? "" : (i == 0 ? "sender " : "receiver ");
+    uint32_t place = ar ? i : (i == 0 ? op->from : op->to);
     if (o + 48 < sizeof(missing))
-      o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%s%s", nmiss ? ", " : "",
-                            op->kind == CUBE_COLLECTIVE_ALL_REDUCE ? "" : (i == 0 ? "sender " : "receiver "),
+      o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%s%s", nmiss ? ", " : "", role,
                             cube__dev_name(d, nm, sizeof(nm)));
     if (c->rank_count > 1 && o + 24 < sizeof(missing))
-      o += (size_t)snprintf(missing + o, sizeof(missing) - o, " (rank %u)",
-                            c->rank_of[op->kind == CUBE_COLLECTIVE_ALL_REDUCE ? i : (i == 0 ? op->from : op->to)]);
+      o += (size_t)snprintf(missing + o, sizeof(missing) - o, " (rank %u)", c->rank_of[place]);
     ++nmiss;
   }
   char what[320];

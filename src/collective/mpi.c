@@ -169,7 +169,8 @@ static cube_status_t cube__mpi_poll(int rank, int tag, const cube__mpi_header_t*
     char* buf = malloc(n > 0 ? (size_t)n : 1);
     if (!buf) {
       pthread_mutex_unlock(&g_mpi_lock);
-      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory for %d bytes", what, n);
+      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory for %d bytes", what,
+                               n);
     }
     rc = MPI_Mrecv(buf, n, MPI_BYTE, &m, MPI_STATUS_IGNORE);
     pthread_mutex_unlock(&g_mpi_lock);
@@ -311,7 +312,9 @@ cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* hea
       size_t o = 0;
       uint32_t k = 0;
       for (uint32_t i = 0; i < count && o + 16 < sizeof(missing); ++i)
-        if (!got[i]) o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%u", k++ ? ", " : "", ranks[i]);
+        if (!got[i])
+          o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%u", k++ ? ", " : "",
+                                ranks[i]);
       st = cube__status_make(CUBE_STATUS_DEADLINE_EXCEEDED,
                              "%s: rank%s %s did not join within the deadline "
                              "(CUBE_COLLECTIVE_TIMEOUT); the operation is abandoned on this rank",

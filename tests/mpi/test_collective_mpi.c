@@ -64,7 +64,9 @@ static void gen(cube_dtype_t t, cube_reduce_op_t op, void* p, size_t n, uint64_t
       case CUBE_DTYPE_U8: ((uint8_t*)p)[i] = (uint8_t)v; break;
       case CUBE_DTYPE_I8: ((int8_t*)p)[i] = (int8_t)v; break;
       case CUBE_DTYPE_U32: ((uint32_t*)p)[i] = (uint32_t)r; break;
-      case CUBE_DTYPE_I32: ((int32_t*)p)[i] = op == CUBE_REDUCE_PROD ? v : (int32_t)(r >> 33) - (1 << 29); break;
+      case CUBE_DTYPE_I32:
+        ((int32_t*)p)[i] = op == CUBE_REDUCE_PROD ? v : (int32_t)(r >> 33) - (1 << 29);
+        break;
       case CUBE_DTYPE_U64: ((uint64_t*)p)[i] = r; break;
       case CUBE_DTYPE_I64: ((int64_t*)p)[i] = (int64_t)(r >> 2) - (int64_t)(r >> 3); break;
       case CUBE_DTYPE_F16: { /* small integers: sign, exponent, mantissa */
@@ -102,7 +104,8 @@ static double as_f(cube_dtype_t t, const void* p, size_t i) {
     return f;
   }
   int e = (h >> 10) & 0x1f;
-  double v = e == 0 ? (h & 0x3ff) / 16777216.0 : (1.0 + (h & 0x3ff) / 1024.0) * (double)(1u << e) / 32768.0;
+  double v = e == 0 ? (h & 0x3ff) / 16777216.0
+                     : (1.0 + (h & 0x3ff) / 1024.0) * (double)(1u << e) / 32768.0;
   return (h & 0x8000) ? -v : v;
 }
 
@@ -246,7 +249,8 @@ static void types_ops(const char* mode) {
   CHECK_EQ_U64(checked, CUBE_DTYPE_COUNT * CUBE_REDUCE_OP_COUNT);
   cube_collective_record_t r;
   CHECK_OK(cube_client_last_collective(c, &r));
-  CHECK(r.participants == 2 && r.ranks == 2 && r.sequence == CUBE_DTYPE_COUNT * CUBE_REDUCE_OP_COUNT - 1);
+  CHECK(r.participants == 2 && r.ranks == 2 &&
+        r.sequence == CUBE_DTYPE_COUNT * CUBE_REDUCE_OP_COUNT - 1);
   cube_client_release(c);
   cube_shutdown();
 }
@@ -337,7 +341,8 @@ CUBE_TEST(send_recv) {
     CHECK_OK(cube_client_sync_collective(c));
     cube_bytes_t* b = NULL;
     CHECK_OK(cube_client_read_one(c, h, &b));
-    CHECK(b && cube_bytes_size(b) == sizes[m] && memcmp(cube_bytes_const_data(b), data, sizes[m]) == 0);
+    CHECK(b && cube_bytes_size(b) == sizes[m] &&
+          memcmp(cube_bytes_const_data(b), data, sizes[m]) == 0);
     cube_bytes_release(b);
     cube_handle_release(h);
     free(data);
@@ -402,7 +407,8 @@ CUBE_TEST(timeout_names_missing_rank) {
     CHECK_OK(cube_client_flush(c));
     cube_handle_release(out);
   } else {
-    CHECK(cube_status_code(s) == CUBE_STATUS_OK || cube_status_code(s) == CUBE_STATUS_DEADLINE_EXCEEDED);
+    CHECK(cube_status_code(s) == CUBE_STATUS_OK ||
+          cube_status_code(s) == CUBE_STATUS_DEADLINE_EXCEEDED);
     CHECK(ms < 1900);
     cube_status_free(s);
   }

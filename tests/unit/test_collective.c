@@ -225,7 +225,8 @@ static void all_types_and_ops(const char* mode) {
         cube_reduce_op_t op = (cube_reduce_op_t)o;
         /* odd sizes; every 7th combination large enough to span several
          * staging blocks (256 KiB) */
-        size_t count = ((t * 5 + o + n) % 7 == 0) ? 70001 : 1 + (size_t)(cube_test_rand(&rng) % 3001);
+        size_t count = ((t * 5 + o + n) % 7 == 0) ? 70001
+                                                  : 1 + (size_t)(cube_test_rand(&rng) % 3001);
         size_t bytes = count * es;
         /* The participants: n devices picked from 4, listed in a shuffled
          * order that differs for each participant. */
@@ -421,7 +422,8 @@ static void one_thread_kernels(const char* mode) {
     cube_handle_t h[MAXDEV];
     for (uint32_t i = 0; i < MAXDEV; ++i) {
       REQUIRE_OK(cube_client_empty(c[i], count * 4, &h[i]));
-      cube_arg_t a[3] = {cube_arg_buffer(h[i]), cube_arg_f32(0), cube_arg_f32((float)(i * 10 + it))};
+      cube_arg_t a[3] = {cube_arg_buffer(h[i]), cube_arg_f32(0),
+                         cube_arg_f32((float)(i * 10 + it))};
       CHECK_OK(cube_client_launch(c[i], k, cube_count_static(1, 1, 1), 3, a));
     }
     for (uint32_t i = 0; i < MAXDEV; ++i)
@@ -722,7 +724,8 @@ CUBE_TEST(profile_record) {
   setenv("CUBE_PROFILE", "medium", 1);
   char logpath[512];
   const char* tmp = getenv("CUBE_TEST_TMPDIR");
-  snprintf(logpath, sizeof(logpath), "%s/collective_profile_%d.log", tmp ? tmp : "/tmp", (int)getpid());
+  snprintf(logpath, sizeof(logpath), "%s/collective_profile_%d.log", tmp ? tmp : "/tmp",
+           (int)getpid());
   setenv("CUBE_LOG_FILE", logpath, 1);
   cube_client_t* c[MAXDEV];
   cube_handle_t h[MAXDEV];
@@ -735,7 +738,8 @@ CUBE_TEST(profile_record) {
     REQUIRE_OK(cube_client_create_from_slice(c[i], zero, bytes, &h[i]));
   }
   for (uint32_t i = 0; i < MAXDEV; ++i)
-    CHECK_OK(cube_client_all_reduce(c[i], h[i], h[i], CUBE_DTYPE_F32, MAXDEV, ids, CUBE_REDUCE_SUM));
+    CHECK_OK(
+        cube_client_all_reduce(c[i], h[i], h[i], CUBE_DTYPE_F32, MAXDEV, ids, CUBE_REDUCE_SUM));
   for (uint32_t i = 0; i < MAXDEV; ++i) {
     CHECK_OK(cube_client_sync_collective(c[i]));
     CHECK_OK(cube_client_sync(c[i]));
@@ -743,7 +747,8 @@ CUBE_TEST(profile_record) {
   for (uint32_t i = 0; i < MAXDEV; ++i) {
     cube_collective_record_t r;
     CHECK_OK(cube_client_last_collective(c[i], &r));
-    CHECK(r.kind == CUBE_COLLECTIVE_ALL_REDUCE && r.dtype == CUBE_DTYPE_F32 && r.op == CUBE_REDUCE_SUM);
+    CHECK(r.kind == CUBE_COLLECTIVE_ALL_REDUCE && r.dtype == CUBE_DTYPE_F32 &&
+          r.op == CUBE_REDUCE_SUM);
     CHECK_EQ_U64(r.bytes, bytes);
     CHECK_EQ_U64(r.participants, MAXDEV);
     CHECK_EQ_U64(r.ranks, 1);
@@ -764,7 +769,8 @@ CUBE_TEST(profile_record) {
   char line[512];
   int found = 0;
   while (fgets(line, sizeof(line), f))
-    if (strstr(line, "all_reduce f32 sum x4") && strstr(line, "busbw") && strstr(line, "4 participants"))
+    if (strstr(line, "all_reduce f32 sum x4") && strstr(line, "busbw") &&
+        strstr(line, "4 participants"))
       found++;
   fclose(f);
   remove(logpath);
