@@ -3,7 +3,8 @@
  * one thread (threaded queues). For each: the median wall time of one round
  * (all_reduce + sync_collective on every device, then a flush of each), and
  * the transport's own record (time from the last arrival to completion).
- * busbw = algbw * 2(n-1)/n (NCCL's convention).
+ * busbw = algbw * 2(n-1)/n (NCCL's convention). Baseline in the same run: one
+ * thread's memcpy of the same size between two warm buffers (GB/s).
  *
  *   CUBE_CPU_DEVICES is set to 4 by the bench; BENCH_MAX_MIB caps the size. */
 #define BENCH_NAME "bench_collective"
@@ -11,6 +12,22 @@
 #include "cube/cube.h"
 
 #define MAXDEV 4
+
+typedef struct {
+  void* a;
+  void* b;
+  size_t bytes;
+} copy_ctx_t;
+
+static uint64_t copy_trial(void* p, uint64_t iters) {
+  copy_ctx_t* x = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t it = 0; it < iters; ++it) {
+    memcpy(x->b, x->a, x->bytes);
+    ((volatile char*)x->b)[it % x->bytes] += 1;
+  }
+  return now_ns() - t0;
+}
 
 typedef struct {
   uint32_t n;
@@ -47,8 +64,8 @@ int main(void) {
   const char* m = getenv("BENCH_MAX_MIB");
   if (m && atoi(m) > 0) max_mib = (uint64_t)atoi(m);
   printf("\n| devices | size | round (median) | algbw | busbw (round) | transport time "
-         "| busbw (transport) |\n");
-  printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+         "| busbw (transport) | memcpy |\n");
+  printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (uint32_t n = 2; n <= MAXDEV; ++n) {
     for (uint64_t bytes = 64 << 10; bytes <= (max_mib << 20); bytes *= 4) {
       ctx_t x;
@@ -64,6 +81,13 @@ int main(void) {
       free(init);
       uint64_t iters = bytes >= (16u << 20) ? 2 : bytes >= (1u << 20) ? 8 : 64;
       stats_t s = measure(trial, &x, iters, 1, 7);
+      copy_ctx_t cc = {malloc(bytes), malloc(bytes), bytes};
+      memset(cc.a, 1, bytes);
+      memset(cc.b, 2, bytes);
+      stats_t cs = measure(copy_trial, &cc, iters, 1, 7);
+      free(cc.a);
+      free(cc.b);
+      double copy_gbps = (double)bytes / (cs.median_us * 1000.0);
       double alg = (double)bytes / (s.median_us * 1000.0);
       double bus = alg * 2.0 * (n - 1) / n;
       char sz[32];
@@ -71,8 +95,8 @@ int main(void) {
         snprintf(sz, sizeof(sz), "%llu MiB", (unsigned long long)(bytes >> 20));
       else
         snprintf(sz, sizeof(sz), "%llu KiB", (unsigned long long)(bytes >> 10));
-      printf("| %u | %s | %.1f us | %.2f GB/s | %.2f GB/s | %.1f us | %.2f GB/s |\n", n, sz,
-             s.median_us, alg, bus, x.record_us, x.record_busbw);
+      printf("| %u | %s | %.1f us | %.2f GB/s | %.2f GB/s | %.1f us | %.2f GB/s | %.2f GB/s |\n", n,
+             sz, s.median_us, alg, bus, x.record_us, x.record_busbw, copy_gbps);
       fflush(stdout);
       for (uint32_t i = 0; i < n; ++i) {
         cube_handle_release(x.h[i]);
