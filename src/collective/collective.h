@@ -145,7 +145,8 @@ cube_status_t cube__coll_submit_sync(struct cube__server* s, uint64_t stream_id,
 
 /* Reductions (src/collective/reduce.c) -------------------------------------- */
 
-/* acc[i] = op(acc[i], in[i]) for |count| elements of |dtype| (MEAN adds). */
+/* acc[i] = op(acc[i], in[i]) for |count| elements of |dtype| (MEAN adds);
+ * |acc| and |in| do not overlap. */
 void cube__reduce_combine(cube_dtype_t dtype, cube_reduce_op_t op, void* acc, const void* in,
                           uint64_t count);
 /* acc[i] /= n for MEAN, nothing otherwise. */

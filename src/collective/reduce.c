@@ -93,7 +93,7 @@ static uint16_t cube__f32_to_bf16(float f) {
 
 /* Integers: T the storage type, U its unsigned twin (wrapping sum/prod). */
 #define CUBE__INT_COMBINE(name, T, U)                                                  \
-  static void name(cube_reduce_op_t op, T* a, const T* b, uint64_t n) {                \
+  static void name(cube_reduce_op_t op, T* restrict a, const T* restrict b, uint64_t n) {\
     switch (op) {                                                                      \
       case CUBE_REDUCE_SUM:                                                            \
       case CUBE_REDUCE_MEAN:                                                           \
@@ -121,7 +121,7 @@ CUBE__INT_COMBINE(cube__combine_i64, int64_t, uint64_t)
 
 /* Floats: MAX/MIN propagate NaN (as NCCL's fmax does not; documented). */
 #define CUBE__FLOAT_COMBINE(name, T)                                                   \
-  static void name(cube_reduce_op_t op, T* a, const T* b, uint64_t n) {                \
+  static void name(cube_reduce_op_t op, T* restrict a, const T* restrict b, uint64_t n) {\
     switch (op) {                                                                      \
       case CUBE_REDUCE_SUM:                                                            \
       case CUBE_REDUCE_MEAN:                                                           \
