@@ -6,7 +6,10 @@
  * busbw = algbw * 2(n-1)/n (NCCL's convention). Baseline in the same run: one
  * thread's memcpy of the same size between two warm buffers (GB/s).
  *
- *   CUBE_CPU_DEVICES is set to 4 by the bench; BENCH_MAX_MIB caps the size. */
+ *   CUBE_CPU_DEVICES is set to 4 by the bench; BENCH_MAX_MIB caps the size.
+ *
+ * Under mpiexec (one CPU device per rank): the same over every rank's cpu:0
+ * (global ids 0 .. ranks-1), MPI between the ranks; rank 0 prints. */
 #define BENCH_NAME "bench_collective"
 #include "bench_common.h"
 #include "cube/cube.h"
@@ -57,12 +60,64 @@ static uint64_t trial(void* p, uint64_t iters) {
   return t;
 }
 
+/* One table over the ranks of an MPI run. */
+static int mpi_main(uint32_t rank, uint32_t ranks, uint64_t max_mib) {
+  if (rank == 0) {
+    printf("\nMPI: %u ranks, one CPU device each\n", ranks);
+    printf("| ranks | size | round (median) | algbw | busbw (round) | transport time "
+           "| busbw (transport) |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+  }
+  for (uint64_t bytes = 64 << 10; bytes <= (max_mib << 20); bytes *= 4) {
+    ctx_t x;
+    memset(&x, 0, sizeof(x));
+    x.n = 1;
+    cube_device_id_t self = {CUBE_BACKEND_CPU, 0};
+    TRY("load", cube_client_load(self, &x.c[0]));
+    float* init = calloc(bytes / 4, sizeof(float));
+    TRY("create", cube_client_create_from_slice(x.c[0], init, bytes, &x.h[0]));
+    free(init);
+    cube_device_id_t ids[64];
+    for (uint32_t r = 0; r < ranks && r < 64; ++r) ids[r] = (cube_device_id_t){CUBE_BACKEND_CPU, r};
+    uint64_t iters = bytes >= (16u << 20) ? 2 : bytes >= (1u << 20) ? 8 : 64;
+    double t[7];
+    for (int k = -1; k < 7; ++k) {
+      uint64_t t0 = now_ns();
+      for (uint64_t it = 0; it < iters; ++it) {
+        TRY("all_reduce", cube_client_all_reduce(x.c[0], x.h[0], x.h[0], CUBE_DTYPE_F32, ranks,
+                                                 ids, CUBE_REDUCE_SUM));
+        TRY("sync_collective", cube_client_sync_collective(x.c[0]));
+        TRY("flush", cube_client_flush(x.c[0]));
+      }
+      if (k >= 0) t[k] = (double)(now_ns() - t0) / 1000.0 / (double)iters;
+    }
+    qsort(t, 7, sizeof(double), cmp_double);
+    cube_collective_record_t r;
+    TRY("last_collective", cube_client_last_collective(x.c[0], &r));
+    double alg = (double)bytes / (t[3] * 1000.0), bus = alg * 2.0 * (ranks - 1) / ranks;
+    if (rank == 0)
+      printf("| %u | %llu KiB | %.1f us | %.2f GB/s | %.2f GB/s | %.1f us | %.2f GB/s |\n", ranks,
+             (unsigned long long)(bytes >> 10), t[3], alg, bus, (double)r.time_ns / 1000.0,
+             r.busbw_gbps);
+    fflush(stdout);
+    cube_handle_release(x.h[0]);
+    cube_client_release(x.c[0]);
+  }
+  cube_shutdown();
+  return 0;
+}
+
 int main(void) {
-  setenv("CUBE_CPU_DEVICES", "4", 1);
-  print_machine(BENCH_NAME, cube_version());
   uint64_t max_mib = 64;
   const char* m = getenv("BENCH_MAX_MIB");
   if (m && atoi(m) > 0) max_mib = (uint64_t)atoi(m);
+  if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE")) {
+    uint32_t rank = 0, ranks = 1;
+    TRY("world", cube_collective_world(&rank, &ranks, NULL));
+    if (rank == 0) print_machine(BENCH_NAME, cube_version());
+    if (ranks > 1) return mpi_main(rank, ranks, max_mib);
+  }
+  setenv("CUBE_CPU_DEVICES", "4", 1);
+  print_machine(BENCH_NAME, cube_version());
   printf("\n| devices | size | round (median) | algbw | busbw (round) | transport time "
          "| busbw (transport) | memcpy |\n");
   printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");

@@ -111,6 +111,79 @@ static bool g_world_ready;
 static cube__coll_world_t g_world;
 
 //===----------------------------------------------------------------------===//
+// Scratch buffers
+//===----------------------------------------------------------------------===//
+
+#define CUBE__SCRATCH_KEEP 16
+#define CUBE__SCRATCH_HEAD 64
+
+static pthread_mutex_t g_scratch_lock = PTHREAD_MUTEX_INITIALIZER;
+static void* g_scratch[CUBE__SCRATCH_KEEP];
+static size_t g_scratch_n;
+
+static size_t cube__scratch_cap(const void* p) {
+  size_t cap;
+  memcpy(&cap, (const char*)p - CUBE__SCRATCH_HEAD, sizeof(cap));
+  return cap;
+}
+
+void* cube__coll_scratch_get(size_t size) {
+  pthread_mutex_lock(&g_scratch_lock);
+  size_t best = SIZE_MAX;
+  for (size_t i = 0; i < g_scratch_n; ++i)
+    if (cube__scratch_cap(g_scratch[i]) >= size &&
+        (best == SIZE_MAX || cube__scratch_cap(g_scratch[i]) < cube__scratch_cap(g_scratch[best])))
+      best = i;
+  void* p = NULL;
+  if (best != SIZE_MAX) {
+    p = g_scratch[best];
+    g_scratch[best] = g_scratch[--g_scratch_n];
+  }
+  pthread_mutex_unlock(&g_scratch_lock);
+  if (p) return p;
+  size_t cap = size < 4096 ? 4096 : (size + 65535) & ~(size_t)65535;
+  char* base = cube__aligned_alloc(cap + CUBE__SCRATCH_HEAD, 64);
+  if (!base) return NULL;
+  memcpy(base, &cap, sizeof(cap));
+  return base + CUBE__SCRATCH_HEAD;
+}
+
+void cube__coll_scratch_free(void* p) {
+  if (p) cube__aligned_free((char*)p - CUBE__SCRATCH_HEAD);
+}
+
+void cube__coll_scratch_put(void* p) {
+  if (!p) return;
+  pthread_mutex_lock(&g_scratch_lock);
+  if (g_scratch_n < CUBE__SCRATCH_KEEP) {
+    g_scratch[g_scratch_n++] = p;
+    p = NULL;
+  } else {
+    /* Full: keep the larger of this one and the smallest kept. */
+    size_t small = 0;
+    for (size_t i = 1; i < g_scratch_n; ++i)
+      if (cube__scratch_cap(g_scratch[i]) < cube__scratch_cap(g_scratch[small])) small = i;
+    if (cube__scratch_cap(g_scratch[small]) < cube__scratch_cap(p)) {
+      void* x = g_scratch[small];
+      g_scratch[small] = p;
+      p = x;
+    }
+  }
+  pthread_mutex_unlock(&g_scratch_lock);
+  cube__coll_scratch_free(p);
+}
+
+static void cube__scratch_shutdown(void) {
+  pthread_mutex_lock(&g_scratch_lock);
+  size_t n = g_scratch_n;
+  void* keep[CUBE__SCRATCH_KEEP];
+  memcpy(keep, g_scratch, n * sizeof(void*));
+  g_scratch_n = 0;
+  pthread_mutex_unlock(&g_scratch_lock);
+  for (size_t i = 0; i < n; ++i) cube__coll_scratch_free(keep[i]);
+}
+
+//===----------------------------------------------------------------------===//
 // World and ids
 //===----------------------------------------------------------------------===//
 
@@ -579,7 +652,7 @@ static cube_status_t cube__perform_all_reduce(cube__coll_op_t* op, uint64_t time
   if (first == UINT32_MAX) return CUBE_OK;
   /* Across ranks: this rank's partial, then every rank's partial in rank
    * order, so that each rank computes the same result. */
-  void* partial = malloc(op->bytes ? op->bytes : 1);
+  void* partial = cube__coll_scratch_get(op->bytes);
   void** received = calloc(c->rank_count, sizeof(void*));
   uint32_t* others = calloc(c->rank_count, sizeof(uint32_t));
   cube_status_t st = CUBE_OK;
@@ -606,7 +679,7 @@ static cube_status_t cube__perform_all_reduce(cube__coll_op_t* op, uint64_t time
   for (uint32_t k = 0; k < c->rank_count; ++k) {
     const void* p = c->ranks[k] == c->my_rank ? partial : received[j++];
     if (!acc) {
-      acc = malloc(op->bytes ? op->bytes : 1);
+      acc = cube__coll_scratch_get(op->bytes);
       if (!acc) {
         st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "no host memory for the result");
         goto done;
@@ -619,13 +692,13 @@ static cube_status_t cube__perform_all_reduce(cube__coll_op_t* op, uint64_t time
   cube__reduce_finish(op->dtype, op->op, acc, count, c->n);
   for (uint32_t i = 0; i < op->nslots; ++i)
     if (op->slots[i].has) memcpy(op->slots[i].dst, acc, op->bytes);
-  free(acc);
+  cube__coll_scratch_put(acc);
 done:
   if (received)
-    for (uint32_t k = 0; k < c->rank_count; ++k) free(received[k]);
+    for (uint32_t k = 0; k < c->rank_count; ++k) cube__coll_scratch_put(received[k]);
   free(received);
   free(others);
-  free(partial);
+  cube__coll_scratch_put(partial);
   return st;
 }
 
@@ -725,7 +798,7 @@ static void cube__op_help(cube__coll_op_t* op) {
   if (atomic_load_explicit(&op->next_block, memory_order_relaxed) >= op->nblocks) return;
   void* tmp = NULL;
   if (op->kind == CUBE_COLLECTIVE_ALL_REDUCE) {
-    tmp = cube__aligned_alloc(CUBE__COLL_BLOCK, 64);
+    tmp = cube__coll_scratch_get(CUBE__COLL_BLOCK);
     if (!tmp) return;
   }
   for (;;) {
@@ -739,7 +812,7 @@ static void cube__op_help(cube__coll_op_t* op) {
       pthread_mutex_unlock(&op->comm->lock);
     }
   }
-  cube__aligned_free(tmp);
+  cube__coll_scratch_put(tmp);
 }
 
 /* The last participant of this process performs |op|: in blocks that the
@@ -753,7 +826,7 @@ static void cube__op_perform(cube__coll_op_t* op, uint64_t timeout_ns) {
   bool p2p = op->kind != CUBE_COLLECTIVE_ALL_REDUCE;
   if (p2p || c->rank_count <= 1) {
     /* The performer needs its staging block before it may start. */
-    void* probe = p2p ? NULL : cube__aligned_alloc(CUBE__COLL_BLOCK, 64);
+    void* probe = p2p ? NULL : cube__coll_scratch_get(CUBE__COLL_BLOCK);
     if (!p2p && !probe) {
       char what[320];
       pthread_mutex_lock(&c->lock);
@@ -763,7 +836,7 @@ static void cube__op_perform(cube__coll_op_t* op, uint64_t timeout_ns) {
       pthread_mutex_unlock(&c->lock);
       return;
     }
-    cube__aligned_free(probe);
+    cube__coll_scratch_put(probe);
     uint64_t nb = (op->bytes + CUBE__COLL_BLOCK - 1) / CUBE__COLL_BLOCK;
     if (!p2p) {
       uint64_t be = CUBE__COLL_BLOCK / cube_dtype_size(op->dtype);
@@ -1150,5 +1223,6 @@ void cube__coll_shutdown(void) {
     r = x->next;
     free(x);
   }
+  cube__scratch_shutdown();
   /* The world (MPI) stays: MPI cannot be started twice in a process. */
 }

@@ -143,6 +143,14 @@ cube_status_t cube__coll_submit(struct cube__server* s, uint64_t stream_id, cube
 cube_status_t cube__coll_submit_sync(struct cube__server* s, uint64_t stream_id,
                                      uint64_t timeout_ns);
 
+/* Host buffers for large temporaries (staging blocks, partial results, MPI
+ * messages), kept for reuse: a fresh buffer costs a page fault per 4 KiB on
+ * first touch, which dominated large operations. 64-byte aligned; NULL when
+ * out of host memory. put(NULL) does nothing; free() releases for good. */
+void* cube__coll_scratch_get(size_t size);
+void cube__coll_scratch_put(void* p);
+void cube__coll_scratch_free(void* p);
+
 /* Reductions (src/collective/reduce.c) -------------------------------------- */
 
 /* acc[i] = op(acc[i], in[i]) for |count| elements of |dtype| (MEAN adds);

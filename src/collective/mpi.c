@@ -40,7 +40,18 @@ typedef struct cube__mpi_zombie {
 } cube__mpi_zombie_t;
 static cube__mpi_zombie_t* g_zombies;
 
-static void cube__mpi_nap(void) {
+/* Between two polls that found nothing. MPI progresses only inside our calls
+ * and a large message needs many, so poll without giving the core away for
+ * the first 500 us of idleness (a yield on a loaded machine costs a whole
+ * time slice), then sleep 20 us between polls. |idle_since| is 0 after
+ * progress. */
+static void cube__mpi_nap(uint64_t* idle_since) {
+  uint64_t now = cube__now_ns();
+  if (*idle_since == 0) *idle_since = now;
+  if (now - *idle_since < 500000) {
+    cube__cpu_relax();
+    return;
+  }
   struct timespec ts = {0, 20000};
   nanosleep(&ts, NULL);
 }
@@ -59,7 +70,10 @@ static void cube__mpi_reap_locked(bool force) {
     if (done) {
       *p = z->next;
       free(z->reqs);
-      free(z->msg);
+      if (force)
+        cube__coll_scratch_free(z->msg);
+      else
+        cube__coll_scratch_put(z->msg);
       free(z);
     } else {
       p = &z->next;
@@ -138,7 +152,7 @@ static int cube__mpi_tag(uint64_t key) { return 1 + (int)(key % (uint64_t)(g_tag
 
 static void* cube__mpi_message(const cube__mpi_header_t* h, const void* payload, size_t* out_size) {
   size_t n = sizeof(*h) + h->bytes;
-  char* m = malloc(n);
+  char* m = cube__coll_scratch_get(n);
   if (!m) return NULL;
   memcpy(m, h, sizeof(*h));
   if (h->bytes) memcpy(m + sizeof(*h), payload, h->bytes);
@@ -146,54 +160,88 @@ static void* cube__mpi_message(const cube__mpi_header_t* h, const void* payload,
   return m;
 }
 
-/* Polls for the next message from |rank| with |tag|; *out is the whole
- * message (malloc'd) or NULL. Drops messages of older operations. */
-static cube_status_t cube__mpi_poll(int rank, int tag, const cube__mpi_header_t* want,
-                                    void** out, size_t* out_size, const char* what) {
-  *out = NULL;
-  for (;;) {
-    pthread_mutex_lock(&g_mpi_lock);
-    int flag = 0;
-    MPI_Message m;
-    MPI_Status status;
-    int rc = MPI_Improbe(rank, tag, MPI_COMM_WORLD, &flag, &m, &status);
-    if (rc != MPI_SUCCESS || !flag) {
-      pthread_mutex_unlock(&g_mpi_lock);
-      if (rc != MPI_SUCCESS)
-        return cube__status_make(CUBE_STATUS_INTERNAL, "%s: MPI_Improbe from rank %d failed (%d)",
-                                 what, rank, rc);
-      return CUBE_OK;
-    }
-    int n = 0;
-    MPI_Get_count(&status, MPI_BYTE, &n);
-    char* buf = malloc(n > 0 ? (size_t)n : 1);
-    if (!buf) {
-      pthread_mutex_unlock(&g_mpi_lock);
-      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory for %d bytes", what,
-                               n);
-    }
-    rc = MPI_Mrecv(buf, n, MPI_BYTE, &m, MPI_STATUS_IGNORE);
-    pthread_mutex_unlock(&g_mpi_lock);
-    if (rc != MPI_SUCCESS) {
-      free(buf);
-      return cube__status_make(CUBE_STATUS_INTERNAL, "%s: MPI_Mrecv from rank %d failed (%d)", what,
-                               rank, rc);
-    }
-    cube__mpi_header_t h;
-    if ((size_t)n < sizeof(h)) {
-      free(buf);
-      return cube__status_make(CUBE_STATUS_INTERNAL, "%s: rank %d sent a %d-byte message", what,
-                               rank, n);
-    }
-    memcpy(&h, buf, sizeof(h));
-    if (h.comm_hash == want->comm_hash && h.sequence < want->sequence) {
-      free(buf); /* left over from an operation that timed out here */
-      continue;
-    }
-    *out = buf;
-    *out_size = (size_t)n;
-    return CUBE_OK;
+/* A receive posted before the matching send can arrive (so the data lands in
+ * its buffer directly, not in MPI's unexpected-message queue), sized for the
+ * message this rank expects: header + bytes. */
+typedef struct cube__mpi_rx {
+  MPI_Request req;
+  char* buf;
+  size_t cap;
+  int rank, tag;
+  bool active;
+} cube__mpi_rx_t;
+
+static cube_status_t cube__mpi_rx_post(cube__mpi_rx_t* rx, int rank, int tag, size_t cap,
+                                       const char* what) {
+  if (!rx->buf) {
+    rx->buf = cube__coll_scratch_get(cap);
+    if (!rx->buf)
+      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory for %zu bytes",
+                               what, cap);
   }
+  rx->cap = cap;
+  rx->rank = rank;
+  rx->tag = tag;
+  pthread_mutex_lock(&g_mpi_lock);
+  int rc = MPI_Irecv(rx->buf, (int)cap, MPI_BYTE, rank, tag, MPI_COMM_WORLD, &rx->req);
+  pthread_mutex_unlock(&g_mpi_lock);
+  if (rc != MPI_SUCCESS)
+    return cube__status_make(CUBE_STATUS_INTERNAL, "%s: MPI_Irecv from rank %d failed (%d)", what,
+                             rank, rc);
+  rx->active = true;
+  return CUBE_OK;
+}
+
+/* Tests |rx|: *out_ready when it holds a message of the current operation
+ * (*out_size bytes); a message of an older operation is dropped and the
+ * receive posted again. */
+static cube_status_t cube__mpi_rx_poll(cube__mpi_rx_t* rx, const cube__mpi_header_t* want,
+                                       bool* out_ready, size_t* out_size, const char* what) {
+  *out_ready = false;
+  if (!rx->active) return CUBE_OK;
+  pthread_mutex_lock(&g_mpi_lock);
+  int flag = 0, n = 0;
+  MPI_Status status;
+  int rc = MPI_Test(&rx->req, &flag, &status);
+  if (rc == MPI_SUCCESS && flag) MPI_Get_count(&status, MPI_BYTE, &n);
+  pthread_mutex_unlock(&g_mpi_lock);
+  if (rc != MPI_SUCCESS) {
+    rx->active = false;
+    int cls = rc;
+    MPI_Error_class(rc, &cls);
+    if (cls == MPI_ERR_TRUNCATE)
+      return CUBE_INVALID("%s: participants disagree: rank %d sent more than the %zu bytes this "
+                          "rank (%u) expects",
+                          what, rx->rank, rx->cap - sizeof(cube__mpi_header_t),
+                          want->sender_rank);
+    return cube__status_make(CUBE_STATUS_INTERNAL, "%s: receiving from rank %d failed (MPI error "
+                             "%d)", what, rx->rank, rc);
+  }
+  if (!flag) return CUBE_OK;
+  rx->active = false;
+  cube__mpi_header_t h;
+  if ((size_t)n < sizeof(h))
+    return cube__status_make(CUBE_STATUS_INTERNAL, "%s: rank %d sent a %d-byte message", what,
+                             rx->rank, n);
+  memcpy(&h, rx->buf, sizeof(h));
+  if (h.comm_hash == want->comm_hash && h.sequence < want->sequence)
+    /* Left over from an operation that timed out here. */
+    return cube__mpi_rx_post(rx, rx->rank, rx->tag, rx->cap, what);
+  *out_ready = true;
+  *out_size = (size_t)n;
+  return CUBE_OK;
+}
+
+static void cube__mpi_rx_release(cube__mpi_rx_t* rx) {
+  if (rx->active) {
+    pthread_mutex_lock(&g_mpi_lock);
+    MPI_Cancel(&rx->req);
+    MPI_Wait(&rx->req, MPI_STATUS_IGNORE);
+    pthread_mutex_unlock(&g_mpi_lock);
+    rx->active = false;
+  }
+  cube__coll_scratch_put(rx->buf);
+  rx->buf = NULL;
 }
 
 /* Compares a received header with ours. */
@@ -224,6 +272,7 @@ static cube_status_t cube__mpi_check(const cube__mpi_header_t* mine, const cube_
 /* Waits for |reqs| until |deadline_ns|; on timeout they become zombies with
  * |msg| (then owned by the zombie list). True if they completed. */
 static bool cube__mpi_wait_sends(MPI_Request* reqs, int count, void* msg, uint64_t deadline_ns) {
+  uint64_t idle = 0;
   for (;;) {
     pthread_mutex_lock(&g_mpi_lock);
     int done = 0;
@@ -247,14 +296,14 @@ static bool cube__mpi_wait_sends(MPI_Request* reqs, int count, void* msg, uint64
           msg = NULL; /* leaked on purpose: MPI may still read it */
         }
       } else {
-        free(msg);
+        cube__coll_scratch_put(msg);
       }
       cube__mpi_reap_locked(false);
       pthread_mutex_unlock(&g_mpi_lock);
       return done != 0;
     }
     pthread_mutex_unlock(&g_mpi_lock);
-    cube__mpi_nap();
+    cube__mpi_nap(&idle);
   }
 }
 
@@ -266,42 +315,47 @@ cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* hea
   void* msg = cube__mpi_message(header, partial, &msg_size);
   MPI_Request* reqs = calloc(count ? count : 1, sizeof(*reqs));
   bool* got = calloc(count ? count : 1, sizeof(bool));
-  if (!msg || !reqs || !got) {
-    free(msg);
+  cube__mpi_rx_t* rx = calloc(count ? count : 1, sizeof(*rx));
+  if (!msg || !reqs || !got || !rx) {
+    cube__coll_scratch_put(msg);
     free(reqs);
     free(got);
+    free(rx);
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", what);
   }
   cube_status_t st = CUBE_OK;
+  for (uint32_t i = 0; !st && i < count; ++i)
+    st = cube__mpi_rx_post(&rx[i], (int)ranks[i], tag, msg_size, what);
   pthread_mutex_lock(&g_mpi_lock);
   for (uint32_t i = 0; i < count; ++i) {
     reqs[i] = MPI_REQUEST_NULL;
+    if (st) continue;
     int rc = MPI_Isend(msg, (int)msg_size, MPI_BYTE, (int)ranks[i], tag, MPI_COMM_WORLD, &reqs[i]);
-    if (rc != MPI_SUCCESS && !st)
+    if (rc != MPI_SUCCESS)
       st = cube__status_make(CUBE_STATUS_INTERNAL, "%s: MPI_Isend to rank %u failed (%d)", what,
                              ranks[i], rc);
   }
   pthread_mutex_unlock(&g_mpi_lock);
   uint32_t have = 0;
+  uint64_t idle = 0;
   while (!st && have < count) {
     bool progress = false;
     for (uint32_t i = 0; !st && i < count; ++i) {
       if (got[i]) continue;
-      void* buf;
-      size_t n;
-      st = cube__mpi_poll((int)ranks[i], tag, header, &buf, &n, what);
-      if (st || !buf) continue;
+      bool ready = false;
+      size_t n = 0;
+      st = cube__mpi_rx_poll(&rx[i], header, &ready, &n, what);
+      if (st || !ready) continue;
       cube__mpi_header_t h;
-      memcpy(&h, buf, sizeof(h));
+      memcpy(&h, rx[i].buf, sizeof(h));
       st = cube__mpi_check(header, &h, n, ranks[i], what);
       if (!st) {
-        out_received[i] = malloc(h.bytes ? h.bytes : 1);
+        out_received[i] = cube__coll_scratch_get(h.bytes);
         if (!out_received[i])
           st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", what);
         else
-          memcpy(out_received[i], (char*)buf + sizeof(h), h.bytes);
+          memcpy(out_received[i], rx[i].buf + sizeof(h), h.bytes);
       }
-      free(buf);
       got[i] = true;
       ++have;
       progress = true;
@@ -321,16 +375,24 @@ cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* hea
                              what, k == 1 ? "" : "s", missing);
       break;
     }
-    if (!progress) cube__mpi_nap();
+    if (progress)
+      idle = 0;
+    else
+      cube__mpi_nap(&idle);
   }
-  /* Our sends: wait for them a little past the deadline, then let them go. */
+  uint64_t tdbg = cube__now_ns();
+  for (uint32_t i = 0; i < count; ++i) cube__mpi_rx_release(&rx[i]);
+  free(rx);
+  if (getenv("CUBE_MPI_DEBUG")) fprintf(stderr, "exchange %zu bytes: recv done at %.3f ms\n", msg_size, (tdbg - (deadline_ns - 60000000000ull)) / 1e6);
+  /* Our sends: wait for them until the deadline, then let them go. */
   uint64_t now = cube__now_ns();
   cube__mpi_wait_sends(reqs, (int)count, msg, st ? now : (deadline_ns > now ? deadline_ns : now));
+  if (getenv("CUBE_MPI_DEBUG")) fprintf(stderr, "exchange: sends done at %.3f ms\n", (cube__now_ns() - (deadline_ns - 60000000000ull)) / 1e6);
   free(reqs);
   free(got);
   if (st)
     for (uint32_t i = 0; i < count; ++i) {
-      free(out_received[i]);
+      cube__coll_scratch_put(out_received[i]);
       out_received[i] = NULL;
     }
   return st;
@@ -347,7 +409,7 @@ cube_status_t cube__mpi_send(uint64_t tag_key, const cube__mpi_header_t* header,
   int rc = MPI_Isend(msg, (int)n, MPI_BYTE, (int)rank, tag, MPI_COMM_WORLD, &req);
   pthread_mutex_unlock(&g_mpi_lock);
   if (rc != MPI_SUCCESS) {
-    free(msg);
+    cube__coll_scratch_put(msg);
     return cube__status_make(CUBE_STATUS_INTERNAL, "%s: MPI_Isend to rank %u failed (%d)", what,
                              rank, rc);
   }
@@ -362,26 +424,33 @@ cube_status_t cube__mpi_send(uint64_t tag_key, const cube__mpi_header_t* header,
 cube_status_t cube__mpi_recv(uint64_t tag_key, const cube__mpi_header_t* header, void* dst,
                              uint32_t rank, uint64_t deadline_ns, const char* what) {
   int tag = cube__mpi_tag(tag_key);
-  for (;;) {
-    void* buf;
-    size_t n;
-    CUBE_RETURN_IF_ERROR(cube__mpi_poll((int)rank, tag, header, &buf, &n, what));
-    if (buf) {
+  cube__mpi_rx_t rx;
+  memset(&rx, 0, sizeof(rx));
+  cube_status_t st = cube__mpi_rx_post(&rx, (int)rank, tag, sizeof(*header) + header->bytes, what);
+  uint64_t idle = 0;
+  while (!st) {
+    bool ready = false;
+    size_t n = 0;
+    st = cube__mpi_rx_poll(&rx, header, &ready, &n, what);
+    if (st) break;
+    if (ready) {
       cube__mpi_header_t h;
-      memcpy(&h, buf, sizeof(h));
-      cube__mpi_header_t want = *header;
-      cube_status_t st = cube__mpi_check(&want, &h, n, rank, what);
-      if (!st && h.bytes) memcpy(dst, (char*)buf + sizeof(h), h.bytes);
-      free(buf);
-      return st;
+      memcpy(&h, rx.buf, sizeof(h));
+      st = cube__mpi_check(header, &h, n, rank, what);
+      if (!st && h.bytes) memcpy(dst, rx.buf + sizeof(h), h.bytes);
+      break;
     }
-    if (cube__now_ns() >= deadline_ns)
-      return cube__status_make(CUBE_STATUS_DEADLINE_EXCEEDED,
-                               "%s: the sender (rank %u) did not join within the deadline "
-                               "(CUBE_COLLECTIVE_TIMEOUT)",
-                               what, rank);
-    cube__mpi_nap();
+    if (cube__now_ns() >= deadline_ns) {
+      st = cube__status_make(CUBE_STATUS_DEADLINE_EXCEEDED,
+                             "%s: the sender (rank %u) did not join within the deadline "
+                             "(CUBE_COLLECTIVE_TIMEOUT)",
+                             what, rank);
+      break;
+    }
+    cube__mpi_nap(&idle);
   }
+  cube__mpi_rx_release(&rx);
+  return st;
 }
 
 #else /* !CUBE_HAVE_MPI */

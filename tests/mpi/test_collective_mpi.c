@@ -363,8 +363,10 @@ CUBE_TEST(mismatch) {
   REQUIRE_OK(cube_client_empty(c, g_rank ? 128 : 64, &h));
   CHECK_OK(cube_client_all_reduce(c, h, h, CUBE_DTYPE_F32, 2, ids, CUBE_REDUCE_SUM));
   CHECK_OK(cube_client_sync_collective(c));
+  /* Rank 0 gets a message larger than it expects, rank 1 a smaller one. */
   CHECK_STATUS(cube_client_flush(c), CUBE_STATUS_INVALID_ARGUMENT, "participants disagree",
-               g_rank ? "rank 0 gives 64 bytes" : "rank 1 gives 128 bytes");
+               g_rank ? "rank 0 gives 64 bytes of f32 sum, this rank (1) 128 bytes"
+                      : "rank 1 sent more than the 64 bytes this rank (0) expects");
   cube_handle_release(h);
   cube_client_release(c);
   cube_shutdown();
