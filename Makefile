@@ -2,7 +2,8 @@
 #   make run     install missing Debian packages, build, then `cube info` and `cube demo` (CPU)
 #   make check   install what the tests need (Debian, as root) if missing, build, run CTest,
 #                then the same tests under ASan+UBSan and under TSan
-#   make bench   build and run the benchmarks (never part of the tests)
+#   make bench   build and run the benchmarks (never part of the tests; bench_cuda says
+#                "cuda unavailable" and exits 0 on a machine with no GPU)
 #   make install install into $(PREFIX) (default /usr/local)
 
 BUILD ?= build
@@ -87,7 +88,7 @@ soak: build
 	CUBE_SOAK_SECONDS=$(SOAK_SECONDS) ./$(BUILD)/tests/test_stress_asan random_operations
 
 bench: build
-	./$(BUILD)/bench_runtime && ./$(BUILD)/bench_dialect && ./$(BUILD)/bench_collective
+	./$(BUILD)/bench_runtime && ./$(BUILD)/bench_dialect && ./$(BUILD)/bench_cuda && ./$(BUILD)/bench_collective
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -12,6 +12,11 @@
  *   4. kernel cache: cold compile vs disk hit (a child process) vs memory hit
  *   5. empty launch + sync of a dialect kernel, 1 cube, threaded queue
  *
+ * Sections 1-3 and 5 also run the same kernel objects through cube's own
+ * opencl backend (opencl:0, PoCL here), beside the cpu backend, in the same
+ * run: "cube opencl vs cube cpu" and "cube opencl vs PoCL direct" (the cost
+ * of cube's layer over the same driver) are measured ratios.
+ *
  * PoCL is reached through libOpenCL.so.1 opened with dlopen at run time (the
  * bench never links it); every OpenCL function used is resolved with dlsym.
  * The OpenCL translation unit is cube's own: cube__dialect_generate(
@@ -427,7 +432,8 @@ static ocl_arg_t ocl_scalar(cube_arg_t s) {
 }
 
 /* Sets the arguments of the unit's cube_kernel_entry in Checked mode: per
- * array (global T*, ulong bytes), per scalar itself, no bounds record. */
+ * array (global T*, ulong bytes, ulong view offset), per scalar itself, no
+ * bounds record (the OpenCL entry ABI, src/kernel/preludes/opencl.h). */
 static bool ocl_set_args(ocl_kernel_t* k, uint32_t n, const ocl_arg_t* args) {
   if (n != k->sig.count) {
     printf("  PoCL: kernel '%s' takes %u arguments, given %u\n", k->sig.entry, k->sig.count, n);
@@ -449,6 +455,9 @@ static bool ocl_set_args(ocl_kernel_t* k, uint32_t n, const ocl_arg_t* args) {
         cl_ulong bytes = args[i].bytes;
         err = g_ocl.clSetKernelArg(k->kernel, idx++, sizeof(cl_mem), &args[i].mem);
         if (err == CL_SUCCESS) err = g_ocl.clSetKernelArg(k->kernel, idx++, sizeof(bytes), &bytes);
+        cl_ulong offset = 0;
+        if (err == CL_SUCCESS)
+          err = g_ocl.clSetKernelArg(k->kernel, idx++, sizeof(offset), &offset);
         break;
       }
       case CUBE_ARG_U32: {
@@ -532,7 +541,14 @@ static bool ocl_read(cl_mem m, size_t size, void* dst) {
 // cube helpers
 //===----------------------------------------------------------------------===//
 
-static cube_client_t* g_client; /* cpu:0, threaded queue */
+static cube_client_t* g_client; /* the client the cube trials use: cpu:0 or opencl:0 */
+static cube_client_t* g_cpu_client; /* cpu:0, threaded queue */
+static cube_client_t* g_cl_client;  /* opencl:0, threaded queue; NULL when unavailable */
+static char g_cl_reason[256];
+
+/* Prints "cube opencl" lines next to the cpu ones. */
+static void line_cl(const char* name, stats_t cl, stats_t cpu, stats_t pocl, double work,
+                    const char* unit);
 
 static cube_kernel_t* make_dialect(const char* source, const char* entry, uint32_t dx, uint32_t dy,
                                    const cube_define_t* defs, uint32_t ndefs) {
@@ -590,6 +606,21 @@ static bool download(cube_handle_t h, void* dst, size_t size) {
   }
   cube_bytes_release(b);
   return ok;
+}
+
+static void line_cl(const char* name, stats_t cl, stats_t cpu, stats_t pocl, double work,
+                    const char* unit) {
+  if (!g_cl_client) {
+    printf("%-*s not available (%s)\n", LABEL_W, name, g_cl_reason);
+    return;
+  }
+  if (!cl.valid) {
+    printf("%-*s no valid result\n", LABEL_W, name);
+    return;
+  }
+  line_rate(name, cl, work, unit, "cube cpu", cpu, work);
+  line_ratio("cube opencl vs cube cpu:", cl, work, cpu, work, "cube cpu");
+  if (pocl.valid) line_ratio("cube opencl vs PoCL direct:", cl, work, pocl, work, "PoCL");
 }
 
 //===----------------------------------------------------------------------===//
@@ -719,6 +750,22 @@ static void bench_saxpy(void) {
                  saxpy_check("cube", &s, s.yw);
   stats_t cube = measure(trial_saxpy_cube, &s, 1, 3, 21);
   settle();
+  /* The same kernel object through cube's opencl backend. */
+  stats_t cube_cl = {0};
+  if (g_cl_client) {
+    saxpy_ctx_t t = s;
+    g_client = g_cl_client;
+    (void)precompile_ms(t.k);
+    t.hx = upload(x, n * sizeof(float));
+    t.hy = upload(y0, n * sizeof(float));
+    if (saxpy_cube_once(&t) && download(t.hy, s.yw, n * sizeof(float)) &&
+        saxpy_check("cube opencl", &t, s.yw))
+      cube_cl = measure(trial_saxpy_cube, &t, 1, 3, 21);
+    cube_handle_release(t.hx);
+    cube_handle_release(t.hy);
+    g_client = g_cpu_client;
+    settle();
+  }
 
   /* Plain C loop and OpenMP: checked on a fresh copy of y0 first. */
   memcpy(s.yw, y0, n * sizeof(float));
@@ -768,6 +815,7 @@ static void bench_saxpy(void) {
   if (pocl.valid) line_ratio("PoCL vs OpenMP:", pocl, bytes, omp, bytes, "OpenMP");
 #endif
   if (pocl.valid) line_ratio("cube vs PoCL:", cube, bytes, pocl, bytes, "PoCL");
+  line_cl("cube opencl backend, launch + sync:", cube_cl, cube, pocl, bytes, "GB/s");
 #ifdef _OPENMP
   printf("  target: cube >= 0.9x the OpenMP loop -> %s",
          grate(bytes, cube.median_us) >= 0.9 * grate(bytes, omp.median_us) ? "met" : "NOT met");
@@ -926,6 +974,20 @@ static void bench_reduce(void) {
   stats_t cube = measure(trial_reduce_cube, &r, 1, 2, 11);
   reduce_verdict(&r, "cube");
   settle();
+  stats_t cube_cl = {0};
+  if (g_cl_client) {
+    reduce_ctx_t t = r;
+    g_client = g_cl_client;
+    (void)precompile_ms(t.k);
+    t.hx = upload(x, n * sizeof(float));
+    TRY("cube_client_empty", cube_client_empty(g_client, t.cubes * sizeof(float), &t.hp));
+    cube_cl = measure(trial_reduce_cube, &t, 1, 2, 11);
+    reduce_verdict(&t, "cube opencl");
+    cube_handle_release(t.hx);
+    cube_handle_release(t.hp);
+    g_client = g_cpu_client;
+    settle();
+  }
 
 #ifdef _OPENMP
   stats_t omp = measure(trial_reduce_omp_simd, &r, 1, 2, 11);
@@ -967,6 +1029,7 @@ static void bench_reduce(void) {
               bytes);
 #endif
   if (!pocl.valid && !g_ocl.ok) ocl_not_available();
+  line_cl("cube opencl backend, launch + read:", cube_cl, cube, pocl, bytes, "GB/s");
   if (pocl.valid) {
     line_ratio("cube vs PoCL:", cube, bytes, pocl, bytes, "PoCL");
     printf("  target: cube no slower than PoCL -> %s\n",
@@ -1143,6 +1206,23 @@ static void bench_matmul(void) {
   stats_t cube = measure(trial_mm_cube, &m, 1, 1, 7);
   if (download(m.hc, m.c, bytes)) (void)mm_check("cube", &m, m.c);
   settle();
+  stats_t cube_cl = {0};
+  if (g_cl_client) {
+    mm_ctx_t t = m;
+    g_client = g_cl_client;
+    (void)precompile_ms(t.k);
+    t.ha = upload(a, bytes);
+    t.hb = upload(b, bytes);
+    TRY("cube_client_empty", cube_client_empty(g_client, bytes, &t.hc));
+    cube_cl = measure(trial_mm_cube, &t, 1, 1, 7);
+    memset(m.c, 0, bytes);
+    if (!download(t.hc, m.c, bytes) || !mm_check("cube opencl", &t, m.c)) cube_cl.valid = false;
+    cube_handle_release(t.ha);
+    cube_handle_release(t.hb);
+    cube_handle_release(t.hc);
+    g_client = g_cpu_client;
+    settle();
+  }
 
   mm_host_ctx_t h = {&m, mm_naive};
   memset(m.c, 0, bytes);
@@ -1195,6 +1275,7 @@ static void bench_matmul(void) {
   line_ratio("cube vs OpenMP i-parallel (i-j-k):", cube, flops, omp, flops, "OpenMP");
 #endif
   if (pocl.valid) line_ratio("cube vs PoCL:", cube, flops, pocl, flops, "PoCL");
+  line_cl("cube opencl backend, launch + sync:", cube_cl, cube, pocl, flops, "GFLOP/s");
   printf("\n");
 
   if (m.ca) g_ocl.clReleaseMemObject(m.ca);
@@ -1534,6 +1615,14 @@ static void bench_empty(void) {
   dist_t nat = {0};
   if (kn) nat = cube_empty_rounds(kn, WARM, N, t);
   settle();
+  dist_t cl = {0};
+  if (g_cl_client) {
+    g_client = g_cl_client;
+    (void)precompile_ms(k);
+    cl = cube_empty_rounds(k, WARM, N, t);
+    g_client = g_cpu_client;
+    settle();
+  }
 
   dist_t pocl = {0};
   ocl_kernel_t ok;
@@ -1556,6 +1645,9 @@ static void bench_empty(void) {
   if (nat.valid) line_dist("cube native kernel, launch + sync:", nat, "dialect", dia);
   if (pocl.valid) line_dist("PoCL, same source (enqueue + clFinish):", pocl, "cube dialect", dia);
   else if (!g_ocl.ok) ocl_not_available();
+  if (cl.valid) line_dist("cube opencl backend, launch + sync:", cl, "cube dialect (cpu)", dia);
+  if (cl.valid && pocl.valid) line_dist("  (same, vs PoCL direct)", cl, "PoCL", pocl);
+  else if (!g_cl_client) printf("%-*s not available (%s)\n", LABEL_W, "cube opencl backend:", g_cl_reason);
   if (dia.valid)
     printf("  target: empty launch + sync <= 10 us -> %s\n\n",
            dia.median_us <= 10.0 ? "met" : "NOT met");
@@ -1633,6 +1725,11 @@ static void print_header(void) {
   printf(", no OpenMP (built without -fopenmp)\n");
 #endif
   printf("device: cpu:0, threaded queue: %s\n", cube_client_properties(g_client)->name);
+  if (g_cl_client)
+    printf("device: opencl:0 (cube's opencl backend), threaded queue: %s\n",
+           cube_client_properties(g_cl_client)->name);
+  else
+    printf("cube opencl backend: not available (%s)\n", g_cl_reason);
   if (g_ocl.ok)
     printf("PoCL: %s, %s, device %s (%u compute units); POCL_CACHE_DIR=%s\n",
            g_ocl.platform_name, g_ocl.platform_version, g_ocl.device_name,
@@ -1678,6 +1775,13 @@ int main(void) {
     cache_child_stop();
     return 1;
   }
+  g_cpu_client = g_client;
+  s = cube_client_init((cube_device_id_t){CUBE_BACKEND_OPENCL, 0}, &o, &g_cl_client);
+  if (s) {
+    snprintf(g_cl_reason, sizeof(g_cl_reason), "%s", cube_status_message(s));
+    cube_status_free(s);
+    g_cl_client = NULL;
+  }
   if (cube_client_is_blocking(g_client)) {
     fprintf(stderr, "bench_dialect: the threaded queue mode was not applied\n");
     g_failures++;
@@ -1695,6 +1799,7 @@ int main(void) {
   cache_child_stop();
   ocl_fini();
   cube_client_release(g_client);
+  cube_client_release(g_cl_client);
   TRY("cube_kernel_cache_clear", cube_kernel_cache_clear());
   cube_shutdown();
   (void)nftw(g_cache_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);

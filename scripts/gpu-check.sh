@@ -1,24 +1,77 @@
 #!/usr/bin/env bash
-# Runs on a lent GPU machine (the device tool): builds cube, runs the test suite
-# and the CPU benchmarks on that host's cores, and writes logs to $OUT.
-# Packages the machine lacks may be carried as .deb files in .debs/ (unpacked
-# into / first). The CUDA backend does not exist yet: this checks the CPU
-# backend on a bigger host and that NVRTC compiles the dialect's CUDA units.
+# The GPU check, in one command on a machine with an NVIDIA GPU (the device
+# tool's H200): builds cube, runs the conformance suite on `cuda` and `cpu`,
+# runs compute-sanitizer memcheck over the CUDA conformance cases, runs the
+# CUDA benchmarks beside the raw-CUDA baseline programs of shared/bench-peers/,
+# and writes every log under $OUT.
+#
+#   scripts/gpu-check.sh            everything
+#   scripts/gpu-check.sh tests      build + conformance (cuda, cpu) + unit tests
+#   scripts/gpu-check.sh memcheck   build + compute-sanitizer over cts.cuda
+#   scripts/gpu-check.sh bench      build + bench_cuda + raw peers
+# Several words may be given. CUBE_GPU_CTS_REGEX narrows the CTS cases.
 set -uo pipefail
 OUT=${OUT:-/tmp/cube-gpu-check}
 mkdir -p "$OUT"
-if ls .debs/*.deb >/dev/null 2>&1; then
-  for f in .debs/*.deb; do dpkg -x "$f" /; done
-  ldconfig
-fi
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+PEERS=${CUBE_BENCH_PEERS:-shared/bench-peers}
+[ -d "$PEERS" ] || PEERS=../shared/bench-peers
+what=${*:-tests memcheck bench}
+has() { case " $what " in *" $1 "*) return 0 ;; esac; return 1; }
+J=$(nproc)
+export CUBE_CACHE_DIR=${CUBE_CACHE_DIR:-/tmp/cube-kernel-cache}
+
 {
-  echo "== machine"; nproc; lscpu | grep -E "Model name|Socket|Core|Thread" ; nvidia-smi -L 2>&1 | head -4
+  echo "== machine $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -8
+  lscpu | grep -E "Model name" ; echo "cores: $J"
   echo "== build"
+  t0=$(date +%s)
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUBE_ASAN_TESTS=OFF >/dev/null &&
-    cmake --build build-gpu -j "$(nproc)" 2>&1 | tail -3
-  echo "== tests"
-  ctest --test-dir build-gpu -j "$(nproc)" --timeout 300 2>&1 | tail -25
-} 2>&1 | tee "$OUT/check.log"
-./build-gpu/bench_runtime > "$OUT/bench_runtime.txt" 2>&1
-./build-gpu/bench_dialect > "$OUT/bench_dialect.txt" 2>&1
-tail -5 "$OUT/bench_dialect.txt"
+    cmake --build build-gpu -j "$J" 2>&1 | grep -E "error|warning|FAILED" | head -30
+  echo "build: $(( $(date +%s) - t0 )) s"
+  ./build-gpu/cube info 2>&1 | sed -n '/backend cuda/,/backend opencl/p'
+} 2>&1 | tee "$OUT/build.log"
+
+if has tests; then
+  {
+    echo "== unit tests (cuda)"
+    ctest --test-dir build-gpu -R '^unit\.cuda_backend' --output-on-failure 2>&1 | tail -15
+    echo "== conformance on cuda"
+    ctest --test-dir build-gpu -R "^cts\.cuda\.${CUBE_GPU_CTS_REGEX:-}" -j 8 --timeout 120 \
+      --output-on-failure 2>&1 | tail -60
+    echo "== conformance on cpu"
+    ctest --test-dir build-gpu -R '^cts\.cpu\.' -j "$J" --timeout 120 2>&1 | tail -6
+  } 2>&1 | tee "$OUT/tests.log"
+fi
+
+if has memcheck; then
+  {
+    echo "== compute-sanitizer memcheck over cts.cuda"
+    CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    fails=0; runs=0
+    for c in $(./build-gpu/tests/cube_cts --list 2>/dev/null); do
+      case "$c" in *${CUBE_GPU_CTS_REGEX:-}*) ;; *) continue ;; esac
+      runs=$((runs + 1))
+      "$CS" --tool memcheck --error-exitcode 99 --print-limit 20 \
+        ./build-gpu/tests/cube_cts --backend cuda "$c" > "$OUT/memcheck-case.log" 2>&1
+      rc=$?
+      if [ $rc -eq 99 ]; then
+        fails=$((fails + 1)); echo "memcheck error in $c:"; grep -E "=========" "$OUT/memcheck-case.log" | head -20
+      fi
+    done
+    echo "memcheck: $runs cases, $fails with sanitizer errors"
+  } 2>&1 | tee "$OUT/memcheck.log"
+fi
+
+if has bench; then
+  {
+    echo "== raw CUDA peers (${PEERS})"
+    if [ -f "$PEERS/cuda_driver_limits.c" ]; then
+      gcc -O2 "$PEERS/cuda_driver_limits.c" -I/usr/local/cuda/include -L/usr/local/cuda/lib64 \
+        -lcuda -lnvrtc -o /tmp/cuda_driver_limits && /tmp/cuda_driver_limits
+    fi
+    echo "== bench_cuda"
+    ./build-gpu/bench_cuda
+  } 2>&1 | tee "$OUT/bench.log"
+fi

@@ -183,8 +183,9 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_staging(cube_client_t* client, si
                                                        cube_bytes_t** inout_bytes,
                                                        bool file_only);
 
-/* An uninitialised 1-D buffer of |size| > 0 bytes (fresh pages read as zero,
- * reused slices keep old data). */
+/* An uninitialised 1-D buffer of |size| > 0 bytes: reused slices keep old
+ * data; fresh pages read as zero on the CPU and hold whatever the driver gave
+ * on GPUs (as CubeCL: no memset is paid for). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_empty(cube_client_t* client, size_t size,
                                                      cube_handle_t* out_handle);
 

@@ -17,6 +17,14 @@
 
 typedef struct cube__backend_device cube__backend_device_t;
 
+/* Where a buffer argument's view lives: its storage and the byte offset of
+ * the view in it. For backends whose storage pointer is not an address (an
+ * OpenCL cl_mem): they pass the storage's own object plus the offset. */
+typedef struct cube__launch_buffer {
+  const cube__storage_t* storage; /* NULL for scalar arguments */
+  uint64_t offset;
+} cube__launch_buffer_t;
+
 /* One launch, arguments resolved for the backend. */
 typedef struct cube__launch {
   const cube_kernel_t* kernel;
@@ -27,12 +35,21 @@ typedef struct cube__launch {
   uint32_t arg_count;
   const cube_arg_kind_t* kinds;     /* arg_count entries */
   const cube_cpu_arg_t* args;       /* buffers resolved to addresses + lengths */
+  const cube__launch_buffer_t* buffers; /* arg_count entries: each buffer's storage + offset */
+  /* Non-NULL when the launch is profiled: a backend that can time the kernel
+   * where it runs (device timestamps) stores its duration here, once the
+   * kernel finished; left at UINT64_MAX, the server's host clock is used. */
+  uint64_t* device_ns;
 } cube__launch_t;
 
 /* Backend flags. */
 enum {
   /* Storage pointers are host memory that any thread may read and write. */
   CUBE__BACKEND_HOST_MEMORY = 1u << 0,
+  /* Uploads into a fresh buffer may run on the calling thread: |write| is
+   * thread-safe against the runner using the same stream, and orders the copy
+   * after the work that stream was given before (a device stream). */
+  CUBE__BACKEND_CALLER_WRITES = 1u << 1,
 };
 
 typedef struct cube__backend_vtable {
@@ -85,6 +102,34 @@ typedef struct cube__backend_vtable {
 
   /* Waits for everything queued on |stream|. */
   cube_status_t (*sync)(cube__backend_device_t* device, void* stream);
+
+  /* Optional entries (NULL when the backend has no such thing) ------------- */
+
+  /* Stream-ordered device storage: used instead of alloc/dealloc when set.
+   * dealloc_on is called with the stream that allocated the storage; the
+   * work of other streams on it has completed by then (the server holds
+   * cross-stream uses until their events completed). */
+  cube_status_t (*alloc_on)(cube__backend_device_t* device, void* stream, uint64_t size,
+                            cube__storage_t* out);
+  void (*dealloc_on)(cube__backend_device_t* device, void* stream, const cube__storage_t* storage);
+  /* Gives cached driver memory back after a cleanup (runs on the caller of
+   * memory_cleanup). */
+  void (*trim)(cube__backend_device_t* device, void* stream);
+
+  /* Events: a point in a stream's work. With them the server orders a buffer
+   * that crosses streams (wait) and keeps it alive until the other stream's
+   * work on it has completed (query/synchronize). */
+  cube_status_t (*event_record)(cube__backend_device_t* device, void* stream, void** out_event);
+  /* Makes |stream| wait for |event| (recorded on another stream). */
+  cube_status_t (*event_wait)(cube__backend_device_t* device, void* stream, void* event);
+  /* True once |event| completed (or failed: the failure surfaces at sync). */
+  bool (*event_done)(cube__backend_device_t* device, void* event);
+  /* Blocks until |event| completed. */
+  cube_status_t (*event_sync)(cube__backend_device_t* device, void* event);
+  void (*event_destroy)(cube__backend_device_t* device, void* event);
+  /* Device time between two completed events, in nanoseconds. */
+  cube_status_t (*event_elapsed)(cube__backend_device_t* device, void* start, void* end,
+                                 uint64_t* out_ns);
 } cube__backend_vtable_t;
 
 /* The registry: the table of |backend|, or NULL if not compiled in. */
@@ -92,5 +137,11 @@ const cube__backend_vtable_t* cube__backend_get(cube_backend_t backend);
 
 extern const cube__backend_vtable_t cube__backend_cpu;
 extern const cube__backend_vtable_t cube__backend_null;
+#ifdef CUBE_HAVE_CUDA
+extern const cube__backend_vtable_t cube__backend_cuda;
+#endif
+#ifdef CUBE_HAVE_OPENCL
+extern const cube__backend_vtable_t cube__backend_opencl;
+#endif
 
 #endif /* CUBE_BACKENDS_BACKEND_H_ */

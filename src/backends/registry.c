@@ -8,8 +8,14 @@ const cube__backend_vtable_t* cube__backend_get(cube_backend_t backend) {
       return &cube__backend_cpu;
     case CUBE_BACKEND_NULL:
       return &cube__backend_null;
-    case CUBE_BACKEND_CUDA:   /* not built yet */
-    case CUBE_BACKEND_OPENCL: /* not built yet */
+#ifdef CUBE_HAVE_CUDA
+    case CUBE_BACKEND_CUDA:
+      return &cube__backend_cuda;
+#endif
+#ifdef CUBE_HAVE_OPENCL
+    case CUBE_BACKEND_OPENCL:
+      return &cube__backend_opencl;
+#endif
     default:
       return NULL;
   }

@@ -322,3 +322,7 @@ size_t cube_bytes_size(const cube_bytes_t* bytes) { return bytes ? bytes->size :
 cube_bytes_property_t cube_bytes_property(const cube_bytes_t* bytes) {
   return bytes ? bytes->property : CUBE_BYTES_NATIVE;
 }
+
+bool cube__bytes_owns_data(const cube_bytes_t* b) {
+  return b && (b->storage != CUBE__BYTES_EXTERNAL || b->release != NULL);
+}

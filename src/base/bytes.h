@@ -2,6 +2,8 @@
 #ifndef CUBE_BASE_BYTES_H_
 #define CUBE_BASE_BYTES_H_
 
+#include <stdbool.h>
+
 #include "cube/bytes.h"
 
 /* A buffer over |data| with |property|; |release|(user, data, size) runs once
@@ -14,5 +16,11 @@ cube_status_t cube__bytes_make(cube_bytes_property_t property, void* data, size_
 /* A NATIVE buffer of |size| bytes, 64-byte aligned, NOT zeroed (for reads
  * that overwrite it at once). */
 cube_status_t cube__bytes_allocate_uninit(size_t size, cube_bytes_t** out_bytes);
+
+/* Whether |bytes| keeps its data alive for as long as it is referenced. An
+ * OTHER buffer wrapped without a release callback does not: its memory is
+ * the caller's again once the call that took it returns, so work queued
+ * past the call must copy it. */
+bool cube__bytes_owns_data(const cube_bytes_t* bytes);
 
 #endif /* CUBE_BASE_BYTES_H_ */

@@ -795,10 +795,13 @@ cube_status_t cube_client_memory_cleanup(cube_client_t* c) {
   CUBE__CHECK_CLIENT(c, "cube_client_memory_cleanup");
   cube__stream_t* st;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &st));
+  if (c->server->backend->event_done) cube__stream_release_holds(st, false);
   pthread_mutex_lock(&st->lock);
   cube__mm_cleanup(st->mm, true);
   if (st->pinned) cube__mm_cleanup(st->pinned, true); /* read results and staging buffers */
   pthread_mutex_unlock(&st->lock);
+  /* Memory the pools gave back may sit in the driver's own pool. */
+  if (c->server->backend->trim) c->server->backend->trim(c->server->bdev, st->backend_stream);
   return CUBE_OK;
 }
 
@@ -868,10 +871,12 @@ cube_status_t cube_client_memory_cleanup_device(cube_client_t* c) {
   for (uint32_t i = 0; i < s->max_streams; ++i) {
     cube__stream_t* st = atomic_load(&s->streams[i]);
     if (!st) continue;
+    if (s->backend->event_done) cube__stream_release_holds(st, false);
     pthread_mutex_lock(&st->lock);
     cube__mm_cleanup(st->mm, true);
     if (st->pinned) cube__mm_cleanup(st->pinned, true);
     pthread_mutex_unlock(&st->lock);
+    if (s->backend->trim) s->backend->trim(s->bdev, st->backend_stream);
   }
   return CUBE_OK;
 }

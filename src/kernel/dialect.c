@@ -1652,6 +1652,66 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
   }
 }
 
+/* OpenCL: the source with the entry's buffer parameters taking a byte offset.
+ * A cl_mem is not an address, so a view into a pooled buffer is passed as the
+ * buffer, its length and its offset: CUBE_ARRAY(T, a) of the entry's
+ * declaration becomes CUBE__ENTRY_ARRAY(T, a) (base, a__bytes, offset), and
+ * CUBE__ENTRY_VIEW(T, a) right after the body's '{' declares the local
+ * pointer `a` the body uses. Both insertions keep every line where it was, so
+ * compiler messages still name the user's lines. Other kernels of the source
+ * keep the plain ABI (they are compiled, never run). */
+static void cube__emit_opencl_source(cube__sb_t* sb, const cube__signature_t* sig,
+                                     const char* source) {
+  size_t n = strlen(source);
+  char* v = cube__code_view(source, n);
+  if (!v) {
+    sb->failed = true;
+    return;
+  }
+  cube__decl_t d;
+  bool found = false;
+  for (size_t at = cube__find_token(v, n, 0, "CUBE_KERNEL"); at < n;
+       at = cube__find_token(v, n, at + 1, "CUBE_KERNEL")) {
+    d = cube__read_decl(v, n, at);
+    if (cube__decl_named(v, &d, sig->entry)) {
+      found = true;
+      break;
+    }
+  }
+  size_t bb = 0, be = 0;
+  if (!found || d.close >= n || !d.has_comma || !cube__kernel_body(v, n, d.close, &bb, &be)) {
+    cube__sb_puts(sb, source); /* the compiler reports what is wrong */
+    free(v);
+    return;
+  }
+  size_t starts[CUBE_MAX_KERNEL_ARGS + 1], ends[CUBE_MAX_KERNEL_ARGS + 1];
+  uint32_t parts = cube__split_commas(v, d.params_b, d.close, starts, ends,
+                                      CUBE_MAX_KERNEL_ARGS + 1);
+  if (parts > CUBE_MAX_KERNEL_ARGS) parts = CUBE_MAX_KERNEL_ARGS;
+  size_t pos = 0;
+  for (uint32_t k = 0; k < parts; ++k) {
+    size_t b = starts[k], e = ends[k];
+    cube__trim(v, &b, &e);
+    if (!cube__tok_is(v, b, e, "CUBE_ARRAY")) continue;
+    cube__sb_put(sb, source + pos, b - pos);
+    cube__sb_puts(sb, "CUBE__ENTRY_ARRAY");
+    pos = b + strlen("CUBE_ARRAY");
+  }
+  cube__sb_put(sb, source + pos, bb + 1 - pos);
+  for (uint32_t k = 0; k < parts; ++k) {
+    size_t b = starts[k], e = ends[k];
+    cube__trim(v, &b, &e);
+    if (!cube__tok_is(v, b, e, "CUBE_ARRAY")) continue;
+    cube__sb_puts(sb, " CUBE__ENTRY_VIEW");
+    for (size_t i = b + strlen("CUBE_ARRAY"); i < e; ++i) {
+      char c = v[i] == '\n' || v[i] == '\r' ? ' ' : v[i];
+      cube__sb_put(sb, &c, 1);
+    }
+  }
+  cube__sb_puts(sb, source + bb + 1);
+  free(v);
+}
+
 cube_status_t cube__dialect_generate(cube__target_t target, const cube__signature_t* signature,
                                      const char* source, const cube_define_t* defines,
                                      uint32_t define_count, cube_execution_mode_t mode,
@@ -1722,7 +1782,10 @@ cube_status_t cube__dialect_generate(cube__target_t target, const cube__signatur
   if (target != CUBE__TARGET_CPU)
     cube__sb_printf(&sb, "#define cube__kernel_%s cube_kernel_entry\n", entry);
   cube__sb_printf(&sb, "#line 1 \"%s.cube\"\n", entry);
-  cube__sb_puts(&sb, source);
+  if (target == CUBE__TARGET_OPENCL)
+    cube__emit_opencl_source(&sb, signature, source);
+  else
+    cube__sb_puts(&sb, source);
   cube__sb_puts(&sb, "\n");
   if (target == CUBE__TARGET_CPU) {
     bool oom = false;

@@ -57,6 +57,7 @@ typedef struct cube__memory {
   cube__slice_t* slice;    /* bound slice or NULL; changed only by the owning manager */
   cube__mm_t* mm;          /* manager owning the slice, NULL while unbound */
   void* owner;             /* free for the user of the module (the server's stream) */
+  _Atomic(void*) last_use; /* the server's: the stream that used it last (device streams) */
 } cube__memory_t;
 
 /* A new unbound descriptor with refs = 1, handle_refs = 1 (one handle). NULL

@@ -114,14 +114,19 @@ static cube_status_t cube__stream_device_alloc(void* self, uint64_t size, cube__
   } else {
     atomic_fetch_add(&s->device_reserved, size);
   }
-  cube_status_t status = s->backend->alloc(s->bdev, size, out);
+  cube_status_t status = s->backend->alloc_on
+                             ? s->backend->alloc_on(s->bdev, st->backend_stream, size, out)
+                             : s->backend->alloc(s->bdev, size, out);
   if (status) atomic_fetch_sub(&s->device_reserved, size);
   return status;
 }
 
 static void cube__stream_device_dealloc(void* self, const cube__storage_t* storage) {
   cube__stream_t* st = self;
-  st->server->backend->dealloc(st->server->bdev, storage);
+  if (st->server->backend->dealloc_on)
+    st->server->backend->dealloc_on(st->server->bdev, st->backend_stream, storage);
+  else
+    st->server->backend->dealloc(st->server->bdev, storage);
   atomic_fetch_sub(&st->server->device_reserved, storage->size);
 }
 
@@ -191,6 +196,7 @@ bool cube__server_sweep_orphans(void) {
 
 static void cube__stream_destroy(cube__stream_t* st) {
   if (!st) return;
+  if (st->holds_head) cube__stream_release_holds(st, true);
   if (st->mm) cube__mm_destroy(st->mm);
   if (st->pinned) {
     if (!cube__mm_in_use(st->pinned)) {
@@ -296,6 +302,99 @@ cube_status_t cube__stream_take_errors(cube__stream_t* st) {
 }
 
 //===----------------------------------------------------------------------===//
+// Buffers that cross streams (backends with events)
+//===----------------------------------------------------------------------===//
+
+typedef struct cube__hold {
+  struct cube__hold* next;
+  void* event; /* recorded on the holding stream after its use */
+  uint32_t count;
+  cube__memory_t* mems[];
+} cube__hold_t;
+
+/* Orders |st|'s next use of |m| after the stream that used it last, when that
+ * is another stream (an event recorded there now covers that use), and makes
+ * |st| its last user. */
+static cube_status_t cube__stream_order(cube__stream_t* st, cube__memory_t* m) {
+  const cube__backend_vtable_t* b = st->server->backend;
+  if (!b->event_record || !m) return CUBE_OK;
+  cube__stream_t* last = atomic_exchange_explicit(&m->last_use, st, memory_order_acq_rel);
+  if (!last || last == st) return CUBE_OK;
+  void* ev = NULL;
+  cube_status_t status = b->event_record(st->server->bdev, last->backend_stream, &ev);
+  if (!status) status = b->event_wait(st->server->bdev, st->backend_stream, ev);
+  if (ev) b->event_destroy(st->server->bdev, ev);
+  if (status)
+    status = cube__status_annotate(status, "ordering memory %" PRIu64 " from stream %" PRIu64
+                                   " after stream %" PRIu64, m->id, st->id, last->id);
+  return status;
+}
+
+/* Holds the buffers of |mems| that belong to other streams until the work
+ * |st| was given so far completed. Takes nothing when none is foreign. */
+static void cube__stream_hold(cube__stream_t* st, cube__memory_t* const* mems, uint32_t n) {
+  const cube__backend_vtable_t* b = st->server->backend;
+  if (!b->event_record) return;
+  uint32_t foreign = 0;
+  for (uint32_t i = 0; i < n; ++i)
+    if (mems[i] && mems[i]->owner != st) ++foreign;
+  if (!foreign) return;
+  cube__hold_t* h = malloc(sizeof(*h) + foreign * sizeof(cube__memory_t*));
+  void* ev = NULL;
+  cube_status_t status = h ? b->event_record(st->server->bdev, st->backend_stream, &ev)
+                           : cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "no host memory");
+  if (status) {
+    /* Without a hold the owner could reuse the memory under this stream's
+     * work: wait for it instead. */
+    cube_status_free(status);
+    free(h);
+    cube_status_free(b->sync(st->server->bdev, st->backend_stream));
+    return;
+  }
+  h->next = NULL;
+  h->event = ev;
+  h->count = 0;
+  for (uint32_t i = 0; i < n; ++i)
+    if (mems[i] && mems[i]->owner != st) {
+      cube__memory_ref(mems[i]);
+      h->mems[h->count++] = mems[i];
+    }
+  pthread_mutex_lock(&st->lock);
+  if (st->holds_tail)
+    st->holds_tail->next = h;
+  else
+    st->holds_head = h;
+  st->holds_tail = h;
+  st->hold_count++;
+  pthread_mutex_unlock(&st->lock);
+}
+
+void cube__stream_release_holds(cube__stream_t* st, bool wait) {
+  const cube__backend_vtable_t* b = st->server->backend;
+  for (;;) {
+    pthread_mutex_lock(&st->lock);
+    cube__hold_t* h = st->holds_head;
+    if (h && !wait && !b->event_done(st->server->bdev, h->event)) h = NULL;
+    if (h) {
+      st->holds_head = h->next;
+      if (!st->holds_head) st->holds_tail = NULL;
+      st->hold_count--;
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (!h) return;
+    if (wait) {
+      cube_status_t e = b->event_sync(st->server->bdev, h->event);
+      /* Not seen to complete: wait for the whole stream before letting go. */
+      if (e) cube_status_free(b->sync(st->server->bdev, st->backend_stream));
+      cube_status_free(e);
+    }
+    b->event_destroy(st->server->bdev, h->event);
+    for (uint32_t i = 0; i < h->count; ++i) cube__memory_unref(h->mems[i]);
+    free(h);
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // Memory
 //===----------------------------------------------------------------------===//
 
@@ -305,6 +404,7 @@ cube_status_t cube__server_alloc(cube__stream_t* st, uint64_t size, const char* 
   cube__memory_t* m = cube__memory_create();
   if (!m) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory for a handle", what);
   m->owner = st;
+  atomic_store_explicit(&m->last_use, st, memory_order_relaxed);
   pthread_mutex_lock(&st->lock);
   cube_status_t status = cube__mm_reserve_bind(st->mm, size, m);
   pthread_mutex_unlock(&st->lock);
@@ -373,9 +473,11 @@ void cube__server_write(cube__stream_t* st, cube__memory_t* mem, uint64_t offset
     cube_bytes_release(owner);
     return;
   }
-  if (s->backend->flags & CUBE__BACKEND_HOST_MEMORY) {
+  if (s->backend->flags & (CUBE__BACKEND_HOST_MEMORY | CUBE__BACKEND_CALLER_WRITES)) {
     /* The buffer is fresh: no queued work references it, so copying on the
-     * calling thread is ordered with everything that can observe it. */
+     * calling thread is ordered with everything that can observe it (on a
+     * device stream: the copy goes into the stream after what the runner put
+     * there before, and nothing queued after it can run earlier). */
     cube_status_t status = cube__write_exec(st, mem, offset, pitch, src, width, height);
     cube_bytes_release(owner);
     if (status)
@@ -385,7 +487,8 @@ void cube__server_write(cube__stream_t* st, cube__memory_t* mem, uint64_t offset
   }
   cube__write_task_t t = {mem, offset, pitch, width, height, owner};
   cube_status_t status = CUBE_OK;
-  if (!owner || cube_bytes_const_data(owner) != src)
+  /* The task runs later: keep |owner| only if it keeps |src| alive. */
+  if (!owner || cube_bytes_const_data(owner) != src || !cube__bytes_owns_data(owner))
     status = cube_bytes_from_copy(src, (size_t)(width * height), &t.bytes);
   if (t.bytes != owner) cube_bytes_release(owner);
   if (status) {
@@ -449,6 +552,8 @@ static cube_status_t cube__read_task_run(void* state, void* payload) {
       status = cube__status_make(CUBE_STATUS_NOT_FOUND, "read: handles[%zu]: memory is not bound", i);
       break;
     }
+    status = cube__stream_order(st, r->mem);
+    if (status) break;
     /* Read into the stream's staging pool: its pages stay mapped between
      * reads, where fresh heap memory costs a page fault per 4 KiB. */
     size_t n = (size_t)(r->width * r->height);
@@ -549,6 +654,7 @@ static cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st,
     if (s->backend->flags & CUBE__BACKEND_HOST_MEMORY) {
       memcpy(c, p, sizeof(c));
     } else {
+      CUBE_RETURN_IF_ERROR(cube__stream_order(st, t->dyn.mem));
       const cube__storage_t* storage;
       uint64_t off, sz;
       cube__memory_resolve(t->dyn.mem, &storage, &off, &sz);
@@ -565,16 +671,27 @@ static cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st,
     }
   }
   if (!count[0] || !count[1] || !count[2]) return CUBE_OK;
+  if (s->backend->event_record) {
+    cube__stream_release_holds(st, false);
+    for (uint32_t i = 0; i < t->arg_count; ++i)
+      CUBE_RETURN_IF_ERROR(cube__stream_order(st, t->args[i].mem));
+  }
   cube_cpu_arg_t resolved[CUBE_MAX_KERNEL_ARGS];
+  cube__launch_buffer_t buffers[CUBE_MAX_KERNEL_ARGS];
   for (uint32_t i = 0; i < t->arg_count; ++i) {
     resolved[i] = t->args[i].value;
+    buffers[i] = (cube__launch_buffer_t){NULL, 0};
     if (t->args[i].mem) {
       cube_status_t status = cube__resolve_arg(&t->args[i], &resolved[i].buffer.data);
       if (status) return cube__status_annotate(status, "launch of kernel '%s': argument %u", k->name, i);
+      uint64_t off, sz;
+      cube__memory_resolve(t->args[i].mem, &buffers[i].storage, &off, &sz);
+      buffers[i].offset = off + t->args[i].offset;
     }
   }
+  uint64_t device_ns = UINT64_MAX;
   cube__launch_t l = {k, k->name, {count[0], count[1], count[2]}, k->cube_dim, t->mode,
-                      t->arg_count, k->arg_kinds, resolved};
+                      t->arg_count, k->arg_kinds, resolved, buffers, NULL};
   cube_profile_level_t level = s->profiler.level;
   if (level == CUBE_PROFILE_EXEC) cube__profiler_log(&s->profiler, "Executing %s", k->name);
   if (level >= CUBE_PROFILE_BASIC && s->backend->prepare) {
@@ -590,10 +707,17 @@ static cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st,
     }
   }
   uint64_t t0 = level >= CUBE_PROFILE_BASIC ? cube__now_ns() : 0;
+  if (level >= CUBE_PROFILE_BASIC) l.device_ns = &device_ns;
   cube_status_t status = s->backend->launch(s->bdev, st->backend_stream, &l);
+  if (s->backend->event_record) {
+    cube__memory_t* mems[CUBE_MAX_KERNEL_ARGS];
+    for (uint32_t i = 0; i < t->arg_count; ++i) mems[i] = t->args[i].mem;
+    cube__stream_hold(st, mems, t->arg_count);
+  }
   if (level >= CUBE_PROFILE_BASIC) {
     if (s->backend->sync) cube_status_free(s->backend->sync(s->bdev, st->backend_stream));
     uint64_t ns = cube__now_ns() - t0;
+    if (device_ns != UINT64_MAX) ns = device_ns; /* the device's own timestamps */
     cube__profiler_record(&s->profiler, k->name, ns);
     if (level >= CUBE_PROFILE_MEDIUM) {
       char d[32];
@@ -677,6 +801,7 @@ static cube_status_t cube__sync_exec(cube__server_t* s) {
   cube_status_t status = CUBE_OK;
   if (s->backend->sync) status = s->backend->sync(s->bdev, st->backend_stream);
   if (status) cube__stream_push_error(st, status);
+  if (s->backend->event_done) cube__stream_release_holds(st, false);
   if (s->profiler.level >= CUBE_PROFILE_BASIC) cube__profiler_summary(&s->profiler);
   return cube__stream_take_errors(st);
 }
@@ -745,9 +870,34 @@ static cube_status_t cube__profile_exclusive(void* p) {
   st->profile_depth++;
   pthread_mutex_unlock(&st->lock);
   uint64_t t0 = cube__now_ns();
+  void* ev0 = NULL;
+  void* ev1 = NULL;
+  if (s->backend->event_elapsed) {
+    /* Device timestamps around the work (the host clock adds the sync). */
+    cube_status_t e = s->backend->event_record(s->bdev, st->backend_stream, &ev0);
+    if (e) {
+      cube_status_free(e);
+      ev0 = NULL;
+    }
+  }
   cube_status_t status = c->fn(c->user);
+  if (ev0) {
+    cube_status_t e = s->backend->event_record(s->bdev, st->backend_stream, &ev1);
+    if (e) {
+      cube_status_free(e);
+      ev1 = NULL;
+    }
+  }
   cube_status_t sync_status = s->backend->sync ? s->backend->sync(s->bdev, st->backend_stream) : NULL;
   uint64_t t1 = cube__now_ns();
+  if (ev0 && ev1 && !sync_status) {
+    uint64_t ns = 0;
+    cube_status_t e = s->backend->event_elapsed(s->bdev, ev0, ev1, &ns);
+    if (!e) t1 = t0 + ns;
+    cube_status_free(e);
+  }
+  if (ev0) s->backend->event_destroy(s->bdev, ev0);
+  if (ev1) s->backend->event_destroy(s->bdev, ev1);
   pthread_mutex_lock(&st->lock);
   st->profile_depth--;
   cube_status_t launch_errors = NULL;

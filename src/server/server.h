@@ -38,6 +38,12 @@ typedef struct cube__stream {
   cube_status_t profile_errors; /* launch failures while a profile is active */
   uint32_t profile_depth;
   void* backend_stream;
+  /* Buffers of other streams used by this one, held until the event recorded
+   * after that use completed (then their owner may reuse the memory). FIFO;
+   * guarded by |lock|. Only on backends with events. */
+  struct cube__hold* holds_head;
+  struct cube__hold* holds_tail;
+  size_t hold_count;
   cube__storage_ops_t device_ops; /* self = this stream; counts the memory limit */
   cube__storage_ops_t host_ops;
 } cube__stream_t;
@@ -69,6 +75,9 @@ cube_status_t cube__server_get(cube_device_id_t device, const cube_server_option
  * first use. */
 cube_status_t cube__server_stream(cube__server_t* s, uint64_t stream_id,
                                   cube__stream_t** out_stream);
+
+/* Releases the holds whose events completed (|wait|: waits for all first). */
+void cube__stream_release_holds(cube__stream_t* stream, bool wait);
 
 /* Appends a deferred error to |stream| (consumes |status|). */
 void cube__stream_push_error(cube__stream_t* stream, cube_status_t status);

@@ -453,6 +453,10 @@ CUBE_TEST(dialect_sync_cube_shapes) {
                            k_scans};
   uint64_t seed = 0x5A4E5;
   for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); ++sh) {
+    /* Units leaving before a barrier is the CPU's promise only; on OpenCL
+     * (and GPUs) it is undefined (docs/dialect.md). */
+    if (strcmp(shapes[sh].entry, "partial_units") == 0 && cts_backend()->backend != CUBE_BACKEND_CPU)
+      continue;
     const shape_grid_t* g = &shapes[sh].grid;
     const uint32_t total = grid_units(g) * grid_cubes(g);
     const size_t out_len = (size_t)total * shapes[sh].out_per_unit;
@@ -1478,8 +1482,10 @@ CUBE_TEST(dialect_compile_error) {
   if (cube_status_code(s) == CUBE_STATUS_OK) s = cube_client_sync(c); /* deferred */
   CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_COMPILATION_FAILED);
   const char* msg = cube_status_message(s);
-  /* The compiler's own message, at the user's line 4. */
-  if (!cts_contains(msg, "broken_k", "broken_k.cube:4:", "error", NULL)) {
+  /* The compiler's own message, at the user's line 4 (cc and clang write
+   * "broken_k.cube:4:", NVRTC "broken_k.cube(4)"). */
+  if (!cts_contains(msg, "broken_k", "error", NULL) ||
+      (!strstr(msg, "broken_k.cube:4:") && !strstr(msg, "broken_k.cube(4)"))) {
     fprintf(stderr, "compile error message: %s\n", msg);
     CHECK(!"message names the kernel and the user's line 4");
   }

@@ -1,4 +1,5 @@
 /* Helpers and native kernels shared by the conformance cases. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,17 +8,23 @@
 
 #include "cts.h"
 
-cube_status_t cts_kernel_create(const char* name, cube_cpu_kernel_fn fn, cube_dim_t dim,
-                                uint64_t shared, uint32_t arg_count,
-                                const cube_arg_kind_t* kinds, cube_kernel_t** out) {
+cube_status_t cts_kernel_create_twin(const char* name, cube_cpu_kernel_fn fn, const char* source,
+                                     const char* entry, cube_dim_t dim, uint64_t shared,
+                                     uint32_t arg_count, const cube_arg_kind_t* kinds,
+                                     cube_kernel_t** out) {
   cube_kernel_desc_t d;
   memset(&d, 0, sizeof(d));
   d.name = name;
   d.cube_dim = dim;
   d.arg_kinds = kinds;
   d.arg_count = arg_count;
-  d.shared_memory_size = shared;
-  d.cpu_fn = fn;
+  if (cts_native_kernels()) {
+    d.shared_memory_size = shared;
+    d.cpu_fn = fn;
+  } else {
+    d.source = source;
+    d.entry = entry;
+  }
   return cube_kernel_create(&d, out);
 }
 
@@ -43,6 +50,40 @@ cube_status_t cts_read_alloc(cube_client_t* c, cube_handle_t h, void** out, size
   return CUBE_OK;
 }
 
+int cts_tensor_layout_ok(cube_client_t* c, const cube_tensor_t* t, cube_layout_strategy_t strategy,
+                         uint64_t* out_size) {
+  const cube_device_properties_t* p = cube_client_properties(c);
+  cube_layout_desc_t d;
+  cube_status_t s = cube_layout_desc_init(strategy, t->rank, t->shape, t->elem_size, &d);
+  uint64_t strides[1][CUBE_MAX_RANK], size = 0;
+  if (!s) s = cube_layout_compute(p->layout_policy, p->memory.alignment, 1, &d, strides, NULL, &size, NULL);
+  if (s) {
+    fprintf(stderr, "cts_tensor_layout_ok: %s\n", cube_status_message(s));
+    cube_status_free(s);
+    return 0;
+  }
+  if (out_size) *out_size = size;
+  int ok = cube_handle_size(t->handle) == size;
+  for (uint32_t i = 0; i < t->rank; ++i) ok &= t->strides[i] == strides[0][i];
+  if (!ok) {
+    fprintf(stderr, "tensor layout: size %llu (expected %llu), strides", (unsigned long long)cube_handle_size(t->handle),
+            (unsigned long long)size);
+    for (uint32_t i = 0; i < t->rank; ++i)
+      fprintf(stderr, " %llu (%llu)", (unsigned long long)t->strides[i], (unsigned long long)strides[0][i]);
+    fprintf(stderr, "\n");
+  }
+  return ok;
+}
+
+int cts_tensor_dense(const cube_tensor_t* t) {
+  uint64_t s = 1;
+  for (uint32_t i = t->rank; i-- > 0;) {
+    if (t->strides[i] != s) return 0;
+    s *= t->shape[i];
+  }
+  return cube_handle_size(t->handle) == s * t->elem_size;
+}
+
 //===----------------------------------------------------------------------===//
 // Kernels
 //===----------------------------------------------------------------------===//
@@ -52,6 +93,14 @@ float cts_saxpy1(float a, float x, float y) {
   return prod + y;
 }
 
+int cts_saxpy_match(float got, float a, float x, float y) {
+  float twice = cts_saxpy1(a, x, y), once = fmaf(a, x, y);
+  return memcmp(&got, &twice, 4) == 0 || memcmp(&got, &once, 4) == 0;
+}
+
+/* The element of unit |u| of |cube| in the twins' numbering: (linear cube
+ * index) * (units per cube) + u, the CUBE_POS * CUBE_DIM + UNIT_POS of the
+ * dialect. */
 int cts_k_saxpy(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
   if (n != 5) return 7;
   const float* x = args[0].buffer.data;
@@ -71,6 +120,13 @@ int cts_k_saxpy(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_
   return 0;
 }
 
+const char cts_k_saxpy_dialect[] =
+    "CUBE_KERNEL(cts_k_saxpy, CUBE_ARRAY(const float, x), CUBE_ARRAY(const float, y),\n"
+    "            CUBE_ARRAY(float, out), float a, uint32_t n) {\n"
+    "  uint64_t i = (uint64_t)CUBE_POS * CUBE_DIM + UNIT_POS;\n"
+    "  if (i < n) CUBE_STORE(out, i, a * CUBE_LOAD(x, i) + CUBE_LOAD(y, i));\n"
+    "}\n";
+
 int cts_k_add_u32(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
   if (n != 4) return 7;
   const uint32_t* in = args[0].buffer.data;
@@ -86,6 +142,13 @@ int cts_k_add_u32(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint3
   return 0;
 }
 
+const char cts_k_add_u32_dialect[] =
+    "CUBE_KERNEL(cts_k_add_u32, CUBE_ARRAY(const uint32_t, in), CUBE_ARRAY(uint32_t, out),\n"
+    "            uint32_t add, uint32_t n) {\n"
+    "  uint64_t i = (uint64_t)CUBE_POS * CUBE_DIM + UNIT_POS;\n"
+    "  if (i < n) CUBE_STORE(out, i, CUBE_LOAD(in, i) + add);\n"
+    "}\n";
+
 int cts_k_copy(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
   (void)cube;
   if (n != 2) return 7;
@@ -93,6 +156,13 @@ int cts_k_copy(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t
   memmove(args[1].buffer.data, args[0].buffer.data, (size_t)len);
   return 0;
 }
+
+/* Every cube copies it all (the cases launch one cube), its units striding. */
+const char cts_k_copy_dialect[] =
+    "CUBE_KERNEL(cts_k_copy, CUBE_ARRAY(const uint8_t, in), CUBE_ARRAY(uint8_t, out)) {\n"
+    "  uint64_t n = CUBE_LEN(in) < CUBE_LEN(out) ? CUBE_LEN(in) : CUBE_LEN(out);\n"
+    "  for (uint64_t i = UNIT_POS; i < n; i += CUBE_DIM) out[i] = in[i];\n"
+    "}\n";
 
 int cts_k_fail(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
   if (n != 5) return 7;
@@ -102,21 +172,138 @@ int cts_k_fail(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t
   return 0;
 }
 
-static atomic_int cts_gate_state = 0;
+const char cts_k_fail_dialect[] =
+    "/* One store past the end at the failing cube: Validate mode reports it. */\n"
+    "CUBE_KERNEL(cts_k_fail, CUBE_ARRAY(uint32_t, buf), uint32_t x, uint32_t y, uint32_t z,\n"
+    "            int32_t code) {\n"
+    "  if (code != 0 && UNIT_POS == 0 && CUBE_POS_X == x && CUBE_POS_Y == y && CUBE_POS_Z == z)\n"
+    "    CUBE_STORE(buf, CUBE_LEN(buf), 0u);\n"
+    "}\n";
 
-void cts_gate_close(void) { atomic_store(&cts_gate_state, 0); }
-void cts_gate_open(void) { atomic_store(&cts_gate_state, 1); }
+cube_status_t cts_launch_fail(cube_client_t* c, cube_kernel_t* k, cube_count_t count,
+                              uint32_t arg_count, const cube_arg_t* args) {
+  return cube_client_launch_mode(c, k, count, arg_count, args, CUBE_EXEC_VALIDATE);
+}
 
-int cts_k_gate(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
+int cts_k_nop(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
   (void)cube;
   (void)args;
-  (void)n;
-  for (unsigned i = 0; i < 600000; ++i) { /* 60 s at 100 us */
-    if (atomic_load(&cts_gate_state)) return 0;
+  return n == 1 ? 0 : 7;
+}
+
+const char cts_k_nop_dialect[] = "CUBE_KERNEL(cts_k_nop, CUBE_ARRAY(uint32_t, unused)) {}\n";
+
+//===----------------------------------------------------------------------===//
+// The gate
+//===----------------------------------------------------------------------===//
+
+#define CTS_GATE_POLLS 600000u /* 60 s at 100 us */
+
+static atomic_int cts_gate_state = 1;   /* 1 = open */
+static atomic_int cts_gate_entered = 0; /* the exclusive task runs */
+static pthread_mutex_t cts_gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static int cts_gate_thread_live = 0; /* under cts_gate_lock */
+static pthread_t cts_gate_thread;
+static cube_client_t* cts_gate_client;
+
+static int cts_gate_wait_open(void) {
+  for (unsigned i = 0; i < CTS_GATE_POLLS; ++i) {
+    if (atomic_load(&cts_gate_state)) return 1;
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }
-  return 99;
+  return 0;
+}
+
+static int cts_k_gate(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
+  (void)cube;
+  (void)args;
+  (void)n;
+  return cts_gate_wait_open() ? 0 : 99;
+}
+
+static cube_status_t cts_gate_task(void* p) {
+  (void)p;
+  atomic_store(&cts_gate_entered, 1);
+  if (!cts_gate_wait_open()) {
+    fprintf(stderr, "cts gate: not opened within 60 s\n");
+    abort(); /* the case is broken (the native gate fails its launch instead) */
+  }
+  return CUBE_OK;
+}
+
+static void* cts_gate_main(void* p) {
+  (void)p;
+  cube_status_t s = cube_client_exclusive(cts_gate_client, cts_gate_task, NULL);
+  if (s) {
+    fprintf(stderr, "cts_gate_hold: cube_client_exclusive: %s\n", cube_status_message(s));
+    cube_status_free(s);
+    abort(); /* the main thread waits for the task forever otherwise */
+  }
+  return NULL;
+}
+
+static int cts_gate_ok(cube_status_t s, const char* what) {
+  if (!s) return 1;
+  fprintf(stderr, "cts_gate_hold: %s: %s\n", what, cube_status_message(s));
+  cube_status_free(s);
+  return 0;
+}
+
+int cts_gate_hold(cube_client_t* c) {
+  atomic_store(&cts_gate_state, 0);
+  if (cts_native_kernels()) {
+    const cube_arg_kind_t kind = CUBE_ARG_BUFFER;
+    cube_kernel_desc_t d;
+    memset(&d, 0, sizeof(d));
+    d.name = "cts_gate";
+    d.cube_dim = (cube_dim_t){1, 1, 1};
+    d.arg_kinds = &kind;
+    d.arg_count = 1;
+    d.cpu_fn = cts_k_gate;
+    cube_kernel_t* k = NULL;
+    cube_handle_t h = CUBE_HANDLE_NULL;
+    int ok = cts_gate_ok(cube_kernel_create(&d, &k), "kernel") &&
+             cts_gate_ok(cube_client_empty(c, 16, &h), "buffer");
+    if (ok) {
+      cube_arg_t a = cube_arg_buffer(h);
+      ok = cts_gate_ok(cube_client_launch(c, k, cube_count_static(1, 1, 1), 1, &a), "launch");
+    }
+    cube_handle_release(h); /* the launch keeps both */
+    cube_kernel_release(k);
+    return ok;
+  }
+  pthread_mutex_lock(&cts_gate_lock);
+  if (cts_gate_thread_live) {
+    pthread_mutex_unlock(&cts_gate_lock);
+    fprintf(stderr, "cts_gate_hold: a gate is already held\n");
+    return 0;
+  }
+  atomic_store(&cts_gate_entered, 0);
+  cts_gate_client = cube_client_retain(c);
+  if (pthread_create(&cts_gate_thread, NULL, cts_gate_main, NULL) != 0) {
+    cube_client_release(cts_gate_client);
+    pthread_mutex_unlock(&cts_gate_lock);
+    fprintf(stderr, "cts_gate_hold: pthread_create failed\n");
+    return 0;
+  }
+  cts_gate_thread_live = 1;
+  pthread_mutex_unlock(&cts_gate_lock);
+  /* Held once the task runs on the device's runner. */
+  while (!atomic_load(&cts_gate_entered)) cts_sleep_ms(1);
+  return 1;
+}
+
+void cts_gate_open(void) {
+  atomic_store(&cts_gate_state, 1);
+  pthread_mutex_lock(&cts_gate_lock);
+  if (cts_gate_thread_live) {
+    pthread_join(cts_gate_thread, NULL);
+    cube_client_release(cts_gate_client);
+    cts_gate_client = NULL;
+    cts_gate_thread_live = 0;
+  }
+  pthread_mutex_unlock(&cts_gate_lock);
 }
 
 //===----------------------------------------------------------------------===//

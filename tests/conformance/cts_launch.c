@@ -1,5 +1,6 @@
-/* Launching native kernels: results, counts, modes, shared memory, scalar
- * arguments, lifetimes. */
+/* Launching kernels: results, counts, modes, shared memory, scalar
+ * arguments, lifetimes. The kernels are native ones with dialect twins
+ * (cts_kernel_create: native where the device runs them, else the twin). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,13 +13,11 @@ CUBE_TEST(launch_saxpy_1000003) {
   const float a = 1.7500001f;
   float* x = malloc(n * sizeof(float));
   float* y = malloc(n * sizeof(float));
-  float* expect = malloc(n * sizeof(float));
-  REQUIRE(x && y && expect);
+  REQUIRE(x && y);
   for (uint32_t i = 0; i < n; ++i) {
     uint64_t s = 0x1234 + i;
     x[i] = (float)(cube_test_rand(&s) % 2000001) / 1000.0f - 1000.0f;
     y[i] = (float)(cube_test_rand(&s) % 1999) / 7.0f;
-    expect[i] = cts_saxpy1(a, x[i], y[i]);
   }
   cube_handle_t hx, hy, ho;
   REQUIRE_OK(cube_client_create_from_slice(c, x, n * 4, &hx));
@@ -39,8 +38,8 @@ CUBE_TEST(launch_saxpy_1000003) {
   CHECK_EQ_U64(got_size, (uint64_t)n * 4);
   size_t bad = 0;
   for (uint32_t i = 0; i < n && got_size == (size_t)n * 4; ++i)
-    if (memcmp(&got[i], &expect[i], 4) != 0 && bad++ < 5)
-      fprintf(stderr, "out[%u] = %.9g, expected %.9g\n", i, got[i], expect[i]);
+    if (!cts_saxpy_match(got[i], a, x[i], y[i]) && bad++ < 5)
+      fprintf(stderr, "out[%u] = %.9g, expected %.9g\n", i, got[i], cts_saxpy1(a, x[i], y[i]));
   CHECK(bad == 0);
   free(got);
   CHECK_OK(cube_client_sync(c));
@@ -50,7 +49,6 @@ CUBE_TEST(launch_saxpy_1000003) {
   cube_handle_release(ho);
   free(x);
   free(y);
-  free(expect);
   CTS_END(c);
 }
 
@@ -76,6 +74,34 @@ static int cts_k_visit(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, 
   __atomic_store_n(&info[6], (uint32_t)cube->mode, __ATOMIC_RELAXED);
   return 0;
 }
+
+_Static_assert(CUBE_EXEC_CHECKED == 0 && CUBE_EXEC_VALIDATE == 1 && CUBE_EXEC_UNCHECKED == 2,
+              "the twins' CTS_MODE values");
+/* Each execution mode is its own compiled kernel, with CUBE_MODE_<mode> defined. */
+#define CTS_MODE_DEFINE                                                                  \
+  "#if defined(CUBE_MODE_CHECKED)\n#define CTS_MODE 0u\n#elif defined(CUBE_MODE_VALIDATE)\n" \
+  "#define CTS_MODE 1u\n#else\n#define CTS_MODE 2u\n#endif\n"
+
+/* The twin: unit 0 of each cube does what the native kernel does per cube
+ * (an index past |counts| counts as an out-of-range position). */
+static const char cts_k_visit_dialect[] =
+    CTS_MODE_DEFINE
+    "CUBE_KERNEL(cts_k_visit, CUBE_ARRAY(uint32_t, counts), CUBE_ARRAY(uint32_t, info)) {\n"
+    "  if (UNIT_POS != 0) return;\n"
+    "  if (CUBE_POS_X >= CUBE_COUNT_X || CUBE_POS_Y >= CUBE_COUNT_Y || CUBE_POS_Z >= CUBE_COUNT_Z ||\n"
+    "      CUBE_POS >= CUBE_LEN(counts)) {\n"
+    "    cube_atomic_add_u32(&info[8], 1u);\n"
+    "    return;\n"
+    "  }\n"
+    "  cube_atomic_add_u32(&counts[CUBE_POS], 1u);\n"
+    "  cube_atomic_exchange_u32(&info[0], CUBE_COUNT_X);\n"
+    "  cube_atomic_exchange_u32(&info[1], CUBE_COUNT_Y);\n"
+    "  cube_atomic_exchange_u32(&info[2], CUBE_COUNT_Z);\n"
+    "  cube_atomic_exchange_u32(&info[3], CUBE_DIM_X);\n"
+    "  cube_atomic_exchange_u32(&info[4], CUBE_DIM_Y);\n"
+    "  cube_atomic_exchange_u32(&info[5], CUBE_DIM_Z);\n"
+    "  cube_atomic_exchange_u32(&info[6], CTS_MODE);\n"
+    "}\n";
 
 static void cts_check_visits(cube_client_t* c, cube_handle_t counts, cube_handle_t info,
                              uint32_t x, uint32_t y, uint32_t z, cube_dim_t dim) {
@@ -126,7 +152,10 @@ CUBE_TEST(launch_static_3d_visits_each_cube_once) {
 
 CUBE_TEST(launch_dynamic_count) {
   CTS_CLIENT(c);
-  CHECK(cube_client_features(c)->bits & CUBE_FEATURE_DYNAMIC_COUNT);
+  if (!(cube_client_features(c)->bits & CUBE_FEATURE_DYNAMIC_COUNT)) {
+    CTS_END(c);
+    CUBE_SKIP("%s: no CUBE_FEATURE_DYNAMIC_COUNT", cts_backend()->name);
+  }
   CTS_KERNEL(k, "visit_dyn", cts_k_visit, 8, 0, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER);
   cube_dim_t kd = {8, 1, 1};
   uint32_t zeros[64] = {0};
@@ -181,14 +210,16 @@ CUBE_TEST(launch_zero_count_runs_nothing) {
   const uint32_t zs[3][3] = {{0, 7, 1}, {7, 0, 1}, {7, 1, 0}};
   for (int i = 0; i < 3; ++i) {
     CHECK_OK(cube_client_launch(c, k, cube_count_static(zs[i][0], zs[i][1], zs[i][2]), 4, args));
-    CHECK_OK(cube_client_launch(c, fail, cube_count_static(zs[i][0], zs[i][1], zs[i][2]), 5, fargs));
+    CHECK_OK(cts_launch_fail(c, fail, cube_count_static(zs[i][0], zs[i][1], zs[i][2]), 5, fargs));
   }
   /* Dynamic counts with a zero component run nothing either. */
   const uint32_t dz[3] = {7, 0, 1};
   cube_handle_t dyn;
   REQUIRE_OK(cube_client_create_from_slice(c, dz, sizeof(dz), &dyn));
-  CHECK_OK(cube_client_launch(c, k, cube_count_dynamic(dyn), 4, args));
-  CHECK_OK(cube_client_launch(c, fail, cube_count_dynamic(dyn), 5, fargs));
+  if (cube_client_features(c)->bits & CUBE_FEATURE_DYNAMIC_COUNT) {
+    CHECK_OK(cube_client_launch(c, k, cube_count_dynamic(dyn), 4, args));
+    CHECK_OK(cts_launch_fail(c, fail, cube_count_dynamic(dyn), 5, fargs));
+  }
   CHECK_OK(cube_client_sync(c)); /* the failing kernel never ran */
   uint8_t poison[sizeof(in)];
   memset(poison, CTS_POISON, sizeof(poison));
@@ -211,6 +242,12 @@ static int cts_k_mode(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, u
   ((uint32_t*)args[0].buffer.data)[0] = (uint32_t)cube->mode;
   return 0;
 }
+
+static const char cts_k_mode_dialect[] =
+    CTS_MODE_DEFINE
+    "CUBE_KERNEL(cts_k_mode, CUBE_ARRAY(uint32_t, out)) {\n"
+    "  if (CUBE_POS == 0 && UNIT_POS == 0) CUBE_STORE(out, 0, CTS_MODE);\n"
+    "}\n";
 
 CUBE_TEST(launch_unchecked_and_modes) {
   if (getenv("CUBE_CHECK_MODE")) unsetenv("CUBE_CHECK_MODE");
@@ -284,6 +321,18 @@ static int cts_k_reverse_shared(const cube_cpu_cube_t* cube, const cube_cpu_arg_
   return 0;
 }
 
+/* The twin: the same through CUBE_SHARED and sync_cube (dim.x <= 256), on
+ * the bits (u32) so that no float is ever loaded into a register. */
+static const char cts_k_reverse_shared_dialect[] =
+    "CUBE_KERNEL(cts_k_reverse_shared, CUBE_ARRAY(const uint32_t, in), CUBE_ARRAY(uint32_t, out)) {\n"
+    "  CUBE_SHARED(uint32_t, sh, 256);\n"
+    "  uint32_t u = UNIT_POS;\n"
+    "  uint64_t base = (uint64_t)CUBE_POS * CUBE_DIM;\n"
+    "  sh[u] = CUBE_LOAD(in, base + u);\n"
+    "  sync_cube();\n"
+    "  CUBE_STORE(out, base + u, sh[CUBE_DIM - 1u - u]);\n"
+    "}\n";
+
 CUBE_TEST(launch_shared_memory_scratch) {
   CTS_CLIENT(c);
   const uint32_t dim = 256, blocks = 97;
@@ -339,8 +388,38 @@ static int cts_k_scalars(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args
   return 0;
 }
 
+/* The twin writes the same struct as u32 words (little-endian halves), the
+ * floats through unions (bits, NaN payloads included, never an FP operation). */
+static const char cts_k_scalars_dialect[] =
+    "CUBE_KERNEL(cts_k_scalars, CUBE_ARRAY(uint32_t, out), uint32_t u32, int32_t i32, uint64_t u64,\n"
+    "            int64_t i64, float f32, double f64, CUBE_ARRAY(uint8_t, buf)) {\n"
+    "  if (CUBE_POS != 0 || UNIT_POS != 0 || CUBE_LEN(out) < 12) return;\n"
+    "  union { float f; uint32_t u; } fu;\n"
+    "  union { double d; uint64_t u; } du;\n"
+    "  fu.f = f32;\n"
+    "  du.d = f64;\n"
+    "  uint64_t len = CUBE_LEN(buf);\n"
+    "  out[0] = u32;\n"
+    "  out[1] = (uint32_t)i32;\n"
+    "  out[2] = (uint32_t)u64;\n"
+    "  out[3] = (uint32_t)(u64 >> 32);\n"
+    "  out[4] = (uint32_t)(uint64_t)i64;\n"
+    "  out[5] = (uint32_t)((uint64_t)i64 >> 32);\n"
+    "  out[6] = fu.u;\n"
+    "  out[7] = 0u;\n"
+    "  out[8] = (uint32_t)du.u;\n"
+    "  out[9] = (uint32_t)(du.u >> 32);\n"
+    "  out[10] = (uint32_t)len;\n"
+    "  out[11] = (uint32_t)(len >> 32);\n"
+    "}\n";
+_Static_assert(sizeof(cts_scalars_t) == 48, "the twin writes 12 words");
+
 CUBE_TEST(launch_scalar_args_intact) {
   CTS_CLIENT(c);
+  if (!cts_native_kernels() && !(cube_client_features(c)->bits & CUBE_FEATURE_F64)) {
+    CTS_END(c); /* the twin has a double parameter */
+    CUBE_SKIP("%s: no CUBE_FEATURE_F64 for the dialect twin's double", cts_backend()->name);
+  }
   CTS_KERNEL(k, "scalars", cts_k_scalars, 1, 0, CUBE_ARG_BUFFER, CUBE_ARG_U32, CUBE_ARG_I32,
              CUBE_ARG_U64, CUBE_ARG_I64, CUBE_ARG_F32, CUBE_ARG_F64, CUBE_ARG_BUFFER);
   cube_handle_t ho, hb;
@@ -405,18 +484,13 @@ CUBE_TEST(launch_keeps_buffers_alive) {
   cube_test_fill_random(data, n, 4300);
   memset(junk, 0x11, n);
   CTS_KERNEL(copy, "copy", cts_k_copy, 1, 0, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER);
-  CTS_KERNEL(gate, "gate", cts_k_gate, 1, 0, CUBE_ARG_BUFFER);
   int queued = !cube_client_is_blocking(c);
   cube_handle_t hin, hout, hdummy;
   REQUIRE_OK(cube_client_create_from_slice(c, data, n, &hin));
   REQUIRE_OK(cts_poisoned(c, n, &hout));
   REQUIRE_OK(cube_client_empty(c, 16, &hdummy));
-  cts_gate_close();
-  if (queued) {
-    /* Hold the device so that the copy below cannot run yet. */
-    cube_arg_t ga = cube_arg_buffer(hdummy);
-    REQUIRE_OK(cube_client_launch(c, gate, cube_count_static(1, 1, 1), 1, &ga));
-  }
+  /* Hold the device so that the copy below cannot run yet. */
+  if (queued) REQUIRE(cts_gate_hold(c));
   cube_arg_t args[2] = {cube_arg_buffer(hin), cube_arg_buffer(hout)};
   CHECK_OK(cube_client_launch(c, copy, cube_count_static(1, 1, 1), 2, args));
   /* The kernel object and both handles go right after the launch. */
@@ -436,7 +510,6 @@ CUBE_TEST(launch_keeps_buffers_alive) {
   CHECK_OK(cube_client_sync(c));
   cube_handle_release_array(others, 4);
   cube_handle_release(hout2);
-  cube_kernel_release(gate);
   free(data);
   free(junk);
   CTS_END(c);
@@ -534,10 +607,17 @@ static int cts_k_noargs(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args,
 }
 
 CUBE_TEST(launch_kernel_without_args) {
+  /* A dialect kernel has at least one parameter (docs/dialect.md). */
+  CTS_REQUIRE_NATIVE("a kernel without arguments is native only");
   CTS_CLIENT(c);
   cube_kernel_t* k = NULL;
   cube_dim_t dim = {2, 2, 1};
-  REQUIRE_OK(cts_kernel_create("noargs", cts_k_noargs, dim, 0, 0, NULL, &k));
+  cube_kernel_desc_t d;
+  memset(&d, 0, sizeof(d));
+  d.name = "noargs";
+  d.cube_dim = dim;
+  d.cpu_fn = cts_k_noargs;
+  REQUIRE_OK(cube_kernel_create(&d, &k));
   CHECK_EQ_U64(cube_kernel_arg_count(k), 0);
   atomic_store(&cts_noarg_cubes, 0);
   CHECK_OK(cube_client_launch(c, k, cube_count_static(5, 7, 3), 0, NULL));

@@ -3,9 +3,19 @@
 
 #include "cts.h"
 
-/* The backend under test, parsed from its CTest name: "<backend>" or
- * "<backend>-inline" (the same backend with the inline device queue). The list
- * of names lives in one place: CUBE_CTS_BACKENDS in tests/CMakeLists.txt. */
+/* PoCL, the ICD loader and LLVM keep allocations until exit (the OpenCL
+ * library stays loaded for the process): not ours to report under LSan. */
+const char* __lsan_default_suppressions(void);
+const char* __lsan_default_suppressions(void) {
+  return "leak:libpocl\nleak:libOpenCL\nleak:libLLVM\nleak:libclang\nleak:libhwloc\n";
+}
+
+/* The backend under test, parsed from its CTest name: "<backend>" followed by
+ * variants: "-inline" (the inline device queue), "-dialect" (CUBE_CTS_DIALECT=1:
+ * the dialect twins of the shared kernels even where native kernels run),
+ * "-mock" (cuda only: the mock driver of tests/mock_cuda, which runs no
+ * kernels), e.g. "cpu", "cpu-inline", "cpu-dialect", "cuda-mock". The list of names lives in one
+ * place: CUBE_CTS_BACKENDS in tests/CMakeLists.txt. */
 static cts_backend_t cts_parsed = {"cpu", CUBE_BACKEND_CPU, "threaded"};
 static const cts_backend_t* cts_current = &cts_parsed;
 static char cts_name[64];
@@ -33,6 +43,34 @@ int cts_read_equals(cube_client_t* c, cube_handle_t h, const void* expect, size_
   return ok;
 }
 
+static bool cts_native = false;
+
+bool cts_native_kernels(void) { return cts_native; }
+
+/* Native kernels unless CUBE_CTS_DIALECT=1 or device 0 lacks the feature
+ * (or cannot be loaded: then the cases skip or fail on their own). Probed
+ * before any case runs, then shut down again, so that a case still starts
+ * with no server (cases load clients with their own options and
+ * environment). */
+static void cts_probe_native(void) {
+  const char* forced = getenv("CUBE_CTS_DIALECT");
+  if (forced && strcmp(forced, "1") == 0) {
+    cts_native = false;
+    return;
+  }
+  cube_client_t* c = NULL;
+  cube_status_t s = cube_client_load(cts_device(0), &c);
+  if (s) {
+    cube_status_free(s);
+    cts_native = false;
+    return;
+  }
+  const cube_features_t* f = cube_client_features(c);
+  cts_native = f && (f->bits & CUBE_FEATURE_NATIVE_KERNELS) != 0;
+  cube_client_release(c);
+  cube_shutdown();
+}
+
 /* Picks the backend from "--backend NAME" and removes the two arguments. */
 int cube_test_main_hook(int* argc, char*** argv) {
   char** a = *argv;
@@ -44,11 +82,26 @@ int cube_test_main_hook(int* argc, char*** argv) {
     char* dash = strchr(base, '-');
     if (dash) {
       *dash = 0;
-      if (strcmp(dash + 1, "inline") != 0) {
-        fprintf(stderr, "cube_cts: unknown variant '%s' of backend '%s'\n", dash + 1, base);
-        return 2;
+      for (char* v = dash + 1; v;) {
+        char* next = strchr(v, '-');
+        if (next) *next++ = 0;
+        if (strcmp(v, "inline") == 0) {
+          mode = "inline";
+        } else if (strcmp(v, "dialect") == 0) {
+          setenv("CUBE_CTS_DIALECT", "1", 1);
+        } else if (strcmp(v, "mock") == 0 && strcmp(base, "cuda") == 0) {
+#ifdef CUBE_MOCK_CUDA_PATH
+          /* The CPU stand-in for the CUDA driver (tests/mock_cuda): the
+           * backend's memory paths in CI; it runs no kernels. */
+          setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);
+          setenv("CUBE_MOCK_CUDA_DEVICES", "2", 0); /* cases across devices run too */
+#endif
+        } else {
+          fprintf(stderr, "cube_cts: unknown variant '%s' of backend '%s'\n", v, base);
+          return 2;
+        }
+        v = next;
       }
-      mode = "inline";
     }
     cube_backend_t b;
     cube_status_t s = cube_backend_parse(base, &b);
@@ -62,5 +115,16 @@ int cube_test_main_hook(int* argc, char*** argv) {
     *argc -= 2;
   }
   if (cts_current->queue_mode) setenv("CUBE_DEVICE_QUEUE", cts_current->queue_mode, 1);
+  /* An unavailable backend skips every case, also those that need no device:
+   * nothing may pass for a backend that is not there. */
+  cube_status_t avail = cube_backend_status(cts_current->backend);
+  if (cube_status_code(avail) == CUBE_STATUS_UNAVAILABLE) {
+    printf("[skip] every case: backend %s is unavailable: %s\n", cts_current->name,
+           cube_status_message(avail));
+    cube_status_free(avail);
+    return 77;
+  }
+  cube_status_free(avail);
+  if (!(*argc > 1 && strcmp((*argv)[1], "--list") == 0)) cts_probe_native();
   return 0;
 }

@@ -426,6 +426,7 @@ CUBE_TEST(memory_report_matches_usage) {
 }
 
 CUBE_TEST(memory_limit_server_option) {
+  CTS_REQUIRE_BACKEND();
   if (getenv("CUBE_MEMORY_LIMIT")) unsetenv("CUBE_MEMORY_LIMIT");
   cube_server_options_t o;
   cube_server_options_initialize(&o);
@@ -452,6 +453,7 @@ CUBE_TEST(memory_limit_server_option) {
 }
 
 CUBE_TEST(memory_exclusive_pages_config) {
+  CTS_REQUIRE_BACKEND();
   cube_server_options_t o;
   cube_server_options_initialize(&o);
   o.memory_config = CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES;

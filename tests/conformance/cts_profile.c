@@ -65,7 +65,7 @@ CUBE_TEST(profile_launch_duration) {
   size_t size = 0;
   REQUIRE_OK(cts_read_alloc(c, s.out, (void**)&got, &size));
   int ok = size == (size_t)n * 4;
-  for (uint32_t i = 0; ok && i < n; ++i) ok = memcmp(&got[i], &(float){cts_saxpy1(2.0f, x[i], x[i])}, 4) == 0;
+  for (uint32_t i = 0; ok && i < n; ++i) ok = cts_saxpy_match(got[i], 2.0f, x[i], x[i]);
   CHECK(ok);
   free(got);
   /* Durations of two profiles do not overlap. */
@@ -89,7 +89,7 @@ static cube_status_t cts_prof_failing_launch(void* p) {
   cts_prof_fail_t* f = p;
   cube_arg_t a[5] = {cube_arg_buffer(f->h), cube_arg_u32(1), cube_arg_u32(0), cube_arg_u32(0),
                      cube_arg_i32(13)};
-  return cube_client_launch(f->c, f->fail, cube_count_static(2, 1, 1), 5, a);
+  return cts_launch_fail(f->c, f->fail, cube_count_static(2, 1, 1), 5, a);
 }
 
 static cube_status_t cts_prof_bad_call(void* p) {
@@ -123,7 +123,7 @@ CUBE_TEST(profile_failing_launch_reported_by_profile) {
   /* A failing launch inside a profile that otherwise succeeds: reported by
    * the profile only. */
   CHECK_STATUS(cube_client_profile(c, cts_prof_failing_launch, &f, NULL, &d), CUBE_STATUS_LAUNCH_FAILED,
-               "cts_fail_in_profile", "1, 0, 0");
+               "cts_fail_in_profile", cts_native_kernels() ? "1, 0, 0" : "");
   CHECK_OK(cube_client_sync(c));
   /* Profiling works afterwards. */
   uint8_t bytes[8] = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -134,13 +134,6 @@ CUBE_TEST(profile_failing_launch_reported_by_profile) {
   cube_handle_release(f.h);
   cube_kernel_release(f.fail);
   CTS_END(c);
-}
-
-static int cts_k_nop(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
-  (void)cube;
-  (void)args;
-  (void)n;
-  return 0;
 }
 
 /* A client with its own server options: profile |level|, logs into |log|. */
@@ -179,6 +172,23 @@ static int cts_table_row(cts_log_t* log, const char* name, const char* count) {
   return found;
 }
 
+/* The launches the summary counts as compiles: the "Num Computed" of rows
+ * named "<kernel> (compile or cache load)" (dialect kernels on first launch). */
+static unsigned cts_compile_rows(cts_log_t* log) {
+  unsigned total = 0;
+  pthread_mutex_lock(&log->lock);
+  for (size_t i = 0; i < log->count; ++i) {
+    if (!strstr(log->lines[i], "(compile or cache load)")) continue;
+    char buf[512];
+    snprintf(buf, sizeof(buf), "%s", log->lines[i]);
+    int cell_no = 0;
+    for (char* cell = strtok(buf, "|"); cell; cell = strtok(NULL, "|"), ++cell_no)
+      if (cell_no == 2) total += (unsigned)strtoul(cell, NULL, 10);
+  }
+  pthread_mutex_unlock(&log->lock);
+  return total;
+}
+
 typedef struct cts_named {
   cube_client_t* c;
   cube_kernel_t* k;
@@ -213,9 +223,11 @@ CUBE_TEST(profile_level_basic_summary) {
   CHECK(cts_log_find(&log, "Total", (const char*)NULL) >= 0);
   CHECK(cts_table_row(&log, "k1", "3"));
   CHECK(cts_table_row(&log, "k2", "1"));
-  CHECK(cts_table_row(&log, "Total", "4"));
+  char total[16];
+  snprintf(total, sizeof(total), "%u", 4u + cts_compile_rows(&log)); /* compiles are rows too */
+  CHECK(cts_table_row(&log, "Total", total));
   CHECK(cts_log_find(&log, "Executing", (const char*)NULL) < 0); /* not at basic */
-  if (!cts_table_row(&log, "k1", "3") || !cts_table_row(&log, "Total", "4")) cts_log_dump(&log);
+  if (!cts_table_row(&log, "k1", "3") || !cts_table_row(&log, "Total", total)) cts_log_dump(&log);
   /* The summary resets after it was printed. */
   cts_log_clear(&log);
   CHECK_OK(cube_client_sync(c));
@@ -241,6 +253,7 @@ CUBE_TEST(profile_level_basic_summary) {
 }
 
 CUBE_TEST(profile_level_exec_logs_launches) {
+  CTS_REQUIRE_BACKEND();
   cts_log_t log;
   cts_log_init(&log);
   cube_client_t* c = NULL;
@@ -266,6 +279,7 @@ CUBE_TEST(profile_level_exec_logs_launches) {
 }
 
 CUBE_TEST(profile_env_medium) {
+  CTS_REQUIRE_BACKEND();
   setenv("CUBE_PROFILE", "medium", 1);
   cts_log_t log;
   cts_log_init(&log);
@@ -297,6 +311,7 @@ CUBE_TEST(profile_env_medium) {
 }
 
 CUBE_TEST(profile_level_full_logs_counts) {
+  CTS_REQUIRE_BACKEND();
   cts_log_t log;
   cts_log_init(&log);
   cube_client_t* c = NULL;

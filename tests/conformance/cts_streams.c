@@ -122,7 +122,7 @@ CUBE_TEST(streams_two_threads_one_client) { cts_two_threads(1); }
 
 static void cts_launch_failing(cube_client_t* c, cube_kernel_t* k, cube_handle_t h, int code) {
   cube_arg_t a[5] = {cube_arg_buffer(h), cube_arg_u32(0), cube_arg_u32(0), cube_arg_u32(0), cube_arg_i32(code)};
-  CHECK_OK(cube_client_launch(c, k, cube_count_static(1, 1, 1), 5, a));
+  CHECK_OK(cts_launch_fail(c, k, cube_count_static(1, 1, 1), 5, a));
 }
 
 CUBE_TEST(streams_pinned_stream_errors_separate) {
@@ -224,7 +224,7 @@ static void* cts_fail_thread(void* p) {
   if (cube_status_consume(cube_client_empty(c, 8, &h))) return (void*)2;
   cube_arg_t a[5] = {cube_arg_buffer(h), cube_arg_u32(0), cube_arg_u32(0), cube_arg_u32(0), cube_arg_i32(1)};
   uintptr_t rc = 0;
-  if (cube_status_consume(cube_client_launch(c, k, cube_count_static(1, 1, 1), 5, a))) rc = 3;
+  if (cube_status_consume(cts_launch_fail(c, k, cube_count_static(1, 1, 1), 5, a))) rc = 3;
   /* Runs before the error is taken: the failure is on this thread's stream. */
   cube_status_t s = cube_client_sync(c);
   if (cube_status_code(s) != CUBE_STATUS_LAUNCH_FAILED) rc = 4;
@@ -361,6 +361,11 @@ static int cts_k_incr(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, u
   v[0] += 1;
   return 0;
 }
+
+static const char cts_k_incr_dialect[] =
+    "CUBE_KERNEL(cts_k_incr, CUBE_ARRAY(uint64_t, v)) {\n"
+    "  if (CUBE_POS == 0 && UNIT_POS == 0) CUBE_STORE(v, 0, CUBE_LOAD(v, 0) + 1u);\n"
+    "}\n";
 
 static void* cts_incr_thread(void* p) {
   cts_incr_t* t = p;

@@ -584,8 +584,16 @@ CUBE_TEST(one_cube_runs_on_the_caller) {
 CUBE_TEST(registry_tables) {
   CHECK(cube__backend_get(CUBE_BACKEND_CPU) == &cube__backend_cpu);
   CHECK(cube__backend_get(CUBE_BACKEND_NULL) == &cube__backend_null);
+#ifdef CUBE_HAVE_CUDA
+  CHECK(cube__backend_get(CUBE_BACKEND_CUDA) == &cube__backend_cuda);
+#else
   CHECK(cube__backend_get(CUBE_BACKEND_CUDA) == NULL);
+#endif
+#ifdef CUBE_HAVE_OPENCL
+  CHECK(cube__backend_get(CUBE_BACKEND_OPENCL) == &cube__backend_opencl);
+#else
   CHECK(cube__backend_get(CUBE_BACKEND_OPENCL) == NULL);
+#endif
   CHECK(cube__backend_get(CUBE_BACKEND_COUNT) == NULL);
   CHECK(cube__backend_get((cube_backend_t)-1) == NULL);
   for (int b = 0; b < CUBE_BACKEND_COUNT; ++b) {
@@ -595,6 +603,11 @@ CUBE_TEST(registry_tables) {
     CHECK(t->availability && t->device_count && t->device_create && t->device_destroy &&
           t->alloc && t->dealloc && t->stream_create && t->stream_destroy && t->write &&
           t->read && t->launch && t->sync);
+    /* Event entries come as a set (the server uses them together). */
+    bool ev = t->event_record != NULL;
+    CHECK(ev == (t->event_wait != NULL) && ev == (t->event_done != NULL) &&
+          ev == (t->event_sync != NULL) && ev == (t->event_destroy != NULL));
+    CHECK((t->alloc_on != NULL) == (t->dealloc_on != NULL));
   }
 }
 

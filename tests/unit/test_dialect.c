@@ -338,8 +338,16 @@ CUBE_TEST(generate_structure) {
       const char* pd = strstr(text, "#define BLOCK 64\n");
       const char* pi = strstr(text, "#define cube__argidx_y 1u\n");
       const char* pl = strstr(text, "#line 1 \"saxpy.cube\"\n");
-      const char* ps = strstr(text, saxpy_src);
+      /* OpenCL: the entry's arrays take a view offset (preludes/opencl.h);
+       * the rewrite keeps every line where it was. */
+      static const char* const opencl_src =
+          "CUBE_KERNEL(saxpy, CUBE__ENTRY_ARRAY(const float, x), CUBE__ENTRY_ARRAY(float, y), "
+          "float a)\n"
+          "{ CUBE__ENTRY_VIEW(const float, x) CUBE__ENTRY_VIEW(float, y)\n"
+          "    uint32_t i = ABSOLUTE_POS;\n";
+      const char* ps = strstr(text, t == CUBE__TARGET_OPENCL ? opencl_src : saxpy_src);
       CHECK(pm && pp && pd && pi && pl && ps);
+      if (t == CUBE__TARGET_OPENCL && pl && !ps) fprintf(stderr, "OpenCL unit:\n%s\n", pl);
       CHECK(strstr(text, "#define EMPTY \n") != NULL);
       CHECK(strstr(text, "#define cube__argidx_x 0u\n") != NULL);
       if (pm && pp && pd && pl && ps) CHECK(pm < pp && pp < pd && pd < pl && pl < ps);

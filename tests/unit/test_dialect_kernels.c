@@ -1639,11 +1639,14 @@ static void opencl_runs_saxpy_impl(void) {
     cl_mem bb = ocl_buffer(&o, zero, sizeof zero);
     cl_ulong bytes = n * sizeof(float);
     float a = 3.0f;
+    cl_ulong zero_offset = 0; /* the entry's arrays: buffer, bytes, offset */
     cl_uint arg = 0;
     CHECK(o.SetKernelArg(k, arg++, sizeof(cl_mem), &bx) == CL_SUCCESS);
     CHECK(o.SetKernelArg(k, arg++, sizeof(cl_ulong), &bytes) == CL_SUCCESS);
+    CHECK(o.SetKernelArg(k, arg++, sizeof(cl_ulong), &zero_offset) == CL_SUCCESS);
     CHECK(o.SetKernelArg(k, arg++, sizeof(cl_mem), &by) == CL_SUCCESS);
     CHECK(o.SetKernelArg(k, arg++, sizeof(cl_ulong), &bytes) == CL_SUCCESS);
+    CHECK(o.SetKernelArg(k, arg++, sizeof(cl_ulong), &zero_offset) == CL_SUCCESS);
     CHECK(o.SetKernelArg(k, arg++, sizeof(float), &a) == CL_SUCCESS);
     if (m == CUBE_EXEC_VALIDATE) CHECK(o.SetKernelArg(k, arg++, sizeof(cl_mem), &bb) == CL_SUCCESS);
     size_t global = (size_t)cubes * dim, local = dim;
@@ -1691,11 +1694,13 @@ static void opencl_runs_reduce_impl(void) {
     for (uint32_t i = 0; i < n; ++i) in[i] = small_int_float(&rng);
     for (uint32_t c = 0; c < cubes; ++c) out[c] = -1.0f;
     cl_mem bi = ocl_buffer(&o, in, n * sizeof(float)), bo = ocl_buffer(&o, out, sizeof out);
-    cl_ulong ib = n * sizeof(float), ob = sizeof out;
+    cl_ulong ib = n * sizeof(float), ob = sizeof out, off = 0;
     CHECK(o.SetKernelArg(k, 0, sizeof(cl_mem), &bi) == CL_SUCCESS);
     CHECK(o.SetKernelArg(k, 1, sizeof(cl_ulong), &ib) == CL_SUCCESS);
-    CHECK(o.SetKernelArg(k, 2, sizeof(cl_mem), &bo) == CL_SUCCESS);
-    CHECK(o.SetKernelArg(k, 3, sizeof(cl_ulong), &ob) == CL_SUCCESS);
+    CHECK(o.SetKernelArg(k, 2, sizeof(cl_ulong), &off) == CL_SUCCESS);
+    CHECK(o.SetKernelArg(k, 3, sizeof(cl_mem), &bo) == CL_SUCCESS);
+    CHECK(o.SetKernelArg(k, 4, sizeof(cl_ulong), &ob) == CL_SUCCESS);
+    CHECK(o.SetKernelArg(k, 5, sizeof(cl_ulong), &off) == CL_SUCCESS);
     size_t global = n, local = dim;
     CHECK(o.EnqueueNDRangeKernel(o.queue, k, 1, NULL, &global, &local, 0, NULL, NULL) ==
           CL_SUCCESS);

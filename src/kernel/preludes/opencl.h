@@ -6,10 +6,15 @@
  *   #line. Every CUBE_KERNEL becomes a __kernel function (cube-local memory
  *   may only be declared in one); the entry's is named cube_kernel_entry.
  *
- * Launch ABI: the user's parameters in order, a CUBE_ARRAY(T, a) as two
- * (__global T* a, ulong a__bytes: the buffer's length in bytes), a scalar as
- * itself; in Validate mode one more, the bounds record (__global uint*
- * cube__bounds, 8 words laid out as cube_bounds_error_t).
+ * Launch ABI of the entry: the user's parameters in order, a CUBE_ARRAY(T, a)
+ * as three (__global T* buffer, ulong a__bytes: the view's length in bytes,
+ * ulong offset: where the view starts in the buffer, in bytes; a cl_mem is no
+ * address, so the generator rewrites the entry's CUBE_ARRAY parameters as
+ * CUBE__ENTRY_ARRAY and opens its body with CUBE__ENTRY_VIEW, which declares
+ * the pointer `a`), a scalar as itself; in Validate mode one more, the bounds
+ * record (__global uint* cube__bounds, 8 words laid out as
+ * cube_bounds_error_t). Other kernels of the source keep two arguments per
+ * array (no offset): they are compiled, never run.
  *
  * Planes are one unit wide here (OpenCL 1.2 has no sub-groups).
  */
@@ -112,6 +117,10 @@ typedef ulong uint64_t;
 
 #define CUBE_ARRAY(T, name) __global T* name, ulong name##__bytes
 #define CUBE_ARRAY_ARG(a) a, a##__bytes
+#define CUBE__ENTRY_ARRAY(T, name) \
+  __global T* cube__base_##name, ulong name##__bytes, ulong cube__off_##name
+#define CUBE__ENTRY_VIEW(T, name) \
+  __global T* name = (__global T*)((__global const uchar*)cube__base_##name + cube__off_##name);
 #define CUBE_LEN(a) ((ulong)((a##__bytes) / sizeof(*(a))))
 
 /* Positions (uint32_t). */
@@ -223,5 +232,14 @@ static inline float __attribute__((overloadable)) cube_atomic_add_f32(volatile _
 #define cube_plane_sum_i32(v) ((int)(v))
 #define cube_plane_min_i32(v) ((int)(v))
 #define cube_plane_max_i32(v) ((int)(v))
+
+/* OpenCL C keywords that are ordinary names in the dialect (a cube-local
+ * array may well be called `local`): after this prelude, which spells them
+ * __global, __local..., they are plain identifiers. */
+#define global cube__name_global
+#define local cube__name_local
+#define constant cube__name_constant
+#define private cube__name_private
+#define kernel cube__name_kernel
 
 #endif /* CUBE__PRELUDE_OPENCL_H */

@@ -1,0 +1,1221 @@
+/* bench_cuda: cube's CUDA backend beside raw CUDA, measured in the same
+ * process on the same GPU (/work/shared/reference/baselines.md compares
+ * ratios; its "Targets" table says what "good" means).
+ *
+ * The raw side is the driver API and NVRTC through cube's own dlopen tables
+ * (src/backends/cuda/cuda_api.h: nothing links libcuda), the device's primary
+ * context retained and made current, its own non-blocking stream and its own
+ * NVRTC-compiled module of plain CUDA C kernels with the same bodies (and the
+ * same argument ABI: a buffer is a pointer plus its length in bytes) as the
+ * cube dialect kernels. It is measured as /work/shared/bench-peers/
+ * cuda_driver_limits.c measures it.
+ *
+ *   1. caller-side cost of cube_client_launch (threaded queue) of an empty
+ *      kernel, N back to back, sync not timed; raw: cuLaunchKernel back to back.
+ *      1b: the same in bursts of 256 launches (fit in the 1024-cell ring).
+ *   2. sustained launches per second: N launches + sync, both sides.
+ *   3. launch + read back of 4 bytes (kernel writes v + 1; read_one), median
+ *      of per-iteration times; raw: launch + cuMemcpyDtoHAsync into pinned +
+ *      cuStreamSynchronize.
+ *   4. cube_client_empty(1 MiB) + cube_handle_release (pool hit) vs
+ *      cuMemAllocAsync + cuMemFreeAsync (default pool, release threshold high).
+ *   5. create_from_slice of 1 GiB of random pageable data, call -> sync
+ *      returned; vs raw cuMemcpyHtoDAsync from pageable and from pinned.
+ *   6. read_one of a 1 GiB handle vs raw cuMemcpyDtoHAsync into pageable and
+ *      pinned memory (the round trip of 5 -> 6 is checked byte for byte).
+ *   7. kernel cache: cold compile (fresh define) through cube_kernel_precompile
+ *      vs a disk hit (after cube_shutdown, which drops every in-memory cache
+ *      and module, a new server loads the entry from disk) vs an in-process
+ *      hit (new kernel object of the same source); beside raw NVRTC compiling
+ *      the very unit cube compiles (cube__dialect_generate) + cuModuleLoadData.
+ *   8. saxpy (12 B/element) and copy (8 B/element) dialect kernels over 1 GiB
+ *      arrays timed with cube_client_profile (device events), vs raw
+ *      cuMemcpyDtoDAsync (read + written), and raw saxpy / copy / add kernels
+ *      timed with events. The saxpy and copy outputs are checked.
+ *
+ * Output: one line per figure "name: cube X | raw Y | ratio R | target T |
+ * met|MISSED" (ratio = cube / raw, for times lower is better, for rates higher
+ * is better), then a summary table. CUBE_BENCH_QUICK=1 shrinks sizes and
+ * iterations about 10x. Without a usable GPU it prints "cuda unavailable:
+ * <reason>" and exits 0; any failed call prints its message and exits 1.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BENCH_NAME "bench_cuda"
+#include "bench_common.h"
+#include "cube/cube.h"
+
+#ifndef CUBE_HAVE_CUDA
+
+int main(void) {
+  print_machine("bench_cuda", cube_version());
+  printf("cuda unavailable: cube was built without the CUDA backend (no cuda.h / nvrtc.h)\n");
+  return 0;
+}
+
+#else /* CUBE_HAVE_CUDA */
+
+#include "backends/cuda/cuda_api.h"
+#include "kernel/dialect.h"
+
+//===----------------------------------------------------------------------===//
+// Settings
+//===----------------------------------------------------------------------===//
+
+static bool g_quick;
+static uint64_t g_n_launch;      /* figures 1, 2 */
+static size_t g_big;             /* bytes of the big transfers and arrays */
+static int g_rt_warm, g_rt_iters; /* figure 3 */
+static int g_pool_trials;        /* figure 4 */
+static uint64_t g_pool_iters;
+static int g_copy_reps;          /* figures 5, 6 */
+static int g_kernel_reps;        /* figure 8: launches per timed trial */
+static int g_salts;              /* figure 7 */
+
+#define FIG8_TRIALS 3
+#define MAX_SALTS 3
+#define BURST 256
+#define BURSTS 200
+#define SAXPY_A 2.0f
+
+//===----------------------------------------------------------------------===//
+// Failure handling
+//===----------------------------------------------------------------------===//
+
+/* Any failed cube call is fatal. */
+#define CHECK(what, expr)                       \
+  do {                                          \
+    cube_status_t s_ = (expr);                  \
+    if (s_ != CUBE_OK) {                        \
+      fail_status((what), s_);                  \
+      exit(1);                                  \
+    }                                           \
+  } while (0)
+
+static const cube__cuda_driver_t* cu;
+static const cube__nvrtc_t* nv;
+
+static void cu_fatal(CUresult r, const char* what, int line) {
+  const char* name = NULL;
+  const char* text = NULL;
+  if (cu->GetErrorName(r, &name) != CUDA_SUCCESS) name = NULL;
+  if (cu->GetErrorString(r, &text) != CUDA_SUCCESS) text = NULL;
+  fprintf(stderr, BENCH_NAME ": line %d: %s failed: %s (%s, error %d)\n", line, what,
+          name ? name : "CUDA error", text ? text : "no description", (int)r);
+  exit(1);
+}
+
+#define CK(x)                                           \
+  do {                                                  \
+    CUresult r_ = (x);                                  \
+    if (r_ != CUDA_SUCCESS) cu_fatal(r_, #x, __LINE__); \
+  } while (0)
+
+static void* xmalloc(size_t n) {
+  void* p = malloc(n);
+  if (!p) {
+    fprintf(stderr, BENCH_NAME ": out of host memory (%zu bytes)\n", n);
+    exit(1);
+  }
+  return p;
+}
+
+static void wrong(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static void wrong(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, BENCH_NAME ": WRONG RESULT: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  g_failures++;
+}
+
+//===----------------------------------------------------------------------===//
+// Result rows
+//===----------------------------------------------------------------------===//
+
+typedef enum target_kind_e {
+  T_ABS_LE,   /* cube value <= target */
+  T_ABS_GE,   /* cube value >= target */
+  T_RATIO_LE, /* cube / base <= target */
+  T_RATIO_GE, /* cube / base >= target */
+  T_INFO,     /* no target */
+} target_kind_t;
+
+typedef struct row {
+  char id[8];
+  char name[96];
+  double cube, base;
+  const char* unit;
+  const char* base_label; /* "raw" unless the baseline is something else */
+  target_kind_t kind;
+  double target;
+  const char* target_unit; /* for T_ABS_* */
+  bool has_base;
+} row_t;
+
+#define MAX_ROWS 48
+static row_t g_rows[MAX_ROWS];
+static int g_row_count;
+
+typedef struct check {
+  char name[96];
+  bool pass;
+} check_t;
+static check_t g_checks[8];
+static int g_check_count;
+
+static void target_text(const row_t* r, char* out, size_t size) {
+  switch (r->kind) {
+    case T_ABS_LE: snprintf(out, size, "<= %g %s", r->target, r->target_unit); break;
+    case T_ABS_GE: snprintf(out, size, ">= %g %s", r->target, r->target_unit); break;
+    case T_RATIO_LE: snprintf(out, size, "<= %gx", r->target); break;
+    case T_RATIO_GE: snprintf(out, size, ">= %gx", r->target); break;
+    default: snprintf(out, size, "-"); break;
+  }
+}
+
+static double row_ratio(const row_t* r) { return r->has_base && r->base > 0 ? r->cube / r->base : 0; }
+
+static const char* row_result(const row_t* r) {
+  double q = row_ratio(r);
+  switch (r->kind) {
+    case T_ABS_LE: return r->cube <= r->target ? "met" : "MISSED";
+    case T_ABS_GE: return r->cube >= r->target ? "met" : "MISSED";
+    case T_RATIO_LE: return r->has_base && q <= r->target ? "met" : "MISSED";
+    case T_RATIO_GE: return r->has_base && q >= r->target ? "met" : "MISSED";
+    default: return "info";
+  }
+}
+
+static const char* fmt_val(double v, char* buf, size_t size) {
+  if (v >= 1000) snprintf(buf, size, "%.0f", v);
+  else if (v >= 10) snprintf(buf, size, "%.2f", v);
+  else if (v >= 0.1 || v == 0) snprintf(buf, size, "%.3f", v);
+  else snprintf(buf, size, "%.3g", v);
+  return buf;
+}
+
+static const char* fmt_ratio(double q, char* buf, size_t size) {
+  if (q >= 0.01 || q == 0) snprintf(buf, size, "%.3f", q);
+  else snprintf(buf, size, "%.2e", q);
+  return buf;
+}
+
+static void add_row(const char* id, const char* name, double cube, const char* unit, double base,
+                    bool has_base, const char* base_label, target_kind_t kind, double target,
+                    const char* target_unit) {
+  if (g_row_count == MAX_ROWS) return;
+  row_t* r = &g_rows[g_row_count++];
+  memset(r, 0, sizeof(*r));
+  snprintf(r->id, sizeof(r->id), "%s", id);
+  snprintf(r->name, sizeof(r->name), "%s", name);
+  r->cube = cube;
+  r->base = base;
+  r->has_base = has_base;
+  r->unit = unit;
+  r->base_label = base_label ? base_label : "raw";
+  r->kind = kind;
+  r->target = target;
+  r->target_unit = target_unit ? target_unit : unit;
+  char a[32], b[32], t[48], q[32];
+  target_text(r, t, sizeof(t));
+  if (has_base)
+    printf("[%s] %s: cube %s %s | %s %s %s | ratio %s | target %s | %s\n", r->id, r->name,
+           fmt_val(cube, a, sizeof(a)), unit, r->base_label, fmt_val(base, b, sizeof(b)), unit,
+           fmt_ratio(row_ratio(r), q, sizeof(q)), t, row_result(r));
+  else
+    printf("[%s] %s: cube %s %s | %s n/a | ratio n/a | target %s | %s\n", r->id, r->name,
+           fmt_val(cube, a, sizeof(a)), unit, r->base_label, t, row_result(r));
+  fflush(stdout);
+}
+
+static void add_check(const char* name, bool pass) {
+  if (g_check_count < (int)(sizeof(g_checks) / sizeof(g_checks[0]))) {
+    snprintf(g_checks[g_check_count].name, sizeof(g_checks[0].name), "%s", name);
+    g_checks[g_check_count].pass = pass;
+    g_check_count++;
+  }
+  printf("  check: %s: %s\n", name, pass ? "PASS" : "FAIL");
+  fflush(stdout);
+}
+
+static void print_summary(void) {
+  printf("\nsummary (ratio = cube / baseline)\n");
+  printf("%-4s %-56s %12s %-10s %12s %-22s %8s %-14s %s\n", "fig", "measure", "cube", "unit",
+         "baseline", "(what)", "ratio", "target", "result");
+  int met = 0, missed = 0;
+  for (int i = 0; i < g_row_count; ++i) {
+    const row_t* r = &g_rows[i];
+    char a[32], b[32], t[48], q[32];
+    target_text(r, t, sizeof(t));
+    if (r->has_base) fmt_ratio(row_ratio(r), q, sizeof(q));
+    else snprintf(q, sizeof(q), "n/a");
+    printf("%-4s %-56.56s %12s %-10s %12s %-22.22s %8s %-14s %s\n", r->id, r->name,
+           fmt_val(r->cube, a, sizeof(a)), r->unit, r->has_base ? fmt_val(r->base, b, sizeof(b)) : "n/a",
+           r->base_label, q, t, row_result(r));
+    const char* res = row_result(r);
+    if (strcmp(res, "met") == 0) met++;
+    else if (strcmp(res, "MISSED") == 0) missed++;
+  }
+  for (int i = 0; i < g_check_count; ++i)
+    printf("%-4s %-56.56s %12s %-10s %12s %-22s %8s %-14s %s\n", "chk", g_checks[i].name, "", "", "",
+           "", "", "correct", g_checks[i].pass ? "PASS" : "FAIL");
+  printf("targets: %d met, %d missed; checks: ", met, missed);
+  int pass = 0;
+  for (int i = 0; i < g_check_count; ++i) pass += g_checks[i].pass;
+  printf("%d of %d pass\n", pass, g_check_count);
+}
+
+//===----------------------------------------------------------------------===//
+// Statistics
+//===----------------------------------------------------------------------===//
+
+static double median_of(double* v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return median_sorted(v, n);
+}
+
+static double gbps(double bytes, double ns) { return bytes / ns; } /* 1e9 B/s */
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
+
+/* The cube side: dialect kernels (one source, the entry picks the kernel). */
+static const char* k_cube_src =
+    "CUBE_KERNEL(empty, CUBE_ARRAY(float, p))\n"
+    "{\n"
+    "}\n"
+    "\n"
+    "CUBE_KERNEL(write4, CUBE_ARRAY(uint32_t, out), uint32_t v)\n"
+    "{\n"
+    "    if (ABSOLUTE_POS == 0) CUBE_STORE(out, 0, v + 1u);\n"
+    "}\n"
+    "\n"
+    "CUBE_KERNEL(saxpy, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, y), float a)\n"
+    "{\n"
+    "    uint32_t i = ABSOLUTE_POS;\n"
+    "    if (i < CUBE_LEN(y))\n"
+    "        CUBE_STORE(y, i, a * CUBE_LOAD(x, i) + CUBE_LOAD(y, i));\n"
+    "}\n"
+    "\n"
+    "CUBE_KERNEL(copy, CUBE_ARRAY(const float, in), CUBE_ARRAY(float, out))\n"
+    "{\n"
+    "    uint32_t i = ABSOLUTE_POS;\n"
+    "    if (i < CUBE_LEN(out))\n"
+    "        CUBE_STORE(out, i, CUBE_LOAD(in, i));\n"
+    "}\n";
+
+/* The kernel of the cache figure: saxpy alone (a one-line kernel). */
+static const char* k_cache_src =
+    "CUBE_KERNEL(saxpy, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, y), float a)\n"
+    "{\n"
+    "    uint32_t i = ABSOLUTE_POS;\n"
+    "    if (i < CUBE_LEN(y))\n"
+    "        CUBE_STORE(y, i, a * CUBE_LOAD(x, i) + CUBE_LOAD(y, i));\n"
+    "}\n";
+
+/* The raw side: the same bodies in plain CUDA C, the same argument ABI
+ * (a buffer is its pointer and its length in bytes), plus the add kernel of
+ * cuda_driver_limits.c. */
+static const char* k_raw_src =
+    "extern \"C\" __global__ void empty(float* p, unsigned long long p_bytes) {}\n"
+    "extern \"C\" __global__ void write4(unsigned* out, unsigned long long out_bytes, unsigned v) {\n"
+    "  if (blockIdx.x * blockDim.x + threadIdx.x == 0) out[0] = v + 1u;\n"
+    "}\n"
+    "extern \"C\" __global__ void saxpy(const float* x, unsigned long long x_bytes, float* y,\n"
+    "                                  unsigned long long y_bytes, float a) {\n"
+    "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < y_bytes / sizeof(float)) y[i] = a * x[i] + y[i];\n"
+    "}\n"
+    "extern \"C\" __global__ void copy(const float* in, unsigned long long in_bytes, float* out,\n"
+    "                                 unsigned long long out_bytes) {\n"
+    "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < out_bytes / sizeof(float)) out[i] = in[i];\n"
+    "}\n"
+    "extern \"C\" __global__ void add(const float* a, const float* b, float* c, unsigned n) {\n"
+    "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) c[i] = a[i] + b[i];\n"
+    "}\n";
+
+//===----------------------------------------------------------------------===//
+// State
+//===----------------------------------------------------------------------===//
+
+static struct {
+  CUdevice dev;
+  CUcontext ctx;
+  CUstream s;
+  char arch[16];
+  CUmodule mod;
+  CUfunction f_empty, f_write4, f_saxpy, f_copy, f_add;
+  CUevent e0, e1;
+} R;
+
+static struct {
+  cube_client_t* c;
+  cube_kernel_t* k_empty;
+  cube_kernel_t* k_write4;
+  cube_kernel_t* k_saxpy;
+  cube_kernel_t* k_copy;
+  cube_handle_t h_small; /* the empty kernel's argument */
+} C;
+
+/* NVRTC with the options cube's CUDA backend uses. Returns the compile time
+ * in ns (create + compile + get cubin + destroy); |out_cubin| is malloc'd. */
+static uint64_t raw_nvrtc(const char* text, const char* unit, char** out_cubin, size_t* out_size) {
+  char arch[48];
+  snprintf(arch, sizeof(arch), "--gpu-architecture=%s", R.arch);
+  const char* opts[] = {arch, "--std=c++17", "-lineinfo", "--device-as-default-execution-space"};
+  uint64_t t0 = now_ns();
+  nvrtcProgram prog = NULL;
+  nvrtcResult r = nv->CreateProgram(&prog, text, unit, 0, NULL, NULL);
+  if (r != NVRTC_SUCCESS) {
+    fprintf(stderr, BENCH_NAME ": nvrtcCreateProgram(%s): %s\n", unit, nv->GetErrorString(r));
+    exit(1);
+  }
+  r = nv->CompileProgram(prog, (int)(sizeof(opts) / sizeof(opts[0])), opts);
+  if (r != NVRTC_SUCCESS) {
+    size_t n = 0;
+    char* log = NULL;
+    if (nv->GetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n && (log = malloc(n + 1))) {
+      if (nv->GetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = '\0';
+      log[n] = '\0';
+    }
+    fprintf(stderr, BENCH_NAME ": NVRTC compile of %s for %s failed (%s):\n%s\n", unit, R.arch,
+            nv->GetErrorString(r), log ? log : "(no log)");
+    exit(1);
+  }
+  size_t n = 0;
+  r = nv->GetCUBINSize(prog, &n);
+  if (r != NVRTC_SUCCESS || n == 0) {
+    fprintf(stderr, BENCH_NAME ": nvrtcGetCUBINSize(%s): %s\n", unit, nv->GetErrorString(r));
+    exit(1);
+  }
+  char* cubin = xmalloc(n);
+  r = nv->GetCUBIN(prog, cubin);
+  if (r != NVRTC_SUCCESS) {
+    fprintf(stderr, BENCH_NAME ": nvrtcGetCUBIN(%s): %s\n", unit, nv->GetErrorString(r));
+    exit(1);
+  }
+  nv->DestroyProgram(&prog);
+  uint64_t t1 = now_ns();
+  *out_cubin = cubin;
+  *out_size = n;
+  return t1 - t0;
+}
+
+static cube_kernel_t* make_kernel(const char* source, const char* entry, uint32_t dim,
+                                  const cube_define_t* defs, uint32_t ndefs) {
+  cube_kernel_desc_t d;
+  memset(&d, 0, sizeof(d));
+  d.name = entry;
+  d.source = source;
+  d.entry = entry;
+  d.cube_dim = (cube_dim_t){dim, 1, 1};
+  d.defines = defs;
+  d.define_count = ndefs;
+  cube_kernel_t* k = NULL;
+  CHECK("cube_kernel_create", cube_kernel_create(&d, &k));
+  return k;
+}
+
+static void raw_setup(void) {
+  CK(cu->DeviceGet(&R.dev, 0));
+  CK(cu->DevicePrimaryCtxRetain(&R.ctx, R.dev));
+  CK(cu->CtxSetCurrent(R.ctx));
+  int major = 0, minor = 0;
+  CK(cu->DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, R.dev));
+  CK(cu->DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, R.dev));
+  snprintf(R.arch, sizeof(R.arch), "sm_%d%d", major, minor);
+  CK(cu->StreamCreate(&R.s, CU_STREAM_NON_BLOCKING));
+  CK(cu->EventCreate(&R.e0, CU_EVENT_DEFAULT));
+  CK(cu->EventCreate(&R.e1, CU_EVENT_DEFAULT));
+  char* cubin = NULL;
+  size_t size = 0;
+  uint64_t ns = raw_nvrtc(k_raw_src, "raw_kernels.cu", &cubin, &size);
+  CK(cu->ModuleLoadData(&R.mod, cubin));
+  free(cubin);
+  CK(cu->ModuleGetFunction(&R.f_empty, R.mod, "empty"));
+  CK(cu->ModuleGetFunction(&R.f_write4, R.mod, "write4"));
+  CK(cu->ModuleGetFunction(&R.f_saxpy, R.mod, "saxpy"));
+  CK(cu->ModuleGetFunction(&R.f_copy, R.mod, "copy"));
+  CK(cu->ModuleGetFunction(&R.f_add, R.mod, "add"));
+  printf("raw: primary context of device 0, own stream, raw module compiled by NVRTC %d.%d for "
+         "%s in %.1f ms (%zu bytes of cubin; first compile of the process)\n",
+         nv->major, nv->minor, R.arch, (double)ns / 1e6, size);
+}
+
+static void cube_setup(void) {
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.queue_mode = CUBE_QUEUE_THREADED;
+  CHECK("cube_client_init cuda:0 (threaded queue)",
+        cube_client_init((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &o, &C.c));
+  C.k_empty = make_kernel(k_cube_src, "empty", 32, NULL, 0);
+  C.k_write4 = make_kernel(k_cube_src, "write4", 32, NULL, 0);
+  C.k_saxpy = make_kernel(k_cube_src, "saxpy", 256, NULL, 0);
+  C.k_copy = make_kernel(k_cube_src, "copy", 256, NULL, 0);
+  cube_kernel_t* all[4] = {C.k_empty, C.k_write4, C.k_saxpy, C.k_copy};
+  uint64_t t0 = now_ns();
+  CHECK("cube_kernel_precompile", cube_kernel_precompile(C.c, 4, all, CUBE_EXEC_CHECKED));
+  uint64_t t1 = now_ns();
+  CHECK("cube_client_empty (empty kernel's argument)", cube_client_empty(C.c, 256, &C.h_small));
+  const cube_device_properties_t* p = cube_client_properties(C.c);
+  printf("cube: %s, %s, threaded queue (blocking: %s); 4 kernels precompiled in %.1f ms "
+         "(Checked mode; disk cache: %s)\n",
+         p->name, cube_client_info(C.c)->version, cube_client_is_blocking(C.c) ? "yes" : "no",
+         (double)(t1 - t0) / 1e6, cube_kernel_cache_dir()[0] ? cube_kernel_cache_dir() : "off");
+}
+
+static void cube_teardown(void) {
+  cube_handle_release(C.h_small);
+  cube_kernel_release(C.k_empty);
+  cube_kernel_release(C.k_write4);
+  cube_kernel_release(C.k_saxpy);
+  cube_kernel_release(C.k_copy);
+  cube_client_release(C.c);
+  memset(&C, 0, sizeof(C));
+}
+
+//===----------------------------------------------------------------------===//
+// 1, 2. Launch cost and throughput
+//===----------------------------------------------------------------------===//
+
+typedef struct launch_times {
+  double submit_ns, total_ns;
+} launch_times_t;
+
+static launch_times_t cube_launches(uint64_t n) {
+  cube_arg_t arg = cube_arg_buffer(C.h_small);
+  cube_count_t one = cube_count_static(1, 1, 1);
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < n; ++i) {
+    cube_status_t s = cube_client_launch(C.c, C.k_empty, one, 1, &arg);
+    if (s) {
+      fail_status("cube_client_launch (empty)", s);
+      exit(1);
+    }
+  }
+  uint64_t t1 = now_ns();
+  CHECK("cube_client_sync", cube_client_sync(C.c));
+  uint64_t t2 = now_ns();
+  return (launch_times_t){(double)(t1 - t0), (double)(t2 - t0)};
+}
+
+static launch_times_t raw_launches(uint64_t n, CUdeviceptr p) {
+  unsigned long long bytes = 256;
+  void* args[] = {&p, &bytes};
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < n; ++i)
+    CK(cu->LaunchKernel(R.f_empty, 1, 1, 1, 32, 1, 1, 0, R.s, args, NULL));
+  uint64_t t1 = now_ns();
+  CK(cu->StreamSynchronize(R.s));
+  uint64_t t2 = now_ns();
+  return (launch_times_t){(double)(t1 - t0), (double)(t2 - t0)};
+}
+
+static void fig_launch(void) {
+  const int trials = 5;
+  uint64_t n = g_n_launch;
+  printf("\n## [1/2] empty kernel (1 cube of 32 units, one buffer argument), N = %" PRIu64
+         " launches back to back, then sync; %d trials after 1 warm-up, medians\n",
+         n, trials);
+  CUdeviceptr p;
+  CK(cu->MemAlloc(&p, 256));
+  double rs[8], rt[8], cs[8], ct[8];
+  (void)raw_launches(n / 10 + 1, p);
+  for (int i = 0; i < trials; ++i) {
+    launch_times_t t = raw_launches(n, p);
+    rs[i] = t.submit_ns / (double)n;
+    rt[i] = t.total_ns;
+  }
+  (void)cube_launches(n / 10 + 1);
+  for (int i = 0; i < trials; ++i) {
+    launch_times_t t = cube_launches(n);
+    cs[i] = t.submit_ns / (double)n;
+    ct[i] = t.total_ns;
+  }
+  double raw_submit = median_of(rs, trials) / 1e3, cube_submit = median_of(cs, trials) / 1e3;
+  double raw_total = median_of(rt, trials), cube_total = median_of(ct, trials);
+  char name[96];
+  snprintf(name, sizeof(name), "caller-side launch cost, N = %" PRIu64, n);
+  add_row("1", name, cube_submit, "us", raw_submit, true, NULL, T_ABS_LE, 0.5, "us");
+
+  /* Bursts that fit in the 1024-cell ring: the enqueue cost itself. */
+  double bs[BURSTS], br[BURSTS];
+  int bursts = g_quick ? BURSTS / 10 : BURSTS;
+  for (int i = 0; i < bursts; ++i) {
+    launch_times_t t = raw_launches(BURST, p);
+    br[i] = t.submit_ns / BURST;
+  }
+  for (int i = 0; i < bursts; ++i) {
+    launch_times_t t = cube_launches(BURST);
+    bs[i] = t.submit_ns / BURST;
+  }
+  snprintf(name, sizeof(name), "caller-side launch cost, bursts of %d (median of %d)", BURST,
+           bursts);
+  add_row("1b", name, median_of(bs, bursts) / 1e3, "us", median_of(br, bursts) / 1e3, true, NULL,
+          T_ABS_LE, 0.5, "us");
+
+  double cube_rate = (double)n / cube_total * 1e3; /* M launches / s */
+  double raw_rate = (double)n / raw_total * 1e3;
+  snprintf(name, sizeof(name), "sustained launches/s (N = %" PRIu64 " + sync)", n);
+  add_row("2", name, cube_rate, "Mlaunch/s", raw_rate, true, NULL, T_RATIO_GE, 0.9, NULL);
+  printf("  (%.3f us per launch through cube, %.3f us raw, including the sync)\n",
+         cube_total / (double)n / 1e3, raw_total / (double)n / 1e3);
+  CK(cu->MemFree(p));
+}
+
+//===----------------------------------------------------------------------===//
+// 3. Launch + 4-byte read back
+//===----------------------------------------------------------------------===//
+
+static void fig_roundtrip(void) {
+  int warm = g_rt_warm, iters = g_rt_iters;
+  printf("\n## [3] launch (kernel writes v + 1 into 4 bytes) + read back of the 4 bytes; median of "
+         "%d after %d warm-up\n",
+         iters, warm);
+  double* t = xmalloc(sizeof(double) * (size_t)iters);
+  /* Raw. */
+  CUdeviceptr d;
+  CK(cu->MemAlloc(&d, 256));
+  uint32_t* pin = NULL;
+  CK(cu->MemHostAlloc((void**)&pin, 4096, 0));
+  unsigned long long bytes = 4;
+  uint64_t bad = 0;
+  for (int i = -warm; i < iters; ++i) {
+    unsigned v = (unsigned)(i + warm);
+    void* args[] = {&d, &bytes, &v};
+    uint64_t t0 = now_ns();
+    CK(cu->LaunchKernel(R.f_write4, 1, 1, 1, 32, 1, 1, 0, R.s, args, NULL));
+    CK(cu->MemcpyDtoHAsync(pin, d, 4, R.s));
+    CK(cu->StreamSynchronize(R.s));
+    uint64_t t1 = now_ns();
+    if (*pin != v + 1u) bad++;
+    if (i >= 0) t[i] = (double)(t1 - t0);
+  }
+  if (bad) wrong("raw 4-byte round trip: %" PRIu64 " wrong values", bad);
+  double raw = median_of(t, iters) / 1e3;
+  double raw_p99 = t[(int)(0.99 * (iters - 1))] / 1e3;
+  CK(cu->MemFree(d));
+  CK(cu->MemFreeHost(pin));
+
+  /* cube. */
+  cube_handle_t out;
+  CHECK("cube_client_empty (4 bytes)", cube_client_empty(C.c, 4, &out));
+  cube_count_t one = cube_count_static(1, 1, 1);
+  bad = 0;
+  for (int i = -warm; i < iters; ++i) {
+    uint32_t v = (uint32_t)(i + warm);
+    cube_arg_t args[2] = {cube_arg_buffer(out), cube_arg_u32(v)};
+    uint64_t t0 = now_ns();
+    cube_status_t s = cube_client_launch(C.c, C.k_write4, one, 2, args);
+    if (s) {
+      fail_status("cube_client_launch (write4)", s);
+      exit(1);
+    }
+    cube_bytes_t* b = NULL;
+    s = cube_client_read_one(C.c, out, &b);
+    uint64_t t1 = now_ns();
+    if (s) {
+      fail_status("cube_client_read_one (4 bytes)", s);
+      exit(1);
+    }
+    uint32_t got = 0;
+    if (cube_bytes_size(b) != 4) bad++;
+    else memcpy(&got, cube_bytes_const_data(b), 4);
+    if (got != v + 1u) bad++;
+    cube_bytes_release(b);
+    if (i >= 0) t[i] = (double)(t1 - t0);
+  }
+  if (bad) wrong("cube 4-byte round trip: %" PRIu64 " wrong values", bad);
+  cube_handle_release(out);
+  double cube = median_of(t, iters) / 1e3;
+  double cube_p99 = t[(int)(0.99 * (iters - 1))] / 1e3;
+  add_row("3", "launch + 4-byte read back", cube, "us", raw, true, NULL, T_RATIO_LE, 1.15, NULL);
+  printf("  (p99: cube %.3f us, raw %.3f us)\n", cube_p99, raw_p99);
+  add_check("4-byte round trip values (cube and raw)", bad == 0);
+  free(t);
+}
+
+//===----------------------------------------------------------------------===//
+// 4. Pool allocation + release
+//===----------------------------------------------------------------------===//
+
+static uint64_t trial_cube_pool(void* ctx, uint64_t iters) {
+  (void)ctx;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) {
+    cube_handle_t h;
+    cube_status_t s = cube_client_empty(C.c, 1u << 20, &h);
+    if (s) {
+      fail_status("cube_client_empty (1 MiB)", s);
+      exit(1);
+    }
+    cube_handle_release(h);
+  }
+  return now_ns() - t0;
+}
+
+static uint64_t trial_raw_pool(void* ctx, uint64_t iters) {
+  (void)ctx;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i) {
+    CUdeviceptr q;
+    CK(cu->MemAllocAsync(&q, 1u << 20, R.s));
+    CK(cu->MemFreeAsync(q, R.s));
+  }
+  CK(cu->StreamSynchronize(R.s)); /* as cuda_driver_limits.c: in the timing */
+  return now_ns() - t0;
+}
+
+static void fig_pool(void) {
+  int trials = g_pool_trials;
+  uint64_t iters = g_pool_iters;
+  printf("\n## [4] allocation + release of 1 MiB, pool hit: %d trials of %" PRIu64
+         " pairs after 1 warm-up trial, median per pair\n",
+         trials, iters);
+  stats_t cube = measure(trial_cube_pool, NULL, iters, 1, trials);
+  bool have_raw = cu->MemAllocAsync && cu->MemFreeAsync && cu->DeviceGetDefaultMemPool &&
+                  cu->MemPoolSetAttribute;
+  int pools = 0;
+  if (have_raw &&
+      cu->DeviceGetAttribute(&pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, R.dev) != CUDA_SUCCESS)
+    pools = 0;
+  have_raw = have_raw && pools;
+  stats_t raw = {0};
+  if (have_raw) {
+    CUmemoryPool pool;
+    CK(cu->DeviceGetDefaultMemPool(&pool, R.dev));
+    cuuint64_t thr = ~0ull;
+    CK(cu->MemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+    raw = measure(trial_raw_pool, NULL, iters, 1, trials);
+    /* Back to what cube's CUDA backend set at device creation (0): the default
+     * pool is shared with cube. */
+    thr = 0;
+    CK(cu->MemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+    if (cu->MemPoolTrimTo) CK(cu->MemPoolTrimTo(pool, 0));
+  } else {
+    printf("  raw: stream-ordered allocation not supported here\n");
+  }
+  add_row("4", "pool alloc + release, 1 MiB", cube.median_us, "us", raw.median_us, have_raw, NULL,
+          T_ABS_LE, 0.2, "us");
+  add_row("4b", "pool alloc + release, 1 MiB, vs cuMemAllocAsync", cube.median_us, "us",
+          raw.median_us, have_raw, NULL, T_RATIO_LE, 0.3, NULL);
+  printf("  (min: cube %.3f us, raw %.3f us)\n", cube.min_us, raw.min_us);
+}
+
+//===----------------------------------------------------------------------===//
+// 5, 6. Upload and download of 1 GiB
+//===----------------------------------------------------------------------===//
+
+static void fill_random(void* p, size_t n, uint64_t seed) {
+  uint64_t x = seed | 1;
+  uint64_t* w = p;
+  size_t words = n / 8;
+  for (size_t i = 0; i < words; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    w[i] = x;
+  }
+  for (size_t i = words * 8; i < n; ++i) ((uint8_t*)p)[i] = (uint8_t)i;
+}
+
+static double raw_h2d(CUdeviceptr d, const void* src, size_t n, int reps) {
+  double t[16];
+  CK(cu->MemcpyHtoDAsync(d, src, n, R.s)); /* warm-up */
+  CK(cu->StreamSynchronize(R.s));
+  for (int i = 0; i < reps; ++i) {
+    uint64_t t0 = now_ns();
+    CK(cu->MemcpyHtoDAsync(d, src, n, R.s));
+    CK(cu->StreamSynchronize(R.s));
+    t[i] = (double)(now_ns() - t0);
+  }
+  return gbps((double)n, median_of(t, reps));
+}
+
+static double raw_d2h(void* dst, CUdeviceptr d, size_t n, int reps) {
+  double t[16];
+  CK(cu->MemcpyDtoHAsync(dst, d, n, R.s)); /* warm-up */
+  CK(cu->StreamSynchronize(R.s));
+  for (int i = 0; i < reps; ++i) {
+    uint64_t t0 = now_ns();
+    CK(cu->MemcpyDtoHAsync(dst, d, n, R.s));
+    CK(cu->StreamSynchronize(R.s));
+    t[i] = (double)(now_ns() - t0);
+  }
+  return gbps((double)n, median_of(t, reps));
+}
+
+static void fig_transfers(void) {
+  size_t n = g_big;
+  int reps = g_copy_reps;
+  double mib = (double)n / (1 << 20);
+  printf("\n## [5/6] upload / download of %.0f MiB (random data); median of %d after 1 warm-up; "
+         "GB/s = 1e9 B/s of bytes moved once\n",
+         mib, reps);
+  uint8_t* src = xmalloc(n);
+  fill_random(src, n, 0x9e3779b97f4a7c15ull ^ now_ns());
+  uint8_t* dst = xmalloc(n);
+  memset(dst, 0, n); /* touched */
+  void* pin = NULL;
+  uint64_t tp = now_ns();
+  CK(cu->MemHostAlloc(&pin, n, 0));
+  memcpy(pin, src, n);
+  printf("  raw: cuMemHostAlloc of %.0f MiB + fill took %.1f ms\n", mib,
+         (double)(now_ns() - tp) / 1e6);
+  CUdeviceptr d;
+  CK(cu->MemAlloc(&d, n));
+
+  /* 5. Upload. */
+  double raw_pageable = raw_h2d(d, src, n, reps);
+  double raw_pinned = raw_h2d(d, pin, n, reps);
+  double t[16];
+  for (int i = -1; i < reps; ++i) {
+    cube_handle_t h;
+    uint64_t t0 = now_ns();
+    CHECK("cube_client_create_from_slice (big)", cube_client_create_from_slice(C.c, src, n, &h));
+    CHECK("cube_client_sync", cube_client_sync(C.c));
+    uint64_t t1 = now_ns();
+    cube_handle_release(h);
+    if (i >= 0) t[i] = (double)(t1 - t0);
+  }
+  double cube_up = gbps((double)n, median_of(t, reps));
+  add_row("5", "upload create_from_slice (pageable) vs raw pinned", cube_up, "GB/s", raw_pinned,
+          true, "raw pinned", T_ABS_GE, 40, "GB/s");
+  add_row("5b", "upload create_from_slice vs raw pinned H2D", cube_up, "GB/s", raw_pinned, true,
+          "raw pinned", T_RATIO_GE, 0.75, NULL);
+  add_row("5c", "upload create_from_slice vs raw pageable H2D", cube_up, "GB/s", raw_pageable,
+          true, "raw pageable", T_RATIO_GE, 5, NULL);
+
+  /* 6. Download (and the round trip check). */
+  cube_handle_t h;
+  CHECK("cube_client_create_from_slice (big)", cube_client_create_from_slice(C.c, src, n, &h));
+  CHECK("cube_client_sync", cube_client_sync(C.c));
+  double raw_d_pinned = raw_d2h(pin, d, n, reps);
+  double raw_d_pageable = raw_d2h(dst, d, n, reps);
+  bool same = true;
+  for (int i = -1; i < reps; ++i) {
+    cube_bytes_t* b = NULL;
+    uint64_t t0 = now_ns();
+    CHECK("cube_client_read_one (big)", cube_client_read_one(C.c, h, &b));
+    uint64_t t1 = now_ns();
+    if (i == -1) {
+      same = cube_bytes_size(b) == n && memcmp(cube_bytes_const_data(b), src, n) == 0;
+      if (!same) wrong("create_from_slice -> read_one of %zu bytes: content differs", n);
+      printf("  cube: read_one returns %s bytes\n", cube_bytes_property_name(cube_bytes_property(b)));
+    }
+    cube_bytes_release(b);
+    if (i >= 0) t[i] = (double)(t1 - t0);
+  }
+  cube_handle_release(h);
+  double cube_down = gbps((double)n, median_of(t, reps));
+  add_row("6", "download read_one vs raw D2H pinned", cube_down, "GB/s", raw_d_pinned, true,
+          "raw pinned", T_ABS_GE, 40, "GB/s");
+  add_row("6b", "download read_one vs raw D2H pageable", cube_down, "GB/s", raw_d_pageable, true,
+          "raw pageable", T_INFO, 0, NULL);
+  bool raw_same = memcmp(dst, src, n) == 0 && memcmp(pin, src, n) == 0;
+  if (!raw_same) wrong("raw H2D -> D2H of %zu bytes: content differs", n);
+  add_check("upload -> download round trip content (cube and raw)", same && raw_same);
+
+  CK(cu->MemFree(d));
+  CK(cu->MemFreeHost(pin));
+  free(src);
+  free(dst);
+}
+
+//===----------------------------------------------------------------------===//
+// 8. Bandwidth kernels
+//===----------------------------------------------------------------------===//
+
+typedef struct prof_ctx {
+  cube_kernel_t* k;
+  cube_count_t count;
+  cube_arg_t args[3];
+  size_t nargs;
+  int reps;
+} prof_ctx_t;
+
+static cube_status_t prof_launches(void* user) {
+  prof_ctx_t* p = user;
+  for (int i = 0; i < p->reps; ++i) {
+    cube_status_t s = cube_client_launch(C.c, p->k, p->count, p->nargs, p->args);
+    if (s) return s;
+  }
+  return CUBE_OK;
+}
+
+/* Median over FIG8_TRIALS (after 1 warm-up) of |p->reps| launches timed by
+ * cube_client_profile; returns ns per launch. */
+static double cube_profiled(prof_ctx_t* p, const char* name, cube_timing_method_t* method) {
+  double t[FIG8_TRIALS];
+  for (int i = -1; i < FIG8_TRIALS; ++i) {
+    cube_profile_duration_t d;
+    CHECK("cube_client_profile", cube_client_profile(C.c, prof_launches, p, name, &d));
+    *method = d.method;
+    if (i >= 0) t[i] = (double)cube_profile_duration_ns(&d) / p->reps;
+  }
+  return median_of(t, FIG8_TRIALS);
+}
+
+typedef enum raw_op_e { RAW_D2D, RAW_SAXPY, RAW_COPY, RAW_ADD } raw_op_t;
+
+/* Median over FIG8_TRIALS (after 1 warm-up) of |reps| operations between two
+ * events; returns ns per operation. */
+static double raw_timed(raw_op_t op, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, size_t bytes,
+                        int reps) {
+  unsigned long long nb = bytes;
+  unsigned n = (unsigned)(bytes / 4);
+  float alpha = SAXPY_A;
+  unsigned blocks = (n + 255) / 256;
+  double t[FIG8_TRIALS];
+  for (int i = -1; i < FIG8_TRIALS; ++i) {
+    CK(cu->EventRecord(R.e0, R.s));
+    for (int r = 0; r < reps; ++r) {
+      if (op == RAW_D2D) {
+        CK(cu->MemcpyDtoDAsync(b, a, bytes, R.s));
+      } else if (op == RAW_SAXPY) {
+        void* args[] = {&a, &nb, &b, &nb, &alpha};
+        CK(cu->LaunchKernel(R.f_saxpy, blocks, 1, 1, 256, 1, 1, 0, R.s, args, NULL));
+      } else if (op == RAW_COPY) {
+        void* args[] = {&a, &nb, &b, &nb};
+        CK(cu->LaunchKernel(R.f_copy, blocks, 1, 1, 256, 1, 1, 0, R.s, args, NULL));
+      } else {
+        void* args[] = {&a, &b, &c, &n};
+        CK(cu->LaunchKernel(R.f_add, blocks, 1, 1, 256, 1, 1, 0, R.s, args, NULL));
+      }
+    }
+    CK(cu->EventRecord(R.e1, R.s));
+    CK(cu->EventSynchronize(R.e1));
+    float ms = 0;
+    CK(cu->EventElapsedTime(&ms, R.e0, R.e1));
+    if (i >= 0) t[i] = (double)ms * 1e6 / reps;
+  }
+  return median_of(t, FIG8_TRIALS);
+}
+
+static void fig_bandwidth(void) {
+  size_t bytes = g_big;
+  uint64_t n = bytes / 4;
+  int reps = g_kernel_reps;
+  printf("\n## [8] device bandwidth over %.0f MiB arrays (%" PRIu64 " floats, cube dim 256): %d "
+         "launches per trial, median of %d trials after 1 warm-up; cube timed with "
+         "cube_client_profile, raw with events\n",
+         (double)bytes / (1 << 20), n, reps, FIG8_TRIALS);
+  /* Raw. */
+  CUdeviceptr a, b, c;
+  CK(cu->MemAlloc(&a, bytes));
+  CK(cu->MemAlloc(&b, bytes));
+  CK(cu->MemAlloc(&c, bytes));
+  CK(cu->MemsetD32Async(a, 0x3f800000u, n, R.s)); /* 1.0f */
+  CK(cu->MemsetD32Async(b, 0x40000000u, n, R.s)); /* 2.0f */
+  CK(cu->StreamSynchronize(R.s));
+  double d2d = gbps(2.0 * (double)bytes, raw_timed(RAW_D2D, a, b, c, bytes, reps));
+  double raw_add = gbps(3.0 * (double)bytes, raw_timed(RAW_ADD, a, b, c, bytes, reps));
+  double raw_saxpy = gbps(3.0 * (double)bytes, raw_timed(RAW_SAXPY, a, b, c, bytes, reps));
+  double raw_copy = gbps(2.0 * (double)bytes, raw_timed(RAW_COPY, a, b, c, bytes, reps));
+  CK(cu->MemFree(a));
+  CK(cu->MemFree(b));
+  CK(cu->MemFree(c));
+  printf("  raw: cuMemcpyDtoDAsync %.1f GB/s (read + written), add kernel %.1f GB/s, saxpy "
+         "kernel %.1f GB/s, copy kernel %.1f GB/s\n",
+         d2d, raw_add, raw_saxpy, raw_copy);
+
+  /* cube: x[i] = i mod 1024, y[i] = i mod 7 (every value stays exact). */
+  float* hx = xmalloc(bytes);
+  float* hy = xmalloc(bytes);
+  for (uint64_t i = 0; i < n; ++i) {
+    hx[i] = (float)(i & 1023u);
+    hy[i] = (float)(i % 7u);
+  }
+  cube_handle_t x, y, out;
+  CHECK("cube_client_create_from_slice (x)", cube_client_create_from_slice(C.c, hx, bytes, &x));
+  CHECK("cube_client_create_from_slice (y)", cube_client_create_from_slice(C.c, hy, bytes, &y));
+  CHECK("cube_client_empty (out)", cube_client_empty(C.c, bytes, &out));
+  CHECK("cube_client_sync", cube_client_sync(C.c));
+  cube_timing_method_t method = CUBE_TIMING_SYSTEM;
+  prof_ctx_t ps = {C.k_saxpy, cube_count_static((uint32_t)(n / 256), 1, 1),
+                   {cube_arg_buffer(x), cube_arg_buffer(y), cube_arg_f32(SAXPY_A)}, 3, reps};
+  double cube_saxpy = gbps(3.0 * (double)bytes, cube_profiled(&ps, "saxpy", &method));
+  int saxpy_runs = (FIG8_TRIALS + 1) * reps;
+  prof_ctx_t pc = {C.k_copy, cube_count_static((uint32_t)(n / 256), 1, 1),
+                   {cube_arg_buffer(x), cube_arg_buffer(out), cube_arg_f32(0)}, 2, reps};
+  double cube_copy = gbps(2.0 * (double)bytes, cube_profiled(&pc, "copy", &method));
+  printf("  cube: timing method %s\n",
+         method == CUBE_TIMING_DEVICE ? "device (events)" : "system (host clock around syncs)");
+  add_row("8", "saxpy (12 B/elem) vs raw D2D copy rate", cube_saxpy, "GB/s", d2d, true,
+          "raw D2D", T_INFO, 0, NULL);
+  add_row("8b", "saxpy vs raw saxpy kernel (same body)", cube_saxpy, "GB/s", raw_saxpy, true,
+          NULL, T_INFO, 0, NULL);
+  add_row("8c", "copy kernel (8 B/elem) vs raw D2D copy rate", cube_copy, "GB/s", d2d, true,
+          "raw D2D", T_INFO, 0, NULL);
+  add_row("8d", "copy kernel vs raw copy kernel (same body)", cube_copy, "GB/s", raw_copy, true,
+          NULL, T_INFO, 0, NULL);
+  add_row("8e", "saxpy vs raw add kernel (cuda_driver_limits)", cube_saxpy, "GB/s", raw_add, true,
+          NULL, T_INFO, 0, NULL);
+
+  /* Correctness: y = y0 + runs * a * x, exactly; out = x. */
+  cube_bytes_t* by = NULL;
+  cube_bytes_t* bo = NULL;
+  CHECK("cube_client_read_one (y)", cube_client_read_one(C.c, y, &by));
+  CHECK("cube_client_read_one (out)", cube_client_read_one(C.c, out, &bo));
+  uint64_t bad_y = 0, bad_o = 0, checked = 0, first_y = UINT64_MAX;
+  float got_first = 0, want_first = 0;
+  if (cube_bytes_size(by) != bytes || cube_bytes_size(bo) != bytes) {
+    wrong("saxpy / copy read back %zu / %zu bytes, expected %zu", cube_bytes_size(by),
+          cube_bytes_size(bo), bytes);
+    bad_y = bad_o = 1;
+  } else {
+    const float* ry = cube_bytes_const_data(by);
+    const float* ro = cube_bytes_const_data(bo);
+    uint64_t stride = n / (1u << 20) ? n / (1u << 20) : 1;
+    uint64_t seed = 0x2545f4914f6cdd1dull;
+    for (uint64_t k = 0; k < n; k += stride) {
+      /* a strided sample, jittered, plus both ends */
+      seed ^= seed << 13;
+      seed ^= seed >> 7;
+      seed ^= seed << 17;
+      uint64_t idx[3] = {k + seed % stride, k < 1024 ? k : n - 1 - (k % 1024), k};
+      for (int j = 0; j < 3; ++j) {
+        uint64_t i = idx[j] < n ? idx[j] : n - 1;
+        float want = hy[i];
+        for (int r = 0; r < saxpy_runs; ++r) want = SAXPY_A * hx[i] + want;
+        if (ry[i] != want) {
+          if (bad_y == 0) {
+            first_y = i;
+            got_first = ry[i];
+            want_first = want;
+          }
+          bad_y++;
+        }
+        if (ro[i] != hx[i]) bad_o++;
+        checked++;
+      }
+    }
+  }
+  if (bad_y)
+    wrong("saxpy: %" PRIu64 " of %" PRIu64 " sampled elements wrong (first y[%" PRIu64
+          "] = %g, expected %g)",
+          bad_y, checked, first_y, (double)got_first, (double)want_first);
+  if (bad_o) wrong("copy: %" PRIu64 " of %" PRIu64 " sampled elements wrong", bad_o, checked);
+  char name[96];
+  snprintf(name, sizeof(name), "saxpy output (%d runs, %" PRIu64 " sampled elements)", saxpy_runs,
+           checked);
+  add_check(name, bad_y == 0);
+  add_check("copy kernel output (same sample)", bad_o == 0);
+  cube_bytes_release(by);
+  cube_bytes_release(bo);
+  cube_handle_release(x);
+  cube_handle_release(y);
+  cube_handle_release(out);
+  free(hx);
+  free(hy);
+}
+
+//===----------------------------------------------------------------------===//
+// 7. Kernel cache
+//===----------------------------------------------------------------------===//
+
+static uint64_t splitmix(uint64_t* s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static double precompile_ns(const cube_define_t* def) {
+  cube_kernel_t* k = make_kernel(k_cache_src, "saxpy", 256, def, 1);
+  uint64_t t0 = now_ns();
+  CHECK("cube_kernel_precompile (cache figure)", cube_kernel_precompile(C.c, 1, &k, CUBE_EXEC_CHECKED));
+  uint64_t t1 = now_ns();
+  cube_kernel_release(k);
+  return (double)(t1 - t0);
+}
+
+/* Runs after every other figure: it calls cube_shutdown in the middle. */
+static void fig_cache(void) {
+  int salts = g_salts;
+  bool disk = cube_kernel_cache_dir()[0] != '\0';
+  printf("\n## [7] kernel cache, saxpy source + a fresh random define per kernel, Checked mode, %d "
+         "kernels, medians (disk cache: %s)\n",
+         salts, disk ? cube_kernel_cache_dir() : "off (CUBE_CACHE_DIR=off)");
+  uint64_t seed = now_ns() ^ ((uint64_t)getpid() << 32);
+  char values[MAX_SALTS][40];
+  cube_define_t defs[MAX_SALTS];
+  for (int i = 0; i < salts; ++i) {
+    snprintf(values[i], sizeof(values[i]), "0x%016" PRIx64 "ull", splitmix(&seed));
+    defs[i].name = "CUBE_BENCH_CUDA_SALT";
+    defs[i].value = values[i];
+  }
+  cube_kernel_cache_stats_t st0, st1, st2, st3;
+  CHECK("cube_kernel_cache_stats", cube_kernel_cache_stats(&st0));
+  /* Cold: a key never seen (compile, store on disk, load the module). */
+  double cold[MAX_SALTS], mem[MAX_SALTS], hit[MAX_SALTS], raw_c[MAX_SALTS], raw_l[MAX_SALTS];
+  for (int i = 0; i < salts; ++i) cold[i] = precompile_ns(&defs[i]);
+  CHECK("cube_kernel_cache_stats", cube_kernel_cache_stats(&st1));
+  if (st1.misses - st0.misses != (uint64_t)salts)
+    wrong("cache: %d cold compiles counted %" PRIu64 " misses", salts, st1.misses - st0.misses);
+  /* In-process: a new kernel object of the same source and define. */
+  for (int i = 0; i < salts; ++i) mem[i] = precompile_ns(&defs[i]);
+  /* Raw: NVRTC on the very unit cube compiles (another fresh define), then
+   * cuModuleLoadData. */
+  cube__signature_t sig;
+  CHECK("cube__dialect_parse", cube__dialect_parse(k_cache_src, "saxpy", &sig));
+  for (int i = 0; i < salts; ++i) {
+    char v[40];
+    snprintf(v, sizeof(v), "0x%016" PRIx64 "ull", splitmix(&seed));
+    cube_define_t def = {"CUBE_BENCH_CUDA_SALT", v};
+    char* text = NULL;
+    CHECK("cube__dialect_generate (cuda)",
+          cube__dialect_generate(CUBE__TARGET_CUDA, &sig, k_cache_src, &def, 1, CUBE_EXEC_CHECKED,
+                                 &text));
+    char* cubin = NULL;
+    size_t size = 0;
+    raw_c[i] = (double)raw_nvrtc(text, "saxpy.cu", &cubin, &size);
+    CK(cu->CtxSetCurrent(R.ctx));
+    CUmodule m;
+    CUfunction f;
+    uint64_t t0 = now_ns();
+    CK(cu->ModuleLoadData(&m, cubin));
+    CK(cu->ModuleGetFunction(&f, m, "cube_kernel_entry"));
+    raw_l[i] = (double)(now_ns() - t0);
+    CK(cu->ModuleUnload(m));
+    free(cubin);
+    free(text);
+  }
+  double cold_ms = median_of(cold, salts) / 1e6;
+  double mem_ms = median_of(mem, salts) / 1e6;
+  double raw_compile_ms = median_of(raw_c, salts) / 1e6;
+  double raw_load_ms = median_of(raw_l, salts) / 1e6;
+
+  /* Disk: cube_shutdown drops the in-memory cache, the modules and the
+   * server; a new server must load the entries from disk. */
+  double hit_ms = 0;
+  bool have_hit = false;
+  if (disk) {
+    cube_teardown();
+    cube_shutdown();
+    cube_server_options_t o;
+    cube_server_options_initialize(&o);
+    o.queue_mode = CUBE_QUEUE_THREADED;
+    CHECK("cube_client_init cuda:0 (after cube_shutdown)",
+          cube_client_init((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &o, &C.c));
+    /* Warm-up: one disk hit of the bench's empty kernel (compiled in
+     * cube_setup) absorbs the first-use costs of the new server. */
+    cube_kernel_t* k = make_kernel(k_cube_src, "empty", 32, NULL, 0);
+    CHECK("cube_kernel_precompile (warm-up)", cube_kernel_precompile(C.c, 1, &k, CUBE_EXEC_CHECKED));
+    cube_kernel_release(k);
+    CHECK("cube_kernel_cache_stats", cube_kernel_cache_stats(&st2));
+    for (int i = 0; i < salts; ++i) hit[i] = precompile_ns(&defs[i]);
+    CHECK("cube_kernel_cache_stats", cube_kernel_cache_stats(&st3));
+    uint64_t dh = st3.disk_hits - st2.disk_hits, mi = st3.misses - st2.misses;
+    printf("  disk hits after cube_shutdown: %" PRIu64 " disk hits, %" PRIu64
+           " misses counted (expected %d and 0); disk load time %.3f ms in all\n",
+           dh, mi, salts, (double)(st3.load_ns - st2.load_ns) / 1e6);
+    if (dh != (uint64_t)salts || mi != 0)
+      wrong("cache: expected %d disk hits and 0 misses, counted %" PRIu64 " and %" PRIu64, salts,
+            dh, mi);
+    hit_ms = median_of(hit, salts) / 1e6;
+    have_hit = true;
+    cube_client_release(C.c);
+    C.c = NULL;
+  }
+  if (have_hit) {
+    add_row("7", "kernel cache disk hit vs cold compile (cube)", hit_ms, "ms", cold_ms, true,
+            "cube cold", T_RATIO_LE, 0.01, NULL);
+    add_row("7b", "kernel cache disk hit vs raw cuModuleLoadData", hit_ms, "ms", raw_load_ms, true,
+            NULL, T_INFO, 0, NULL);
+  } else {
+    printf("  disk cache off: only the in-process hit is measurable\n");
+  }
+  add_row("7c", "in-process hit (new kernel object, same source) vs cold", mem_ms, "ms", cold_ms,
+          true, "cube cold", have_hit ? T_INFO : T_RATIO_LE, have_hit ? 0 : 0.01, NULL);
+  add_row("7d", "cold compile + load (cube) vs raw NVRTC + load", cold_ms, "ms",
+          raw_compile_ms + raw_load_ms, true, NULL, T_INFO, 0, NULL);
+  printf("  (raw NVRTC compile of cube's unit %.2f ms, cuModuleLoadData %.3f ms)\n",
+         raw_compile_ms, raw_load_ms);
+}
+
+//===----------------------------------------------------------------------===//
+// Main
+//===----------------------------------------------------------------------===//
+
+static void settings(void) {
+  const char* q = getenv("CUBE_BENCH_QUICK");
+  g_quick = q && q[0] && strcmp(q, "0") != 0;
+  g_n_launch = g_quick ? 10000 : 100000;
+  g_big = g_quick ? (size_t)100 << 20 : (size_t)1 << 30;
+  g_rt_warm = g_quick ? 10 : 100;
+  g_rt_iters = g_quick ? 100 : 1000;
+  g_pool_trials = 50;
+  g_pool_iters = g_quick ? 200 : 2000;
+  g_copy_reps = g_quick ? 2 : 5;
+  g_kernel_reps = g_quick ? 2 : 20;
+  g_salts = g_quick ? 2 : MAX_SALTS;
+}
+
+int main(void) {
+  settings();
+  print_machine("bench_cuda", cube_version());
+  uint64_t t_start = now_ns();
+
+  cube_status_t s = cube_backend_status(CUBE_BACKEND_CUDA);
+  if (!s) s = cube__cuda_driver(&cu);
+  if (!s) s = cube__cuda_nvrtc(&nv);
+  if (s) {
+    printf("cuda unavailable: %s\n", cube_status_message(s));
+    cube_status_free(s);
+    cube_shutdown();
+    return 0;
+  }
+  char name[128] = "?";
+  {
+    CUdevice d0;
+    CK(cu->DeviceGet(&d0, 0));
+    if (cu->DeviceGetName(name, (int)sizeof(name), d0) != CUDA_SUCCESS) snprintf(name, sizeof(name), "?");
+  }
+  printf("device: %s, driver %d.%d, NVRTC %d.%d%s\n", name, cu->version / 1000,
+         (cu->version % 1000) / 10, nv->major, nv->minor,
+         g_quick ? "; CUBE_BENCH_QUICK: sizes and iterations ~10x smaller" : "");
+  raw_setup();
+  cube_setup();
+  fflush(stdout);
+
+  fig_launch();
+  fig_roundtrip();
+  fig_pool();
+  fig_transfers();
+  fig_bandwidth();
+  fig_cache(); /* last: shuts cube down and starts it again */
+
+  if (C.c) cube_teardown();
+  cube_shutdown();
+  CK(cu->CtxSetCurrent(R.ctx));
+  CK(cu->EventDestroy(R.e0));
+  CK(cu->EventDestroy(R.e1));
+  CK(cu->ModuleUnload(R.mod));
+  CK(cu->StreamDestroy(R.s));
+  /* The primary context stays retained, as cube's own (the driver table has
+   * no cuDevicePrimaryCtxRelease). */
+
+  print_summary();
+  printf("total time %.1f s\n", (double)(now_ns() - t_start) / 1e9);
+  if (g_failures) {
+    printf("\n%d failures (see stderr)\n", g_failures);
+    return 1;
+  }
+  return 0;
+}
+
+#endif /* CUBE_HAVE_CUDA */

@@ -1,0 +1,703 @@
+/* A stand-in for the CUDA driver (libcuda.so.1) that runs on the CPU, so that
+ * the CUDA backend's memory, staging, stream and event paths run in CI with no
+ * GPU. Loaded by cube through CUBE_CUDA_DRIVER=<path of this library>.
+ *
+ * What it models, on purpose close to the real driver where cube depends on it:
+ *  - device memory is host memory (a CUdeviceptr is an address), counted
+ *    against CUBE_MOCK_CUDA_MEMORY bytes (default 1 GiB): over it,
+ *    CUDA_ERROR_OUT_OF_MEMORY;
+ *  - every stream is a thread running its operations in order, each after an
+ *    optional delay (CUBE_MOCK_CUDA_DELAY_US), so work really is asynchronous:
+ *    host-to-device copies wait CUBE_MOCK_CUDA_H2D_DELAY_US more (uploads
+ *    land late, deterministically); a pinned source is read when the copy runs (reusing it early corrupts the
+ *    copy, as on a GPU); a pageable source is staged at the call; a copy into
+ *    pageable memory returns when done; events complete when the stream
+ *    reaches them; cuStreamWaitEvent blocks the stream until the event;
+ *  - cuMemFreeAsync frees when the stream reaches it;
+ *  - modules load anything; cuLaunchKernel runs nothing and returns
+ *    CUDA_ERROR_NOT_SUPPORTED (kernels need a GPU);
+ *  - CUBE_MOCK_CUDA_DEVICES (default 1) devices.
+ * Counters for tests: cube_mock_cuda_stats(); fault injection:
+ * cube_mock_cuda_fail().
+ */
+#include <cuda.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MOCK_API __attribute__((visibility("default")))
+#define MOCK_MAX_DEVICES 8
+
+typedef struct mock_op mock_op_t;
+typedef struct mock_event {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  uint64_t recorded; /* generation asked for by the last record */
+  uint64_t reached;  /* generation the stream reached */
+  uint64_t ns;       /* when it was reached */
+  int refs;          /* the user's + queued operations naming it */
+} mock_event_t;
+
+typedef enum { OP_COPY, OP_COPY2D, OP_MEMSET32, OP_EVENT, OP_WAIT, OP_FREE } mock_kind_t;
+
+struct mock_op {
+  mock_op_t* next;
+  mock_kind_t kind;
+  void* dst;
+  const void* src;
+  size_t n;
+  size_t dpitch, spitch, width, height;
+  uint32_t value;
+  void* owned; /* staged source, freed after the op */
+  mock_event_t* event;
+  uint64_t generation;
+  atomic_bool* done; /* set after the op, for synchronous calls */
+  bool h2d;          /* a host-to-device copy (CUBE_MOCK_CUDA_H2D_DELAY_US) */
+};
+
+typedef struct mock_stream {
+  int device;
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t cond, idle;
+  mock_op_t *head, *tail;
+  bool busy, stop;
+  struct mock_stream* next_all;
+} mock_stream_t;
+
+static struct {
+  pthread_mutex_t lock;
+  int devices;
+  uint64_t memory;
+  uint64_t used[MOCK_MAX_DEVICES];
+  unsigned delay_us, h2d_delay_us;
+  mock_stream_t* streams;
+  int ctx_tag[MOCK_MAX_DEVICES];
+  /* pinned allocations: a small table */
+  struct { char* p; size_t n; } pinned[4096];
+  int pinned_count;
+  atomic_uint_fast64_t copies, bytes_h2d, bytes_d2h, async_allocs, async_frees, launches;
+} mock = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local int mock_current = -1;      /* device of the current context, -1: none or foreign */
+static _Thread_local CUcontext mock_current_ctx; /* as set, foreign ones included */
+
+/* Device allocations: size kept in a header before the block. */
+typedef struct { uint64_t size; int device; int magic; } mock_hdr_t;
+#define MOCK_MAGIC 0x6d6f636b
+
+static uint64_t mock_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static bool mock_is_pinned(const void* p) {
+  pthread_mutex_lock(&mock.lock);
+  bool found = false;
+  for (int i = 0; i < mock.pinned_count && !found; ++i)
+    found = (const char*)p >= mock.pinned[i].p && (const char*)p < mock.pinned[i].p + mock.pinned[i].n;
+  pthread_mutex_unlock(&mock.lock);
+  return found;
+}
+
+static void mock_free_now(void* block) {
+  mock_hdr_t* hdr = (mock_hdr_t*)block - 1;
+  pthread_mutex_lock(&mock.lock);
+  mock.used[hdr->device] -= hdr->size;
+  pthread_mutex_unlock(&mock.lock);
+  hdr->magic = 0;
+  free((char*)block - 512);
+}
+static void mock_event_unref(mock_event_t* ev) {
+  pthread_mutex_lock(&ev->lock);
+  int left = --ev->refs;
+  pthread_mutex_unlock(&ev->lock);
+  if (left) return;
+  pthread_mutex_destroy(&ev->lock);
+  pthread_cond_destroy(&ev->cond);
+  free(ev);
+}
+
+static bool mock_trace;
+
+static void mock_run(mock_op_t* op) {
+  if (mock.delay_us) usleep(mock.delay_us);
+  if (op->h2d && mock.h2d_delay_us) usleep(mock.h2d_delay_us);
+  if (mock_trace)
+    fprintf(stderr, "mock: %llu us: op %d dst %p src %p n %zu\n",
+            (unsigned long long)(mock_now_ns() / 1000 % 100000000), (int)op->kind, op->dst, op->src,
+            op->n ? op->n : op->width * op->height);
+  switch (op->kind) {
+    case OP_COPY:
+      memcpy(op->dst, op->src, op->n);
+      atomic_fetch_add(&mock.copies, 1);
+      break;
+    case OP_COPY2D:
+      for (size_t r = 0; r < op->height; ++r)
+        memcpy((char*)op->dst + r * op->dpitch, (const char*)op->src + r * op->spitch, op->width);
+      atomic_fetch_add(&mock.copies, 1);
+      break;
+    case OP_MEMSET32:
+      for (size_t i = 0; i < op->n; ++i) ((uint32_t*)op->dst)[i] = op->value;
+      break;
+    case OP_EVENT:
+      pthread_mutex_lock(&op->event->lock);
+      if (op->generation > op->event->reached) {
+        op->event->reached = op->generation;
+        op->event->ns = mock_now_ns();
+      }
+      pthread_cond_broadcast(&op->event->cond);
+      pthread_mutex_unlock(&op->event->lock);
+      break;
+    case OP_WAIT:
+      pthread_mutex_lock(&op->event->lock);
+      while (op->event->reached < op->generation) pthread_cond_wait(&op->event->cond, &op->event->lock);
+      pthread_mutex_unlock(&op->event->lock);
+      break;
+    case OP_FREE:
+      mock_free_now(op->dst);
+      atomic_fetch_add(&mock.async_frees, 1);
+      break;
+  }
+  free(op->owned);
+  if (op->event) mock_event_unref(op->event);
+  if (op->done) atomic_store(op->done, true);
+}
+
+static void* mock_stream_main(void* p) {
+  mock_stream_t* s = p;
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    while (!s->head && !s->stop) pthread_cond_wait(&s->cond, &s->lock);
+    if (!s->head && s->stop) break;
+    mock_op_t* op = s->head;
+    s->head = op->next;
+    if (!s->head) s->tail = NULL;
+    s->busy = true;
+    pthread_mutex_unlock(&s->lock);
+    mock_run(op);
+    free(op);
+    pthread_mutex_lock(&s->lock);
+    s->busy = false;
+    if (!s->head) pthread_cond_broadcast(&s->idle);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return NULL;
+}
+
+static mock_op_t* mock_op(mock_kind_t kind) {
+  mock_op_t* op = calloc(1, sizeof(*op));
+  if (op) op->kind = kind;
+  return op;
+}
+
+static CUresult mock_push(CUstream hs, mock_op_t* op) {
+  if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+  mock_stream_t* s = (mock_stream_t*)hs;
+  if (!s) { /* the legacy stream: run at once */
+    mock_run(op);
+    free(op);
+    return CUDA_SUCCESS;
+  }
+  pthread_mutex_lock(&s->lock);
+  if (s->tail) s->tail->next = op; else s->head = op;
+  s->tail = op;
+  pthread_cond_signal(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  return CUDA_SUCCESS;
+}
+
+static void mock_stream_drain(mock_stream_t* s) {
+  pthread_mutex_lock(&s->lock);
+  while (s->head || s->busy) pthread_cond_wait(&s->idle, &s->lock);
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* Pushes |op| and waits until it ran (synchronous copies into pageable memory). */
+static CUresult mock_push_wait(CUstream hs, mock_op_t* op) {
+  if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+  atomic_bool done = false;
+  op->done = &done;
+  CUresult r = mock_push(hs, op);
+  if (r) return r;
+  while (!atomic_load(&done)) usleep(20);
+  return CUDA_SUCCESS;
+}
+
+/* Fault injection: cube_mock_cuda_fail(name, n) makes the n-th call (from
+ * now) of entry point |name| fail (OUT_OF_MEMORY for allocations, else
+ * CUDA_ERROR_UNKNOWN); n = 0 turns it off. */
+static pthread_mutex_t mock_fault_lock = PTHREAD_MUTEX_INITIALIZER;
+static char mock_fault_name[64];
+static _Atomic long mock_fault_left; /* read without the lock on the fast path */
+static atomic_int mock_faults_fired;
+
+static bool mock_fault(const char* name) {
+  if (!mock_fault_left) return false;
+  pthread_mutex_lock(&mock_fault_lock);
+  bool fire = false;
+  if (mock_fault_left > 0 && strcmp(name, mock_fault_name) == 0 && --mock_fault_left == 0) {
+    fire = true;
+    atomic_fetch_add(&mock_faults_fired, 1);
+  }
+  pthread_mutex_unlock(&mock_fault_lock);
+  return fire;
+}
+#define MOCK_FAULT(name, code) \
+  do {                         \
+    if (mock_fault(name)) return (code); \
+  } while (0)
+
+MOCK_API void cube_mock_cuda_fail(const char* name, long n) {
+  pthread_mutex_lock(&mock_fault_lock);
+  snprintf(mock_fault_name, sizeof(mock_fault_name), "%s", name ? name : "");
+  mock_fault_left = n;
+  pthread_mutex_unlock(&mock_fault_lock);
+}
+
+MOCK_API int cube_mock_cuda_faults_fired(void) { return atomic_load(&mock_faults_fired); }
+
+/* Driver entry points ------------------------------------------------------ */
+
+static CUresult m_cuInit(unsigned int flags) {
+  (void)flags;
+  const char* v = getenv("CUBE_MOCK_CUDA_DEVICES");
+  mock.devices = v ? atoi(v) : 1;
+  if (mock.devices < 0) mock.devices = 0;
+  if (mock.devices > MOCK_MAX_DEVICES) mock.devices = MOCK_MAX_DEVICES;
+  v = getenv("CUBE_MOCK_CUDA_MEMORY");
+  mock.memory = v ? strtoull(v, NULL, 10) : (1ull << 30);
+  v = getenv("CUBE_MOCK_CUDA_DELAY_US");
+  mock.delay_us = v ? (unsigned)atoi(v) : 0;
+  mock_trace = getenv("CUBE_MOCK_CUDA_TRACE") != NULL;
+  v = getenv("CUBE_MOCK_CUDA_H2D_DELAY_US");
+  mock.h2d_delay_us = v ? (unsigned)atoi(v) : 0;
+  return mock.devices ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+}
+static CUresult m_cuDriverGetVersion(int* v) { *v = 13000; return CUDA_SUCCESS; }
+static CUresult m_cuDeviceGetCount(int* n) { *n = mock.devices; return CUDA_SUCCESS; }
+static CUresult m_cuDeviceGet(CUdevice* d, int i) {
+  if (i < 0 || i >= mock.devices) return CUDA_ERROR_INVALID_DEVICE;
+  *d = i;
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuDeviceGetName(char* name, int len, CUdevice d) {
+  snprintf(name, (size_t)len, "cube mock GPU %d", (int)d);
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuDeviceTotalMem(size_t* b, CUdevice d) { (void)d; *b = (size_t)mock.memory; return CUDA_SUCCESS; }
+static CUresult m_cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
+  (void)d;
+  switch (a) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 4; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *v = 64; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = 48 * 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *v = getenv("CUBE_MOCK_CUDA_NO_POOLS") ? 0 : 1; break;
+    default: *v = 0;
+  }
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
+  *c = (CUcontext)&mock.ctx_tag[d];
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuCtxSetCurrent(CUcontext c) {
+  mock_current_ctx = c;
+  mock_current = -1;
+  for (int i = 0; i < MOCK_MAX_DEVICES; ++i)
+    if (c == (CUcontext)&mock.ctx_tag[i]) mock_current = i;
+  return CUDA_SUCCESS;
+}
+/* The context stack of a thread (pushed contexts, the current one not included). */
+static _Thread_local CUcontext mock_stack[16];
+static _Thread_local int mock_depth;
+static _Atomic int mock_pushes; /* pushes minus pops, over all threads */
+
+static CUresult m_cuCtxGetCurrent(CUcontext* c) {
+  *c = mock_current_ctx;
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuCtxPushCurrent(CUcontext c) {
+  if (mock_depth == 16) return CUDA_ERROR_INVALID_VALUE;
+  mock_stack[mock_depth++] = mock_current_ctx;
+  atomic_fetch_add(&mock_pushes, 1);
+  return m_cuCtxSetCurrent(c);
+}
+static CUresult m_cuCtxPopCurrent(CUcontext* c) {
+  if (mock_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  m_cuCtxGetCurrent(c);
+  m_cuCtxSetCurrent(mock_stack[--mock_depth]);
+  atomic_fetch_sub(&mock_pushes, 1);
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuCtxSynchronize(void) {
+  pthread_mutex_lock(&mock.lock);
+  mock_stream_t* list = mock.streams;
+  pthread_mutex_unlock(&mock.lock);
+  for (mock_stream_t* s = list; s; s = s->next_all)
+    if (s->device == mock_current) mock_stream_drain(s);
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuStreamCreate(CUstream* out, unsigned int flags) {
+  (void)flags;
+  MOCK_FAULT("cuStreamCreate", CUDA_ERROR_OUT_OF_MEMORY);
+  if (mock_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  mock_stream_t* s = calloc(1, sizeof(*s));
+  if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
+  s->device = mock_current;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->cond, NULL);
+  pthread_cond_init(&s->idle, NULL);
+  if (pthread_create(&s->thread, NULL, mock_stream_main, s) != 0) { free(s); return CUDA_ERROR_OUT_OF_MEMORY; }
+  pthread_mutex_lock(&mock.lock);
+  s->next_all = mock.streams;
+  mock.streams = s;
+  pthread_mutex_unlock(&mock.lock);
+  *out = (CUstream)s;
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuStreamDestroy(CUstream hs) {
+  mock_stream_t* s = (mock_stream_t*)hs;
+  mock_stream_drain(s);
+  pthread_mutex_lock(&s->lock);
+  s->stop = true;
+  pthread_cond_signal(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  pthread_join(s->thread, NULL);
+  pthread_mutex_lock(&mock.lock);
+  for (mock_stream_t** p = &mock.streams; *p; p = &(*p)->next_all)
+    if (*p == s) { *p = s->next_all; break; }
+  pthread_mutex_unlock(&mock.lock);
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->cond);
+  pthread_cond_destroy(&s->idle);
+  free(s);
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuStreamSynchronize(CUstream hs) {
+  MOCK_FAULT("cuStreamSynchronize", CUDA_ERROR_UNKNOWN);
+  if (hs) mock_stream_drain((mock_stream_t*)hs);
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuEventCreate(CUevent* e, unsigned int flags) {
+  (void)flags;
+  MOCK_FAULT("cuEventCreate", CUDA_ERROR_OUT_OF_MEMORY);
+  mock_event_t* ev = calloc(1, sizeof(*ev));
+  if (!ev) return CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_init(&ev->lock, NULL);
+  pthread_cond_init(&ev->cond, NULL);
+  ev->refs = 1;
+  *e = (CUevent)ev;
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuEventRecord(CUevent e, CUstream hs) {
+  MOCK_FAULT("cuEventRecord", CUDA_ERROR_UNKNOWN);
+  mock_event_t* ev = (mock_event_t*)e;
+  mock_op_t* op = mock_op(OP_EVENT);
+  if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&ev->lock);
+  op->generation = ++ev->recorded;
+  ev->refs++;
+  pthread_mutex_unlock(&ev->lock);
+  op->event = ev;
+  return mock_push(hs, op);
+}
+static CUresult m_cuEventQuery(CUevent e) {
+  mock_event_t* ev = (mock_event_t*)e;
+  pthread_mutex_lock(&ev->lock);
+  bool done = ev->reached >= ev->recorded;
+  pthread_mutex_unlock(&ev->lock);
+  return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+static CUresult m_cuEventSynchronize(CUevent e) {
+  MOCK_FAULT("cuEventSynchronize", CUDA_ERROR_UNKNOWN);
+  mock_event_t* ev = (mock_event_t*)e;
+  pthread_mutex_lock(&ev->lock);
+  uint64_t g = ev->recorded;
+  while (ev->reached < g) pthread_cond_wait(&ev->cond, &ev->lock);
+  pthread_mutex_unlock(&ev->lock);
+  return CUDA_SUCCESS;
+}
+/* As the driver: an event destroyed before it completed is released once
+ * the operations naming it ran. */
+static CUresult m_cuEventDestroy(CUevent e) {
+  mock_event_unref((mock_event_t*)e);
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
+  mock_event_t *x = (mock_event_t*)a, *y = (mock_event_t*)b;
+  if (m_cuEventQuery(a) || m_cuEventQuery(b)) return CUDA_ERROR_NOT_READY;
+  *ms = (float)((double)(y->ns - x->ns) / 1e6);
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuStreamWaitEvent(CUstream hs, CUevent e, unsigned int flags) {
+  (void)flags;
+  MOCK_FAULT("cuStreamWaitEvent", CUDA_ERROR_UNKNOWN);
+  mock_event_t* ev = (mock_event_t*)e;
+  mock_op_t* op = mock_op(OP_WAIT);
+  if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&ev->lock);
+  op->generation = ev->recorded;
+  ev->refs++;
+  pthread_mutex_unlock(&ev->lock);
+  op->event = ev;
+  return mock_push(hs, op);
+}
+
+static CUresult mock_alloc(CUdeviceptr* p, size_t n, bool async) {
+  MOCK_FAULT(async ? "cuMemAllocAsync" : "cuMemAlloc", CUDA_ERROR_OUT_OF_MEMORY);
+  if (mock_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&mock.lock);
+  if (mock.used[mock_current] + n > mock.memory) {
+    pthread_mutex_unlock(&mock.lock);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  mock.used[mock_current] += n;
+  pthread_mutex_unlock(&mock.lock);
+  mock_hdr_t* h = aligned_alloc(512, 512 + ((n + 511) / 512) * 512);
+  if (!h) {
+    pthread_mutex_lock(&mock.lock);
+    mock.used[mock_current] -= n;
+    pthread_mutex_unlock(&mock.lock);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  /* The block starts 512 bytes in (aligned as the driver's); the header sits
+   * right before it. Fresh device memory holds garbage, not zeros. */
+  char* block = (char*)h + 512;
+  mock_hdr_t* hdr = (mock_hdr_t*)block - 1;
+  hdr->size = n;
+  hdr->device = mock_current;
+  hdr->magic = MOCK_MAGIC;
+  memset(block, 0xA5, n);
+  if (async) atomic_fetch_add(&mock.async_allocs, 1);
+  *p = (CUdeviceptr)(uintptr_t)block;
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuMemAlloc(CUdeviceptr* p, size_t n) { return mock_alloc(p, n, false); }
+static CUresult m_cuMemFree(CUdeviceptr p) {
+  if (!p) return CUDA_SUCCESS;
+  mock_hdr_t* hdr = (mock_hdr_t*)(uintptr_t)p - 1;
+  if (hdr->magic != MOCK_MAGIC) return CUDA_ERROR_INVALID_VALUE;
+  m_cuCtxSynchronize(); /* as the driver, cuMemFree waits for the device */
+  mock_free_now((void*)(uintptr_t)p);
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream s) { (void)s; return mock_alloc(p, n, true); }
+static CUresult m_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+  mock_hdr_t* hdr = (mock_hdr_t*)(uintptr_t)p - 1;
+  if (hdr->magic != MOCK_MAGIC) return CUDA_ERROR_INVALID_VALUE;
+  mock_op_t* op = mock_op(OP_FREE);
+  if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+  op->dst = (void*)(uintptr_t)p;
+  return mock_push(s, op);
+}
+static CUresult m_cuMemGetInfo(size_t* f, size_t* t) {
+  pthread_mutex_lock(&mock.lock);
+  int d = mock_current < 0 ? 0 : mock_current;
+  *t = (size_t)mock.memory;
+  *f = (size_t)(mock.memory - mock.used[d]);
+  pthread_mutex_unlock(&mock.lock);
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuDeviceGetDefaultMemPool(CUmemoryPool* p, CUdevice d) { *p = (CUmemoryPool)&mock.ctx_tag[d]; return CUDA_SUCCESS; }
+static CUresult m_cuMemPoolTrimTo(CUmemoryPool p, size_t n) { (void)p; (void)n; return CUDA_SUCCESS; }
+static CUresult m_cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute a, void* v) { (void)p; (void)a; (void)v; return CUDA_SUCCESS; }
+
+static CUresult m_cuMemHostAlloc(void** p, size_t n, unsigned int flags) {
+  (void)flags;
+  MOCK_FAULT("cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY);
+  char* q = aligned_alloc(4096, ((n + 4095) / 4096) * 4096);
+  if (!q) return CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&mock.lock);
+  if (mock.pinned_count == (int)(sizeof(mock.pinned) / sizeof(mock.pinned[0]))) {
+    pthread_mutex_unlock(&mock.lock);
+    free(q);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  mock.pinned[mock.pinned_count].p = q;
+  mock.pinned[mock.pinned_count].n = n;
+  mock.pinned_count++;
+  pthread_mutex_unlock(&mock.lock);
+  *p = q;
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuMemFreeHost(void* p) {
+  m_cuCtxSynchronize(); /* as the driver: freeing pinned memory waits for the device */
+  pthread_mutex_lock(&mock.lock);
+  for (int i = 0; i < mock.pinned_count; ++i)
+    if (mock.pinned[i].p == p) {
+      mock.pinned[i] = mock.pinned[--mock.pinned_count];
+      pthread_mutex_unlock(&mock.lock);
+      free(p);
+      return CUDA_SUCCESS;
+    }
+  pthread_mutex_unlock(&mock.lock);
+  return CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult m_cuMemHostGetFlags(unsigned int* f, void* p) {
+  *f = 0;
+  return mock_is_pinned(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Host-to-device: a pageable source is staged now (the driver copies it
+ * before returning), a pinned one is read when the copy runs. */
+static CUresult mock_h2d(void* dst, const void* src, size_t n, size_t spitch, size_t dpitch,
+                         size_t width, size_t height, CUstream s) {
+  MOCK_FAULT("h2d", CUDA_ERROR_UNKNOWN);
+  mock_op_t* op = mock_op(height > 1 ? OP_COPY2D : OP_COPY);
+  if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+  size_t span = height > 1 ? (height - 1) * spitch + width : n;
+  if (!mock_is_pinned(src)) {
+    op->owned = malloc(span ? span : 1);
+    if (!op->owned) { free(op); return CUDA_ERROR_OUT_OF_MEMORY; }
+    memcpy(op->owned, src, span);
+    src = op->owned;
+  }
+  op->dst = dst; op->src = src; op->n = n;
+  op->spitch = spitch; op->dpitch = dpitch; op->width = width; op->height = height;
+  op->h2d = true;
+  atomic_fetch_add(&mock.bytes_h2d, height > 1 ? width * height : n);
+  return mock_push(s, op);
+}
+/* Device-to-host: into pinned memory it is asynchronous, into pageable memory
+ * the call returns when the copy is done. */
+static CUresult mock_d2h(void* dst, const void* src, size_t n, size_t spitch, size_t dpitch,
+                         size_t width, size_t height, CUstream s) {
+  MOCK_FAULT("d2h", CUDA_ERROR_UNKNOWN);
+  mock_op_t* op = mock_op(height > 1 ? OP_COPY2D : OP_COPY);
+  if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+  op->dst = dst; op->src = src; op->n = n;
+  op->spitch = spitch; op->dpitch = dpitch; op->width = width; op->height = height;
+  atomic_fetch_add(&mock.bytes_d2h, height > 1 ? width * height : n);
+  return mock_is_pinned(dst) ? mock_push(s, op) : mock_push_wait(s, op);
+}
+static CUresult m_cuMemcpyHtoDAsync(CUdeviceptr d, const void* h, size_t n, CUstream s) {
+  return mock_h2d((void*)(uintptr_t)d, h, n, 0, 0, 0, 1, s);
+}
+static CUresult m_cuMemcpyDtoHAsync(void* h, CUdeviceptr d, size_t n, CUstream s) {
+  return mock_d2h(h, (const void*)(uintptr_t)d, n, 0, 0, 0, 1, s);
+}
+static CUresult m_cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s) {
+  mock_op_t* op = mock_op(OP_COPY);
+  if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+  op->dst = (void*)(uintptr_t)d; op->src = (const void*)(uintptr_t)src; op->n = n;
+  return mock_push(s, op);
+}
+static CUresult m_cuMemcpy2DAsync(const CUDA_MEMCPY2D* m, CUstream s) {
+  if (m->srcXInBytes || m->srcY || m->dstXInBytes || m->dstY) return CUDA_ERROR_NOT_SUPPORTED;
+  bool src_dev = m->srcMemoryType == CU_MEMORYTYPE_DEVICE;
+  bool dst_dev = m->dstMemoryType == CU_MEMORYTYPE_DEVICE;
+  const void* src = src_dev ? (const void*)(uintptr_t)m->srcDevice : m->srcHost;
+  void* dst = dst_dev ? (void*)(uintptr_t)m->dstDevice : m->dstHost;
+  if (m->srcPitch < m->WidthInBytes || m->dstPitch < m->WidthInBytes) return CUDA_ERROR_INVALID_VALUE;
+  if (!src_dev && dst_dev)
+    return mock_h2d(dst, src, 0, m->srcPitch, m->dstPitch, m->WidthInBytes, m->Height, s);
+  if (src_dev && !dst_dev)
+    return mock_d2h(dst, src, 0, m->srcPitch, m->dstPitch, m->WidthInBytes, m->Height, s);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+static CUresult m_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) {
+  mock_op_t* op = mock_op(OP_MEMSET32);
+  if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+  op->dst = (void*)(uintptr_t)d; op->n = n; op->value = v;
+  return mock_push(s, op);
+}
+static int mock_module_tag, mock_function_tag;
+static CUresult m_cuModuleLoadData(CUmodule* m, const void* image) {
+  (void)image;
+  MOCK_FAULT("cuModuleLoadData", CUDA_ERROR_INVALID_IMAGE); *m = (CUmodule)&mock_module_tag; return CUDA_SUCCESS; }
+static CUresult m_cuModuleUnload(CUmodule m) { (void)m; return CUDA_SUCCESS; }
+static CUresult m_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) { (void)m; (void)name; *f = (CUfunction)&mock_function_tag; return CUDA_SUCCESS; }
+static CUresult m_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) { (void)f; *v = a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0; return CUDA_SUCCESS; }
+static CUresult m_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                 unsigned by, unsigned bz, unsigned shm, CUstream s, void** params, void** extra) {
+  (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s; (void)params; (void)extra;
+  atomic_fetch_add(&mock.launches, 1);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+static CUresult m_cuGetErrorName(CUresult r, const char** s) {
+  switch (r) {
+    case CUDA_SUCCESS: *s = "CUDA_SUCCESS"; break;
+    case CUDA_ERROR_OUT_OF_MEMORY: *s = "CUDA_ERROR_OUT_OF_MEMORY"; break;
+    case CUDA_ERROR_NOT_SUPPORTED: *s = "CUDA_ERROR_NOT_SUPPORTED"; break;
+    case CUDA_ERROR_NO_DEVICE: *s = "CUDA_ERROR_NO_DEVICE"; break;
+    case CUDA_ERROR_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+    case CUDA_ERROR_UNKNOWN: *s = "CUDA_ERROR_UNKNOWN"; break;
+    case CUDA_ERROR_INVALID_IMAGE: *s = "CUDA_ERROR_INVALID_IMAGE"; break;
+    default: *s = "CUDA_ERROR_UNKNOWN";
+  }
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuGetErrorString(CUresult r, const char** s) {
+  *s = r == CUDA_ERROR_NOT_SUPPORTED ? "the mock driver runs no kernels" : "mock driver error";
+  return CUDA_SUCCESS;
+}
+
+/* cuGetProcAddress_v2: the only symbol cube looks up by name. */
+MOCK_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                                      CUdriverProcAddressQueryResult* status) {
+  (void)version;
+  (void)flags;
+  static const struct { const char* name; void* fn; } table[] = {
+#define E(n) {#n, (void*)(uintptr_t)m_##n}
+      E(cuInit), E(cuDriverGetVersion), E(cuDeviceGetCount), E(cuDeviceGet), E(cuDeviceGetName),
+      E(cuDeviceTotalMem), E(cuDeviceGetAttribute), E(cuDevicePrimaryCtxRetain), E(cuCtxSetCurrent), E(cuCtxGetCurrent), E(cuCtxPushCurrent), E(cuCtxPopCurrent),
+      E(cuCtxSynchronize), E(cuStreamCreate), E(cuStreamDestroy), E(cuStreamSynchronize),
+      E(cuStreamWaitEvent), E(cuEventCreate), E(cuEventRecord), E(cuEventQuery),
+      E(cuEventSynchronize), E(cuEventDestroy), E(cuEventElapsedTime), E(cuMemAlloc), E(cuMemFree),
+      E(cuMemGetInfo), E(cuMemHostAlloc), E(cuMemFreeHost), E(cuMemHostGetFlags),
+      E(cuMemcpyHtoDAsync), E(cuMemcpyDtoHAsync), E(cuMemcpyDtoDAsync), E(cuMemcpy2DAsync),
+      E(cuMemsetD32Async), E(cuModuleLoadData), E(cuModuleUnload), E(cuModuleGetFunction),
+      E(cuFuncGetAttribute), E(cuLaunchKernel), E(cuGetErrorName), E(cuGetErrorString),
+      E(cuMemAllocAsync), E(cuMemFreeAsync), E(cuDeviceGetDefaultMemPool), E(cuMemPoolTrimTo),
+      E(cuMemPoolSetAttribute),
+#undef E
+  };
+  for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); ++i)
+    if (strcmp(table[i].name, symbol) == 0) {
+      *pfn = table[i].fn;
+      if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+      return CUDA_SUCCESS;
+    }
+  *pfn = NULL;
+  if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+/* Counters for tests (found with dlsym). */
+typedef struct cube_mock_cuda_stats {
+  uint64_t copies, bytes_h2d, bytes_d2h, async_allocs, async_frees, launches, device_bytes_used;
+  int pinned_allocations, streams;
+  int context_pushes_outstanding; /* pushes not popped yet, all threads */
+} cube_mock_cuda_stats_t;
+
+MOCK_API void cube_mock_cuda_stats(cube_mock_cuda_stats_t* out) {
+  out->copies = atomic_load(&mock.copies);
+  out->bytes_h2d = atomic_load(&mock.bytes_h2d);
+  out->bytes_d2h = atomic_load(&mock.bytes_d2h);
+  out->async_allocs = atomic_load(&mock.async_allocs);
+  out->async_frees = atomic_load(&mock.async_frees);
+  out->launches = atomic_load(&mock.launches);
+  pthread_mutex_lock(&mock.lock);
+  out->device_bytes_used = mock.used[0];
+  out->pinned_allocations = mock.pinned_count;
+  int n = 0;
+  for (mock_stream_t* s = mock.streams; s; s = s->next_all) ++n;
+  out->streams = n;
+  pthread_mutex_unlock(&mock.lock);
+  out->context_pushes_outstanding = atomic_load(&mock_pushes);
+}

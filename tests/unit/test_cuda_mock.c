@@ -1,0 +1,602 @@
+// cube-test-libs: cube_static
+/* The CUDA backend against the mock driver (tests/mock_cuda/mock_cuda.c): a
+ * CPU stand-in whose streams are threads that run their work later, so the
+ * backend's staging ring, pitched copies, stream-ordered allocation, events,
+ * cross-stream ordering, cleanup and out-of-memory paths are exercised in CI
+ * with no GPU. Kernels do not run on the mock (it refuses launches); NVRTC,
+ * where installed, still compiles them. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cube/cube.h"
+
+#ifdef CUBE_MOCK_CUDA_PATH
+#define MOCK_SETUP(delay_us)                                   \
+  do {                                                         \
+    setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);        \
+    setenv("CUBE_MOCK_CUDA_DELAY_US", (delay_us), 1);          \
+  } while (0)
+/* Uploads land |us| after everything else. */
+#define MOCK_LATE_UPLOADS(us) setenv("CUBE_MOCK_CUDA_H2D_DELAY_US", (us), 1)
+#else
+#define MOCK_SETUP(delay_us) CUBE_SKIP("the CUDA backend is not built (no CUDA headers)")
+#endif
+
+/* NVRTC keeps allocations until exit; not ours to report. */
+const char* __lsan_default_suppressions(void);
+const char* __lsan_default_suppressions(void) { return "leak:libnvrtc\n"; }
+
+static const cube_device_id_t cuda0 = {CUBE_BACKEND_CUDA, 0};
+typedef int CUresult_t; /* the driver's CUresult, without its header */
+
+typedef struct {
+  uint64_t copies, bytes_h2d, bytes_d2h, async_allocs, async_frees, launches, device_bytes_used;
+  int pinned_allocations, streams;
+  int context_pushes_outstanding;
+} mock_stats_t;
+
+static void mock_stats(mock_stats_t* out) {
+  memset(out, 0, sizeof(*out));
+#ifdef CUBE_MOCK_CUDA_PATH
+  void* h = dlopen(CUBE_MOCK_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return;
+  void (*fn)(mock_stats_t*) = (void (*)(mock_stats_t*))(uintptr_t)dlsym(h, "cube_mock_cuda_stats");
+  if (fn) fn(out);
+  dlclose(h);
+#endif
+}
+
+static void fill_random(void* p, size_t n, unsigned seed) {
+  unsigned char* b = p;
+  for (size_t i = 0; i < n; ++i) {
+    seed = seed * 1103515245u + 12345u;
+    b[i] = (unsigned char)(seed >> 16);
+  }
+}
+
+static int read_equals(cube_client_t* c, cube_handle_t h, const void* expect, size_t n) {
+  cube_bytes_t* b = NULL;
+  cube_status_t s = cube_client_read_one(c, h, &b);
+  if (s) {
+    fprintf(stderr, "read: %s\n", cube_status_message(s));
+    cube_status_free(s);
+    return 0;
+  }
+  int ok = cube_bytes_size(b) == n && memcmp(cube_bytes_const_data(b), expect, n) == 0;
+  if (!ok) {
+    size_t first = 0;
+    const unsigned char *x = cube_bytes_const_data(b), *y = expect;
+    while (first < n && first < cube_bytes_size(b) && x[first] == y[first]) ++first;
+    fprintf(stderr, "read of %zu bytes differs (got %zu bytes, first difference at %zu)\n", n,
+            cube_bytes_size(b), first);
+  }
+  cube_bytes_release(b);
+  return ok;
+}
+
+CUBE_TEST(devices_and_properties) {
+  MOCK_SETUP("0");
+  setenv("CUBE_MOCK_CUDA_MEMORY", "268435456", 1);
+  setenv("CUBE_MOCK_CUDA_DEVICES", "2", 1);
+  REQUIRE_OK(cube_backend_status(CUBE_BACKEND_CUDA));
+  CHECK_EQ_U64(cube_device_count(CUBE_BACKEND_CUDA), 2);
+  for (uint32_t i = 0; i < 2; ++i) {
+    cube_client_t* c = NULL;
+    cube_device_id_t id = {CUBE_BACKEND_CUDA, i};
+    REQUIRE_OK(cube_client_load(id, &c));
+    const cube_device_properties_t* p = cube_client_properties(c);
+    char want[64];
+    snprintf(want, sizeof(want), "cube mock GPU %u", i);
+    CHECK(strstr(p->name, want) != NULL);
+    CHECK(strstr(p->name, "sm_90") != NULL);
+    CHECK_EQ_U64(p->memory.alignment, 512);
+    CHECK_EQ_U64(p->memory.total_memory, 256ull << 20);
+    CHECK_EQ_U64(p->memory.max_page_size, 64ull << 20);
+    CHECK(p->layout_policy == CUBE_LAYOUT_POLICY_PITCHED);
+    CHECK_EQ_U64(p->hardware.num_streaming_multiprocessors, 4);
+    CHECK_EQ_U64(p->hardware.max_cube_dim[2], 64);
+    CHECK_EQ_U64(p->hardware.max_cube_count[1], 65535);
+    CHECK(!(cube_client_features(c)->bits & CUBE_FEATURE_NATIVE_KERNELS));
+    cube_client_release(c);
+  }
+  cube_device_id_t bad = {CUBE_BACKEND_CUDA, 2};
+  cube_client_t* c = NULL;
+  CHECK_STATUS(cube_client_load(bad, &c), CUBE_STATUS_NOT_FOUND, "cuda:2");
+  cube_shutdown();
+}
+
+/* Sizes around the staging chunk (2 MiB) and the parallel split, with the
+ * mock's uploads landing 3 ms late: a chunk reused before its DMA ran would
+ * corrupt the data. */
+CUBE_TEST(upload_download_sizes) {
+  MOCK_SETUP("0");
+  MOCK_LATE_UPLOADS("3000");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  const size_t sizes[] = {1, 3, 4095, 65537, (2u << 20) - 1, 2u << 20, (2u << 20) + 1,
+                          (7u << 20) + 3, (21u << 20) + 17};
+  uint64_t total = 0;
+  for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); ++k) {
+    size_t n = sizes[k];
+    unsigned char* data = malloc(n);
+    REQUIRE(data);
+    fill_random(data, n, (unsigned)(k * 77 + 1));
+    cube_handle_t h;
+    REQUIRE_OK(cube_client_create_from_slice(c, data, n, &h));
+    /* The caller's memory is borrowed for the call only. */
+    memset(data, 0x5A, n);
+    fill_random(data, n, (unsigned)(k * 77 + 1));
+    CHECK(read_equals(c, h, data, n));
+    total += n;
+    cube_handle_release(h);
+    free(data);
+  }
+  mock_stats_t st;
+  mock_stats(&st);
+  CHECK(st.bytes_h2d >= total);
+  CHECK(st.bytes_d2h >= total);
+  CHECK(st.async_allocs > 0); /* pages came from cuMemAllocAsync */
+  CHECK_OK(cube_client_sync(c));
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+/* Optimized tensors are pitched on cuda: rows of 1001 f32 are padded to a
+ * multiple of 512 bytes; reads give back the dense rows. Rows longer than a
+ * staging chunk take the per-row path. */
+CUBE_TEST(pitched_tensor_roundtrip) {
+  MOCK_SETUP("50");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  const uint64_t shapes[][2] = {{37, 1001}, {3, 600001}, {1, 5}, {4100, 3}};
+  for (size_t k = 0; k < 4; ++k) {
+    size_t n = (size_t)(shapes[k][0] * shapes[k][1] * 4);
+    float* data = malloc(n);
+    REQUIRE(data);
+    fill_random(data, n, (unsigned)k + 3);
+    cube_tensor_t t;
+    REQUIRE_OK(cube_client_create_tensor_from_slice(c, data, n, 2, shapes[k], 4, &t));
+    CHECK_EQ_U64(t.strides[1], 1);
+    uint64_t pitch_bytes = t.strides[0] * 4;
+    if (shapes[k][0] > 1) {
+      /* Reference §2.3: the row is rounded to next_pow2(row bytes) clamped
+       * to [16, 512]. */
+      uint64_t row = shapes[k][1] * 4, align = 16;
+      while (align < row && align < 512) align *= 2;
+      CHECK_EQ_U64(pitch_bytes, (row + align - 1) / align * align);
+    }
+    cube_bytes_t* b = NULL;
+    CHECK_OK(cube_client_read_tensor(c, 1, &t, &b));
+    CHECK(b && cube_bytes_size(b) == n && memcmp(cube_bytes_const_data(b), data, n) == 0);
+    cube_bytes_release(b);
+    cube_tensor_release(&t);
+    free(data);
+  }
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+typedef struct {
+  cube_client_t* c;
+  unsigned seed;
+  int failures;
+} worker_t;
+
+static void* worker_main(void* p) {
+  worker_t* w = p;
+  for (int it = 0; it < 40; ++it) {
+    w->seed = w->seed * 1664525u + 1013904223u;
+    size_t n = 1 + (w->seed >> 8) % (5u << 20);
+    unsigned char* data = malloc(n);
+    if (!data) {
+      w->failures++;
+      continue;
+    }
+    fill_random(data, n, w->seed);
+    cube_handle_t h;
+    cube_status_t s = cube_client_create_from_slice(w->c, data, n, &h);
+    if (s) {
+      fprintf(stderr, "create: %s\n", cube_status_message(s));
+      cube_status_free(s);
+      w->failures++;
+    } else {
+      if (!read_equals(w->c, h, data, n)) w->failures++;
+      cube_handle_release(h);
+    }
+    free(data);
+  }
+  return NULL;
+}
+
+/* Six threads, each its own stream, sharing the device's staging ring. */
+CUBE_TEST(threads_share_the_ring) {
+  MOCK_SETUP("30");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  pthread_t t[6];
+  worker_t w[6];
+  for (int i = 0; i < 6; ++i) {
+    w[i] = (worker_t){c, 1000u + (unsigned)i, 0};
+    REQUIRE(pthread_create(&t[i], NULL, worker_main, &w[i]) == 0);
+  }
+  int failures = 0;
+  for (int i = 0; i < 6; ++i) {
+    pthread_join(t[i], NULL);
+    failures += w[i].failures;
+  }
+  CHECK(failures == 0);
+  mock_stats_t st;
+  mock_stats(&st);
+  CHECK(st.streams >= 6);
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+/* A buffer made on one stream and read on another: the read waits for the
+ * upload (the mock runs the upload late on its own stream thread). */
+CUBE_TEST(cross_stream_read_waits_for_the_upload) {
+  MOCK_SETUP("0");
+  MOCK_LATE_UPLOADS("20000");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  size_t n = (3u << 20) + 5;
+  unsigned char* data = malloc(n);
+  REQUIRE(data);
+  fill_random(data, n, 99);
+  cube_client_set_stream(c, 11);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c, data, n, &h));
+  cube_client_set_stream(c, 12);
+  CHECK(read_equals(c, h, data, n));
+  /* Released on the other stream, then the owner reuses the memory. */
+  cube_handle_release(h);
+  cube_client_set_stream(c, 11);
+  fill_random(data, n, 100);
+  REQUIRE_OK(cube_client_create_from_slice(c, data, n, &h));
+  CHECK(read_equals(c, h, data, n));
+  cube_handle_release(h);
+  cube_client_unset_stream(c);
+  free(data);
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+/* Memory given back by cleanup reaches the driver (cuMemFreeAsync), and an
+ * allocation past the device's memory is an OUT_OF_MEMORY status with the
+ * report, after which the client still works. */
+CUBE_TEST(cleanup_and_out_of_memory) {
+  MOCK_SETUP("0");
+  setenv("CUBE_MOCK_CUDA_MEMORY", "268435456", 1);
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  cube_handle_t hs[16];
+  size_t made = 0;
+  cube_status_t s = CUBE_OK;
+  for (; made < 16; ++made) {
+    s = cube_client_empty(c, 40u << 20, &hs[made]);
+    if (s) break;
+  }
+  REQUIRE(s != CUBE_OK); /* 16 x 40 MiB cannot fit in 256 MiB */
+  CHECK(cube_status_code(s) == CUBE_STATUS_OUT_OF_MEMORY);
+  CHECK(strstr(cube_status_message(s), "cuda") != NULL);
+  cube_memory_report_t rep;
+  uint64_t requested = 0;
+  CHECK(cube_status_oom_report(s, &requested, &rep));
+  CHECK_EQ_U64(requested, 40u << 20);
+  fprintf(stderr, "after %zu: %s\n", made, cube_status_message(s));
+  cube_status_free(s);
+  CHECK(made >= 4);
+  for (size_t i = 0; i < made; ++i) cube_handle_release(hs[i]);
+  CHECK_OK(cube_client_sync(c));
+  mock_stats_t before, after;
+  mock_stats(&before);
+  CHECK(before.device_bytes_used >= (uint64_t)made * (40u << 20));
+  CHECK_OK(cube_client_memory_cleanup(c));
+  CHECK_OK(cube_client_sync(c));
+  mock_stats(&after);
+  CHECK(after.device_bytes_used < before.device_bytes_used);
+  CHECK(after.async_frees > before.async_frees);
+  /* Usable again. */
+  unsigned char data[777];
+  fill_random(data, sizeof(data), 5);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c, data, sizeof(data), &h));
+  CHECK(read_equals(c, h, data, sizeof(data)));
+  cube_handle_release(h);
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+/* Pinned staging comes from cuMemHostAlloc; an upload from it and a read
+ * result kept past cube_shutdown stay valid. */
+CUBE_TEST(staging_and_read_past_shutdown) {
+  MOCK_SETUP("100");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  size_t n = (1u << 20) + 3;
+  cube_bytes_t* staged = NULL;
+  REQUIRE_OK(cube_client_reserve_staging(c, 1, &n, &staged));
+  CHECK(cube_bytes_property(staged) == CUBE_BYTES_PINNED);
+  fill_random(cube_bytes_data(staged), n, 42);
+  unsigned char* copy = malloc(n);
+  REQUIRE(copy);
+  memcpy(copy, cube_bytes_const_data(staged), n);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create(c, staged, &h)); /* consumes |staged| */
+  cube_bytes_t* kept = NULL;
+  REQUIRE_OK(cube_client_read_one(c, h, &kept));
+  cube_handle_release(h);
+  cube_client_release(c);
+  cube_shutdown();
+  CHECK(cube_bytes_size(kept) == n && memcmp(cube_bytes_const_data(kept), copy, n) == 0);
+  cube_bytes_release(kept);
+  free(copy);
+  cube_shutdown(); /* frees the orphaned pinned pool */
+}
+
+static cube_status_t upload_twice(void* user) {
+  cube_client_t* c = user;
+  static unsigned char data[300000];
+  fill_random(data, sizeof(data), 8);
+  cube_handle_t h[2];
+  cube_status_t s0 = cube_client_create_from_slice(c, data, sizeof(data), &h[0]);
+  if (s0) return s0;
+  cube_status_t s = cube_client_create_from_slice(c, data, sizeof(data), &h[1]);
+  cube_handle_release(h[0]);
+  if (!s) cube_handle_release(h[1]);
+  return s;
+}
+
+/* Profiling brackets the work with device events. */
+CUBE_TEST(profile_uses_device_time) {
+  MOCK_SETUP("3000");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  cube_profile_duration_t d;
+  memset(&d, 0, sizeof(d));
+  REQUIRE_OK(cube_client_profile(c, upload_twice, c, "uploads", &d));
+  CHECK(d.method == CUBE_TIMING_DEVICE);
+  /* Two chunked copies of 3 ms each on the mock's stream, at least. */
+  CHECK(d.end_ns - d.start_ns >= 5000000ull);
+  CHECK(d.end_ns - d.start_ns < 5000000000ull);
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+static const char* saxpy_src =
+    "CUBE_KERNEL(saxpy, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, y), float a) {\n"
+    "  uint32_t i = ABSOLUTE_POS;\n"
+    "  if (i < CUBE_LEN(y)) CUBE_STORE(y, i, a * CUBE_LOAD(x, i) + CUBE_LOAD(y, i));\n"
+    "}\n";
+
+/* Kernels: the dialect unit compiles with NVRTC (when installed) and the
+ * launch the mock refuses is a deferred LAUNCH_FAILED naming the kernel; a
+ * syntax error is COMPILATION_FAILED with NVRTC's log at the user's line; a
+ * native CPU kernel is refused by name. */
+CUBE_TEST(kernels_compile_and_fail_cleanly) {
+  MOCK_SETUP("0");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  cube_kernel_desc_t d;
+  memset(&d, 0, sizeof(d));
+  d.name = "saxpy";
+  d.source = saxpy_src;
+  d.entry = "saxpy";
+  d.cube_dim = (cube_dim_t){256, 1, 1};
+  cube_kernel_t* k = NULL;
+  REQUIRE_OK(cube_kernel_create(&d, &k));
+  cube_status_t pre = cube_kernel_precompile(c, 1, &k, CUBE_EXEC_CHECKED);
+  bool nvrtc = pre == CUBE_OK;
+  if (pre) {
+    CHECK(cube_status_code(pre) == CUBE_STATUS_UNAVAILABLE);
+    CHECK(strstr(cube_status_message(pre), "NVRTC") != NULL);
+    fprintf(stderr, "no NVRTC: %s\n", cube_status_message(pre));
+    cube_status_free(pre);
+  }
+  float xs[1000], ys[1000];
+  fill_random(xs, sizeof(xs), 1);
+  fill_random(ys, sizeof(ys), 2);
+  cube_handle_t x, y;
+  REQUIRE_OK(cube_client_create_from_slice(c, xs, sizeof(xs), &x));
+  REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &y));
+  cube_arg_t args[3] = {cube_arg_buffer(x), cube_arg_buffer(y), cube_arg_f32(2.0f)};
+  cube_count_t count = cube_count_static(4, 1, 1);
+  CHECK_OK(cube_client_launch(c, k, count, 3, args));
+  if (nvrtc)
+    CHECK_STATUS(cube_client_sync(c), CUBE_STATUS_LAUNCH_FAILED, "saxpy", "CUDA_ERROR_NOT_SUPPORTED");
+  else
+    CHECK_STATUS(cube_client_sync(c), CUBE_STATUS_UNAVAILABLE, "saxpy");
+  CHECK_OK(cube_client_sync(c)); /* the errors were taken */
+  /* The buffers were not touched by the refused launch. */
+  CHECK(read_equals(c, y, ys, sizeof(ys)));
+  cube_kernel_release(k);
+
+  if (nvrtc) {
+    d.source = "CUBE_KERNEL(broken, CUBE_ARRAY(float, y)) {\n  y[0] = 1.0f\n}\n";
+    d.name = "broken";
+    d.entry = "broken";
+    REQUIRE_OK(cube_kernel_create(&d, &k));
+    CHECK_STATUS(cube_kernel_precompile(c, 1, &k, CUBE_EXEC_CHECKED), CUBE_STATUS_COMPILATION_FAILED,
+                 "broken", "NVRTC", "broken.cube(3)");
+    cube_kernel_release(k);
+  }
+  cube_handle_release(x);
+  cube_handle_release(y);
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+/* cube puts back the calling thread's context after every call: a program's
+ * own CUDA code on the same thread keeps its context (here: none at all, and
+ * one of its own). */
+CUBE_TEST(callers_context_is_left_alone) {
+  MOCK_SETUP("0");
+#ifdef CUBE_MOCK_CUDA_PATH
+  void* lib = dlopen(CUBE_MOCK_CUDA_PATH, RTLD_NOW);
+  REQUIRE(lib);
+  typedef CUresult_t (*get_proc_t)(const char*, void**, int, uint64_t, int*);
+  get_proc_t get = (get_proc_t)(uintptr_t)dlsym(lib, "cuGetProcAddress_v2");
+  REQUIRE(get);
+  void *getp = NULL, *setp = NULL;
+  REQUIRE(get("cuCtxGetCurrent", &getp, 12000, 0, NULL) == 0);
+  REQUIRE(get("cuCtxSetCurrent", &setp, 12000, 0, NULL) == 0);
+  CUresult_t (*ctx_get)(void**) = (CUresult_t (*)(void**))(uintptr_t)getp;
+  CUresult_t (*ctx_set)(void*) = (CUresult_t (*)(void*))(uintptr_t)setp;
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  void* cur = (void*)1;
+  CHECK(ctx_get(&cur) == 0 && cur == NULL); /* loading left none current */
+  int mine = 0;
+  REQUIRE(ctx_set(&mine) == 0);
+  unsigned char data[5000];
+  fill_random(data, sizeof(data), 3);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c, data, sizeof(data), &h));
+  CHECK(ctx_get(&cur) == 0 && cur == &mine);
+  CHECK(read_equals(c, h, data, sizeof(data)));
+  cube_handle_release(h);
+  CHECK_OK(cube_client_memory_cleanup(c));
+  CHECK(ctx_get(&cur) == 0 && cur == &mine);
+  REQUIRE(ctx_set(NULL) == 0);
+  cube_client_release(c);
+  cube_shutdown();
+  mock_stats_t st;
+  mock_stats(&st);
+  CHECK_EQ_U64(st.context_pushes_outstanding, 0);
+  dlclose(lib);
+#endif
+}
+
+/* Fault injection ----------------------------------------------------------- */
+
+typedef struct {
+  int ops;        /* operations that returned OK */
+  int errors;     /* operations that returned an error status */
+  int corrupted;  /* reads that returned OK with wrong bytes: never allowed */
+} workload_result_t;
+
+static void note(workload_result_t* r, cube_status_t s, const char* what) {
+  if (!s) {
+    r->ops++;
+    return;
+  }
+  r->errors++;
+  const char* m = cube_status_message(s);
+  /* Every failure names what failed. */
+  if (!m || strlen(m) < 10) {
+    fprintf(stderr, "%s: status without a message\n", what);
+    r->corrupted++;
+  }
+  cube_status_free(s);
+}
+
+/* Uploads, reads back and compares buffers and a pitched tensor, cleans up
+ * and shuts down; every call either succeeds or returns a status. */
+static void workload(unsigned seed, workload_result_t* r) {
+  cube_client_t* c = NULL;
+  cube_status_t s = cube_client_load(cuda0, &c);
+  if (s) {
+    note(r, s, "load");
+    cube_shutdown();
+    return;
+  }
+  const size_t sizes[] = {100, 70001, (5u << 20) + 3};
+  for (size_t k = 0; k < 3; ++k) {
+    size_t n = sizes[k];
+    unsigned char* data = malloc(n);
+    if (!data) continue;
+    fill_random(data, n, seed + (unsigned)k);
+    cube_handle_t h;
+    s = cube_client_create_from_slice(c, data, n, &h);
+    if (!s) {
+      r->ops++;
+      cube_bytes_t* b = NULL;
+      cube_status_t rs = cube_client_read_one(c, h, &b);
+      if (!rs && (cube_bytes_size(b) != n || memcmp(cube_bytes_const_data(b), data, n) != 0)) {
+        fprintf(stderr, "read of %zu bytes returned OK with wrong bytes\n", n);
+        r->corrupted++;
+      }
+      note(r, rs, "read");
+      cube_bytes_release(b);
+      cube_handle_release(h);
+    } else {
+      note(r, s, "create");
+    }
+    free(data);
+  }
+  const uint64_t shape[2] = {9, 333};
+  float t_data[9 * 333];
+  fill_random(t_data, sizeof(t_data), seed + 9);
+  cube_tensor_t t;
+  s = cube_client_create_tensor_from_slice(c, t_data, sizeof(t_data), 2, shape, 4, &t);
+  if (!s) {
+    cube_bytes_t* b = NULL;
+    cube_status_t rs = cube_client_read_tensor(c, 1, &t, &b);
+    if (!rs && (cube_bytes_size(b) != sizeof(t_data) ||
+                memcmp(cube_bytes_const_data(b), t_data, sizeof(t_data)) != 0)) {
+      fprintf(stderr, "tensor read returned OK with wrong bytes\n");
+      r->corrupted++;
+    }
+    note(r, rs, "read_tensor");
+    cube_bytes_release(b);
+    cube_tensor_release(&t);
+  } else {
+    note(r, s, "create_tensor");
+  }
+  note(r, cube_client_memory_cleanup(c), "cleanup");
+  note(r, cube_client_sync(c), "sync");
+  note(r, cube_client_sync(c), "sync again");
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+/* For each driver entry point, fail its 1st, 2nd, ... call during the
+ * workload until the workload no longer reaches that call: every fault comes
+ * back as a status (or is absorbed), no read ever returns wrong bytes, and a
+ * clean run afterwards works. Under ASan this also proves nothing leaks on
+ * the error paths. */
+CUBE_TEST(driver_faults_surface_as_statuses) {
+  MOCK_SETUP("0");
+  MOCK_LATE_UPLOADS("200");
+#ifdef CUBE_MOCK_CUDA_PATH
+  /* Load the mock through cube first, so the functions below are its. */
+  REQUIRE_OK(cube_backend_status(CUBE_BACKEND_CUDA));
+  void* lib = dlopen(CUBE_MOCK_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(lib);
+  void (*fail)(const char*, long) = (void (*)(const char*, long))(uintptr_t)dlsym(lib, "cube_mock_cuda_fail");
+  int (*fired)(void) = (int (*)(void))(uintptr_t)dlsym(lib, "cube_mock_cuda_faults_fired");
+  REQUIRE(fail && fired);
+  static const char* const sites[] = {"cuStreamCreate", "cuStreamSynchronize", "cuEventCreate",
+                                      "cuEventRecord", "cuEventSynchronize", "cuStreamWaitEvent",
+                                      "cuMemAllocAsync", "cuMemAlloc", "cuMemHostAlloc", "h2d", "d2h"};
+  int injected = 0, surfaced = 0;
+  for (size_t i = 0; i < sizeof(sites) / sizeof(sites[0]); ++i) {
+    for (long n = 1; n <= 40; ++n) {
+      int before = fired();
+      if (getenv("CUBE_TEST_VERBOSE")) fprintf(stderr, "fault %s #%ld\n", sites[i], n);
+      fail(sites[i], n);
+      workload_result_t r = {0, 0, 0};
+      workload((unsigned)(i * 100 + (size_t)n), &r);
+      fail("", 0);
+      CHECK(r.corrupted == 0);
+      if (r.corrupted) fprintf(stderr, "site %s call %ld: corrupted\n", sites[i], n);
+      if (fired() == before) break; /* the workload makes fewer calls than n */
+      injected++;
+      if (r.errors) surfaced++;
+      /* The library recovers: a clean run right after works. */
+      workload_result_t clean = {0, 0, 0};
+      workload(7, &clean);
+      CHECK(clean.errors == 0 && clean.corrupted == 0);
+      if (clean.errors) fprintf(stderr, "site %s call %ld: no recovery\n", sites[i], n);
+    }
+  }
+  fprintf(stderr, "%d faults injected, %d surfaced as statuses, the rest absorbed\n", injected,
+          surfaced);
+  CHECK(injected >= 30);
+  CHECK(surfaced >= injected / 2);
+  dlclose(lib);
+#endif
+}
