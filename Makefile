@@ -18,6 +18,7 @@ all: build
 
 # Debian packages the build and the tests need (installed only if missing).
 PACKAGES := cmake gcc make pkg-config libxxhash-dev pocl-opencl-icd ocl-icd-opencl-dev opencl-headers \
+            openmpi-bin libopenmpi-dev \
             clang libclang-rt-14-dev
 
 deps:
@@ -87,7 +88,7 @@ soak: build
 	CUBE_SOAK_SECONDS=$(SOAK_SECONDS) ./$(BUILD)/tests/test_stress_asan random_operations
 
 bench: build
-	./$(BUILD)/bench_runtime && ./$(BUILD)/bench_dialect && ./$(BUILD)/bench_cuda
+	./$(BUILD)/bench_runtime && ./$(BUILD)/bench_dialect && ./$(BUILD)/bench_cuda && ./$(BUILD)/bench_collective
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -378,21 +378,77 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_to_client_tensor(cube_client_t* s
                                                                 cube_tensor_t* out_tensor);
 
 /* Collectives ------------------------------------------------------------ */
+/*
+ * Model (docs/collectives.md). A collective over a set of devices is called
+ * once per participating device, each through a client of that device, from
+ * any threads (one thread for all is fine). Each call only queues its part on
+ * its device's stream, after the work queued before it, and returns: the
+ * operation happens once every participant's part has run (on the CPU: the
+ * last participant to arrive performs it for all). cube_client_sync_collective
+ * then orders the stream's later work after the collectives it queued before.
+ * Read dst only after it; src must not change until then.
+ *
+ * Devices. A communicator is keyed by the sorted set of device ids, so any
+ * order of the same set is the same communicator. Every participant must list
+ * the same set and call the operations of one communicator in the same order.
+ * Under MPI (one process per rank, docs/collectives.md) device ids are
+ * global: cpu:g is local CPU device g % L of rank g / L, L being
+ * CUBE_CPU_DEVICES (the same on every rank); without MPI global = local.
+ *
+ * Errors. Bad input returns at once. What is found when the parts meet (sizes,
+ * element types or ops that differ between participants) and timeouts are
+ * deferred to each participant's stream, returned by its next flush, sync or
+ * read after cube_client_sync_collective. A participant waits at most
+ * CUBE_COLLECTIVE_TIMEOUT seconds (default 60) for the others; then the
+ * operation fails with DEADLINE_EXCEEDED naming the devices (and ranks) that
+ * did not join, on every participant, and the clients stay usable.
+ *
+ * Threading: every function here is thread-safe; in inline queue mode the
+ * sync_collective wait runs on the calling thread, so queue every
+ * participant's part before any sync_collective when one thread drives
+ * several devices.
+ */
 
-/* Sets up the communicator of |devices| (any order of the same set is the same
- * communicator). UNIMPLEMENTED on backends without a collective transport. */
+/* Sets up the communicator of |devices| (idempotent; any order of the same set
+ * is the same communicator). The client's device must be in the set.
+ * UNIMPLEMENTED on backends without a collective transport. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_ensure_init_collective(
     cube_client_t* client, size_t device_count, const cube_device_id_t* devices);
 
-/* Makes the compute stream wait for the collectives queued before. */
+/* Makes the calling stream's later work wait for the collectives this client's
+ * stream queued before (their failures go to the stream's deferred errors).
+ * Returns at once in threaded mode. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_sync_collective(cube_client_t* client);
 
-/* Reduces |src| over |devices| into |dst| with |op|. */
+/* Reduces |src| over |devices| into |dst| with |op|: every participant's dst
+ * gets op(src of every participant). src and dst view the same number of
+ * bytes, a multiple of dtype's size; dst may be src (in place). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_all_reduce(cube_client_t* client, cube_handle_t src,
                                                           cube_handle_t dst, cube_dtype_t dtype,
                                                           size_t device_count,
                                                           const cube_device_id_t* devices,
                                                           cube_reduce_op_t op);
+
+/* Point to point (beyond the reference's server-only send/recv): the k-th
+ * send from device A to device B meets the k-th recv on B from A, which
+ * copies the whole view of |src| into the whole view of |dst| (same size, else
+ * both fail). |peer| may be the client's own device. Ordered and synchronised
+ * as the collectives above (cube_client_sync_collective). */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_send(cube_client_t* client, cube_handle_t src,
+                                                    cube_device_id_t peer);
+CUBE_MUST_USE_RESULT cube_status_t cube_client_recv(cube_client_t* client, cube_handle_t dst,
+                                                    cube_device_id_t peer);
+
+/* The profile record of the last collective this client's device completed
+ * (bytes, participants, time, algbw, busbw). NOT_FOUND before the first. */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_last_collective(
+    const cube_client_t* client, cube_collective_record_t* out_record);
+
+/* This process's place under MPI: its rank and the number of ranks (0 and 1
+ * without MPI), and L, the CPU devices per rank. Starts MPI when the process
+ * was launched by mpirun and cube was built with MPI. */
+CUBE_MUST_USE_RESULT cube_status_t cube_collective_world(uint32_t* out_rank, uint32_t* out_ranks,
+                                                         uint32_t* out_local_devices);
 
 #ifdef __cplusplus
 }

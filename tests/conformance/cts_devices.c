@@ -103,7 +103,7 @@ CUBE_TEST(devices_features_and_info) {
   REQUIRE(f != NULL);
   if (cts_backend()->backend == CUBE_BACKEND_CPU) {
     CHECK(f->bits & CUBE_FEATURE_NATIVE_KERNELS);
-    CHECK(!(f->bits & CUBE_FEATURE_COLLECTIVES));
+    CHECK(f->bits & CUBE_FEATURE_COLLECTIVES); /* the host transport (src/collective) */
   }
   const cube_backend_info_t* info = cube_client_info(c);
   REQUIRE(info != NULL);
@@ -165,9 +165,43 @@ CUBE_TEST(devices_io_optimized_vector_sizes) {
   CTS_END(c);
 }
 
+/* Backends with a transport: the smallest collectives, over the first device
+ * alone (tests/unit/test_collective.c covers 1..4 CPU devices). */
+CUBE_TEST(devices_collectives_single_device) {
+  CTS_CLIENT(c);
+  if (!(cube_client_features(c)->bits & CUBE_FEATURE_COLLECTIVES)) {
+    CTS_END(c);
+    CUBE_SKIP("no collectives (devices_collectives_unimplemented tests that)");
+  }
+  cube_device_id_t devs[1] = {cts_device(0)};
+  CHECK_OK(cube_client_ensure_init_collective(c, 1, devs));
+  float v[5] = {1, -2, 3.5f, 4, 5}, poison[5] = {-9, -9, -9, -9, -9};
+  cube_handle_t src, dst, copy;
+  REQUIRE_OK(cube_client_create_from_slice(c, v, sizeof(v), &src));
+  REQUIRE_OK(cube_client_create_from_slice(c, poison, sizeof(poison), &dst));
+  REQUIRE_OK(cube_client_create_from_slice(c, poison, sizeof(poison), &copy));
+  CHECK_OK(cube_client_all_reduce(c, src, dst, CUBE_DTYPE_F32, 1, devs, CUBE_REDUCE_MEAN));
+  CHECK_OK(cube_client_send(c, src, devs[0]));
+  CHECK_OK(cube_client_recv(c, copy, devs[0]));
+  CHECK_OK(cube_client_sync_collective(c));
+  CHECK_OK(cube_client_sync(c));
+  CHECK(cts_read_equals(c, dst, v, sizeof(v)));
+  CHECK(cts_read_equals(c, copy, v, sizeof(v)));
+  cube_collective_record_t r;
+  CHECK_OK(cube_client_last_collective(c, &r));
+  CHECK(r.bytes == sizeof(v) && r.participants == 2 && r.kind == CUBE_COLLECTIVE_RECV);
+  cube_handle_release(src);
+  cube_handle_release(dst);
+  cube_handle_release(copy);
+  CTS_END(c);
+}
+
 CUBE_TEST(devices_collectives_unimplemented) {
   CTS_CLIENT(c);
-  if (cube_client_features(c)->bits & CUBE_FEATURE_COLLECTIVES) CUBE_SKIP("backend has collectives");
+  if (cube_client_features(c)->bits & CUBE_FEATURE_COLLECTIVES) {
+    CTS_END(c);
+    CUBE_SKIP("backend has collectives (devices_collectives_single_device tests them)");
+  }
   cube_device_id_t devs[1] = {cts_device(0)};
   CHECK_STATUS(cube_client_ensure_init_collective(c, 1, devs), CUBE_STATUS_UNIMPLEMENTED,
                "cube_client_ensure_init_collective");

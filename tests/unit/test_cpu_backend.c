@@ -97,7 +97,7 @@ CUBE_TEST(properties_sanity) {
   const uint64_t want = CUBE_FEATURE_NATIVE_KERNELS | CUBE_FEATURE_DYNAMIC_COUNT |
                         CUBE_FEATURE_F64 | CUBE_FEATURE_I64 | CUBE_FEATURE_ATOMIC_U32 |
                         CUBE_FEATURE_ATOMIC_F32_ADD | CUBE_FEATURE_SHARED_MEMORY |
-                        CUBE_FEATURE_PINNED_STAGING;
+                        CUBE_FEATURE_PINNED_STAGING | CUBE_FEATURE_COLLECTIVES;
   CHECK_EQ_U64(f.bits, want);
   CHECK(info.backend == CUBE_BACKEND_CPU);
   CHECK(strcmp(info.name, "cpu") == 0);

@@ -819,10 +819,10 @@ static cube_status_t load_try(cube_device_id_t d) {
   X("E286", "cube_client_to_client_tensor", "tensor with unreadable strides", UNSUP,             \
     cube_client_to_client_tensor(c, &t0_transposed, c1, &t), "cube_client_to_client_tensor", "strides [1, 4]")
 
-/* Collectives: UNIMPLEMENTED on the CPU backend once the inputs are valid. */
+/* Collectives (the CPU backend has the host transport). */
 #define G_COLLECTIVES(X, V)                                                                       \
-  X("E287", "cube_client_ensure_init_collective", "valid devices (no transport)", UNIMPL,        \
-    cube_client_ensure_init_collective(c, 1, devs1), "cube_client_ensure_init_collective", "cpu backend", "no collective transport") \
+  X("E287", "cube_client_ensure_init_collective", "devices listing cpu:0 twice", INV,          \
+    cube_client_ensure_init_collective(c, 2, devs_twice), "cube_client_ensure_init_collective", "lists cpu:0 twice") \
   X("E288", "cube_client_ensure_init_collective", "client NULL", INV,                            \
     cube_client_ensure_init_collective(NULL, 1, devs1), "cube_client_ensure_init_collective", "client is NULL") \
   X("E289", "cube_client_ensure_init_collective", "device_count 0", INV,                         \
@@ -833,12 +833,12 @@ static cube_status_t load_try(cube_device_id_t d) {
     cube_client_ensure_init_collective(c, 2, devs_bad), "cube_client_ensure_init_collective", "devices[1] = cpu:99", "does not exist") \
   X("E292", "cube_client_ensure_init_collective", "devices[0] of a bad backend (9)", INV,        \
     cube_client_ensure_init_collective(c, 1, devs_bad_backend), "cube_client_ensure_init_collective", "devices[0].backend 9", "invalid") \
-  X("E293", "cube_client_sync_collective", "valid client (no transport)", UNIMPL,                \
-    cube_client_sync_collective(c), "cube_client_sync_collective", "no collective transport")     \
+  X("E293", "cube_client_sync_collective", "CUBE_COLLECTIVE_TIMEOUT='soon'", INV,               \
+    sync_collective_bad_timeout(c), "cube_client_sync_collective", "CUBE_COLLECTIVE_TIMEOUT", "'soon'") \
   X("E294", "cube_client_sync_collective", "client NULL", INV, cube_client_sync_collective(NULL), \
     "cube_client_sync_collective", "client is NULL")                                             \
-  X("E295", "cube_client_all_reduce", "valid inputs (no transport)", UNIMPL,                     \
-    cube_client_all_reduce(c, h0, h0b, CUBE_DTYPE_F32, 1, devs1, CUBE_REDUCE_SUM), "cube_client_all_reduce", "no collective transport") \
+  X("E295", "cube_client_all_reduce", "src of 64 bytes, dst of 32", INV,                         \
+    cube_client_all_reduce(c, h0, h_small, CUBE_DTYPE_F32, 1, devs1, CUBE_REDUCE_SUM), "cube_client_all_reduce", "src views 64 bytes but dst 32") \
   X("E296", "cube_client_all_reduce", "client NULL", INV,                                        \
     cube_client_all_reduce(NULL, h0, h0b, CUBE_DTYPE_F32, 1, devs1, CUBE_REDUCE_SUM), "cube_client_all_reduce", "client is NULL") \
   X("E297", "cube_client_all_reduce", "src the null handle", INV,                                \
@@ -1368,12 +1368,21 @@ CUBE_TEST(cross_device) {
   group_done("cross_device");
 }
 
+static cube_status_t sync_collective_bad_timeout(cube_client_t* c) {
+  setenv("CUBE_COLLECTIVE_TIMEOUT", "soon", 1);
+  cube_status_t s = cube_client_sync_collective(c);
+  unsetenv("CUBE_COLLECTIVE_TIMEOUT");
+  return s;
+}
+
 CUBE_TEST(collectives) {
   cube_client_t* c = client_or_null(cpu0());
   REQUIRE(c != NULL);
-  cube_handle_t h0 = CUBE_HANDLE_NULL, h0b = CUBE_HANDLE_NULL, released, live;
+  cube_handle_t h0 = CUBE_HANDLE_NULL, h0b = CUBE_HANDLE_NULL, h_small = CUBE_HANDLE_NULL, released, live;
   REQUIRE_OK(cube_client_empty(c, 64, &h0));
   REQUIRE_OK(cube_client_empty(c, 64, &h0b));
+  REQUIRE_OK(cube_client_empty(c, 32, &h_small));
+  const cube_device_id_t devs_twice[2] = {cpu0(), cpu0()};
   two_handles(c, &live, &released);
   const cube_device_id_t devs1[1] = {cpu0()};
   const cube_device_id_t devs_bad[2] = {cpu0(), dev(CUBE_BACKEND_CPU, 99)};
@@ -1381,6 +1390,7 @@ CUBE_TEST(collectives) {
   G_COLLECTIVES(CHECK_X, CHECK_V)
   cube_handle_release(h0);
   cube_handle_release(h0b);
+  cube_handle_release(h_small);
   cube_handle_release(live);
   cube_client_release(c);
   group_done("collectives");

@@ -186,6 +186,7 @@ static cube_status_t cube__cpu_device_create(uint32_t index, const cube_server_o
   if (out_props) cube__cpu_fill_properties(index, dev->workers, out_props);
   if (out_features) {
     out_features->bits = CUBE_FEATURE_NATIVE_KERNELS | CUBE_FEATURE_DYNAMIC_COUNT |
+                         CUBE_FEATURE_COLLECTIVES | /* src/collective: host transport */
                          CUBE_FEATURE_F64 | CUBE_FEATURE_I64 | CUBE_FEATURE_ATOMIC_U32 |
                          CUBE_FEATURE_ATOMIC_F32_ADD | CUBE_FEATURE_SHARED_MEMORY |
                          CUBE_FEATURE_PINNED_STAGING;

@@ -1,0 +1,195 @@
+/* Collectives: communicators, the rendezvous of participants, and the
+ * transports that move the data (docs/collectives.md).
+ *
+ * Shape. A client call (src/client/client.c) validates its arguments, finds
+ * (or creates) the communicator of the sorted device set and queues one task
+ * on its device's stream. That task, on the runner (or in inline mode on the
+ * caller, under the device lock), hands this participant's part to the
+ * backend's transport and returns without waiting for the others. A later
+ * cube_client_sync_collective queues a task that waits (at most
+ * CUBE_COLLECTIVE_TIMEOUT) until the parts queued before on that stream are
+ * complete, and defers their failures to the stream.
+ *
+ * Transports. A table per backend (cube__coll_transport_t), chosen by
+ * cube__coll_transport_for: every entry runs on the participant's runner,
+ * in stream order, and must not wait for peers that the same thread may
+ * still have to submit (one thread may drive every device):
+ *  - host (CPU devices, any backend whose memory is host memory): the
+ *    participants of this process meet in the communicator; the last one to
+ *    arrive reduces (or copies) for all, through shared memory, and, when the
+ *    communicator spans MPI ranks, exchanges the partial result with the other
+ *    ranks over MPI point-to-point messages (src/collective/mpi.c);
+ *  - nccl (later, CUDA): comm_init = ncclCommInitRank (rank = place of the
+ *    device in the sorted set, the unique id from the process-wide map kept
+ *    in the communicator), all_reduce/send/recv = the NCCL call on the
+ *    device's comm stream after an event on the compute stream (returning no
+ *    pending operation), sync = the compute stream waits on the comm stream.
+ *
+ * Threading: everything here is thread-safe.
+ */
+#ifndef CUBE_COLLECTIVE_COLLECTIVE_H_
+#define CUBE_COLLECTIVE_COLLECTIVE_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cube/client.h"
+#include "memory/memory.h"
+
+struct cube__server;
+typedef struct cube__comm cube__comm_t;
+typedef struct cube__coll_op cube__coll_op_t;
+
+/* One participant's part, as its task hands it to the transport. The memory
+ * references are owned by the part: a transport that keeps them sets the
+ * fields to NULL. */
+typedef struct cube__coll_part {
+  struct cube__server* server;
+  uint64_t stream_id;
+  cube__memory_t* src_mem; /* all_reduce, send */
+  uint64_t src_offset;
+  cube__memory_t* dst_mem; /* all_reduce, recv */
+  uint64_t dst_offset;
+  uint64_t bytes;
+  cube_dtype_t dtype;
+  cube_reduce_op_t op;
+  uint32_t rank; /* this participant's place in the communicator */
+  uint32_t peer; /* send/recv: the other participant's place */
+} cube__coll_part_t;
+
+typedef struct cube__coll_transport {
+  const char* name;
+  /* Per participant, once per communicator (at ensure_init). May be NULL. */
+  cube_status_t (*comm_init)(cube__comm_t* comm, uint32_t rank);
+  /* This participant's part. *out_op: an operation to wait on in
+   * sync_collective (a reference), or NULL when the transport orders the
+   * work on the device's own stream. */
+  cube_status_t (*all_reduce)(cube__comm_t* comm, cube__coll_part_t* part,
+                              cube__coll_op_t** out_op);
+  cube_status_t (*send)(cube__comm_t* comm, cube__coll_part_t* part, cube__coll_op_t** out_op);
+  cube_status_t (*recv)(cube__comm_t* comm, cube__coll_part_t* part, cube__coll_op_t** out_op);
+  /* Orders the stream after its collectives (NULL: waiting on the operations
+   * is enough). */
+  cube_status_t (*sync)(cube__comm_t* comm, struct cube__server* server, uint64_t stream_id);
+  void (*comm_destroy)(cube__comm_t* comm);
+} cube__coll_transport_t;
+
+/* The transport of |backend|; NULL when it has none. */
+const cube__coll_transport_t* cube__coll_transport_for(cube_backend_t backend);
+
+/* The in-process + MPI transport over host memory. */
+extern const cube__coll_transport_t cube__coll_host_transport;
+
+/* World ------------------------------------------------------------------ */
+
+typedef struct cube__coll_world {
+  uint32_t rank, ranks; /* 0, 1 without MPI */
+  uint32_t local_cpu;   /* CPU devices per rank (CUBE_CPU_DEVICES) */
+  bool mpi;             /* MPI is in use */
+} cube__coll_world_t;
+
+/* The process's place (starts MPI on first use when launched by mpirun). */
+cube_status_t cube__coll_world(cube__coll_world_t* out);
+
+/* Global id of a local device, and the number of global devices of a backend
+ * (local count x ranks for CPU, local count otherwise). */
+cube_device_id_t cube__coll_global_id(cube_device_id_t local);
+uint32_t cube__coll_global_count(cube_backend_t backend);
+
+/* Communicators ---------------------------------------------------------- */
+
+/* The communicator of the set |devices| (global ids, any order, no
+ * duplicates), created on first use. *out_rank: the place of |self| in it
+ * (INVALID_ARGUMENT naming the set when |self| is not a member). |fn| prefixes
+ * messages. The communicator lives until cube__coll_shutdown. */
+cube_status_t cube__coll_comm_get(const char* fn, size_t count, const cube_device_id_t* devices,
+                                  cube_device_id_t self, cube__comm_t** out_comm,
+                                  uint32_t* out_rank);
+
+/* "{cpu:0, cpu:1}" into |buf|. */
+const char* cube__coll_comm_name(const cube__comm_t* comm, char* buf, size_t size);
+uint32_t cube__coll_comm_size(const cube__comm_t* comm);
+cube_device_id_t cube__coll_comm_device(const cube__comm_t* comm, uint32_t rank);
+
+/* Pending operations of a stream ------------------------------------------ */
+
+/* Records |op| (consumes the reference) as pending on (server, stream). */
+void cube__coll_pending_add(struct cube__server* server, uint64_t stream_id, cube__comm_t* comm,
+                            cube__coll_op_t* op);
+
+/* Waits for the operations pending on (server, stream), at most |timeout_ns|
+ * for each that is not complete, abandoning those whose participants did not
+ * all join; returns their failures joined (NULL if none). */
+cube_status_t cube__coll_pending_wait(struct cube__server* server, uint64_t stream_id,
+                                      uint64_t timeout_ns);
+
+/* CUBE_COLLECTIVE_TIMEOUT in ns (default 60 s); INVALID_ARGUMENT when the
+ * variable is not a positive number of seconds. */
+cube_status_t cube__coll_timeout_ns(uint64_t* out_ns);
+
+/* The last record of a local device; false before the first. */
+bool cube__coll_last_record(cube_device_id_t local, cube_collective_record_t* out);
+
+/* Destroys every communicator, pending list and record (cube_shutdown, after
+ * the queues are shut down). */
+void cube__coll_shutdown(void);
+
+/* Queues participant |part| of a collective of |kind| on (s, stream_id);
+ * |part|'s memory references move into the task (also on failure). */
+cube_status_t cube__coll_submit(struct cube__server* s, uint64_t stream_id, cube__comm_t* comm,
+                                cube_collective_kind_t kind, const cube__coll_part_t* part,
+                                uint64_t timeout_ns);
+/* Queues the sync_collective task on (s, stream_id). */
+cube_status_t cube__coll_submit_sync(struct cube__server* s, uint64_t stream_id,
+                                     uint64_t timeout_ns);
+
+/* Host buffers for large temporaries (staging blocks, partial results, MPI
+ * messages), kept for reuse: a fresh buffer costs a page fault per 4 KiB on
+ * first touch, which dominated large operations. 64-byte aligned; NULL when
+ * out of host memory. put(NULL) does nothing; free() releases for good. */
+void* cube__coll_scratch_get(size_t size);
+void cube__coll_scratch_put(void* p);
+void cube__coll_scratch_free(void* p);
+
+/* Reductions (src/collective/reduce.c) -------------------------------------- */
+
+/* acc[i] = op(acc[i], in[i]) for |count| elements of |dtype| (MEAN adds);
+ * |acc| and |in| do not overlap. */
+void cube__reduce_combine(cube_dtype_t dtype, cube_reduce_op_t op, void* acc, const void* in,
+                          uint64_t count);
+/* acc[i] /= n for MEAN, nothing otherwise. */
+void cube__reduce_finish(cube_dtype_t dtype, cube_reduce_op_t op, void* acc, uint64_t count,
+                         uint32_t n);
+
+/* MPI (src/collective/mpi.c; stubs without MPI) ------------------------------ */
+
+/* Starts MPI if this process was launched by an MPI launcher (or
+ * CUBE_COLLECTIVE_MPI=1), unless CUBE_COLLECTIVE_MPI=0. */
+cube_status_t cube__mpi_start(bool* out_active, uint32_t* out_rank, uint32_t* out_ranks);
+
+/* Exchanges this rank's |bytes| of |partial| with the |count| other |ranks|
+ * (message tag derived from |tag_key|), each message carrying |header|
+ * (compared on receipt: a header that differs in anything but the rank is a
+ * mismatch). out_received[i] gets rank ranks[i]'s payload (malloc'd). Waits
+ * until |deadline_ns| (cube__now_ns clock); on timeout the error names the
+ * ranks whose message did not come. */
+typedef struct cube__mpi_header {
+  uint64_t comm_hash;
+  uint64_t sequence;
+  uint64_t bytes;
+  uint32_t kind, dtype, op, local_cpu;
+  uint32_t sender_rank, pad;
+} cube__mpi_header_t;
+
+cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* header,
+                                 const void* partial, uint32_t count, const uint32_t* ranks,
+                                 void** out_received, uint64_t deadline_ns, const char* what);
+
+/* Point to point: sends |bytes| with |header| to |rank| / receives from
+ * |rank| into |dst|, until |deadline_ns|. */
+cube_status_t cube__mpi_send(uint64_t tag_key, const cube__mpi_header_t* header, const void* src,
+                             uint32_t rank, uint64_t deadline_ns, const char* what);
+cube_status_t cube__mpi_recv(uint64_t tag_key, const cube__mpi_header_t* header, void* dst,
+                             uint32_t rank, uint64_t deadline_ns, const char* what);
+
+#endif /* CUBE_COLLECTIVE_COLLECTIVE_H_ */

@@ -1,0 +1,421 @@
+/* Collectives across processes: run by `mpiexec -np 2` (tests/CMakeLists.txt),
+ * one rank per process, the same case on every rank. Global device ids: cpu:g
+ * is local CPU device g % L of rank g / L (L = CUBE_CPU_DEVICES, 1 unless a
+ * case sets 2). Every rank computes the reference from every rank's data,
+ * which it can generate (the seed names the rank and the operation).
+ * Without MPI (not built in, or not launched by mpiexec) every case exits 77. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "cube/cube.h"
+
+static uint32_t g_rank, g_ranks, g_local;
+
+static cube_device_id_t cpu(uint32_t i) {
+  cube_device_id_t d = {CUBE_BACKEND_CPU, i};
+  return d;
+}
+
+/* Sets the environment (the same on every rank), then finds the world.
+ * False (and the case skips) without MPI. */
+static bool setup(const char* devices, const char* mode) {
+  setenv("CUBE_CPU_DEVICES", devices, 1);
+  setenv("CUBE_DEVICE_QUEUE", mode, 1);
+  cube_status_t s = cube_collective_world(&g_rank, &g_ranks, &g_local);
+  if (s) {
+    fprintf(stderr, "%s\n", cube_status_message(s));
+    cube_status_free(s);
+    return false;
+  }
+  return g_ranks == 2;
+}
+
+static cube_client_t* load(uint32_t i) {
+  cube_client_t* c = NULL;
+  cube_status_t s = cube_client_load(cpu(i), &c);
+  if (s) {
+    fprintf(stderr, "rank %u: load cpu:%u: %s\n", g_rank, i, cube_status_message(s));
+    cube_status_free(s);
+  }
+  return c;
+}
+
+#define SKIP_WITHOUT_MPI(devices, mode)                                                   \
+  do {                                                                                    \
+    if (!setup(devices, mode))                                                            \
+      CUBE_SKIP("not 2 MPI ranks (ranks %u; built with MPI and launched by mpiexec -np 2?)", \
+                g_ranks);                                                                 \
+  } while (0)
+
+//===----------------------------------------------------------------------===//
+// Data and reference (integers, and floats holding small integers: exact)
+//===----------------------------------------------------------------------===//
+
+static void gen(cube_dtype_t t, cube_reduce_op_t op, void* p, size_t n, uint64_t seed) {
+  uint64_t s = seed;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t r = cube_test_rand(&s);
+    int v = op == CUBE_REDUCE_PROD ? (int)(r % 3) + 1 : (int)(r % 17) - 8;
+    switch (t) {
+      case CUBE_DTYPE_U8: ((uint8_t*)p)[i] = (uint8_t)v; break;
+      case CUBE_DTYPE_I8: ((int8_t*)p)[i] = (int8_t)v; break;
+      case CUBE_DTYPE_U32: ((uint32_t*)p)[i] = (uint32_t)r; break;
+      case CUBE_DTYPE_I32:
+        ((int32_t*)p)[i] = op == CUBE_REDUCE_PROD ? v : (int32_t)(r >> 33) - (1 << 29);
+        break;
+      case CUBE_DTYPE_U64: ((uint64_t*)p)[i] = r; break;
+      case CUBE_DTYPE_I64: ((int64_t*)p)[i] = (int64_t)(r >> 2) - (int64_t)(r >> 3); break;
+      case CUBE_DTYPE_F16: { /* small integers: sign, exponent, mantissa */
+        int a = v < 0 ? -v : v, e = 0;
+        uint16_t h = 0;
+        if (a) {
+          while ((a >> (e + 1)) != 0) ++e;
+          h = (uint16_t)(((unsigned)(e + 15) << 10) | ((((unsigned)a << 10) >> e) & 0x3ff));
+        }
+        ((uint16_t*)p)[i] = (uint16_t)(h | (v < 0 ? 0x8000 : 0));
+        break;
+      }
+      case CUBE_DTYPE_BF16: {
+        float f = (float)v;
+        uint32_t b;
+        memcpy(&b, &f, 4);
+        ((uint16_t*)p)[i] = (uint16_t)(b >> 16);
+        break;
+      }
+      case CUBE_DTYPE_F32: ((float*)p)[i] = (float)v; break;
+      default: ((double*)p)[i] = v; break;
+    }
+  }
+}
+
+/* Element i as double (floats) or integer bits. */
+static double as_f(cube_dtype_t t, const void* p, size_t i) {
+  if (t == CUBE_DTYPE_F32) return ((const float*)p)[i];
+  if (t == CUBE_DTYPE_F64) return ((const double*)p)[i];
+  uint16_t h = ((const uint16_t*)p)[i];
+  if (t == CUBE_DTYPE_BF16) {
+    uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+  }
+  int e = (h >> 10) & 0x1f;
+  double v = e == 0 ? (h & 0x3ff) / 16777216.0
+                     : (1.0 + (h & 0x3ff) / 1024.0) * (double)(1u << e) / 32768.0;
+  return (h & 0x8000) ? -v : v;
+}
+
+static bool is_float(cube_dtype_t t) {
+  return t == CUBE_DTYPE_F16 || t == CUBE_DTYPE_BF16 || t == CUBE_DTYPE_F32 || t == CUBE_DTYPE_F64;
+}
+
+/* The expected element i of op over k inputs, written at |out| (element size). */
+static void expect(cube_dtype_t t, cube_reduce_op_t op, void* const* in, uint32_t k, size_t i,
+                   double* out_f, uint64_t* out_bits) {
+  if (is_float(t)) {
+    double a = as_f(t, in[0], i);
+    for (uint32_t j = 1; j < k; ++j) {
+      double v = as_f(t, in[j], i);
+      a = op == CUBE_REDUCE_PROD ? a * v
+          : op == CUBE_REDUCE_MAX ? (v > a ? v : a)
+          : op == CUBE_REDUCE_MIN ? (v < a ? v : a)
+                                  : a + v;
+    }
+    if (op == CUBE_REDUCE_MEAN) a = t == CUBE_DTYPE_F32 ? (double)((float)a / (float)k) : a / k;
+    *out_f = a;
+    return;
+  }
+  uint32_t es = cube_dtype_size(t);
+  bool sgn = t == CUBE_DTYPE_I8 || t == CUBE_DTYPE_I32 || t == CUBE_DTYPE_I64;
+  uint64_t mask = es == 8 ? ~0ull : ((1ull << (es * 8)) - 1);
+  int sh = 64 - (int)es * 8;
+  uint64_t a = 0;
+  for (uint32_t j = 0; j < k; ++j) {
+    uint64_t v = 0;
+    memcpy(&v, (const char*)in[j] + i * es, es);
+    if (j == 0) {
+      a = v;
+      continue;
+    }
+    int64_t sa = (int64_t)(a << sh) >> sh, sv = (int64_t)(v << sh) >> sh;
+    switch (op) {
+      case CUBE_REDUCE_PROD: a = (a * v) & mask; break;
+      case CUBE_REDUCE_MAX: a = sgn ? (sv > sa ? v : a) : (v > a ? v : a); break;
+      case CUBE_REDUCE_MIN: a = sgn ? (sv < sa ? v : a) : (v < a ? v : a); break;
+      default: a = (a + v) & mask; break;
+    }
+  }
+  if (op == CUBE_REDUCE_MEAN) {
+    if (sgn) a = (uint64_t)(((int64_t)(a << sh) >> sh) / (int64_t)k) & mask;
+    else a = a / k;
+  }
+  *out_bits = a & mask;
+}
+
+static size_t compare(cube_dtype_t t, cube_reduce_op_t op, void* const* in, uint32_t k,
+                      const void* got, size_t n, const char* what) {
+  size_t bad = 0;
+  uint32_t es = cube_dtype_size(t);
+  for (size_t i = 0; i < n; ++i) {
+    double f = 0;
+    uint64_t bits = 0, g = 0;
+    expect(t, op, in, k, i, &f, &bits);
+    bool ok;
+    if (is_float(t)) {
+      double gv = as_f(t, got, i);
+      double tol = op == CUBE_REDUCE_MEAN && es == 2 ? (f < 0 ? -f : f) / 100.0 : 0;
+      ok = gv - f <= tol && f - gv <= tol;
+      if (!ok && bad < 3) fprintf(stderr, "%s: [%zu] got %g want %g\n", what, i, gv, f);
+    } else {
+      memcpy(&g, (const char*)got + i * es, es);
+      ok = g == bits;
+      if (!ok && bad < 3)
+        fprintf(stderr, "%s: [%zu] got %llu want %llu\n", what, i, (unsigned long long)g,
+                (unsigned long long)bits);
+    }
+    bad += !ok;
+  }
+  return bad;
+}
+
+//===----------------------------------------------------------------------===//
+// Cases
+//===----------------------------------------------------------------------===//
+
+CUBE_TEST(world) {
+  SKIP_WITHOUT_MPI("1", "threaded");
+  CHECK(g_rank < 2 && g_local == 1);
+  cube_client_t* c = load(0);
+  REQUIRE(c != NULL);
+  /* The other rank's device exists as a global id. */
+  const cube_device_id_t both[2] = {cpu(1), cpu(0)};
+  CHECK_OK(cube_client_ensure_init_collective(c, 2, both));
+  const cube_device_id_t other[1] = {cpu(1 - g_rank)};
+  CHECK_STATUS(cube_client_ensure_init_collective(c, 1, other), CUBE_STATUS_INVALID_ARGUMENT,
+               "is not among devices", "global id");
+  const cube_device_id_t none[1] = {cpu(2)};
+  CHECK_STATUS(cube_client_ensure_init_collective(c, 1, none), CUBE_STATUS_NOT_FOUND, "cpu:2");
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+/* One device per rank: every element type and op over {cpu:0, cpu:1}. */
+static void types_ops(const char* mode) {
+  SKIP_WITHOUT_MPI("1", mode);
+  cube_client_t* c = load(0);
+  REQUIRE(c != NULL);
+  const cube_device_id_t ids[2] = {cpu(1 - g_rank), cpu(g_rank)};
+  size_t checked = 0;
+  for (int t = 0; t < CUBE_DTYPE_COUNT; ++t) {
+    for (int o = 0; o < CUBE_REDUCE_OP_COUNT; ++o) {
+      cube_dtype_t dt = (cube_dtype_t)t;
+      cube_reduce_op_t op = (cube_reduce_op_t)o;
+      size_t count = (t + o) % 6 == 0 ? 100003 : (size_t)(1 + ((t * 131 + o * 17) % 2000));
+      size_t bytes = count * cube_dtype_size(dt);
+      void* in[2] = {malloc(bytes), malloc(bytes)};
+      for (uint32_t r = 0; r < 2; ++r) gen(dt, op, in[r], count, 1000u * r + 10u * t + o + 1);
+      cube_handle_t src, dst;
+      REQUIRE_OK(cube_client_create_from_slice(c, in[g_rank], bytes, &src));
+      void* poison = malloc(bytes);
+      memset(poison, 0xEE, bytes);
+      REQUIRE_OK(cube_client_create_from_slice(c, poison, bytes, &dst));
+      free(poison);
+      CHECK_OK(cube_client_all_reduce(c, src, dst, dt, 2, ids, op));
+      CHECK_OK(cube_client_sync_collective(c));
+      cube_bytes_t* b = NULL;
+      CHECK_OK(cube_client_read_one(c, dst, &b));
+      if (b) {
+        char what[128];
+        snprintf(what, sizeof(what), "rank %u: %s %s, %zu elements", g_rank, cube_dtype_name(dt),
+                 cube_reduce_op_name(op), count);
+        size_t bad = compare(dt, op, in, 2, cube_bytes_const_data(b), count, what);
+        if (bad) {
+          fprintf(stderr, "%s: %zu elements differ\n", what, bad);
+          cube_test_failures++;
+        }
+        ++checked;
+      }
+      cube_bytes_release(b);
+      cube_handle_release(src);
+      cube_handle_release(dst);
+      free(in[0]);
+      free(in[1]);
+    }
+  }
+  CHECK_EQ_U64(checked, CUBE_DTYPE_COUNT * CUBE_REDUCE_OP_COUNT);
+  cube_collective_record_t r;
+  CHECK_OK(cube_client_last_collective(c, &r));
+  CHECK(r.participants == 2 && r.ranks == 2 &&
+        r.sequence == CUBE_DTYPE_COUNT * CUBE_REDUCE_OP_COUNT - 1);
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+CUBE_TEST(all_reduce_types_ops_threaded) { types_ops("threaded"); }
+CUBE_TEST(all_reduce_types_ops_inline) { types_ops("inline"); }
+
+/* Two devices per rank (global cpu:0..3), all driven from one thread: the
+ * four together, a pair across ranks, a pair inside each rank. */
+static void mixed(const char* mode) {
+  SKIP_WITHOUT_MPI("2", mode);
+  CHECK(g_local == 2);
+  cube_client_t* c[2] = {load(0), load(1)};
+  REQUIRE(c[0] && c[1]);
+  const uint32_t mine[2] = {2 * g_rank, 2 * g_rank + 1};
+  for (int it = 0; it < 6; ++it) {
+    /* it % 3: 0 = {0,1,2,3}, 1 = {1,2} (one device of each rank), 2 = the local pair */
+    int kind = it % 3;
+    cube_device_id_t ids[4];
+    uint32_t n = 0;
+    if (kind == 0) for (uint32_t g = 0; g < 4; ++g) ids[n++] = cpu(3 - g);
+    else if (kind == 1) { ids[n++] = cpu(2); ids[n++] = cpu(1); }
+    else { ids[n++] = cpu(mine[1]); ids[n++] = cpu(mine[0]); }
+    size_t count = 3001 + (size_t)it * 999;
+    cube_reduce_op_t op = it < 3 ? CUBE_REDUCE_SUM : CUBE_REDUCE_MEAN;
+    void* in[4] = {0};
+    for (uint32_t g = 0; g < 4; ++g) {
+      in[g] = malloc(count * 8);
+      gen(CUBE_DTYPE_F64, op, in[g], count, 77u * g + (uint64_t)it);
+    }
+    cube_handle_t h[2] = {CUBE_HANDLE_NULL, CUBE_HANDLE_NULL};
+    bool part[2];
+    for (int l = 0; l < 2; ++l) {
+      part[l] = false;
+      for (uint32_t k = 0; k < n; ++k) part[l] |= ids[k].index == mine[l];
+      if (!part[l]) continue;
+      REQUIRE_OK(cube_client_create_from_slice(c[l], in[mine[l]], count * 8, &h[l]));
+      CHECK_OK(cube_client_all_reduce(c[l], h[l], h[l], CUBE_DTYPE_F64, n, ids, op));
+    }
+    for (int l = 0; l < 2; ++l)
+      if (part[l]) CHECK_OK(cube_client_sync_collective(c[l]));
+    void* sorted[4];
+    uint32_t k = 0;
+    for (uint32_t g = 0; g < 4; ++g)
+      for (uint32_t j = 0; j < n; ++j)
+        if (ids[j].index == g) sorted[k++] = in[g];
+    for (int l = 0; l < 2; ++l) {
+      if (!part[l]) continue;
+      cube_bytes_t* b = NULL;
+      CHECK_OK(cube_client_read_one(c[l], h[l], &b));
+      if (b) {
+        char what[96];
+        snprintf(what, sizeof(what), "rank %u cpu:%u iteration %d", g_rank, mine[l], it);
+        CHECK(compare(CUBE_DTYPE_F64, op, sorted, n, cube_bytes_const_data(b), count, what) == 0);
+      }
+      cube_bytes_release(b);
+      cube_handle_release(h[l]);
+    }
+    for (uint32_t g = 0; g < 4; ++g) free(in[g]);
+  }
+  cube_client_release(c[0]);
+  cube_client_release(c[1]);
+  cube_shutdown();
+}
+
+CUBE_TEST(all_reduce_mixed_threaded) { mixed("threaded"); }
+CUBE_TEST(all_reduce_mixed_inline) { mixed("inline"); }
+
+CUBE_TEST(send_recv) {
+  SKIP_WITHOUT_MPI("1", "threaded");
+  cube_client_t* c = load(0);
+  REQUIRE(c != NULL);
+  const size_t sizes[3] = {1, 70001, 3 << 20};
+  for (int m = 0; m < 3; ++m) {
+    /* rank 0 -> rank 1, then back */
+    unsigned char* data = malloc(sizes[m]);
+    cube_test_fill_random(data, sizes[m], 99u + (uint64_t)m);
+    cube_handle_t h;
+    if (g_rank == 0) {
+      REQUIRE_OK(cube_client_create_from_slice(c, data, sizes[m], &h));
+      CHECK_OK(cube_client_send(c, h, cpu(1)));
+      CHECK_OK(cube_client_recv(c, h, cpu(1)));
+    } else {
+      REQUIRE_OK(cube_client_empty(c, sizes[m], &h));
+      CHECK_OK(cube_client_recv(c, h, cpu(0)));
+      CHECK_OK(cube_client_send(c, h, cpu(0)));
+    }
+    CHECK_OK(cube_client_sync_collective(c));
+    cube_bytes_t* b = NULL;
+    CHECK_OK(cube_client_read_one(c, h, &b));
+    CHECK(b && cube_bytes_size(b) == sizes[m] &&
+          memcmp(cube_bytes_const_data(b), data, sizes[m]) == 0);
+    cube_bytes_release(b);
+    cube_handle_release(h);
+    free(data);
+  }
+  cube_collective_record_t r;
+  CHECK_OK(cube_client_last_collective(c, &r));
+  CHECK(r.bytes == sizes[2] && r.ranks == 2 && r.participants == 2);
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+CUBE_TEST(mismatch) {
+  SKIP_WITHOUT_MPI("1", "threaded");
+  cube_client_t* c = load(0);
+  REQUIRE(c != NULL);
+  const cube_device_id_t ids[2] = {cpu(0), cpu(1)};
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_empty(c, g_rank ? 128 : 64, &h));
+  CHECK_OK(cube_client_all_reduce(c, h, h, CUBE_DTYPE_F32, 2, ids, CUBE_REDUCE_SUM));
+  CHECK_OK(cube_client_sync_collective(c));
+  /* Rank 0 gets a message larger than it expects, rank 1 a smaller one. */
+  CHECK_STATUS(cube_client_flush(c), CUBE_STATUS_INVALID_ARGUMENT, "participants disagree",
+               g_rank ? "rank 0 gives 64 bytes of f32 sum, this rank (1) 128 bytes"
+                      : "rank 1 sent more than the 64 bytes this rank (0) expects");
+  cube_handle_release(h);
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Rank 1 is late (by more than the timeout): rank 0 fails naming it and
+ * stays usable; rank 1's late call returns within the timeout (with the data
+ * rank 0 left behind, or a timeout of its own), never hangs. */
+CUBE_TEST(timeout_names_missing_rank) {
+  SKIP_WITHOUT_MPI("1", "threaded");
+  setenv("CUBE_COLLECTIVE_TIMEOUT", "1", 1);
+  cube_client_t* c = load(0);
+  REQUIRE(c != NULL);
+  const cube_device_id_t ids[2] = {cpu(0), cpu(1)};
+  cube_handle_t h;
+  float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  REQUIRE_OK(cube_client_create_from_slice(c, v, sizeof(v), &h));
+  if (g_rank == 1) {
+    struct timespec ts = {2, 0};
+    nanosleep(&ts, NULL);
+  }
+  uint64_t t0 = now_ms();
+  CHECK_OK(cube_client_all_reduce(c, h, h, CUBE_DTYPE_F32, 2, ids, CUBE_REDUCE_SUM));
+  CHECK_OK(cube_client_sync_collective(c));
+  cube_status_t s = cube_client_flush(c);
+  uint64_t ms = now_ms() - t0;
+  if (g_rank == 0) {
+    CHECK_STATUS(s, CUBE_STATUS_DEADLINE_EXCEEDED, "all_reduce #0", "rank 1 did not join",
+                 "CUBE_COLLECTIVE_TIMEOUT");
+    CHECK(ms >= 900 && ms < 10000); /* waited for the timeout, not forever */
+    /* Still usable: a copy onto itself. */
+    cube_handle_t out;
+    CHECK_OK(cube_client_to_client(c, h, c, &out));
+    CHECK_OK(cube_client_flush(c));
+    cube_handle_release(out);
+  } else {
+    CHECK(cube_status_code(s) == CUBE_STATUS_OK ||
+          cube_status_code(s) == CUBE_STATUS_DEADLINE_EXCEEDED);
+    CHECK(ms < 10000);
+    cube_status_free(s);
+  }
+  cube_handle_release(h);
+  cube_client_release(c);
+  cube_shutdown();
+  unsetenv("CUBE_COLLECTIVE_TIMEOUT");
+}
