@@ -240,7 +240,10 @@ const cube__coll_transport_t* cube__coll_transport_for(cube_backend_t backend) {
   const cube__backend_vtable_t* b =
       (unsigned)backend < CUBE_BACKEND_COUNT ? cube__backend_get(backend) : NULL;
   if (b && (b->flags & CUBE__BACKEND_HOST_MEMORY)) return &cube__coll_host_transport;
-  return NULL; /* cuda: the NCCL transport plugs in here */
+  /* cuda: the NCCL transport plugs in here; until then, as every other
+   * device: through host buffers. */
+  if (b && b->read && b->write) return &cube__coll_staged_transport;
+  return NULL;
 }
 
 cube_status_t cube__coll_timeout_ns(uint64_t* out_ns) {
@@ -879,12 +882,15 @@ static void cube__op_perform(cube__coll_op_t* op, uint64_t timeout_ns) {
 // The host transport
 //===----------------------------------------------------------------------===//
 
-static cube_status_t cube__host_all_reduce(cube__comm_t* c, cube__coll_part_t* part,
-                                           cube__coll_op_t** out_op) {
-  void* src = NULL;
-  void* dst = NULL;
-  cube_status_t rs = cube__resolve(part->src_mem, part->src_offset, &src);
-  if (!rs) rs = cube__resolve(part->dst_mem, part->dst_offset, &dst);
+static void cube__staged_add(cube__coll_part_t* part, cube__coll_op_t* op, void* src_host,
+                             void* dst_host, bool write_back);
+
+/* The rendezvous of an all_reduce part whose data is at |src| and goes to
+ * |dst| (host memory); |rs| a failure to get there (consumed). |staged|: the
+ * part's host copies (src, dst) are kept until its sync writes dst back. */
+static cube_status_t cube__all_reduce_at(cube__comm_t* c, cube__coll_part_t* part, void* src,
+                                         void* dst, cube_status_t rs, bool staged,
+                                         cube__coll_op_t** out_op) {
   pthread_mutex_lock(&c->lock);
   uint64_t seq = c->ar_seq[part->rank]++;
   cube__coll_op_t* op = cube__op_find_locked(c, CUBE_COLLECTIVE_ALL_REDUCE, 0, 0, seq, c->local_n,
@@ -901,6 +907,7 @@ static cube_status_t cube__host_all_reduce(cube__comm_t* c, cube__coll_part_t* p
     cube__op_name(op, what, sizeof(what));
     cube__op_complete_locked(op, cube__status_annotate(rs, "%s", what));
   }
+  if (staged) cube__staged_add(part, op, src, dst, true);
   bool last = cube__op_arrive_locked(op, part->rank, part, src, dst);
   pthread_mutex_unlock(&c->lock);
   if (last) {
@@ -911,13 +918,22 @@ static cube_status_t cube__host_all_reduce(cube__comm_t* c, cube__coll_part_t* p
   return CUBE_OK;
 }
 
-static cube_status_t cube__host_p2p(cube__comm_t* c, cube__coll_part_t* part, bool is_send,
-                                    cube__coll_op_t** out_op) {
+static cube_status_t cube__host_all_reduce(cube__comm_t* c, cube__coll_part_t* part,
+                                           cube__coll_op_t** out_op) {
+  void* src = NULL;
+  void* dst = NULL;
+  cube_status_t rs = cube__resolve(part->src_mem, part->src_offset, &src);
+  if (!rs) rs = cube__resolve(part->dst_mem, part->dst_offset, &dst);
+  return cube__all_reduce_at(c, part, src, dst, rs, false, out_op);
+}
+
+/* A send or receive part whose data is at (or goes to) |p| in host memory;
+ * |rs| a failure to get there (consumed). |staged|: |p| is the part's host
+ * copy, kept until its sync (a receive writes it back then). */
+static cube_status_t cube__p2p_at(cube__comm_t* c, cube__coll_part_t* part, bool is_send, void* p,
+                                  cube_status_t rs, bool staged, cube__coll_op_t** out_op) {
   uint32_t from = is_send ? part->rank : part->peer;
   uint32_t to = is_send ? part->peer : part->rank;
-  void* p = NULL;
-  cube_status_t rs = is_send ? cube__resolve(part->src_mem, part->src_offset, &p)
-                             : cube__resolve(part->dst_mem, part->dst_offset, &p);
   uint32_t other = is_send ? to : from;
   if (!c->local[other]) {
     /* Across processes: the message itself, on this runner, until the
@@ -959,6 +975,7 @@ static cube_status_t cube__host_p2p(cube__comm_t* c, cube__coll_part_t* part, bo
     cube__op_name(op, what, sizeof(what));
     cube__op_complete_locked(op, cube__status_annotate(rs, "%s", what));
   }
+  if (staged) cube__staged_add(part, op, is_send ? p : NULL, is_send ? NULL : p, !is_send);
   bool last = cube__op_arrive_locked(op, is_send ? 0 : 1, part, is_send ? p : NULL,
                                      is_send ? NULL : p);
   pthread_mutex_unlock(&c->lock);
@@ -968,6 +985,14 @@ static cube_status_t cube__host_p2p(cube__comm_t* c, cube__coll_part_t* part, bo
   }
   *out_op = op;
   return CUBE_OK;
+}
+
+static cube_status_t cube__host_p2p(cube__comm_t* c, cube__coll_part_t* part, bool is_send,
+                                    cube__coll_op_t** out_op) {
+  void* p = NULL;
+  cube_status_t rs = is_send ? cube__resolve(part->src_mem, part->src_offset, &p)
+                             : cube__resolve(part->dst_mem, part->dst_offset, &p);
+  return cube__p2p_at(c, part, is_send, p, rs, false, out_op);
 }
 
 static cube_status_t cube__host_send(cube__comm_t* c, cube__coll_part_t* part,
@@ -989,6 +1014,200 @@ const cube__coll_transport_t cube__coll_host_transport = {
     NULL,
     NULL,
 };
+
+//===----------------------------------------------------------------------===//
+// The staged transport: devices whose memory is not host memory
+//===----------------------------------------------------------------------===//
+
+/* For backends without a collective engine of their own (OpenCL; CUDA until
+ * NCCL is wired in): a part copies its source to host memory on its own
+ * stream (a blocking read, ordered after the work queued before it), joins
+ * the same rendezvous as the host transport, and its result lands in a host
+ * buffer; the participant's next sync_collective writes that buffer to its
+ * device on its own stream. So, as with CubeCL's NCCL path, the destination
+ * holds the result once sync_collective has returned, not before. */
+typedef struct cube__staged {
+  struct cube__staged* next;
+  cube__server_t* server;
+  uint64_t stream_id;
+  cube__coll_op_t* op;     /* a reference */
+  cube__memory_t* dst_mem; /* a binding reference; NULL when nothing is written back */
+  uint64_t dst_offset;
+  uint64_t bytes;
+  void* src_host; /* scratch buffers (NULL when unused) */
+  void* dst_host;
+} cube__staged_t;
+
+static pthread_mutex_t g_staged_lock = PTHREAD_MUTEX_INITIALIZER;
+static cube__staged_t* g_staged_head;
+static cube__staged_t** g_staged_tail = &g_staged_head;
+
+static void cube__staged_free(cube__staged_t* e) {
+  if (e->dst_mem) cube__memory_unref(e->dst_mem);
+  cube__coll_scratch_put(e->src_host);
+  cube__coll_scratch_put(e->dst_host);
+  cube__op_unref(e->op);
+  free(e);
+}
+
+/* Keeps |part|'s host copies until its stream's next sync_collective (called
+ * with the op found and the comm's lock held, before the part arrives). */
+static void cube__staged_add(cube__coll_part_t* part, cube__coll_op_t* op, void* src_host,
+                             void* dst_host, bool write_back) {
+  cube__staged_t* e = calloc(1, sizeof(*e));
+  if (!e) {
+    /* Without the record the result cannot be written back: fail the op
+     * rather than lose it silently. */
+    cube__op_complete_locked(op, cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                                                   "collective: no host memory to stage a part"));
+    return;
+  }
+  e->server = part->server;
+  e->stream_id = part->stream_id;
+  e->op = op;
+  atomic_fetch_add(&op->refs, 1);
+  if (write_back && part->dst_mem) {
+    e->dst_mem = part->dst_mem;
+    cube__memory_ref(e->dst_mem);
+  }
+  e->dst_offset = part->dst_offset;
+  e->bytes = part->bytes;
+  e->src_host = src_host;
+  e->dst_host = dst_host;
+  pthread_mutex_lock(&g_staged_lock);
+  *g_staged_tail = e;
+  g_staged_tail = &e->next;
+  pthread_mutex_unlock(&g_staged_lock);
+}
+
+/* Copies |bytes| of |mem| (+ |offset|) into |host| on (s, stream_id). */
+static cube_status_t cube__staged_copy(cube__server_t* s, uint64_t stream_id, cube__memory_t* mem,
+                                       uint64_t offset, uint64_t bytes, void* host, bool to_device) {
+  cube__stream_t* st;
+  CUBE_RETURN_IF_ERROR(cube__server_stream(s, stream_id, &st));
+  const cube__storage_t* storage;
+  uint64_t off, sz;
+  if (!mem || !cube__memory_resolve(mem, &storage, &off, &sz))
+    return cube__status_make(CUBE_STATUS_NOT_FOUND, "memory %" PRIu64 " is not bound",
+                             mem ? mem->id : 0);
+  if (bytes == 0) return CUBE_OK;
+  CUBE_RETURN_IF_ERROR(cube__stream_order(st, mem));
+  return to_device ? s->backend->write(s->bdev, st->backend_stream, storage, off + offset, bytes,
+                                       host, bytes, 1)
+                   : s->backend->read(s->bdev, st->backend_stream, host, storage, off + offset,
+                                      bytes, bytes, 1);
+}
+
+static cube_status_t cube__staged_all_reduce(cube__comm_t* c, cube__coll_part_t* part,
+                                             cube__coll_op_t** out_op) {
+  size_t n = (size_t)part->bytes;
+  void* src = cube__coll_scratch_get(n ? n : 1);
+  void* dst = cube__coll_scratch_get(n ? n : 1);
+  cube_status_t rs = src && dst ? CUBE_OK
+                                : cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                                                    "no host memory to stage %zu bytes", n);
+  if (!rs)
+    rs = cube__staged_copy(part->server, part->stream_id, part->src_mem, part->src_offset,
+                           part->bytes, src, false);
+  if (rs || !src || !dst) {
+    /* The op records the failure; the buffers are not kept. */
+    cube__coll_scratch_put(src);
+    cube__coll_scratch_put(dst);
+    return cube__all_reduce_at(c, part, NULL, NULL, rs, false, out_op);
+  }
+  return cube__all_reduce_at(c, part, src, dst, CUBE_OK, true, out_op);
+}
+
+static cube_status_t cube__staged_p2p(cube__comm_t* c, cube__coll_part_t* part, bool is_send,
+                                      cube__coll_op_t** out_op) {
+  size_t n = (size_t)part->bytes;
+  void* p = cube__coll_scratch_get(n ? n : 1);
+  cube_status_t rs =
+      p ? CUBE_OK
+        : cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "no host memory to stage %zu bytes", n);
+  if (!rs && is_send)
+    rs = cube__staged_copy(part->server, part->stream_id, part->src_mem, part->src_offset,
+                           part->bytes, p, false);
+  if (rs) {
+    cube__coll_scratch_put(p);
+    return cube__p2p_at(c, part, is_send, NULL, rs, false, out_op);
+  }
+  return cube__p2p_at(c, part, is_send, p, CUBE_OK, true, out_op);
+}
+
+static cube_status_t cube__staged_send(cube__comm_t* c, cube__coll_part_t* part,
+                                       cube__coll_op_t** out_op) {
+  return cube__staged_p2p(c, part, true, out_op);
+}
+
+static cube_status_t cube__staged_recv(cube__comm_t* c, cube__coll_part_t* part,
+                                       cube__coll_op_t** out_op) {
+  return cube__staged_p2p(c, part, false, out_op);
+}
+
+/* On (s, stream_id)'s runner, after its pending operations completed: writes
+ * back the results of its staged parts, in the order they were queued. */
+static cube_status_t cube__staged_sync(cube__comm_t* comm, cube__server_t* s, uint64_t stream_id) {
+  (void)comm;
+  cube__staged_t* mine = NULL;
+  cube__staged_t** mine_tail = &mine;
+  pthread_mutex_lock(&g_staged_lock);
+  cube__staged_t** p = &g_staged_head;
+  while (*p) {
+    cube__staged_t* e = *p;
+    /* Every part queued on this stream before this sync is complete: the
+     * wait before this call waited for (or abandoned) its operation. */
+    bool ours = e->server == s && e->stream_id == stream_id;
+    if (!ours) {
+      p = &e->next;
+      continue;
+    }
+    *p = e->next;
+    e->next = NULL;
+    *mine_tail = e;
+    mine_tail = &e->next;
+  }
+  g_staged_tail = p;
+  pthread_mutex_unlock(&g_staged_lock);
+  cube_status_t errors = CUBE_OK;
+  while (mine) {
+    cube__staged_t* e = mine;
+    mine = e->next;
+    cube__event_wait(&e->op->done, UINT64_MAX); /* done already; orders the reads below */
+    /* A failed operation's error was already returned by the wait. */
+    if (!e->op->status && e->dst_mem) {
+      cube_status_t st = cube__staged_copy(s, stream_id, e->dst_mem, e->dst_offset, e->bytes,
+                                           e->dst_host, true);
+      if (st) errors = cube__status_join(errors, cube__status_annotate(st, "writing a collective's "
+                                                                            "result back"));
+    }
+    cube__staged_free(e);
+  }
+  return errors;
+}
+
+const cube__coll_transport_t cube__coll_staged_transport = {
+    "staged (device memory through host buffers)",
+    NULL,
+    cube__staged_all_reduce,
+    cube__staged_send,
+    cube__staged_recv,
+    cube__staged_sync,
+    NULL,
+};
+
+static void cube__staged_shutdown(void) {
+  pthread_mutex_lock(&g_staged_lock);
+  cube__staged_t* e = g_staged_head;
+  g_staged_head = NULL;
+  g_staged_tail = &g_staged_head;
+  pthread_mutex_unlock(&g_staged_lock);
+  while (e) {
+    cube__staged_t* x = e;
+    e = x->next;
+    cube__staged_free(x);
+  }
+}
 
 //===----------------------------------------------------------------------===//
 // Pending operations and their wait
@@ -1197,6 +1416,7 @@ cube_status_t cube__coll_submit_sync(cube__server_t* s, uint64_t stream_id, uint
 //===----------------------------------------------------------------------===//
 
 void cube__coll_shutdown(void) {
+  cube__staged_shutdown();
   pthread_mutex_lock(&g_pending_lock);
   cube__coll_pending_t* p = g_pending;
   g_pending = NULL;

@@ -79,6 +79,9 @@ const cube__coll_transport_t* cube__coll_transport_for(cube_backend_t backend);
 
 /* The in-process + MPI transport over host memory. */
 extern const cube__coll_transport_t cube__coll_host_transport;
+/* Devices whose memory is not host memory: parts staged through host buffers,
+ * written back by the participant's sync_collective. */
+extern const cube__coll_transport_t cube__coll_staged_transport;
 
 /* World ------------------------------------------------------------------ */
 

@@ -315,7 +315,7 @@ typedef struct cube__hold {
 /* Orders |st|'s next use of |m| after the stream that used it last, when that
  * is another stream (an event recorded there now covers that use), and makes
  * |st| its last user. */
-static cube_status_t cube__stream_order(cube__stream_t* st, cube__memory_t* m) {
+cube_status_t cube__stream_order(cube__stream_t* st, cube__memory_t* m) {
   const cube__backend_vtable_t* b = st->server->backend;
   if (!b->event_record || !m) return CUBE_OK;
   /* The common case (the stream that used it last) writes nothing: the

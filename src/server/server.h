@@ -76,6 +76,11 @@ cube_status_t cube__server_get(cube_device_id_t device, const cube_server_option
 cube_status_t cube__server_stream(cube__server_t* s, uint64_t stream_id,
                                   cube__stream_t** out_stream);
 
+/* Orders |stream|'s next use of |m| after the stream that used it last (an
+ * event where it last was; a no-op on backends without events). For code that
+ * touches device memory outside the server's own tasks (collectives). */
+cube_status_t cube__stream_order(cube__stream_t* stream, cube__memory_t* m);
+
 /* Releases the holds whose events completed (|wait|: waits for all first). */
 void cube__stream_release_holds(cube__stream_t* stream, bool wait);
 

@@ -316,3 +316,156 @@ CUBE_TEST(shutdown_refuses_stale_objects_keeps_read_results) {
   cube_client_release(fresh);
   cube_shutdown();
 }
+
+/* Collectives across two devices of the backend, one thread driving both:
+ * every element type and op against a host reference (small integers: exact
+ * in every type), send/recv, and a size mismatch named in the error. */
+static double cts_coll_get(cube_dtype_t t, const void* p, size_t i) {
+  switch (t) {
+    case CUBE_DTYPE_F32: return ((const float*)p)[i];
+    case CUBE_DTYPE_F64: return ((const double*)p)[i];
+    case CUBE_DTYPE_I32: return ((const int32_t*)p)[i];
+    case CUBE_DTYPE_I64: return (double)((const int64_t*)p)[i];
+    case CUBE_DTYPE_U32: return ((const uint32_t*)p)[i];
+    default: return (double)((const uint64_t*)p)[i];
+  }
+}
+
+static void cts_coll_set(cube_dtype_t t, void* p, size_t i, double v) {
+  switch (t) {
+    case CUBE_DTYPE_F32: ((float*)p)[i] = (float)v; break;
+    case CUBE_DTYPE_F64: ((double*)p)[i] = v; break;
+    case CUBE_DTYPE_I32: ((int32_t*)p)[i] = (int32_t)v; break;
+    case CUBE_DTYPE_I64: ((int64_t*)p)[i] = (int64_t)v; break;
+    case CUBE_DTYPE_U32: ((uint32_t*)p)[i] = (uint32_t)v; break;
+    default: ((uint64_t*)p)[i] = (uint64_t)v; break;
+  }
+}
+
+CUBE_TEST(devices_collectives_two_devices) {
+  CTS_REQUIRE_DEVICES(2);
+  CTS_CLIENT(c0);
+  cube_client_t* c1 = NULL;
+  REQUIRE_OK(cube_client_load(cts_device(1), &c1));
+  if (!(cube_client_features(c0)->bits & CUBE_FEATURE_COLLECTIVES)) {
+    cube_client_release(c1);
+    CTS_END(c0);
+    CUBE_SKIP("no collectives");
+  }
+  const cube_device_id_t devs[2] = {cts_device(1), cts_device(0)}; /* any order */
+  CHECK_OK(cube_client_ensure_init_collective(c0, 2, devs));
+  CHECK_OK(cube_client_ensure_init_collective(c1, 2, devs));
+  const cube_dtype_t types[] = {CUBE_DTYPE_F32, CUBE_DTYPE_F64, CUBE_DTYPE_I32,
+                                CUBE_DTYPE_I64, CUBE_DTYPE_U32, CUBE_DTYPE_U64};
+  const cube_reduce_op_t ops[] = {CUBE_REDUCE_SUM, CUBE_REDUCE_MAX, CUBE_REDUCE_MIN,
+                                  CUBE_REDUCE_PROD, CUBE_REDUCE_MEAN};
+  const size_t n = 1001;
+  uint64_t rng = 0x5eed0c0111ull;
+  int cases = 0;
+  for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ++ti) {
+    cube_dtype_t t = types[ti];
+    bool is_float = t == CUBE_DTYPE_F32 || t == CUBE_DTYPE_F64;
+    bool is_unsigned = t == CUBE_DTYPE_U32 || t == CUBE_DTYPE_U64;
+    size_t bytes = n * cube_dtype_size(t);
+    for (size_t oi = 0; oi < sizeof(ops) / sizeof(ops[0]); ++oi) {
+      cube_reduce_op_t op = ops[oi];
+      if (op == CUBE_REDUCE_MEAN && !is_float) continue; /* integer means round: not exact here */
+      void* a = malloc(bytes);
+      void* b = malloc(bytes);
+      void* expect = malloc(bytes);
+      void* poison = malloc(bytes);
+      REQUIRE(a && b && expect && poison);
+      memset(poison, CTS_POISON, bytes);
+      for (size_t i = 0; i < n; ++i) {
+        int span = op == CUBE_REDUCE_PROD ? 4 : 200;
+        double x = (double)(cube_test_rand(&rng) % (uint64_t)span);
+        double y = (double)(cube_test_rand(&rng) % (uint64_t)span);
+        if (!is_unsigned) {
+          x -= span / 2;
+          y -= span / 2;
+        }
+        if (op == CUBE_REDUCE_MEAN) {
+          x *= 2; /* sums of two even numbers halve exactly */
+          y *= 2;
+        }
+        cts_coll_set(t, a, i, x);
+        cts_coll_set(t, b, i, y);
+        double r = op == CUBE_REDUCE_SUM ? x + y
+                   : op == CUBE_REDUCE_MAX ? (x > y ? x : y)
+                   : op == CUBE_REDUCE_MIN ? (x < y ? x : y)
+                   : op == CUBE_REDUCE_PROD ? x * y
+                                            : (x + y) / 2;
+        cts_coll_set(t, expect, i, r);
+      }
+      cube_handle_t s0, s1, d0, d1;
+      REQUIRE_OK(cube_client_create_from_slice(c0, a, bytes, &s0));
+      REQUIRE_OK(cube_client_create_from_slice(c1, b, bytes, &s1));
+      REQUIRE_OK(cube_client_create_from_slice(c0, poison, bytes, &d0));
+      REQUIRE_OK(cube_client_create_from_slice(c1, poison, bytes, &d1));
+      CHECK_OK(cube_client_all_reduce(c0, s0, d0, t, 2, devs, op));
+      CHECK_OK(cube_client_all_reduce(c1, s1, d1, t, 2, devs, op));
+      CHECK_OK(cube_client_sync_collective(c0));
+      CHECK_OK(cube_client_sync_collective(c1));
+      for (int side = 0; side < 2; ++side) {
+        cube_bytes_t* got = NULL;
+        CHECK_OK(cube_client_read_one(side ? c1 : c0, side ? d1 : d0, &got));
+        bool ok = got && cube_bytes_size(got) == bytes &&
+                  memcmp(cube_bytes_const_data(got), expect, bytes) == 0;
+        if (!ok && got && cube_bytes_size(got) == bytes)
+          for (size_t i = 0; i < n; ++i)
+            if (cts_coll_get(t, cube_bytes_const_data(got), i) != cts_coll_get(t, expect, i)) {
+              fprintf(stderr, "%s %s device %d: [%zu] = %g, expected %g\n", cube_dtype_name(t),
+                      cube_reduce_op_name(op), side, i,
+                      cts_coll_get(t, cube_bytes_const_data(got), i), cts_coll_get(t, expect, i));
+              break;
+            }
+        CHECK(ok);
+        cube_bytes_release(got);
+      }
+      cases++;
+      cube_handle_release(s0);
+      cube_handle_release(s1);
+      cube_handle_release(d0);
+      cube_handle_release(d1);
+      free(a);
+      free(b);
+      free(expect);
+      free(poison);
+    }
+  }
+  CHECK_EQ_U64(cases, 26);
+  /* send/recv: device 0's bytes land on device 1. */
+  unsigned char msg[777], poison[777];
+  cube_test_fill_random(msg, sizeof(msg), 8100);
+  memset(poison, CTS_POISON, sizeof(poison));
+  cube_handle_t hs, hr;
+  REQUIRE_OK(cube_client_create_from_slice(c0, msg, sizeof(msg), &hs));
+  REQUIRE_OK(cube_client_create_from_slice(c1, poison, sizeof(poison), &hr));
+  CHECK_OK(cube_client_send(c0, hs, cts_device(1)));
+  CHECK_OK(cube_client_recv(c1, hr, cts_device(0)));
+  CHECK_OK(cube_client_sync_collective(c1));
+  CHECK_OK(cube_client_sync_collective(c0));
+  CHECK(cts_read_equals(c1, hr, msg, sizeof(msg)));
+  /* Participants that disagree on the size get an error naming both. */
+  cube_handle_t m0, m1, o0, o1;
+  REQUIRE_OK(cube_client_create_from_slice(c0, msg, 400, &m0));
+  REQUIRE_OK(cube_client_create_from_slice(c1, msg, 600, &m1));
+  REQUIRE_OK(cube_client_create_from_slice(c0, poison, 400, &o0));
+  REQUIRE_OK(cube_client_create_from_slice(c1, poison, 600, &o1));
+  CHECK_OK(cube_client_all_reduce(c0, m0, o0, CUBE_DTYPE_F32, 2, devs, CUBE_REDUCE_SUM));
+  CHECK_OK(cube_client_all_reduce(c1, m1, o1, CUBE_DTYPE_F32, 2, devs, CUBE_REDUCE_SUM));
+  cube_status_t e0 = cube_client_sync_collective(c0);
+  if (!e0) e0 = cube_client_sync(c0);
+  cube_status_t e1 = cube_client_sync_collective(c1);
+  if (!e1) e1 = cube_client_sync(c1);
+  CHECK(cube_status_code(e0) == CUBE_STATUS_INVALID_ARGUMENT || cube_status_code(e1) == CUBE_STATUS_INVALID_ARGUMENT);
+  const char* msg0 = e0 ? cube_status_message(e0) : cube_status_message(e1);
+  CHECK(msg0 && strstr(msg0, "400") && strstr(msg0, "600"));
+  cube_status_free(e0);
+  cube_status_free(e1);
+  CHECK(cts_read_equals(c0, o0, poison, 400)); /* nothing was written on failure */
+  cube_handle_t hl[] = {hs, hr, m0, m1, o0, o1};
+  for (size_t i = 0; i < 6; ++i) cube_handle_release(hl[i]);
+  cube_client_release(c1);
+  CTS_END(c0);
+}

@@ -349,7 +349,8 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
     out_features->bits = CUBE_FEATURE_DYNAMIC_COUNT | CUBE_FEATURE_F64 | CUBE_FEATURE_I64 |
                          CUBE_FEATURE_ATOMIC_U32 | CUBE_FEATURE_ATOMIC_F32_ADD |
                          CUBE_FEATURE_SHARED_MEMORY | CUBE_FEATURE_SYNC_CUBE | CUBE_FEATURE_PLANE |
-                         CUBE_FEATURE_PINNED_STAGING;
+                         CUBE_FEATURE_PINNED_STAGING |
+                         CUBE_FEATURE_COLLECTIVES; /* staged through host buffers (NCCL: later) */
   if (out_info) {
     memset(out_info, 0, sizeof(*out_info));
     out_info->backend = CUBE_BACKEND_CUDA;

@@ -283,7 +283,8 @@ static cube_status_t cube__ocl_device_create(uint32_t index, const cube_server_o
   if (out_features) {
     out_features->bits = CUBE_FEATURE_I64 | CUBE_FEATURE_ATOMIC_U32 | CUBE_FEATURE_ATOMIC_F32_ADD |
                          CUBE_FEATURE_SYNC_CUBE | CUBE_FEATURE_SHARED_MEMORY |
-                         CUBE_FEATURE_DYNAMIC_COUNT | CUBE_FEATURE_PINNED_STAGING;
+                         CUBE_FEATURE_DYNAMIC_COUNT | CUBE_FEATURE_PINNED_STAGING |
+                         CUBE_FEATURE_COLLECTIVES; /* staged through host buffers */
     if (dev->fp64) out_features->bits |= CUBE_FEATURE_F64;
   }
   if (out_info) {
