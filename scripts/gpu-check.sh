@@ -25,9 +25,12 @@ export CUBE_CACHE_DIR=${CUBE_CACHE_DIR:-/tmp/cube-kernel-cache}
   echo "== machine $(date -u +%FT%TZ)"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -8
   lscpu | grep -E "Model name" ; echo "cores: $J"
+  echo "nccl: $(ls /usr/lib/x86_64-linux-gnu/libnccl.so.2 /usr/local/cuda/lib*/libnccl.so.2 2>/dev/null | head -2 | tr '\n' ' ')"
+  echo "mpi: $(command -v mpicc mpiexec | tr '\n' ' ') compute-sanitizer: $(command -v compute-sanitizer)"
+  echo "gcc: $(gcc --version | head -1); clang: $(command -v clang)"
   echo "== build"
   t0=$(date +%s)
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUBE_ASAN_TESTS=OFF >/dev/null &&
+  cmake -S . -B build-gpu -G Ninja ${CUBE_GPU_CMAKE_ARGS:-} -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUBE_ASAN_TESTS=OFF >/dev/null &&
     cmake --build build-gpu -j "$J" 2>&1 | grep -E "error|warning|FAILED" | head -30
   echo "build: $(( $(date +%s) - t0 )) s"
   ./build-gpu/cube info 2>&1 | sed -n '/backend cuda/,/backend opencl/p'
@@ -39,7 +42,8 @@ if has tests; then
     ctest --test-dir build-gpu -R '^unit\.cuda_backend' --output-on-failure 2>&1 | tail -15
     echo "== conformance on cuda"
     ctest --test-dir build-gpu -R "^cts\.cuda\.${CUBE_GPU_CTS_REGEX:-}" -j 8 --timeout 120 \
-      --output-on-failure 2>&1 | tail -60
+      --output-on-failure > "$OUT/cts-cuda.log" 2>&1
+    grep -E "tests passed|Failed|\*\*\*|Timeout|SEGFAULT|Exception" "$OUT/cts-cuda.log" | head -60
     echo "== demo and examples on cuda"
     for e in "./build-gpu/cube demo" ./build-gpu/tests/example_saxpy ./build-gpu/tests/example_reduce \
              ./build-gpu/tests/example_matmul; do
@@ -77,6 +81,6 @@ if has bench; then
         -lcuda -lnvrtc -o /tmp/cuda_driver_limits && /tmp/cuda_driver_limits
     fi
     echo "== bench_cuda"
-    ./build-gpu/bench_cuda
+    timeout 300 ./build-gpu/bench_cuda
   } 2>&1 | tee "$OUT/bench.log"
 fi

@@ -420,7 +420,7 @@ CUBE_TEST(kernels_compile_and_fail_cleanly) {
     d.entry = "broken";
     REQUIRE_OK(cube_kernel_create(&d, &k));
     CHECK_STATUS(cube_kernel_precompile(c, 1, &k, CUBE_EXEC_CHECKED), CUBE_STATUS_COMPILATION_FAILED,
-                 "broken", "NVRTC", "broken.cube(3)");
+                 "broken", "NVRTC", "broken.cube:3:");
     cube_kernel_release(k);
   }
   cube_handle_release(x);

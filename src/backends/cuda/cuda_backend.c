@@ -867,6 +867,25 @@ typedef struct cube__cuda_blob {
 
 static void cube__cuda_blob_destroy(void* p) { free(p); }
 
+/* NVRTC writes a location as "file.cube(4): error"; the other backends'
+ * compilers (and editors) use "file.cube:4: error". Rewrites the first form
+ * into the second in place (one byte shorter each time). */
+static void cube__cuda_log_locations(char* log) {
+  for (char* p = log; (p = strstr(p, ".cube(")) != NULL;) {
+    char* q = p + 6;
+    char* digits = q;
+    while (*q >= '0' && *q <= '9') ++q;
+    if (q == digits || q[0] != ')' || q[1] != ':') {
+      p += 6;
+      continue;
+    }
+    p[5] = ':';
+    q[0] = ':';
+    memmove(q + 1, q + 2, strlen(q + 2) + 1); /* "):" -> ":" */
+    p = q + 1;
+  }
+}
+
 /* Compiles |text| with NVRTC for |d|'s architecture into a cubin blob. */
 static cube_status_t cube__cuda_nvrtc_compile(cube__backend_device_t* d, const char* text,
                                               const char* kname, cube__cuda_blob_t** out) {
@@ -892,6 +911,7 @@ static cube_status_t cube__cuda_nvrtc_compile(cube__backend_device_t* d, const c
     if (nv->GetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n > 0 && (log = malloc(n + 1))) {
       if (nv->GetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = '\0';
       log[n] = '\0';
+      cube__cuda_log_locations(log);
     }
     st = cube__status_make(CUBE_STATUS_COMPILATION_FAILED,
                            "compiling kernel '%s' with NVRTC %d.%d for %s failed (%s):\n%s", kname,
@@ -1048,7 +1068,11 @@ static cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_k
   cube__cuda_module_t* mod = NULL;
   for (size_t i = 0; i < d->module_count; ++i)
     if (d->modules[i].key.hi == key.hi && d->modules[i].key.lo == key.lo) mod = &d->modules[i];
-  if (!mod) {
+  if (mod) {
+    /* Another kernel object with the same unit: its module is loaded already,
+     * an in-memory hit as on every backend. */
+    cube__cache_count_memory_hit();
+  } else {
     const cube__cuda_blob_t* cubin = NULL;
     st = cube__cuda_cubin(d, key, text, k->name, &cubin);
     CUBE__CUDA_SCOPE(d->ctx);
