@@ -40,6 +40,7 @@
  * <reason>" and exits 0; any failed call prints its message and exits 1.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -758,6 +759,55 @@ static double raw_d2h(void* dst, CUdeviceptr d, size_t n, int reps) {
   return gbps((double)n, median_of(t, reps));
 }
 
+typedef struct {
+  uint8_t* dst;
+  const uint8_t* src;
+  size_t n;
+} copy_part_t;
+
+static void* copy_part(void* p) {
+  copy_part_t* c = p;
+  memcpy(c->dst, c->src, c->n);
+  return NULL;
+}
+
+/* The threads cube's CUDA backend copies one transfer with. */
+static uint32_t host_copy_threads(void) {
+  const char* e = getenv("CUBE_CUDA_COPY_THREADS");
+  long v = e ? strtol(e, NULL, 10) : 0;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (v <= 0) v = cores < 8 ? cores : 8;
+  if (v > cores) v = cores;
+  return v > 0 ? (uint32_t)v : 1;
+}
+
+/* memcpy of |n| bytes split over |threads| threads: median GB/s of 3. */
+static double host_copy_gbps(void* dst, const void* src, size_t n, uint32_t threads) {
+  enum { MAXT = 64 };
+  if (threads > MAXT) threads = MAXT;
+  double t[3];
+  for (int r = 0; r < 3; ++r) {
+    pthread_t th[MAXT];
+    copy_part_t parts[MAXT];
+    size_t per = (n / threads + 4095) & ~(size_t)4095;
+    uint64_t t0 = now_ns();
+    uint32_t started = 0;
+    for (uint32_t i = 0; i < threads; ++i) {
+      size_t b = (size_t)i * per;
+      if (b >= n) break;
+      parts[i] = (copy_part_t){(uint8_t*)dst + b, (const uint8_t*)src + b, b + per > n ? n - b : per};
+      if (pthread_create(&th[i], NULL, copy_part, &parts[i]) != 0) {
+        copy_part(&parts[i]);
+        continue;
+      }
+      th[started++] = th[i];
+    }
+    for (uint32_t i = 0; i < started; ++i) pthread_join(th[i], NULL);
+    t[r] = (double)(now_ns() - t0);
+  }
+  return gbps((double)n, median_of(t, 3));
+}
+
 static void fig_transfers(void) {
   size_t n = g_big;
   int reps = g_copy_reps;
@@ -819,15 +869,46 @@ static void fig_transfers(void) {
     cube_bytes_release(b);
     if (i >= 0) t[i] = (double)(t1 - t0);
   }
-  cube_handle_release(h);
   double cube_down = gbps((double)n, median_of(t, reps));
+  /* 6c. Into the caller's ordinary memory: read_into, through the ring. */
+  bool into_same = true;
+  for (int i = -1; i < reps; ++i) {
+    if (i == -1) memset(dst, 0, n);
+    uint64_t t0 = now_ns();
+    CHECK("cube_client_read_into (big)", cube_client_read_into(C.c, h, dst, n));
+    uint64_t t1 = now_ns();
+    if (i == -1) {
+      into_same = memcmp(dst, src, n) == 0;
+      if (!into_same) wrong("create_from_slice -> read_into of %zu bytes: content differs", n);
+    }
+    if (i >= 0) t[i] = (double)(t1 - t0);
+  }
+  double cube_into = gbps((double)n, median_of(t, reps));
+  cube_handle_release(h);
   add_row("6", "download read_one vs raw D2H pinned", cube_down, "GB/s", raw_d_pinned, true,
           "raw pinned", T_ABS_GE, 40, "GB/s");
   add_row("6b", "download read_one vs raw D2H pageable", cube_down, "GB/s", raw_d_pageable, true,
           "raw pageable", T_INFO, 0, NULL);
+  add_row("6c", "download read_into (pageable memory) vs raw D2H pinned", cube_into, "GB/s",
+          raw_d_pinned, true, "raw pinned", T_ABS_GE, 40, "GB/s");
+  add_row("6d", "download read_into (pageable) vs raw D2H pageable", cube_into, "GB/s",
+          raw_d_pageable, true, "raw pageable", T_INFO, 0, NULL);
+  /* What the host side allows: the copy between pageable and pinned memory
+   * that a staged transfer must make, over as many threads as cube uses. */
+  uint32_t threads = host_copy_threads();
+  double up_host = host_copy_gbps(pin, src, n, threads);
+  double down_host = host_copy_gbps(dst, pin, n, threads);
+  printf("  host copy ceiling (memcpy over %u threads, no DMA running): pageable -> pinned %.1f GB/s, "
+         "pinned -> pageable %.1f GB/s\n", threads, up_host, down_host);
+  add_row("5d", "upload create_from_slice vs host copy ceiling (same threads)", cube_up, "GB/s",
+          up_host, true, "host memcpy", T_INFO, 0, NULL);
+  memcpy(dst, src, n); /* host_copy_gbps overwrote it */
+  CK(cu->MemcpyDtoHAsync(dst, d, n, R.s)); /* the raw round trip, again */
+  CK(cu->StreamSynchronize(R.s));
   bool raw_same = memcmp(dst, src, n) == 0 && memcmp(pin, src, n) == 0;
   if (!raw_same) wrong("raw H2D -> D2H of %zu bytes: content differs", n);
   add_check("upload -> download round trip content (cube and raw)", same && raw_same);
+  add_check("upload -> read_into round trip content", into_same);
 
   CK(cu->MemFree(d));
   CK(cu->MemFreeHost(pin));
@@ -1151,6 +1232,15 @@ static void fig_cache(void) {
 // Main
 //===----------------------------------------------------------------------===//
 
+static bool wanted(const char* fig) {
+  const char* only = getenv("CUBE_BENCH_ONLY");
+  if (!only || !only[0]) return true;
+  size_t n = strlen(fig);
+  for (const char* p = only; (p = strstr(p, fig)) != NULL; p += n)
+    if ((p == only || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return true;
+  return false;
+}
+
 static void settings(void) {
   const char* q = getenv("CUBE_BENCH_QUICK");
   g_quick = q && q[0] && strcmp(q, "0") != 0;
@@ -1192,12 +1282,13 @@ int main(void) {
   cube_setup();
   fflush(stdout);
 
-  fig_launch();
-  fig_roundtrip();
-  fig_pool();
-  fig_transfers();
-  fig_bandwidth();
-  fig_cache(); /* last: shuts cube down and starts it again */
+  /* CUBE_BENCH_ONLY=launch,roundtrip,pool,transfers,bandwidth,cache runs those alone. */
+  if (wanted("launch")) fig_launch();
+  if (wanted("roundtrip")) fig_roundtrip();
+  if (wanted("pool")) fig_pool();
+  if (wanted("transfers")) fig_transfers();
+  if (wanted("bandwidth")) fig_bandwidth();
+  if (wanted("cache")) fig_cache(); /* last: shuts cube down and starts it again */
 
   if (C.c) cube_teardown();
   cube_shutdown();

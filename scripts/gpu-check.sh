@@ -16,7 +16,7 @@ mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PEERS=${CUBE_BENCH_PEERS:-shared/bench-peers}
 [ -d "$PEERS" ] || PEERS=../shared/bench-peers
-what=${*:-tests memcheck bench}
+what=${*:-tests memcheck bench}   # also: tune (staging ring settings)
 has() { case " $what " in *" $1 "*) return 0 ;; esac; return 1; }
 J=$(nproc)
 export CUBE_CACHE_DIR=${CUBE_CACHE_DIR:-/tmp/cube-kernel-cache}
@@ -56,21 +56,41 @@ fi
 
 if has memcheck; then
   {
-    echo "== compute-sanitizer memcheck over cts.cuda"
+    echo "== compute-sanitizer memcheck over cts.cuda (8 at a time)"
     CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    fails=0; runs=0
-    for c in $(./build-gpu/tests/cube_cts --list 2>/dev/null); do
-      case "$c" in *${CUBE_GPU_CTS_REGEX:-}*) ;; *) continue ;; esac
-      runs=$((runs + 1))
-      "$CS" --tool memcheck --error-exitcode 99 --print-limit 20 \
-        ./build-gpu/tests/cube_cts --backend cuda "$c" > "$OUT/memcheck-case.log" 2>&1
-      rc=$?
-      if [ $rc -eq 99 ]; then
-        fails=$((fails + 1)); echo "memcheck error in $c:"; grep -E "=========" "$OUT/memcheck-case.log" | head -20
-      fi
+    MC=/tmp/cube-memcheck; rm -rf "$MC"; mkdir -p "$MC"
+    ./build-gpu/tests/cube_cts --list 2>/dev/null | grep -e "${CUBE_GPU_CTS_REGEX:-.}" > "$MC/cases"
+    t0=$(date +%s)
+    xargs -P 8 -I{} sh -c '"$0" --tool memcheck --error-exitcode 99 --print-limit 20 \
+        ./build-gpu/tests/cube_cts --backend cuda "$1" > "$2/$1.log" 2>&1; echo "$1 $?" >> "$2/rc"' \
+        "$CS" {} "$MC" < "$MC/cases"
+    runs=$(wc -l < "$MC/rc"); errs=$(awk '$2 == 99' "$MC/rc" | wc -l)
+    other=$(awk '$2 != 0 && $2 != 77 && $2 != 99' "$MC/rc" | wc -l)
+    skips=$(awk '$2 == 77' "$MC/rc" | wc -l)
+    for c in $(awk '$2 == 99 {print $1}' "$MC/rc"); do
+      echo "memcheck error in $c:"; grep -E "=========" "$MC/$c.log" | head -20
     done
-    echo "memcheck: $runs cases, $fails with sanitizer errors"
+    for c in $(awk '$2 != 0 && $2 != 77 && $2 != 99 {print $1}' "$MC/rc"); do
+      echo "case failed under memcheck: $c (exit $(awk -v c=$c '$1 == c {print $2}' "$MC/rc"))"; tail -5 "$MC/$c.log"
+    done
+    echo "memcheck: $runs cases in $(( $(date +%s) - t0 )) s: $errs with sanitizer errors, $other failed otherwise, $skips skipped"
+    grep -h "ERROR SUMMARY" "$MC"/*.log | sort | uniq -c
   } 2>&1 | tee "$OUT/memcheck.log"
+fi
+
+if has tune; then
+  {
+    echo "== staging ring settings: bench_cuda transfers under each"
+    for cfg in "CUBE_CUDA_STREAM_COPY=0" "CUBE_CUDA_STREAM_COPY=1" \
+               "CUBE_CUDA_STREAM_COPY=0 CUBE_CUDA_COPY_THREADS=16" "CUBE_CUDA_STREAM_COPY=1 CUBE_CUDA_COPY_THREADS=16" \
+               "CUBE_CUDA_STREAM_COPY=1 CUBE_CUDA_COPY_THREADS=12 CUBE_CUDA_STAGING_CHUNK=4M" \
+               "CUBE_CUDA_STREAM_COPY=1 CUBE_CUDA_COPY_THREADS=16 CUBE_CUDA_STAGING_CHUNK=8M" \
+               "CUBE_CUDA_STREAM_COPY=0 CUBE_CUDA_COPY_THREADS=16 CUBE_CUDA_STAGING_CHUNK=8M"; do
+      echo "-- $cfg"
+      env $cfg CUBE_BENCH_ONLY=transfers timeout 120 ./build-gpu/bench_cuda 2>&1 |
+        grep -E "^\[5\] |^\[6c\] |ceiling|FAIL"
+    done
+  } 2>&1 | tee "$OUT/tune.log"
 fi
 
 if has bench; then

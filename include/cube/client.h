@@ -216,6 +216,17 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_read_one(cube_client_t* client,
                                                         cube_handle_t handle,
                                                         cube_bytes_t** out_bytes);
 
+/* Reads the whole view of |handle| into the caller's memory |dst| (|dst_size|
+ * bytes, which must equal the view's size) after all work queued before on
+ * the stream, and returns once the bytes are there. On a GPU, ordinary
+ * (pageable) memory is filled through cube's pinned staging ring, the host
+ * copies of a large read spread over several threads. Returns the stream's
+ * deferred errors if any, and then writes nothing; a transfer that fails
+ * midway may leave |dst| partly written. */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_read_into(cube_client_t* client,
+                                                         cube_handle_t handle, void* dst,
+                                                         size_t dst_size);
+
 /* Strided reads: each tensor's strides must be ones the runtime produces
  * (contiguous; pitched on the last dim where the device pitches); the result
  * is the dense row-major content, prod(shape)*elem_size bytes. */

@@ -584,6 +584,26 @@ static cube_status_t cube__client_handle(const cube_client_t* c, cube_handle_t h
   return CUBE_OK;
 }
 
+/* cube__client_handle with the description formatted only when the lookup
+ * fails: launches and reads look handles up on every call, and formatting
+ * the description up front cost more than the lookup. */
+static cube_status_t cube__client_handle_f(const cube_client_t* c, cube_handle_t h,
+                                           cube__handle_info_t* out, const char* fmt, ...)
+    CUBE_PRINTF(4, 5);
+static cube_status_t cube__client_handle_f(const cube_client_t* c, cube_handle_t h,
+                                           cube__handle_info_t* out, const char* fmt, ...) {
+  cube_status_t st = cube__client_handle(c, h, "", out);
+  if (!st) return CUBE_OK;
+  cube_status_free(st);
+  char what[192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof(what), fmt, ap);
+  va_end(ap);
+  /* The same lookup again (a failed handle stays failed): its message. */
+  return cube__client_handle(c, h, what, out);
+}
+
 static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t count,
                                         const cube_handle_t* handles, cube_future_t** out) {
   CUBE__CHECK_CLIENT(c, fn);
@@ -592,10 +612,8 @@ static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t
   cube__read_region_t* r = calloc(count, sizeof(*r));
   if (!r) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", fn);
   for (size_t i = 0; i < count; ++i) {
-    char what[96];
-    snprintf(what, sizeof(what), "%s: handles[%zu]", fn, i);
     cube__handle_info_t info;
-    cube_status_t st = cube__client_handle(c, handles[i], what, &info);
+    cube_status_t st = cube__client_handle_f(c, handles[i], &info, "%s: handles[%zu]", fn, i);
     if (st) {
       for (size_t j = 0; j < i; ++j) cube__memory_unref(r[j].mem);
       free(r);
@@ -603,7 +621,7 @@ static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t
     }
     cube__memory_ref(info.mem);
     uint64_t n = cube__handle_view_size(&info);
-    r[i] = (cube__read_region_t){info.mem, info.offset_start, n, 1, n};
+    r[i] = (cube__read_region_t){info.mem, info.offset_start, n, 1, n, NULL};
   }
   cube_status_t st = cube__server_read(c->server, cube__client_stream_id(c), count, r, out);
   free(r);
@@ -636,6 +654,27 @@ cube_status_t cube_client_read_one(cube_client_t* c, cube_handle_t handle,
   cube_future_t* f;
   CUBE_RETURN_IF_ERROR(cube__read_handles(c, "cube_client_read_one", 1, &handle, &f));
   return cube__wait_future(f, out_bytes);
+}
+
+cube_status_t cube_client_read_into(cube_client_t* c, cube_handle_t handle, void* dst,
+                                    size_t dst_size) {
+  static const char fn[] = "cube_client_read_into";
+  CUBE__CHECK_CLIENT(c, fn);
+  cube__handle_info_t info;
+  CUBE_RETURN_IF_ERROR(cube__client_handle_f(c, handle, &info, "%s: handle", fn));
+  uint64_t n = cube__handle_view_size(&info);
+  if (dst_size != n)
+    return CUBE_INVALID("%s: handle 0x%" PRIx64 " views %" PRIu64 " bytes, dst_size is %zu", fn,
+                        handle.id, n, dst_size);
+  if (!dst && n) return CUBE_INVALID("%s: dst is NULL (%zu bytes to read)", fn, dst_size);
+  cube__memory_ref(info.mem);
+  cube__read_region_t r = {info.mem, info.offset_start, n, 1, n, dst};
+  cube_future_t* f;
+  CUBE_RETURN_IF_ERROR(cube__server_read(c->server, cube__client_stream_id(c), 1, &r, &f));
+  cube_bytes_t* empty = NULL;
+  cube_status_t st = cube__wait_future(f, &empty);
+  cube_bytes_release(empty);
+  return st;
 }
 
 static cube_status_t cube__read_tensors(cube_client_t* c, const char* fn, size_t count,
@@ -686,7 +725,7 @@ static cube_status_t cube__read_tensors(cube_client_t* c, const char* fn, size_t
       break;
     }
     cube__memory_ref(info.mem);
-    r[i] = (cube__read_region_t){info.mem, info.offset_start, w, h, p};
+    r[i] = (cube__read_region_t){info.mem, info.offset_start, w, h, p, NULL};
   }
   if (st) {
     for (size_t j = 0; j < i; ++j) cube__memory_unref(r[j].mem);
@@ -932,9 +971,9 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
      * were checked like any launch's (found by fuzz_client). */
   } else if (count.kind == CUBE_COUNT_DYNAMIC) {
     cube__handle_info_t info;
-    char what[128];
-    snprintf(what, sizeof(what), "%s: kernel '%s': dynamic count handle", fn, kernel->name);
-    CUBE_RETURN_IF_ERROR(cube__client_handle(c, count.handle, what, &info));
+    CUBE_RETURN_IF_ERROR(cube__client_handle_f(c, count.handle, &info,
+                                               "%s: kernel '%s': dynamic count handle", fn,
+                                               kernel->name));
     if (cube__handle_view_size(&info) < 12)
       return CUBE_INVALID("%s: kernel '%s': the dynamic count handle views %" PRIu64
                           " bytes, it needs 12 (three u32)",
@@ -955,10 +994,10 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
     memset(&targs[i], 0, sizeof(targs[i]));
     switch (want) {
       case CUBE_ARG_BUFFER: {
-        char what[128];
-        snprintf(what, sizeof(what), "%s: kernel '%s': argument %zu", fn, kernel->name, i);
         cube__handle_info_t info;
-        CUBE_RETURN_IF_ERROR(cube__client_handle(c, args[i].v.buffer, what, &info));
+        CUBE_RETURN_IF_ERROR(cube__client_handle_f(c, args[i].v.buffer, &info,
+                                                   "%s: kernel '%s': argument %zu", fn,
+                                                   kernel->name, i));
         targs[i].mem = info.mem;
         targs[i].offset = info.offset_start;
         targs[i].value.buffer.len = cube__handle_view_size(&info);

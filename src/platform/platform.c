@@ -84,9 +84,14 @@ typedef struct {
   char name[16];
 } cube__thread_start_t;
 
+static _Thread_local bool tl_cube_thread;
+
+bool cube__thread_is_cube(void) { return tl_cube_thread; }
+
 static void* cube__thread_trampoline(void* p) {
   cube__thread_start_t st = *(cube__thread_start_t*)p;
   free(p);
+  tl_cube_thread = true;
 #ifdef __linux__
   if (st.name[0]) pthread_setname_np(pthread_self(), st.name);
 #endif

@@ -43,6 +43,10 @@ static inline void cube__event_reset(cube__event_t* e) { atomic_store(&e->state,
 
 /* Threads. |name| is at most 15 characters (pthread limit). */
 typedef void* (*cube__thread_fn)(void* arg);
+/* True on threads that cube__thread_create started (runners, workers): a
+ * backend may leave per-thread driver state (a current context) on them. */
+bool cube__thread_is_cube(void);
+
 cube_status_t cube__thread_create(pthread_t* out, cube__thread_fn fn, void* arg, const char* name,
                                   size_t stack_size);
 

@@ -561,15 +561,21 @@ static cube_status_t cube__read_task_run(void* state, void* payload) {
     /* Read into the stream's staging pool: its pages stay mapped between
      * reads, where fresh heap memory costs a page fault per 4 KiB. */
     size_t n = (size_t)(r->width * r->height);
-    status = st->pinned ? cube__server_staging(st, n, &t->future->results[i])
-                        : cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "no staging");
-    if (status) {
-      cube_status_free(status);
-      status = cube__bytes_allocate_uninit(n, &t->future->results[i]);
+    void* dst = r->into;
+    if (dst) {
+      /* Into the caller's memory: the future's result is empty. */
+      status = cube__bytes_allocate_uninit(0, &t->future->results[i]);
+    } else {
+      status = st->pinned ? cube__server_staging(st, n, &t->future->results[i])
+                          : cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "no staging");
+      if (status) {
+        cube_status_free(status);
+        status = cube__bytes_allocate_uninit(n, &t->future->results[i]);
+      }
+      if (!status) dst = cube_bytes_data(t->future->results[i]);
     }
     if (!status && r->width != 0 && r->height != 0)
-      status = s->backend->read(s->bdev, st->backend_stream,
-                                cube_bytes_data(t->future->results[i]), storage, off + r->offset,
+      status = s->backend->read(s->bdev, st->backend_stream, dst, storage, off + r->offset,
                                 r->pitch, r->width, r->height);
     if (status) status = cube__status_annotate(status, "read of handles[%zu]", i);
   }

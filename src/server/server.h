@@ -112,6 +112,8 @@ typedef struct cube__read_region {
   uint64_t width;      /* bytes per row */
   uint64_t height;     /* rows */
   uint64_t pitch;      /* bytes between rows on the device */
+  void* into;          /* the caller's memory (width * height bytes), or NULL:
+                          a staging buffer, returned through the future */
 } cube__read_region_t;
 
 /* Queues a read of |count| regions (the future takes over their binding

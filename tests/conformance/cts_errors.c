@@ -82,6 +82,15 @@ CUBE_TEST(errors_deferred_to_read) {
   CHECK_STATUS(cube_future_wait(f, UINT64_MAX, NULL), CUBE_STATUS_LAUNCH_FAILED, "cts_failing_read");
   cube_future_release(f);
   CHECK_OK(cube_client_sync(c));
+  /* read_into: the error, and the caller's memory untouched. */
+  CHECK_OK(cts_fail_at(c, k, h, 0, 0, 0, -1));
+  uint8_t into[33];
+  memset(into, CTS_POISON, sizeof(into));
+  CHECK_STATUS(cube_client_read_into(c, h, into, sizeof(into)), CUBE_STATUS_LAUNCH_FAILED,
+               "cts_failing_read");
+  for (size_t i = 0; i < sizeof(into); ++i) CHECK(into[i] == CTS_POISON);
+  CHECK_OK(cube_client_read_into(c, h, into, sizeof(into)));
+  CHECK(memcmp(into, data, sizeof(data)) == 0);
   /* read_tensor as well. */
   const uint64_t shape[1] = {33};
   cube_tensor_t t;

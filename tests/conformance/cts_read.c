@@ -1,6 +1,8 @@
 /* Reading memory: read, read_async and futures, read_tensor, resources,
  * to_client. */
+#include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +73,115 @@ CUBE_TEST(read_offset_view) {
   CHECK(cts_read_equals(c, v2, data + 15, 1001 - 23));
   cube_handle_release(v);
   cube_handle_release(v2);
+  CTS_END(c);
+}
+
+/* read_into: the caller's memory, sizes around the GPU ring's direct limit
+ * (64 KiB) and its chunk (2 MiB), several chunks (spread over threads), an
+ * offset view; guard bytes around the destination stay poisoned. */
+CUBE_TEST(read_into_caller_memory) {
+  CTS_CLIENT(c);
+  const size_t sizes[] = {1, 7, 65536, 65537, (2u << 20) - 1, (2u << 20) + 3, (9u << 20) + 5};
+  const size_t guard = 64;
+  for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); ++k) {
+    size_t n = sizes[k];
+    uint8_t* data = malloc(n);
+    uint8_t* out = malloc(n + 2 * guard);
+    REQUIRE(data && out);
+    cube_test_fill_random(data, n, 2150 + k);
+    memset(out, CTS_POISON, n + 2 * guard);
+    cube_handle_t h;
+    REQUIRE_OK(cube_client_create_from_slice(c, data, n, &h));
+    CHECK_OK(cube_client_read_into(c, h, out + guard, n));
+    if (memcmp(out + guard, data, n) != 0) {
+      fprintf(stderr, "read_into of %zu bytes: content differs\n", n);
+      CHECK(!"read_into content");
+    }
+    for (size_t i = 0; i < guard; ++i) CHECK(out[i] == CTS_POISON && out[guard + n + i] == CTS_POISON);
+    /* A view: its bytes only. */
+    if (n > 12) {
+      cube_handle_t v;
+      REQUIRE_OK(cube_handle_offset_view(h, 5, 7, &v));
+      memset(out, CTS_POISON, n + 2 * guard);
+      CHECK_OK(cube_client_read_into(c, v, out + guard, n - 12));
+      CHECK(memcmp(out + guard, data + 5, n - 12) == 0);
+      CHECK(out[guard + n - 12] == CTS_POISON && out[guard - 1] == CTS_POISON);
+      cube_handle_release(v);
+    }
+    cube_handle_release(h);
+    free(data);
+    free(out);
+  }
+  /* Bad input: the size must be the view's, dst present, the handle live. */
+  uint8_t small[16];
+  cube_test_fill_random(small, sizeof(small), 2160);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c, small, sizeof(small), &h));
+  uint8_t buf[32];
+  CHECK_STATUS(cube_client_read_into(c, h, buf, 15), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_read_into", "16", "15");
+  CHECK_STATUS(cube_client_read_into(c, h, buf, 32), CUBE_STATUS_INVALID_ARGUMENT, "16", "32");
+  CHECK_STATUS(cube_client_read_into(c, h, NULL, 16), CUBE_STATUS_INVALID_ARGUMENT, "dst");
+  CHECK_STATUS(cube_client_read_into(NULL, h, buf, 16), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_read_into");
+  cube_handle_release(h);
+  CHECK_STATUS(cube_client_read_into(c, h, buf, 16), CUBE_STATUS_NOT_FOUND,
+               "cube_client_read_into", "released");
+  CHECK_STATUS(cube_client_read_into(c, CUBE_HANDLE_NULL, buf, 16), CUBE_STATUS_INVALID_ARGUMENT,
+               "null handle");
+  CTS_END(c);
+}
+
+/* Several threads read into their own memory from one client at once. */
+typedef struct {
+  cube_client_t* c;
+  cube_handle_t h;
+  const uint8_t* expect;
+  size_t n;
+  int bad;
+} cts_read_into_arg_t;
+
+static void* cts_read_into_thread(void* p) {
+  cts_read_into_arg_t* a = p;
+  uint8_t* out = malloc(a->n);
+  if (!out) {
+    a->bad = 1;
+    return NULL;
+  }
+  for (int r = 0; r < 4; ++r) {
+    memset(out, CTS_POISON, a->n);
+    cube_status_t s = cube_client_read_into(a->c, a->h, out, a->n);
+    if (s || memcmp(out, a->expect, a->n) != 0) a->bad++;
+    cube_status_free(s);
+  }
+  free(out);
+  return NULL;
+}
+
+CUBE_TEST(read_into_threads) {
+  CTS_CLIENT(c);
+  enum { T = 4 };
+  const size_t n = (5u << 20) + 17;
+  uint8_t* data[T];
+  cube_handle_t h[T];
+  pthread_t th[T];
+  cts_read_into_arg_t args[T];
+  for (int i = 0; i < T; ++i) {
+    data[i] = malloc(n);
+    REQUIRE(data[i]);
+    cube_test_fill_random(data[i], n, 2170 + i);
+    REQUIRE_OK(cube_client_create_from_slice(c, data[i], n, &h[i]));
+    args[i] = (cts_read_into_arg_t){c, h[i], data[i], n, 0};
+  }
+  for (int i = 0; i < T; ++i) REQUIRE(pthread_create(&th[i], NULL, cts_read_into_thread, &args[i]) == 0);
+  for (int i = 0; i < T; ++i) {
+    pthread_join(th[i], NULL);
+    CHECK_EQ_U64(args[i].bad, 0);
+  }
+  for (int i = 0; i < T; ++i) {
+    cube_handle_release(h[i]);
+    free(data[i]);
+  }
   CTS_END(c);
 }
 

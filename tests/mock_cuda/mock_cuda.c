@@ -126,6 +126,7 @@ static void mock_event_unref(mock_event_t* ev) {
 }
 
 static bool mock_trace;
+static bool mock_launch_ok;
 
 static void mock_run(mock_op_t* op) {
   if (mock.delay_us) usleep(mock.delay_us);
@@ -277,6 +278,7 @@ static CUresult m_cuInit(unsigned int flags) {
   v = getenv("CUBE_MOCK_CUDA_DELAY_US");
   mock.delay_us = v ? (unsigned)atoi(v) : 0;
   mock_trace = getenv("CUBE_MOCK_CUDA_TRACE") != NULL;
+  mock_launch_ok = getenv("CUBE_MOCK_CUDA_LAUNCH_OK") != NULL;
   v = getenv("CUBE_MOCK_CUDA_H2D_DELAY_US");
   mock.h2d_delay_us = v ? (unsigned)atoi(v) : 0;
   return mock.devices ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
@@ -627,7 +629,9 @@ static CUresult m_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
                                  unsigned by, unsigned bz, unsigned shm, CUstream s, void** params, void** extra) {
   (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s; (void)params; (void)extra;
   atomic_fetch_add(&mock.launches, 1);
-  return CUDA_ERROR_NOT_SUPPORTED;
+  /* CUBE_MOCK_CUDA_LAUNCH_OK: a launch succeeds and runs nothing (to measure
+   * cube's own cost per launch with no driver behind it). */
+  return mock_launch_ok ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
 }
 static CUresult m_cuGetErrorName(CUresult r, const char** s) {
   switch (r) {

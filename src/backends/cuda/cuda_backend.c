@@ -41,15 +41,24 @@
 #include "kernel/kernel.h"
 #include "platform/platform.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #define CUBE__CUDA_MAX_DEVICES 64u
 #define CUBE__CUDA_ALIGNMENT 512u
-#define CUBE__CUDA_CHUNK (2ull << 20)   /* bytes per staging chunk */
+#define CUBE__CUDA_CHUNK (2ull << 20)   /* default bytes per staging chunk */
+#define CUBE__CUDA_RING_BYTES (128ull << 20) /* pinned bytes the ring may hold */
 #define CUBE__CUDA_MAX_SLOTS 64u         /* chunks in the ring at most */
-#define CUBE__CUDA_MAX_COPY_THREADS 8u   /* host copies of one transfer */
+#define CUBE__CUDA_MAX_COPY_THREADS 8u   /* default host copies of one transfer */
+#define CUBE__CUDA_DIRECT_MAX (64u << 10) /* transfers up to this skip the ring */
+#ifndef CUBE__CUDA_STREAM_COPY_DEFAULT
+#define CUBE__CUDA_STREAM_COPY_DEFAULT true /* CUBE_CUDA_STREAM_COPY=0 turns it off */
+#endif
 #define CUBE__CUDA_SPARE_EVENTS 64u
 
 typedef struct cube__cuda_slot {
-  void* host; /* pinned, CUBE__CUDA_CHUNK bytes */
+  void* host; /* pinned, chunk bytes */
   CUevent done;
   bool pending; /* |done| recorded and not yet waited for */
 } cube__cuda_slot_t;
@@ -80,6 +89,9 @@ struct cube__backend_device {
   CUmemoryPool mempool;
   cube__worker_pool_t* workers;
   uint32_t copy_threads;
+  uint64_t chunk;      /* bytes per staging chunk */
+  uint32_t max_slots;  /* chunks in the ring at most (<= CUBE__CUDA_MAX_SLOTS) */
+  bool stream_copy;    /* host copies of the ring with non-temporal stores */
   uint32_t max_grid[3];
   uint32_t max_block[3];
   uint32_t max_threads_per_block;
@@ -126,7 +138,8 @@ static atomic_uint_fast64_t cube__cuda_next_storage_id = 1;
 /* Every entry makes the device's context current for its duration and puts
  * back whatever the calling thread had: cube runs on the user's threads too
  * (uploads, allocation), and a program's own CUDA code on that thread must
- * find its context unchanged. Nothing is pushed when it is current already. */
+ * find its context unchanged. Nothing is pushed when it is current already,
+ * and on cube's own threads the context is set and left current. */
 typedef struct cube__cuda_scope {
   const cube__cuda_driver_t* cu;
   bool pushed;
@@ -143,6 +156,9 @@ static inline cube__cuda_scope_t cube__cuda_enter(CUcontext ctx) {
   s.cu = cu;
   CUcontext cur = NULL;
   if (cu->CtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx) return s;
+  /* cube's own threads (runners, copy workers) keep the context current:
+   * a push and a pop per launch cost a tenth of the launch. */
+  if (cube__thread_is_cube() && cu->CtxSetCurrent(ctx) == CUDA_SUCCESS) return s;
   s.pushed = cu->CtxPushCurrent(ctx) == CUDA_SUCCESS;
   return s;
 }
@@ -315,7 +331,31 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
   if (st) return st;
   d->copy_threads = cube__worker_pool_size(d->workers);
   if (d->copy_threads > CUBE__CUDA_MAX_COPY_THREADS) d->copy_threads = CUBE__CUDA_MAX_COPY_THREADS;
+  /* Tunables of the staging ring (docs/benchmarks.md has the measurements
+   * behind the defaults): threads that copy one transfer, chunk size. */
+  bool set = false;
+  uint32_t threads = 0;
+  st = cube__env_u32("CUBE_CUDA_COPY_THREADS", &set, &threads);
+  if (!st && set && (threads < 1 || threads > 256))
+    st = CUBE_INVALID("CUBE_CUDA_COPY_THREADS=%u: expected 1 to 256", threads);
+  if (st) return st;
+  if (set) d->copy_threads = threads;
+  if (d->copy_threads > cube__worker_pool_size(d->workers))
+    d->copy_threads = cube__worker_pool_size(d->workers);
   if (d->copy_threads < 1) d->copy_threads = 1;
+  d->chunk = CUBE__CUDA_CHUNK;
+  uint64_t chunk = 0;
+  st = cube__env_size("CUBE_CUDA_STAGING_CHUNK", &set, &chunk);
+  if (!st && set && (chunk < (64u << 10) || chunk > (64u << 20) || chunk % 4096))
+    st = CUBE_INVALID("CUBE_CUDA_STAGING_CHUNK=%" PRIu64 " bytes: expected 64 KiB to 64 MiB, a "
+                      "multiple of 4 KiB", chunk);
+  if (st) return st;
+  if (set) d->chunk = chunk;
+  d->max_slots = (uint32_t)(CUBE__CUDA_RING_BYTES / d->chunk);
+  if (d->max_slots > CUBE__CUDA_MAX_SLOTS) d->max_slots = CUBE__CUDA_MAX_SLOTS;
+  if (d->max_slots < 4) d->max_slots = 4;
+  d->stream_copy = CUBE__CUDA_STREAM_COPY_DEFAULT;
+  if (cube__env_str("CUBE_CUDA_STREAM_COPY", &env)) d->stream_copy = strcmp(env, "0") != 0;
 
   if (p) {
     memset(p, 0, sizeof(*p));
@@ -574,10 +614,48 @@ static cube_status_t cube__cuda_event_elapsed(cube__backend_device_t* d, void* s
 // Staging ring and copies
 //===----------------------------------------------------------------------===//
 
+/* The host side of a staged copy. With stream_copy, large copies use
+ * non-temporal stores: the destination is not read into the cache first
+ * (a plain copy reads it for ownership), so a chunk costs two passes over
+ * memory instead of three, and the DMA engine shares what is left. */
+#if defined(__SSE2__)
+static void cube__copy_nt(void* dst, const void* src, size_t n) {
+  uint8_t* d = dst;
+  const uint8_t* s = src;
+  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+  if (head > n) head = n;
+  memcpy(d, s, head);
+  d += head, s += head, n -= head;
+  for (; n >= 64; n -= 64, d += 64, s += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i*)(const void*)s);
+    __m128i b = _mm_loadu_si128((const __m128i*)(const void*)(s + 16));
+    __m128i c = _mm_loadu_si128((const __m128i*)(const void*)(s + 32));
+    __m128i e = _mm_loadu_si128((const __m128i*)(const void*)(s + 48));
+    _mm_stream_si128((__m128i*)(void*)d, a);
+    _mm_stream_si128((__m128i*)(void*)(d + 16), b);
+    _mm_stream_si128((__m128i*)(void*)(d + 32), c);
+    _mm_stream_si128((__m128i*)(void*)(d + 48), e);
+  }
+  _mm_sfence(); /* the stores are visible before the DMA that follows */
+  memcpy(d, s, n);
+}
+#endif
+
+static void cube__cuda_copy(const cube__backend_device_t* d, void* dst, const void* src, size_t n) {
+#if defined(__SSE2__)
+  if (d->stream_copy && n >= (256u << 10)) {
+    cube__copy_nt(dst, src, n);
+    return;
+  }
+#endif
+  (void)d;
+  memcpy(dst, src, n);
+}
+
 static void cube__cuda_slot_give(cube__backend_device_t* d, uint32_t i) {
   pthread_mutex_lock(&d->ring_lock);
   d->free_slots[d->free_tail] = i;
-  d->free_tail = (d->free_tail + 1) % CUBE__CUDA_MAX_SLOTS;
+  d->free_tail = (d->free_tail + 1) % d->max_slots;
   d->free_count++;
   pthread_cond_signal(&d->ring_cond);
   pthread_mutex_unlock(&d->ring_lock);
@@ -589,30 +667,30 @@ static void cube__cuda_slot_give(cube__backend_device_t* d, uint32_t i) {
  * can fill a chunk while the previous one is on the wire. */
 static cube_status_t cube__cuda_slot_take(cube__backend_device_t* d, uint32_t* out) {
   pthread_mutex_lock(&d->ring_lock);
-  while (d->free_count == 0 && d->slot_count == CUBE__CUDA_MAX_SLOTS)
+  while (d->free_count == 0 && d->slot_count == d->max_slots)
     pthread_cond_wait(&d->ring_cond, &d->ring_lock);
   uint32_t i = UINT32_MAX;
   if (d->free_count > 0) {
     uint32_t head = d->free_slots[d->free_head];
     cube__cuda_slot_t* hs = &d->slots[head];
     bool busy = hs->pending && d->cu->EventQuery(hs->done) == CUDA_ERROR_NOT_READY;
-    if (!busy || d->slot_count == CUBE__CUDA_MAX_SLOTS) {
+    if (!busy || d->slot_count == d->max_slots) {
       i = head;
-      d->free_head = (d->free_head + 1) % CUBE__CUDA_MAX_SLOTS;
+      d->free_head = (d->free_head + 1) % d->max_slots;
       d->free_count--;
     }
   }
   if (i == UINT32_MAX) {
     i = d->slot_count;
     cube__cuda_slot_t* s = &d->slots[i];
-    CUresult r = d->cu->MemHostAlloc(&s->host, CUBE__CUDA_CHUNK, CU_MEMHOSTALLOC_PORTABLE);
+    CUresult r = d->cu->MemHostAlloc(&s->host, (size_t)d->chunk, CU_MEMHOSTALLOC_PORTABLE);
     if (r == CUDA_SUCCESS) r = d->cu->EventCreate(&s->done, CU_EVENT_DISABLE_TIMING);
     if (r != CUDA_SUCCESS) {
       if (s->host) d->cu->MemFreeHost(s->host);
       s->host = NULL;
       s->done = NULL;
       pthread_mutex_unlock(&d->ring_lock);
-      return cube__cuda_oom(d, r, CUBE__CUDA_CHUNK, "staging chunk (pinned)");
+      return cube__cuda_oom(d, r, d->chunk, "staging chunk (pinned)");
     }
     d->slot_count++;
   }
@@ -647,13 +725,14 @@ typedef struct cube__cuda_xfer {
 } cube__cuda_xfer_t;
 
 static uint64_t cube__cuda_xfer_pieces(cube__cuda_xfer_t* x) {
-  if (x->width <= CUBE__CUDA_CHUNK) {
-    x->rows_per = CUBE__CUDA_CHUNK / x->width;
+  uint64_t chunk = x->d->chunk;
+  if (x->width <= chunk) {
+    x->rows_per = chunk / x->width;
     x->per_row = 0;
     return (x->height + x->rows_per - 1) / x->rows_per;
   }
   x->rows_per = 1;
-  x->per_row = (x->width + CUBE__CUDA_CHUNK - 1) / CUBE__CUDA_CHUNK;
+  x->per_row = (x->width + chunk - 1) / chunk;
   return x->height * x->per_row;
 }
 
@@ -668,8 +747,8 @@ static cube_status_t cube__cuda_xfer_piece(cube__cuda_xfer_t* x, uint64_t i) {
   } else {
     row = i / x->per_row;
     rows = 1;
-    col = (i % x->per_row) * CUBE__CUDA_CHUNK;
-    cols = x->width - col < CUBE__CUDA_CHUNK ? x->width - col : CUBE__CUDA_CHUNK;
+    col = (i % x->per_row) * d->chunk;
+    cols = x->width - col < d->chunk ? x->width - col : d->chunk;
   }
   uint8_t* host = x->host + row * x->width + col;
   CUdeviceptr dev = x->dev + row * x->pitch + col;
@@ -677,7 +756,7 @@ static cube_status_t cube__cuda_xfer_piece(cube__cuda_xfer_t* x, uint64_t i) {
   CUBE_RETURN_IF_ERROR(cube__cuda_slot_take(d, &slot));
   cube__cuda_slot_t* s = &d->slots[slot];
   CUresult r;
-  if (x->to_device) memcpy(s->host, host, (size_t)(rows * cols));
+  if (x->to_device) cube__cuda_copy(d, s->host, host, (size_t)(rows * cols));
   if (rows == 1) {
     r = x->to_device ? d->cu->MemcpyHtoDAsync(dev, s->host, (size_t)cols, x->stream)
                      : d->cu->MemcpyDtoHAsync(s->host, dev, (size_t)cols, x->stream);
@@ -715,7 +794,7 @@ static cube_status_t cube__cuda_xfer_piece(cube__cuda_xfer_t* x, uint64_t i) {
       r = d->cu->EventSynchronize(s->done);
       if (r == CUDA_SUCCESS) {
         s->pending = false;
-        memcpy(host, s->host, (size_t)(rows * cols));
+        cube__cuda_copy(d, host, s->host, (size_t)(rows * cols));
       }
     }
   }
@@ -804,9 +883,19 @@ static cube_status_t cube__cuda_write(cube__backend_device_t* d, void* stream,
                      (unsigned long long)(width * height), (unsigned long long)dst->id);
   CUBE_RETURN_IF_ERROR(cube__cuda_check_rows(d, "write", dst, dst_offset, pitch, width, height));
   CUBE__CUDA_SCOPE(d->ctx);
+  CUstream s = cube__cuda_s(stream);
+  CUdeviceptr to = (CUdeviceptr)(uintptr_t)dst->ptr + dst_offset;
+  if ((height == 1 || pitch == width) && width * height <= CUBE__CUDA_DIRECT_MAX) {
+    /* A small upload: the driver copies pageable memory into its own staging
+     * before the call returns, so |src| is free again at once. */
+    CUresult r = d->cu->MemcpyHtoDAsync(to, src, (size_t)(width * height), s);
+    if (r != CUDA_SUCCESS)
+      return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: host-to-device copy of %" PRIu64
+                              " bytes", d->index, width * height);
+    return CUBE_OK;
+  }
   cube__cuda_xfer_t x;
-  cube__cuda_xfer_init(&x, d, cube__cuda_s(stream), (CUdeviceptr)(uintptr_t)dst->ptr + dst_offset,
-                       (void*)(uintptr_t)src, pitch, width, height, true);
+  cube__cuda_xfer_init(&x, d, s, to, (void*)(uintptr_t)src, pitch, width, height, true);
   return cube__cuda_xfer_run(&x);
 }
 
@@ -827,8 +916,10 @@ static cube_status_t cube__cuda_read(cube__backend_device_t* d, void* stream, vo
   CUstream s = cube__cuda_s(stream);
   CUdeviceptr from = (CUdeviceptr)(uintptr_t)src->ptr + src_offset;
   bool flat = height == 1 || pitch == width;
-  if (width * height > 4096 && cube__cuda_is_pinned(d, dst)) {
-    /* Pinned destination (the staging pool): one DMA, no host copy. */
+  if (width * height <= CUBE__CUDA_DIRECT_MAX || cube__cuda_is_pinned(d, dst)) {
+    /* Pinned destination (the staging pool): one DMA, no host copy. A small
+     * read goes straight to any memory (the driver's own staging returns it
+     * when the call completes): the ring's bookkeeping would cost more. */
     CUresult r;
     if (flat) {
       r = d->cu->MemcpyDtoHAsync(dst, from, (size_t)(width * height), s);
