@@ -776,7 +776,7 @@ static uint32_t host_copy_threads(void) {
   const char* e = getenv("CUBE_CUDA_COPY_THREADS");
   long v = e ? strtol(e, NULL, 10) : 0;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (v <= 0) v = cores < 8 ? cores : 8;
+  if (v <= 0) v = cores < 16 ? cores : 16;
   if (v > cores) v = cores;
   return v > 0 ? (uint32_t)v : 1;
 }

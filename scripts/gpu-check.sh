@@ -81,11 +81,10 @@ fi
 if has tune; then
   {
     echo "== staging ring settings: bench_cuda transfers under each"
-    for cfg in "CUBE_CUDA_STREAM_COPY=0" "CUBE_CUDA_STREAM_COPY=1" \
-               "CUBE_CUDA_STREAM_COPY=0 CUBE_CUDA_COPY_THREADS=16" "CUBE_CUDA_STREAM_COPY=1 CUBE_CUDA_COPY_THREADS=16" \
-               "CUBE_CUDA_STREAM_COPY=1 CUBE_CUDA_COPY_THREADS=12 CUBE_CUDA_STAGING_CHUNK=4M" \
-               "CUBE_CUDA_STREAM_COPY=1 CUBE_CUDA_COPY_THREADS=16 CUBE_CUDA_STAGING_CHUNK=8M" \
-               "CUBE_CUDA_STREAM_COPY=0 CUBE_CUDA_COPY_THREADS=16 CUBE_CUDA_STAGING_CHUNK=8M"; do
+    for cfg in "CUBE_CUDA_STREAM_COPY=down" "CUBE_CUDA_STREAM_COPY=down" \
+               "CUBE_CUDA_STAGING_CHUNK=2M" "CUBE_CUDA_STAGING_CHUNK=2M" \
+               "CUBE_CUDA_STAGING_CHUNK=8M" "CUBE_CUDA_STAGING_CHUNK=8M" \
+               "CUBE_CUDA_COPY_THREADS=12" "CUBE_CUDA_STREAM_COPY=1"; do
       echo "-- $cfg"
       env $cfg CUBE_BENCH_ONLY=transfers timeout 120 ./build-gpu/bench_cuda 2>&1 |
         grep -E "^\[5\] |^\[6c\] |ceiling|FAIL"

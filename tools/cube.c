@@ -82,9 +82,16 @@ static int cmd_info(void) {
       printf("    memory: %s total, largest allocation %s, alignment %" PRIu64 " B\n",
              fmt_bytes(p->memory.total_memory, a, sizeof(a)),
              fmt_bytes(p->memory.max_page_size, m, sizeof(m)), p->memory.alignment);
-      printf("    cores: %u; load width %u bits; plane %u..%u; max vector %u\n",
-             p->hardware.num_cpu_cores, p->hardware.load_width, p->hardware.plane_size_min,
-             p->hardware.plane_size_max, p->hardware.max_vector_size);
+      if (p->hardware.num_streaming_multiprocessors)
+        printf("    multiprocessors: %u; compute capability %u.%u; ",
+               p->hardware.num_streaming_multiprocessors, p->hardware.compute_capability / 10,
+               p->hardware.compute_capability % 10);
+      else
+        printf("    cores: %u; ", p->hardware.num_cpu_cores);
+      if (p->hardware.l2_cache_size)
+        printf("L2 %s; ", fmt_bytes(p->hardware.l2_cache_size, a, sizeof(a)));
+      printf("load width %u bits; plane %u..%u; max vector %u\n", p->hardware.load_width,
+             p->hardware.plane_size_min, p->hardware.plane_size_max, p->hardware.max_vector_size);
       printf("    cube dim max (%u, %u, %u), %u units; cube count max (%u, %u, %u)\n",
              p->hardware.max_cube_dim[0], p->hardware.max_cube_dim[1],
              p->hardware.max_cube_dim[2], p->hardware.max_units_per_cube,

@@ -71,6 +71,8 @@ typedef struct cube_device_properties {
     uint32_t min_tensor_cores_dim;
     uint32_t num_cpu_cores;
     uint32_t max_vector_size;
+    uint64_t l2_cache_size;      /* bytes; 0 where unknown */
+    uint32_t compute_capability; /* CUDA: major * 10 + minor (90 on an H200); 0 elsewhere */
   } hardware;
   cube_timing_method_t timing_method;
   cube_layout_policy_t layout_policy;

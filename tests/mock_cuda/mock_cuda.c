@@ -302,6 +302,7 @@ static CUresult m_cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d)
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 4; break;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *v = 3 << 20; break;
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 2147483647; break;
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *v = 1024; break;
@@ -554,6 +555,17 @@ static CUresult m_cuMemHostGetFlags(unsigned int* f, void* p) {
   *f = 0;
   return mock_is_pinned(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
+/* As the driver: any address is answered (zeros for memory it does not know). */
+static CUresult m_cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attrs, void** data,
+                                         CUdeviceptr ptr) {
+  for (unsigned int i = 0; i < n; ++i) {
+    if (attrs[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
+      *(unsigned int*)data[i] = mock_is_pinned((void*)(uintptr_t)ptr) ? CU_MEMORYTYPE_HOST : 0;
+    else
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
+}
 
 /* Host-to-device: a pageable source is staged now (the driver copies it
  * before returning), a pinned one is read when the copy runs. */
@@ -663,7 +675,7 @@ MOCK_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int versio
       E(cuCtxSynchronize), E(cuStreamCreate), E(cuStreamDestroy), E(cuStreamSynchronize),
       E(cuStreamWaitEvent), E(cuEventCreate), E(cuEventRecord), E(cuEventQuery),
       E(cuEventSynchronize), E(cuEventDestroy), E(cuEventElapsedTime), E(cuMemAlloc), E(cuMemFree),
-      E(cuMemGetInfo), E(cuMemHostAlloc), E(cuMemFreeHost), E(cuMemHostGetFlags),
+      E(cuMemGetInfo), E(cuMemHostAlloc), E(cuMemFreeHost), E(cuMemHostGetFlags), E(cuPointerGetAttributes),
       E(cuMemcpyHtoDAsync), E(cuMemcpyDtoHAsync), E(cuMemcpyDtoDAsync), E(cuMemcpy2DAsync),
       E(cuMemsetD32Async), E(cuModuleLoadData), E(cuModuleUnload), E(cuModuleGetFunction),
       E(cuFuncGetAttribute), E(cuLaunchKernel), E(cuGetErrorName), E(cuGetErrorString),

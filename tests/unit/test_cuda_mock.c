@@ -97,6 +97,8 @@ CUBE_TEST(devices_and_properties) {
     CHECK_EQ_U64(p->memory.max_page_size, 64ull << 20);
     CHECK(p->layout_policy == CUBE_LAYOUT_POLICY_PITCHED);
     CHECK_EQ_U64(p->hardware.num_streaming_multiprocessors, 4);
+    CHECK_EQ_U64(p->hardware.l2_cache_size, 3u << 20);
+    CHECK_EQ_U64(p->hardware.compute_capability, 90);
     CHECK_EQ_U64(p->hardware.max_cube_dim[2], 64);
     CHECK_EQ_U64(p->hardware.max_cube_count[1], 65535);
     CHECK(!(cube_client_features(c)->bits & CUBE_FEATURE_NATIVE_KERNELS));

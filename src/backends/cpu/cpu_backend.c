@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/mman.h>
 
 #include "backends/backend.h"
@@ -146,6 +147,10 @@ static void cube__cpu_fill_properties(uint32_t index, uint32_t workers,
   p->hardware.num_tensor_cores = 0;
   p->hardware.min_tensor_cores_dim = 0;
   p->hardware.num_cpu_cores = workers;
+  {
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE); /* per core; 0 or -1 where unknown */
+    p->hardware.l2_cache_size = l2 > 0 ? (uint64_t)l2 : 0;
+  }
   p->hardware.max_vector_size = 16;
   p->timing_method = CUBE_TIMING_DEVICE;
   p->layout_policy = CUBE_LAYOUT_POLICY_CONTIGUOUS;

@@ -51,7 +51,7 @@
   X(MemGetInfo, "cuMemGetInfo", PFN_cuMemGetInfo_v3020)                  \
   X(MemHostAlloc, "cuMemHostAlloc", PFN_cuMemHostAlloc_v2020)            \
   X(MemFreeHost, "cuMemFreeHost", PFN_cuMemFreeHost_v2000)               \
-  X(MemHostGetFlags, "cuMemHostGetFlags", PFN_cuMemHostGetFlags_v2030)   \
+  X(PointerGetAttributes, "cuPointerGetAttributes", PFN_cuPointerGetAttributes_v7000) \
   X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync", PFN_cuMemcpyHtoDAsync_v3020)   \
   X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync", PFN_cuMemcpyDtoHAsync_v3020)   \
   X(MemcpyDtoDAsync, "cuMemcpyDtoDAsync", PFN_cuMemcpyDtoDAsync_v3020)   \

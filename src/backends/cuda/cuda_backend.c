@@ -47,14 +47,12 @@
 
 #define CUBE__CUDA_MAX_DEVICES 64u
 #define CUBE__CUDA_ALIGNMENT 512u
-#define CUBE__CUDA_CHUNK (2ull << 20)   /* default bytes per staging chunk */
+#define CUBE__CUDA_CHUNK (4ull << 20)   /* default bytes per staging chunk */
 #define CUBE__CUDA_RING_BYTES (128ull << 20) /* pinned bytes the ring may hold */
 #define CUBE__CUDA_MAX_SLOTS 64u         /* chunks in the ring at most */
-#define CUBE__CUDA_MAX_COPY_THREADS 8u   /* default host copies of one transfer */
+#define CUBE__CUDA_MAX_COPY_THREADS 16u  /* default host copies of one transfer */
 #define CUBE__CUDA_DIRECT_MAX (64u << 10) /* transfers up to this skip the ring */
-#ifndef CUBE__CUDA_STREAM_COPY_DEFAULT
-#define CUBE__CUDA_STREAM_COPY_DEFAULT true /* CUBE_CUDA_STREAM_COPY=0 turns it off */
-#endif
+
 #define CUBE__CUDA_SPARE_EVENTS 64u
 
 typedef struct cube__cuda_slot {
@@ -91,7 +89,7 @@ struct cube__backend_device {
   uint32_t copy_threads;
   uint64_t chunk;      /* bytes per staging chunk */
   uint32_t max_slots;  /* chunks in the ring at most (<= CUBE__CUDA_MAX_SLOTS) */
-  bool stream_copy;    /* host copies of the ring with non-temporal stores */
+  bool stream_up, stream_down; /* host copies with non-temporal stores, per direction */
   uint32_t max_grid[3];
   uint32_t max_block[3];
   uint32_t max_threads_per_block;
@@ -354,8 +352,19 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
   d->max_slots = (uint32_t)(CUBE__CUDA_RING_BYTES / d->chunk);
   if (d->max_slots > CUBE__CUDA_MAX_SLOTS) d->max_slots = CUBE__CUDA_MAX_SLOTS;
   if (d->max_slots < 4) d->max_slots = 4;
-  d->stream_copy = CUBE__CUDA_STREAM_COPY_DEFAULT;
-  if (cube__env_str("CUBE_CUDA_STREAM_COPY", &env)) d->stream_copy = strcmp(env, "0") != 0;
+  /* Non-temporal stores pay on downloads (the copy out of a chunk into the
+   * caller's memory) and not on uploads (a chunk written with plain stores
+   * is still in the cache when the DMA engine reads it): measured on an
+   * H200 host, docs/benchmarks.md. */
+  d->stream_up = false;
+  d->stream_down = true;
+  if (cube__env_str("CUBE_CUDA_STREAM_COPY", &env)) {
+    bool both = strcmp(env, "1") == 0, none = strcmp(env, "0") == 0;
+    if (!both && !none && strcmp(env, "up") != 0 && strcmp(env, "down") != 0)
+      return CUBE_INVALID("CUBE_CUDA_STREAM_COPY=%s: expected 0, 1, up or down", env);
+    d->stream_up = both || strcmp(env, "up") == 0;
+    d->stream_down = both || strcmp(env, "down") == 0;
+  }
 
   if (p) {
     memset(p, 0, sizeof(*p));
@@ -382,6 +391,8 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
     p->hardware.min_tensor_cores_dim = d->cc_major >= 7 ? 16 : 0;
     p->hardware.num_cpu_cores = 0;
     p->hardware.max_vector_size = 4;
+    p->hardware.l2_cache_size = (uint64_t)cube__cuda_attr(d, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+    p->hardware.compute_capability = (uint32_t)(d->cc_major * 10 + d->cc_minor);
     p->timing_method = CUBE_TIMING_DEVICE;
     p->layout_policy = CUBE_LAYOUT_POLICY_PITCHED;
   }
@@ -614,7 +625,7 @@ static cube_status_t cube__cuda_event_elapsed(cube__backend_device_t* d, void* s
 // Staging ring and copies
 //===----------------------------------------------------------------------===//
 
-/* The host side of a staged copy. With stream_copy, large copies use
+/* The host side of a staged copy. With |stream|, large copies use
  * non-temporal stores: the destination is not read into the cache first
  * (a plain copy reads it for ownership), so a chunk costs two passes over
  * memory instead of three, and the DMA engine shares what is left. */
@@ -641,14 +652,14 @@ static void cube__copy_nt(void* dst, const void* src, size_t n) {
 }
 #endif
 
-static void cube__cuda_copy(const cube__backend_device_t* d, void* dst, const void* src, size_t n) {
+static void cube__cuda_copy(bool stream, void* dst, const void* src, size_t n) {
 #if defined(__SSE2__)
-  if (d->stream_copy && n >= (256u << 10)) {
+  if (stream && n >= (256u << 10)) {
     cube__copy_nt(dst, src, n);
     return;
   }
 #endif
-  (void)d;
+  (void)stream;
   memcpy(dst, src, n);
 }
 
@@ -756,7 +767,7 @@ static cube_status_t cube__cuda_xfer_piece(cube__cuda_xfer_t* x, uint64_t i) {
   CUBE_RETURN_IF_ERROR(cube__cuda_slot_take(d, &slot));
   cube__cuda_slot_t* s = &d->slots[slot];
   CUresult r;
-  if (x->to_device) cube__cuda_copy(d, s->host, host, (size_t)(rows * cols));
+  if (x->to_device) cube__cuda_copy(d->stream_up, s->host, host, (size_t)(rows * cols));
   if (rows == 1) {
     r = x->to_device ? d->cu->MemcpyHtoDAsync(dev, s->host, (size_t)cols, x->stream)
                      : d->cu->MemcpyDtoHAsync(s->host, dev, (size_t)cols, x->stream);
@@ -794,7 +805,7 @@ static cube_status_t cube__cuda_xfer_piece(cube__cuda_xfer_t* x, uint64_t i) {
       r = d->cu->EventSynchronize(s->done);
       if (r == CUDA_SUCCESS) {
         s->pending = false;
-        cube__cuda_copy(d, host, s->host, (size_t)(rows * cols));
+        cube__cuda_copy(d->stream_down, host, s->host, (size_t)(rows * cols));
       }
     }
   }
@@ -899,9 +910,15 @@ static cube_status_t cube__cuda_write(cube__backend_device_t* d, void* stream,
   return cube__cuda_xfer_run(&x);
 }
 
+/* Whether |p| is page-locked memory the device can DMA from or to. Asked with
+ * cuPointerGetAttributes, which answers for any address (cuMemHostGetFlags
+ * fails on pageable memory, and compute-sanitizer reports each failure). */
 static bool cube__cuda_is_pinned(cube__backend_device_t* d, const void* p) {
-  unsigned int flags = 0;
-  return d->cu->MemHostGetFlags(&flags, (void*)(uintptr_t)p) == CUDA_SUCCESS;
+  CUpointer_attribute a = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+  unsigned int type = 0;
+  void* data[1] = {&type};
+  return d->cu->PointerGetAttributes(1, &a, data, (CUdeviceptr)(uintptr_t)p) == CUDA_SUCCESS &&
+         type == CU_MEMORYTYPE_HOST;
 }
 
 static cube_status_t cube__cuda_read(cube__backend_device_t* d, void* stream, void* dst,
