@@ -39,7 +39,7 @@ export CUBE_CACHE_DIR=${CUBE_CACHE_DIR:-/tmp/cube-kernel-cache}
 if has tests; then
   {
     echo "== unit tests (cuda)"
-    ctest --test-dir build-gpu -R '^unit\.cuda_backend' --output-on-failure 2>&1 | tail -15
+    ctest --test-dir build-gpu -R '^unit\.(cuda_backend|cross_backend\.cuda)' --output-on-failure 2>&1 | tail -25
     echo "== conformance on cuda"
     ctest --test-dir build-gpu -R "^cts\.cuda\.${CUBE_GPU_CTS_REGEX:-}" -j 8 --timeout 120 \
       --output-on-failure > "$OUT/cts-cuda.log" 2>&1
