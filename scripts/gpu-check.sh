@@ -40,6 +40,8 @@ if has tests; then
   {
     echo "== unit tests (cuda)"
     ctest --test-dir build-gpu -R '^unit\.(cuda_backend|cross_backend\.cuda)' --output-on-failure 2>&1 | tail -25
+    echo "== the same kernels on cuda and cpu"
+    ./build-gpu/tests/test_cross_backend cuda_matches_cpu 2>&1 | tail -12
     echo "== conformance on cuda"
     ctest --test-dir build-gpu -R "^cts\.cuda\.${CUBE_GPU_CTS_REGEX:-}" -j 8 --timeout 120 \
       --output-on-failure > "$OUT/cts-cuda.log" 2>&1
