@@ -1372,6 +1372,7 @@ cube_status_t cube_enumerate_all_devices(cube_device_id_t* out_ids, size_t capac
 
 void cube_shutdown(void) {
   atomic_fetch_add(&cube__epoch, 1);
+  cube__coll_quiesce(); /* NCCL work in flight ends (or is aborted) first */
   cube__queue_shutdown_all();
   cube__coll_shutdown();
   cube__handle_invalidate_all();
