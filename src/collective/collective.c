@@ -240,7 +240,18 @@ const char* cube_collective_transport(cube_backend_t backend, const char** out_d
   const cube__coll_transport_t* t = cube__coll_transport_for(backend);
   const char* detail = t ? t->name : "the backend has no collective transport";
 #ifdef CUBE_HAVE_CUDA
-  if (t && backend == CUBE_BACKEND_CUDA) detail = cube__nccl_describe();
+  if (t == &cube__coll_nccl_transport) {
+    detail = cube__nccl_describe();
+  } else if (t && backend == CUBE_BACKEND_CUDA) {
+    /* The fallback, and why (the reason does not change once NCCL was tried). */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static char line[640];
+    pthread_mutex_lock(&lock);
+    if (!line[0])
+      snprintf(line, sizeof(line), "%s; NCCL not used: %s", t->name, cube__nccl_describe());
+    pthread_mutex_unlock(&lock);
+    detail = line;
+  }
 #endif
   if (out_detail) *out_detail = detail;
   return t ? t->id : NULL;
@@ -1043,7 +1054,7 @@ static cube_status_t cube__host_recv(cube__comm_t* c, cube__coll_part_t* part,
 
 const cube__coll_transport_t cube__coll_host_transport = {
     .id = "host",
-    .name = "host (shared memory in-process, MPI across processes)",
+    .name = "shared memory in-process, MPI across processes",
     .all_reduce = cube__host_all_reduce,
     .send = cube__host_send,
     .recv = cube__host_recv,
@@ -1222,7 +1233,7 @@ static cube_status_t cube__staged_sync(cube__comm_t* comm, cube__server_t* s, ui
 
 const cube__coll_transport_t cube__coll_staged_transport = {
     .id = "staged",
-    .name = "staged (device memory through host buffers)",
+    .name = "device memory through host buffers",
     .all_reduce = cube__staged_all_reduce,
     .send = cube__staged_send,
     .recv = cube__staged_recv,

@@ -94,6 +94,15 @@ static cube__nccl_scope_t cube__nccl_enter(const cube__cuda_driver_t* cu, CUcont
   return s;
 }
 
+/* Around NCCL's group calls: NCCL sets devices with the runtime
+ * (cudaSetDevice replaces the thread's current context); a context pushed
+ * first and popped after takes the change with it, so the caller's thread
+ * (in inline mode, the user's) finds its context as it was. */
+static cube__nccl_scope_t cube__nccl_guard(const cube__cuda_driver_t* cu, CUcontext ctx) {
+  cube__nccl_scope_t s = {cu, cu->CtxPushCurrent(ctx) == CUDA_SUCCESS};
+  return s;
+}
+
 static void cube__nccl_leave(cube__nccl_scope_t* s) {
   if (!s->pushed) return;
   CUcontext popped = NULL;
@@ -141,6 +150,7 @@ typedef struct cube__nccl_state {
   bool ready;                 /* |comms| of this generation are usable */
   cube_status_t broken;       /* why they cannot be created again (across processes) */
   cube__nccl_comm_t* comms;   /* [n]; NULL for the ranks of other processes */
+  CUcontext guard_ctx;        /* a local device's context (cube__nccl_guard) */
   char id_file[512];          /* the unique id file this process wrote ("" if none) */
 } cube__nccl_state_t;
 
@@ -209,11 +219,17 @@ static cube_status_t cube__nccl_settle(const cube__nccl_t* nc, cube__comm_t* c,
 /* Aborts the communicators of this generation (ns->lock held). */
 static void cube__nccl_abort_locked(const cube__nccl_t* nc, cube__comm_t* c,
                                     cube__nccl_state_t* ns) {
+  const cube__cuda_driver_t* cu = NULL;
+  cube_status_t e = cube__cuda_driver(&cu);
+  cube__nccl_scope_t guard = {NULL, false};
+  if (!e && ns->guard_ctx) guard = cube__nccl_guard(cu, ns->guard_ctx);
+  cube_status_free(e);
   for (uint32_t i = 0; i < c->n; ++i) {
     if (!ns->comms[i]) continue;
     nc->CommAbort(ns->comms[i]);
     ns->comms[i] = NULL;
   }
+  cube__nccl_leave(&guard);
   ns->ready = false;
 }
 
@@ -333,10 +349,20 @@ static cube_status_t cube__nccl_ensure(const cube__nccl_t* nc, const cube__cuda_
   cfg.size = sizeof(cfg);
   cfg.magic = 0xcafebeefu;
   cfg.version = CUBE__NCCL_MIN_VERSION;
-  cfg.blocking = 0;
+  /* Nonblocking, so that every wait has the deadline; CUBE_NCCL_BLOCKING=1
+   * asks for blocking communicators (no deadline inside NCCL's calls). */
+  const char* bv;
+  cfg.blocking = cube__env_str("CUBE_NCCL_BLOCKING", &bv) && strcmp(bv, "1") == 0 ? 1 : 0;
   cube_status_t st = CUBE_OK;
+  uint32_t first = 0;
+  while (first < c->n && !c->local[first]) ++first;
+  ns->guard_ctx = ctx_of[first];
+  cube__nccl_scope_t guard = cube__nccl_guard(cu, ctx_of[first]);
   cube__nccl_result_t r = nc->GroupStart();
-  if (r != CUBE__NCCL_SUCCESS) return cube__nccl_error(r, NULL, CUBE_STATUS_OK, "%s: ncclGroupStart", what);
+  if (r != CUBE__NCCL_SUCCESS) {
+    cube__nccl_leave(&guard);
+    return cube__nccl_error(r, NULL, CUBE_STATUS_OK, "%s: ncclGroupStart", what);
+  }
   for (uint32_t i = 0; i < c->n && !st; ++i) {
     if (!c->local[i]) continue;
     cube__nccl_scope_t sc = cube__nccl_enter(cu, ctx_of[i]);
@@ -354,6 +380,7 @@ static cube_status_t cube__nccl_ensure(const cube__nccl_t* nc, const cube__cuda_
                           what);
   bool timeout = false;
   if (!st) st = cube__nccl_settle(nc, c, ns, c->local, deadline, what, &timeout);
+  cube__nccl_leave(&guard);
   if (!st && timeout) {
     char remote[256];
     cube__nccl_remote_names(c, remote, sizeof(remote));
@@ -564,6 +591,7 @@ static cube_status_t cube__nccl_issue(cube__comm_t* c, cube__coll_op_t* op, uint
     if (!st) {
       cube__nccl_type_t type = ar ? cube__nccl_type(op->dtype) : ncclUint8;
       size_t n = (size_t)(ar ? op->bytes / cube_dtype_size(op->dtype) : op->bytes);
+      cube__nccl_scope_t guard = cube__nccl_guard(cu, it[0].ctx);
       cube__nccl_result_t nr = nc->GroupStart();
       if (nr != CUBE__NCCL_SUCCESS)
         st = cube__nccl_error(nr, NULL, CUBE_STATUS_OK, "%s: ncclGroupStart", what);
@@ -602,6 +630,7 @@ static cube_status_t cube__nccl_issue(cube__comm_t* c, cube__coll_op_t* op, uint
           free(which);
         }
       }
+      cube__nccl_leave(&guard);
       if (!st && timeout) {
         char remote[256];
         cube__nccl_remote_names(c, remote, sizeof(remote));
@@ -784,6 +813,7 @@ static cube_status_t cube__nccl_join(cube__comm_t* c, cube__coll_part_t* part,
     pthread_mutex_unlock(&c->lock);
     cube_status_free(rs);
     cube__nccl_ready_free(rd);
+    cube__part_release(part);
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s #%" PRIu64 ": no host memory",
                              kind == CUBE_COLLECTIVE_ALL_REDUCE ? "all_reduce" : "send/recv", seq);
   }
@@ -1023,6 +1053,11 @@ static void cube__nccl_comm_destroy(cube__comm_t* c) {
   cube_status_t st = cube__nccl_get(&nc);
   if (!st) {
     pthread_mutex_lock(&ns->lock);
+    const cube__cuda_driver_t* cu = NULL;
+    cube_status_t e0 = cube__cuda_driver(&cu);
+    cube__nccl_scope_t guard = {NULL, false};
+    if (!e0 && ns->ready && ns->guard_ctx) guard = cube__nccl_guard(cu, ns->guard_ctx);
+    cube_status_free(e0);
     if (ns->ready) {
       /* Finalize (nonblocking: polled), then destroy; abort what does not
        * finalize in time. */
@@ -1053,6 +1088,7 @@ static void cube__nccl_comm_destroy(cube__comm_t* c) {
       }
       ns->ready = false;
     }
+    cube__nccl_leave(&guard);
     pthread_mutex_unlock(&ns->lock);
   }
   cube_status_free(st);
@@ -1165,7 +1201,7 @@ void cube__nccl_shutdown(void) {
 
 const cube__coll_transport_t cube__coll_nccl_transport = {
     .id = "nccl",
-    .name = "nccl (NCCL on each device's comm stream)",
+    .name = "NCCL on each device's comm stream",
     .all_reduce = cube__nccl_all_reduce,
     .send = cube__nccl_send,
     .recv = cube__nccl_recv,

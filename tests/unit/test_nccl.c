@@ -77,6 +77,26 @@ static void nccl_hang(long n) {
 #endif
 }
 
+/* Context pushes not popped yet, every thread (the mock driver's count). */
+static int pushes_outstanding(void) {
+#if HAVE_MOCKS
+  struct {
+    uint64_t copies, bytes_h2d, bytes_d2h, async_allocs, async_frees, launches, device_bytes_used;
+    int pinned_allocations, streams;
+    int context_pushes_outstanding;
+  } st;
+  memset(&st, 0, sizeof(st));
+  void* h = dlopen(CUBE_MOCK_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return -1;
+  void (*fn)(void*) = (void (*)(void*))(uintptr_t)dlsym(h, "cube_mock_cuda_stats");
+  if (fn) fn(&st);
+  dlclose(h);
+  return st.context_pushes_outstanding;
+#else
+  return 0;
+#endif
+}
+
 static cube_device_id_t cuda(uint32_t i) {
   cube_device_id_t d = {CUBE_BACKEND_CUDA, i};
   return d;
@@ -357,6 +377,8 @@ CUBE_TEST(inline_one_thread_two_devices) {
   cube_collective_record_t r;
   CHECK_OK(cube_client_last_collective(c[1], &r));
   CHECK(r.kind == CUBE_COLLECTIVE_RECV && r.transport && strcmp(r.transport, "nccl") == 0);
+  /* Every context pushed on this (the user's) thread was popped. */
+  CHECK_EQ_U64(pushes_outstanding(), 0);
   cube_handle_release(h0);
   cube_handle_release(h1);
   cube_handle_release(moved);
