@@ -170,8 +170,6 @@ cube_status_t cube__coll_world(cube__coll_world_t* out) {
     if (!st && !w.mpi) st = cube__env_world(&w);
     if (!st) {
       w.local_cpu = (uint32_t)cube_device_count(CUBE_BACKEND_CPU);
-      /* CUDA ids are global across processes (the nccl transport). */
-      if (w.ranks > 1) w.local_cuda = (uint32_t)cube_device_count(CUBE_BACKEND_CUDA);
       g_world = w;
       g_world_ready = true;
     }
@@ -181,9 +179,18 @@ cube_status_t cube__coll_world(cube__coll_world_t* out) {
   return st;
 }
 
+/* The GPUs this process sees, counted once (and only when there are several
+ * processes: a CPU-only MPI program does not load the CUDA driver). */
+static pthread_once_t g_cuda_count_once = PTHREAD_ONCE_INIT;
+static uint32_t g_cuda_count;
+static void cube__count_cuda(void) { g_cuda_count = (uint32_t)cube_device_count(CUBE_BACKEND_CUDA); }
+
 uint32_t cube__coll_per_rank(const cube__coll_world_t* w, cube_backend_t backend) {
   if (backend == CUBE_BACKEND_CPU) return w->mpi ? w->local_cpu : 0;
-  if (backend == CUBE_BACKEND_CUDA) return w->ranks > 1 ? w->local_cuda : 0;
+  if (backend == CUBE_BACKEND_CUDA && w->ranks > 1) {
+    pthread_once(&g_cuda_count_once, cube__count_cuda);
+    return g_cuda_count;
+  }
   return 0;
 }
 
@@ -1003,7 +1010,17 @@ static cube_status_t cube__p2p_at(cube__comm_t* c, cube__coll_part_t* part, bool
     if (!st) cube__solo_record(part, is_send ? CUBE_COLLECTIVE_SEND : CUBE_COLLECTIVE_RECV, c, seq,
                                t0, cube__now_ns());
     cube__coll_op_t* op = cube__op_solo(c, CUBE_COLLECTIVE_SEND, from, to, seq, part->bytes, st);
-    if (!op) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", what);
+    if (!op) {
+      if (staged) cube__coll_scratch_put(p);
+      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", what);
+    }
+    if (staged) {
+      /* The host copy is the part's until its sync, which writes a received
+       * one back to the device (and gives the buffer back either way). */
+      pthread_mutex_lock(&c->lock);
+      cube__staged_add(part, op, is_send ? p : NULL, is_send ? NULL : p, !is_send);
+      pthread_mutex_unlock(&c->lock);
+    }
     *out_op = op;
     return CUBE_OK;
   }

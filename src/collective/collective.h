@@ -106,7 +106,6 @@ void cube__coll_quiesce(void);
 typedef struct cube__coll_world {
   uint32_t rank, ranks; /* 0, 1 without MPI (or CUBE_COLLECTIVE_RANK/RANKS) */
   uint32_t local_cpu;   /* CPU devices per rank (CUBE_CPU_DEVICES) */
-  uint32_t local_cuda;  /* CUDA devices per rank (when ranks > 1) */
   bool mpi;             /* MPI is in use */
 } cube__coll_world_t;
 

@@ -718,6 +718,12 @@ static cube_status_t cube__nccl_issue(cube__comm_t* c, cube__coll_op_t* op, uint
    * once the comm streams' waits were queued. */
   for (uint32_t k = 0; k < count; ++k) {
     cube__nccl_item_t* x = &it[k];
+    if (st && issued) {
+      /* Some NCCL work of this group may be queued and is never waited for:
+       * its buffers are never given back (rather than reused under it). */
+      cube__coll_slot_t* s = &op->slots[x->slot];
+      s->part.src_mem = s->part.dst_mem = NULL;
+    }
     if (x->start || x->done) {
       cube__nccl_scope_t sc = cube__nccl_enter(cu, x->ctx);
       if (x->start) cu->EventDestroy(x->start);

@@ -425,16 +425,17 @@ CUBE_TEST(timeout_names_missing_rank) {
  * tests/mock_nccl (parts between processes through files in
  * CUBE_MOCK_NCCL_DIR). cuda:g is rank g's GPU; the unique id goes from rank 0
  * to rank 1 over MPI. */
-CUBE_TEST(nccl_mock_two_processes) {
+static void cuda_two_processes(bool staged) {
 #if defined(CUBE_MOCK_CUDA_PATH) && defined(CUBE_MOCK_NCCL_PATH)
   setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);
-  setenv("CUBE_NCCL_LIBRARY", CUBE_MOCK_NCCL_PATH, 1);
+  setenv("CUBE_NCCL_LIBRARY", staged ? "/nonexistent/libnccl.so.2" : CUBE_MOCK_NCCL_PATH, 1);
   setenv("CUBE_MOCK_CUDA_DEVICES", "1", 1);
   const char* tmp = getenv("CUBE_TEST_TMPDIR");
   setenv("CUBE_MOCK_NCCL_DIR", tmp && *tmp ? tmp : "/tmp", 1);
   SKIP_WITHOUT_MPI("1", "threaded");
+  const char* want = staged ? "staged" : "nccl";
   const char* transport = cube_collective_transport(CUBE_BACKEND_CUDA, NULL);
-  REQUIRE(transport && strcmp(transport, "nccl") == 0);
+  REQUIRE(transport && strcmp(transport, want) == 0);
   cube_client_t* c = NULL;
   REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
   const cube_device_id_t ids[2] = {{CUBE_BACKEND_CUDA, 1}, {CUBE_BACKEND_CUDA, 0}};
@@ -457,7 +458,7 @@ CUBE_TEST(nccl_mock_two_processes) {
       CHECK_OK(cube_client_read_one(c, h, &b));
       if (b) {
         char what[128];
-        snprintf(what, sizeof(what), "rank %u: nccl %s %s, %zu elements", g_rank,
+        snprintf(what, sizeof(what), "rank %u: %s %s %s, %zu elements", g_rank, want,
                  cube_dtype_name(dt), cube_reduce_op_name(op), count);
         size_t bad = compare(dt, op, in, 2, cube_bytes_const_data(b), count, what);
         if (bad) {
@@ -475,7 +476,7 @@ CUBE_TEST(nccl_mock_two_processes) {
   CHECK_EQ_U64(checked, 4 * CUBE_REDUCE_OP_COUNT - 1);
   cube_collective_record_t r;
   CHECK_OK(cube_client_last_collective(c, &r));
-  CHECK(r.participants == 2 && r.ranks == 2 && r.transport && strcmp(r.transport, "nccl") == 0);
+  CHECK(r.participants == 2 && r.ranks == 2 && r.transport && strcmp(r.transport, want) == 0);
   /* send/recv: rank 0's bytes land on rank 1. */
   unsigned char msg[4099];
   cube_test_fill_random(msg, sizeof(msg), 99);
@@ -499,6 +500,12 @@ CUBE_TEST(nccl_mock_two_processes) {
   cube_client_release(c);
   cube_shutdown();
 #else
+  (void)staged;
   CUBE_SKIP("the CUDA backend (and its mocks) is not built");
 #endif
 }
+
+CUBE_TEST(nccl_mock_two_processes) { cuda_two_processes(false); }
+
+/* The same without NCCL: the staged transport, partial results over MPI. */
+CUBE_TEST(cuda_staged_two_processes) { cuda_two_processes(true); }
