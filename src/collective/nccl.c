@@ -1067,10 +1067,15 @@ static void cube__nccl_comm_destroy(cube__comm_t* c) {
     if (ns->ready) {
       /* Finalize (nonblocking: polled), then destroy; abort what does not
        * finalize in time. */
-      bool ok = true;
-      for (uint32_t i = 0; i < c->n; ++i) {
+      bool grouped = nc->GroupStart() == CUBE__NCCL_SUCCESS; /* several local ranks, one thread */
+      bool ok = grouped;
+      for (uint32_t i = 0; i < c->n && ok; ++i) {
         if (!ns->comms[i]) continue;
         cube__nccl_result_t r = nc->CommFinalize(ns->comms[i]);
+        if (r != CUBE__NCCL_SUCCESS && r != CUBE__NCCL_IN_PROGRESS) ok = false;
+      }
+      if (grouped) {
+        cube__nccl_result_t r = nc->GroupEnd();
         if (r != CUBE__NCCL_SUCCESS && r != CUBE__NCCL_IN_PROGRESS) ok = false;
       }
       bool timeout = false;
@@ -1080,10 +1085,12 @@ static void cube__nccl_comm_destroy(cube__comm_t* c) {
         cube_status_free(t);
         timeout_ns = 60000000000ull;
       }
-      cube_status_t e = cube__nccl_settle(nc, c, ns, c->local, cube__now_ns() + timeout_ns,
-                                          "destroying the NCCL communicator", &timeout);
-      if (e || timeout) ok = false;
-      cube_status_free(e);
+      if (ok) {
+        cube_status_t e = cube__nccl_settle(nc, c, ns, c->local, cube__now_ns() + timeout_ns,
+                                            "destroying the NCCL communicator", &timeout);
+        if (e || timeout) ok = false;
+        cube_status_free(e);
+      }
       for (uint32_t i = 0; i < c->n; ++i) {
         if (!ns->comms[i]) continue;
         if (ok)

@@ -386,6 +386,27 @@ CUBE_TEST(inline_one_thread_two_devices) {
   cube_shutdown();
 }
 
+/* CUBE_NCCL_BLOCKING=1: blocking communicators (created in one group all the
+ * same), from one thread and from a thread per device. */
+CUBE_TEST(blocking_communicators) {
+  SETUP("2");
+  setenv("CUBE_NCCL_BLOCKING", "1", 1);
+  for (int inline_mode = 0; inline_mode < 2; ++inline_mode) {
+    setenv("CUBE_DEVICE_QUEUE", inline_mode ? "inline" : "threaded", 1);
+    cube_client_t* c[2];
+    for (uint32_t i = 0; i < 2; ++i) REQUIRE_OK(cube_client_load(cuda(i), &c[i]));
+    uint64_t rng = 21;
+    for (int round = 0; round < 4; ++round)
+      CHECK(one_all_reduce(c, 2, CUBE_DTYPE_U32, CUBE_REDUCE_PROD, 500, &rng));
+    for (uint32_t i = 0; i < 2; ++i) cube_client_release(c[i]);
+    cube_shutdown();
+  }
+  nccl_stats_t s;
+  nccl_stats(&s);
+  CHECK_EQ_U64(s.in_progress_returns, 0); /* blocking: nothing to poll */
+  CHECK_EQ_U64(s.comms_live, 0);
+}
+
 typedef struct {
   cube_client_t* c;
   uint32_t self;
