@@ -88,7 +88,7 @@ soak: build
 	CUBE_SOAK_SECONDS=$(SOAK_SECONDS) ./$(BUILD)/tests/test_stress_asan random_operations
 
 bench: build
-	./$(BUILD)/bench_runtime && ./$(BUILD)/bench_dialect && ./$(BUILD)/bench_cuda && ./$(BUILD)/bench_collective
+	./$(BUILD)/bench_runtime && ./$(BUILD)/bench_dialect && ./$(BUILD)/bench_cuda && ./$(BUILD)/bench_collective && ./$(BUILD)/bench_nccl
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -9,14 +9,18 @@
 #   scripts/gpu-check.sh tests      build + conformance (cuda, cpu) + unit tests
 #   scripts/gpu-check.sh memcheck   build + compute-sanitizer over cts.cuda
 #   scripts/gpu-check.sh bench      build + bench_cuda + raw peers
-# Several words may be given. CUBE_GPU_CTS_REGEX narrows the CTS cases.
+#   scripts/gpu-check.sh nccl       build + the CUDA collectives on the GPU through NCCL
+#                                   (CTS, the staged fallback, the mock cases) + bench_nccl
+#                                   (cube's nccl transport beside raw NCCL, 1 MiB .. 4 GiB)
+# Several words may be given. CUBE_GPU_CTS_REGEX narrows the CTS cases;
+# CUBE_NCCL_BENCH_MAX_MIB caps bench_nccl's sweep (default 4096).
 set -uo pipefail
 OUT=${OUT:-/tmp/cube-gpu-check}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PEERS=${CUBE_BENCH_PEERS:-shared/bench-peers}
 [ -d "$PEERS" ] || PEERS=../shared/bench-peers
-what=${*:-tests memcheck bench}   # also: tune (staging ring settings)
+what=${*:-tests memcheck bench nccl}   # also: tune (staging ring settings)
 has() { case " $what " in *" $1 "*) return 0 ;; esac; return 1; }
 J=$(nproc)
 export CUBE_CACHE_DIR=${CUBE_CACHE_DIR:-/tmp/cube-kernel-cache}
@@ -49,7 +53,7 @@ if has tests; then
     echo "== demo and examples on cuda"
     for e in "./build-gpu/cube demo" ./build-gpu/tests/example_saxpy ./build-gpu/tests/example_reduce \
              ./build-gpu/tests/example_matmul; do
-      CUBE_BACKEND=cuda $e > "$OUT/example.log" 2>&1; echo "$e: exit $?"; tail -2 "$OUT/example.log"
+      CUBE_BACKEND=cuda $e > /tmp/example.log 2>&1; echo "$e: exit $?"; tail -2 /tmp/example.log
     done
     echo "== conformance on cpu"
     ctest --test-dir build-gpu -R '^cts\.cpu\.' -j "$J" --timeout 120 2>&1 | tail -6
@@ -104,4 +108,27 @@ if has bench; then
     echo "== bench_cuda"
     timeout 300 ./build-gpu/bench_cuda
   } 2>&1 | tee "$OUT/bench.log"
+fi
+
+if has nccl; then
+  {
+    echo "== nccl: the transport of CUDA collectives (NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE)"
+    ./build-gpu/cube info 2>&1 | grep -E "device cuda|collectives:" | head -8
+    echo "== nccl: CUDA collectives CTS on the GPU through NCCL (one GPU: the one-device cases run,"
+    echo "   the two-device ones skip)"
+    ctest --test-dir build-gpu -R '^cts\.cuda\..*collectives' --timeout 300 --output-on-failure 2>&1 |
+      grep -E "Test +#|tests passed|Failed|\*\*\*|Timeout|SEGFAULT|SKIP" | head -20
+    echo "== nccl: the same cases through the staged fallback (no NCCL)"
+    for c in $(./build-gpu/tests/cube_cts --list 2>/dev/null | grep collectives); do
+      CUBE_NCCL_LIBRARY=/nonexistent/libnccl.so.2 timeout 300 ./build-gpu/tests/cube_cts \
+        --backend cuda "$c" > /tmp/nccl-staged-case.log 2>&1
+      echo "staged $c: exit $? ($(tail -1 /tmp/nccl-staged-case.log))"
+    done
+    echo "== nccl: the transport over the mocks (two mock GPUs, threads, inline, timeouts, processes)"
+    ctest --test-dir build-gpu -R '^unit\.nccl|^cts\.cuda-mock.*collectives|^mpi\.nccl' -j "$J" \
+      --timeout 300 2>&1 | grep -E "tests passed|Failed|\*\*\*|Timeout" | head -20
+    echo "== nccl: bench_nccl (all_reduce f32 sum, cube's nccl transport beside raw NCCL)"
+    BENCH_MAX_MIB=${CUBE_NCCL_BENCH_MAX_MIB:-4096} timeout 300 ./build-gpu/bench_nccl
+    echo "bench_nccl: exit $?"
+  } 2>&1 | tee "$OUT/nccl.log"
 fi

@@ -108,6 +108,11 @@ static int cmd_info(void) {
       for (size_t k = 0; k < nv && k < 8; ++k) printf(" %u", vs[k]);
       printf("\n");
       print_features(cube_client_features(c)->bits);
+      if (cube_client_features(c)->bits & CUBE_FEATURE_COLLECTIVES) {
+        const char* detail = NULL;
+        const char* t = cube_collective_transport((cube_backend_t)b, &detail);
+        printf("    collectives: %s (%s)\n", t ? t : "none", detail ? detail : "");
+      }
       cube_client_release(c);
     }
   }

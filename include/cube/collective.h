@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "cube/device.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -68,7 +70,16 @@ typedef struct cube_collective_record {
   uint64_t wait_ns;
   double algbw_gbps;     /* 1e9 bytes per second */
   double busbw_gbps;
+  const char* transport; /* "host", "staged" or "nccl" (a static string) */
 } cube_collective_record_t;
+
+/* The transport collectives of |backend| go through in this process: "host"
+ * (CPU: shared memory, MPI across processes), "nccl" (CUDA when NCCL loads),
+ * "staged" (device memory through host buffers: OpenCL, and CUDA when NCCL
+ * does not load), or NULL when the backend has none. *out_detail (may be
+ * NULL) gets a static line: the NCCL version and library, or why NCCL is not
+ * used. Loads NCCL on first use for CUDA. */
+const char* cube_collective_transport(cube_backend_t backend, const char** out_detail);
 
 #ifdef __cplusplus
 }

@@ -1411,6 +1411,11 @@ cube_status_t cube_enumerate_all_devices(cube_device_id_t* out_ids, size_t capac
 
 void cube_shutdown(void) {
   atomic_fetch_add(&cube__epoch, 1);
+  /* Every device runs what was queued before any is destroyed (a device's
+   * task may use another's memory: the last participant of a collective),
+   * then NCCL work in flight ends (or is aborted). */
+  cube__queue_drain_all();
+  cube__coll_quiesce();
   cube__queue_shutdown_all();
   cube__coll_shutdown();
   cube__handle_invalidate_all();

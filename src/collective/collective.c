@@ -16,6 +16,11 @@
  */
 #include "collective/collective.h"
 
+#include "collective/coll_internal.h"
+#ifdef CUBE_HAVE_CUDA
+#include "collective/nccl_api.h"
+#endif
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -32,60 +37,6 @@
 //===----------------------------------------------------------------------===//
 // Types
 //===----------------------------------------------------------------------===//
-
-typedef struct cube__coll_slot {
-  bool has;
-  cube__coll_part_t part; /* the memory references are the op's while it runs */
-  void* src;              /* resolved host pointers */
-  void* dst;
-} cube__coll_slot_t;
-
-struct cube__coll_op {
-  atomic_uint refs;
-  cube__comm_t* comm;
-  cube_collective_kind_t kind; /* ALL_REDUCE, or SEND for a send/recv pair */
-  uint32_t from, to;           /* send/recv */
-  uint64_t seq;
-  uint32_t expected; /* parts of this process */
-  uint32_t arrived;  /* under comm->lock */
-  bool linked;       /* in comm->ops */
-  bool complete;     /* under comm->lock; status set, done set */
-  uint64_t bytes;    /* of the first part */
-  cube_dtype_t dtype;
-  cube_reduce_op_t op;
-  uint64_t t_first, t_last;
-  uint32_t nslots;
-  cube__coll_slot_t* slots; /* all_reduce: one per rank; pair: [0] send, [1] recv */
-  cube_status_t status;
-  /* Set when the performer starts (or the operation ends without it): from
-   * then on the waiters of this process help with the blocks. */
-  cube__event_t started;
-  bool shared;          /* blocks may be taken by helpers (set before started) */
-  uint64_t nblocks;     /* set before started */
-  atomic_uint_fast64_t next_block, blocks_done;
-  cube__event_t done;
-  struct cube__coll_op* next;
-};
-
-struct cube__comm {
-  struct cube__comm* next;
-  uint64_t hash;
-  uint32_t n;
-  cube_device_id_t* ids; /* sorted, global */
-  uint32_t* rank_of;     /* MPI rank of each participant */
-  bool* local;
-  uint32_t local_n;
-  uint32_t* ranks; /* distinct MPI ranks, ascending */
-  uint32_t rank_count;
-  uint32_t my_rank;
-  uint32_t local_cpu;
-  const cube__coll_transport_t* transport;
-  pthread_mutex_t lock;
-  uint64_t* ar_seq;   /* [n] all_reduces joined */
-  uint64_t* send_seq; /* [n*n] sends from i to j */
-  uint64_t* recv_seq; /* [n*n] recvs at j from i (index i*n+j) */
-  cube__coll_op_t* ops;
-};
 
 typedef struct cube__coll_pending {
   struct cube__coll_pending* next;
@@ -187,12 +138,36 @@ static void cube__scratch_shutdown(void) {
 // World and ids
 //===----------------------------------------------------------------------===//
 
+/* Without MPI, a process may still be one of several (the nccl transport
+ * across processes, ids through CUBE_NCCL_ID_FILE): CUBE_COLLECTIVE_RANK and
+ * CUBE_COLLECTIVE_RANKS. */
+static cube_status_t cube__env_world(cube__coll_world_t* w) {
+  const char *rv = NULL, *nv = NULL;
+  bool has_r = cube__env_str("CUBE_COLLECTIVE_RANK", &rv);
+  bool has_n = cube__env_str("CUBE_COLLECTIVE_RANKS", &nv);
+  if (!has_r && !has_n) return CUBE_OK;
+  char *e1 = NULL, *e2 = NULL;
+  unsigned long r = has_r ? strtoul(rv, &e1, 10) : 0;
+  unsigned long n = has_n ? strtoul(nv, &e2, 10) : 1;
+  if ((has_r && (*e1 || e1 == rv)) || (has_n && (*e2 || e2 == nv)) || n < 1 || n > 65536 ||
+      r >= n)
+    return CUBE_INVALID("collectives: CUBE_COLLECTIVE_RANK='%s' / CUBE_COLLECTIVE_RANKS='%s': "
+                        "expected 0 <= rank < ranks <= 65536",
+                        has_r ? rv : "(unset)", has_n ? nv : "(unset)");
+  w->rank = (uint32_t)r;
+  w->ranks = (uint32_t)n;
+  return CUBE_OK;
+}
+
 cube_status_t cube__coll_world(cube__coll_world_t* out) {
   pthread_mutex_lock(&g_world_lock);
   cube_status_t st = CUBE_OK;
   if (!g_world_ready) {
-    cube__coll_world_t w = {0, 1, 0, false};
+    cube__coll_world_t w;
+    memset(&w, 0, sizeof(w));
+    w.ranks = 1;
     st = cube__mpi_start(&w.mpi, &w.rank, &w.ranks);
+    if (!st && !w.mpi) st = cube__env_world(&w);
     if (!st) {
       w.local_cpu = (uint32_t)cube_device_count(CUBE_BACKEND_CPU);
       g_world = w;
@@ -202,6 +177,21 @@ cube_status_t cube__coll_world(cube__coll_world_t* out) {
   if (!st) *out = g_world;
   pthread_mutex_unlock(&g_world_lock);
   return st;
+}
+
+/* The GPUs this process sees, counted once (and only when there are several
+ * processes: a CPU-only MPI program does not load the CUDA driver). */
+static pthread_once_t g_cuda_count_once = PTHREAD_ONCE_INIT;
+static uint32_t g_cuda_count;
+static void cube__count_cuda(void) { g_cuda_count = (uint32_t)cube_device_count(CUBE_BACKEND_CUDA); }
+
+uint32_t cube__coll_per_rank(const cube__coll_world_t* w, cube_backend_t backend) {
+  if (backend == CUBE_BACKEND_CPU) return w->mpi ? w->local_cpu : 0;
+  if (backend == CUBE_BACKEND_CUDA && w->ranks > 1) {
+    pthread_once(&g_cuda_count_once, cube__count_cuda);
+    return g_cuda_count;
+  }
+  return 0;
 }
 
 cube_status_t cube_collective_world(uint32_t* out_rank, uint32_t* out_ranks,
@@ -221,7 +211,7 @@ cube_device_id_t cube__coll_global_id(cube_device_id_t local) {
     cube_status_free(st);
     return local;
   }
-  if (local.backend == CUBE_BACKEND_CPU && w.mpi) local.index += w.rank * w.local_cpu;
+  local.index += w.rank * cube__coll_per_rank(&w, local.backend);
   return local;
 }
 
@@ -233,17 +223,45 @@ uint32_t cube__coll_global_count(cube_backend_t backend) {
     cube_status_free(st);
     return n;
   }
-  return backend == CUBE_BACKEND_CPU && w.mpi ? n * w.ranks : n;
+  return cube__coll_per_rank(&w, backend) ? n * w.ranks : n;
 }
 
 const cube__coll_transport_t* cube__coll_transport_for(cube_backend_t backend) {
   const cube__backend_vtable_t* b =
       (unsigned)backend < CUBE_BACKEND_COUNT ? cube__backend_get(backend) : NULL;
   if (b && (b->flags & CUBE__BACKEND_HOST_MEMORY)) return &cube__coll_host_transport;
-  /* cuda: the NCCL transport plugs in here; until then, as every other
-   * device: through host buffers. */
+#ifdef CUBE_HAVE_CUDA
+  /* CUDA: NCCL when it loads, else (as every other device) host buffers. */
+  if (b && backend == CUBE_BACKEND_CUDA) {
+    const cube__nccl_t* nccl = NULL;
+    cube_status_t st = cube__nccl_get(&nccl);
+    if (!st) return &cube__coll_nccl_transport;
+    cube_status_free(st);
+  }
+#endif
   if (b && b->read && b->write) return &cube__coll_staged_transport;
   return NULL;
+}
+
+const char* cube_collective_transport(cube_backend_t backend, const char** out_detail) {
+  const cube__coll_transport_t* t = cube__coll_transport_for(backend);
+  const char* detail = t ? t->name : "the backend has no collective transport";
+#ifdef CUBE_HAVE_CUDA
+  if (t == &cube__coll_nccl_transport) {
+    detail = cube__nccl_describe();
+  } else if (t && backend == CUBE_BACKEND_CUDA) {
+    /* The fallback, and why (the reason does not change once NCCL was tried). */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static char line[640];
+    pthread_mutex_lock(&lock);
+    if (!line[0])
+      snprintf(line, sizeof(line), "%s; NCCL not used: %s", t->name, cube__nccl_describe());
+    pthread_mutex_unlock(&lock);
+    detail = line;
+  }
+#endif
+  if (out_detail) *out_detail = detail;
+  return t ? t->id : NULL;
 }
 
 cube_status_t cube__coll_timeout_ns(uint64_t* out_ns) {
@@ -259,7 +277,7 @@ cube_status_t cube__coll_timeout_ns(uint64_t* out_ns) {
   return CUBE_OK;
 }
 
-static const char* cube__dev_name(cube_device_id_t d, char* buf, size_t size) {
+const char* cube__dev_name(cube_device_id_t d, char* buf, size_t size) {
   const char* b = cube_backend_name(d.backend);
   snprintf(buf, size, "%s:%u", b ? b : "?", d.index);
   return buf;
@@ -295,7 +313,6 @@ cube_device_id_t cube__coll_comm_device(const cube__comm_t* comm, uint32_t rank)
   return comm->ids[rank];
 }
 
-static void cube__op_unref(cube__coll_op_t* op);
 
 static void cube__comm_free(cube__comm_t* c) {
   while (c->ops) {
@@ -363,7 +380,8 @@ cube_status_t cube__coll_comm_get(const char* fn, size_t count, const cube_devic
                             cube__dev_name(ids[i], a, sizeof(a)));
     free(ids);
     return CUBE_INVALID("%s: the client's device %s%s is not among devices {%s}", fn,
-                        cube__dev_name(self, b, sizeof(b)), w.mpi ? " (global id)" : "", set);
+                        cube__dev_name(self, b, sizeof(b)),
+                        cube__coll_per_rank(&w, self.backend) ? " (global id)" : "", set);
   }
   pthread_mutex_lock(&g_coll_lock);
   for (cube__comm_t* c = g_comms; c; c = c->next) {
@@ -400,17 +418,34 @@ cube_status_t cube__coll_comm_get(const char* fn, size_t count, const cube_devic
   c->hash = h;
   c->n = (uint32_t)n;
   c->my_rank = w.rank;
-  c->local_cpu = w.local_cpu;
+  c->local_per_rank = cube__coll_per_rank(&w, self.backend);
   c->transport = cube__coll_transport_for(self.backend);
   pthread_mutex_init(&c->lock, NULL);
   for (size_t i = 0; i < n; ++i) {
-    bool mpi = w.mpi && ids[i].backend == CUBE_BACKEND_CPU && w.local_cpu;
-    c->rank_of[i] = mpi ? ids[i].index / w.local_cpu : w.rank;
+    uint32_t per = c->local_per_rank;
+    c->rank_of[i] = per ? ids[i].index / per : w.rank;
     c->local[i] = c->rank_of[i] == w.rank;
     if (c->local[i]) c->local_n++;
     bool seen = false;
     for (uint32_t k = 0; k < c->rank_count; ++k) seen |= c->ranks[k] == c->rank_of[i];
     if (!seen) c->ranks[c->rank_count++] = c->rank_of[i]; /* ascending: ids are sorted */
+  }
+  bool nccl = false;
+#ifdef CUBE_HAVE_CUDA
+  nccl = c->transport == &cube__coll_nccl_transport;
+#endif
+  if (c->rank_count > 1 && !w.mpi && !nccl) {
+    /* Processes that know their place from CUBE_COLLECTIVE_RANK(S) only: the
+     * host and staged transports exchange through MPI. */
+    pthread_mutex_unlock(&g_coll_lock);
+    char set[256];
+    cube__coll_comm_name(c, set, sizeof(set));
+    const char* tname = c->transport ? c->transport->id : "?";
+    cube__comm_free(c);
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                             "%s: %s spans processes, which the %s transport does through MPI, "
+                             "and MPI is not in use (start the processes with mpiexec)",
+                             fn, set, tname);
   }
   c->next = g_comms;
   g_comms = c;
@@ -424,22 +459,25 @@ cube_status_t cube__coll_comm_get(const char* fn, size_t count, const cube_devic
 // Operations
 //===----------------------------------------------------------------------===//
 
-static void cube__part_release(cube__coll_part_t* p) {
+void cube__part_release(cube__coll_part_t* p) {
   if (p->src_mem) cube__memory_unref(p->src_mem);
   if (p->dst_mem) cube__memory_unref(p->dst_mem);
   p->src_mem = p->dst_mem = NULL;
 }
 
-static void cube__op_unref(cube__coll_op_t* op) {
+void cube__op_unref(cube__coll_op_t* op) {
   if (!op || atomic_fetch_sub_explicit(&op->refs, 1, memory_order_acq_rel) != 1) return;
-  for (uint32_t i = 0; i < op->nslots; ++i) cube__part_release(&op->slots[i].part);
+  for (uint32_t i = 0; i < op->nslots; ++i) {
+    cube__part_release(&op->slots[i].part);
+    if (op->slots[i].aux && op->aux_free) op->aux_free(op->slots[i].aux);
+  }
   cube_status_free(op->status);
   free(op->slots);
   free(op);
 }
 
 /* "all_reduce #3 (f32 sum, 1024 bytes) over {cpu:0, cpu:1}" */
-static const char* cube__op_name(const cube__coll_op_t* op, char* buf, size_t size) {
+const char* cube__op_name(const cube__coll_op_t* op, char* buf, size_t size) {
   char set[256];
   cube__coll_comm_name(op->comm, set, sizeof(set));
   if (op->kind == CUBE_COLLECTIVE_ALL_REDUCE) {
@@ -455,14 +493,18 @@ static const char* cube__op_name(const cube__coll_op_t* op, char* buf, size_t si
 }
 
 /* Completes |op| with |status| (consumed) if it is not yet. comm->lock held. */
-static void cube__op_complete_locked(cube__coll_op_t* op, cube_status_t status) {
+void cube__op_complete_locked(cube__coll_op_t* op, cube_status_t status) {
   if (op->complete) {
     cube_status_free(status);
     return;
   }
   op->status = status;
   op->complete = true;
-  for (uint32_t i = 0; i < op->nslots; ++i) cube__part_release(&op->slots[i].part);
+  for (uint32_t i = 0; i < op->nslots; ++i) {
+    cube__part_release(&op->slots[i].part);
+    if (op->slots[i].aux && op->aux_free) op->aux_free(op->slots[i].aux);
+    op->slots[i].aux = NULL;
+  }
   cube__event_set(&op->started);
   cube__event_set(&op->done);
 }
@@ -479,7 +521,7 @@ static void cube__op_unlink_locked(cube__comm_t* c, cube__coll_op_t* op) {
 
 /* Finds or creates the operation (kind, from, to, seq). comm->lock held. The
  * list's reference is the creation's; NULL when out of memory. */
-static cube__coll_op_t* cube__op_find_locked(cube__comm_t* c, cube_collective_kind_t kind,
+cube__coll_op_t* cube__op_find_locked(cube__comm_t* c, cube_collective_kind_t kind,
                                              uint32_t from, uint32_t to, uint64_t seq,
                                              uint32_t expected, uint32_t nslots) {
   for (cube__coll_op_t* op = c->ops; op; op = op->next)
@@ -536,7 +578,7 @@ static cube__coll_op_t* cube__op_solo(cube__comm_t* c, cube_collective_kind_t ki
   return op;
 }
 
-static cube_status_t cube__resolve(cube__memory_t* mem, uint64_t offset, void** out) {
+cube_status_t cube__resolve(cube__memory_t* mem, uint64_t offset, void** out) {
   const cube__storage_t* storage;
   uint64_t off, sz;
   if (!mem || !cube__memory_resolve(mem, &storage, &off, &sz))
@@ -550,56 +592,66 @@ static cube_status_t cube__resolve(cube__memory_t* mem, uint64_t offset, void** 
 // Records and profiling
 //===----------------------------------------------------------------------===//
 
-static void cube__op_record(const cube__coll_op_t* op, uint64_t t_end) {
-  cube_collective_record_t r;
-  memset(&r, 0, sizeof(r));
+void cube__coll_record_of(const cube__coll_op_t* op, uint64_t time_ns, cube_collective_record_t* r) {
+  memset(r, 0, sizeof(*r));
   cube__comm_t* c = op->comm;
-  r.kind = op->kind;
-  r.dtype = op->dtype;
-  r.op = op->op;
-  r.bytes = op->bytes;
-  r.participants = op->kind == CUBE_COLLECTIVE_ALL_REDUCE ? c->n : 2;
+  r->kind = op->kind;
+  r->dtype = op->dtype;
+  r->op = op->op;
+  r->bytes = op->bytes;
+  r->participants = op->kind == CUBE_COLLECTIVE_ALL_REDUCE ? c->n : 2;
   bool same_rank = c->rank_of[op->from] == c->rank_of[op->to];
-  r.ranks = op->kind == CUBE_COLLECTIVE_ALL_REDUCE ? c->rank_count : (same_rank ? 1 : 2);
-  r.sequence = op->seq;
-  r.time_ns = t_end > op->t_last ? t_end - op->t_last : 1;
-  r.wait_ns = op->t_last - op->t_first;
-  r.algbw_gbps = (double)r.bytes / (double)r.time_ns;
-  double n = r.participants;
-  r.busbw_gbps = op->kind == CUBE_COLLECTIVE_ALL_REDUCE && n > 1 ? r.algbw_gbps * 2.0 * (n - 1) / n
-                                                                 : r.algbw_gbps;
+  r->ranks = op->kind == CUBE_COLLECTIVE_ALL_REDUCE ? c->rank_count : (same_rank ? 1 : 2);
+  r->sequence = op->seq;
+  r->time_ns = time_ns ? time_ns : 1;
+  r->wait_ns = op->t_last - op->t_first;
+  r->algbw_gbps = (double)r->bytes / (double)r->time_ns;
+  double n = r->participants;
+  r->busbw_gbps = op->kind == CUBE_COLLECTIVE_ALL_REDUCE && n > 1
+                      ? r->algbw_gbps * 2.0 * (n - 1) / n
+                      : r->algbw_gbps;
+  r->transport = c->transport ? c->transport->id : "";
+}
+
+void cube__coll_record_store(cube__server_t* server, const cube_collective_record_t* r) {
+  cube_device_id_t dev = server->id;
   char name[160];
-  if (op->kind == CUBE_COLLECTIVE_ALL_REDUCE)
-    snprintf(name, sizeof(name), "all_reduce %s %s x%u", cube_dtype_name(op->dtype),
-             cube_reduce_op_name(op->op), r.participants);
+  if (r->kind == CUBE_COLLECTIVE_ALL_REDUCE)
+    snprintf(name, sizeof(name), "all_reduce %s %s x%u", cube_dtype_name(r->dtype),
+             cube_reduce_op_name(r->op), r->participants);
   else
     snprintf(name, sizeof(name), "send/recv");
+  pthread_mutex_lock(&g_coll_lock);
+  cube__coll_rec_t* e = g_records;
+  while (e && !(e->device.backend == dev.backend && e->device.index == dev.index)) e = e->next;
+  if (!e && (e = calloc(1, sizeof(*e))) != NULL) {
+    e->device = dev;
+    e->next = g_records;
+    g_records = e;
+  }
+  if (e) e->record = *r;
+  pthread_mutex_unlock(&g_coll_lock);
+  cube__profiler_t* p = &server->profiler;
+  if (p->level >= CUBE_PROFILE_BASIC) cube__profiler_record(p, name, r->time_ns);
+  if (p->level >= CUBE_PROFILE_MEDIUM) {
+    char d[32], by[32];
+    cube__profiler_log(p, "| %s | %s: %s, %u participants, algbw %.2f GB/s, busbw %.2f GB/s (%s)",
+                       cube__format_duration(r->time_ns, d, sizeof(d)), name,
+                       cube__format_bytes(r->bytes, by, sizeof(by)), r->participants,
+                       r->algbw_gbps, r->busbw_gbps, r->transport);
+  }
+}
+
+static void cube__op_record(const cube__coll_op_t* op, uint64_t t_end) {
+  cube_collective_record_t r;
+  cube__coll_record_of(op, t_end > op->t_last ? t_end - op->t_last : 1, &r);
   for (uint32_t i = 0; i < op->nslots; ++i) {
     const cube__coll_slot_t* s = &op->slots[i];
     if (!s->has) continue;
-    cube_device_id_t dev = s->part.server->id;
     r.kind = op->kind == CUBE_COLLECTIVE_ALL_REDUCE ? op->kind
              : i == 0                               ? CUBE_COLLECTIVE_SEND
                                                     : CUBE_COLLECTIVE_RECV;
-    pthread_mutex_lock(&g_coll_lock);
-    cube__coll_rec_t* e = g_records;
-    while (e && !(e->device.backend == dev.backend && e->device.index == dev.index)) e = e->next;
-    if (!e && (e = calloc(1, sizeof(*e))) != NULL) {
-      e->device = dev;
-      e->next = g_records;
-      g_records = e;
-    }
-    if (e) e->record = r;
-    pthread_mutex_unlock(&g_coll_lock);
-    cube__profiler_t* p = &s->part.server->profiler;
-    if (p->level >= CUBE_PROFILE_BASIC) cube__profiler_record(p, name, r.time_ns);
-    if (p->level >= CUBE_PROFILE_MEDIUM) {
-      char d[32], by[32];
-      cube__profiler_log(p, "| %s | %s: %s, %u participants, algbw %.2f GB/s, busbw %.2f GB/s",
-                         cube__format_duration(r.time_ns, d, sizeof(d)), name,
-                         cube__format_bytes(r.bytes, by, sizeof(by)), r.participants,
-                         r.algbw_gbps, r.busbw_gbps);
-    }
+    cube__coll_record_store(s->part.server, &r);
   }
 }
 
@@ -670,7 +722,7 @@ static cube_status_t cube__perform_all_reduce(cube__coll_op_t* op, uint64_t time
   for (uint32_t k = 0; k < c->rank_count; ++k)
     if (c->ranks[k] != c->my_rank) others[no++] = c->ranks[k];
   cube__mpi_header_t h = {c->hash, op->seq, op->bytes, (uint32_t)op->kind, (uint32_t)op->dtype,
-                          (uint32_t)op->op, c->local_cpu, c->my_rank, 0};
+                          (uint32_t)op->op, c->local_per_rank, c->my_rank, 0};
   char what[320];
   cube__op_name(op, what, sizeof(what));
   st = cube__mpi_exchange(c->hash * 4u + 1u, &h, partial, no, others, received,
@@ -708,9 +760,11 @@ done:
 /* The timeout of the task running on this thread (set by cube__coll_task_run). */
 static _Thread_local uint64_t g_perform_timeout_ns;
 
+uint64_t cube__coll_task_timeout_ns(void) { return g_perform_timeout_ns; }
+
 /* The part of participant |slot| arrives at |op| (comm->lock held): checks
  * it against the first, stores it. Returns true if it is the last. */
-static bool cube__op_arrive_locked(cube__coll_op_t* op, uint32_t slot, cube__coll_part_t* part,
+bool cube__op_arrive_locked(cube__coll_op_t* op, uint32_t slot, cube__coll_part_t* part,
                                    void* src, void* dst) {
   uint64_t t = cube__now_ns();
   cube__comm_t* c = op->comm;
@@ -942,7 +996,7 @@ static cube_status_t cube__p2p_at(cube__comm_t* c, cube__coll_part_t* part, bool
     uint64_t seq = is_send ? c->send_seq[from * c->n + to]++ : c->recv_seq[from * c->n + to]++;
     pthread_mutex_unlock(&c->lock);
     cube__mpi_header_t h = {c->hash, seq, part->bytes, (uint32_t)CUBE_COLLECTIVE_SEND, 0, 0,
-                            c->local_cpu, c->my_rank, 0};
+                            c->local_per_rank, c->my_rank, 0};
     char what[200], a[32], b[32];
     snprintf(what, sizeof(what), "send/recv #%" PRIu64 " %s -> %s (%" PRIu64 " bytes)", seq,
              cube__dev_name(c->ids[from], a, sizeof(a)), cube__dev_name(c->ids[to], b, sizeof(b)),
@@ -956,7 +1010,17 @@ static cube_status_t cube__p2p_at(cube__comm_t* c, cube__coll_part_t* part, bool
     if (!st) cube__solo_record(part, is_send ? CUBE_COLLECTIVE_SEND : CUBE_COLLECTIVE_RECV, c, seq,
                                t0, cube__now_ns());
     cube__coll_op_t* op = cube__op_solo(c, CUBE_COLLECTIVE_SEND, from, to, seq, part->bytes, st);
-    if (!op) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", what);
+    if (!op) {
+      if (staged) cube__coll_scratch_put(p);
+      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", what);
+    }
+    if (staged) {
+      /* The host copy is the part's until its sync, which writes a received
+       * one back to the device (and gives the buffer back either way). */
+      pthread_mutex_lock(&c->lock);
+      cube__staged_add(part, op, is_send ? p : NULL, is_send ? NULL : p, !is_send);
+      pthread_mutex_unlock(&c->lock);
+    }
     *out_op = op;
     return CUBE_OK;
   }
@@ -1006,13 +1070,11 @@ static cube_status_t cube__host_recv(cube__comm_t* c, cube__coll_part_t* part,
 }
 
 const cube__coll_transport_t cube__coll_host_transport = {
-    "host (shared memory in-process, MPI across processes)",
-    NULL,
-    cube__host_all_reduce,
-    cube__host_send,
-    cube__host_recv,
-    NULL,
-    NULL,
+    .id = "host",
+    .name = "shared memory in-process, MPI across processes",
+    .all_reduce = cube__host_all_reduce,
+    .send = cube__host_send,
+    .recv = cube__host_recv,
 };
 
 //===----------------------------------------------------------------------===//
@@ -1187,13 +1249,12 @@ static cube_status_t cube__staged_sync(cube__comm_t* comm, cube__server_t* s, ui
 }
 
 const cube__coll_transport_t cube__coll_staged_transport = {
-    "staged (device memory through host buffers)",
-    NULL,
-    cube__staged_all_reduce,
-    cube__staged_send,
-    cube__staged_recv,
-    cube__staged_sync,
-    NULL,
+    .id = "staged",
+    .name = "device memory through host buffers",
+    .all_reduce = cube__staged_all_reduce,
+    .send = cube__staged_send,
+    .recv = cube__staged_recv,
+    .sync = cube__staged_sync,
 };
 
 static void cube__staged_shutdown(void) {
@@ -1273,6 +1334,7 @@ static void cube__op_abandon(cube__coll_op_t* op, uint64_t timeout_ns) {
       if (!c->local[i]) continue;
       d = c->ids[i];
     } else {
+      if (!c->local[i == 0 ? op->from : op->to]) continue; /* the other process's side */
       d = c->ids[i == 0 ? op->from : op->to];
     }
     char nm[32];
@@ -1394,6 +1456,7 @@ static cube_status_t cube__coll_sync_run(void* state, void* payload) {
   cube__server_t* s = state;
   cube__coll_sync_task_t* t = payload;
   uint64_t sid = cube__stream_current_id();
+  g_perform_timeout_ns = t->timeout_ns;
   cube_status_t st = cube__coll_pending_wait(s, sid, t->timeout_ns);
   const cube__coll_transport_t* tr = cube__coll_transport_for(s->id.backend);
   if (tr && tr->sync) st = cube__status_join(st, tr->sync(NULL, s, sid));
@@ -1414,6 +1477,12 @@ cube_status_t cube__coll_submit_sync(cube__server_t* s, uint64_t stream_id, uint
 //===----------------------------------------------------------------------===//
 // Shutdown
 //===----------------------------------------------------------------------===//
+
+void cube__coll_quiesce(void) {
+#ifdef CUBE_HAVE_CUDA
+  cube__nccl_quiesce();
+#endif
+}
 
 void cube__coll_shutdown(void) {
   cube__staged_shutdown();
@@ -1438,6 +1507,9 @@ void cube__coll_shutdown(void) {
     c = x->next;
     cube__comm_free(x);
   }
+#ifdef CUBE_HAVE_CUDA
+  cube__nccl_shutdown();
+#endif
   while (r) {
     cube__coll_rec_t* x = r;
     r = x->next;

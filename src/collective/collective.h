@@ -19,11 +19,15 @@
  *    arrive reduces (or copies) for all, through shared memory, and, when the
  *    communicator spans MPI ranks, exchanges the partial result with the other
  *    ranks over MPI point-to-point messages (src/collective/mpi.c);
- *  - nccl (later, CUDA): comm_init = ncclCommInitRank (rank = place of the
- *    device in the sorted set, the unique id from the process-wide map kept
- *    in the communicator), all_reduce/send/recv = the NCCL call on the
- *    device's comm stream after an event on the compute stream (returning no
- *    pending operation), sync = the compute stream waits on the comm stream.
+ *  - staged (devices whose memory is not host memory, without a collective
+ *    library: OpenCL; CUDA where NCCL does not load): the same rendezvous
+ *    over host copies of the parts;
+ *  - nccl (CUDA, src/collective/nccl.c): the same rendezvous, and the last
+ *    participant of the process to arrive issues the NCCL calls of every
+ *    local rank in one group, on each device's comm stream after an event
+ *    of the participant's compute stream; sync_collective makes the compute
+ *    stream wait for the comm stream's "done" event and waits for it (with
+ *    the deadline) before the memory references are let go.
  *
  * Threading: everything here is thread-safe.
  */
@@ -58,7 +62,8 @@ typedef struct cube__coll_part {
 } cube__coll_part_t;
 
 typedef struct cube__coll_transport {
-  const char* name;
+  const char* id;   /* "host", "staged", "nccl" (records, cube info) */
+  const char* name; /* a description */
   /* Per participant, once per communicator (at ensure_init). May be NULL. */
   cube_status_t (*comm_init)(cube__comm_t* comm, uint32_t rank);
   /* This participant's part. *out_op: an operation to wait on in
@@ -82,17 +87,36 @@ extern const cube__coll_transport_t cube__coll_host_transport;
 /* Devices whose memory is not host memory: parts staged through host buffers,
  * written back by the participant's sync_collective. */
 extern const cube__coll_transport_t cube__coll_staged_transport;
+#ifdef CUBE_HAVE_CUDA
+/* CUDA devices when NCCL loads (src/collective/nccl.c). */
+extern const cube__coll_transport_t cube__coll_nccl_transport;
+/* Before the device queues shut down: waits (at most the collective timeout)
+ * for NCCL work in flight and aborts the communicators whose work does not
+ * finish, so that no device synchronisation hangs on it. */
+void cube__nccl_quiesce(void);
+/* After the communicators are destroyed: the parts left, the comm streams. */
+void cube__nccl_shutdown(void);
+#endif
+
+/* cube_shutdown, before the device queues shut down (NCCL: cube__nccl_quiesce). */
+void cube__coll_quiesce(void);
 
 /* World ------------------------------------------------------------------ */
 
 typedef struct cube__coll_world {
-  uint32_t rank, ranks; /* 0, 1 without MPI */
+  uint32_t rank, ranks; /* 0, 1 without MPI (or CUBE_COLLECTIVE_RANK/RANKS) */
   uint32_t local_cpu;   /* CPU devices per rank (CUBE_CPU_DEVICES) */
   bool mpi;             /* MPI is in use */
 } cube__coll_world_t;
 
-/* The process's place (starts MPI on first use when launched by mpirun). */
+/* The process's place (starts MPI on first use when launched by mpirun;
+ * without MPI, CUBE_COLLECTIVE_RANK / CUBE_COLLECTIVE_RANKS). */
 cube_status_t cube__coll_world(cube__coll_world_t* out);
+
+/* Devices of |backend| per process when its ids are global (index = process
+ * x this + local index): CPU under MPI, CUDA with several processes; 0 when
+ * ids are local. */
+uint32_t cube__coll_per_rank(const cube__coll_world_t* w, cube_backend_t backend);
 
 /* Global id of a local device, and the number of global devices of a backend
  * (local count x ranks for CPU, local count otherwise). */

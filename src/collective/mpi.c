@@ -260,8 +260,9 @@ static cube_status_t cube__mpi_check(const cube__mpi_header_t* mine, const cube_
                         mine->sender_rank, mine->bytes, cube_dtype_name((cube_dtype_t)mine->dtype),
                         mine->kind ? "data" : cube_reduce_op_name((cube_reduce_op_t)mine->op));
   if (h->local_cpu != mine->local_cpu)
-    return CUBE_INVALID("%s: rank %u has %u CPU devices per rank, this rank %u (set the same "
-                        "CUBE_CPU_DEVICES on every rank: global ids depend on it)",
+    return CUBE_INVALID("%s: rank %u has %u devices per rank, this rank %u (give every rank "
+                        "the same number: CUBE_CPU_DEVICES, or the GPUs it sees; global ids "
+                        "depend on it)",
                         what, rank, h->local_cpu, mine->local_cpu);
   if (size != sizeof(*h) + h->bytes)
     return cube__status_make(CUBE_STATUS_INTERNAL, "%s: rank %u sent %zu bytes for %" PRIu64, what,

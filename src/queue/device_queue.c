@@ -902,6 +902,23 @@ void cube__queue_shutdown(cube__device_key_t key) {
   cube__device_free(d);
 }
 
+static cube_status_t cube__noop(void* user) {
+  (void)user;
+  return CUBE_OK;
+}
+
+void cube__queue_drain_all(void) {
+  enum { MAX = 256 };
+  cube__device_t* list[MAX];
+  size_t n = 0;
+  pthread_mutex_lock(&g_registry_lock);
+  for (cube__device_t* d = g_devices; d && n < MAX; d = d->next)
+    if (!d->is_inline && d->has_thread && !cube__device_is_current(d)) list[n++] = d;
+  pthread_mutex_unlock(&g_registry_lock);
+  /* Devices are freed only by shutdown, which is not running concurrently. */
+  for (size_t i = 0; i < n; ++i) cube_status_free(cube__exclusive(list[i], 0, cube__noop, NULL));
+}
+
 void cube__queue_shutdown_all(void) {
   for (;;) {
     bool found = false;

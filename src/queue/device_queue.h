@@ -126,5 +126,10 @@ uint64_t cube__stream_new_id(void);
  * device. */
 void cube__queue_shutdown(cube__device_key_t key);
 void cube__queue_shutdown_all(void);
+/* Waits until every threaded device ran the tasks queued so far (a device's
+ * cells run in order: an exclusive no-op queued behind them). cube_shutdown
+ * calls it first, so that no device is destroyed while another still runs a
+ * task that uses its memory (the last participant of a collective). */
+void cube__queue_drain_all(void);
 
 #endif /* CUBE_QUEUE_DEVICE_QUEUE_H_ */

@@ -14,7 +14,8 @@ const char* __lsan_default_suppressions(void) {
  * variants: "-inline" (the inline device queue), "-dialect" (CUBE_CTS_DIALECT=1:
  * the dialect twins of the shared kernels even where native kernels run),
  * "-mock" (cuda only: the mock driver of tests/mock_cuda, which runs no
- * kernels), e.g. "cpu", "cpu-inline", "cpu-dialect", "cuda-mock". The list of names lives in one
+ * kernels, and the mock NCCL of tests/mock_nccl), "-staged" (cuda only: no
+ * NCCL, collectives through host buffers), e.g. "cpu", "cpu-inline", "cpu-dialect", "cuda-mock". The list of names lives in one
  * place: CUBE_CTS_BACKENDS in tests/CMakeLists.txt. */
 static cts_backend_t cts_parsed = {"cpu", CUBE_BACKEND_CPU, "threaded"};
 static const cts_backend_t* cts_current = &cts_parsed;
@@ -95,7 +96,15 @@ int cube_test_main_hook(int* argc, char*** argv) {
            * backend's memory paths in CI; it runs no kernels. */
           setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);
           setenv("CUBE_MOCK_CUDA_DEVICES", "2", 0); /* cases across devices run too */
+#ifdef CUBE_MOCK_NCCL_PATH
+          /* Collectives through the nccl transport, over the NCCL stand-in
+           * (tests/mock_nccl); "-staged" below keeps it away. */
+          setenv("CUBE_NCCL_LIBRARY", CUBE_MOCK_NCCL_PATH, 0);
 #endif
+#endif
+        } else if (strcmp(v, "staged") == 0 && strcmp(base, "cuda") == 0) {
+          /* No NCCL: CUDA collectives through host buffers (the fallback). */
+          setenv("CUBE_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", 1);
         } else {
           fprintf(stderr, "cube_cts: unknown variant '%s' of backend '%s'\n", v, base);
           return 2;

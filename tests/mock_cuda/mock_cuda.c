@@ -16,6 +16,8 @@
  *  - cuMemFreeAsync frees when the stream reaches it;
  *  - modules load anything; cuLaunchKernel runs nothing and returns
  *    CUDA_ERROR_NOT_SUPPORTED (kernels need a GPU);
+ *  - cuLaunchHostFunc runs its function on the stream's thread, in order
+ *    (how the mock NCCL of tests/mock_nccl queues its work);
  *  - CUBE_MOCK_CUDA_DEVICES (default 1) devices.
  * Counters for tests: cube_mock_cuda_stats(); fault injection:
  * cube_mock_cuda_fail().
@@ -44,7 +46,7 @@ typedef struct mock_event {
   int refs;          /* the user's + queued operations naming it */
 } mock_event_t;
 
-typedef enum { OP_COPY, OP_COPY2D, OP_MEMSET32, OP_EVENT, OP_WAIT, OP_FREE } mock_kind_t;
+typedef enum { OP_COPY, OP_COPY2D, OP_MEMSET32, OP_EVENT, OP_WAIT, OP_FREE, OP_HOST } mock_kind_t;
 
 struct mock_op {
   mock_op_t* next;
@@ -58,6 +60,8 @@ struct mock_op {
   mock_event_t* event;
   uint64_t generation;
   atomic_bool* done; /* set after the op, for synchronous calls */
+  CUhostFn fn;       /* OP_HOST: runs on the stream's thread (cuLaunchHostFunc) */
+  void* user;
   bool h2d;          /* a host-to-device copy (CUBE_MOCK_CUDA_H2D_DELAY_US) */
 };
 
@@ -165,6 +169,9 @@ static void mock_run(mock_op_t* op) {
     case OP_FREE:
       mock_free_now(op->dst);
       atomic_fetch_add(&mock.async_frees, 1);
+      break;
+    case OP_HOST:
+      op->fn(op->user);
       break;
   }
   free(op->owned);
@@ -461,6 +468,19 @@ static CUresult m_cuStreamWaitEvent(CUstream hs, CUevent e, unsigned int flags) 
   return mock_push(hs, op);
 }
 
+/* As the driver: |fn| runs on the stream, after the work queued before it,
+ * and the work queued after it waits for it to return (the mock NCCL of
+ * tests/mock_nccl runs its collectives this way). */
+static CUresult m_cuLaunchHostFunc(CUstream hs, CUhostFn fn, void* user) {
+  MOCK_FAULT("cuLaunchHostFunc", CUDA_ERROR_UNKNOWN);
+  if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  mock_op_t* op = mock_op(OP_HOST);
+  if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+  op->fn = fn;
+  op->user = user;
+  return mock_push(hs, op);
+}
+
 static CUresult mock_alloc(CUdeviceptr* p, size_t n, bool async) {
   MOCK_FAULT(async ? "cuMemAllocAsync" : "cuMemAlloc", CUDA_ERROR_OUT_OF_MEMORY);
   if (mock_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
@@ -680,7 +700,7 @@ MOCK_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int versio
       E(cuMemsetD32Async), E(cuModuleLoadData), E(cuModuleUnload), E(cuModuleGetFunction),
       E(cuFuncGetAttribute), E(cuLaunchKernel), E(cuGetErrorName), E(cuGetErrorString),
       E(cuMemAllocAsync), E(cuMemFreeAsync), E(cuDeviceGetDefaultMemPool), E(cuMemPoolTrimTo),
-      E(cuMemPoolSetAttribute),
+      E(cuMemPoolSetAttribute), E(cuLaunchHostFunc),
 #undef E
   };
   for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); ++i)

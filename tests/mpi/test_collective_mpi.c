@@ -419,3 +419,93 @@ CUBE_TEST(timeout_names_missing_rank) {
   cube_shutdown();
   unsetenv("CUBE_COLLECTIVE_TIMEOUT");
 }
+
+/* CUDA across processes through the nccl transport, in CI: each rank sees
+ * one GPU of the mock driver (tests/mock_cuda), NCCL is the mock of
+ * tests/mock_nccl (parts between processes through files in
+ * CUBE_MOCK_NCCL_DIR). cuda:g is rank g's GPU; the unique id goes from rank 0
+ * to rank 1 over MPI. */
+static void cuda_two_processes(bool staged) {
+#if defined(CUBE_MOCK_CUDA_PATH) && defined(CUBE_MOCK_NCCL_PATH)
+  setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);
+  setenv("CUBE_NCCL_LIBRARY", staged ? "/nonexistent/libnccl.so.2" : CUBE_MOCK_NCCL_PATH, 1);
+  setenv("CUBE_MOCK_CUDA_DEVICES", "1", 1);
+  const char* tmp = getenv("CUBE_TEST_TMPDIR");
+  setenv("CUBE_MOCK_NCCL_DIR", tmp && *tmp ? tmp : "/tmp", 1);
+  SKIP_WITHOUT_MPI("1", "threaded");
+  const char* want = staged ? "staged" : "nccl";
+  const char* transport = cube_collective_transport(CUBE_BACKEND_CUDA, NULL);
+  REQUIRE(transport && strcmp(transport, want) == 0);
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
+  const cube_device_id_t ids[2] = {{CUBE_BACKEND_CUDA, 1}, {CUBE_BACKEND_CUDA, 0}};
+  const cube_dtype_t types[] = {CUBE_DTYPE_F32, CUBE_DTYPE_I64, CUBE_DTYPE_U8, CUBE_DTYPE_BF16};
+  size_t checked = 0;
+  for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); ++t) {
+    for (int o = 0; o < CUBE_REDUCE_OP_COUNT; ++o) {
+      cube_dtype_t dt = types[t];
+      cube_reduce_op_t op = (cube_reduce_op_t)o;
+      if (op == CUBE_REDUCE_MEAN && dt == CUBE_DTYPE_BF16) continue; /* the reference rounds */
+      size_t count = 1 + (t * 313 + (size_t)o * 71) % 3000;
+      size_t bytes = count * cube_dtype_size(dt);
+      void* in[2] = {malloc(bytes), malloc(bytes)};
+      for (uint32_t r = 0; r < 2; ++r) gen(dt, op, in[r], count, 5000u * r + 10u * t + o + 1);
+      cube_handle_t h;
+      REQUIRE_OK(cube_client_create_from_slice(c, in[g_rank], bytes, &h));
+      CHECK_OK(cube_client_all_reduce(c, h, h, dt, 2, ids, op));
+      CHECK_OK(cube_client_sync_collective(c));
+      cube_bytes_t* b = NULL;
+      CHECK_OK(cube_client_read_one(c, h, &b));
+      if (b) {
+        char what[128];
+        snprintf(what, sizeof(what), "rank %u: %s %s %s, %zu elements", g_rank, want,
+                 cube_dtype_name(dt), cube_reduce_op_name(op), count);
+        size_t bad = compare(dt, op, in, 2, cube_bytes_const_data(b), count, what);
+        if (bad) {
+          fprintf(stderr, "%s: %zu elements differ\n", what, bad);
+          cube_test_failures++;
+        }
+        ++checked;
+      }
+      cube_bytes_release(b);
+      cube_handle_release(h);
+      free(in[0]);
+      free(in[1]);
+    }
+  }
+  CHECK_EQ_U64(checked, 4 * CUBE_REDUCE_OP_COUNT - 1);
+  cube_collective_record_t r;
+  CHECK_OK(cube_client_last_collective(c, &r));
+  CHECK(r.participants == 2 && r.ranks == 2 && r.transport && strcmp(r.transport, want) == 0);
+  /* send/recv: rank 0's bytes land on rank 1. */
+  unsigned char msg[4099];
+  cube_test_fill_random(msg, sizeof(msg), 99);
+  cube_handle_t m;
+  if (g_rank == 0) {
+    REQUIRE_OK(cube_client_create_from_slice(c, msg, sizeof(msg), &m));
+    CHECK_OK(cube_client_send(c, m, (cube_device_id_t){CUBE_BACKEND_CUDA, 1}));
+  } else {
+    REQUIRE_OK(cube_client_empty(c, sizeof(msg), &m));
+    CHECK_OK(cube_client_recv(c, m, (cube_device_id_t){CUBE_BACKEND_CUDA, 0}));
+  }
+  CHECK_OK(cube_client_sync_collective(c));
+  CHECK_OK(cube_client_sync(c));
+  if (g_rank == 1) {
+    cube_bytes_t* b = NULL;
+    CHECK_OK(cube_client_read_one(c, m, &b));
+    CHECK(b && cube_bytes_size(b) == sizeof(msg) && memcmp(cube_bytes_const_data(b), msg, sizeof(msg)) == 0);
+    cube_bytes_release(b);
+  }
+  cube_handle_release(m);
+  cube_client_release(c);
+  cube_shutdown();
+#else
+  (void)staged;
+  CUBE_SKIP("the CUDA backend (and its mocks) is not built");
+#endif
+}
+
+CUBE_TEST(nccl_mock_two_processes) { cuda_two_processes(false); }
+
+/* The same without NCCL: the staged transport, partial results over MPI. */
+CUBE_TEST(cuda_staged_two_processes) { cuda_two_processes(true); }

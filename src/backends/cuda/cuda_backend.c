@@ -32,6 +32,7 @@
 #include "backends/backend.h"
 #include "backends/cpu/worker_pool.h"
 #include "backends/cuda/cuda_api.h"
+#include "backends/cuda/cuda_internal.h"
 #include "base/bytes.h"
 #include "base/fault.h"
 #include "base/status.h"
@@ -174,6 +175,10 @@ static inline void cube__cuda_leave(cube__cuda_scope_t* s) {
 static inline CUstream cube__cuda_s(void* stream) {
   return stream ? ((cube__cuda_stream_t*)stream)->stream : NULL;
 }
+
+CUcontext cube__cuda_device_context(const cube__backend_device_t* d) { return d->ctx; }
+uint32_t cube__cuda_device_ordinal(const cube__backend_device_t* d) { return d->index; }
+CUstream cube__cuda_stream_handle(void* backend_stream) { return cube__cuda_s(backend_stream); }
 
 //===----------------------------------------------------------------------===//
 // Devices
@@ -401,7 +406,7 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
                          CUBE_FEATURE_ATOMIC_U32 | CUBE_FEATURE_ATOMIC_F32_ADD |
                          CUBE_FEATURE_SHARED_MEMORY | CUBE_FEATURE_SYNC_CUBE | CUBE_FEATURE_PLANE |
                          CUBE_FEATURE_PINNED_STAGING |
-                         CUBE_FEATURE_COLLECTIVES; /* staged through host buffers (NCCL: later) */
+                         CUBE_FEATURE_COLLECTIVES; /* nccl when NCCL loads, else staged */
   if (out_info) {
     memset(out_info, 0, sizeof(*out_info));
     out_info->backend = CUBE_BACKEND_CUDA;
