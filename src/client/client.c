@@ -175,6 +175,8 @@ static uint64_t cube__dense_size(const cube_layout_desc_t* d) {
   return n;
 }
 
+#define CUBE__STACK_TENSORS 4
+
 /* Creates |count| tensors in one buffer. |data| (with |sizes|) or |bytes|
  * (consumed) or neither (empty). */
 static cube_status_t cube__create_tensors(cube_client_t* c, const char* fn, size_t count,
@@ -185,9 +187,14 @@ static cube_status_t cube__create_tensors(cube_client_t* c, const char* fn, size
   if (count == 0) return CUBE_OK;
   if (!descs) return CUBE_INVALID("%s: descs is NULL for %zu tensors", fn, count);
   if (data && !sizes) return CUBE_INVALID("%s: sizes is NULL", fn);
-  uint64_t(*strides)[CUBE_MAX_RANK] = malloc(count * sizeof(*strides));
-  uint64_t* offsets = malloc(count * sizeof(uint64_t));
-  uint64_t* tsizes = malloc(count * sizeof(uint64_t));
+  /* Layout results: on the stack for a few tensors (every single-tensor
+   * create), on the heap beyond. */
+  uint64_t stack_strides[CUBE__STACK_TENSORS][CUBE_MAX_RANK];
+  uint64_t stack_offsets[CUBE__STACK_TENSORS], stack_sizes[CUBE__STACK_TENSORS];
+  bool heap = count > CUBE__STACK_TENSORS;
+  uint64_t(*strides)[CUBE_MAX_RANK] = heap ? malloc(count * sizeof(*strides)) : stack_strides;
+  uint64_t* offsets = heap ? malloc(count * sizeof(uint64_t)) : stack_offsets;
+  uint64_t* tsizes = heap ? malloc(count * sizeof(uint64_t)) : stack_sizes;
   cube_status_t st = CUBE_OK;
   cube__memory_t* mem = NULL;
   size_t made = 0;
@@ -302,9 +309,11 @@ done:
   }
   if (bytes)
     for (size_t i = 0; i < count; ++i) cube_bytes_release(bytes[i]);
-  free(strides);
-  free(offsets);
-  free(tsizes);
+  if (heap) {
+    free(strides);
+    free(offsets);
+    free(tsizes);
+  }
   return st;
 }
 
@@ -527,11 +536,42 @@ cube_status_t cube_client_create_tensors_from_slices_pinned(cube_client_t* c, si
   return st;
 }
 
+/* The pool-hit path of cube_client_empty. A 1-D byte buffer has stride 1
+ * and |size| bytes under either layout policy, and the buffer is |size|
+ * rounded up to the alignment: what cube_layout_compute gives, without its
+ * generality. False (nothing done) for anything it would refuse: the general
+ * path then gives the same errors. */
+static bool cube__empty_1d(cube_client_t* c, const char* fn, size_t size,
+                           cube_handle_t* out_handle, cube_status_t* out_status) {
+  cube__server_t* s = c->server;
+  uint64_t align = s->props.memory.alignment;
+  uint64_t max = s->props.memory.max_page_size;
+  if ((s->props.layout_policy != CUBE_LAYOUT_POLICY_CONTIGUOUS &&
+       s->props.layout_policy != CUBE_LAYOUT_POLICY_PITCHED) ||
+      !align || (align & (align - 1)) || size > max)
+    return false;
+  uint64_t total = ((uint64_t)size + align - 1) & ~(align - 1);
+  if (total > max || total < size) return false;
+  cube__stream_t* stream;
+  cube__memory_t* mem;
+  cube_status_t st = cube__client_stream(c, &stream);
+  if (!st) st = cube__server_alloc(stream, size, fn, &mem);
+  if (!st) {
+    cube__handle_info_t info = {mem, total, 0, total - size, s, stream->id};
+    st = cube__handle_create(&info, out_handle);
+    if (st) cube__memory_handle_unref(mem);
+  }
+  *out_status = st;
+  return true;
+}
+
 cube_status_t cube_client_empty(cube_client_t* c, size_t size, cube_handle_t* out_handle) {
   const char* fn = "cube_client_empty";
   CUBE__CHECK_CLIENT(c, fn);
   CUBE__CHECK_OUT(out_handle, fn, "out_handle");
   if (size == 0) return CUBE_INVALID("%s: size 0 is invalid (must be > 0)", fn);
+  cube_status_t st;
+  if (cube__empty_1d(c, fn, size, out_handle, &st)) return st;
   cube_layout_desc_t d;
   cube__desc_1d(size, &d);
   cube_tensor_t t;

@@ -16,14 +16,21 @@ typedef struct cube__slot {
   atomic_uint gen;  /* current generation; odd = live, even = free */
   atomic_uint refs; /* handle references of this slot */
   cube__handle_info_t info;
-  uint32_t next_free; /* index + 1 of the next free slot, 0 = none */
+  atomic_uint next_free; /* while free: index + 1 of the next free slot, 0 = none */
 } cube__slot_t;
 
+/* Free slots form a lock-free stack (Treiber) whose head is one 64-bit word:
+ * (tag << 32) | (index + 1). The tag changes with every push and pop, so a
+ * pop that read a slot's next_free before another thread popped and pushed
+ * that slot again fails its compare-and-swap instead of installing a stale
+ * next (ABA). Slots are never freed, so reading next_free of a slot another
+ * thread just took is harmless (and atomic: no data race). Creating and
+ * releasing a handle is then one compare-and-swap each on the table; the
+ * mutex guards only the growth of the table (new slots, new chunks). */
 static _Atomic(cube__slot_t*) cube__chunks[CUBE__MAX_CHUNKS];
-static pthread_mutex_t cube__table_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t cube__free_head;  /* index + 1, under the lock */
-static uint32_t cube__next_index; /* slots handed out so far, under the lock */
-static atomic_uint_fast64_t cube__live;
+static atomic_uint_fast64_t cube__free_head;
+static pthread_mutex_t cube__grow_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint cube__next_index; /* slots handed out so far; written under the lock */
 
 static cube__slot_t* cube__slot_at(uint32_t index) {
   uint32_t c = index >> CUBE__CHUNK_BITS;
@@ -32,42 +39,73 @@ static cube__slot_t* cube__slot_at(uint32_t index) {
   return chunk ? &chunk[index & (CUBE__CHUNK_SLOTS - 1)] : NULL;
 }
 
-cube_status_t cube__handle_create(const cube__handle_info_t* info, cube_handle_t* out) {
-  pthread_mutex_lock(&cube__table_lock);
-  uint32_t index;
-  cube__slot_t* s;
-  if (cube__free_head) {
-    index = cube__free_head - 1;
-    s = cube__slot_at(index);
-    cube__free_head = s->next_free;
-  } else {
-    index = cube__next_index;
-    uint32_t c = index >> CUBE__CHUNK_BITS;
-    if (c >= CUBE__MAX_CHUNKS) {
-      pthread_mutex_unlock(&cube__table_lock);
-      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
-                               "handle table: %u handles are live, the most the table holds",
-                               index);
-    }
-    if (!atomic_load_explicit(&cube__chunks[c], memory_order_relaxed)) {
-      cube__slot_t* chunk = calloc(CUBE__CHUNK_SLOTS, sizeof(cube__slot_t));
-      if (!chunk) {
-        pthread_mutex_unlock(&cube__table_lock);
-        return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "handle table: no host memory");
-      }
-      atomic_store_explicit(&cube__chunks[c], chunk, memory_order_release);
-    }
-    cube__next_index++;
-    s = cube__slot_at(index);
+static inline uint64_t cube__head(uint64_t old_head, uint32_t index1) {
+  return (((old_head >> 32) + 1) << 32) | index1;
+}
+
+/* Pushes the (dead) slot |index1| - 1 on the free stack. */
+static void cube__free_push(cube__slot_t* s, uint32_t index1) {
+  uint64_t head = atomic_load_explicit(&cube__free_head, memory_order_relaxed);
+  do {
+    atomic_store_explicit(&s->next_free, (uint32_t)head, memory_order_relaxed);
+  } while (!atomic_compare_exchange_weak_explicit(&cube__free_head, &head,
+                                                  cube__head(head, index1),
+                                                  memory_order_release, memory_order_relaxed));
+}
+
+/* Pops a free slot: its index + 1, or 0 when the stack is empty. */
+static uint32_t cube__free_pop(void) {
+  uint64_t head = atomic_load_explicit(&cube__free_head, memory_order_acquire);
+  for (;;) {
+    uint32_t index1 = (uint32_t)head;
+    if (!index1) return 0;
+    uint32_t next = atomic_load_explicit(&cube__slot_at(index1 - 1)->next_free,
+                                         memory_order_relaxed);
+    if (atomic_compare_exchange_weak_explicit(&cube__free_head, &head, cube__head(head, next),
+                                              memory_order_acquire, memory_order_acquire))
+      return index1;
   }
-  pthread_mutex_unlock(&cube__table_lock);
+}
+
+/* A slot never used before: index + 1, or 0 with *out_status set. */
+static uint32_t cube__fresh_slot(cube_status_t* out_status) {
+  pthread_mutex_lock(&cube__grow_lock);
+  uint32_t index = atomic_load_explicit(&cube__next_index, memory_order_relaxed);
+  uint32_t c = index >> CUBE__CHUNK_BITS;
+  if (c >= CUBE__MAX_CHUNKS) {
+    pthread_mutex_unlock(&cube__grow_lock);
+    *out_status = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                                    "handle table: %u handles are live, the most the table holds",
+                                    index);
+    return 0;
+  }
+  if (!atomic_load_explicit(&cube__chunks[c], memory_order_relaxed)) {
+    cube__slot_t* chunk = calloc(CUBE__CHUNK_SLOTS, sizeof(cube__slot_t));
+    if (!chunk) {
+      pthread_mutex_unlock(&cube__grow_lock);
+      *out_status = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "handle table: no host memory");
+      return 0;
+    }
+    atomic_store_explicit(&cube__chunks[c], chunk, memory_order_release);
+  }
+  atomic_store_explicit(&cube__next_index, index + 1, memory_order_release);
+  pthread_mutex_unlock(&cube__grow_lock);
+  return index + 1;
+}
+
+cube_status_t cube__handle_create(const cube__handle_info_t* info, cube_handle_t* out) {
+  uint32_t index1 = cube__free_pop();
+  if (!index1) {
+    cube_status_t st = CUBE_OK;
+    index1 = cube__fresh_slot(&st);
+    if (!index1) return st;
+  }
+  cube__slot_t* s = cube__slot_at(index1 - 1);
   s->info = *info;
-  s->next_free = 0;
   atomic_store_explicit(&s->refs, 1, memory_order_relaxed);
   unsigned gen = atomic_load_explicit(&s->gen, memory_order_relaxed) + 1; /* even -> odd */
   atomic_store_explicit(&s->gen, gen, memory_order_release);
-  atomic_fetch_add_explicit(&cube__live, 1, memory_order_relaxed);
-  out->id = ((uint64_t)gen << 32) | (uint64_t)(index + 1);
+  out->id = ((uint64_t)gen << 32) | (uint64_t)index1;
   return CUBE_OK;
 }
 
@@ -112,8 +150,8 @@ cube_handle_t cube_handle_retain(cube_handle_t h) {
   return h;
 }
 
-cube_status_t cube_handle_release_checked(cube_handle_t h) {
-  if (h.id == 0) return CUBE_INVALID("cube_handle_release_checked: h is the null handle");
+/* Drops one reference of live handle |h|: NULL, or NOT_FOUND. */
+static inline cube_status_t cube__handle_release(cube_handle_t h) {
   cube__slot_t* s = cube__lookup(h);
   if (!s)
     return cube__status_make(CUBE_STATUS_NOT_FOUND,
@@ -133,20 +171,23 @@ cube_status_t cube_handle_release_checked(cube_handle_t h) {
   } while (!atomic_compare_exchange_weak_explicit(&s->refs, &r, r - 1, memory_order_acq_rel,
                                                   memory_order_relaxed));
   if (r == 1) {
-    atomic_fetch_add_explicit(&s->gen, 1, memory_order_release); /* odd -> even: dead */
-    pthread_mutex_lock(&cube__table_lock);
-    s->next_free = cube__free_head;
-    cube__free_head = (uint32_t)(h.id & 0xffffffffu);
-    pthread_mutex_unlock(&cube__table_lock);
-    atomic_fetch_sub_explicit(&cube__live, 1, memory_order_relaxed);
+    /* Ours was the last reference: nobody else writes the generation now. */
+    atomic_store_explicit(&s->gen, (unsigned)(h.id >> 32) + 1, memory_order_release); /* dead */
+    cube__free_push(s, (uint32_t)(h.id & 0xffffffffu));
   }
   cube__memory_handle_unref(mem);
   return CUBE_OK;
 }
 
+cube_status_t cube_handle_release_checked(cube_handle_t h) {
+  if (h.id == 0) return CUBE_INVALID("cube_handle_release_checked: h is the null handle");
+  return cube__handle_release(h);
+}
+
 void cube_handle_release(cube_handle_t h) {
   if (h.id == 0) return;
-  cube_status_free(cube_handle_release_checked(h));
+  cube_status_t st = cube__handle_release(h);
+  if (st) cube_status_free(st);
 }
 
 void cube_handle_release_array(const cube_handle_t* handles, size_t count) {
@@ -210,7 +251,17 @@ cube_status_t cube_handle_offset_view(cube_handle_t h, uint64_t offset_start, ui
   return st;
 }
 
-uint64_t cube__handle_live_count(void) { return atomic_load(&cube__live); }
+uint64_t cube__handle_live_count(void) {
+  uint32_t n = atomic_load_explicit(&cube__next_index, memory_order_acquire);
+  uint64_t live = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    cube__slot_t* s = cube__slot_at(i);
+    if (s && (atomic_load_explicit(&s->gen, memory_order_acquire) & 1u) &&
+        atomic_load_explicit(&s->refs, memory_order_relaxed) > 0)
+      ++live;
+  }
+  return live;
+}
 
 cube_status_t cube_handle_device(cube_handle_t h, cube_device_id_t* out_device) {
   if (!out_device) return CUBE_INVALID("cube_handle_device: out_device is NULL");
@@ -221,9 +272,7 @@ cube_status_t cube_handle_device(cube_handle_t h, cube_device_id_t* out_device) 
 }
 
 void cube__handle_invalidate_all(void) {
-  pthread_mutex_lock(&cube__table_lock);
-  uint32_t n = cube__next_index;
-  pthread_mutex_unlock(&cube__table_lock);
+  uint32_t n = atomic_load_explicit(&cube__next_index, memory_order_acquire);
   for (uint32_t i = 0; i < n; ++i) {
     cube__slot_t* s = cube__slot_at(i);
     if (!s || !(atomic_load(&s->gen) & 1u)) continue;
@@ -231,11 +280,7 @@ void cube__handle_invalidate_all(void) {
     if (refs == 0) continue;
     cube__memory_t* mem = s->info.mem;
     atomic_fetch_add(&s->gen, 1); /* dead */
-    pthread_mutex_lock(&cube__table_lock);
-    s->next_free = cube__free_head;
-    cube__free_head = i + 1;
-    pthread_mutex_unlock(&cube__table_lock);
-    atomic_fetch_sub(&cube__live, 1);
+    cube__free_push(s, i + 1);
     while (refs--) cube__memory_handle_unref(mem);
   }
 }

@@ -41,7 +41,8 @@ static inline uint64_t cube__handle_view_size(const cube__handle_info_t* i) {
  * their references on the memory are dropped. Not thread-safe with handle use. */
 void cube__handle_invalidate_all(void);
 
-/* Live handles now (for leak checks in tests). */
+/* Live handles now (for leak checks in tests): a scan of the table, not for
+ * hot paths. */
 uint64_t cube__handle_live_count(void);
 
 #endif /* CUBE_CLIENT_HANDLES_H_ */

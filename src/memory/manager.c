@@ -21,7 +21,20 @@ struct cube__mm {
   uint64_t alloc_reserve_count;
   cube_allocation_mode_t mode;
   cube__persistent_policy_t policy;
+  /* The dynamic pool that took the last request of |last_size| bytes
+   * (pool_count = none yet): accept() depends on the size and the pool's
+   * fixed options only, so the same size picks the same pool. */
+  uint64_t last_size;
+  uint32_t last_pool;
+  /* Descriptors free to reuse (cube__mm_recycle), linked by next_spare. */
+  cube__memory_t* spare;
+  uint32_t spare_count;
+  /* Descriptor ids taken from the process-wide counter a block at a time. */
+  uint64_t next_id, end_id;
 };
+
+#define CUBE__MM_SPARE_DESCRIPTORS 256u
+#define CUBE__MM_ID_BLOCK 1024u
 
 static const char* cube__pool_kind_name(cube_pool_kind_t kind) {
   switch (kind) {
@@ -85,6 +98,7 @@ cube_status_t cube__mm_create(const cube__mm_options_t* options, const cube__sto
     cube__pool_init(&mm->pools[i], &pools[i], mm->alignment, &mm->storage, mm);
   }
   cube__pool_init_persistent(&mm->persistent, mm->alignment, &mm->storage, mm);
+  mm->last_pool = count;
   mm->policy = options->persistent;
   switch (options->persistent) {
     case CUBE__PERSISTENT_DISABLED:
@@ -105,8 +119,46 @@ void cube__mm_destroy(cube__mm_t* mm) {
   if (!mm) return;
   for (uint32_t i = 0; i < mm->pool_count; ++i) cube__pool_deinit(&mm->pools[i]);
   cube__pool_deinit(&mm->persistent);
+  while (mm->spare) {
+    cube__memory_t* m = mm->spare;
+    mm->spare = m->next_spare;
+    free(m);
+  }
   free(mm->name);
   free(mm);
+}
+
+void cube__mm_recycle(cube__mm_t* mm, cube__memory_t* m) {
+  if (mm->spare_count >= CUBE__MM_SPARE_DESCRIPTORS) {
+    free(m); /* refs was 1 (the pool's): nobody else holds it */
+    return;
+  }
+  m->next_spare = mm->spare;
+  mm->spare = m;
+  mm->spare_count++;
+}
+
+/* An unbound descriptor with refs = 1, handle_refs = 1: a recycled one when
+ * there is one (only this thread can see it: plain stores), else new. */
+static cube__memory_t* cube__mm_new_memory(cube__mm_t* mm) {
+  cube__memory_t* m = mm->spare;
+  if (!m) {
+    m = calloc(1, sizeof(*m));
+    if (!m) return NULL;
+  } else {
+    mm->spare = m->next_spare;
+    mm->spare_count--;
+    m->next_spare = NULL;
+    m->owner = NULL;
+    atomic_store_explicit(&m->last_use, NULL, memory_order_relaxed);
+  }
+  atomic_store_explicit(&m->counts, CUBE__MEMORY_HANDLE_REF, memory_order_relaxed);
+  if (mm->next_id == mm->end_id) {
+    mm->next_id = cube__memory_take_ids(CUBE__MM_ID_BLOCK);
+    mm->end_id = mm->next_id + CUBE__MM_ID_BLOCK;
+  }
+  m->id = mm->next_id++;
+  return m;
 }
 
 void cube__mm_set_mode(cube__mm_t* mm, cube_allocation_mode_t mode) {
@@ -224,23 +276,35 @@ static cube_status_t cube__mm_reserve_into(cube__mm_t* mm, uint64_t size, cube__
 
   /* Persistent: reuse a free buffer of the same effective size in either
    * mode; allocate one when persistent, or when that size lives there. */
-  CUBE_RETURN_IF_ERROR(cube__pool_try_reserve(&mm->persistent, size, m, &found));
-  if (found) return CUBE_OK;
-  if (mm->mode == CUBE_ALLOCATION_PERSISTENT || cube__persistent_has_size(&mm->persistent, size)) {
+  bool persistent_sizes = mm->persistent.bucket_count > 0; /* else neither can hit */
+  if (persistent_sizes) {
+    CUBE_RETURN_IF_ERROR(cube__pool_try_reserve(&mm->persistent, size, m, &found));
+    if (found) return CUBE_OK;
+  }
+  if (mm->mode == CUBE_ALLOCATION_PERSISTENT ||
+      (persistent_sizes && cube__persistent_has_size(&mm->persistent, size))) {
     return cube__mm_alloc_with_retry(mm, &mm->persistent, size, m);
   }
 
   cube__pool_t* pool = NULL;
-  uint64_t largest = 0;
-  for (uint32_t i = 0; i < mm->pool_count; ++i) {
-    if (cube__pool_accept(&mm->pools[i], size)) {
-      pool = &mm->pools[i];
-      break;
+  if (size == mm->last_size && mm->last_pool < mm->pool_count) {
+    pool = &mm->pools[mm->last_pool];
+  } else {
+    for (uint32_t i = 0; i < mm->pool_count; ++i) {
+      if (cube__pool_accept(&mm->pools[i], size)) {
+        pool = &mm->pools[i];
+        mm->last_size = size;
+        mm->last_pool = i;
+        break;
+      }
     }
-    uint64_t max = cube__pool_max_request(&mm->pools[i]);
-    if (max > largest) largest = max;
   }
   if (!pool) {
+    uint64_t largest = 0;
+    for (uint32_t i = 0; i < mm->pool_count; ++i) {
+      uint64_t max = cube__pool_max_request(&mm->pools[i]);
+      if (max > largest) largest = max;
+    }
     char reason[128];
     snprintf(reason, sizeof(reason), "no pool accepts it (largest pool takes %" PRIu64 ")",
              largest);
@@ -267,7 +331,7 @@ static cube_status_t cube__mm_reserve_into(cube__mm_t* mm, uint64_t size, cube__
 cube_status_t cube__mm_reserve(cube__mm_t* mm, uint64_t size, cube__memory_t** out_memory) {
   if (!mm || !out_memory) return CUBE_INVALID("cube__mm_reserve: mm and out_memory are required");
   *out_memory = NULL;
-  cube__memory_t* m = cube__memory_create();
+  cube__memory_t* m = cube__mm_new_memory(mm);
   if (!m) {
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
                              "%s: out of host memory creating a descriptor", mm->name);

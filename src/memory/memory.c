@@ -6,12 +6,15 @@
 
 static atomic_uint_fast64_t cube__memory_next_id = 1;
 
+uint64_t cube__memory_take_ids(uint64_t count) {
+  return atomic_fetch_add_explicit(&cube__memory_next_id, count, memory_order_relaxed);
+}
+
 cube__memory_t* cube__memory_create(void) {
   cube__memory_t* m = calloc(1, sizeof(*m));
   if (!m) return NULL;
-  atomic_init(&m->refs, 1);
-  atomic_init(&m->handle_refs, 1);
-  m->id = atomic_fetch_add_explicit(&cube__memory_next_id, 1, memory_order_relaxed);
+  atomic_init(&m->counts, CUBE__MEMORY_HANDLE_REF);
+  m->id = cube__memory_take_ids(1);
   return m;
 }
 
@@ -20,34 +23,34 @@ cube__memory_t* cube__memory_create(void) {
  * thread that frees (or the pool that sees refs == 1) observes every write
  * made before the other references were dropped. */
 void cube__memory_ref(cube__memory_t* m) {
-  if (m) atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+  if (m) atomic_fetch_add_explicit(&m->counts, CUBE__MEMORY_REF, memory_order_relaxed);
+}
+
+static void cube__memory_drop(cube__memory_t* m, uint64_t what) {
+  uint64_t before = atomic_fetch_sub_explicit(&m->counts, what, memory_order_acq_rel);
+  if ((uint32_t)before == 1) free(m);
 }
 
 void cube__memory_unref(cube__memory_t* m) {
-  if (!m) return;
-  if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) free(m);
+  if (m) cube__memory_drop(m, CUBE__MEMORY_REF);
 }
 
 void cube__memory_handle_ref(cube__memory_t* m) {
-  if (!m) return;
-  atomic_fetch_add_explicit(&m->handle_refs, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+  if (m) atomic_fetch_add_explicit(&m->counts, CUBE__MEMORY_HANDLE_REF, memory_order_relaxed);
 }
 
 void cube__memory_handle_unref(cube__memory_t* m) {
-  if (!m) return;
-  /* handle_refs first: |m| may be freed by the unref. */
-  atomic_fetch_sub_explicit(&m->handle_refs, 1, memory_order_acq_rel);
-  cube__memory_unref(m);
+  if (m) cube__memory_drop(m, CUBE__MEMORY_HANDLE_REF);
 }
 
-bool cube__memory_can_mut(const cube__memory_t* m) {
-  return atomic_load_explicit(&m->handle_refs, memory_order_acquire) <= 1;
+void cube__memory_handle_to_binding(cube__memory_t* m) {
+  atomic_fetch_sub_explicit(&m->counts, CUBE__MEMORY_HANDLE_REF - CUBE__MEMORY_REF,
+                            memory_order_acq_rel);
 }
 
-bool cube__memory_is_free(const cube__memory_t* m) {
-  return atomic_load_explicit(&m->refs, memory_order_acquire) <= 1;
-}
+bool cube__memory_can_mut(const cube__memory_t* m) { return cube__memory_handle_refs(m) <= 1; }
+
+bool cube__memory_is_free(const cube__memory_t* m) { return cube__memory_refs(m) <= 1; }
 
 bool cube__memory_resolve(const cube__memory_t* m, const cube__storage_t** out_storage,
                           uint64_t* out_offset, uint64_t* out_size) {

@@ -6,7 +6,10 @@
  * serialises calls with its own lock. Descriptor reference counts are atomic
  * and may be dropped from any thread: freeing is lazy -- a pool discovers
  * that only its own reference is left when it next scans (reserve, usage,
- * cleanup), exactly as CubeCL.
+ * cleanup), exactly as CubeCL. Such a descriptor is nobody else's any more:
+ * the manager keeps it (up to CUBE__MM_SPARE_DESCRIPTORS) and hands it out
+ * again, re-initialised with a new id, by its next cube__mm_reserve, so a
+ * pool hit allocates and frees no host memory.
  *
  * Differences from CubeCL, on purpose:
  *  - A descriptor points at its slice directly (no pool/page/slice indices),
@@ -50,19 +53,38 @@ typedef struct cube__storage_ops {
 typedef struct cube__slice cube__slice_t; /* private to the pools */
 typedef struct cube__mm cube__mm_t;
 
+/* A descriptor's two reference counts share one atomic word, so that a
+ * handle reference (both counts) is taken or dropped with one atomic
+ * operation: bits 0-31 count every reference (handles, bindings, the pool's
+ * slice), bits 32-63 the user handle references only (can_mut). */
+#define CUBE__MEMORY_REF UINT64_C(1)
+#define CUBE__MEMORY_HANDLE_REF ((UINT64_C(1) << 32) | UINT64_C(1))
+
 typedef struct cube__memory {
-  atomic_uint refs;        /* every reference: handles, bindings, the pool's slice */
-  atomic_uint handle_refs; /* user handle references only (can_mut) */
+  atomic_uint_fast64_t counts; /* refs (low 32 bits) and handle_refs (high 32) */
   uint64_t id;             /* process-unique */
   cube__slice_t* slice;    /* bound slice or NULL; changed only by the owning manager */
   cube__mm_t* mm;          /* manager owning the slice, NULL while unbound */
   void* owner;             /* free for the user of the module (the server's stream) */
   _Atomic(void*) last_use; /* the server's: the stream that used it last (device streams) */
+  struct cube__memory* next_spare; /* the manager's: its list of descriptors to reuse */
 } cube__memory_t;
 
 /* A new unbound descriptor with refs = 1, handle_refs = 1 (one handle). NULL
  * when out of host memory. */
 cube__memory_t* cube__memory_create(void);
+
+/* Takes |count| consecutive process-unique descriptor ids; returns the first. */
+uint64_t cube__memory_take_ids(uint64_t count);
+
+/* The two counts (for tests and checks; a snapshot). */
+static inline uint32_t cube__memory_refs(const cube__memory_t* m) {
+  return (uint32_t)atomic_load_explicit(&((cube__memory_t*)m)->counts, memory_order_acquire);
+}
+static inline uint32_t cube__memory_handle_refs(const cube__memory_t* m) {
+  return (uint32_t)(atomic_load_explicit(&((cube__memory_t*)m)->counts, memory_order_acquire) >>
+                    32);
+}
 
 /* Binding references (keep the slice alive; do not affect can_mut). */
 void cube__memory_ref(cube__memory_t* m);
@@ -71,6 +93,9 @@ void cube__memory_unref(cube__memory_t* m); /* frees the descriptor at 0 */
 /* Handle references (a clone of a handle): refs and handle_refs together. */
 void cube__memory_handle_ref(cube__memory_t* m);
 void cube__memory_handle_unref(cube__memory_t* m);
+/* Turns the caller's handle reference into a binding reference (handle_refs
+ * - 1, refs unchanged). */
+void cube__memory_handle_to_binding(cube__memory_t* m);
 
 /* handle_refs <= 1 (CubeCL: strong count <= 2, the pool's copy included). */
 bool cube__memory_can_mut(const cube__memory_t* m);
@@ -126,7 +151,8 @@ cube_status_t cube__mm_create(const cube__mm_options_t* options, const cube__sto
 void cube__mm_destroy(cube__mm_t* mm);
 
 /* Reserves |size| bytes and returns a new descriptor bound to them with
- * refs = 2 (caller + pool) and handle_refs = 1 (reference §4.3). */
+ * refs = 2 (caller + pool) and handle_refs = 1 (reference §4.3). The
+ * descriptor is a recycled one when the manager has one (see the top). */
 cube_status_t cube__mm_reserve(cube__mm_t* mm, uint64_t size, cube__memory_t** out_memory);
 
 /* Reserves |size| bytes and binds them to the client-created, unbound |m|

@@ -18,10 +18,51 @@ bool cube__slice_check_free(cube__slice_t* s) {
   cube__memory_t* m = s->memory;
   if (!m) return true;
   /* Only the pool's reference left: nobody else can take a new one, so the
-   * answer cannot change under us. */
-  if (atomic_load_explicit(&m->refs, memory_order_acquire) > 1) return false;
-  cube__slice_detach(s);
+   * answer cannot change under us. The acquire load pairs with the release
+   * of the last other reference: what its holder did happens before. */
+  if (cube__memory_refs(m) > 1) return false;
+  cube__mm_t* mm = s->page->pool ? s->page->pool->mm : NULL;
+  if (!mm) {
+    cube__slice_detach(s);
+    return true;
+  }
+  /* The descriptor is ours alone: the manager reuses it (no atomic needed
+   * to drop the pool's reference). */
+  s->memory = NULL;
+  m->slice = NULL;
+  m->mm = NULL;
+  cube__mm_recycle(mm, m);
   return true;
+}
+
+/* Slice records: a pool keeps the ones a coalesce merged away for its next
+ * split. Pages without a pool (tests) use the heap. */
+static cube__slice_t* cube__slice_new(cube__page_t* page) {
+  cube__pool_t* pool = page->pool;
+  cube__slice_t* s;
+  if (pool && pool->spare_slices) {
+    s = pool->spare_slices;
+    pool->spare_slices = s->next;
+    pool->spare_slice_count--;
+    *s = (cube__slice_t){0};
+  } else {
+    s = calloc(1, sizeof(*s));
+    if (!s) return NULL;
+  }
+  s->page = page;
+  return s;
+}
+
+static void cube__slice_free(cube__page_t* page, cube__slice_t* s) {
+  cube__pool_t* pool = page->pool;
+  if (pool && pool->spare_slice_count < CUBE__POOL_SPARE_SLICES) {
+    s->memory = NULL;
+    s->next = pool->spare_slices;
+    pool->spare_slices = s;
+    pool->spare_slice_count++;
+    return;
+  }
+  free(s);
 }
 
 void cube__slice_bind(cube__slice_t* s, cube__memory_t* m, uint64_t size, uint64_t padding) {
@@ -72,12 +113,11 @@ cube_status_t cube__page_try_reserve(cube__page_t* page, uint64_t size, uint64_t
   for (cube__slice_t* s = page->first; s; s = s->next) {
     if (!cube__slice_check_free(s) || s->length < effective) continue;
     if (s->length > effective) {
-      cube__slice_t* rest = calloc(1, sizeof(*rest));
+      cube__slice_t* rest = cube__slice_new(page);
       if (!rest) {
         return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
                                  "memory page: out of host memory splitting a slice");
       }
-      rest->page = page;
       rest->offset = s->offset + effective;
       rest->length = s->length - effective;
       rest->prev = s;
@@ -126,7 +166,7 @@ uint32_t cube__page_coalesce(cube__page_t* page) {
       s->length += gone->length;
       s->next = gone->next;
       if (gone->next) gone->next->prev = s;
-      free(gone);
+      cube__slice_free(page, gone);
       page->slice_count--;
       merges++;
     }

@@ -32,6 +32,12 @@ void cube__pool_init_persistent(cube__pool_t* pool, uint64_t alignment,
 
 void cube__pool_deinit(cube__pool_t* pool) {
   while (pool->page_count > 0) cube__pool_remove_page(pool, pool->page_count - 1);
+  while (pool->spare_slices) {
+    cube__slice_t* s = pool->spare_slices;
+    pool->spare_slices = s->next;
+    free(s);
+  }
+  pool->spare_slice_count = 0;
   free(pool->pages);
   free(pool->buckets);
   pool->pages = NULL;

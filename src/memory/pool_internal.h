@@ -46,9 +46,11 @@ struct cube__page {
   cube__page_t* bucket_next;  /* persistent: next page of the same bucket */
 };
 
-/* Padding that rounds |size| up to a multiple of |align| (any align >= 1). */
+/* Padding that rounds |size| up to a multiple of |align| (any align >= 1;
+ * storage alignments are powers of two, which need no division). */
 static inline uint64_t cube__padding(uint64_t size, uint64_t align) {
-  return align ? (align - size % align) % align : 0;
+  if ((align & (align - 1)) == 0) return align ? (0 - size) & (align - 1) : 0;
+  return (align - size % align) % align;
 }
 
 /* Slices and pages (page.c) --------------------------------------------- */
@@ -138,7 +140,19 @@ struct cube__pool {
   cube__bucket_t* buckets; /* persistent: sorted by effective_size */
   uint32_t bucket_count;
   uint32_t bucket_cap;
+
+  /* Slice records merged away by a coalesce, kept for the next split (linked
+   * by |next|; at most CUBE__POOL_SPARE_SLICES): a pool hit that splits a
+   * page's free slice and merges it back later allocates nothing. */
+  cube__slice_t* spare_slices;
+  uint32_t spare_slice_count;
 };
+
+#define CUBE__POOL_SPARE_SLICES 64u
+
+/* Takes a descriptor whose only reference left is the pool's (just detached
+ * by cube__slice_check_free) for reuse, or frees it (manager.c). */
+void cube__mm_recycle(cube__mm_t* mm, cube__memory_t* m);
 
 /* |options| describes a sliced or exclusive pool; persistent pools use
  * cube__pool_init_persistent. */

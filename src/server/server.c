@@ -262,7 +262,8 @@ static cube_status_t cube__stream_create(cube__server_t* s, uint64_t id, uint32_
 }
 
 cube_status_t cube__server_stream(cube__server_t* s, uint64_t stream_id, cube__stream_t** out) {
-  uint32_t slot = (uint32_t)(stream_id % s->max_streams);
+  /* Ids are handed out from 0 in order: most are below max_streams. */
+  uint32_t slot = (uint32_t)(stream_id < s->max_streams ? stream_id : stream_id % s->max_streams);
   cube__stream_t* st = atomic_load_explicit(&s->streams[slot], memory_order_acquire);
   if (st) {
     *out = st;
@@ -405,15 +406,16 @@ void cube__stream_release_holds(cube__stream_t* st, bool wait) {
 cube_status_t cube__server_alloc(cube__stream_t* st, uint64_t size, const char* what,
                                  cube__memory_t** out_mem) {
   cube__server_t* s = st->server;
-  cube__memory_t* m = cube__memory_create();
-  if (!m) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory for a handle", what);
-  m->owner = st;
-  atomic_store_explicit(&m->last_use, st, memory_order_relaxed);
+  cube__memory_t* m = NULL;
   pthread_mutex_lock(&st->lock);
-  cube_status_t status = cube__mm_reserve_bind(st->mm, size, m);
+  cube_status_t status = cube__mm_reserve(st->mm, size, &m);
+  if (!status) {
+    /* Nobody else can see |m| yet (the pool only reads its counts). */
+    m->owner = st;
+    atomic_store_explicit(&m->last_use, st, memory_order_relaxed);
+  }
   pthread_mutex_unlock(&st->lock);
   if (status) {
-    cube__memory_unref(m);
     if (cube_status_code(status) == CUBE_STATUS_OUT_OF_MEMORY) {
       char a[32], b[32];
       status = cube__status_annotate(
@@ -525,7 +527,7 @@ cube_status_t cube__server_staging(cube__stream_t* st, size_t size, cube_bytes_t
   cube__memory_resolve(m, &storage, &off, &sz);
   /* The pool's reference keeps the slice; ours moves into the bytes. The
    * handle reference is not needed: staging buffers are never can_mut'd. */
-  atomic_fetch_sub(&m->handle_refs, 1);
+  cube__memory_handle_to_binding(m);
   status = cube__bytes_make(CUBE_BYTES_PINNED, (char*)storage->ptr + off, size,
                             cube__pinned_release, m, out);
   if (status) cube__memory_unref(m);

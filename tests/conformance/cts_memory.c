@@ -48,6 +48,50 @@ CUBE_TEST(memory_usage_empty_release_cleanup) {
   CTS_END(c);
 }
 
+/* cube_client_empty computes a 1-D buffer's layout itself (the pool-hit
+ * path): the same view and buffer size as cube_layout_compute gives for it
+ * under the device's policy and alignment, and the same pool slice again and
+ * again (the descriptor and handle slot recycled, a new id every time). */
+CUBE_TEST(memory_empty_layout_and_reuse) {
+  CTS_CLIENT(c);
+  const cube_device_properties_t* p = cube_client_properties(c);
+  const size_t sizes[] = {1, 7, 511, 512, 513, 1000, 4096, (1u << 20) + 3};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
+    cube_layout_desc_t d;
+    REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 1, (const uint64_t[]){sizes[i]}, 1,
+                                     &d));
+    uint64_t offset = 1, size = 0, total = 0;
+    REQUIRE_OK(cube_layout_compute(p->layout_policy, p->memory.alignment, 1, &d, NULL, &offset,
+                                   &size, &total));
+    cube_handle_t h, prev = CUBE_HANDLE_NULL;
+    uint64_t storage_offset = 0;
+    for (int round = 0; round < 3; ++round) {
+      REQUIRE_OK(cube_client_empty(c, sizes[i], &h));
+      CHECK(h.id != prev.id);
+      CHECK_EQ_U64(cube_handle_size(h), size);
+      CHECK_EQ_U64(cube_handle_offset(h), offset);
+      CHECK_EQ_U64(cube_handle_buffer_size(h), total);
+      cube_memory_usage_t u;
+      CHECK_OK(cube_client_memory_usage(c, &u));
+      CHECK_EQ_U64(u.number_allocs, 1);
+      CHECK_EQ_U64(u.bytes_in_use, sizes[i]);
+      /* The same slice every round (the resource's address: host or device). */
+      cube_resource_t* r = NULL;
+      CHECK_OK(cube_client_get_resource(c, h, &r));
+      if (r) {
+        uint64_t at = (uint64_t)(uintptr_t)cube_resource_ptr(r);
+        if (round > 0) CHECK_EQ_U64(at, storage_offset);
+        storage_offset = at;
+        cube_resource_release(r);
+      }
+      cube_handle_release(h);
+      CHECK_STATUS(cube_handle_release_checked(h), CUBE_STATUS_NOT_FOUND, "released");
+      prev = h;
+    }
+  }
+  CTS_END(c);
+}
+
 CUBE_TEST(memory_cleanup_keeps_live_memory) {
   CTS_CLIENT(c);
   uint8_t data[3000];

@@ -697,3 +697,202 @@ CUBE_TEST(random_operations) {
   cube_shutdown();
   fprintf(stderr, "stress: total %.2f s\n", now_s() - t0);
 }
+
+//===----------------------------------------------------------------------===//
+// Pool hits from many threads
+//===----------------------------------------------------------------------===//
+
+/* Descriptors, slice records and handle slots are recycled on every pool hit
+ * (docs/architecture.md, "The pool-hit path"). Eight threads allocate and
+ * release buffers of a few sizes at random (so nearly every allocation is a
+ * hit on memory, a descriptor and a handle slot just given back); four use
+ * their own streams, four share one stream (its pools and lock under
+ * contention). Every live buffer holds a tag unique to it, written through its
+ * host pointer (CPU): it must be intact when the buffer is released (two live
+ * buffers handed overlapping bytes overwrite each other's tag), a released id
+ * must be refused even after its slot was reused, a retained handle keeps its
+ * bytes after one release, and a read queued just before the release returns
+ * the tag although new buffers of that size are handed out and tagged at once
+ * (the queued read's binding must keep the memory from being reused). */
+#define REUSE_THREADS 8
+#define REUSE_SHARED 4 /* threads on the shared stream */
+#define REUSE_OPS 4000
+#define REUSE_LIVE 12
+
+static const size_t g_reuse_sizes[] = {1, 40, 1000, 4096, 20000};
+#define REUSE_SIZE_COUNT (sizeof(g_reuse_sizes) / sizeof(g_reuse_sizes[0]))
+
+typedef struct reuse_buf {
+  cube_handle_t h;
+  uint8_t* ptr;
+  size_t size;
+  uint64_t tag;
+} reuse_buf_t;
+
+typedef struct reuse_worker {
+  int index;
+  cube_client_t* client; /* the shared client, or this thread's pinned clone */
+  uint64_t rng;
+  uint64_t serial;
+  reuse_buf_t live[REUSE_LIVE];
+  size_t live_count;
+} reuse_worker_t;
+
+static cube_client_t* g_reuse_client;
+static cube_stream_id_t g_reuse_stream;
+static atomic_ulong g_reuse_hits;
+
+static inline uint8_t tag_byte(uint64_t tag, size_t j) {
+  return (uint8_t)((tag >> ((j & 7) * 8)) ^ (j >> 3));
+}
+
+static void tag_fill(uint8_t* p, size_t n, uint64_t tag) {
+  for (size_t j = 0; j < n; ++j) p[j] = tag_byte(tag, j);
+}
+
+/* Index of the first byte that is not |tag|'s, or n. */
+static size_t tag_check(const uint8_t* p, size_t n, uint64_t tag) {
+  for (size_t j = 0; j < n; ++j)
+    if (p[j] != tag_byte(tag, j)) return j;
+  return n;
+}
+
+static void reuse_mismatch(const char* what, size_t size, size_t at) {
+  atomic_fetch_add(&g_mismatches, 1);
+  char detail[96];
+  snprintf(detail, sizeof(detail), "%zu-byte buffer, first wrong byte at %zu", size, at);
+  report("stress: pool reuse: %s: %s\n", what, detail);
+}
+
+static bool reuse_alloc(reuse_worker_t* w, size_t size, reuse_buf_t* out) {
+  cube_handle_t h;
+  if (!ok(cube_client_empty(w->client, size, &h), "pool reuse: empty")) return false;
+  cube_resource_t* r = NULL;
+  if (!ok(cube_client_get_resource(w->client, h, &r), "pool reuse: get_resource")) {
+    cube_handle_release(h);
+    return false;
+  }
+  /* The handle keeps the memory; the resource is not needed beyond this. */
+  out->ptr = cube_resource_ptr(r);
+  cube_resource_release(r);
+  out->h = h;
+  out->size = size;
+  out->tag = ((uint64_t)(w->index + 1) << 56) ^ (++w->serial * 0x9E3779B97F4A7C15ull);
+  tag_fill(out->ptr, size, out->tag);
+  atomic_fetch_add(&g_reuse_hits, 1);
+  return true;
+}
+
+/* Checks |b|'s tag and releases it; its id must be dead afterwards. */
+static void reuse_release(reuse_buf_t* b, const char* what) {
+  size_t at = tag_check(b->ptr, b->size, b->tag);
+  if (at != b->size) reuse_mismatch(what, b->size, at);
+  cube_handle_release(b->h);
+  cube_status_t s = cube_handle_release_checked(b->h);
+  if (cube_status_code(s) != CUBE_STATUS_NOT_FOUND || cube_handle_size(b->h) != 0) {
+    atomic_fetch_add(&g_errors, 1);
+    report("stress: pool reuse: %s: %s\n", "a released id is still usable",
+           s ? cube_status_message(s) : "release_checked succeeded");
+  }
+  cube_status_free(s);
+}
+
+static void reuse_drop_at(reuse_worker_t* w, size_t i, const char* what) {
+  reuse_release(&w->live[i], what);
+  w->live[i] = w->live[--w->live_count];
+}
+
+static void* reuse_main(void* arg) {
+  reuse_worker_t* w = arg;
+  if (w->index < REUSE_SHARED) {
+    if (!ok(cube_client_clone(g_reuse_client, &w->client), "pool reuse: clone")) return NULL;
+    cube_client_set_stream(w->client, g_reuse_stream);
+  } else {
+    w->client = cube_client_retain(g_reuse_client);
+  }
+  for (int op = 0; op < REUSE_OPS; ++op) {
+    uint64_t r = cube_test_rand(&w->rng) % 100;
+    size_t size = g_reuse_sizes[cube_test_rand(&w->rng) % REUSE_SIZE_COUNT];
+    if (w->live_count == 0 || (r < 45 && w->live_count < REUSE_LIVE)) {
+      if (reuse_alloc(w, size, &w->live[w->live_count])) w->live_count++;
+    } else if (r < 80) {
+      reuse_drop_at(w, (size_t)(cube_test_rand(&w->rng) % w->live_count), "tag changed while live");
+    } else if (r < 88) {
+      /* A retained handle: one release leaves it live, with its bytes. */
+      reuse_buf_t* b = &w->live[cube_test_rand(&w->rng) % w->live_count];
+      cube_handle_t again = cube_handle_retain(b->h);
+      cube_handle_release(b->h);
+      if (again.id != b->h.id || cube_handle_size(b->h) != b->size) {
+        atomic_fetch_add(&g_errors, 1);
+        report("stress: pool reuse: %s%s\n", "a retained handle died at its first release", "");
+      }
+    } else if (r < 97) {
+      /* Read, release at once, hand out and tag new buffers of that size:
+       * the read must still see the old tag. */
+      size_t i = (size_t)(cube_test_rand(&w->rng) % w->live_count);
+      reuse_buf_t old = w->live[i];
+      cube_future_t* f = NULL;
+      bool queued = ok(cube_client_read_async(w->client, 1, &old.h, &f), "pool reuse: read_async");
+      w->live[i] = w->live[--w->live_count];
+      reuse_release(&old, "tag changed while live (before a queued read)");
+      reuse_buf_t fresh[2];
+      int made = 0;
+      for (; made < 2; ++made)
+        if (!reuse_alloc(w, old.size, &fresh[made])) break;
+      if (queued) {
+        cube_bytes_t* got = NULL;
+        if (ok(cube_future_wait(f, UINT64_MAX, &got), "pool reuse: read")) {
+          size_t at = cube_bytes_size(got) == old.size
+                          ? tag_check(cube_bytes_const_data(got), old.size, old.tag)
+                          : 0;
+          if (at != old.size) reuse_mismatch("a queued read saw the memory reused", old.size, at);
+          atomic_fetch_add(&g_reads, 1);
+          cube_bytes_release(got);
+        }
+        cube_future_release(f);
+      }
+      while (made-- > 0) reuse_release(&fresh[made], "tag changed while live (after a read)");
+    } else {
+      (void)ok(cube_client_memory_cleanup(w->client), "pool reuse: memory_cleanup");
+    }
+  }
+  while (w->live_count) reuse_drop_at(w, w->live_count - 1, "tag changed while live (final)");
+  (void)ok(cube_client_sync(w->client), "pool reuse: final sync");
+  cube_client_release(w->client);
+  return NULL;
+}
+
+CUBE_TEST(pool_reuse_many_threads) {
+  double t0 = now_s();
+  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &g_reuse_client));
+  g_reuse_stream = cube_stream_create_id();
+  cube_memory_usage_t start;
+  REQUIRE_OK(cube_client_memory_usage_device(g_reuse_client, &start));
+
+  static reuse_worker_t workers[REUSE_THREADS];
+  pthread_t threads[REUSE_THREADS];
+  for (int i = 0; i < REUSE_THREADS; ++i) {
+    memset(&workers[i], 0, sizeof(workers[i]));
+    workers[i].index = i;
+    workers[i].rng = 0x8E05E000ull + (uint64_t)i * 0x9E3779B1ull;
+    REQUIRE(pthread_create(&threads[i], NULL, reuse_main, &workers[i]) == 0);
+  }
+  for (int i = 0; i < REUSE_THREADS; ++i) pthread_join(threads[i], NULL);
+
+  fprintf(stderr, "stress: pool reuse: %lu buffers handed out, %lu queued reads, %lu mismatches, "
+                  "%lu failed calls in %.2f s\n",
+          atomic_load(&g_reuse_hits), atomic_load(&g_reads), atomic_load(&g_mismatches),
+          atomic_load(&g_errors), now_s() - t0);
+  CHECK_EQ_U64(atomic_load(&g_mismatches), 0);
+  CHECK_EQ_U64(atomic_load(&g_errors), 0);
+  CHECK(atomic_load(&g_reuse_hits) >= REUSE_THREADS * REUSE_OPS / 3);
+
+  /* Everything was released: the pools hold nothing (usage counts every stream). */
+  cube_memory_usage_t after;
+  CHECK_OK(cube_client_memory_cleanup_device(g_reuse_client));
+  CHECK_OK(cube_client_memory_usage_device(g_reuse_client, &after));
+  CHECK_EQ_U64(after.number_allocs, start.number_allocs);
+  CHECK_EQ_U64(after.bytes_in_use, start.bytes_in_use);
+  cube_client_release(g_reuse_client);
+  cube_shutdown();
+}

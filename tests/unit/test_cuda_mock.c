@@ -312,6 +312,35 @@ CUBE_TEST(cleanup_and_out_of_memory) {
   cube_shutdown();
 }
 
+/* A pool hit (the same size allocated and released again and again) is
+ * served by cube's pools alone: no allocation, free or copy reaches the
+ * driver, and no context is left pushed. Only the first allocation (a new
+ * page) calls cuMemAllocAsync. */
+CUBE_TEST(pool_hit_makes_no_driver_call) {
+  MOCK_SETUP("0");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  mock_stats_t start, before, after;
+  mock_stats(&start);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_empty(c, 1u << 20, &h));
+  cube_handle_release(h);
+  mock_stats(&before);
+  CHECK(before.async_allocs > start.async_allocs);
+  for (int i = 0; i < 10000; ++i) {
+    REQUIRE_OK(cube_client_empty(c, 1u << 20, &h));
+    cube_handle_release(h);
+  }
+  mock_stats(&after);
+  CHECK_EQ_U64(after.async_allocs, before.async_allocs);
+  CHECK_EQ_U64(after.async_frees, before.async_frees);
+  CHECK_EQ_U64(after.copies, before.copies);
+  CHECK_EQ_U64(after.context_pushes_outstanding, 0);
+  CHECK_OK(cube_client_sync(c));
+  cube_client_release(c);
+  cube_shutdown();
+}
+
 /* Pinned staging comes from cuMemHostAlloc; an upload from it and a read
  * result kept past cube_shutdown stay valid. */
 CUBE_TEST(staging_and_read_past_shutdown) {

@@ -209,6 +209,6 @@ CUBE_TEST(page_destroy_detaches_bound_descriptors) {
   page_close(&f);
   CHECK(m->slice == NULL);
   CHECK(!cube__memory_resolve(m, NULL, NULL, NULL));
-  CHECK_EQ_U64(atomic_load(&m->refs), 1);
+  CHECK_EQ_U64(cube__memory_refs(m), 1);
   cube__memory_handle_unref(m);
 }

@@ -374,8 +374,8 @@ CUBE_TEST(descriptor_binding_visible_through_clones) {
   REQUIRE(open_config(&f, CUBE_MEMORY_CONFIG_SUBSLICES));
   cube__memory_t* m = cube__memory_create();
   REQUIRE(m != NULL);
-  CHECK_EQ_U64(atomic_load(&m->refs), 1);
-  CHECK_EQ_U64(atomic_load(&m->handle_refs), 1);
+  CHECK_EQ_U64(cube__memory_refs(m), 1);
+  CHECK_EQ_U64(cube__memory_handle_refs(m), 1);
   cube__memory_handle_ref(m);
   cube__memory_t* clone = m;
   CHECK(!cube__memory_resolve(clone, NULL, NULL, NULL)); /* "uninit" */
@@ -386,7 +386,7 @@ CUBE_TEST(descriptor_binding_visible_through_clones) {
   uint64_t size = 0;
   CHECK(cube__memory_resolve(clone, NULL, NULL, &size));
   CHECK_EQ_U64(size, 64);
-  CHECK_EQ_U64(atomic_load(&m->refs), 3); /* two handles + the pool */
+  CHECK_EQ_U64(cube__memory_refs(m), 3); /* two handles + the pool */
   cube__memory_handle_unref(clone);
   CHECK(cube__memory_can_mut(m));
   CHECK(!cube__memory_is_free(m));
@@ -1001,8 +1001,8 @@ CUBE_TEST(destroy_detaches_bound_descriptors) {
   CHECK(a->slice == NULL && a->mm == NULL);
   CHECK(!cube__memory_resolve(a, NULL, NULL, NULL));
   CHECK(!cube__memory_resolve(b, NULL, NULL, NULL));
-  CHECK_EQ_U64(atomic_load(&a->refs), 1);
-  CHECK_EQ_U64(atomic_load(&b->refs), 2);
+  CHECK_EQ_U64(cube__memory_refs(a), 1);
+  CHECK_EQ_U64(cube__memory_refs(b), 2);
   drop(a);
   drop(b);
   cube__memory_unref(b);
@@ -1087,5 +1087,75 @@ CUBE_TEST(oom_page_falls_back_to_exact_size) {
   cube_memory_usage_t u;
   cube__mm_usage(f.mm, &u);
   CHECK_EQ_U64(u.bytes_reserved, 0);
+  close_fixture(&f);
+}
+
+/* Recycling (docs/architecture.md, "The pool-hit path") ---------------------- */
+
+/* A descriptor whose only reference left is the pool's is reused by the next
+ * reserve: same record, a new id, counts back to a fresh one's, bound to the
+ * slice it asked for. One still referenced elsewhere (a binding) is not. */
+CUBE_TEST(recycled_descriptor_is_fresh) {
+  fixture_t f;
+  REQUIRE(open_config(&f, CUBE_MEMORY_CONFIG_SUBSLICES));
+  cube__memory_t* a = reserve(f.mm, 1000);
+  REQUIRE(a != NULL);
+  uint64_t id_a = a->id;
+  uint64_t storage_a = storage_id_of(a);
+  drop(a);
+  cube__memory_t* b = reserve(f.mm, 1000); /* finds |a| free: takes its slice */
+  REQUIRE(b != NULL);
+  cube__memory_t* c = reserve(f.mm, 1000); /* and now its record */
+  REQUIRE(c != NULL);
+  CHECK(b != a); /* |a| was found free during b's reserve, after b's record was made */
+  CHECK(c == a);
+  cube__memory_t* reused = c;
+  CHECK(reused->id != id_a);
+  CHECK(b->id != c->id);
+  CHECK_EQ_U64(cube__memory_refs(reused), 2);
+  CHECK_EQ_U64(cube__memory_handle_refs(reused), 1);
+  CHECK(reused->slice != NULL && reused->mm == f.mm && reused->owner == NULL);
+  CHECK_EQ_U64(storage_id_of(b), storage_a);
+
+  /* A binding keeps the descriptor (and its slice) out of reuse. */
+  cube__memory_ref(b);
+  drop(b);
+  cube__memory_t* d = reserve(f.mm, 1000);
+  REQUIRE(d != NULL);
+  CHECK(d != b);
+  CHECK(b->slice != NULL);
+  uint64_t b_offset = 0, d_offset = 0;
+  CHECK(cube__memory_resolve(b, NULL, &b_offset, NULL));
+  CHECK(cube__memory_resolve(d, NULL, &d_offset, NULL));
+  CHECK(b_offset != d_offset);
+  cube__memory_unref(b);
+  cube_memory_usage_t u = usage_of(f.mm); /* |b| found free and recycled */
+  CHECK_EQ_U64(u.number_allocs, 2);
+  drop(c);
+  drop(d);
+  close_fixture(&f);
+}
+
+/* Splitting and merging slices over and over (a pool hit in a sliced page)
+ * reuses the slice records and leaves the page as it was. */
+CUBE_TEST(sliced_page_split_merge_reuses_records) {
+  fixture_t f;
+  cube__pool_options_t pools[] = {sliced(8 * MiB, 8 * MiB)};
+  REQUIRE(open_custom(&f, pools, 1, DUMMY_ALIGN));
+  for (int i = 0; i < 1000; ++i) {
+    cube__memory_t* m = reserve(f.mm, MiB + (uint64_t)(i % 3) * 100);
+    cube__memory_t* n = reserve(f.mm, 3 * MiB);
+    REQUIRE(m && n);
+    uint64_t off_m = 1, off_n = 0;
+    CHECK(cube__memory_resolve(m, NULL, &off_m, NULL) && off_m == 0);
+    CHECK(cube__memory_resolve(n, NULL, &off_n, NULL) &&
+          off_n == MiB + (uint64_t)(i % 3) * 100 + cube__padding(MiB + (uint64_t)(i % 3) * 100, DUMMY_ALIGN));
+    drop(m);
+    drop(n);
+  }
+  CHECK_EQ_U64(f.ts.allocs, 1); /* one page, reused throughout */
+  cube_memory_usage_t u = usage_of(f.mm);
+  CHECK_EQ_U64(u.number_allocs, 0);
+  CHECK_EQ_U64(u.bytes_reserved, 8 * MiB);
   close_fixture(&f);
 }
