@@ -190,39 +190,29 @@ static void release_all(outputs_t* o) {
   for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); ++i) cube_bytes_release(all[i]);
 }
 
-/* Counts elements further apart than |rel| (relative to the larger
- * magnitude, with |abs| as the floor) and prints the worst. */
-static uint64_t compare_f32(const char* what, const cube_bytes_t* a, const cube_bytes_t* b,
-                            double rel, double abs_floor) {
+/* Counts elements (f32 or f64, |elem| bytes) further apart than |rel|
+ * (relative to the larger magnitude, with |abs_floor| as the floor) and
+ * prints the worst. NaN counts as apart. */
+static uint64_t compare_float(const char* what, const cube_bytes_t* a, const cube_bytes_t* b,
+                              size_t elem, double rel, double abs_floor) {
   if (!a || !b || cube_bytes_size(a) != cube_bytes_size(b)) return 1;
-  const float* x = cube_bytes_const_data(a);
-  const float* y = cube_bytes_const_data(b);
-  size_t n = cube_bytes_size(a) / 4;
+  const uint8_t* x = cube_bytes_const_data(a);
+  const uint8_t* y = cube_bytes_const_data(b);
+  size_t n = cube_bytes_size(a) / elem;
   uint64_t bad = 0;
   double worst = 0;
   for (size_t i = 0; i < n; ++i) {
-    double d = fabs((double)x[i] - (double)y[i]);
-    double m = fmax(fabs((double)x[i]), fabs((double)y[i]));
-    double e = d / fmax(m, abs_floor);
-    if (!(e <= rel)) ++bad; /* NaN counts */
-    if (e > worst) worst = e;
-  }
-  printf("  %-12s %zu elements, worst relative difference %.3g, %" PRIu64 " beyond %.1g\n", what,
-         n, worst, bad, rel);
-  return bad;
-}
-
-static uint64_t compare_f64(const char* what, const cube_bytes_t* a, const cube_bytes_t* b,
-                            double rel, double abs_floor) {
-  if (!a || !b || cube_bytes_size(a) != cube_bytes_size(b)) return 1;
-  const double* x = cube_bytes_const_data(a);
-  const double* y = cube_bytes_const_data(b);
-  size_t n = cube_bytes_size(a) / 8;
-  uint64_t bad = 0;
-  double worst = 0;
-  for (size_t i = 0; i < n; ++i) {
-    double d = fabs(x[i] - y[i]);
-    double e = d / fmax(fmax(fabs(x[i]), fabs(y[i])), abs_floor);
+    double u, v;
+    if (elem == 4) {
+      float f, g;
+      memcpy(&f, x + i * 4, 4);
+      memcpy(&g, y + i * 4, 4);
+      u = f, v = g;
+    } else {
+      memcpy(&u, x + i * 8, 8);
+      memcpy(&v, y + i * 8, 8);
+    }
+    double e = fabs(u - v) / fmax(fmax(fabs(u), fabs(v)), abs_floor);
     if (!(e <= rel)) ++bad;
     if (e > worst) worst = e;
   }
@@ -283,14 +273,14 @@ static void compare_with_cpu(cube_backend_t backend, const char* name) {
   run_all(other, &in, &b);
   printf("%s vs cpu (%s):\n", cube_client_properties(other)->name, cube_client_properties(cpu)->name);
   /* FMA contraction: a * x + y rounds once or twice. */
-  CHECK_EQ_U64(compare_f32("saxpy", a.saxpy, b.saxpy, 2.5e-7, 1e-3), 0);
+  CHECK_EQ_U64(compare_float("saxpy", a.saxpy, b.saxpy, 4, 2.5e-7, 1e-3), 0);
   /* The targets' libm: a few ulps per function, over eight terms. */
-  CHECK_EQ_U64(compare_f32("math f32", a.math32, b.math32, 2e-5, 1.0), 0);
-  CHECK_EQ_U64(compare_f64("math f64", a.math64, b.math64, 1e-13, 1.0), 0);
+  CHECK_EQ_U64(compare_float("math f32", a.math32, b.math32, 4, 2e-5, 1.0), 0);
+  CHECK_EQ_U64(compare_float("math f64", a.math64, b.math64, 8, 1e-13, 1.0), 0);
   CHECK_EQ_U64(compare_exact("ints u32", a.u, b.u), 0);
   CHECK_EQ_U64(compare_exact("ints i64", a.s, b.s), 0);
   /* The same tree in the same order: identical up to contraction. */
-  CHECK_EQ_U64(compare_f64("cube sums", a.sums, b.sums, 1e-15, 1e-300), 0);
+  CHECK_EQ_U64(compare_float("cube sums", a.sums, b.sums, 8, 1e-15, 1e-300), 0);
   CHECK_EQ_U64(compare_exact("histogram", a.hist, b.hist), 0);
   CHECK_EQ_U64(compare_exact("positions", a.pos, b.pos), 0);
   /* The histogram counted every element once. */

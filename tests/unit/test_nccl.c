@@ -819,6 +819,29 @@ CUBE_TEST(processes_share_the_id_through_a_file) {
   CHECK_EQ_U64(run_children(2, id_file_child, 60), 0);
 }
 
+/* In a child process: one all_reduce over cuda:0 and cuda:1 (this process
+ * has only the first) must fail with |code| and a message naming |a| and |b|.
+ * Returns 0 when it does. */
+static int one_all_reduce_fails(cube_status_code_t code, const char* a, const char* b) {
+  cube_client_t* c = NULL;
+  if (cube_client_load(cuda(0), &c)) return 2;
+  cube_device_id_t ids[2] = {cuda(0), cuda(1)};
+  cube_handle_t h;
+  float v[4] = {1, 2, 3, 4};
+  if (cube_client_create_from_slice(c, v, sizeof(v), &h)) return 3;
+  cube_status_t st = cube_client_all_reduce(c, h, h, CUBE_DTYPE_F32, 2, ids, CUBE_REDUCE_SUM);
+  if (!st) st = cube_client_sync_collective(c);
+  if (!st) st = cube_client_sync(c);
+  int ok = cube_status_code(st) == code && strstr(cube_status_message(st), a) &&
+           strstr(cube_status_message(st), b);
+  if (!ok) fprintf(stderr, "got: %s\n", st ? cube_status_message(st) : "OK");
+  cube_status_free(st);
+  cube_handle_release(h);
+  cube_client_release(c);
+  cube_shutdown();
+  return ok ? 0 : 4;
+}
+
 /* The process that writes the id never comes: the other one says so. */
 static int id_file_alone_child(int rank) {
   (void)rank;
@@ -828,24 +851,7 @@ static int id_file_alone_child(int rank) {
   snprintf(path, sizeof(path), "%s/lonely", g_dir);
   setenv("CUBE_NCCL_ID_FILE", path, 1);
   setenv("CUBE_COLLECTIVE_TIMEOUT", "0.3", 1);
-  cube_client_t* c = NULL;
-  if (cube_client_load(cuda(0), &c)) return 2;
-  cube_device_id_t ids[2] = {cuda(0), cuda(1)};
-  cube_handle_t h;
-  float v[4] = {1, 2, 3, 4};
-  if (cube_client_create_from_slice(c, v, sizeof(v), &h)) return 3;
-  cube_status_t st = cube_client_all_reduce(c, h, h, CUBE_DTYPE_F32, 2, ids, CUBE_REDUCE_SUM);
-  if (!st) st = cube_client_sync_collective(c);
-  if (!st) st = cube_client_sync(c);
-  int ok = cube_status_code(st) == CUBE_STATUS_DEADLINE_EXCEEDED &&
-           strstr(cube_status_message(st), "CUBE_NCCL_ID_FILE") &&
-           strstr(cube_status_message(st), "process 0");
-  if (!ok) fprintf(stderr, "got: %s\n", st ? cube_status_message(st) : "OK");
-  cube_status_free(st);
-  cube_handle_release(h);
-  cube_client_release(c);
-  cube_shutdown();
-  return ok ? 0 : 4;
+  return one_all_reduce_fails(CUBE_STATUS_DEADLINE_EXCEEDED, "CUBE_NCCL_ID_FILE", "process 0");
 }
 
 /* Several processes, no MPI and no CUBE_NCCL_ID_FILE: said at once. */
@@ -854,24 +860,7 @@ static int no_id_file_child(int rank) {
   setenv("CUBE_COLLECTIVE_RANK", "0", 1);
   setenv("CUBE_COLLECTIVE_RANKS", "2", 1);
   unsetenv("CUBE_NCCL_ID_FILE");
-  cube_client_t* c = NULL;
-  if (cube_client_load(cuda(0), &c)) return 2;
-  cube_device_id_t ids[2] = {cuda(0), cuda(1)};
-  cube_handle_t h;
-  float v[4] = {1, 2, 3, 4};
-  if (cube_client_create_from_slice(c, v, sizeof(v), &h)) return 3;
-  cube_status_t st = cube_client_all_reduce(c, h, h, CUBE_DTYPE_F32, 2, ids, CUBE_REDUCE_SUM);
-  if (!st) st = cube_client_sync_collective(c);
-  if (!st) st = cube_client_sync(c);
-  int ok = cube_status_code(st) == CUBE_STATUS_UNAVAILABLE &&
-           strstr(cube_status_message(st), "CUBE_NCCL_ID_FILE") &&
-           strstr(cube_status_message(st), "mpiexec");
-  if (!ok) fprintf(stderr, "got: %s\n", st ? cube_status_message(st) : "OK");
-  cube_status_free(st);
-  cube_handle_release(h);
-  cube_client_release(c);
-  cube_shutdown();
-  return ok ? 0 : 4;
+  return one_all_reduce_fails(CUBE_STATUS_UNAVAILABLE, "CUBE_NCCL_ID_FILE", "mpiexec");
 }
 
 CUBE_TEST(processes_without_mpi_need_an_id_file) {
