@@ -140,5 +140,18 @@ if has nccl; then
     echo "== nccl: bench_nccl (all_reduce f32 sum, cube's nccl transport beside raw NCCL)"
     BENCH_MAX_MIB=${CUBE_NCCL_BENCH_MAX_MIB:-4096} timeout 300 ./build-gpu/bench_nccl
     echo "bench_nccl: exit $?"
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+    if [ "$ngpu" -ge 2 ]; then
+      echo "== nccl: $ngpu GPUs: the PyTorch + NCCL peer in the same call (one process a GPU)"
+      timeout 600 python3 "$PEERS/nccl_allreduce_torch.py" 2>&1 | tail -14
+      echo "== nccl: 2 processes x 1 GPU (mpiexec, CUDA_VISIBLE_DEVICES per rank, real NCCL)"
+      timeout 300 mpiexec --allow-run-as-root --oversubscribe -np 2 -x CUBE_TEST_REAL_GPUS=1 \
+        -x NCCL_NVLS_ENABLE=0 sh -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec \
+        ./build-gpu/tests/test_collective_mpi nccl_real_two_processes' 2>&1 | tail -6
+      echo "2 processes: exit $?"
+    else
+      echo "== nccl: one GPU: no bus bandwidth, no PyTorch peer, no two-process run" \
+           "(run on nvidia-h200-x2 for those)"
+    fi
   } 2>&1 | tee "$OUT/nccl.log"
 fi

@@ -425,13 +425,19 @@ CUBE_TEST(timeout_names_missing_rank) {
  * tests/mock_nccl (parts between processes through files in
  * CUBE_MOCK_NCCL_DIR). cuda:g is rank g's GPU; the unique id goes from rank 0
  * to rank 1 over MPI. */
-static void cuda_two_processes(bool staged) {
+static void cuda_two_processes(bool staged, bool real) {
 #if defined(CUBE_MOCK_CUDA_PATH) && defined(CUBE_MOCK_NCCL_PATH)
-  setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);
-  setenv("CUBE_NCCL_LIBRARY", staged ? "/nonexistent/libnccl.so.2" : CUBE_MOCK_NCCL_PATH, 1);
-  setenv("CUBE_MOCK_CUDA_DEVICES", "1", 1);
-  const char* tmp = getenv("CUBE_TEST_TMPDIR");
-  setenv("CUBE_MOCK_NCCL_DIR", tmp && *tmp ? tmp : "/tmp", 1);
+  if (real) {
+    /* The real driver and NCCL: one GPU per process (CUDA_VISIBLE_DEVICES set
+     * per rank by the launcher, scripts/gpu-check.sh). */
+    if (!getenv("CUBE_TEST_REAL_GPUS")) CUBE_SKIP("CUBE_TEST_REAL_GPUS is not set");
+  } else {
+    setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);
+    setenv("CUBE_NCCL_LIBRARY", staged ? "/nonexistent/libnccl.so.2" : CUBE_MOCK_NCCL_PATH, 1);
+    setenv("CUBE_MOCK_CUDA_DEVICES", "1", 1);
+    const char* tmp = getenv("CUBE_TEST_TMPDIR");
+    setenv("CUBE_MOCK_NCCL_DIR", tmp && *tmp ? tmp : "/tmp", 1);
+  }
   SKIP_WITHOUT_MPI("1", "threaded");
   const char* want = staged ? "staged" : "nccl";
   const char* transport = cube_collective_transport(CUBE_BACKEND_CUDA, NULL);
@@ -501,11 +507,16 @@ static void cuda_two_processes(bool staged) {
   cube_shutdown();
 #else
   (void)staged;
+  (void)real;
   CUBE_SKIP("the CUDA backend (and its mocks) is not built");
 #endif
 }
 
-CUBE_TEST(nccl_mock_two_processes) { cuda_two_processes(false); }
+CUBE_TEST(nccl_mock_two_processes) { cuda_two_processes(false, false); }
 
 /* The same without NCCL: the staged transport, partial results over MPI. */
-CUBE_TEST(cuda_staged_two_processes) { cuda_two_processes(true); }
+CUBE_TEST(cuda_staged_two_processes) { cuda_two_processes(true, false); }
+
+/* On a host with two GPUs, one process each (skips unless CUBE_TEST_REAL_GPUS
+ * is set: run by scripts/gpu-check.sh nccl). */
+CUBE_TEST(nccl_real_two_processes) { cuda_two_processes(false, true); }
