@@ -186,6 +186,26 @@ static size_t compare(cube_dtype_t t, cube_reduce_op_t op, void* const* in, uint
 // Cases
 //===----------------------------------------------------------------------===//
 
+/* Reads |h| (the all_reduce of the two ranks' |in|) and compares it with the
+ * host reference; a difference is a failure. Returns 1 when it was read. */
+static size_t read_and_compare(cube_client_t* c, cube_handle_t h, cube_dtype_t dt,
+                               cube_reduce_op_t op, void* const* in, size_t count,
+                               const char* tag) {
+  cube_bytes_t* b = NULL;
+  CHECK_OK(cube_client_read_one(c, h, &b));
+  if (!b) return 0;
+  char what[128];
+  snprintf(what, sizeof(what), "rank %u: %s%s%s %s, %zu elements", g_rank, tag, tag[0] ? " " : "",
+           cube_dtype_name(dt), cube_reduce_op_name(op), count);
+  size_t bad = compare(dt, op, in, 2, cube_bytes_const_data(b), count, what);
+  if (bad) {
+    fprintf(stderr, "%s: %zu elements differ\n", what, bad);
+    cube_test_failures++;
+  }
+  cube_bytes_release(b);
+  return 1;
+}
+
 CUBE_TEST(world) {
   SKIP_WITHOUT_MPI("1", "threaded");
   CHECK(g_rank < 2 && g_local == 1);
@@ -226,20 +246,7 @@ static void types_ops(const char* mode) {
       free(poison);
       CHECK_OK(cube_client_all_reduce(c, src, dst, dt, 2, ids, op));
       CHECK_OK(cube_client_sync_collective(c));
-      cube_bytes_t* b = NULL;
-      CHECK_OK(cube_client_read_one(c, dst, &b));
-      if (b) {
-        char what[128];
-        snprintf(what, sizeof(what), "rank %u: %s %s, %zu elements", g_rank, cube_dtype_name(dt),
-                 cube_reduce_op_name(op), count);
-        size_t bad = compare(dt, op, in, 2, cube_bytes_const_data(b), count, what);
-        if (bad) {
-          fprintf(stderr, "%s: %zu elements differ\n", what, bad);
-          cube_test_failures++;
-        }
-        ++checked;
-      }
-      cube_bytes_release(b);
+      checked += read_and_compare(c, dst, dt, op, in, count, "");
       cube_handle_release(src);
       cube_handle_release(dst);
       free(in[0]);
@@ -460,20 +467,7 @@ static void cuda_two_processes(bool staged, bool real) {
       REQUIRE_OK(cube_client_create_from_slice(c, in[g_rank], bytes, &h));
       CHECK_OK(cube_client_all_reduce(c, h, h, dt, 2, ids, op));
       CHECK_OK(cube_client_sync_collective(c));
-      cube_bytes_t* b = NULL;
-      CHECK_OK(cube_client_read_one(c, h, &b));
-      if (b) {
-        char what[128];
-        snprintf(what, sizeof(what), "rank %u: %s %s %s, %zu elements", g_rank, want,
-                 cube_dtype_name(dt), cube_reduce_op_name(op), count);
-        size_t bad = compare(dt, op, in, 2, cube_bytes_const_data(b), count, what);
-        if (bad) {
-          fprintf(stderr, "%s: %zu elements differ\n", what, bad);
-          cube_test_failures++;
-        }
-        ++checked;
-      }
-      cube_bytes_release(b);
+      checked += read_and_compare(c, h, dt, op, in, count, want);
       cube_handle_release(h);
       free(in[0]);
       free(in[1]);

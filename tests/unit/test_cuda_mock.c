@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "read_check.h"
 #include "cube/cube.h"
 
 #ifdef CUBE_MOCK_CUDA_PATH
@@ -55,26 +56,6 @@ static void fill_random(void* p, size_t n, unsigned seed) {
     seed = seed * 1103515245u + 12345u;
     b[i] = (unsigned char)(seed >> 16);
   }
-}
-
-static int read_equals(cube_client_t* c, cube_handle_t h, const void* expect, size_t n) {
-  cube_bytes_t* b = NULL;
-  cube_status_t s = cube_client_read_one(c, h, &b);
-  if (s) {
-    fprintf(stderr, "read: %s\n", cube_status_message(s));
-    cube_status_free(s);
-    return 0;
-  }
-  int ok = cube_bytes_size(b) == n && memcmp(cube_bytes_const_data(b), expect, n) == 0;
-  if (!ok) {
-    size_t first = 0;
-    const unsigned char *x = cube_bytes_const_data(b), *y = expect;
-    while (first < n && first < cube_bytes_size(b) && x[first] == y[first]) ++first;
-    fprintf(stderr, "read of %zu bytes differs (got %zu bytes, first difference at %zu)\n", n,
-            cube_bytes_size(b), first);
-  }
-  cube_bytes_release(b);
-  return ok;
 }
 
 CUBE_TEST(devices_and_properties) {
@@ -131,7 +112,7 @@ CUBE_TEST(upload_download_sizes) {
     /* The caller's memory is borrowed for the call only. */
     memset(data, 0x5A, n);
     fill_random(data, n, (unsigned)(k * 77 + 1));
-    CHECK(read_equals(c, h, data, n));
+    CHECK(cube_test_read_equals(c, h, data, n));
     total += n;
     cube_handle_release(h);
     free(data);
@@ -205,7 +186,7 @@ static void* worker_main(void* p) {
       cube_status_free(s);
       w->failures++;
     } else {
-      if (!read_equals(w->c, h, data, n)) w->failures++;
+      if (!cube_test_read_equals(w->c, h, data, n)) w->failures++;
       cube_handle_release(h);
     }
     free(data);
@@ -252,13 +233,13 @@ CUBE_TEST(cross_stream_read_waits_for_the_upload) {
   cube_handle_t h;
   REQUIRE_OK(cube_client_create_from_slice(c, data, n, &h));
   cube_client_set_stream(c, 12);
-  CHECK(read_equals(c, h, data, n));
+  CHECK(cube_test_read_equals(c, h, data, n));
   /* Released on the other stream, then the owner reuses the memory. */
   cube_handle_release(h);
   cube_client_set_stream(c, 11);
   fill_random(data, n, 100);
   REQUIRE_OK(cube_client_create_from_slice(c, data, n, &h));
-  CHECK(read_equals(c, h, data, n));
+  CHECK(cube_test_read_equals(c, h, data, n));
   cube_handle_release(h);
   cube_client_unset_stream(c);
   free(data);
@@ -306,7 +287,7 @@ CUBE_TEST(cleanup_and_out_of_memory) {
   fill_random(data, sizeof(data), 5);
   cube_handle_t h;
   REQUIRE_OK(cube_client_create_from_slice(c, data, sizeof(data), &h));
-  CHECK(read_equals(c, h, data, sizeof(data)));
+  CHECK(cube_test_read_equals(c, h, data, sizeof(data)));
   cube_handle_release(h);
   cube_client_release(c);
   cube_shutdown();
@@ -442,7 +423,7 @@ CUBE_TEST(kernels_compile_and_fail_cleanly) {
     CHECK_STATUS(cube_client_sync(c), CUBE_STATUS_UNAVAILABLE, "saxpy");
   CHECK_OK(cube_client_sync(c)); /* the errors were taken */
   /* The buffers were not touched by the refused launch. */
-  CHECK(read_equals(c, y, ys, sizeof(ys)));
+  CHECK(cube_test_read_equals(c, y, ys, sizeof(ys)));
   cube_kernel_release(k);
 
   if (nvrtc) {
@@ -487,7 +468,7 @@ CUBE_TEST(callers_context_is_left_alone) {
   cube_handle_t h;
   REQUIRE_OK(cube_client_create_from_slice(c, data, sizeof(data), &h));
   CHECK(ctx_get(&cur) == 0 && cur == &mine);
-  CHECK(read_equals(c, h, data, sizeof(data)));
+  CHECK(cube_test_read_equals(c, h, data, sizeof(data)));
   cube_handle_release(h);
   CHECK_OK(cube_client_memory_cleanup(c));
   CHECK(ctx_get(&cur) == 0 && cur == &mine);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "read_check.h"
 #include "cube/cube.h"
 
 #if defined(CUBE_MOCK_CUDA_PATH) && defined(CUBE_MOCK_NCCL_PATH)
@@ -100,26 +101,6 @@ static int pushes_outstanding(void) {
 static cube_device_id_t cuda(uint32_t i) {
   cube_device_id_t d = {CUBE_BACKEND_CUDA, i};
   return d;
-}
-
-static int read_equals(cube_client_t* c, cube_handle_t h, const void* expect, size_t n) {
-  cube_bytes_t* b = NULL;
-  cube_status_t s = cube_client_read_one(c, h, &b);
-  if (s) {
-    fprintf(stderr, "read: %s\n", cube_status_message(s));
-    cube_status_free(s);
-    return 0;
-  }
-  int ok = cube_bytes_size(b) == n && memcmp(cube_bytes_const_data(b), expect, n) == 0;
-  if (!ok) {
-    size_t first = 0;
-    const unsigned char *x = cube_bytes_const_data(b), *y = expect;
-    while (first < n && first < cube_bytes_size(b) && x[first] == y[first]) ++first;
-    fprintf(stderr, "read of %zu bytes differs (got %zu bytes, first difference at byte %zu)\n",
-            n, cube_bytes_size(b), first);
-  }
-  cube_bytes_release(b);
-  return ok;
 }
 
 /* Host reference ------------------------------------------------------------ */
@@ -367,13 +348,13 @@ CUBE_TEST(inline_one_thread_two_devices) {
   CHECK_OK(cube_client_sync_collective(c[1]));
   float expect[64];
   for (int i = 0; i < 64; ++i) expect[i] = 2 * (a[i] > b[i] ? a[i] : b[i]);
-  CHECK(read_equals(c[0], h0, expect, sizeof(expect)));
-  CHECK(read_equals(c[1], h1, expect, sizeof(expect)));
+  CHECK(cube_test_read_equals(c[0], h0, expect, sizeof(expect)));
+  CHECK(cube_test_read_equals(c[1], h1, expect, sizeof(expect)));
   (void)sum;
   /* to_client from one thread: send, recv and both syncs inline. */
   cube_handle_t moved;
   CHECK_OK(cube_client_to_client(c[0], h0, c[1], &moved));
-  CHECK(read_equals(c[1], moved, expect, sizeof(expect)));
+  CHECK(cube_test_read_equals(c[1], moved, expect, sizeof(expect)));
   cube_collective_record_t r;
   CHECK_OK(cube_client_last_collective(c[1], &r));
   CHECK(r.kind == CUBE_COLLECTIVE_RECV && r.transport && strcmp(r.transport, "nccl") == 0);
@@ -431,7 +412,7 @@ static void* worker_main(void* p) {
   if (cube_client_sync_collective(w->c)) w->failures++;
   for (int r = 0; r < w->rounds; ++r) {
     for (int i = 0; i < N; ++i) v[i] = (int32_t)(i * 3 + 2 * r);
-    if (!read_equals(w->c, h[r], v, N * sizeof(int32_t))) w->failures++;
+    if (!cube_test_read_equals(w->c, h[r], v, N * sizeof(int32_t))) w->failures++;
     cube_handle_release(h[r]);
   }
   free(v);
@@ -479,9 +460,9 @@ CUBE_TEST(send_recv_both_ways_and_self) {
   CHECK_OK(cube_client_recv(c[0], self, cuda(0)));
   CHECK_OK(cube_client_sync_collective(c[0]));
   CHECK_OK(cube_client_sync_collective(c[1]));
-  CHECK(read_equals(c[0], r0, m1, sizeof(m1)));
-  CHECK(read_equals(c[1], r1, m0, sizeof(m0)));
-  CHECK(read_equals(c[0], self, m0, sizeof(m0)));
+  CHECK(cube_test_read_equals(c[0], r0, m1, sizeof(m1)));
+  CHECK(cube_test_read_equals(c[1], r1, m0, sizeof(m0)));
+  CHECK(cube_test_read_equals(c[0], self, m0, sizeof(m0)));
   /* Sizes that differ: an error naming both, nothing written. */
   cube_handle_t small;
   REQUIRE_OK(cube_client_create_from_slice(c[1], poison, 100, &small));
@@ -493,7 +474,7 @@ CUBE_TEST(send_recv_both_ways_and_self) {
   cube_status_t e1 = cube_client_sync_collective(c[1]);
   if (!e1) e1 = cube_client_sync(c[1]);
   CHECK_STATUS(e1, CUBE_STATUS_INVALID_ARGUMENT, "5000", "100");
-  CHECK(read_equals(c[1], small, poison, 100));
+  CHECK(cube_test_read_equals(c[1], small, poison, 100));
   cube_handle_t hl[] = {s0, s1, r0, r1, self, small};
   for (size_t i = 0; i < 6; ++i) cube_handle_release(hl[i]);
   for (uint32_t i = 0; i < 2; ++i) cube_client_release(c[i]);
@@ -517,7 +498,7 @@ CUBE_TEST(missing_participant_times_out) {
   cube_status_t st = cube_client_sync_collective(c[0]);
   if (!st) st = cube_client_sync(c[0]);
   CHECK_STATUS(st, CUBE_STATUS_DEADLINE_EXCEEDED, "cuda:1", "did not join", "all_reduce #0");
-  CHECK(read_equals(c[0], d, poison, sizeof(poison)));
+  CHECK(cube_test_read_equals(c[0], d, poison, sizeof(poison)));
   nccl_stats_t s;
   nccl_stats(&s);
   CHECK_EQ_U64(s.all_reduces, 0);
@@ -573,8 +554,8 @@ CUBE_TEST(nccl_that_never_finishes_is_aborted) {
     CHECK_STATUS(st, CUBE_STATUS_DEADLINE_EXCEEDED, "all_reduce #1", "NCCL did not complete",
                  "aborted");
     cube_status_free(cube_client_sync(c[i]));
-    CHECK(read_equals(c[i], d[i], poison, sizeof(poison)));
-    CHECK(read_equals(c[i], d2[i], poison, sizeof(poison)));
+    CHECK(cube_test_read_equals(c[i], d[i], poison, sizeof(poison)));
+    CHECK(cube_test_read_equals(c[i], d2[i], poison, sizeof(poison)));
   }
   nccl_stats(&after);
   CHECK_EQ_U64(after.aborts - before.aborts, 2);
@@ -625,7 +606,7 @@ CUBE_TEST(buffers_released_before_sync_stay_alive) {
   for (int i = 0; i < 2; ++i) CHECK_OK(cube_client_sync_collective(c[i]));
   for (int i = 0; i < N; ++i) v[i] *= 2;
   for (int i = 0; i < 2; ++i) {
-    CHECK(read_equals(c[i], keep[i], v, N * sizeof(float)));
+    CHECK(cube_test_read_equals(c[i], keep[i], v, N * sizeof(float)));
     cube_handle_release(keep[i]);
   }
   free(v);
@@ -783,7 +764,7 @@ static int id_file_child(int rank) {
       return 4;
     }
     for (int i = 0; i < N; ++i) x[i] = (int64_t)i * 3 - 2 * round;
-    bad += !read_equals(c, h, x, N * sizeof(int64_t));
+    bad += !cube_test_read_equals(c, h, x, N * sizeof(int64_t));
     cube_collective_record_t r;
     if (cube_client_last_collective(c, &r) || r.ranks != 2 || r.participants != 2) bad++;
     cube_handle_release(h);
@@ -805,7 +786,7 @@ static int id_file_child(int rank) {
     fprintf(stderr, "rank %d send/recv: %s\n", rank, cube_status_message(st));
     return 6;
   }
-  if (rank == 1) bad += !read_equals(c, m, msg, sizeof(msg));
+  if (rank == 1) bad += !cube_test_read_equals(c, m, msg, sizeof(msg));
   cube_handle_release(m);
   free(x);
   cube_client_release(c);
