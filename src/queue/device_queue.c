@@ -603,9 +603,23 @@ static void cube__unlink_service_locked(cube__device_t* d, cube__service_t* s) {
  * Services
  * ------------------------------------------------------------------------- */
 
-cube_status_t cube__service_get(cube__device_key_t key, cube_queue_mode_t mode,
-                                const cube__service_vtable_t* vt, void* create_arg,
-                                cube__service_t** out_service) {
+/* Makes |s| ready with |state| and wakes the threads waiting for it.
+ * d->services_lock held. */
+static void cube__service_publish_locked(cube__device_t* d, cube__service_t* s, void* state) {
+  s->state = state;
+  s->ready = true;
+  s->creator = 0;
+  s->ready_next = d->ready;
+  d->ready = s;
+  pthread_cond_broadcast(&d->services_cv);
+}
+
+/* get (|must_create| false) and create (true: ALREADY_EXISTS once the service
+ * is ready, whoever made it; a creation in progress elsewhere is waited for,
+ * so that exactly one of concurrent creators succeeds). */
+static cube_status_t cube__service_obtain(cube__device_key_t key, cube_queue_mode_t mode,
+                                          const cube__service_vtable_t* vt, void* create_arg,
+                                          bool must_create, cube__service_t** out_service) {
   if (!out_service) return CUBE_INVALID("cube__service_get: out_service is NULL");
   *out_service = NULL;
   if (!vt) return CUBE_INVALID("cube__service_get: service vtable is NULL");
@@ -619,6 +633,10 @@ cube_status_t cube__service_get(cube__device_key_t key, cube_queue_mode_t mode,
     if (!s) break;
     if (s->ready) {
       pthread_mutex_unlock(&d->services_lock);
+      if (must_create)
+        return cube__status_make(CUBE_STATUS_ALREADY_EXISTS,
+                                 "service '%s' already exists on device %u:%u",
+                                 vt->name ? vt->name : "?", key.type, key.index);
       *out_service = s;
       return CUBE_OK;
     }
@@ -663,15 +681,22 @@ cube_status_t cube__service_get(cube__device_key_t key, cube_queue_mode_t mode,
     return cube__status_annotate(st, "creating service '%s' on device %u:%u",
                                  vt->name ? vt->name : "?", key.type, key.index);
   }
-  s->state = state;
-  s->ready = true;
-  s->creator = 0;
-  s->ready_next = d->ready;
-  d->ready = s;
-  pthread_cond_broadcast(&d->services_cv);
+  cube__service_publish_locked(d, s, state);
   pthread_mutex_unlock(&d->services_lock);
   *out_service = s;
   return CUBE_OK;
+}
+
+cube_status_t cube__service_get(cube__device_key_t key, cube_queue_mode_t mode,
+                                const cube__service_vtable_t* vt, void* create_arg,
+                                cube__service_t** out_service) {
+  return cube__service_obtain(key, mode, vt, create_arg, false, out_service);
+}
+
+cube_status_t cube__service_create(cube__device_key_t key, cube_queue_mode_t mode,
+                                   const cube__service_vtable_t* vt, void* create_arg,
+                                   cube__service_t** out_service) {
+  return cube__service_obtain(key, mode, vt, create_arg, true, out_service);
 }
 
 cube_status_t cube__service_insert(cube__device_key_t key, cube_queue_mode_t mode,
@@ -696,12 +721,8 @@ cube_status_t cube__service_insert(cube__device_key_t key, cube_queue_mode_t mod
   }
   s->vt = vt;
   s->device = d;
-  s->state = state;
-  s->ready = true;
   cube__append_service_locked(d, s);
-  s->ready_next = d->ready;
-  d->ready = s;
-  pthread_cond_broadcast(&d->services_cv);
+  cube__service_publish_locked(d, s, state);
   pthread_mutex_unlock(&d->services_lock);
   if (out_service) *out_service = s;
   return CUBE_OK;

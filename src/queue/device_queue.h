@@ -75,6 +75,14 @@ cube_status_t cube__service_get(cube__device_key_t key, cube_queue_mode_t mode,
                                 const cube__service_vtable_t* vt, void* create_arg,
                                 cube__service_t** out_service);
 
+/* As cube__service_get, but this call must create the state (CubeCL's init):
+ * ALREADY_EXISTS when the service exists or another thread created it first.
+ * Of several threads calling it at once for one (key, vt), exactly one
+ * succeeds. */
+cube_status_t cube__service_create(cube__device_key_t key, cube_queue_mode_t mode,
+                                   const cube__service_vtable_t* vt, void* create_arg,
+                                   cube__service_t** out_service);
+
 /* Registers an already-created |state| for (key, vt) (CubeCL's insert).
  * ALREADY_EXISTS if the service exists; the state is then not taken. */
 cube_status_t cube__service_insert(cube__device_key_t key, cube_queue_mode_t mode,

@@ -1,0 +1,82 @@
+/* What the files of the client API share (client.c, create.c, read.c,
+ * launch.c, collective_api.c, runtime.c). Not for the rest of the library.
+ *
+ * The client validates, computes layouts, looks handles up and asks the
+ * server (src/server) to do the work: it never takes a stream's lock, walks
+ * a server's streams or calls a backend.
+ */
+#ifndef CUBE_CLIENT_CLIENT_INTERNAL_H_
+#define CUBE_CLIENT_CLIENT_INTERNAL_H_
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "client/handles.h"
+#include "cube/cube.h"
+#include "server/server.h"
+
+struct cube_client_s {
+  atomic_uint refs;
+  uint64_t epoch; /* cube__client_epoch() when created */
+  cube__server_t* server;
+  bool pinned;     /* stream pinned by cube_client_set_stream */
+  uint64_t stream; /* valid when pinned */
+};
+
+/* Bumped by cube_shutdown (runtime.c): clients made before it are refused
+ * afterwards (their server is gone). */
+extern atomic_uint_fast64_t cube__client_epoch_counter;
+
+static inline uint64_t cube__client_epoch(void) {
+  return atomic_load_explicit(&cube__client_epoch_counter, memory_order_relaxed);
+}
+
+/* True for a client that may be used (not NULL, not from before a shutdown). */
+static inline bool cube__client_live(const cube_client_t* c) {
+  return c && c->epoch == cube__client_epoch();
+}
+
+/* CUBE_OK for a live client; else INVALID_ARGUMENT (NULL) or
+ * FAILED_PRECONDITION (from before a shutdown), naming |fn|. */
+cube_status_t cube__client_refuse(const cube_client_t* c, const char* fn);
+
+static inline cube_status_t cube__client_check(const cube_client_t* c, const char* fn) {
+  return cube__client_live(c) ? CUBE_OK : cube__client_refuse(c, fn);
+}
+
+#define CUBE__CHECK_CLIENT(c, fn) CUBE_RETURN_IF_ERROR(cube__client_check((c), (fn)))
+
+#define CUBE__CHECK_OUT(p, fn, name)                             \
+  do {                                                           \
+    if (!(p)) return CUBE_INVALID("%s: %s is NULL", fn, name); \
+  } while (0)
+
+/* The stream id a call on |c| uses now: the pinned one, else the thread's. */
+static inline uint64_t cube__client_stream_id(const cube_client_t* c) {
+  return c->pinned ? c->stream : cube__stream_current_id();
+}
+
+/* The stream object of that id (created on first use). */
+static inline cube_status_t cube__client_stream(const cube_client_t* c, cube__stream_t** out) {
+  return cube__server_stream(c->server, cube__client_stream_id(c), out);
+}
+
+/* Looks up |h| for client |c|: live, and on c's device. |what| starts the
+ * message of a failure ("cube_client_read: handles[2]"). */
+cube_status_t cube__client_handle(const cube_client_t* c, cube_handle_t h, const char* what,
+                                  cube__handle_info_t* out);
+
+/* cube__client_handle with the description formatted only when the lookup
+ * fails: launches and reads look handles up on every call, and formatting
+ * the description up front cost more than the lookup. */
+cube_status_t cube__client_handle_f(const cube_client_t* c, cube_handle_t h,
+                                    cube__handle_info_t* out, const char* fmt, ...)
+    CUBE_PRINTF(4, 5);
+
+/* Geometry of a tensor's rows: width bytes, height rows, pitch apart. */
+void cube__rows(const cube_layout_desc_t* d, const uint64_t* strides, uint64_t* width,
+                uint64_t* height, uint64_t* pitch);
+
+#endif /* CUBE_CLIENT_CLIENT_INTERNAL_H_ */

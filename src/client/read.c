@@ -1,0 +1,172 @@
+/* The client API: reading memory (read, read_async, read_one, read_into,
+ * read_tensor). Validation and the regions here; the read task is the
+ * server's (cube__server_read). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/bytes.h"
+#include "client/client_internal.h"
+
+static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t count,
+                                        const cube_handle_t* handles, cube_future_t** out) {
+  CUBE__CHECK_CLIENT(c, fn);
+  if (count == 0) return CUBE_INVALID("%s: count is 0", fn);
+  if (!handles) return CUBE_INVALID("%s: handles is NULL", fn);
+  cube__read_region_t* r = calloc(count, sizeof(*r));
+  if (!r) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", fn);
+  for (size_t i = 0; i < count; ++i) {
+    cube__handle_info_t info;
+    cube_status_t st = cube__client_handle_f(c, handles[i], &info, "%s: handles[%zu]", fn, i);
+    if (st) {
+      for (size_t j = 0; j < i; ++j) cube__memory_unref(r[j].mem);
+      free(r);
+      return st;
+    }
+    cube__memory_ref(info.mem);
+    uint64_t n = cube__handle_view_size(&info);
+    r[i] = (cube__read_region_t){info.mem, info.offset_start, n, 1, n, NULL};
+  }
+  cube__stream_t* stream;
+  cube_status_t st = cube__client_stream(c, &stream);
+  if (st) {
+    for (size_t j = 0; j < count; ++j) cube__memory_unref(r[j].mem);
+  } else {
+    st = cube__server_read(stream, count, r, out);
+  }
+  free(r);
+  return st;
+}
+
+cube_status_t cube_client_read_async(cube_client_t* c, size_t count, const cube_handle_t* handles,
+                                     cube_future_t** out_future) {
+  CUBE__CHECK_OUT(out_future, "cube_client_read_async", "out_future");
+  return cube__read_handles(c, "cube_client_read_async", count, handles, out_future);
+}
+
+static cube_status_t cube__wait_future(cube_future_t* f, cube_bytes_t** out) {
+  cube_status_t st = cube_future_wait(f, UINT64_MAX, out);
+  cube_future_release(f);
+  return st;
+}
+
+cube_status_t cube_client_read(cube_client_t* c, size_t count, const cube_handle_t* handles,
+                               cube_bytes_t** out_bytes) {
+  CUBE__CHECK_OUT(out_bytes, "cube_client_read", "out_bytes");
+  cube_future_t* f;
+  CUBE_RETURN_IF_ERROR(cube__read_handles(c, "cube_client_read", count, handles, &f));
+  return cube__wait_future(f, out_bytes);
+}
+
+cube_status_t cube_client_read_one(cube_client_t* c, cube_handle_t handle,
+                                   cube_bytes_t** out_bytes) {
+  CUBE__CHECK_OUT(out_bytes, "cube_client_read_one", "out_bytes");
+  cube_future_t* f;
+  CUBE_RETURN_IF_ERROR(cube__read_handles(c, "cube_client_read_one", 1, &handle, &f));
+  return cube__wait_future(f, out_bytes);
+}
+
+cube_status_t cube_client_read_into(cube_client_t* c, cube_handle_t handle, void* dst,
+                                    size_t dst_size) {
+  static const char fn[] = "cube_client_read_into";
+  CUBE__CHECK_CLIENT(c, fn);
+  cube__handle_info_t info;
+  CUBE_RETURN_IF_ERROR(cube__client_handle_f(c, handle, &info, "%s: handle", fn));
+  uint64_t n = cube__handle_view_size(&info);
+  if (dst_size != n)
+    return CUBE_INVALID("%s: handle 0x%" PRIx64 " views %" PRIu64 " bytes, dst_size is %zu", fn,
+                        handle.id, n, dst_size);
+  if (!dst && n) return CUBE_INVALID("%s: dst is NULL (%zu bytes to read)", fn, dst_size);
+  cube__stream_t* stream;
+  CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  cube__memory_ref(info.mem);
+  cube__read_region_t r = {info.mem, info.offset_start, n, 1, n, dst};
+  cube_future_t* f;
+  CUBE_RETURN_IF_ERROR(cube__server_read(stream, 1, &r, &f));
+  cube_bytes_t* empty = NULL;
+  cube_status_t st = cube__wait_future(f, &empty);
+  cube_bytes_release(empty);
+  return st;
+}
+
+static cube_status_t cube__read_tensors(cube_client_t* c, const char* fn, size_t count,
+                                        const cube_tensor_t* tensors, cube_future_t** out) {
+  CUBE__CHECK_CLIENT(c, fn);
+  if (count == 0) return CUBE_INVALID("%s: count is 0", fn);
+  if (!tensors) return CUBE_INVALID("%s: tensors is NULL", fn);
+  cube__read_region_t* r = calloc(count, sizeof(*r));
+  if (!r) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", fn);
+  cube_status_t st = CUBE_OK;
+  size_t i = 0;
+  for (; i < count; ++i) {
+    const cube_tensor_t* t = &tensors[i];
+    char what[96];
+    snprintf(what, sizeof(what), "%s: tensors[%zu].handle", fn, i);
+    cube__handle_info_t info;
+    st = cube__client_handle(c, t->handle, what, &info);
+    if (st) break;
+    cube_layout_desc_t d;
+    st = cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, t->rank, t->shape, t->elem_size, &d);
+    if (st) {
+      st = cube__status_annotate(st, "%s: tensors[%zu]", fn, i);
+      break;
+    }
+    if (!cube_layout_strides_readable(c->server->props.layout_policy, t->rank, t->shape,
+                                      t->strides)) {
+      char buf[256];
+      size_t o = 0;
+      for (uint32_t k = 0; k < t->rank && o < sizeof(buf) - 24; ++k)
+        o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s%" PRIu64, k ? ", " : "", t->strides[k]);
+      buf[o] = 0;
+      st = cube__status_make(CUBE_STATUS_UNSUPPORTED,
+                             "%s: tensors[%zu] has strides [%s] that %s does not produce "
+                             "(it reads %s layouts only)",
+                             fn, i, buf, c->server->props.name,
+                             c->server->props.layout_policy == CUBE_LAYOUT_POLICY_PITCHED
+                                 ? "pitched row-major"
+                                 : "contiguous row-major");
+      break;
+    }
+    uint64_t w, h, p;
+    cube__rows(&d, t->strides, &w, &h, &p);
+    uint64_t need = h ? (h - 1) * p + w : 0;
+    uint64_t view = cube__handle_view_size(&info);
+    if (need > view) {
+      st = CUBE_INVALID("%s: tensors[%zu] needs %" PRIu64 " bytes but its handle views %" PRIu64,
+                        fn, i, need, view);
+      break;
+    }
+    cube__memory_ref(info.mem);
+    r[i] = (cube__read_region_t){info.mem, info.offset_start, w, h, p, NULL};
+  }
+  if (st) {
+    for (size_t j = 0; j < i; ++j) cube__memory_unref(r[j].mem);
+    free(r);
+    return st;
+  }
+  cube__stream_t* stream;
+  st = cube__client_stream(c, &stream);
+  if (st) {
+    for (size_t j = 0; j < count; ++j) cube__memory_unref(r[j].mem);
+  } else {
+    st = cube__server_read(stream, count, r, out);
+  }
+  free(r);
+  return st;
+}
+
+cube_status_t cube_client_read_tensor_async(cube_client_t* c, size_t count,
+                                            const cube_tensor_t* tensors,
+                                            cube_future_t** out_future) {
+  CUBE__CHECK_OUT(out_future, "cube_client_read_tensor_async", "out_future");
+  return cube__read_tensors(c, "cube_client_read_tensor_async", count, tensors, out_future);
+}
+
+cube_status_t cube_client_read_tensor(cube_client_t* c, size_t count, const cube_tensor_t* tensors,
+                                      cube_bytes_t** out_bytes) {
+  CUBE__CHECK_OUT(out_bytes, "cube_client_read_tensor", "out_bytes");
+  cube_future_t* f;
+  CUBE_RETURN_IF_ERROR(cube__read_tensors(c, "cube_client_read_tensor", count, tensors, &f));
+  return cube__wait_future(f, out_bytes);
+}

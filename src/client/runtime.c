@@ -1,0 +1,20 @@
+/* The client API: the runtime as a whole (cube_shutdown). */
+#include "client/client_internal.h"
+#include "collective/collective.h"
+#include "kernel/cache.h"
+
+atomic_uint_fast64_t cube__client_epoch_counter;
+
+void cube_shutdown(void) {
+  atomic_fetch_add(&cube__client_epoch_counter, 1);
+  /* Every device runs what was queued before any is destroyed (a device's
+   * task may use another's memory: the last participant of a collective),
+   * then NCCL work in flight ends (or is aborted). */
+  cube__queue_drain_all();
+  cube__coll_quiesce();
+  cube__queue_shutdown_all();
+  cube__coll_shutdown();
+  cube__handle_invalidate_all();
+  cube__server_sweep_orphans();
+  cube__cache_shutdown();
+}

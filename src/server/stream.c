@@ -1,0 +1,472 @@
+/* Streams: their pools, storage accounting (the device-wide memory limit),
+ * deferred errors and cross-stream holds (see stream.h). */
+#include "server/stream.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/bytes.h"
+#include "base/status.h"
+#include "server/server.h"
+
+//===----------------------------------------------------------------------===//
+// Storage wrappers: the memory limit is counted over every stream of a device.
+//===----------------------------------------------------------------------===//
+
+static cube_status_t cube__stream_device_alloc(void* self, uint64_t size, cube__storage_t* out) {
+  cube__stream_t* st = self;
+  cube__server_t* s = st->server;
+  if (s->memory_limit) {
+    uint_fast64_t cur = atomic_load(&s->device_reserved);
+    do {
+      if (cur + size > s->memory_limit || cur + size < cur) {
+        char a[32], b[32], c[32];
+        return cube__status_make(
+            CUBE_STATUS_OUT_OF_MEMORY,
+            "memory limit of %s reached: %s reserved + %s requested > %s (CUBE_MEMORY_LIMIT)",
+            cube__format_bytes(s->memory_limit, a, sizeof(a)), cube__format_bytes(cur, b, sizeof(b)),
+            cube__format_bytes(size, c, sizeof(c)), a);
+      }
+    } while (!atomic_compare_exchange_weak(&s->device_reserved, &cur, cur + size));
+  } else {
+    atomic_fetch_add(&s->device_reserved, size);
+  }
+  cube_status_t status = s->backend->alloc_on
+                             ? s->backend->alloc_on(s->bdev, st->backend_stream, size, out)
+                             : s->backend->alloc(s->bdev, size, out);
+  if (status) atomic_fetch_sub(&s->device_reserved, size);
+  return status;
+}
+
+static void cube__stream_device_dealloc(void* self, const cube__storage_t* storage) {
+  cube__stream_t* st = self;
+  if (st->server->backend->dealloc_on)
+    st->server->backend->dealloc_on(st->server->bdev, st->backend_stream, storage);
+  else
+    st->server->backend->dealloc(st->server->bdev, storage);
+  atomic_fetch_sub(&st->server->device_reserved, storage->size);
+}
+
+static cube_status_t cube__stream_host_alloc(void* self, uint64_t size, cube__storage_t* out) {
+  cube__stream_t* st = self;
+  return st->server->backend->host_alloc(st->server->bdev, size, out);
+}
+
+static void cube__stream_host_dealloc(void* self, const cube__storage_t* storage) {
+  cube__stream_t* st = self;
+  st->server->backend->host_dealloc(st->server->bdev, storage);
+}
+
+//===----------------------------------------------------------------------===//
+// Streams
+//===----------------------------------------------------------------------===//
+
+/* Pinned pools whose buffers the caller still holds at shutdown (read
+ * results, staging buffers): they are host memory the caller owns, so they
+ * stay valid; the pools are destroyed once every buffer is released (checked
+ * at the next shutdown). */
+typedef struct cube__orphan {
+  struct cube__orphan* next;
+  cube__mm_t* mm;
+  const cube__backend_vtable_t* backend;
+} cube__orphan_t;
+
+static cube_status_t cube__orphan_alloc(void* self, uint64_t size, cube__storage_t* out) {
+  (void)self;
+  (void)out;
+  return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
+                           "staging: the device was shut down (%" PRIu64 " bytes)", size);
+}
+
+static void cube__orphan_dealloc(void* self, const cube__storage_t* storage) {
+  cube__orphan_t* o = self;
+  o->backend->host_dealloc(NULL, storage);
+}
+static pthread_mutex_t cube__orphans_lock = PTHREAD_MUTEX_INITIALIZER;
+static cube__orphan_t* cube__orphans;
+
+static bool cube__mm_in_use(cube__mm_t* mm) {
+  cube__mm_cleanup(mm, true);
+  cube_memory_usage_t u;
+  cube__mm_usage(mm, &u);
+  return u.number_allocs > 0;
+}
+
+/* Destroys the orphaned pools that are free now; true if none is left. */
+bool cube__server_sweep_orphans(void) {
+  pthread_mutex_lock(&cube__orphans_lock);
+  cube__orphan_t** p = &cube__orphans;
+  while (*p) {
+    cube__orphan_t* o = *p;
+    if (cube__mm_in_use(o->mm)) {
+      p = &o->next;
+      continue;
+    }
+    *p = o->next;
+    cube__mm_destroy(o->mm);
+    free(o);
+  }
+  bool empty = cube__orphans == NULL;
+  pthread_mutex_unlock(&cube__orphans_lock);
+  return empty;
+}
+
+void cube__stream_destroy(cube__stream_t* st) {
+  if (!st) return;
+  if (st->holds_head) cube__stream_release_holds(st, true);
+  if (st->mm) cube__mm_destroy(st->mm);
+  if (st->pinned) {
+    if (!cube__mm_in_use(st->pinned)) {
+      cube__mm_destroy(st->pinned);
+    } else {
+      cube__orphan_t* o = calloc(1, sizeof(*o));
+      if (o) {
+        /* The pool's storage ops point at this stream, which goes away: they
+         * now point at the orphan, which frees through the backend table with
+         * no device (backend.h allows that for host storage). */
+        o->mm = st->pinned;
+        o->backend = st->server->backend;
+        cube__storage_ops_t ops = {o, 64, cube__orphan_alloc, cube__orphan_dealloc};
+        cube__mm_rebind_storage(o->mm, &ops);
+        pthread_mutex_lock(&cube__orphans_lock);
+        o->next = cube__orphans;
+        cube__orphans = o;
+        pthread_mutex_unlock(&cube__orphans_lock);
+      }
+    }
+    st->pinned = NULL;
+  }
+  if (st->backend_stream && st->server->backend->stream_destroy)
+    st->server->backend->stream_destroy(st->server->bdev, st->backend_stream);
+  cube_status_free(st->errors);
+  cube_status_free(st->profile_errors);
+  pthread_mutex_destroy(&st->lock);
+  free(st);
+}
+
+static cube_status_t cube__stream_create(cube__server_t* s, uint64_t id, uint32_t slot,
+                                         cube__stream_t** out) {
+  cube__stream_t* st = calloc(1, sizeof(*st));
+  if (!st) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "stream %" PRIu64 ": no host memory", id);
+  st->server = s;
+  st->id = id;
+  st->slot = slot;
+  pthread_mutex_init(&st->lock, NULL);
+  st->device_ops = (cube__storage_ops_t){st, s->props.memory.alignment, cube__stream_device_alloc,
+                                          cube__stream_device_dealloc};
+  cube__mm_options_t o;
+  memset(&o, 0, sizeof(o));
+  o.name = "device memory";
+  o.config = s->options.memory_config;
+  o.max_page_size = s->props.memory.max_page_size;
+  o.persistent = CUBE__PERSISTENT_ENABLED;
+  o.mode = CUBE_ALLOCATION_AUTO;
+  cube_status_t status = cube__mm_create(&o, &st->device_ops, &st->mm);
+  if (!status && s->backend->host_alloc) {
+    st->host_ops = (cube__storage_ops_t){st, 64, cube__stream_host_alloc, cube__stream_host_dealloc};
+    o.name = "pinned host memory";
+    o.persistent = CUBE__PERSISTENT_DISABLED;
+    status = cube__mm_create(&o, &st->host_ops, &st->pinned);
+  }
+  if (!status && s->backend->stream_create)
+    status = s->backend->stream_create(s->bdev, id, &st->backend_stream);
+  if (status) {
+    cube__stream_destroy(st);
+    return cube__status_annotate(status, "creating stream %" PRIu64, id);
+  }
+  *out = st;
+  return CUBE_OK;
+}
+
+cube_status_t cube__server_stream(cube__server_t* s, uint64_t stream_id, cube__stream_t** out) {
+  /* Ids are handed out from 0 in order: most are below max_streams. */
+  uint32_t slot = (uint32_t)(stream_id < s->max_streams ? stream_id : stream_id % s->max_streams);
+  cube__stream_t* st = atomic_load_explicit(&s->streams[slot], memory_order_acquire);
+  if (st) {
+    *out = st;
+    return CUBE_OK;
+  }
+  pthread_mutex_lock(&s->streams_lock);
+  st = atomic_load_explicit(&s->streams[slot], memory_order_acquire);
+  cube_status_t status = CUBE_OK;
+  if (!st) {
+    status = cube__stream_create(s, stream_id, slot, &st);
+    if (!status) atomic_store_explicit(&s->streams[slot], st, memory_order_release);
+  }
+  pthread_mutex_unlock(&s->streams_lock);
+  if (!status) *out = st;
+  return status;
+}
+
+void cube__stream_push_error(cube__stream_t* st, cube_status_t status) {
+  if (!status) return;
+  pthread_mutex_lock(&st->lock);
+  if (st->profile_depth > 0 && cube_status_code(status) == CUBE_STATUS_LAUNCH_FAILED)
+    st->profile_errors = cube__status_join(st->profile_errors, status);
+  else
+    st->errors = cube__status_join(st->errors, status);
+  pthread_mutex_unlock(&st->lock);
+}
+
+cube_status_t cube__stream_take_errors(cube__stream_t* st) {
+  pthread_mutex_lock(&st->lock);
+  cube_status_t e = st->errors;
+  st->errors = NULL;
+  pthread_mutex_unlock(&st->lock);
+  if (e)
+    e = cube__status_annotate(e, "stream %" PRIu64 " has %zu deferred error%s", st->id,
+                              cube_status_count(e), cube_status_count(e) == 1 ? "" : "s");
+  return e;
+}
+
+//===----------------------------------------------------------------------===//
+// Buffers that cross streams (backends with events)
+//===----------------------------------------------------------------------===//
+
+typedef struct cube__hold {
+  struct cube__hold* next;
+  void* event; /* recorded on the holding stream after its use */
+  uint32_t count;
+  cube__memory_t* mems[];
+} cube__hold_t;
+
+/* Orders |st|'s next use of |m| after the stream that used it last, when that
+ * is another stream (an event recorded there now covers that use), and makes
+ * |st| its last user. */
+cube_status_t cube__stream_order(cube__stream_t* st, cube__memory_t* m) {
+  const cube__backend_vtable_t* b = st->server->backend;
+  if (!b->event_record || !m) return CUBE_OK;
+  /* The common case (the stream that used it last) writes nothing: the
+   * descriptor's line is shared with the callers' reference counting. */
+  if (atomic_load_explicit(&m->last_use, memory_order_acquire) == st) return CUBE_OK;
+  cube__stream_t* last = atomic_exchange_explicit(&m->last_use, st, memory_order_acq_rel);
+  if (!last || last == st) return CUBE_OK;
+  void* ev = NULL;
+  cube_status_t status = b->event_record(st->server->bdev, last->backend_stream, &ev);
+  if (!status) status = b->event_wait(st->server->bdev, st->backend_stream, ev);
+  if (ev) b->event_destroy(st->server->bdev, ev);
+  if (status)
+    status = cube__status_annotate(status, "ordering memory %" PRIu64 " from stream %" PRIu64
+                                   " after stream %" PRIu64, m->id, st->id, last->id);
+  return status;
+}
+
+/* Holds the buffers of |mems| that belong to other streams until the work
+ * |st| was given so far completed. Takes nothing when none is foreign. */
+void cube__stream_hold(cube__stream_t* st, cube__memory_t* const* mems, uint32_t n) {
+  const cube__backend_vtable_t* b = st->server->backend;
+  if (!b->event_record) return;
+  uint32_t foreign = 0;
+  for (uint32_t i = 0; i < n; ++i)
+    if (mems[i] && mems[i]->owner != st) ++foreign;
+  if (!foreign) return;
+  cube__hold_t* h = malloc(sizeof(*h) + foreign * sizeof(cube__memory_t*));
+  void* ev = NULL;
+  cube_status_t status = h ? b->event_record(st->server->bdev, st->backend_stream, &ev)
+                           : cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "no host memory");
+  if (status) {
+    /* Without a hold the owner could reuse the memory under this stream's
+     * work: wait for it instead. */
+    cube_status_free(status);
+    free(h);
+    cube_status_free(b->sync(st->server->bdev, st->backend_stream));
+    return;
+  }
+  h->next = NULL;
+  h->event = ev;
+  h->count = 0;
+  for (uint32_t i = 0; i < n; ++i)
+    if (mems[i] && mems[i]->owner != st) {
+      cube__memory_ref(mems[i]);
+      h->mems[h->count++] = mems[i];
+    }
+  pthread_mutex_lock(&st->lock);
+  if (st->holds_tail)
+    st->holds_tail->next = h;
+  else
+    st->holds_head = h;
+  st->holds_tail = h;
+  atomic_fetch_add_explicit(&st->hold_count, 1, memory_order_release);
+  pthread_mutex_unlock(&st->lock);
+}
+
+void cube__stream_release_holds(cube__stream_t* st, bool wait) {
+  const cube__backend_vtable_t* b = st->server->backend;
+  if (atomic_load_explicit(&st->hold_count, memory_order_acquire) == 0) return;
+  for (;;) {
+    pthread_mutex_lock(&st->lock);
+    cube__hold_t* h = st->holds_head;
+    if (h && !wait && !b->event_done(st->server->bdev, h->event)) h = NULL;
+    if (h) {
+      st->holds_head = h->next;
+      if (!st->holds_head) st->holds_tail = NULL;
+      atomic_fetch_sub_explicit(&st->hold_count, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (!h) return;
+    if (wait) {
+      cube_status_t e = b->event_sync(st->server->bdev, h->event);
+      /* Not seen to complete: wait for the whole stream before letting go. */
+      if (e) cube_status_free(b->sync(st->server->bdev, st->backend_stream));
+      cube_status_free(e);
+    }
+    b->event_destroy(st->server->bdev, h->event);
+    for (uint32_t i = 0; i < h->count; ++i) cube__memory_unref(h->mems[i]);
+    free(h);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__stream_alloc(cube__stream_t* st, uint64_t size, const char* what,
+                                 cube__memory_t** out_mem) {
+  cube__server_t* s = st->server;
+  cube__memory_t* m = NULL;
+  pthread_mutex_lock(&st->lock);
+  cube_status_t status = cube__mm_reserve(st->mm, size, &m);
+  if (!status) {
+    /* Nobody else can see |m| yet (the pool only reads its counts). */
+    m->owner = st;
+    atomic_store_explicit(&m->last_use, st, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&st->lock);
+  if (status) {
+    if (cube_status_code(status) == CUBE_STATUS_OUT_OF_MEMORY) {
+      char a[32], b[32];
+      status = cube__status_annotate(
+          status, "%s: out of memory on %s stream %" PRIu64 " (device reserved %s, limit %s)",
+          what, s->props.name, st->id,
+          cube__format_bytes(atomic_load(&s->device_reserved), a, sizeof(a)),
+          s->memory_limit ? cube__format_bytes(s->memory_limit, b, sizeof(b)) : "none");
+      cube_memory_report_t* r = cube__status_oom_report_mut(status);
+      if (r) {
+        r->device_reserved = atomic_load(&s->device_reserved);
+        r->memory_limit = s->memory_limit;
+      }
+      return status;
+    }
+    return cube__status_annotate(status, "%s", what);
+  }
+  *out_mem = m;
+  return CUBE_OK;
+}
+
+static void cube__pinned_release(void* user, void* data, size_t size) {
+  (void)data;
+  (void)size;
+  cube__memory_unref((cube__memory_t*)user);
+}
+
+cube_status_t cube__stream_staging(cube__stream_t* st, size_t size, cube_bytes_t** out) {
+  if (!st->pinned)
+    return cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "staging: %s has no pinned host memory",
+                             st->server->props.name);
+  cube__memory_t* m = NULL;
+  pthread_mutex_lock(&st->lock);
+  cube_status_t status = cube__mm_reserve(st->pinned, size ? size : 1, &m);
+  pthread_mutex_unlock(&st->lock);
+  if (status) return status;
+  const cube__storage_t* storage;
+  uint64_t off, sz;
+  cube__memory_resolve(m, &storage, &off, &sz);
+  /* The pool's reference keeps the slice; ours moves into the bytes. The
+   * handle reference is not needed: staging buffers are never can_mut'd. */
+  cube__memory_handle_to_binding(m);
+  status = cube__bytes_make(CUBE_BYTES_PINNED, (char*)storage->ptr + off, size,
+                            cube__pinned_release, m, out);
+  if (status) cube__memory_unref(m);
+  return status;
+}
+
+//===----------------------------------------------------------------------===//
+// Reads
+//===----------------------------------------------------------------------===//
+
+bool cube__stream_has_staging(const cube__stream_t* st) { return st->pinned != NULL; }
+
+cube_allocation_mode_t cube__stream_set_mode(cube__stream_t* st, cube_allocation_mode_t mode) {
+  pthread_mutex_lock(&st->lock);
+  cube_allocation_mode_t old = cube__mm_mode(st->mm);
+  cube__mm_set_mode(st->mm, mode);
+  pthread_mutex_unlock(&st->lock);
+  return old;
+}
+
+void cube__stream_cleanup(cube__stream_t* st) {
+  cube__server_t* s = st->server;
+  if (s->backend->event_done) cube__stream_release_holds(st, false);
+  pthread_mutex_lock(&st->lock);
+  cube__mm_cleanup(st->mm, true);
+  if (st->pinned) cube__mm_cleanup(st->pinned, true); /* read results and staging buffers */
+  pthread_mutex_unlock(&st->lock);
+  /* Memory the pools gave back may sit in the driver's own pool. */
+  if (s->backend->trim) s->backend->trim(s->bdev, st->backend_stream);
+}
+
+cube_status_t cube__stream_usage(cube__stream_t* st, const char* fn, bool fail_on_errors,
+                                 cube_memory_usage_t* out) {
+  pthread_mutex_lock(&st->lock);
+  if (fail_on_errors && st->errors) {
+    size_t n = cube_status_count(st->errors);
+    pthread_mutex_unlock(&st->lock);
+    return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
+                             "%s: stream %" PRIu64 " has %zu deferred error%s; flush or sync first",
+                             fn, st->id, n, n == 1 ? "" : "s");
+  }
+  cube__mm_usage(st->mm, out);
+  pthread_mutex_unlock(&st->lock);
+  return CUBE_OK;
+}
+
+void cube__stream_report(cube__stream_t* st, cube_memory_report_t* out) {
+  pthread_mutex_lock(&st->lock);
+  cube__mm_report(st->mm, out);
+  pthread_mutex_unlock(&st->lock);
+  out->device_reserved = atomic_load(&st->server->device_reserved);
+  out->memory_limit = st->server->memory_limit;
+}
+
+void cube__server_usage_device(cube__server_t* s, cube_memory_usage_t* out) {
+  memset(out, 0, sizeof(*out));
+  for (uint32_t i = 0; i < s->max_streams; ++i) {
+    cube__stream_t* st = atomic_load(&s->streams[i]);
+    if (!st) continue;
+    cube_memory_usage_t u;
+    cube_status_free(cube__stream_usage(st, "", false, &u));
+    out->number_allocs += u.number_allocs;
+    out->bytes_in_use += u.bytes_in_use;
+    out->bytes_padding += u.bytes_padding;
+    out->bytes_reserved += u.bytes_reserved;
+  }
+}
+
+void cube__server_cleanup_device(cube__server_t* s) {
+  for (uint32_t i = 0; i < s->max_streams; ++i) {
+    cube__stream_t* st = atomic_load(&s->streams[i]);
+    if (st) cube__stream_cleanup(st);
+  }
+}
+
+void cube__stream_profile_begin(cube__stream_t* st) {
+  pthread_mutex_lock(&st->lock);
+  st->profile_depth++;
+  pthread_mutex_unlock(&st->lock);
+}
+
+cube_status_t cube__stream_profile_end(cube__stream_t* st) {
+  pthread_mutex_lock(&st->lock);
+  st->profile_depth--;
+  cube_status_t launch_errors = NULL;
+  if (st->profile_depth == 0) {
+    launch_errors = st->profile_errors;
+    st->profile_errors = NULL;
+  }
+  pthread_mutex_unlock(&st->lock);
+  return launch_errors;
+}

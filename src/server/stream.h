@@ -1,0 +1,126 @@
+/* Logical streams of one device (CubeCL's StreamId with its own memory):
+ * each owns the device memory pools, the pinned staging pools, the deferred
+ * error lists and, on backends with events, the holds of buffers borrowed
+ * from other streams. One mutex per stream guards all of it; streams are per
+ * thread by default, so it is uncontended.
+ *
+ * Everything that touches a stream's pools or locks lives here: the client
+ * asks (alloc, staging, mode, cleanup, usage, report) and never takes the
+ * lock itself.
+ *
+ * Threading: every function here is thread-safe unless it says otherwise.
+ */
+#ifndef CUBE_SERVER_STREAM_H_
+#define CUBE_SERVER_STREAM_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cube/bytes.h"
+#include "cube/memory.h"
+#include "cube/status.h"
+#include "memory/memory.h"
+
+typedef struct cube__server cube__server_t;
+
+typedef struct cube__stream {
+  cube__server_t* server;
+  uint64_t id;          /* the first stream id mapped to this slot */
+  uint32_t slot;
+  pthread_mutex_t lock; /* guards every field below */
+  cube__mm_t* mm;       /* device memory pools */
+  cube__mm_t* pinned;   /* pinned host staging pools; NULL without host storage */
+  cube_status_t errors; /* deferred errors, joined */
+  cube_status_t profile_errors; /* launch failures while a profile is active */
+  uint32_t profile_depth;
+  void* backend_stream;
+  /* Buffers of other streams used by this one, held until the event recorded
+   * after that use completed (then their owner may reuse the memory). FIFO;
+   * guarded by |lock|. Only on backends with events. */
+  struct cube__hold* holds_head;
+  struct cube__hold* holds_tail;
+  atomic_size_t hold_count; /* read without the lock: 0 = nothing to release */
+  cube__storage_ops_t device_ops; /* self = this stream; counts the memory limit */
+  cube__storage_ops_t host_ops;
+} cube__stream_t;
+
+/* The stream that |stream_id| maps to (slot id % max_streams), created on
+ * first use. The stream lives as long as its server. */
+cube_status_t cube__server_stream(cube__server_t* s, uint64_t stream_id,
+                                  cube__stream_t** out_stream);
+
+/* Destroys a stream (its server's destruction only). */
+void cube__stream_destroy(cube__stream_t* stream);
+
+/* Memory ------------------------------------------------------------------- */
+
+/* Reserves |size| bytes on |stream| and returns a new bound descriptor
+ * (refs 2: caller + pool; handle_refs 1). |what| prefixes error messages; an
+ * out-of-memory status carries the stream's pool report and |size| as the
+ * bytes requested. */
+cube_status_t cube__stream_alloc(cube__stream_t* stream, uint64_t size, const char* what,
+                                 cube__memory_t** out_mem);
+
+/* True when the device has pinned host staging memory. */
+bool cube__stream_has_staging(const cube__stream_t* stream);
+
+/* Pinned staging buffer of |size| bytes from |stream|'s host pools, or an
+ * error (UNIMPLEMENTED when the backend has no host storage). */
+cube_status_t cube__stream_staging(cube__stream_t* stream, size_t size, cube_bytes_t** out);
+
+/* Sets the allocation mode of |stream|'s device pools; returns the mode it
+ * replaced (so that nested windows restore the outer one). */
+cube_allocation_mode_t cube__stream_set_mode(cube__stream_t* stream, cube_allocation_mode_t mode);
+
+/* Gives the stream's free pages (device and pinned) back to the backend, and
+ * cached driver memory after them (the backend's trim). */
+void cube__stream_cleanup(cube__stream_t* stream);
+
+/* The usage of |stream|'s device pools. With |fail_on_errors|, a stream with
+ * deferred errors gives FAILED_PRECONDITION (|fn| names the call). */
+cube_status_t cube__stream_usage(cube__stream_t* stream, const char* fn, bool fail_on_errors,
+                                 cube_memory_usage_t* out_usage);
+
+/* The per-pool report of |stream|, with the device-wide reserve and limit. */
+void cube__stream_report(cube__stream_t* stream, cube_memory_report_t* out_report);
+
+/* Usage summed over every stream of |s|, and cleanup of every stream. */
+void cube__server_usage_device(cube__server_t* s, cube_memory_usage_t* out_usage);
+void cube__server_cleanup_device(cube__server_t* s);
+
+/* Errors ------------------------------------------------------------------- */
+
+/* Appends a deferred error to |stream| (consumes |status|). */
+void cube__stream_push_error(cube__stream_t* stream, cube_status_t status);
+/* Takes (and clears) the deferred errors; NULL if none. */
+cube_status_t cube__stream_take_errors(cube__stream_t* stream);
+
+/* Profile brackets: launch failures inside one go to the bracket, not to the
+ * stream's error list. end returns the failures of the outermost bracket. */
+void cube__stream_profile_begin(cube__stream_t* stream);
+cube_status_t cube__stream_profile_end(cube__stream_t* stream);
+
+/* Cross-stream use (backends with events) --------------------------------- */
+
+/* Orders |stream|'s next use of |m| after the stream that used it last (an
+ * event where it last was; a no-op on backends without events). For code that
+ * touches device memory outside the server's own tasks (collectives). */
+cube_status_t cube__stream_order(cube__stream_t* stream, cube__memory_t* m);
+
+/* Holds the buffers of |mems| that belong to other streams until the work
+ * |stream| was given so far completed. Runner only. */
+void cube__stream_hold(cube__stream_t* stream, cube__memory_t* const* mems, uint32_t n);
+
+/* Releases the holds whose events completed (|wait|: waits for all first). */
+void cube__stream_release_holds(cube__stream_t* stream, bool wait);
+
+/* Pinned pools kept past a shutdown ---------------------------------------- */
+
+/* Destroys pinned pools kept past a shutdown once their buffers are all
+ * released; true if none is left. */
+bool cube__server_sweep_orphans(void);
+
+#endif /* CUBE_SERVER_STREAM_H_ */

@@ -1,0 +1,489 @@
+/* The server's tasks: what the client queues on a device (writes on
+ * backends that cannot copy on the caller, reads, launches, flush, sync,
+ * profile) and what then runs on the runner. Each task carries its stream. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/bytes.h"
+#include "base/status.h"
+#include "kernel/kernel.h"
+#include "server/future.h"
+#include "server/server.h"
+
+//===----------------------------------------------------------------------===//
+// Writes
+//===----------------------------------------------------------------------===//
+
+typedef struct cube__write_task {
+  cube__stream_t* stream;
+  cube__memory_t* mem;
+  uint64_t offset, pitch, width, height;
+  cube_bytes_t* bytes; /* owns the source */
+} cube__write_task_t;
+
+static cube_status_t cube__write_exec(cube__stream_t* st, cube__memory_t* mem, uint64_t offset,
+                                      uint64_t pitch, const void* src, uint64_t width,
+                                      uint64_t height) {
+  cube__server_t* s = st->server;
+  const cube__storage_t* storage;
+  uint64_t slice_off, slice_size;
+  if (!cube__memory_resolve(mem, &storage, &slice_off, &slice_size))
+    return cube__status_make(CUBE_STATUS_NOT_FOUND, "write: memory %" PRIu64 " is not bound",
+                             mem->id);
+  return s->backend->write(s->bdev, st->backend_stream, storage, slice_off + offset, pitch, src,
+                           width, height);
+}
+
+static cube_status_t cube__write_task_run(void* state, void* payload) {
+  (void)state;
+  cube__write_task_t* t = payload;
+  cube__stream_t* st = t->stream;
+  cube__stream_push_error(st, cube__write_exec(st, t->mem, t->offset, t->pitch,
+                                               cube_bytes_const_data(t->bytes), t->width,
+                                               t->height));
+  return CUBE_OK;
+}
+
+static void cube__write_task_drop(void* payload) {
+  cube__write_task_t* t = payload;
+  cube_bytes_release(t->bytes);
+  cube__memory_unref(t->mem);
+}
+
+void cube__server_write(cube__stream_t* st, cube__memory_t* mem, uint64_t offset, uint64_t pitch,
+                        const void* src, uint64_t width, uint64_t height, cube_bytes_t* owner) {
+  cube__server_t* s = st->server;
+  if (width == 0 || height == 0) {
+    cube_bytes_release(owner);
+    return;
+  }
+  if (s->backend->flags & (CUBE__BACKEND_HOST_MEMORY | CUBE__BACKEND_CALLER_WRITES)) {
+    /* The buffer is fresh: no queued work references it, so copying on the
+     * calling thread is ordered with everything that can observe it (on a
+     * device stream: the copy goes into the stream after what the runner put
+     * there before, and nothing queued after it can run earlier). */
+    cube_status_t status = cube__write_exec(st, mem, offset, pitch, src, width, height);
+    cube_bytes_release(owner);
+    if (status)
+      cube__stream_push_error(st, cube__status_annotate(status, "write of %" PRIu64 " bytes",
+                                                        width * height));
+    return;
+  }
+  cube__write_task_t t = {st, mem, offset, pitch, width, height, owner};
+  cube_status_t status = CUBE_OK;
+  /* The task runs later: keep |owner| only if it keeps |src| alive. */
+  if (!owner || cube_bytes_const_data(owner) != src || !cube__bytes_owns_data(owner))
+    status = cube_bytes_from_copy(src, (size_t)(width * height), &t.bytes);
+  if (t.bytes != owner) cube_bytes_release(owner);
+  if (status) {
+    cube__stream_push_error(st, status);
+    return;
+  }
+  cube__memory_ref(mem);
+  status = cube__submit(s->service, st->id, cube__write_task_run, &t, sizeof(t),
+                        cube__write_task_drop);
+  if (status) cube__stream_push_error(st, status);
+}
+
+//===----------------------------------------------------------------------===//
+// Reads
+//===----------------------------------------------------------------------===//
+
+typedef struct cube__read_task {
+  cube__stream_t* stream;
+  cube_future_t* future;
+  size_t count;
+  cube__read_region_t* regions; /* heap, owned */
+} cube__read_task_t;
+
+static cube_status_t cube__read_task_run(void* state, void* payload) {
+  (void)state;
+  cube__read_task_t* t = payload;
+  cube__stream_t* st = t->stream;
+  cube__server_t* s = st->server;
+  cube_bytes_t** results = cube__future_results(t->future);
+  cube_status_t status = cube__stream_take_errors(st);
+  for (size_t i = 0; !status && i < t->count; ++i) {
+    cube__read_region_t* r = &t->regions[i];
+    const cube__storage_t* storage;
+    uint64_t off, sz;
+    if (!cube__memory_resolve(r->mem, &storage, &off, &sz)) {
+      status = cube__status_make(CUBE_STATUS_NOT_FOUND, "read: handles[%zu]: memory is not bound", i);
+      break;
+    }
+    status = cube__stream_order(st, r->mem);
+    if (status) break;
+    /* Read into the stream's staging pool: its pages stay mapped between
+     * reads, where fresh heap memory costs a page fault per 4 KiB. */
+    size_t n = (size_t)(r->width * r->height);
+    void* dst = r->into;
+    if (dst) {
+      /* Into the caller's memory: the future's result is empty. */
+      status = cube__bytes_allocate_uninit(0, &results[i]);
+    } else {
+      status = st->pinned ? cube__stream_staging(st, n, &results[i])
+                          : cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "no staging");
+      if (status) {
+        cube_status_free(status);
+        status = cube__bytes_allocate_uninit(n, &results[i]);
+      }
+      if (!status) dst = cube_bytes_data(results[i]);
+    }
+    if (!status && r->width != 0 && r->height != 0)
+      status = s->backend->read(s->bdev, st->backend_stream, dst, storage, off + r->offset,
+                                r->pitch, r->width, r->height);
+    if (status) status = cube__status_annotate(status, "read of handles[%zu]", i);
+  }
+  /* Let go of the buffers before the caller can see the result: once a read
+   * returns, it holds no memory. */
+  for (size_t i = 0; i < t->count; ++i) {
+    cube__memory_unref(t->regions[i].mem);
+    t->regions[i].mem = NULL;
+  }
+  cube__future_complete(t->future, status);
+  t->future = NULL;
+  return CUBE_OK;
+}
+
+static void cube__read_task_drop(void* payload) {
+  cube__read_task_t* t = payload;
+  if (t->future) /* never ran (shutdown) */
+    cube__future_complete(t->future, cube__status_make(CUBE_STATUS_ABORTED,
+                                                       "read: the device was shut down"));
+  for (size_t i = 0; i < t->count; ++i)
+    if (t->regions[i].mem) cube__memory_unref(t->regions[i].mem);
+  free(t->regions);
+}
+
+cube_status_t cube__server_read(cube__stream_t* st, size_t count,
+                                const cube__read_region_t* regions, cube_future_t** out_future) {
+  cube__read_task_t t = {st, NULL, count, NULL};
+  t.future = cube__future_create(count);
+  t.regions = malloc((count ? count : 1) * sizeof(*regions));
+  if (!t.future || !t.regions) {
+    cube__future_discard(t.future);
+    free(t.regions);
+    for (size_t i = 0; i < count; ++i) cube__memory_unref(regions[i].mem);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "read: no host memory");
+  }
+  memcpy(t.regions, regions, count * sizeof(*regions));
+  cube_future_t* f = t.future;
+  cube_status_t status =
+      cube__submit(st->server->service, st->id, cube__read_task_run, &t, sizeof(t),
+                   cube__read_task_drop);
+  if (status) {
+    cube__future_unref(f);
+    return status;
+  }
+  *out_future = f;
+  return CUBE_OK;
+}
+
+//===----------------------------------------------------------------------===//
+// Launch
+//===----------------------------------------------------------------------===//
+
+typedef struct cube__launch_task {
+  cube__stream_t* stream;
+  cube_kernel_t* kernel;
+  cube_execution_mode_t mode;
+  uint32_t arg_count;
+  uint32_t count[3];
+  cube__task_arg_t dyn; /* mem NULL: static count */
+  cube__task_arg_t args[];
+} cube__launch_task_t;
+
+static cube_status_t cube__resolve_arg(const cube__task_arg_t* a, void** out_data) {
+  const cube__storage_t* storage;
+  uint64_t off, sz;
+  if (!cube__memory_resolve(a->mem, &storage, &off, &sz))
+    return cube__status_make(CUBE_STATUS_NOT_FOUND, "memory %" PRIu64 " is not bound", a->mem->id);
+  *out_data = (char*)storage->ptr + off + a->offset;
+  return CUBE_OK;
+}
+
+static cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st,
+                                       cube__launch_task_t* t) {
+  cube_kernel_t* k = t->kernel;
+  uint32_t count[3] = {t->count[0], t->count[1], t->count[2]};
+  if (t->dyn.mem) {
+    void* p;
+    CUBE_RETURN_IF_ERROR(cube__resolve_arg(&t->dyn, &p));
+    uint32_t c[3];
+    if (t->dyn.value.buffer.len < sizeof(c))
+      return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
+                               "launch of kernel '%s': the dynamic cube count buffer holds %" PRIu64
+                               " bytes, it needs 12 (three u32)",
+                               k->name, t->dyn.value.buffer.len);
+    if (s->backend->flags & CUBE__BACKEND_HOST_MEMORY) {
+      memcpy(c, p, sizeof(c));
+    } else {
+      CUBE_RETURN_IF_ERROR(cube__stream_order(st, t->dyn.mem));
+      const cube__storage_t* storage;
+      uint64_t off, sz;
+      cube__memory_resolve(t->dyn.mem, &storage, &off, &sz);
+      CUBE_RETURN_IF_ERROR(s->backend->read(s->bdev, st->backend_stream, c, storage,
+                                            off + t->dyn.offset, sizeof(c), sizeof(c), 1));
+    }
+    for (int i = 0; i < 3; ++i) {
+      if (c[i] > s->props.hardware.max_cube_count[i])
+        return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                                 "launch of kernel '%s': dynamic cube count %c = %u exceeds the "
+                                 "device's %u",
+                                 k->name, "xyz"[i], c[i], s->props.hardware.max_cube_count[i]);
+      count[i] = c[i];
+    }
+  }
+  if (!count[0] || !count[1] || !count[2]) return CUBE_OK;
+  if (s->backend->event_record) {
+    cube__stream_release_holds(st, false);
+    for (uint32_t i = 0; i < t->arg_count; ++i)
+      CUBE_RETURN_IF_ERROR(cube__stream_order(st, t->args[i].mem));
+  }
+  cube_cpu_arg_t resolved[CUBE_MAX_KERNEL_ARGS];
+  cube__launch_buffer_t buffers[CUBE_MAX_KERNEL_ARGS];
+  for (uint32_t i = 0; i < t->arg_count; ++i) {
+    resolved[i] = t->args[i].value;
+    buffers[i] = (cube__launch_buffer_t){NULL, 0};
+    if (t->args[i].mem) {
+      cube_status_t status = cube__resolve_arg(&t->args[i], &resolved[i].buffer.data);
+      if (status) return cube__status_annotate(status, "launch of kernel '%s': argument %u", k->name, i);
+      uint64_t off, sz;
+      cube__memory_resolve(t->args[i].mem, &buffers[i].storage, &off, &sz);
+      buffers[i].offset = off + t->args[i].offset;
+    }
+  }
+  uint64_t device_ns = UINT64_MAX;
+  cube__launch_t l = {k, k->name, {count[0], count[1], count[2]}, k->cube_dim, t->mode,
+                      t->arg_count, k->arg_kinds, resolved, buffers, NULL};
+  cube_profile_level_t level = s->profiler.level;
+  if (level == CUBE_PROFILE_EXEC) cube__profiler_log(&s->profiler, "Executing %s", k->name);
+  if (level >= CUBE_PROFILE_BASIC && s->backend->prepare) {
+    /* Compile (or load from the kernel cache) outside the timed launch, and
+     * show it as its own line: a first launch is not a slow kernel. */
+    uint64_t c0 = cube__now_ns();
+    CUBE_RETURN_IF_ERROR(s->backend->prepare(s->bdev, k, t->mode));
+    uint64_t cns = cube__now_ns() - c0;
+    if (cns > 100000) {
+      char what[160];
+      snprintf(what, sizeof(what), "%s (compile or cache load)", k->name);
+      cube__profiler_record(&s->profiler, what, cns);
+    }
+  }
+  uint64_t t0 = level >= CUBE_PROFILE_BASIC ? cube__now_ns() : 0;
+  if (level >= CUBE_PROFILE_BASIC) l.device_ns = &device_ns;
+  cube_status_t status = s->backend->launch(s->bdev, st->backend_stream, &l);
+  if (s->backend->event_record) {
+    cube__memory_t* mems[CUBE_MAX_KERNEL_ARGS];
+    for (uint32_t i = 0; i < t->arg_count; ++i) mems[i] = t->args[i].mem;
+    cube__stream_hold(st, mems, t->arg_count);
+  }
+  if (level >= CUBE_PROFILE_BASIC) {
+    if (s->backend->sync) cube_status_free(s->backend->sync(s->bdev, st->backend_stream));
+    uint64_t ns = cube__now_ns() - t0;
+    if (device_ns != UINT64_MAX) ns = device_ns; /* the device's own timestamps */
+    cube__profiler_record(&s->profiler, k->name, ns);
+    if (level >= CUBE_PROFILE_MEDIUM) {
+      char d[32];
+      cube__profiler_log(&s->profiler, "| %s | %s", cube__format_duration(ns, d, sizeof(d)),
+                         k->name);
+    }
+    if (level >= CUBE_PROFILE_FULL)
+      cube__profiler_log(&s->profiler, "%s: kernel#%" PRIu64 " CubeCount (%u, %u, %u)", k->name,
+                         k->id, count[0], count[1], count[2]);
+  }
+  return status;
+}
+
+static cube_status_t cube__launch_task_run(void* state, void* payload) {
+  (void)state;
+  cube__launch_task_t* t = payload;
+  cube__stream_t* st = t->stream;
+  cube__stream_push_error(st, cube__launch_exec(st->server, st, t));
+  return CUBE_OK;
+}
+
+static void cube__launch_task_drop(void* payload) {
+  cube__launch_task_t* t = payload;
+  for (uint32_t i = 0; i < t->arg_count; ++i)
+    if (t->args[i].mem) cube__memory_unref(t->args[i].mem);
+  if (t->dyn.mem) cube__memory_unref(t->dyn.mem);
+  cube_kernel_release(t->kernel);
+}
+
+cube_status_t cube__server_launch(cube__stream_t* st, cube_kernel_t* kernel,
+                                  const uint32_t count[3], const cube__task_arg_t* dyn,
+                                  cube_execution_mode_t mode, uint32_t arg_count,
+                                  const cube__task_arg_t* args) {
+  union {
+    cube__launch_task_t t;
+    char bytes[sizeof(cube__launch_task_t) + CUBE_MAX_KERNEL_ARGS * sizeof(cube__task_arg_t)];
+  } u;
+  cube__launch_task_t* t = &u.t;
+  memset(t, 0, sizeof(*t));
+  t->stream = st;
+  t->kernel = cube_kernel_retain(kernel);
+  t->mode = mode;
+  t->arg_count = arg_count;
+  memcpy(t->count, count, sizeof(t->count));
+  if (dyn) t->dyn = *dyn;
+  if (arg_count) memcpy(t->args, args, arg_count * sizeof(*args));
+  return cube__submit(st->server->service, st->id, cube__launch_task_run, t,
+                      sizeof(*t) + arg_count * sizeof(*args), cube__launch_task_drop);
+}
+
+//===----------------------------------------------------------------------===//
+// Flush, sync, profile
+//===----------------------------------------------------------------------===//
+
+static cube_status_t cube__flush_task_run(void* state, void* payload) {
+  (void)state;
+  return cube__stream_take_errors((cube__stream_t*)payload);
+}
+
+static cube_status_t cube__noop_task_run(void* state, void* payload) {
+  (void)state;
+  (void)payload;
+  return CUBE_OK;
+}
+
+cube_status_t cube__server_barrier(cube__stream_t* st) {
+  return cube__submit_blocking(st->server->service, st->id, cube__noop_task_run, NULL);
+}
+
+cube_status_t cube__server_flush(cube__stream_t* st) {
+  cube__device_flush(st->server->device);
+  return cube__submit_blocking(st->server->service, st->id, cube__flush_task_run, st);
+}
+
+static cube_status_t cube__sync_exec(cube__stream_t* st) {
+  cube__server_t* s = st->server;
+  cube_status_t status = CUBE_OK;
+  if (s->backend->sync) status = s->backend->sync(s->bdev, st->backend_stream);
+  if (status) cube__stream_push_error(st, status);
+  if (s->backend->event_done) cube__stream_release_holds(st, false);
+  if (s->profiler.level >= CUBE_PROFILE_BASIC) cube__profiler_summary(&s->profiler);
+  return cube__stream_take_errors(st);
+}
+
+static cube_status_t cube__sync_task_run(void* state, void* payload) {
+  (void)state;
+  return cube__sync_exec((cube__stream_t*)payload);
+}
+
+cube_status_t cube__server_sync(cube__stream_t* st) {
+  return cube__submit_blocking(st->server->service, st->id, cube__sync_task_run, st);
+}
+
+typedef struct cube__sync_async_task {
+  cube__stream_t* stream;
+  cube_future_t* future;
+} cube__sync_async_task_t;
+
+static cube_status_t cube__sync_async_run(void* state, void* payload) {
+  (void)state;
+  cube__sync_async_task_t* t = payload;
+  cube__future_complete(t->future, cube__sync_exec(t->stream));
+  t->future = NULL;
+  return CUBE_OK;
+}
+
+static void cube__sync_async_drop(void* payload) {
+  cube__sync_async_task_t* t = payload;
+  if (t->future)
+    cube__future_complete(t->future, cube__status_make(CUBE_STATUS_ABORTED,
+                                                       "sync: the device was shut down"));
+}
+
+cube_status_t cube__server_sync_async(cube__stream_t* st, cube_future_t** out_future) {
+  cube__sync_async_task_t t = {st, cube__future_create(0)};
+  if (!t.future) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "sync: no host memory");
+  cube_future_t* f = t.future;
+  cube_status_t status = cube__submit(st->server->service, st->id, cube__sync_async_run, &t,
+                                      sizeof(t), cube__sync_async_drop);
+  if (status) {
+    cube__future_unref(f);
+    return status;
+  }
+  *out_future = f;
+  return CUBE_OK;
+}
+
+typedef struct cube__profile_call {
+  cube__stream_t* stream;
+  cube_task_fn fn;
+  void* user;
+  const char* name;
+  cube_profile_duration_t* out;
+} cube__profile_call_t;
+
+static cube_status_t cube__profile_exclusive(void* p) {
+  cube__profile_call_t* c = p;
+  cube__stream_t* st = c->stream;
+  cube__server_t* s = st->server;
+  if (s->backend->sync) {
+    cube_status_t status = s->backend->sync(s->bdev, st->backend_stream);
+    if (status) return cube__status_annotate(status, "cube_client_profile: start");
+  }
+  cube__stream_profile_begin(st);
+  uint64_t t0 = cube__now_ns();
+  void* ev0 = NULL;
+  void* ev1 = NULL;
+  if (s->backend->event_elapsed) {
+    /* Device timestamps around the work (the host clock adds the sync). */
+    cube_status_t e = s->backend->event_record(s->bdev, st->backend_stream, &ev0);
+    if (e) {
+      cube_status_free(e);
+      ev0 = NULL;
+    }
+  }
+  cube_status_t status = c->fn(c->user);
+  if (ev0) {
+    cube_status_t e = s->backend->event_record(s->bdev, st->backend_stream, &ev1);
+    if (e) {
+      cube_status_free(e);
+      ev1 = NULL;
+    }
+  }
+  cube_status_t sync_status = s->backend->sync ? s->backend->sync(s->bdev, st->backend_stream) : NULL;
+  uint64_t t1 = cube__now_ns();
+  if (ev0 && ev1 && !sync_status) {
+    uint64_t ns = 0;
+    cube_status_t e = s->backend->event_elapsed(s->bdev, ev0, ev1, &ns);
+    if (!e) t1 = t0 + ns;
+    cube_status_free(e);
+  }
+  if (ev0) s->backend->event_destroy(s->bdev, ev0);
+  if (ev1) s->backend->event_destroy(s->bdev, ev1);
+  cube_status_t launch_errors = cube__stream_profile_end(st);
+  if (status || sync_status || launch_errors) {
+    status = cube__status_join(status, sync_status);
+    status = cube__status_join(status, launch_errors);
+    return cube__status_annotate(status, "cube_client_profile '%s'", c->name ? c->name : "");
+  }
+  c->out->start_ns = t0;
+  c->out->end_ns = t1;
+  c->out->method = s->props.timing_method;
+  if (c->name && s->profiler.level >= CUBE_PROFILE_BASIC)
+    cube__profiler_record(&s->profiler, c->name, t1 - t0);
+  return CUBE_OK;
+}
+
+cube_status_t cube__server_profile(cube__stream_t* st, uint64_t stream_id, cube_task_fn fn,
+                                   void* user, const char* name,
+                                   cube_profile_duration_t* out_duration) {
+  cube__profile_call_t c = {st, fn, user, name, out_duration};
+  return cube__exclusive(st->server->device, stream_id, cube__profile_exclusive, &c);
+}
+
+cube_status_t cube__server_exclusive(cube__server_t* s, uint64_t stream_id, cube_task_fn fn,
+                                     void* user) {
+  return cube__exclusive(s->device, stream_id, fn, user);
+}
+
+cube_status_t cube__server_prepare(cube__server_t* s, const cube_kernel_t* kernel,
+                                   cube_execution_mode_t mode) {
+  return s->backend->prepare ? s->backend->prepare(s->bdev, kernel, mode) : CUBE_OK;
+}
