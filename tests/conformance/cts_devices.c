@@ -469,3 +469,68 @@ CUBE_TEST(devices_collectives_two_devices) {
   cube_client_release(c1);
   CTS_END(c0);
 }
+
+/* Several threads call cube_client_init for one device at once, each with
+ * its own options: exactly one creates the server (and its options are the
+ * ones in force), the others get ALREADY_EXISTS. */
+#define CTS_INIT_RACERS 8
+
+typedef struct cts_init_racer {
+  atomic_int* go;
+  uint64_t limit;
+  cube_client_t* client;
+  cube_status_code_t code;
+} cts_init_racer_t;
+
+static void* cts_init_race(void* p) {
+  cts_init_racer_t* r = p;
+  while (!atomic_load(r->go)) {
+  }
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.memory_limit = r->limit;
+  cube_status_t s = cube_client_init(cts_device(0), &o, &r->client);
+  r->code = cube_status_code(s);
+  cube_status_free(s);
+  return NULL;
+}
+
+CUBE_TEST(devices_init_concurrent_exactly_one) {
+  CTS_REQUIRE_BACKEND();
+  if (getenv("CUBE_MEMORY_LIMIT")) unsetenv("CUBE_MEMORY_LIMIT");
+  atomic_int go = 0;
+  cts_init_racer_t r[CTS_INIT_RACERS];
+  pthread_t th[CTS_INIT_RACERS];
+  for (int i = 0; i < CTS_INIT_RACERS; ++i) {
+    r[i] = (cts_init_racer_t){&go, (uint64_t)(64 + i) << 20, NULL, CUBE_STATUS_INTERNAL};
+    REQUIRE(pthread_create(&th[i], NULL, cts_init_race, &r[i]) == 0);
+  }
+  atomic_store(&go, 1);
+  for (int i = 0; i < CTS_INIT_RACERS; ++i) pthread_join(th[i], NULL);
+  int ok = -1, winners = 0, exists = 0;
+  for (int i = 0; i < CTS_INIT_RACERS; ++i) {
+    if (r[i].code == CUBE_STATUS_OK) {
+      ++winners;
+      ok = i;
+    } else if (r[i].code == CUBE_STATUS_ALREADY_EXISTS) {
+      ++exists;
+      CHECK(r[i].client == NULL);
+    }
+  }
+  CHECK_EQ_U64(winners, 1);
+  CHECK_EQ_U64(exists, CTS_INIT_RACERS - 1);
+  REQUIRE(ok >= 0);
+  cube_memory_report_t rep;
+  REQUIRE_OK(cube_client_memory_report(r[ok].client, &rep));
+  CHECK_EQ_U64(rep.memory_limit, r[ok].limit); /* the winner's options */
+  /* A later init is refused the same way; load shares the server. */
+  cube_client_t* late = NULL;
+  CHECK_STATUS(cube_client_init(cts_device(0), NULL, &late), CUBE_STATUS_ALREADY_EXISTS,
+               "already has a server");
+  cube_client_t* loaded = NULL;
+  REQUIRE_OK(cube_client_load(cts_device(0), &loaded));
+  REQUIRE_OK(cube_client_memory_report(loaded, &rep));
+  CHECK_EQ_U64(rep.memory_limit, r[ok].limit);
+  cube_client_release(loaded);
+  CTS_END(r[ok].client);
+}

@@ -526,3 +526,59 @@ CUBE_TEST(memory_exclusive_pages_config) {
   CHECK_EQ_U64(u.bytes_reserved, 0);
   CTS_END(c);
 }
+
+/* Nested persistent windows (CubeCL's current behaviour): closing the inner
+ * window restores the outer one's Persistent mode, not Auto; closing the
+ * outer restores what was set before it (here Auto, then Persistent set by
+ * allocation_mode). */
+typedef struct cts_nest {
+  cube_client_t* c;
+  cube_handle_t inner, after_inner;
+  size_t inner_size, after_size;
+} cts_nest_t;
+
+static cube_status_t cts_nest_inner(void* p) {
+  cts_nest_t* n = p;
+  return cube_client_empty(n->c, n->inner_size, &n->inner);
+}
+
+static cube_status_t cts_nest_outer(void* p) {
+  cts_nest_t* n = p;
+  cube_status_t s = cube_client_memory_persistent_allocation(n->c, cts_nest_inner, n);
+  if (s) return s;
+  /* Still inside the outer window: this size must be persistent too. */
+  return cube_client_empty(n->c, n->after_size, &n->after_inner);
+}
+
+CUBE_TEST(memory_persistent_windows_nest) {
+  CTS_CLIENT(c);
+  cts_nest_t n = {c, CUBE_HANDLE_NULL, CUBE_HANDLE_NULL, 3000 + 17, 5000 + 29};
+  REQUIRE_OK(cube_client_memory_persistent_allocation(c, cts_nest_outer, &n));
+  cube_handle_t auto_h;
+  REQUIRE_OK(cube_client_empty(c, 7001, &auto_h)); /* outside both: Auto */
+  cube_memory_report_t r;
+  REQUIRE_OK(cube_client_memory_report(c, &r));
+  const cube_pool_report_t* pp = cts_pool(&r, CUBE_POOL_PERSISTENT);
+  REQUIRE(pp != NULL);
+  CHECK_EQ_U64(pp->usage.number_allocs, 2);
+  CHECK_EQ_U64(pp->usage.bytes_in_use, 3000 + 17 + 5000 + 29);
+  CHECK_EQ_U64(r.total.number_allocs, 3);
+  /* A window opened while allocation_mode(PERSISTENT) is in force gives it
+   * back when it closes. */
+  CHECK_OK(cube_client_allocation_mode(c, CUBE_ALLOCATION_PERSISTENT));
+  cts_nest_t m = {c, CUBE_HANDLE_NULL, CUBE_HANDLE_NULL, 1111, 0};
+  REQUIRE_OK(cube_client_memory_persistent_allocation(c, cts_nest_inner, &m));
+  cube_handle_t still;
+  REQUIRE_OK(cube_client_empty(c, 2223, &still));
+  REQUIRE_OK(cube_client_memory_report(c, &r));
+  pp = cts_pool(&r, CUBE_POOL_PERSISTENT);
+  REQUIRE(pp != NULL);
+  CHECK_EQ_U64(pp->usage.number_allocs, 4);
+  CHECK_OK(cube_client_allocation_mode(c, CUBE_ALLOCATION_AUTO));
+  cube_handle_release(n.inner);
+  cube_handle_release(n.after_inner);
+  cube_handle_release(auto_h);
+  cube_handle_release(m.inner);
+  cube_handle_release(still);
+  CTS_END(c);
+}
