@@ -1,87 +1,164 @@
-/* The backend interface: a table of functions per backend (cpu, cuda, opencl,
- * null). Only src/server calls it; nothing here calls back up.
+/* The backend interface, version 2: one table per backend (cpu, cuda,
+ * opencl, null), and the wrappers through which the rest of the library
+ * calls it (src/backends/backend.c). Nothing outside src/backends/ calls a
+ * table slot directly: the wrappers own the NULL fallbacks of the optional
+ * slots, one fault-injection site per (backend, slot) and a trace point per
+ * call. Nothing in src/backends/ calls up into the server, the client or the
+ * collectives.
  *
- * Threading: availability, device_count, device_create and the storage
- * functions are thread-safe. Everything taking a stream runs on the device's
- * runner (or under its inline lock) and is ordered on that stream.
+ * Adding a backend: src/backends/null/README.md.
+ *
+ * Threading: availability, device_count, device_create, the storage slots
+ * (alloc, dealloc, host_alloc, host_dealloc), prepare and ctl without a
+ * stream are thread-safe. Everything taking a stream runs on the device's
+ * runner (or under its inline lock) and is ordered on that stream, except
+ * where a slot says otherwise (write with CUBE__CAP_CALLER_WRITES).
  */
 #ifndef CUBE_BACKENDS_BACKEND_H_
 #define CUBE_BACKENDS_BACKEND_H_
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cube/client.h"
 #include "cube/device.h"
+#include "base/fault.h"
 #include "cube/kernel.h"
+#include "kernel/dialect.h"
 #include "memory/memory.h"
+
+/* The version of the table below; a table with another version is refused by
+ * the registry (the backend is then UNAVAILABLE, naming both versions). New
+ * slots are appended and bump the version. */
+#define CUBE__BACKEND_API_VERSION 2u
 
 typedef struct cube__backend_device cube__backend_device_t;
 
-/* Where a buffer argument's view lives: its storage and the byte offset of
- * the view in it. For backends whose storage pointer is not an address (an
- * OpenCL cl_mem): they pass the storage's own object plus the offset. */
-typedef struct cube__launch_buffer {
-  const cube__storage_t* storage; /* NULL for scalar arguments */
-  uint64_t offset;
-} cube__launch_buffer_t;
+//===----------------------------------------------------------------------===//
+// Launch records
+//===----------------------------------------------------------------------===//
 
-/* One launch, arguments resolved for the backend. */
+/* One launch argument as the backend receives it, resolved once by the
+ * server; its kind is the kernel's (cube__launch_t.kinds). A buffer is its
+ * storage, the byte offset of the view in that storage and the view's size:
+ * each backend builds its own ABI from it (the CPU backend storage->ptr +
+ * offset, CUDA the device address + offset, OpenCL the cl_mem and the
+ * offset). 24 bytes, so that a launch of four arguments fits a queue cell. */
+typedef union cube__launch_arg {
+  struct {
+    const cube__storage_t* storage;
+    uint64_t offset; /* bytes from storage->ptr to the view */
+    uint64_t len;    /* bytes in the view */
+  } buffer;
+  uint32_t u32;
+  int32_t i32;
+  uint64_t u64;
+  int64_t i64;
+  float f32;
+  double f64;
+} cube__launch_arg_t;
+
+/* The host address of a buffer argument on a backend with
+ * CUBE__CAP_HOST_MEMORY. */
+static inline void* cube__launch_arg_host_ptr(const cube__launch_arg_t* a) {
+  return (char*)a->buffer.storage->ptr + a->buffer.offset;
+}
+
+/* One launch. */
 typedef struct cube__launch {
   const cube_kernel_t* kernel;
   const char* name;
-  uint32_t count[3];                /* static, or read from the dynamic buffer */
+  uint32_t count[3]; /* static, or read from the dynamic buffer; no zero component */
   cube_dim_t dim;
   cube_execution_mode_t mode;
   uint32_t arg_count;
-  const cube_arg_kind_t* kinds;     /* arg_count entries */
-  const cube_cpu_arg_t* args;       /* buffers resolved to addresses + lengths */
-  const cube__launch_buffer_t* buffers; /* arg_count entries: each buffer's storage + offset */
+  const cube_arg_kind_t* kinds;   /* arg_count entries: the kernel's signature */
+  const cube__launch_arg_t* args; /* arg_count entries */
   /* Non-NULL when the launch is profiled: a backend that can time the kernel
    * where it runs (device timestamps) stores its duration here, once the
    * kernel finished; left at UINT64_MAX, the server's host clock is used. */
   uint64_t* device_ns;
 } cube__launch_t;
 
-/* Backend flags. */
+//===----------------------------------------------------------------------===//
+// Capabilities and control operations
+//===----------------------------------------------------------------------===//
+
+/* What the layers above test about a backend (never its identity). */
 enum {
   /* Storage pointers are host memory that any thread may read and write. */
-  CUBE__BACKEND_HOST_MEMORY = 1u << 0,
+  CUBE__CAP_HOST_MEMORY = 1u << 0,
   /* Uploads into a fresh buffer may run on the calling thread: |write| is
    * thread-safe against the runner using the same stream, and orders the copy
    * after the work that stream was given before (a device stream). */
-  CUBE__BACKEND_CALLER_WRITES = 1u << 1,
+  CUBE__CAP_CALLER_WRITES = 1u << 1,
+  /* Runs native kernels (cube_cpu_kernel_fn); reported to users as
+   * CUBE_FEATURE_NATIVE_KERNELS. */
+  CUBE__CAP_NATIVE_KERNELS = 1u << 2,
+  /* Device ids are global across MPI ranks (index = rank * local devices +
+   * local index), so one communicator spans processes (the host transport). */
+  CUBE__CAP_GLOBAL_IDS_UNDER_MPI = 1u << 3,
+  /* Device ids are global whenever the job has several processes, with or
+   * without MPI (the transport reaches other processes itself: NCCL). */
+  CUBE__CAP_GLOBAL_IDS_MULTIPROCESS = 1u << 4,
 };
 
+/* Operations of the ctl slot: native handles for code that must talk to the
+ * device's own API (the NCCL transport), without including the backend's
+ * internal headers. A backend answers the operations it has and returns
+ * UNIMPLEMENTED for the others. */
+typedef enum cube__backend_ctl_op {
+  /* arg: void** <- the device's native context (CUDA: its primary CUcontext). */
+  CUBE__CTL_NATIVE_CONTEXT = 1,
+  /* arg: uint32_t* <- the device's ordinal in its driver (CUDA: the CUdevice). */
+  CUBE__CTL_NATIVE_ORDINAL = 2,
+  /* |stream| given; arg: void** <- its native stream (CUDA: the CUstream). */
+  CUBE__CTL_NATIVE_STREAM = 3,
+  /* arg: cube__backend_proc_fn* <- a function resolving the driver's entry
+   * points by name at the ABI the backend uses (CUDA: cuGetProcAddress at
+   * version 12000); NULL answers mean "absent". */
+  CUBE__CTL_DRIVER_PROC = 4,
+} cube__backend_ctl_op_t;
+
+typedef void* (*cube__backend_proc_fn)(const char* name);
+
+//===----------------------------------------------------------------------===//
+// The table
+//===----------------------------------------------------------------------===//
+
 typedef struct cube__backend_vtable {
+  uint32_t api_version; /* CUBE__BACKEND_API_VERSION */
   cube_backend_t backend;
-  const char* name;
-  uint32_t flags;
+  const char* name;     /* "cpu": messages, fault-site names, traces */
+  uint32_t caps;        /* CUBE__CAP_* */
+  /* The dialect target whose units this backend compiles (its prelude and
+   * entry emitter, src/kernel/dialect.h). */
+  cube__target_t dialect_target;
+  /* Collective transports in order of preference, NULL-terminated ids of
+   * src/collective's transports ("host", "staged", "nccl"); the first that
+   * is available in this process is used. NULL: "host" with
+   * CUBE__CAP_HOST_MEMORY, else "staged" (device memory through host
+   * buffers, over read and write). */
+  const char* const* collective_transports;
+
+  /* Required -------------------------------------------------------------- */
 
   /* CUBE_OK or UNAVAILABLE with the reason (driver absent...). */
   cube_status_t (*availability)(void);
+  /* Devices the backend has (0 when unavailable). */
   uint32_t (*device_count)(void);
 
+  /* Opens device |index| with the server's resolved |options|; fills its
+   * properties, features and info. */
   cube_status_t (*device_create)(uint32_t index, const cube_server_options_t* options,
                                  cube__backend_device_t** out_device,
                                  cube_device_properties_t* out_props,
                                  cube_features_t* out_features, cube_backend_info_t* out_info);
   void (*device_destroy)(cube__backend_device_t* device);
 
-  /* Device storage. Thread-safe. OOM -> CUBE_STATUS_OUT_OF_MEMORY. */
+  /* Device storage. Thread-safe. No room -> CUBE_STATUS_OUT_OF_MEMORY. */
   cube_status_t (*alloc)(cube__backend_device_t* device, uint64_t size, cube__storage_t* out);
   void (*dealloc)(cube__backend_device_t* device, const cube__storage_t* storage);
-
-  /* Pinned host staging storage; NULL when the backend has none. host_dealloc
-   * must accept device NULL: it is called so, after device_destroy, for staging
-   * buffers (read results) the caller kept past cube_shutdown. */
-  cube_status_t (*host_alloc)(cube__backend_device_t* device, uint64_t size,
-                              cube__storage_t* out);
-  void (*host_dealloc)(cube__backend_device_t* device, const cube__storage_t* storage);
-
-  /* Per logical stream state (may be NULL: no state). */
-  cube_status_t (*stream_create)(cube__backend_device_t* device, uint64_t stream_id,
-                                 void** out_stream);
-  void (*stream_destroy)(cube__backend_device_t* device, void* stream);
 
   /* Copies between host memory and device storage, rows of |width| bytes:
    * |height| rows, |pitch| bytes apart on the device, packed on the host. */
@@ -92,18 +169,35 @@ typedef struct cube__backend_vtable {
                         const cube__storage_t* src, uint64_t src_offset, uint64_t pitch,
                         uint64_t width, uint64_t height);
 
+  /* Runs a kernel (compiling it on first use). A failure of the kernel
+   * itself is LAUNCH_FAILED (now, or at the next sync). */
   cube_status_t (*launch)(cube__backend_device_t* device, void* stream, const cube__launch_t* l);
 
-  /* Compiles |kernel| for |mode| if it is not yet (dialect kernels; a no-op for
-   * native ones). Thread-safe; used by cube_kernel_precompile and, implicitly,
-   * by the first launch. */
+  /* Optional (NULL when the backend has no such thing; backend.c says what
+   * the wrapper does then) ------------------------------------------------ */
+
+  /* Pinned host staging storage (NULL: none; the server then has no pinned
+   * pools). host_dealloc must accept device NULL: it is called so, after
+   * device_destroy, for staging buffers (read results) the caller kept past
+   * cube_shutdown. */
+  cube_status_t (*host_alloc)(cube__backend_device_t* device, uint64_t size,
+                              cube__storage_t* out);
+  void (*host_dealloc)(cube__backend_device_t* device, const cube__storage_t* storage);
+
+  /* Per logical stream state (NULL: the stream has none, *out NULL). */
+  cube_status_t (*stream_create)(cube__backend_device_t* device, uint64_t stream_id,
+                                 void** out_stream);
+  void (*stream_destroy)(cube__backend_device_t* device, void* stream);
+
+  /* Compiles |kernel| for |mode| if it is not yet (dialect kernels; a no-op
+   * for native ones). Thread-safe; used by cube_client_precompile and,
+   * implicitly, by the first launch. NULL: nothing to compile ahead. */
   cube_status_t (*prepare)(cube__backend_device_t* device, const cube_kernel_t* kernel,
                            cube_execution_mode_t mode);
 
-  /* Waits for everything queued on |stream|. */
+  /* Waits for everything queued on |stream|. NULL: work is done when the
+   * slot that queued it returns. */
   cube_status_t (*sync)(cube__backend_device_t* device, void* stream);
-
-  /* Optional entries (NULL when the backend has no such thing) ------------- */
 
   /* Stream-ordered device storage: used instead of alloc/dealloc when set.
    * dealloc_on is called with the stream that allocated the storage; the
@@ -118,7 +212,9 @@ typedef struct cube__backend_vtable {
 
   /* Events: a point in a stream's work. With them the server orders a buffer
    * that crosses streams (wait) and keeps it alive until the other stream's
-   * work on it has completed (query/synchronize). */
+   * work on it has completed (query/synchronize). A backend has all of
+   * event_record, event_wait, event_done, event_sync and event_destroy, or
+   * none; event_elapsed is optional on its own. */
   cube_status_t (*event_record)(cube__backend_device_t* device, void* stream, void** out_event);
   /* Makes |stream| wait for |event| (recorded on another stream). */
   cube_status_t (*event_wait)(cube__backend_device_t* device, void* stream, void* event);
@@ -130,18 +226,145 @@ typedef struct cube__backend_vtable {
   /* Device time between two completed events, in nanoseconds. */
   cube_status_t (*event_elapsed)(cube__backend_device_t* device, void* start, void* end,
                                  uint64_t* out_ns);
+
+  /* The escape hatch: answers |op| (cube__backend_ctl_op_t) with |arg|;
+   * |stream| is NULL for device-level operations. UNIMPLEMENTED for an
+   * operation the backend does not know. */
+  cube_status_t (*ctl)(cube__backend_device_t* device, void* stream, uint32_t op, void* arg);
 } cube__backend_vtable_t;
 
-/* The registry: the table of |backend|, or NULL if not compiled in. */
+//===----------------------------------------------------------------------===//
+// The registry (src/backends/registry.c)
+//===----------------------------------------------------------------------===//
+
+/* The table of |backend|, or NULL if it is not compiled in (or out of range).
+ * Thread-safe. */
 const cube__backend_vtable_t* cube__backend_get(cube_backend_t backend);
+
+/* CUBE_OK when |vt| is a table this library can use: the API version it was
+ * built for and every required slot present; else UNAVAILABLE naming the
+ * backend and what is wrong. */
+cube_status_t cube__backend_validate(const cube__backend_vtable_t* vt);
+
+/* The first compiled-in backend with all of |caps| (CUBE_BACKEND_COUNT if
+ * none), for code that needs "the backend whose devices do X". */
+cube_backend_t cube__backend_with_caps(uint32_t caps);
+
+/* The process-wide device count of |backend| (0 when unavailable). */
+uint32_t cube__backend_device_count(cube_backend_t backend);
+
+//===----------------------------------------------------------------------===//
+// Calling a backend: the only callers of the table (src/backends/backend.c)
+//===----------------------------------------------------------------------===//
+
+/* A backend device as the layers above hold it. */
+typedef struct cube__backend {
+  const cube__backend_vtable_t* vt;
+  cube__backend_device_t* device; /* NULL before device_create, and for host_dealloc of orphans */
+  uint32_t index;                 /* the device's index in its backend */
+} cube__backend_t;
+
+/* The slots, for fault sites and traces: the fallible ones first, in the
+ * order of their fault sites (base/fault.h: "<backend>_<slot>"), then those
+ * that cannot fail. */
+#define CUBE__BACKEND_INFALLIBLE_SLOTS(X) \
+  X(DEALLOC, dealloc)                     \
+  X(HOST_DEALLOC, host_dealloc)           \
+  X(STREAM_DESTROY, stream_destroy)       \
+  X(TRIM, trim)                           \
+  X(EVENT_DONE, event_done)               \
+  X(EVENT_DESTROY, event_destroy)         \
+  X(DEVICE_DESTROY, device_destroy)
+
+typedef enum cube__backend_slot {
+#define CUBE__SLOT_ENUM(id, name) CUBE__SLOT_##id,
+  CUBE__FAULT_BACKEND_SLOTS(CUBE__SLOT_ENUM)
+  CUBE__BACKEND_INFALLIBLE_SLOTS(CUBE__SLOT_ENUM)
+#undef CUBE__SLOT_ENUM
+  CUBE__SLOT_COUNT
+} cube__backend_slot_t;
+
+/* The slots below this one return a status and have a fault site. */
+#define CUBE__SLOT_FALLIBLE CUBE__FAULT_SLOT_COUNT
+
+/* "alloc", "write" ... */
+const char* cube__backend_slot_name(cube__backend_slot_t slot);
+
+/* Trace points: when a hook is set, every wrapper calls it before the slot
+ * (status -1) and after it (the status code). One relaxed load when unset. */
+typedef struct cube__backend_call {
+  const char* backend;     /* "cpu" */
+  uint32_t device;         /* the device's index */
+  cube__backend_slot_t slot;
+  int status;              /* -1 before the call; the cube_status_code_t after */
+} cube__backend_call_t;
+typedef void (*cube__backend_trace_fn)(void* user, const cube__backend_call_t* call);
+/* Sets (or clears, with NULL) the hook. Not for concurrent use with calls. */
+void cube__backend_set_trace(cube__backend_trace_fn fn, void* user);
+
+cube_status_t cube__backend_device_create(cube__backend_t* be, cube_backend_t backend,
+                                          uint32_t index, const cube_server_options_t* options,
+                                          cube_device_properties_t* out_props,
+                                          cube_features_t* out_features,
+                                          cube_backend_info_t* out_info);
+void cube__backend_device_destroy(cube__backend_t* be);
+
+/* Device storage: alloc_on/dealloc_on on |stream| where the backend has them. */
+cube_status_t cube__backend_alloc(const cube__backend_t* be, void* stream, uint64_t size,
+                                  cube__storage_t* out);
+void cube__backend_dealloc(const cube__backend_t* be, void* stream,
+                           const cube__storage_t* storage);
+/* Pinned host storage: UNIMPLEMENTED without it. */
+bool cube__backend_has_host_storage(const cube__backend_t* be);
+cube_status_t cube__backend_host_alloc(const cube__backend_t* be, uint64_t size,
+                                       cube__storage_t* out);
+void cube__backend_host_dealloc(const cube__backend_t* be, const cube__storage_t* storage);
+
+cube_status_t cube__backend_stream_create(const cube__backend_t* be, uint64_t stream_id,
+                                          void** out_stream);
+void cube__backend_stream_destroy(const cube__backend_t* be, void* stream);
+
+cube_status_t cube__backend_write(const cube__backend_t* be, void* stream,
+                                  const cube__storage_t* dst, uint64_t dst_offset, uint64_t pitch,
+                                  const void* src, uint64_t width, uint64_t height);
+cube_status_t cube__backend_read(const cube__backend_t* be, void* stream, void* dst,
+                                 const cube__storage_t* src, uint64_t src_offset, uint64_t pitch,
+                                 uint64_t width, uint64_t height);
+cube_status_t cube__backend_launch(const cube__backend_t* be, void* stream,
+                                   const cube__launch_t* launch);
+/* CUBE_OK without a prepare slot. */
+cube_status_t cube__backend_prepare(const cube__backend_t* be, const cube_kernel_t* kernel,
+                                    cube_execution_mode_t mode);
+bool cube__backend_has_prepare(const cube__backend_t* be);
+/* CUBE_OK without a sync slot. */
+cube_status_t cube__backend_sync(const cube__backend_t* be, void* stream);
+/* Nothing without a trim slot. */
+void cube__backend_trim(const cube__backend_t* be, void* stream);
+
+/* Events: cube__backend_has_events is false without them, and then the
+ * server never calls the others (which return UNIMPLEMENTED / true). */
+bool cube__backend_has_events(const cube__backend_t* be);
+bool cube__backend_has_event_timing(const cube__backend_t* be);
+cube_status_t cube__backend_event_record(const cube__backend_t* be, void* stream,
+                                         void** out_event);
+cube_status_t cube__backend_event_wait(const cube__backend_t* be, void* stream, void* event);
+bool cube__backend_event_done(const cube__backend_t* be, void* event);
+cube_status_t cube__backend_event_sync(const cube__backend_t* be, void* event);
+void cube__backend_event_destroy(const cube__backend_t* be, void* event);
+cube_status_t cube__backend_event_elapsed(const cube__backend_t* be, void* start, void* end,
+                                          uint64_t* out_ns);
+
+/* UNIMPLEMENTED (naming the backend and the operation) without a ctl slot or
+ * for an operation the backend does not answer. */
+cube_status_t cube__backend_ctl(const cube__backend_t* be, void* stream, uint32_t op, void* arg);
+
+//===----------------------------------------------------------------------===//
+// The tables compiled in (each backend's folder)
+//===----------------------------------------------------------------------===//
 
 extern const cube__backend_vtable_t cube__backend_cpu;
 extern const cube__backend_vtable_t cube__backend_null;
-#ifdef CUBE_HAVE_CUDA
 extern const cube__backend_vtable_t cube__backend_cuda;
-#endif
-#ifdef CUBE_HAVE_OPENCL
 extern const cube__backend_vtable_t cube__backend_opencl;
-#endif
 
 #endif /* CUBE_BACKENDS_BACKEND_H_ */

@@ -1,27 +1,71 @@
-/* The backend registry: one table per backend compiled in, and the public
- * device enumeration over it. Adding a backend is one case here (see
- * src/backends/null/null_backend.c). */
+/* The backend registry: one line per backend compiled in, and the public
+ * device enumeration over it. Adding a backend is one line in the table
+ * below (src/backends/null/README.md has the whole recipe). */
 #include "backends/backend.h"
+
+#include <stddef.h>
 
 #include "base/status.h"
 
-const cube__backend_vtable_t* cube__backend_get(cube_backend_t backend) {
-  switch (backend) {
-    case CUBE_BACKEND_CPU:
-      return &cube__backend_cpu;
-    case CUBE_BACKEND_NULL:
-      return &cube__backend_null;
+static const cube__backend_vtable_t* const cube__registry[CUBE_BACKEND_COUNT] = {
+    [CUBE_BACKEND_CPU] = &cube__backend_cpu,
 #ifdef CUBE_HAVE_CUDA
-    case CUBE_BACKEND_CUDA:
-      return &cube__backend_cuda;
+    [CUBE_BACKEND_CUDA] = &cube__backend_cuda,
 #endif
 #ifdef CUBE_HAVE_OPENCL
-    case CUBE_BACKEND_OPENCL:
-      return &cube__backend_opencl;
+    [CUBE_BACKEND_OPENCL] = &cube__backend_opencl,
 #endif
-    default:
-      return NULL;
+    [CUBE_BACKEND_NULL] = &cube__backend_null,
+};
+
+const cube__backend_vtable_t* cube__backend_get(cube_backend_t backend) {
+  if ((unsigned)backend >= (unsigned)CUBE_BACKEND_COUNT) return NULL;
+  return cube__registry[backend];
+}
+
+cube_status_t cube__backend_validate(const cube__backend_vtable_t* vt) {
+  if (!vt) return cube__status_make(CUBE_STATUS_UNAVAILABLE, "no backend table");
+  const char* name = vt->name ? vt->name : "?";
+  if (vt->api_version != CUBE__BACKEND_API_VERSION)
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                             "backend %s: its table has API version %u, this library uses %u",
+                             name, vt->api_version, CUBE__BACKEND_API_VERSION);
+  const char* missing = !vt->name             ? "name"
+                        : !vt->availability   ? "availability"
+                        : !vt->device_count   ? "device_count"
+                        : !vt->device_create  ? "device_create"
+                        : !vt->device_destroy ? "device_destroy"
+                        : !vt->alloc          ? "alloc"
+                        : !vt->dealloc        ? "dealloc"
+                        : !vt->write          ? "write"
+                        : !vt->read           ? "read"
+                        : !vt->launch         ? "launch"
+                        : NULL;
+  bool events = vt->event_record || vt->event_wait || vt->event_done || vt->event_sync ||
+                vt->event_destroy;
+  bool all_events = vt->event_record && vt->event_wait && vt->event_done && vt->event_sync &&
+                    vt->event_destroy;
+  if (!missing && events && !all_events) missing = "one of the event slots (all or none)";
+  if (!missing && (vt->alloc_on != NULL) != (vt->dealloc_on != NULL))
+    missing = "alloc_on or dealloc_on (both or neither)";
+  if (!missing && (vt->host_alloc != NULL) != (vt->host_dealloc != NULL))
+    missing = "host_alloc or host_dealloc (both or neither)";
+  if (missing)
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "backend %s: its table lacks %s", name,
+                             missing);
+  return CUBE_OK;
+}
+
+cube_backend_t cube__backend_with_caps(uint32_t caps) {
+  for (int b = 0; b < CUBE_BACKEND_COUNT; ++b) {
+    const cube__backend_vtable_t* vt = cube__registry[b];
+    if (vt && (vt->caps & caps) == caps) return (cube_backend_t)b;
   }
+  return CUBE_BACKEND_COUNT;
+}
+
+uint32_t cube__backend_device_count(cube_backend_t backend) {
+  return (uint32_t)cube_device_count(backend);
 }
 
 //===----------------------------------------------------------------------===//
@@ -40,6 +84,7 @@ cube_status_t cube_backend_status(cube_backend_t backend) {
   if (!b)
     return cube__status_make(CUBE_STATUS_UNAVAILABLE, "backend %s is not built into this library",
                              cube_backend_name(backend));
+  CUBE_RETURN_IF_ERROR(cube__backend_validate(b));
   return b->availability();
 }
 
@@ -47,7 +92,7 @@ size_t cube_device_count(cube_backend_t backend) {
   const cube__backend_vtable_t* b =
       (unsigned)backend < CUBE_BACKEND_COUNT ? cube__backend_get(backend) : NULL;
   if (!b) return 0;
-  cube_status_t st = b->availability();
+  cube_status_t st = cube_backend_status(backend);
   if (st) {
     cube_status_free(st);
     return 0;

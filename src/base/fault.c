@@ -16,16 +16,37 @@ static atomic_uint_fast64_t cube__fault_nth_[CUBE__FAULT_SITE_COUNT];
 static atomic_uint_fast64_t cube__fault_count_[CUBE__FAULT_SITE_COUNT];
 static atomic_uint_fast64_t cube__fault_injected_[CUBE__FAULT_SITE_COUNT];
 
-static const char* const cube__fault_names[CUBE__FAULT_SITE_COUNT] = {
-    "cpu_alloc", "cpu_host_alloc", "cpu_write", "cpu_read",
-    "cpu_launch", "kernel_compile", "cache_store",
-};
+/* Site names: the two sites that are not backend slots, then
+ * "<backend>_<slot>" for every backend and fallible slot. */
+#define CUBE__FAULT_NAME_B(id, name) #name,
+static const char* const cube__fault_backend_names[CUBE__FAULT_BACKEND_COUNT] = {
+    CUBE__FAULT_BACKENDS(CUBE__FAULT_NAME_B)};
+static const char* const cube__fault_slot_names[CUBE__FAULT_SLOT_COUNT] = {
+    CUBE__FAULT_BACKEND_SLOTS(CUBE__FAULT_NAME_B)};
+#undef CUBE__FAULT_NAME_B
+
+static char cube__fault_names[CUBE__FAULT_SITE_COUNT][48];
+static pthread_once_t cube__fault_names_once = PTHREAD_ONCE_INIT;
+
+static void cube__fault_names_init(void) {
+  snprintf(cube__fault_names[CUBE__FAULT_KERNEL_COMPILE], sizeof(cube__fault_names[0]),
+           "kernel_compile");
+  snprintf(cube__fault_names[CUBE__FAULT_CACHE_STORE], sizeof(cube__fault_names[0]),
+           "cache_store");
+  for (unsigned b = 0; b < CUBE__FAULT_BACKEND_COUNT; ++b)
+    for (unsigned k = 0; k < CUBE__FAULT_SLOT_COUNT; ++k)
+      snprintf(cube__fault_names[cube__fault_backend_site(b, k)], sizeof(cube__fault_names[0]),
+               "%s_%s", cube__fault_backend_names[b], cube__fault_slot_names[k]);
+}
 
 const char* cube__fault_site_name(cube__fault_site_t site) {
-  return (unsigned)site < CUBE__FAULT_SITE_COUNT ? cube__fault_names[site] : "?";
+  if ((unsigned)site >= CUBE__FAULT_SITE_COUNT) return "?";
+  pthread_once(&cube__fault_names_once, cube__fault_names_init);
+  return cube__fault_names[site];
 }
 
 bool cube__fault_site_parse(const char* name, size_t len, cube__fault_site_t* out) {
+  pthread_once(&cube__fault_names_once, cube__fault_names_init);
   for (unsigned i = 0; i < CUBE__FAULT_SITE_COUNT; ++i) {
     if (strlen(cube__fault_names[i]) == len && strncasecmp(cube__fault_names[i], name, len) == 0) {
       *out = (cube__fault_site_t)i;
@@ -84,9 +105,11 @@ static void cube__fault_init_env(void) {
         mode = 2;
       } else {
         fprintf(stderr,
-                "cube: CUBE_FAULT: '%.*s' is not <site>:<n>[:<count>] with a site among "
-                "cpu_alloc, cpu_host_alloc, cpu_write, cpu_read, cpu_launch, kernel_compile, "
-                "cache_store and n >= 1; ignored\n",
+                "cube: CUBE_FAULT: '%.*s' is not <site>:<n>[:<count>] with n >= 1 and a site "
+                "among kernel_compile, cache_store and <backend>_<slot> (backend: cpu, cuda, "
+                "opencl, null; slot: device_create, alloc, host_alloc, stream_create, write, "
+                "read, launch, prepare, sync, event_record, event_wait, event_sync, "
+                "event_elapsed, ctl); ignored\n",
                 (int)len, p);
       }
       if (!p[len]) break;

@@ -42,8 +42,8 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
                              fn, kernel->name, d.x, d.y, d.z, units, s->props.name, maxd[0],
                              maxd[1], maxd[2], s->props.hardware.max_units_per_cube);
   uint32_t xyz[3] = {0, 0, 0};
-  cube__task_arg_t dyn;
-  memset(&dyn, 0, sizeof(dyn));
+  cube__memory_t* dyn_mem = NULL;
+  uint64_t dyn_offset = 0;
   if (count.kind == CUBE_COUNT_STATIC) {
     xyz[0] = count.x;
     xyz[1] = count.y;
@@ -65,9 +65,8 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
       return CUBE_INVALID("%s: kernel '%s': the dynamic count handle views %" PRIu64
                           " bytes, it needs 12 (three u32)",
                           fn, kernel->name, cube__handle_view_size(&info));
-    dyn.mem = info.mem;
-    dyn.offset = info.offset_start;
-    dyn.value.buffer.len = cube__handle_view_size(&info);
+    dyn_mem = info.mem;
+    dyn_offset = info.offset_start;
   } else {
     return CUBE_INVALID("%s: kernel '%s': count kind %d is invalid", fn, kernel->name,
                         (int)count.kind);
@@ -86,7 +85,7 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
                                                    "%s: kernel '%s': argument %zu", fn,
                                                    kernel->name, i));
         targs[i].mem = info.mem;
-        targs[i].offset = info.offset_start;
+        targs[i].value.buffer.offset = info.offset_start;
         targs[i].value.buffer.len = cube__handle_view_size(&info);
         break;
       }
@@ -104,12 +103,9 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
   if (count.kind == CUBE_COUNT_STATIC && (!xyz[0] || !xyz[1] || !xyz[2])) return CUBE_OK;
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
-  /* All checked: take the binding references the queued launch holds. */
-  for (size_t i = 0; i < arg_count; ++i)
-    if (targs[i].mem) cube__memory_ref(targs[i].mem);
-  if (dyn.mem) cube__memory_ref(dyn.mem);
-  return cube__server_launch(stream, kernel, xyz, dyn.mem ? &dyn : NULL, mode,
-                             (uint32_t)arg_count, targs);
+  /* All checked: the queued record takes the binding references. */
+  return cube__server_launch(stream, kernel, xyz, dyn_mem, dyn_offset, mode, (uint32_t)arg_count,
+                             targs);
 }
 
 cube_status_t cube_kernel_precompile(cube_client_t* c, size_t count, cube_kernel_t* const* kernels,

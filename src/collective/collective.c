@@ -17,9 +17,6 @@
 #include "collective/collective.h"
 
 #include "collective/coll_internal.h"
-#ifdef CUBE_HAVE_CUDA
-#include "collective/nccl_api.h"
-#endif
 
 #include <inttypes.h>
 #include <math.h>
@@ -169,7 +166,10 @@ cube_status_t cube__coll_world(cube__coll_world_t* out) {
     st = cube__mpi_start(&w.mpi, &w.rank, &w.ranks);
     if (!st && !w.mpi) st = cube__env_world(&w);
     if (!st) {
-      w.local_cpu = (uint32_t)cube_device_count(CUBE_BACKEND_CPU);
+      /* The devices per rank of the backend whose ids span MPI ranks (the
+       * CPU's, CUBE_CPU_DEVICES). */
+      cube_backend_t b = cube__backend_with_caps(CUBE__CAP_GLOBAL_IDS_UNDER_MPI);
+      w.local_cpu = b == CUBE_BACKEND_COUNT ? 0 : cube__backend_device_count(b);
       g_world = w;
       g_world_ready = true;
     }
@@ -179,18 +179,29 @@ cube_status_t cube__coll_world(cube__coll_world_t* out) {
   return st;
 }
 
-/* The GPUs this process sees, counted once (and only when there are several
- * processes: a CPU-only MPI program does not load the CUDA driver). */
-static pthread_once_t g_cuda_count_once = PTHREAD_ONCE_INIT;
-static uint32_t g_cuda_count;
-static void cube__count_cuda(void) { g_cuda_count = (uint32_t)cube_device_count(CUBE_BACKEND_CUDA); }
+/* The devices of each backend, counted once per process and only when they
+ * are needed (a CPU-only MPI program does not load the CUDA driver). */
+static pthread_mutex_t g_count_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t g_counts[CUBE_BACKEND_COUNT];
+static bool g_counted[CUBE_BACKEND_COUNT];
+
+static uint32_t cube__coll_local_count(cube_backend_t backend) {
+  pthread_mutex_lock(&g_count_lock);
+  if (!g_counted[backend]) {
+    g_counts[backend] = cube__backend_device_count(backend);
+    g_counted[backend] = true;
+  }
+  uint32_t n = g_counts[backend];
+  pthread_mutex_unlock(&g_count_lock);
+  return n;
+}
 
 uint32_t cube__coll_per_rank(const cube__coll_world_t* w, cube_backend_t backend) {
-  if (backend == CUBE_BACKEND_CPU) return w->mpi ? w->local_cpu : 0;
-  if (backend == CUBE_BACKEND_CUDA && w->ranks > 1) {
-    pthread_once(&g_cuda_count_once, cube__count_cuda);
-    return g_cuda_count;
-  }
+  const cube__backend_vtable_t* vt = cube__backend_get(backend);
+  if (!vt) return 0;
+  if (vt->caps & CUBE__CAP_GLOBAL_IDS_UNDER_MPI) return w->mpi ? w->local_cpu : 0;
+  if ((vt->caps & CUBE__CAP_GLOBAL_IDS_MULTIPROCESS) && w->ranks > 1)
+    return cube__coll_local_count(backend);
   return 0;
 }
 
@@ -226,40 +237,70 @@ uint32_t cube__coll_global_count(cube_backend_t backend) {
   return cube__coll_per_rank(&w, backend) ? n * w.ranks : n;
 }
 
-const cube__coll_transport_t* cube__coll_transport_for(cube_backend_t backend) {
-  const cube__backend_vtable_t* b =
-      (unsigned)backend < CUBE_BACKEND_COUNT ? cube__backend_get(backend) : NULL;
-  if (b && (b->flags & CUBE__BACKEND_HOST_MEMORY)) return &cube__coll_host_transport;
-#ifdef CUBE_HAVE_CUDA
-  /* CUDA: NCCL when it loads, else (as every other device) host buffers. */
-  if (b && backend == CUBE_BACKEND_CUDA) {
-    const cube__nccl_t* nccl = NULL;
-    cube_status_t st = cube__nccl_get(&nccl);
-    if (!st) return &cube__coll_nccl_transport;
-    cube_status_free(st);
-  }
+/* The transports this library has; backend tables name them by id. */
+static const cube__coll_transport_t* const g_transports[] = {
+    &cube__coll_host_transport,
+    &cube__coll_staged_transport,
+#ifdef CUBE_HAVE_NCCL_TRANSPORT
+    &cube__coll_nccl_transport,
 #endif
-  if (b && b->read && b->write) return &cube__coll_staged_transport;
+};
+#define CUBE__TRANSPORTS (sizeof(g_transports) / sizeof(g_transports[0]))
+
+static const cube__coll_transport_t* cube__coll_transport_find(const char* id) {
+  for (size_t i = 0; i < CUBE__TRANSPORTS; ++i)
+    if (strcmp(g_transports[i]->id, id) == 0) return g_transports[i];
   return NULL;
 }
 
-const char* cube_collective_transport(cube_backend_t backend, const char** out_detail) {
-  const cube__coll_transport_t* t = cube__coll_transport_for(backend);
-  const char* detail = t ? t->name : "the backend has no collective transport";
-#ifdef CUBE_HAVE_CUDA
-  if (t == &cube__coll_nccl_transport) {
-    detail = cube__nccl_describe();
-  } else if (t && backend == CUBE_BACKEND_CUDA) {
-    /* The fallback, and why (the reason does not change once NCCL was tried). */
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static char line[640];
-    pthread_mutex_lock(&lock);
-    if (!line[0])
-      snprintf(line, sizeof(line), "%s; NCCL not used: %s", t->name, cube__nccl_describe());
-    pthread_mutex_unlock(&lock);
-    detail = line;
+/* What |backend| prefers: its table's list, else host memory's "host" or a
+ * device's "staged". */
+static const char* const* cube__coll_preferences(const cube__backend_vtable_t* vt) {
+  static const char* const host[] = {"host", NULL};
+  static const char* const staged[] = {"staged", NULL};
+  if (vt->collective_transports) return vt->collective_transports;
+  return (vt->caps & CUBE__CAP_HOST_MEMORY) ? host : staged;
+}
+
+/* The transport, and the first preferred one skipped with why (once a
+ * transport was found unavailable it stays so: its reason is kept). */
+static const cube__coll_transport_t* cube__coll_choose(cube_backend_t backend,
+                                                       const cube__coll_transport_t** out_skipped) {
+  const cube__backend_vtable_t* vt = cube__backend_get(backend);
+  if (out_skipped) *out_skipped = NULL;
+  if (!vt) return NULL;
+  for (const char* const* id = cube__coll_preferences(vt); *id; ++id) {
+    const cube__coll_transport_t* t = cube__coll_transport_find(*id);
+    if (!t) continue; /* not built into this library */
+    cube_status_t st = t->available ? t->available() : CUBE_OK;
+    if (!st) return t;
+    cube_status_free(st);
+    if (out_skipped && !*out_skipped) *out_skipped = t;
   }
-#endif
+  return NULL;
+}
+
+const cube__coll_transport_t* cube__coll_transport_for(cube_backend_t backend) {
+  return cube__coll_choose(backend, NULL);
+}
+
+const char* cube_collective_transport(cube_backend_t backend, const char** out_detail) {
+  const cube__coll_transport_t* skipped = NULL;
+  const cube__coll_transport_t* t = cube__coll_choose(backend, &skipped);
+  const char* detail = t ? (t->describe ? t->describe() : t->name)
+                         : "the backend has no collective transport";
+  if (t && skipped && (unsigned)backend < CUBE_BACKEND_COUNT) {
+    /* The fallback, and why the preferred one is not used (the reason does
+     * not change once it was tried). */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static char lines[CUBE_BACKEND_COUNT][640];
+    pthread_mutex_lock(&lock);
+    if (!lines[backend][0])
+      snprintf(lines[backend], sizeof(lines[backend]), "%s; %s not used: %s", t->name,
+               skipped->id, skipped->describe ? skipped->describe() : skipped->name);
+    pthread_mutex_unlock(&lock);
+    detail = lines[backend];
+  }
   if (out_detail) *out_detail = detail;
   return t ? t->id : NULL;
 }
@@ -430,11 +471,8 @@ cube_status_t cube__coll_comm_get(const char* fn, size_t count, const cube_devic
     for (uint32_t k = 0; k < c->rank_count; ++k) seen |= c->ranks[k] == c->rank_of[i];
     if (!seen) c->ranks[c->rank_count++] = c->rank_of[i]; /* ascending: ids are sorted */
   }
-  bool nccl = false;
-#ifdef CUBE_HAVE_CUDA
-  nccl = c->transport == &cube__coll_nccl_transport;
-#endif
-  if (c->rank_count > 1 && !w.mpi && !nccl) {
+  bool alone = c->transport && c->transport->spans_processes_without_mpi;
+  if (c->rank_count > 1 && !w.mpi && !alone) {
     /* Processes that know their place from CUBE_COLLECTIVE_RANK(S) only: the
      * host and staged transports exchange through MPI. */
     pthread_mutex_unlock(&g_coll_lock);
@@ -1154,10 +1192,10 @@ static cube_status_t cube__staged_copy(cube__server_t* s, uint64_t stream_id, cu
                              mem ? mem->id : 0);
   if (bytes == 0) return CUBE_OK;
   CUBE_RETURN_IF_ERROR(cube__stream_order(st, mem));
-  return to_device ? s->backend->write(s->bdev, st->backend_stream, storage, off + offset, bytes,
-                                       host, bytes, 1)
-                   : s->backend->read(s->bdev, st->backend_stream, host, storage, off + offset,
-                                      bytes, bytes, 1);
+  return to_device ? cube__backend_write(&s->be, st->backend_stream, storage, off + offset, bytes,
+                                         host, bytes, 1)
+                   : cube__backend_read(&s->be, st->backend_stream, host, storage, off + offset,
+                                        bytes, bytes, 1);
 }
 
 static cube_status_t cube__staged_all_reduce(cube__comm_t* c, cube__coll_part_t* part,
@@ -1479,9 +1517,8 @@ cube_status_t cube__coll_submit_sync(cube__server_t* s, uint64_t stream_id, uint
 //===----------------------------------------------------------------------===//
 
 void cube__coll_quiesce(void) {
-#ifdef CUBE_HAVE_CUDA
-  cube__nccl_quiesce();
-#endif
+  for (size_t i = 0; i < CUBE__TRANSPORTS; ++i)
+    if (g_transports[i]->quiesce) g_transports[i]->quiesce();
 }
 
 void cube__coll_shutdown(void) {
@@ -1507,9 +1544,8 @@ void cube__coll_shutdown(void) {
     c = x->next;
     cube__comm_free(x);
   }
-#ifdef CUBE_HAVE_CUDA
-  cube__nccl_shutdown();
-#endif
+  for (size_t i = 0; i < CUBE__TRANSPORTS; ++i)
+    if (g_transports[i]->shutdown) g_transports[i]->shutdown();
   while (r) {
     cube__coll_rec_t* x = r;
     r = x->next;

@@ -62,8 +62,16 @@ typedef struct cube__coll_part {
 } cube__coll_part_t;
 
 typedef struct cube__coll_transport {
-  const char* id;   /* "host", "staged", "nccl" (records, cube info) */
+  const char* id;   /* "host", "staged", "nccl": what backend tables name (records, cube info) */
   const char* name; /* a description */
+  /* CUBE_OK when the transport can be used in this process (NCCL loads),
+   * else why not. NULL: always. */
+  cube_status_t (*available)(void);
+  /* A static line for cube info (the library and its version); NULL: name. */
+  const char* (*describe)(void);
+  /* Reaches other processes by itself (NCCL with its unique id through MPI or
+   * a file); false: a communicator spanning processes needs MPI. */
+  bool spans_processes_without_mpi;
   /* Per participant, once per communicator (at ensure_init). May be NULL. */
   cube_status_t (*comm_init)(cube__comm_t* comm, uint32_t rank);
   /* This participant's part. *out_op: an operation to wait on in
@@ -77,9 +85,17 @@ typedef struct cube__coll_transport {
    * is enough). */
   cube_status_t (*sync)(cube__comm_t* comm, struct cube__server* server, uint64_t stream_id);
   void (*comm_destroy)(cube__comm_t* comm);
+  /* Process-wide, may be NULL. quiesce: before the device queues shut down,
+   * ends work in flight (NCCL: waits at most the collective timeout, then
+   * aborts the communicators whose work does not finish, so that no device
+   * synchronisation hangs on it). shutdown: after every communicator was
+   * destroyed, frees what is left. */
+  void (*quiesce)(void);
+  void (*shutdown)(void);
 } cube__coll_transport_t;
 
-/* The transport of |backend|; NULL when it has none. */
+/* The transport of |backend|: the first of its table's collective_transports
+ * that is available here; NULL when it has none. */
 const cube__coll_transport_t* cube__coll_transport_for(cube_backend_t backend);
 
 /* The in-process + MPI transport over host memory. */
@@ -87,18 +103,10 @@ extern const cube__coll_transport_t cube__coll_host_transport;
 /* Devices whose memory is not host memory: parts staged through host buffers,
  * written back by the participant's sync_collective. */
 extern const cube__coll_transport_t cube__coll_staged_transport;
-#ifdef CUBE_HAVE_CUDA
-/* CUDA devices when NCCL loads (src/collective/nccl.c). */
+/* NCCL (src/collective/nccl.c), built where the CUDA toolkit's headers are. */
 extern const cube__coll_transport_t cube__coll_nccl_transport;
-/* Before the device queues shut down: waits (at most the collective timeout)
- * for NCCL work in flight and aborts the communicators whose work does not
- * finish, so that no device synchronisation hangs on it. */
-void cube__nccl_quiesce(void);
-/* After the communicators are destroyed: the parts left, the comm streams. */
-void cube__nccl_shutdown(void);
-#endif
 
-/* cube_shutdown, before the device queues shut down (NCCL: cube__nccl_quiesce). */
+/* cube_shutdown, before the device queues shut down: every transport's quiesce. */
 void cube__coll_quiesce(void);
 
 /* World ------------------------------------------------------------------ */

@@ -46,7 +46,7 @@
  * an operation also under the process-wide issue lock. Lock order: state
  * lock, then issue lock; the communicator's lock is never held across NCCL.
  */
-#ifdef CUBE_HAVE_CUDA
+#ifdef CUBE_HAVE_NCCL_TRANSPORT
 
 #include <errno.h>
 #include <fcntl.h>
@@ -113,8 +113,8 @@ static void cube__nccl_leave(cube__nccl_scope_t* s) {
 /* The comm stream of |s|'s device, created on first use. */
 static cube_status_t cube__nccl_comm_stream(const cube__cuda_driver_t* cu, cube__server_t* s,
                                             CUstream* out, CUcontext* out_ctx) {
-  uint32_t o = cube__cuda_device_ordinal(s->bdev);
-  CUcontext ctx = cube__cuda_device_context(s->bdev);
+  uint32_t o = cube__cuda_device_ordinal(s->be.device);
+  CUcontext ctx = cube__cuda_device_context(s->be.device);
   if (o >= CUBE__NCCL_MAX_DEVICES)
     return cube__status_make(CUBE_STATUS_OUT_OF_RANGE, "nccl: cuda device %u: more than %u GPUs",
                              o, CUBE__NCCL_MAX_DEVICES);
@@ -751,7 +751,7 @@ static cube_status_t cube__nccl_mark(cube__coll_part_t* part, cube__nccl_ready_t
   if (part->dst_mem) CUBE_RETURN_IF_ERROR(cube__stream_order(st, part->dst_mem));
   cube__nccl_ready_t* rd = calloc(1, sizeof(*rd));
   if (!rd) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "no host memory");
-  rd->ctx = cube__cuda_device_context(part->server->bdev);
+  rd->ctx = cube__cuda_device_context(part->server->be.device);
   cube__nccl_scope_t sc = cube__nccl_enter(cu, rd->ctx);
   CUresult r = cu->EventCreate(&rd->event, CU_EVENT_DISABLE_TIMING);
   if (r == CUDA_SUCCESS) r = cu->EventRecord(rd->event, cube__cuda_stream_handle(st->backend_stream));
@@ -759,7 +759,7 @@ static cube_status_t cube__nccl_mark(cube__coll_part_t* part, cube__nccl_ready_t
   if (r != CUDA_SUCCESS) {
     cube__nccl_ready_free(rd);
     return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: recording the part's event",
-                            cube__cuda_device_ordinal(part->server->bdev));
+                            cube__cuda_device_ordinal(part->server->be.device));
   }
   *out = rd;
   return CUBE_OK;
@@ -1113,7 +1113,7 @@ static void cube__nccl_comm_destroy(cube__comm_t* c) {
   c->tstate = NULL;
 }
 
-void cube__nccl_quiesce(void) {
+static void cube__nccl_quiesce(void) {
   pthread_mutex_lock(&g_entries_lock);
   bool none = g_entries == NULL;
   pthread_mutex_unlock(&g_entries_lock);
@@ -1168,7 +1168,7 @@ void cube__nccl_quiesce(void) {
 
 /* After the devices are gone (cube__coll_shutdown): the entries left (their
  * work ended with the devices' synchronisation), then the comm streams. */
-void cube__nccl_shutdown(void) {
+static void cube__nccl_shutdown(void) {
   bool any = false;
   pthread_mutex_lock(&g_entries_lock);
   any = g_entries != NULL;
@@ -1212,9 +1212,19 @@ void cube__nccl_shutdown(void) {
   pthread_mutex_unlock(&g_dev_lock);
 }
 
+static cube_status_t cube__nccl_available(void) {
+  const cube__nccl_t* nc = NULL;
+  return cube__nccl_get(&nc);
+}
+
 const cube__coll_transport_t cube__coll_nccl_transport = {
     .id = "nccl",
     .name = "NCCL on each device's comm stream",
+    .available = cube__nccl_available,
+    .describe = cube__nccl_describe,
+    .spans_processes_without_mpi = true,
+    .quiesce = cube__nccl_quiesce,
+    .shutdown = cube__nccl_shutdown,
     .all_reduce = cube__nccl_all_reduce,
     .send = cube__nccl_send,
     .recv = cube__nccl_recv,
@@ -1222,4 +1232,4 @@ const cube__coll_transport_t cube__coll_nccl_transport = {
     .comm_destroy = cube__nccl_comm_destroy,
 };
 
-#endif /* CUBE_HAVE_CUDA */
+#endif /* CUBE_HAVE_NCCL_TRANSPORT */

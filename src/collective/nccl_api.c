@@ -1,5 +1,5 @@
 /* NCCL through dlopen (see nccl_api.h). Built with the CUDA backend only. */
-#ifdef CUBE_HAVE_CUDA
+#ifdef CUBE_HAVE_NCCL_TRANSPORT
 #include "collective/nccl_api.h"
 
 #include <dlfcn.h>
@@ -162,4 +162,4 @@ cube_status_t cube__nccl_error(cube__nccl_result_t r, cube__nccl_comm_t comm,
                            last && last[0] ? last : "", (int)r);
 }
 
-#endif /* CUBE_HAVE_CUDA */
+#endif /* CUBE_HAVE_NCCL_TRANSPORT */

@@ -817,6 +817,47 @@ cube_status_t cube__submit(cube__service_t* s, uint64_t stream_id, cube__task_fn
   return CUBE_OK;
 }
 
+cube_status_t cube__submit_fill(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,
+                                size_t size, cube__payload_fill_fn fill, const void* arg,
+                                cube__payload_drop_fn drop) {
+  if (!s || !fn || !fill)
+    return CUBE_INVALID("cube__submit_fill: %s is NULL",
+                        !s ? "service" : !fn ? "task function" : "fill function");
+  CUBE_RETURN_IF_ERROR(cube__check_usable(s));
+  cube__device_t* d = s->device;
+  void* heap = NULL;
+  if (size > CUBE__TASK_INLINE_BYTES) {
+    heap = cube__aligned_alloc(size, 64);
+    if (!heap)
+      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                               "submit to service '%s' on device %u:%u: no memory for a %zu-byte "
+                               "payload",
+                               cube__service_name(s), d->key.type, d->key.index, size);
+  }
+  if (d->is_inline || tl_runner == d) {
+    _Alignas(64) unsigned char local[CUBE__TASK_INLINE_BYTES];
+    void* p = heap ? heap : (void*)local;
+    fill(p, arg);
+    if (d->is_inline) cube__exec_lock(d);
+    cube__run_detached(s, stream_id, fn, p, drop);
+    if (d->is_inline) cube__exec_unlock(d);
+    cube__aligned_free(heap);
+    return CUBE_OK;
+  }
+  if (heap) fill(heap, arg); /* before a cell is claimed: the runner waits on claimed cells */
+  size_t pos = 0;
+  cube__cell_t* c = cube__ring_claim(d, &pos);
+  c->kind = heap ? CUBE__CELL_HEAP : CUBE__CELL_NORMAL;
+  c->fn = fn;
+  c->drop = drop;
+  c->service = s;
+  c->stream_id = stream_id;
+  c->ptr = heap;
+  if (!heap) fill(c->payload, arg);
+  cube__ring_publish(d, c, pos);
+  return CUBE_OK;
+}
+
 /* Queues a call whose record lives on this (waiting) caller's stack, and
  * waits for the runner to run it: a task of |s| (|fn|) for BLOCKING, or an
  * exclusive function (|xfn|) for EXCLUSIVE. */

@@ -104,6 +104,19 @@ cube__device_key_t cube__device_key(const cube__device_t* d);
 cube_status_t cube__submit(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,
                            const void* payload, size_t size, cube__payload_drop_fn drop);
 
+/* Builds a payload in place: writes the task's record (|size| bytes at most)
+ * into |payload| (64-byte aligned) from |arg|. Must not fail; it is where
+ * the payload takes the references its drop releases. */
+typedef void (*cube__payload_fill_fn)(void* payload, const void* arg);
+
+/* As cube__submit, but the record is built directly where it is queued (the
+ * ring cell, or the heap for a payload over CUBE__TASK_INLINE_BYTES) by
+ * |fill|, instead of being copied there from a record built elsewhere. When
+ * the task cannot be queued, |fill| has not run and nothing is dropped. */
+cube_status_t cube__submit_fill(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,
+                                size_t size, cube__payload_fill_fn fill, const void* arg,
+                                cube__payload_drop_fn drop);
+
 /* Runs |fn|(state, payload) on the device and waits for it; returns its
  * status. |payload| stays on the caller's side (borrowed). */
 cube_status_t cube__submit_blocking(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,

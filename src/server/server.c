@@ -18,7 +18,7 @@ static void cube__server_destroy(void* state) {
     for (uint32_t i = 0; i < s->max_streams; ++i) cube__stream_destroy(atomic_load(&s->streams[i]));
     free((void*)s->streams);
   }
-  if (s->bdev) s->backend->device_destroy(s->bdev);
+  cube__backend_device_destroy(&s->be);
   cube__profiler_deinit(&s->profiler);
   pthread_mutex_destroy(&s->streams_lock);
   free(s);
@@ -31,7 +31,6 @@ static cube_status_t cube__server_create(cube__device_key_t key, void* arg, void
   pthread_mutex_init(&s->streams_lock, NULL);
   s->id = (cube_device_id_t){(cube_backend_t)key.type, key.index};
   if (in) s->options = *in;
-  s->backend = cube__backend_get(s->id.backend);
   cube_status_t status = CUBE_OK;
   /* Resolve options from the environment. */
   if (!s->options.memory_limit) {
@@ -63,8 +62,8 @@ static cube_status_t cube__server_create(cube__device_key_t key, void* arg, void
     if (!s->streams) status = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "server: no host memory");
   }
   if (!status)
-    status = s->backend->device_create(key.index, &s->options, &s->bdev, &s->props, &s->features,
-                                       &s->info);
+    status = cube__backend_device_create(&s->be, s->id.backend, key.index, &s->options,
+                                         &s->props, &s->features, &s->info);
   if (status) {
     cube__server_destroy(s);
     return status;

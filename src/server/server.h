@@ -37,8 +37,7 @@
 
 struct cube__server {
   cube_device_id_t id;
-  const cube__backend_vtable_t* backend;
-  cube__backend_device_t* bdev;
+  cube__backend_t be; /* the backend's table and device: called through backend.h's wrappers */
   cube_device_properties_t props;
   cube_features_t features;
   cube_backend_info_t info;
@@ -82,19 +81,22 @@ typedef struct cube__read_region {
 cube_status_t cube__server_read(cube__stream_t* stream, size_t count,
                                 const cube__read_region_t* regions, cube_future_t** out_future);
 
-/* A launch argument as queued. */
+/* A launch argument as the client checked it. */
 typedef struct cube__task_arg {
-  cube__memory_t* mem; /* buffers: a binding reference; NULL for scalars */
-  uint64_t offset;     /* buffers: start of the view in the buffer */
-  cube_cpu_arg_t value;/* buffers: .buffer.len = view size; scalars: the value */
+  cube__memory_t* mem;      /* buffers: the buffer; NULL for scalars */
+  cube__launch_arg_t value; /* buffers: .buffer.offset = the view's start in the buffer and
+                               .buffer.len its size (the storage is found on the runner);
+                               scalars: the value */
 } cube__task_arg_t;
 
-/* Queues a launch. Takes a kernel reference and the binding references in
- * |args| and |dyn| (released once it ran). */
+/* Queues a launch of |kernel| over |count| cubes, or over the three u32 at
+ * |dyn_offset| of |dyn_mem| when that is not NULL (read when it runs). The
+ * record is built in the queue's cell; it takes a kernel reference and a
+ * binding reference on every buffer (released once it ran). */
 cube_status_t cube__server_launch(cube__stream_t* stream, cube_kernel_t* kernel,
-                                  const uint32_t count[3], const cube__task_arg_t* dyn,
-                                  cube_execution_mode_t mode, uint32_t arg_count,
-                                  const cube__task_arg_t* args);
+                                  const uint32_t count[3], cube__memory_t* dyn_mem,
+                                  uint64_t dyn_offset, cube_execution_mode_t mode,
+                                  uint32_t arg_count, const cube__task_arg_t* args);
 
 /* Compiles |kernel| for |mode| on the server's device now (a no-op where the
  * backend compiles nothing). */

@@ -33,30 +33,25 @@ static cube_status_t cube__stream_device_alloc(void* self, uint64_t size, cube__
   } else {
     atomic_fetch_add(&s->device_reserved, size);
   }
-  cube_status_t status = s->backend->alloc_on
-                             ? s->backend->alloc_on(s->bdev, st->backend_stream, size, out)
-                             : s->backend->alloc(s->bdev, size, out);
+  cube_status_t status = cube__backend_alloc(&s->be, st->backend_stream, size, out);
   if (status) atomic_fetch_sub(&s->device_reserved, size);
   return status;
 }
 
 static void cube__stream_device_dealloc(void* self, const cube__storage_t* storage) {
   cube__stream_t* st = self;
-  if (st->server->backend->dealloc_on)
-    st->server->backend->dealloc_on(st->server->bdev, st->backend_stream, storage);
-  else
-    st->server->backend->dealloc(st->server->bdev, storage);
+  cube__backend_dealloc(&st->server->be, st->backend_stream, storage);
   atomic_fetch_sub(&st->server->device_reserved, storage->size);
 }
 
 static cube_status_t cube__stream_host_alloc(void* self, uint64_t size, cube__storage_t* out) {
   cube__stream_t* st = self;
-  return st->server->backend->host_alloc(st->server->bdev, size, out);
+  return cube__backend_host_alloc(&st->server->be, size, out);
 }
 
 static void cube__stream_host_dealloc(void* self, const cube__storage_t* storage) {
   cube__stream_t* st = self;
-  st->server->backend->host_dealloc(st->server->bdev, storage);
+  cube__backend_host_dealloc(&st->server->be, storage);
 }
 
 //===----------------------------------------------------------------------===//
@@ -70,7 +65,7 @@ static void cube__stream_host_dealloc(void* self, const cube__storage_t* storage
 typedef struct cube__orphan {
   struct cube__orphan* next;
   cube__mm_t* mm;
-  const cube__backend_vtable_t* backend;
+  cube__backend_t be; /* the table only: the device is gone */
 } cube__orphan_t;
 
 static cube_status_t cube__orphan_alloc(void* self, uint64_t size, cube__storage_t* out) {
@@ -82,7 +77,7 @@ static cube_status_t cube__orphan_alloc(void* self, uint64_t size, cube__storage
 
 static void cube__orphan_dealloc(void* self, const cube__storage_t* storage) {
   cube__orphan_t* o = self;
-  o->backend->host_dealloc(NULL, storage);
+  cube__backend_host_dealloc(&o->be, storage);
 }
 static pthread_mutex_t cube__orphans_lock = PTHREAD_MUTEX_INITIALIZER;
 static cube__orphan_t* cube__orphans;
@@ -127,7 +122,7 @@ void cube__stream_destroy(cube__stream_t* st) {
          * now point at the orphan, which frees through the backend table with
          * no device (backend.h allows that for host storage). */
         o->mm = st->pinned;
-        o->backend = st->server->backend;
+        o->be = (cube__backend_t){st->server->be.vt, NULL, st->server->be.index};
         cube__storage_ops_t ops = {o, 64, cube__orphan_alloc, cube__orphan_dealloc};
         cube__mm_rebind_storage(o->mm, &ops);
         pthread_mutex_lock(&cube__orphans_lock);
@@ -138,8 +133,7 @@ void cube__stream_destroy(cube__stream_t* st) {
     }
     st->pinned = NULL;
   }
-  if (st->backend_stream && st->server->backend->stream_destroy)
-    st->server->backend->stream_destroy(st->server->bdev, st->backend_stream);
+  cube__backend_stream_destroy(&st->server->be, st->backend_stream);
   cube_status_free(st->errors);
   cube_status_free(st->profile_errors);
   pthread_mutex_destroy(&st->lock);
@@ -164,14 +158,13 @@ static cube_status_t cube__stream_create(cube__server_t* s, uint64_t id, uint32_
   o.persistent = CUBE__PERSISTENT_ENABLED;
   o.mode = CUBE_ALLOCATION_AUTO;
   cube_status_t status = cube__mm_create(&o, &st->device_ops, &st->mm);
-  if (!status && s->backend->host_alloc) {
+  if (!status && cube__backend_has_host_storage(&s->be)) {
     st->host_ops = (cube__storage_ops_t){st, 64, cube__stream_host_alloc, cube__stream_host_dealloc};
     o.name = "pinned host memory";
     o.persistent = CUBE__PERSISTENT_DISABLED;
     status = cube__mm_create(&o, &st->host_ops, &st->pinned);
   }
-  if (!status && s->backend->stream_create)
-    status = s->backend->stream_create(s->bdev, id, &st->backend_stream);
+  if (!status) status = cube__backend_stream_create(&s->be, id, &st->backend_stream);
   if (status) {
     cube__stream_destroy(st);
     return cube__status_annotate(status, "creating stream %" PRIu64, id);
@@ -236,17 +229,17 @@ typedef struct cube__hold {
  * is another stream (an event recorded there now covers that use), and makes
  * |st| its last user. */
 cube_status_t cube__stream_order(cube__stream_t* st, cube__memory_t* m) {
-  const cube__backend_vtable_t* b = st->server->backend;
-  if (!b->event_record || !m) return CUBE_OK;
+  const cube__backend_t* be = &st->server->be;
+  if (!m || !cube__backend_has_events(be)) return CUBE_OK;
   /* The common case (the stream that used it last) writes nothing: the
    * descriptor's line is shared with the callers' reference counting. */
   if (atomic_load_explicit(&m->last_use, memory_order_acquire) == st) return CUBE_OK;
   cube__stream_t* last = atomic_exchange_explicit(&m->last_use, st, memory_order_acq_rel);
   if (!last || last == st) return CUBE_OK;
   void* ev = NULL;
-  cube_status_t status = b->event_record(st->server->bdev, last->backend_stream, &ev);
-  if (!status) status = b->event_wait(st->server->bdev, st->backend_stream, ev);
-  if (ev) b->event_destroy(st->server->bdev, ev);
+  cube_status_t status = cube__backend_event_record(be, last->backend_stream, &ev);
+  if (!status) status = cube__backend_event_wait(be, st->backend_stream, ev);
+  cube__backend_event_destroy(be, ev);
   if (status)
     status = cube__status_annotate(status, "ordering memory %" PRIu64 " from stream %" PRIu64
                                    " after stream %" PRIu64, m->id, st->id, last->id);
@@ -256,22 +249,22 @@ cube_status_t cube__stream_order(cube__stream_t* st, cube__memory_t* m) {
 /* Holds the buffers of |mems| that belong to other streams until the work
  * |st| was given so far completed. Takes nothing when none is foreign. */
 void cube__stream_hold(cube__stream_t* st, cube__memory_t* const* mems, uint32_t n) {
-  const cube__backend_vtable_t* b = st->server->backend;
-  if (!b->event_record) return;
+  const cube__backend_t* be = &st->server->be;
+  if (!cube__backend_has_events(be)) return;
   uint32_t foreign = 0;
   for (uint32_t i = 0; i < n; ++i)
     if (mems[i] && mems[i]->owner != st) ++foreign;
   if (!foreign) return;
   cube__hold_t* h = malloc(sizeof(*h) + foreign * sizeof(cube__memory_t*));
   void* ev = NULL;
-  cube_status_t status = h ? b->event_record(st->server->bdev, st->backend_stream, &ev)
+  cube_status_t status = h ? cube__backend_event_record(be, st->backend_stream, &ev)
                            : cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "no host memory");
   if (status) {
     /* Without a hold the owner could reuse the memory under this stream's
      * work: wait for it instead. */
     cube_status_free(status);
     free(h);
-    cube_status_free(b->sync(st->server->bdev, st->backend_stream));
+    cube_status_free(cube__backend_sync(be, st->backend_stream));
     return;
   }
   h->next = NULL;
@@ -293,12 +286,12 @@ void cube__stream_hold(cube__stream_t* st, cube__memory_t* const* mems, uint32_t
 }
 
 void cube__stream_release_holds(cube__stream_t* st, bool wait) {
-  const cube__backend_vtable_t* b = st->server->backend;
+  const cube__backend_t* be = &st->server->be;
   if (atomic_load_explicit(&st->hold_count, memory_order_acquire) == 0) return;
   for (;;) {
     pthread_mutex_lock(&st->lock);
     cube__hold_t* h = st->holds_head;
-    if (h && !wait && !b->event_done(st->server->bdev, h->event)) h = NULL;
+    if (h && !wait && !cube__backend_event_done(be, h->event)) h = NULL;
     if (h) {
       st->holds_head = h->next;
       if (!st->holds_head) st->holds_tail = NULL;
@@ -307,12 +300,12 @@ void cube__stream_release_holds(cube__stream_t* st, bool wait) {
     pthread_mutex_unlock(&st->lock);
     if (!h) return;
     if (wait) {
-      cube_status_t e = b->event_sync(st->server->bdev, h->event);
+      cube_status_t e = cube__backend_event_sync(be, h->event);
       /* Not seen to complete: wait for the whole stream before letting go. */
-      if (e) cube_status_free(b->sync(st->server->bdev, st->backend_stream));
+      if (e) cube_status_free(cube__backend_sync(be, st->backend_stream));
       cube_status_free(e);
     }
-    b->event_destroy(st->server->bdev, h->event);
+    cube__backend_event_destroy(be, h->event);
     for (uint32_t i = 0; i < h->count; ++i) cube__memory_unref(h->mems[i]);
     free(h);
   }
@@ -400,13 +393,13 @@ cube_allocation_mode_t cube__stream_set_mode(cube__stream_t* st, cube_allocation
 
 void cube__stream_cleanup(cube__stream_t* st) {
   cube__server_t* s = st->server;
-  if (s->backend->event_done) cube__stream_release_holds(st, false);
+  if (cube__backend_has_events(&s->be)) cube__stream_release_holds(st, false);
   pthread_mutex_lock(&st->lock);
   cube__mm_cleanup(st->mm, true);
   if (st->pinned) cube__mm_cleanup(st->pinned, true); /* read results and staging buffers */
   pthread_mutex_unlock(&st->lock);
   /* Memory the pools gave back may sit in the driver's own pool. */
-  if (s->backend->trim) s->backend->trim(s->bdev, st->backend_stream);
+  cube__backend_trim(&s->be, st->backend_stream);
 }
 
 cube_status_t cube__stream_usage(cube__stream_t* st, const char* fn, bool fail_on_errors,

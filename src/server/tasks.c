@@ -32,8 +32,8 @@ static cube_status_t cube__write_exec(cube__stream_t* st, cube__memory_t* mem, u
   if (!cube__memory_resolve(mem, &storage, &slice_off, &slice_size))
     return cube__status_make(CUBE_STATUS_NOT_FOUND, "write: memory %" PRIu64 " is not bound",
                              mem->id);
-  return s->backend->write(s->bdev, st->backend_stream, storage, slice_off + offset, pitch, src,
-                           width, height);
+  return cube__backend_write(&s->be, st->backend_stream, storage, slice_off + offset, pitch, src,
+                             width, height);
 }
 
 static cube_status_t cube__write_task_run(void* state, void* payload) {
@@ -59,7 +59,7 @@ void cube__server_write(cube__stream_t* st, cube__memory_t* mem, uint64_t offset
     cube_bytes_release(owner);
     return;
   }
-  if (s->backend->flags & (CUBE__BACKEND_HOST_MEMORY | CUBE__BACKEND_CALLER_WRITES)) {
+  if (s->be.vt->caps & (CUBE__CAP_HOST_MEMORY | CUBE__CAP_CALLER_WRITES)) {
     /* The buffer is fresh: no queued work references it, so copying on the
      * calling thread is ordered with everything that can observe it (on a
      * device stream: the copy goes into the stream after what the runner put
@@ -132,7 +132,7 @@ static cube_status_t cube__read_task_run(void* state, void* payload) {
       if (!status) dst = cube_bytes_data(results[i]);
     }
     if (!status && r->width != 0 && r->height != 0)
-      status = s->backend->read(s->bdev, st->backend_stream, dst, storage, off + r->offset,
+      status = cube__backend_read(&s->be, st->backend_stream, dst, storage, off + r->offset,
                                 r->pitch, r->width, r->height);
     if (status) status = cube__status_annotate(status, "read of handles[%zu]", i);
   }
@@ -185,47 +185,53 @@ cube_status_t cube__server_read(cube__stream_t* st, size_t count,
 // Launch
 //===----------------------------------------------------------------------===//
 
+/* The queued record: a header, the arguments as the backend gets them
+ * (resolved in place on the runner), then the buffers they bind. With four
+ * arguments it fits a queue cell. */
 typedef struct cube__launch_task {
   cube__stream_t* stream;
   cube_kernel_t* kernel;
+  cube__memory_t* dyn_mem; /* NULL: static count */
+  uint64_t dyn_offset;
+  uint32_t count[3];
   cube_execution_mode_t mode;
   uint32_t arg_count;
-  uint32_t count[3];
-  cube__task_arg_t dyn; /* mem NULL: static count */
-  cube__task_arg_t args[];
+  cube__launch_arg_t args[]; /* arg_count, then cube__memory_t* mems[arg_count] */
 } cube__launch_task_t;
 
-static cube_status_t cube__resolve_arg(const cube__task_arg_t* a, void** out_data) {
-  const cube__storage_t* storage;
-  uint64_t off, sz;
-  if (!cube__memory_resolve(a->mem, &storage, &off, &sz))
-    return cube__status_make(CUBE_STATUS_NOT_FOUND, "memory %" PRIu64 " is not bound", a->mem->id);
-  *out_data = (char*)storage->ptr + off + a->offset;
-  return CUBE_OK;
+_Static_assert(sizeof(cube__launch_task_t) + 4 * (sizeof(cube__launch_arg_t) + sizeof(void*)) <=
+                   CUBE__TASK_INLINE_BYTES,
+               "a launch of four arguments fits a queue cell");
+
+static inline cube__memory_t** cube__launch_mems(cube__launch_task_t* t) {
+  return (cube__memory_t**)(void*)(t->args + t->arg_count);
+}
+
+static size_t cube__launch_task_size(uint32_t arg_count) {
+  return sizeof(cube__launch_task_t) +
+         arg_count * (sizeof(cube__launch_arg_t) + sizeof(cube__memory_t*));
 }
 
 static cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st,
                                        cube__launch_task_t* t) {
   cube_kernel_t* k = t->kernel;
+  cube__memory_t** mems = cube__launch_mems(t);
   uint32_t count[3] = {t->count[0], t->count[1], t->count[2]};
-  if (t->dyn.mem) {
-    void* p;
-    CUBE_RETURN_IF_ERROR(cube__resolve_arg(&t->dyn, &p));
+  if (t->dyn_mem) {
+    const cube__storage_t* storage;
+    uint64_t off, sz;
+    if (!cube__memory_resolve(t->dyn_mem, &storage, &off, &sz))
+      return cube__status_make(CUBE_STATUS_NOT_FOUND,
+                               "launch of kernel '%s': the dynamic count's memory %" PRIu64
+                               " is not bound",
+                               k->name, t->dyn_mem->id);
     uint32_t c[3];
-    if (t->dyn.value.buffer.len < sizeof(c))
-      return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
-                               "launch of kernel '%s': the dynamic cube count buffer holds %" PRIu64
-                               " bytes, it needs 12 (three u32)",
-                               k->name, t->dyn.value.buffer.len);
-    if (s->backend->flags & CUBE__BACKEND_HOST_MEMORY) {
-      memcpy(c, p, sizeof(c));
+    if (s->be.vt->caps & CUBE__CAP_HOST_MEMORY) {
+      memcpy(c, (const char*)storage->ptr + off + t->dyn_offset, sizeof(c));
     } else {
-      CUBE_RETURN_IF_ERROR(cube__stream_order(st, t->dyn.mem));
-      const cube__storage_t* storage;
-      uint64_t off, sz;
-      cube__memory_resolve(t->dyn.mem, &storage, &off, &sz);
-      CUBE_RETURN_IF_ERROR(s->backend->read(s->bdev, st->backend_stream, c, storage,
-                                            off + t->dyn.offset, sizeof(c), sizeof(c), 1));
+      CUBE_RETURN_IF_ERROR(cube__stream_order(st, t->dyn_mem));
+      CUBE_RETURN_IF_ERROR(cube__backend_read(&s->be, st->backend_stream, c, storage,
+                                              off + t->dyn_offset, sizeof(c), sizeof(c), 1));
     }
     for (int i = 0; i < 3; ++i) {
       if (c[i] > s->props.hardware.max_cube_count[i])
@@ -237,34 +243,36 @@ static cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st,
     }
   }
   if (!count[0] || !count[1] || !count[2]) return CUBE_OK;
-  if (s->backend->event_record) {
+  bool events = cube__backend_has_events(&s->be);
+  if (events) {
     cube__stream_release_holds(st, false);
     for (uint32_t i = 0; i < t->arg_count; ++i)
-      CUBE_RETURN_IF_ERROR(cube__stream_order(st, t->args[i].mem));
+      CUBE_RETURN_IF_ERROR(cube__stream_order(st, mems[i]));
   }
-  cube_cpu_arg_t resolved[CUBE_MAX_KERNEL_ARGS];
-  cube__launch_buffer_t buffers[CUBE_MAX_KERNEL_ARGS];
+  /* Each buffer resolved once, in place: its storage and the view's offset
+   * in it. */
   for (uint32_t i = 0; i < t->arg_count; ++i) {
-    resolved[i] = t->args[i].value;
-    buffers[i] = (cube__launch_buffer_t){NULL, 0};
-    if (t->args[i].mem) {
-      cube_status_t status = cube__resolve_arg(&t->args[i], &resolved[i].buffer.data);
-      if (status) return cube__status_annotate(status, "launch of kernel '%s': argument %u", k->name, i);
-      uint64_t off, sz;
-      cube__memory_resolve(t->args[i].mem, &buffers[i].storage, &off, &sz);
-      buffers[i].offset = off + t->args[i].offset;
-    }
+    if (!mems[i]) continue;
+    const cube__storage_t* storage;
+    uint64_t off, sz;
+    if (!cube__memory_resolve(mems[i], &storage, &off, &sz))
+      return cube__status_make(CUBE_STATUS_NOT_FOUND,
+                               "launch of kernel '%s': argument %u: memory %" PRIu64
+                               " is not bound",
+                               k->name, i, mems[i]->id);
+    t->args[i].buffer.storage = storage;
+    t->args[i].buffer.offset += off;
   }
   uint64_t device_ns = UINT64_MAX;
-  cube__launch_t l = {k, k->name, {count[0], count[1], count[2]}, k->cube_dim, t->mode,
-                      t->arg_count, k->arg_kinds, resolved, buffers, NULL};
+  cube__launch_t l = {k,       k->name,         {count[0], count[1], count[2]}, k->cube_dim, t->mode,
+                      t->arg_count, k->arg_kinds, t->args, NULL};
   cube_profile_level_t level = s->profiler.level;
   if (level == CUBE_PROFILE_EXEC) cube__profiler_log(&s->profiler, "Executing %s", k->name);
-  if (level >= CUBE_PROFILE_BASIC && s->backend->prepare) {
+  if (level >= CUBE_PROFILE_BASIC && cube__backend_has_prepare(&s->be)) {
     /* Compile (or load from the kernel cache) outside the timed launch, and
      * show it as its own line: a first launch is not a slow kernel. */
     uint64_t c0 = cube__now_ns();
-    CUBE_RETURN_IF_ERROR(s->backend->prepare(s->bdev, k, t->mode));
+    CUBE_RETURN_IF_ERROR(cube__backend_prepare(&s->be, k, t->mode));
     uint64_t cns = cube__now_ns() - c0;
     if (cns > 100000) {
       char what[160];
@@ -274,14 +282,10 @@ static cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st,
   }
   uint64_t t0 = level >= CUBE_PROFILE_BASIC ? cube__now_ns() : 0;
   if (level >= CUBE_PROFILE_BASIC) l.device_ns = &device_ns;
-  cube_status_t status = s->backend->launch(s->bdev, st->backend_stream, &l);
-  if (s->backend->event_record) {
-    cube__memory_t* mems[CUBE_MAX_KERNEL_ARGS];
-    for (uint32_t i = 0; i < t->arg_count; ++i) mems[i] = t->args[i].mem;
-    cube__stream_hold(st, mems, t->arg_count);
-  }
+  cube_status_t status = cube__backend_launch(&s->be, st->backend_stream, &l);
+  if (events) cube__stream_hold(st, mems, t->arg_count);
   if (level >= CUBE_PROFILE_BASIC) {
-    if (s->backend->sync) cube_status_free(s->backend->sync(s->bdev, st->backend_stream));
+    cube_status_free(cube__backend_sync(&s->be, st->backend_stream));
     uint64_t ns = cube__now_ns() - t0;
     if (device_ns != UINT64_MAX) ns = device_ns; /* the device's own timestamps */
     cube__profiler_record(&s->profiler, k->name, ns);
@@ -307,31 +311,52 @@ static cube_status_t cube__launch_task_run(void* state, void* payload) {
 
 static void cube__launch_task_drop(void* payload) {
   cube__launch_task_t* t = payload;
+  cube__memory_t** mems = cube__launch_mems(t);
   for (uint32_t i = 0; i < t->arg_count; ++i)
-    if (t->args[i].mem) cube__memory_unref(t->args[i].mem);
-  if (t->dyn.mem) cube__memory_unref(t->dyn.mem);
+    if (mems[i]) cube__memory_unref(mems[i]);
+  if (t->dyn_mem) cube__memory_unref(t->dyn_mem);
   cube_kernel_release(t->kernel);
 }
 
+typedef struct cube__launch_fill {
+  cube__stream_t* stream;
+  cube_kernel_t* kernel;
+  const uint32_t* count;
+  cube__memory_t* dyn_mem;
+  uint64_t dyn_offset;
+  cube_execution_mode_t mode;
+  uint32_t arg_count;
+  const cube__task_arg_t* args;
+} cube__launch_fill_t;
+
+/* Writes the record where it is queued and takes its references. */
+static void cube__launch_fill(void* payload, const void* arg) {
+  const cube__launch_fill_t* f = arg;
+  cube__launch_task_t* t = payload;
+  t->stream = f->stream;
+  t->kernel = cube_kernel_retain(f->kernel);
+  t->dyn_mem = f->dyn_mem;
+  t->dyn_offset = f->dyn_offset;
+  if (f->dyn_mem) cube__memory_ref(f->dyn_mem);
+  memcpy(t->count, f->count, sizeof(t->count));
+  t->mode = f->mode;
+  t->arg_count = f->arg_count;
+  cube__memory_t** mems = cube__launch_mems(t);
+  for (uint32_t i = 0; i < f->arg_count; ++i) {
+    t->args[i] = f->args[i].value;
+    mems[i] = f->args[i].mem;
+    if (mems[i]) cube__memory_ref(mems[i]);
+  }
+}
+
 cube_status_t cube__server_launch(cube__stream_t* st, cube_kernel_t* kernel,
-                                  const uint32_t count[3], const cube__task_arg_t* dyn,
-                                  cube_execution_mode_t mode, uint32_t arg_count,
-                                  const cube__task_arg_t* args) {
-  union {
-    cube__launch_task_t t;
-    char bytes[sizeof(cube__launch_task_t) + CUBE_MAX_KERNEL_ARGS * sizeof(cube__task_arg_t)];
-  } u;
-  cube__launch_task_t* t = &u.t;
-  memset(t, 0, sizeof(*t));
-  t->stream = st;
-  t->kernel = cube_kernel_retain(kernel);
-  t->mode = mode;
-  t->arg_count = arg_count;
-  memcpy(t->count, count, sizeof(t->count));
-  if (dyn) t->dyn = *dyn;
-  if (arg_count) memcpy(t->args, args, arg_count * sizeof(*args));
-  return cube__submit(st->server->service, st->id, cube__launch_task_run, t,
-                      sizeof(*t) + arg_count * sizeof(*args), cube__launch_task_drop);
+                                  const uint32_t count[3], cube__memory_t* dyn_mem,
+                                  uint64_t dyn_offset, cube_execution_mode_t mode,
+                                  uint32_t arg_count, const cube__task_arg_t* args) {
+  cube__launch_fill_t f = {st, kernel, count, dyn_mem, dyn_offset, mode, arg_count, args};
+  return cube__submit_fill(st->server->service, st->id, cube__launch_task_run,
+                           cube__launch_task_size(arg_count), cube__launch_fill, &f,
+                           cube__launch_task_drop);
 }
 
 //===----------------------------------------------------------------------===//
@@ -360,10 +385,9 @@ cube_status_t cube__server_flush(cube__stream_t* st) {
 
 static cube_status_t cube__sync_exec(cube__stream_t* st) {
   cube__server_t* s = st->server;
-  cube_status_t status = CUBE_OK;
-  if (s->backend->sync) status = s->backend->sync(s->bdev, st->backend_stream);
+  cube_status_t status = cube__backend_sync(&s->be, st->backend_stream);
   if (status) cube__stream_push_error(st, status);
-  if (s->backend->event_done) cube__stream_release_holds(st, false);
+  if (cube__backend_has_events(&s->be)) cube__stream_release_holds(st, false);
   if (s->profiler.level >= CUBE_PROFILE_BASIC) cube__profiler_summary(&s->profiler);
   return cube__stream_take_errors(st);
 }
@@ -423,17 +447,15 @@ static cube_status_t cube__profile_exclusive(void* p) {
   cube__profile_call_t* c = p;
   cube__stream_t* st = c->stream;
   cube__server_t* s = st->server;
-  if (s->backend->sync) {
-    cube_status_t status = s->backend->sync(s->bdev, st->backend_stream);
-    if (status) return cube__status_annotate(status, "cube_client_profile: start");
-  }
+  cube_status_t start = cube__backend_sync(&s->be, st->backend_stream);
+  if (start) return cube__status_annotate(start, "cube_client_profile: start");
   cube__stream_profile_begin(st);
   uint64_t t0 = cube__now_ns();
   void* ev0 = NULL;
   void* ev1 = NULL;
-  if (s->backend->event_elapsed) {
+  if (cube__backend_has_event_timing(&s->be)) {
     /* Device timestamps around the work (the host clock adds the sync). */
-    cube_status_t e = s->backend->event_record(s->bdev, st->backend_stream, &ev0);
+    cube_status_t e = cube__backend_event_record(&s->be, st->backend_stream, &ev0);
     if (e) {
       cube_status_free(e);
       ev0 = NULL;
@@ -441,22 +463,22 @@ static cube_status_t cube__profile_exclusive(void* p) {
   }
   cube_status_t status = c->fn(c->user);
   if (ev0) {
-    cube_status_t e = s->backend->event_record(s->bdev, st->backend_stream, &ev1);
+    cube_status_t e = cube__backend_event_record(&s->be, st->backend_stream, &ev1);
     if (e) {
       cube_status_free(e);
       ev1 = NULL;
     }
   }
-  cube_status_t sync_status = s->backend->sync ? s->backend->sync(s->bdev, st->backend_stream) : NULL;
+  cube_status_t sync_status = cube__backend_sync(&s->be, st->backend_stream);
   uint64_t t1 = cube__now_ns();
   if (ev0 && ev1 && !sync_status) {
     uint64_t ns = 0;
-    cube_status_t e = s->backend->event_elapsed(s->bdev, ev0, ev1, &ns);
+    cube_status_t e = cube__backend_event_elapsed(&s->be, ev0, ev1, &ns);
     if (!e) t1 = t0 + ns;
     cube_status_free(e);
   }
-  if (ev0) s->backend->event_destroy(s->bdev, ev0);
-  if (ev1) s->backend->event_destroy(s->bdev, ev1);
+  cube__backend_event_destroy(&s->be, ev0);
+  cube__backend_event_destroy(&s->be, ev1);
   cube_status_t launch_errors = cube__stream_profile_end(st);
   if (status || sync_status || launch_errors) {
     status = cube__status_join(status, sync_status);
@@ -485,5 +507,5 @@ cube_status_t cube__server_exclusive(cube__server_t* s, uint64_t stream_id, cube
 
 cube_status_t cube__server_prepare(cube__server_t* s, const cube_kernel_t* kernel,
                                    cube_execution_mode_t mode) {
-  return s->backend->prepare ? s->backend->prepare(s->bdev, kernel, mode) : CUBE_OK;
+  return cube__backend_prepare(&s->be, kernel, mode);
 }

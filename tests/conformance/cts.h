@@ -21,6 +21,10 @@ typedef struct cts_backend {
   const char* queue_mode; /* value for CUBE_DEVICE_QUEUE, NULL = default */
 } cts_backend_t;
 
+/* Why |case_name| cannot run on |variant| (tests/conformance/cts_variants.c),
+ * or NULL when it must pass there. */
+const char* cts_unsupported_reason(const char* variant, const char* case_name);
+
 /* The backend this process runs the suite for. */
 const cts_backend_t* cts_backend(void);
 

@@ -112,6 +112,9 @@ int cube_test_main_hook(int* argc, char*** argv) {
         v = next;
       }
     }
+    /* The null backend has no devices unless asked (two: the cases across
+     * devices run too). */
+    if (strcmp(base, "null") == 0) setenv("CUBE_NULL_DEVICES", "2", 0);
     cube_backend_t b;
     cube_status_t s = cube_backend_parse(base, &b);
     if (s) {
@@ -134,6 +137,25 @@ int cube_test_main_hook(int* argc, char*** argv) {
     return 77;
   }
   cube_status_free(avail);
-  if (!(*argc > 1 && strcmp((*argv)[1], "--list") == 0)) cts_probe_native();
+  bool listing = *argc > 1 && strcmp((*argv)[1], "--list") == 0;
+  if (*argc > 1 && strcmp((*argv)[1], "--unsupported") == 0) {
+    /* The cases this variant skips, for the check that they still fail. */
+    for (int i = 0; i < cube_test_case_count(); ++i)
+      if (cts_unsupported_reason(cts_current->name, cube_test_case_name(i)))
+        printf("%s\n", cube_test_case_name(i));
+    exit(0);
+  }
+  /* CUBE_CTS_VERIFY_UNSUPPORTED=1 runs the unsupported cases anyway (they
+   * must fail: a case that passes no longer belongs in the list). */
+  const char* verify = getenv("CUBE_CTS_VERIFY_UNSUPPORTED");
+  if (!listing && *argc > 1 && !(verify && strcmp(verify, "1") == 0)) {
+    const char* why = cts_unsupported_reason(cts_current->name, (*argv)[1]);
+    if (why) {
+      printf("[skip] %s on %s: %s (tests/conformance/cts_variants.c)\n", (*argv)[1],
+             cts_current->name, why);
+      return 77;
+    }
+  }
+  if (!listing) cts_probe_native();
   return 0;
 }

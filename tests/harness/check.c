@@ -13,6 +13,11 @@ void cube_test_register(const char* name, cube_test_fn fn) {
   if (cube_test_count < CUBE_TEST_MAX) cube_tests[cube_test_count++] = (cube_test_case_t){name, fn};
 }
 
+int cube_test_case_count(void) { return cube_test_count; }
+const char* cube_test_case_name(int i) {
+  return i >= 0 && i < cube_test_count ? cube_tests[i].name : NULL;
+}
+
 int cube_test_check_status(const char* file, int line, const char* expr, cube_status_t s,
                            cube_status_code_t code, ...) {
   int ok = 1;

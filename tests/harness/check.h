@@ -27,6 +27,9 @@ typedef struct {
 extern int cube_test_failures;
 extern int cube_test_skipped;
 void cube_test_register(const char* name, cube_test_fn fn);
+/* The registered cases (for suites that list or filter them). */
+int cube_test_case_count(void);
+const char* cube_test_case_name(int i);
 
 #define CUBE_TEST(name)                                                         \
   static void cube_test_##name(void);                                           \

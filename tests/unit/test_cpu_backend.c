@@ -42,19 +42,44 @@ static cube_kernel_t make_kernel(const char* name, cube_cpu_kernel_fn fn, uint32
   return k;
 }
 
-static cube__launch_t make_launch(const cube_kernel_t* k, uint32_t cx, uint32_t cy, uint32_t cz,
-                                  cube_dim_t dim, const cube_cpu_arg_t* args, uint32_t argc) {
+/* A launch record with its arguments as the server builds them: each buffer
+ * (args[i].buffer, a host address and a length) becomes a storage of its
+ * own. |kinds| has one letter per argument: 'b' a buffer, 's' a scalar. */
+typedef struct launch_rec {
   cube__launch_t l;
-  memset(&l, 0, sizeof(l));
-  l.kernel = k;
-  l.name = k->name;
-  l.count[0] = cx;
-  l.count[1] = cy;
-  l.count[2] = cz;
-  l.dim = dim;
-  l.mode = CUBE_EXEC_CHECKED;
-  l.arg_count = argc;
-  l.args = args;
+  cube__storage_t storage[4];
+  cube__launch_arg_t args[4];
+  cube_arg_kind_t kinds[4];
+} launch_rec_t;
+
+static cube__launch_t* make_launch(launch_rec_t* r, const cube_kernel_t* k, uint32_t cx,
+                                   uint32_t cy, uint32_t cz, cube_dim_t dim,
+                                   const cube_cpu_arg_t* args, const char* kinds) {
+  memset(r, 0, sizeof(*r));
+  uint32_t argc = kinds ? (uint32_t)strlen(kinds) : 0;
+  for (uint32_t i = 0; i < argc && i < 4; ++i) {
+    if (kinds[i] == 'b') {
+      r->kinds[i] = CUBE_ARG_BUFFER;
+      r->storage[i] = (cube__storage_t){i + 1, args[i].buffer.data, args[i].buffer.len, NULL};
+      r->args[i].buffer.storage = &r->storage[i];
+      r->args[i].buffer.offset = 0;
+      r->args[i].buffer.len = args[i].buffer.len;
+    } else {
+      r->kinds[i] = CUBE_ARG_U64;
+      r->args[i].u64 = args[i].u64;
+    }
+  }
+  cube__launch_t* l = &r->l;
+  l->kernel = k;
+  l->name = k->name;
+  l->count[0] = cx;
+  l->count[1] = cy;
+  l->count[2] = cz;
+  l->dim = dim;
+  l->mode = CUBE_EXEC_CHECKED;
+  l->arg_count = argc;
+  l->kinds = r->kinds;
+  l->args = r->args;
   return l;
 }
 
@@ -69,7 +94,9 @@ CUBE_TEST(properties_sanity) {
   CHECK_EQ_U64(cpu->device_count(), 1);
   CHECK(cpu->backend == CUBE_BACKEND_CPU);
   CHECK(strcmp(cpu->name, "cpu") == 0);
-  CHECK(cpu->flags & CUBE__BACKEND_HOST_MEMORY);
+  CHECK(cpu->caps & CUBE__CAP_HOST_MEMORY);
+  CHECK(cpu->caps & CUBE__CAP_NATIVE_KERNELS);
+  CHECK_OK(cube__backend_validate(cpu));
 
   cube__backend_device_t* dev = NULL;
   cube_device_properties_t p;
@@ -312,8 +339,9 @@ CUBE_TEST(saxpy_matches_host_loop) {
   args[1].buffer.len = n * sizeof(float);
   args[2].f32 = 2.5f;
   const uint32_t cubes = (uint32_t)((n + 255) / 256);
-  cube__launch_t l = make_launch(&k, cubes, 1, 1, (cube_dim_t){256, 1, 1}, args, 3);
-  CHECK_OK(cpu->launch(dev, NULL, &l));
+  launch_rec_t lr;
+  cube__launch_t* l = make_launch(&lr, &k, cubes, 1, 1, (cube_dim_t){256, 1, 1}, args, "bbs");
+  CHECK_OK(cpu->launch(dev, NULL, l));
   CHECK_OK(cpu->sync(dev, NULL));
   CHECK_OK(cpu->read(dev, NULL, out, &ys, 0, 0, n * sizeof(float), 1));
   uint64_t wrong = 0;
@@ -378,10 +406,11 @@ CUBE_TEST(counts_3d_visit_every_cube_once) {
     cube_cpu_arg_t arg;
     arg.buffer.data = &v;
     arg.buffer.len = sizeof(v);
-    cube__launch_t l =
-        make_launch(&k, sh[0], sh[1], sh[2], (cube_dim_t){sh[3], sh[4], sh[5]}, &arg, 1);
-    l.mode = CUBE_EXEC_VALIDATE;
-    CHECK_OK(cpu->launch(dev, NULL, &l));
+    launch_rec_t lr;
+    cube__launch_t* l =
+        make_launch(&lr, &k, sh[0], sh[1], sh[2], (cube_dim_t){sh[3], sh[4], sh[5]}, &arg, "b");
+    l->mode = CUBE_EXEC_VALIDATE;
+    CHECK_OK(cpu->launch(dev, NULL, l));
     uint64_t wrong = 0;
     for (uint64_t i = 0; i < total; ++i) wrong += atomic_load(&v.visits[i]) != 1;
     CHECK_EQ_U64(wrong, 0);
@@ -395,8 +424,9 @@ CUBE_TEST(counts_3d_visit_every_cube_once) {
   cube_cpu_arg_t arg;
   arg.buffer.data = &v;
   arg.buffer.len = sizeof(v);
-  cube__launch_t l = make_launch(&k, 5, 0, 3, (cube_dim_t){1, 1, 1}, &arg, 1);
-  CHECK_OK(cpu->launch(dev, NULL, &l)); /* visits is NULL: would crash if it ran */
+  launch_rec_t lr;
+  cube__launch_t* l = make_launch(&lr, &k, 5, 0, 3, (cube_dim_t){1, 1, 1}, &arg, "b");
+  CHECK_OK(cpu->launch(dev, NULL, l)); /* visits is NULL: would crash if it ran */
   cpu->device_destroy(dev);
 }
 
@@ -432,8 +462,9 @@ static void* scratch_runner(void* p) {
     cube_kernel_t k = make_kernel("scratch", scratch_kernel, 64, shared);
     cube_cpu_arg_t arg;
     arg.u64 = shared;
-    cube__launch_t l = make_launch(&k, 50, 20, 3, (cube_dim_t){64, 1, 1}, &arg, 1);
-    cube_status_t s = cpu->launch(j->dev, NULL, &l);
+    launch_rec_t lr;
+    cube__launch_t* l = make_launch(&lr, &k, 50, 20, 3, (cube_dim_t){64, 1, 1}, &arg, "s");
+    cube_status_t s = cpu->launch(j->dev, NULL, l);
     if (s != CUBE_OK) {
       fprintf(stderr, "scratch launch: %s\n", cube_status_message(s));
       cube_status_free(s);
@@ -478,19 +509,22 @@ CUBE_TEST(failing_kernel_reports_launch_failed) {
   REQUIRE(dev);
   cube_kernel_t k = make_kernel("failing_kernel", failing_kernel, 1, 0);
   for (int round = 0; round < 10; ++round) {
-    cube__launch_t l = make_launch(&k, 8, 4, 2 + (uint32_t)round * 100, (cube_dim_t){1, 1, 1},
-                                   NULL, 0);
-    CHECK_STATUS(cpu->launch(dev, NULL, &l), CUBE_STATUS_LAUNCH_FAILED,
+    launch_rec_t lr;
+    cube__launch_t* l = make_launch(&lr, &k, 8, 4, 2 + (uint32_t)round * 100,
+                                    (cube_dim_t){1, 1, 1}, NULL, NULL);
+    CHECK_STATUS(cpu->launch(dev, NULL, l), CUBE_STATUS_LAUNCH_FAILED,
                  "launch of kernel 'failing_kernel'", "cube (3, 2, 1)", "returned error 5");
   }
   /* No native function. */
   cube_kernel_t none = make_kernel("source_only", NULL, 1, 0);
-  cube__launch_t l = make_launch(&none, 1, 1, 1, (cube_dim_t){1, 1, 1}, NULL, 0);
-  CHECK_STATUS(cpu->launch(dev, NULL, &l), CUBE_STATUS_UNIMPLEMENTED, "source_only",
+  launch_rec_t lr;
+  cube__launch_t* l = make_launch(&lr, &none, 1, 1, 1, (cube_dim_t){1, 1, 1}, NULL, NULL);
+  CHECK_STATUS(cpu->launch(dev, NULL, l), CUBE_STATUS_UNIMPLEMENTED, "source_only",
                "no native CPU function");
   /* The device still works. */
-  cube__launch_t ok = make_launch(&k, 3, 2, 1, (cube_dim_t){1, 1, 1}, NULL, 0);
-  CHECK_OK(cpu->launch(dev, NULL, &ok));
+  launch_rec_t lr_ok;
+  cube__launch_t* ok = make_launch(&lr_ok, &k, 3, 2, 1, (cube_dim_t){1, 1, 1}, NULL, NULL);
+  CHECK_OK(cpu->launch(dev, NULL, ok));
   cpu->device_destroy(dev);
 }
 
@@ -505,25 +539,26 @@ CUBE_TEST(dim_over_limits_is_out_of_range) {
   cube__backend_device_t* dev = open_device(0, NULL);
   REQUIRE(dev);
   cube_kernel_t k = make_kernel("big_cube", never_runs, 1, 0);
-  cube__launch_t l = make_launch(&k, 1, 1, 1, (cube_dim_t){2048, 1, 1}, NULL, 0);
-  CHECK_STATUS(cpu->launch(dev, NULL, &l), CUBE_STATUS_OUT_OF_RANGE, "big_cube", "2048", "1024");
-  l.dim = (cube_dim_t){1, 1, 65};
-  CHECK_STATUS(cpu->launch(dev, NULL, &l), CUBE_STATUS_OUT_OF_RANGE, "big_cube", "65", "64");
-  l.dim = (cube_dim_t){64, 32, 1}; /* each axis fine, 2048 units too many */
-  CHECK_STATUS(cpu->launch(dev, NULL, &l), CUBE_STATUS_OUT_OF_RANGE, "big_cube", "2048 units",
+  launch_rec_t lr;
+  cube__launch_t* l = make_launch(&lr, &k, 1, 1, 1, (cube_dim_t){2048, 1, 1}, NULL, NULL);
+  CHECK_STATUS(cpu->launch(dev, NULL, l), CUBE_STATUS_OUT_OF_RANGE, "big_cube", "2048", "1024");
+  l->dim = (cube_dim_t){1, 1, 65};
+  CHECK_STATUS(cpu->launch(dev, NULL, l), CUBE_STATUS_OUT_OF_RANGE, "big_cube", "65", "64");
+  l->dim = (cube_dim_t){64, 32, 1}; /* each axis fine, 2048 units too many */
+  CHECK_STATUS(cpu->launch(dev, NULL, l), CUBE_STATUS_OUT_OF_RANGE, "big_cube", "2048 units",
                "1024");
-  l.dim = (cube_dim_t){0, 1, 1};
-  CHECK_STATUS(cpu->launch(dev, NULL, &l), CUBE_STATUS_OUT_OF_RANGE, "big_cube", "(0, 1, 1)");
-  l.dim = (cube_dim_t){1, 1, 1};
+  l->dim = (cube_dim_t){0, 1, 1};
+  CHECK_STATUS(cpu->launch(dev, NULL, l), CUBE_STATUS_OUT_OF_RANGE, "big_cube", "(0, 1, 1)");
+  l->dim = (cube_dim_t){1, 1, 1};
   cube_kernel_t fat = make_kernel("fat_cube", never_runs, 1, (1u << 20) + 1);
-  l.kernel = &fat;
-  l.name = fat.name;
-  CHECK_STATUS(cpu->launch(dev, NULL, &l), CUBE_STATUS_OUT_OF_RANGE, "fat_cube", "1048577");
+  l->kernel = &fat;
+  l->name = fat.name;
+  CHECK_STATUS(cpu->launch(dev, NULL, l), CUBE_STATUS_OUT_OF_RANGE, "fat_cube", "1048577");
   /* 2^32-1 cubes on every axis do not fit in 64 bits. */
-  l.kernel = &k;
-  l.name = k.name;
-  l.count[0] = l.count[1] = l.count[2] = UINT32_MAX;
-  CHECK_STATUS(cpu->launch(dev, NULL, &l), CUBE_STATUS_OUT_OF_RANGE, "big_cube", "4294967295");
+  l->kernel = &k;
+  l->name = k.name;
+  l->count[0] = l->count[1] = l->count[2] = UINT32_MAX;
+  CHECK_STATUS(cpu->launch(dev, NULL, l), CUBE_STATUS_OUT_OF_RANGE, "big_cube", "4294967295");
   cpu->device_destroy(dev);
 }
 
@@ -556,17 +591,20 @@ CUBE_TEST(one_cube_runs_on_the_caller) {
   static const uint32_t shapes[][2] = {{1, 1}, {1, 1024}, {4, 256}, {1000, 1}};
   for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s) {
     memset(&t, 0, sizeof(t));
-    cube__launch_t l = make_launch(&k, shapes[s][0], 1, 1, (cube_dim_t){shapes[s][1], 1, 1}, &arg, 1);
-    CHECK_OK(cpu->launch(dev, NULL, &l));
+    launch_rec_t lr;
+    cube__launch_t* l =
+        make_launch(&lr, &k, shapes[s][0], 1, 1, (cube_dim_t){shapes[s][1], 1, 1}, &arg, "b");
+    CHECK_OK(cpu->launch(dev, NULL, l));
     CHECK_EQ_U64(atomic_load(&t.calls), shapes[s][0]);
     CHECK(pthread_equal(t.thread, pthread_self()) && t.worker == 0);
   }
   /* Launch latency of one cube (information, not a limit). */
-  cube__launch_t l = make_launch(&k, 1, 1, 1, (cube_dim_t){1, 1, 1}, &arg, 1);
+  launch_rec_t lr;
+  cube__launch_t* l = make_launch(&lr, &k, 1, 1, 1, (cube_dim_t){1, 1, 1}, &arg, "b");
   const int reps = 100000;
   uint64_t t0 = cube__now_ns();
   for (int i = 0; i < reps; ++i) {
-    cube_status_t s = cpu->launch(dev, NULL, &l);
+    cube_status_t s = cpu->launch(dev, NULL, l);
     if (s != CUBE_OK) {
       CHECK_OK(s);
       break;
@@ -600,44 +638,12 @@ CUBE_TEST(registry_tables) {
     const cube__backend_vtable_t* t = cube__backend_get((cube_backend_t)b);
     if (!t) continue;
     CHECK(t->backend == (cube_backend_t)b);
-    CHECK(t->availability && t->device_count && t->device_create && t->device_destroy &&
-          t->alloc && t->dealloc && t->stream_create && t->stream_destroy && t->write &&
-          t->read && t->launch && t->sync);
+    CHECK_OK(cube__backend_validate(t));
+    CHECK(t->api_version == CUBE__BACKEND_API_VERSION);
     /* Event entries come as a set (the server uses them together). */
     bool ev = t->event_record != NULL;
     CHECK(ev == (t->event_wait != NULL) && ev == (t->event_done != NULL) &&
           ev == (t->event_sync != NULL) && ev == (t->event_destroy != NULL));
     CHECK((t->alloc_on != NULL) == (t->dealloc_on != NULL));
   }
-}
-
-CUBE_TEST(null_backend_is_unimplemented) {
-  const cube__backend_vtable_t* n = &cube__backend_null;
-  CHECK(strcmp(n->name, "null") == 0);
-  CHECK_OK(n->availability());
-  CHECK_EQ_U64(n->device_count(), 0);
-  cube__backend_device_t* dev = NULL;
-  cube_device_properties_t p;
-  cube_features_t f;
-  cube_backend_info_t info;
-  CHECK_STATUS(n->device_create(0, NULL, &dev, &p, &f, &info), CUBE_STATUS_UNIMPLEMENTED,
-               "null backend: device_create is not implemented");
-  cube__storage_t st;
-  memset(&st, 0, sizeof(st));
-  uint8_t buf[8];
-  void* stream = NULL;
-  CHECK_STATUS(n->alloc(NULL, 8, &st), CUBE_STATUS_UNIMPLEMENTED, "null backend: alloc");
-  CHECK_STATUS(n->host_alloc(NULL, 8, &st), CUBE_STATUS_UNIMPLEMENTED, "null backend: host_alloc");
-  CHECK_STATUS(n->stream_create(NULL, 0, &stream), CUBE_STATUS_UNIMPLEMENTED,
-               "null backend: stream_create");
-  CHECK_STATUS(n->write(NULL, NULL, &st, 0, 0, buf, 8, 1), CUBE_STATUS_UNIMPLEMENTED,
-               "null backend: write");
-  CHECK_STATUS(n->read(NULL, NULL, buf, &st, 0, 0, 8, 1), CUBE_STATUS_UNIMPLEMENTED,
-               "null backend: read");
-  CHECK_STATUS(n->launch(NULL, NULL, NULL), CUBE_STATUS_UNIMPLEMENTED, "null backend: launch");
-  CHECK_STATUS(n->sync(NULL, NULL), CUBE_STATUS_UNIMPLEMENTED, "null backend: sync");
-  n->dealloc(NULL, &st);
-  n->host_dealloc(NULL, &st);
-  n->stream_destroy(NULL, NULL);
-  n->device_destroy(NULL);
 }

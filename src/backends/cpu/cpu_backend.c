@@ -14,7 +14,6 @@
 #include "backends/backend.h"
 #include "backends/cpu/cpu_compiler.h"
 #include "backends/cpu/worker_pool.h"
-#include "base/fault.h"
 #include "base/status.h"
 #include "cube/cube.h"
 #include "kernel/cache.h"
@@ -52,6 +51,7 @@ struct cube__backend_device {
    * runner), and participant numbers are unique within a launch, so entry p
    * is touched by one thread at a time. */
   cube__cpu_scratch_t* scratch;
+  cube_device_properties_t props; /* the limits launches are checked against */
 };
 
 static atomic_uint_fast64_t cube__cpu_next_storage_id = 1;
@@ -188,7 +188,8 @@ static cube_status_t cube__cpu_device_create(uint32_t index, const cube_server_o
                              "cpu device %u: no memory for %u scratch slots", index, workers);
   }
 
-  if (out_props) cube__cpu_fill_properties(index, dev->workers, out_props);
+  cube__cpu_fill_properties(index, dev->workers, &dev->props);
+  if (out_props) *out_props = dev->props;
   if (out_features) {
     out_features->bits = CUBE_FEATURE_NATIVE_KERNELS | CUBE_FEATURE_DYNAMIC_COUNT |
                          CUBE_FEATURE_COLLECTIVES | /* src/collective: host transport */
@@ -253,18 +254,12 @@ static cube_status_t cube__cpu_alloc_storage(cube__backend_device_t* dev, uint64
 
 static cube_status_t cube__cpu_alloc(cube__backend_device_t* dev, uint64_t size,
                                      cube__storage_t* out) {
-  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_ALLOC, CUBE_STATUS_OUT_OF_MEMORY,
-                     "cpu device %u: allocation of %llu bytes failed", dev ? dev->index : 0u,
-                     (unsigned long long)size);
   return cube__cpu_alloc_storage(dev, size, out);
 }
 
 /* On the CPU "pinned" staging memory is plain memory. */
 static cube_status_t cube__cpu_host_alloc(cube__backend_device_t* dev, uint64_t size,
                                           cube__storage_t* out) {
-  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_HOST_ALLOC, CUBE_STATUS_OUT_OF_MEMORY,
-                     "cpu device %u: pinned allocation of %llu bytes failed",
-                     dev ? dev->index : 0u, (unsigned long long)size);
   return cube__cpu_alloc_storage(dev, size, out);
 }
 
@@ -318,9 +313,6 @@ static cube_status_t cube__cpu_write(cube__backend_device_t* dev, void* stream,
   (void)dev;
   (void)stream;
   if (width == 0 || height == 0) return CUBE_OK;
-  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_WRITE, CUBE_STATUS_INTERNAL,
-                     "cpu write of %llu bytes to storage %llu failed",
-                     (unsigned long long)(width * height), (unsigned long long)dst->id);
   CUBE_RETURN_IF_ERROR(cube__cpu_check_rows("write", dst, dst_offset, pitch, width, height));
   uint8_t* d = (uint8_t*)dst->ptr + dst_offset;
   const uint8_t* s = src;
@@ -338,9 +330,6 @@ static cube_status_t cube__cpu_read(cube__backend_device_t* dev, void* stream, v
   (void)dev;
   (void)stream;
   if (width == 0 || height == 0) return CUBE_OK;
-  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_READ, CUBE_STATUS_INTERNAL,
-                     "cpu read of %llu bytes from storage %llu failed",
-                     (unsigned long long)(width * height), (unsigned long long)src->id);
   CUBE_RETURN_IF_ERROR(cube__cpu_check_rows("read", src, src_offset, pitch, width, height));
   const uint8_t* s = (const uint8_t*)src->ptr + src_offset;
   uint8_t* d = dst;
@@ -515,12 +504,15 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
   const cube_kernel_t* k = l->kernel;
   const char* name = l->name ? l->name : (k && k->name ? k->name : "?");
   if (!k) return CUBE_INVALID("launch of kernel '%s': no kernel object", name);
-  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_LAUNCH, CUBE_STATUS_LAUNCH_FAILED,
-                     "launch of kernel '%s' failed", name);
   cube_cpu_kernel_fn kernel_fn = NULL;
   CUBE_RETURN_IF_ERROR(cube__cpu_kernel_function(k, l->mode, &kernel_fn));
 
-  static const uint32_t max_dim[3] = {1024, 1024, 64};
+  /* The server checked these against the same properties; a launch record
+   * from elsewhere (a test, a graph later) gets the same answer here. */
+  const uint32_t* max_dim = dev->props.hardware.max_cube_dim;
+  const uint32_t max_units = dev->props.hardware.max_units_per_cube;
+  const uint64_t max_shared = dev->props.hardware.max_shared_memory_size;
+  const uint32_t max_bindings = dev->props.hardware.max_bindings;
   const uint32_t dim[3] = {l->dim.x, l->dim.y, l->dim.z};
   for (int i = 0; i < 3; ++i) {
     if (dim[i] == 0 || dim[i] > max_dim[i])
@@ -530,20 +522,23 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
                                name, dim[0], dim[1], dim[2], "xyz"[i], dim[i], max_dim[i]);
   }
   uint64_t units = (uint64_t)dim[0] * dim[1] * dim[2];
-  if (units > 1024)
+  if (units > max_units)
     return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
                              "launch of kernel '%s': cube dim (%u, %u, %u) has %llu units, more "
                              "than the %u a cube may have",
-                             name, dim[0], dim[1], dim[2], (unsigned long long)units, 1024u);
-  if (k->shared_memory_size > (1u << 20))
+                             name, dim[0], dim[1], dim[2], (unsigned long long)units, max_units);
+  if (k->shared_memory_size > max_shared)
     return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
                              "launch of kernel '%s': %llu bytes of cube-local memory, more than "
-                             "the %u bytes a cube may have",
-                             name, (unsigned long long)k->shared_memory_size, 1u << 20);
-  if (l->arg_count > 1024)
+                             "the %llu bytes a cube may have",
+                             name, (unsigned long long)k->shared_memory_size,
+                             (unsigned long long)max_shared);
+  if (l->arg_count > max_bindings || l->arg_count > CUBE_MAX_KERNEL_ARGS)
     return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
                              "launch of kernel '%s': %u arguments, more than the %u bindings",
-                             name, l->arg_count, 1024u);
+                             name, l->arg_count,
+                             max_bindings < CUBE_MAX_KERNEL_ARGS ? max_bindings
+                                                                 : CUBE_MAX_KERNEL_ARGS);
 
   /* max_cube_count is UINT32_MAX per axis, which a uint32_t always meets;
    * the product may still not fit in 64 bits. */
@@ -555,11 +550,21 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
                              name, l->count[0], l->count[1], l->count[2]);
   if (total == 0) return CUBE_OK;
 
+  /* The native kernel ABI: a buffer is its host address and length. */
+  cube_cpu_arg_t args[CUBE_MAX_KERNEL_ARGS];
+  for (uint32_t i = 0; i < l->arg_count; ++i) {
+    if (l->kinds[i] == CUBE_ARG_BUFFER) {
+      args[i].buffer.data = cube__launch_arg_host_ptr(&l->args[i]);
+      args[i].buffer.len = l->args[i].buffer.len;
+    } else {
+      memcpy(&args[i], &l->args[i], sizeof(uint64_t)); /* scalars sit at offset 0 of both */
+    }
+  }
   cube__cpu_launch_ctx_t ctx;
   memset(&ctx, 0, sizeof(ctx));
   ctx.dev = dev;
   ctx.fn = kernel_fn;
-  ctx.args = l->args;
+  ctx.args = args;
   ctx.arg_count = l->arg_count;
   memcpy(ctx.count, l->count, sizeof(ctx.count));
   memcpy(ctx.dim, dim, sizeof(ctx.dim));
@@ -594,10 +599,15 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
                            ctx.fail_pos[0], ctx.fail_pos[1], ctx.fail_pos[2], ctx.fail_code);
 }
 
+static const char* const cube__cpu_transports[] = {"host", NULL};
+
 const cube__backend_vtable_t cube__backend_cpu = {
+    .api_version = CUBE__BACKEND_API_VERSION,
     .backend = CUBE_BACKEND_CPU,
     .name = "cpu",
-    .flags = CUBE__BACKEND_HOST_MEMORY,
+    .caps = CUBE__CAP_HOST_MEMORY | CUBE__CAP_NATIVE_KERNELS | CUBE__CAP_GLOBAL_IDS_UNDER_MPI,
+    .dialect_target = CUBE__TARGET_CPU,
+    .collective_transports = cube__cpu_transports,
     .availability = cube__cpu_availability,
     .device_count = cube__cpu_device_count,
     .device_create = cube__cpu_device_create,

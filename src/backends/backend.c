@@ -1,0 +1,279 @@
+/* The wrappers: the only callers of a backend table (backend.h). Each one
+ * gives the optional slot's fallback when the backend leaves it NULL, hits
+ * the slot's fault site ("<backend>_<slot>", base/fault.h) before calling
+ * the backend, and reports the call to the trace hook when one is set. */
+#include "backends/backend.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "base/fault.h"
+#include "base/status.h"
+
+//===----------------------------------------------------------------------===//
+// Slot names and the trace hook
+//===----------------------------------------------------------------------===//
+
+#define CUBE__SLOT_NAME(id, name) #name,
+static const char* const cube__slot_names[CUBE__SLOT_COUNT] = {
+    CUBE__FAULT_BACKEND_SLOTS(CUBE__SLOT_NAME) CUBE__BACKEND_INFALLIBLE_SLOTS(CUBE__SLOT_NAME)};
+#undef CUBE__SLOT_NAME
+
+const char* cube__backend_slot_name(cube__backend_slot_t slot) {
+  return (unsigned)slot < CUBE__SLOT_COUNT ? cube__slot_names[slot] : "?";
+}
+
+static _Atomic(cube__backend_trace_fn) cube__trace_fn;
+static void* cube__trace_user;
+
+void cube__backend_set_trace(cube__backend_trace_fn fn, void* user) {
+  cube__trace_user = user;
+  atomic_store_explicit(&cube__trace_fn, fn, memory_order_release);
+}
+
+static void cube__trace_slow(cube__backend_trace_fn fn, const cube__backend_t* be,
+                             cube__backend_slot_t slot, int status) {
+  cube__backend_call_t call = {be->vt->name, be->index, slot, status};
+  fn(cube__trace_user, &call);
+}
+
+/* The hook, read once per call (NULL almost always). */
+static inline cube__backend_trace_fn cube__trace_get(void) {
+  return atomic_load_explicit(&cube__trace_fn, memory_order_acquire);
+}
+
+static inline void cube__trace(cube__backend_trace_fn fn, const cube__backend_t* be,
+                               cube__backend_slot_t slot, int status) {
+  if (__builtin_expect(fn != NULL, 0)) cube__trace_slow(fn, be, slot, status);
+}
+
+static inline bool cube__fault(const cube__backend_t* be, cube__backend_slot_t slot) {
+  return cube__fault_hit(cube__fault_backend_site((unsigned)be->vt->backend, (unsigned)slot));
+}
+
+/* The usual shape of a fallible wrapper: trace, fault site, slot, trace. */
+#define CUBE__CALL(be, slot, code, call, ...)                                 \
+  do {                                                                        \
+    cube__backend_trace_fn tf_ = cube__trace_get();                           \
+    cube__trace(tf_, (be), (slot), -1);                                       \
+    cube_status_t st_ = cube__fault((be), (slot))                             \
+                            ? cube__fault_status((code), __VA_ARGS__)         \
+                            : (call);                                         \
+    cube__trace(tf_, (be), (slot), (int)cube_status_code(st_));               \
+    return st_;                                                               \
+  } while (0)
+
+/* The shape of an infallible one. */
+#define CUBE__CALL_VOID(be, slot, call)        \
+  do {                                         \
+    cube__backend_trace_fn tf_ = cube__trace_get(); \
+    cube__trace(tf_, (be), (slot), -1);        \
+    call;                                      \
+    cube__trace(tf_, (be), (slot), 0);         \
+  } while (0)
+
+//===----------------------------------------------------------------------===//
+// Devices
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__backend_device_create(cube__backend_t* be, cube_backend_t backend,
+                                          uint32_t index, const cube_server_options_t* options,
+                                          cube_device_properties_t* out_props,
+                                          cube_features_t* out_features,
+                                          cube_backend_info_t* out_info) {
+  be->vt = cube__backend_get(backend);
+  be->device = NULL;
+  be->index = index;
+  if (!be->vt)
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "backend %s is not built into this library",
+                             cube_backend_name(backend) ? cube_backend_name(backend) : "?");
+  CUBE__CALL(be, CUBE__SLOT_DEVICE_CREATE, CUBE_STATUS_UNAVAILABLE,
+             be->vt->device_create(index, options, &be->device, out_props, out_features,
+                                   out_info),
+             "%s device %u: opening the device failed", be->vt->name, index);
+}
+
+void cube__backend_device_destroy(cube__backend_t* be) {
+  if (!be->vt || !be->device) return;
+  CUBE__CALL_VOID(be, CUBE__SLOT_DEVICE_DESTROY, be->vt->device_destroy(be->device));
+  be->device = NULL;
+}
+
+//===----------------------------------------------------------------------===//
+// Storage
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__backend_alloc(const cube__backend_t* be, void* stream, uint64_t size,
+                                  cube__storage_t* out) {
+  const cube__backend_vtable_t* vt = be->vt;
+  CUBE__CALL(be, CUBE__SLOT_ALLOC, CUBE_STATUS_OUT_OF_MEMORY,
+             vt->alloc_on ? vt->alloc_on(be->device, stream, size, out)
+                          : vt->alloc(be->device, size, out),
+             "%s device %u: allocation of %" PRIu64 " bytes failed", vt->name, be->index, size);
+}
+
+void cube__backend_dealloc(const cube__backend_t* be, void* stream,
+                           const cube__storage_t* storage) {
+  const cube__backend_vtable_t* vt = be->vt;
+  CUBE__CALL_VOID(be, CUBE__SLOT_DEALLOC,
+                  vt->dealloc_on ? vt->dealloc_on(be->device, stream, storage)
+                                 : vt->dealloc(be->device, storage));
+}
+
+bool cube__backend_has_host_storage(const cube__backend_t* be) {
+  return be->vt->host_alloc != NULL && be->vt->host_dealloc != NULL;
+}
+
+cube_status_t cube__backend_host_alloc(const cube__backend_t* be, uint64_t size,
+                                       cube__storage_t* out) {
+  const cube__backend_vtable_t* vt = be->vt;
+  if (!vt->host_alloc)
+    return cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "%s device %u has no pinned host memory",
+                             vt->name, be->index);
+  CUBE__CALL(be, CUBE__SLOT_HOST_ALLOC, CUBE_STATUS_OUT_OF_MEMORY,
+             vt->host_alloc(be->device, size, out),
+             "%s device %u: pinned allocation of %" PRIu64 " bytes failed", vt->name, be->index,
+             size);
+}
+
+void cube__backend_host_dealloc(const cube__backend_t* be, const cube__storage_t* storage) {
+  if (!be->vt->host_dealloc) return;
+  CUBE__CALL_VOID(be, CUBE__SLOT_HOST_DEALLOC, be->vt->host_dealloc(be->device, storage));
+}
+
+//===----------------------------------------------------------------------===//
+// Streams, copies, launches
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__backend_stream_create(const cube__backend_t* be, uint64_t stream_id,
+                                          void** out_stream) {
+  *out_stream = NULL;
+  if (!be->vt->stream_create) return CUBE_OK;
+  CUBE__CALL(be, CUBE__SLOT_STREAM_CREATE, CUBE_STATUS_UNAVAILABLE,
+             be->vt->stream_create(be->device, stream_id, out_stream),
+             "%s device %u: creating stream %" PRIu64 " failed", be->vt->name, be->index,
+             stream_id);
+}
+
+void cube__backend_stream_destroy(const cube__backend_t* be, void* stream) {
+  if (!stream || !be->vt->stream_destroy) return;
+  CUBE__CALL_VOID(be, CUBE__SLOT_STREAM_DESTROY, be->vt->stream_destroy(be->device, stream));
+}
+
+cube_status_t cube__backend_write(const cube__backend_t* be, void* stream,
+                                  const cube__storage_t* dst, uint64_t dst_offset, uint64_t pitch,
+                                  const void* src, uint64_t width, uint64_t height) {
+  CUBE__CALL(be, CUBE__SLOT_WRITE, CUBE_STATUS_INTERNAL,
+             be->vt->write(be->device, stream, dst, dst_offset, pitch, src, width, height),
+             "%s write of %" PRIu64 " bytes to storage %" PRIu64 " failed", be->vt->name,
+             width * height, dst->id);
+}
+
+cube_status_t cube__backend_read(const cube__backend_t* be, void* stream, void* dst,
+                                 const cube__storage_t* src, uint64_t src_offset, uint64_t pitch,
+                                 uint64_t width, uint64_t height) {
+  CUBE__CALL(be, CUBE__SLOT_READ, CUBE_STATUS_INTERNAL,
+             be->vt->read(be->device, stream, dst, src, src_offset, pitch, width, height),
+             "%s read of %" PRIu64 " bytes from storage %" PRIu64 " failed", be->vt->name,
+             width * height, src->id);
+}
+
+cube_status_t cube__backend_launch(const cube__backend_t* be, void* stream,
+                                   const cube__launch_t* l) {
+  CUBE__CALL(be, CUBE__SLOT_LAUNCH, CUBE_STATUS_LAUNCH_FAILED,
+             be->vt->launch(be->device, stream, l), "launch of kernel '%s' failed on %s device %u",
+             l->name ? l->name : "?", be->vt->name, be->index);
+}
+
+bool cube__backend_has_prepare(const cube__backend_t* be) { return be->vt->prepare != NULL; }
+
+cube_status_t cube__backend_prepare(const cube__backend_t* be, const cube_kernel_t* kernel,
+                                    cube_execution_mode_t mode) {
+  if (!be->vt->prepare) return CUBE_OK;
+  CUBE__CALL(be, CUBE__SLOT_PREPARE, CUBE_STATUS_COMPILATION_FAILED,
+             be->vt->prepare(be->device, kernel, mode),
+             "%s device %u: preparing a kernel failed", be->vt->name, be->index);
+}
+
+cube_status_t cube__backend_sync(const cube__backend_t* be, void* stream) {
+  if (!be->vt->sync) return CUBE_OK;
+  CUBE__CALL(be, CUBE__SLOT_SYNC, CUBE_STATUS_INTERNAL, be->vt->sync(be->device, stream),
+             "%s device %u: synchronising a stream failed", be->vt->name, be->index);
+}
+
+void cube__backend_trim(const cube__backend_t* be, void* stream) {
+  if (!be->vt->trim) return;
+  CUBE__CALL_VOID(be, CUBE__SLOT_TRIM, be->vt->trim(be->device, stream));
+}
+
+//===----------------------------------------------------------------------===//
+// Events
+//===----------------------------------------------------------------------===//
+
+bool cube__backend_has_events(const cube__backend_t* be) { return be->vt->event_record != NULL; }
+
+bool cube__backend_has_event_timing(const cube__backend_t* be) {
+  return be->vt->event_record != NULL && be->vt->event_elapsed != NULL;
+}
+
+static cube_status_t cube__no_events(const cube__backend_t* be, const char* what) {
+  return cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "%s device %u has no events (%s)",
+                           be->vt->name, be->index, what);
+}
+
+cube_status_t cube__backend_event_record(const cube__backend_t* be, void* stream,
+                                         void** out_event) {
+  *out_event = NULL;
+  if (!be->vt->event_record) return cube__no_events(be, "event_record");
+  CUBE__CALL(be, CUBE__SLOT_EVENT_RECORD, CUBE_STATUS_INTERNAL,
+             be->vt->event_record(be->device, stream, out_event),
+             "%s device %u: recording an event failed", be->vt->name, be->index);
+}
+
+cube_status_t cube__backend_event_wait(const cube__backend_t* be, void* stream, void* event) {
+  if (!be->vt->event_wait) return cube__no_events(be, "event_wait");
+  CUBE__CALL(be, CUBE__SLOT_EVENT_WAIT, CUBE_STATUS_INTERNAL,
+             be->vt->event_wait(be->device, stream, event),
+             "%s device %u: waiting for an event failed", be->vt->name, be->index);
+}
+
+bool cube__backend_event_done(const cube__backend_t* be, void* event) {
+  if (!be->vt->event_done) return true;
+  bool done = false;
+  CUBE__CALL_VOID(be, CUBE__SLOT_EVENT_DONE, done = be->vt->event_done(be->device, event));
+  return done;
+}
+
+cube_status_t cube__backend_event_sync(const cube__backend_t* be, void* event) {
+  if (!be->vt->event_sync) return cube__no_events(be, "event_sync");
+  CUBE__CALL(be, CUBE__SLOT_EVENT_SYNC, CUBE_STATUS_INTERNAL,
+             be->vt->event_sync(be->device, event),
+             "%s device %u: synchronising an event failed", be->vt->name, be->index);
+}
+
+void cube__backend_event_destroy(const cube__backend_t* be, void* event) {
+  if (!event || !be->vt->event_destroy) return;
+  CUBE__CALL_VOID(be, CUBE__SLOT_EVENT_DESTROY, be->vt->event_destroy(be->device, event));
+}
+
+cube_status_t cube__backend_event_elapsed(const cube__backend_t* be, void* start, void* end,
+                                          uint64_t* out_ns) {
+  if (!be->vt->event_elapsed) return cube__no_events(be, "event_elapsed");
+  CUBE__CALL(be, CUBE__SLOT_EVENT_ELAPSED, CUBE_STATUS_INTERNAL,
+             be->vt->event_elapsed(be->device, start, end, out_ns),
+             "%s device %u: reading event times failed", be->vt->name, be->index);
+}
+
+//===----------------------------------------------------------------------===//
+// Control
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__backend_ctl(const cube__backend_t* be, void* stream, uint32_t op, void* arg) {
+  if (!be->vt->ctl)
+    return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
+                             "%s device %u: control operation %u is not implemented",
+                             be->vt->name, be->index, op);
+  CUBE__CALL(be, CUBE__SLOT_CTL, CUBE_STATUS_INTERNAL, be->vt->ctl(be->device, stream, op, arg),
+             "%s device %u: control operation %u failed", be->vt->name, be->index, op);
+}

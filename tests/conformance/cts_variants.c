@@ -1,0 +1,66 @@
+/* The conformance registry: what each backend variant cannot run, and why.
+ * A case listed here for the variant under test skips (exit 77) with its
+ * reason printed, instead of failing for want of something the backend does
+ * not have; every other case must pass. A new backend adds a line here only
+ * if it lacks a capability (IREE's CTS calls these "unsupported tests").
+ *
+ * Patterns: a case name, or a prefix ending in '*'. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cts.h"
+
+typedef struct cts_unsupported {
+  const char* variant; /* a variant name, or a prefix ending in '*' ("cuda-mock*") */
+  const char* cases;   /* space-separated names or prefixes ending in '*' */
+  const char* reason;
+} cts_unsupported_t;
+
+static const cts_unsupported_t cts_unsupported[] = {
+    {"null",
+     "dialect_saxpy dialect_reduce_sync_cube dialect_sync_cube_shapes dialect_matmul_tiled "
+     "dialect_atomic_histogram dialect_defines_specialise dialect_dynamic_count "
+     "dialect_positions_1d dialect_positions_2d dialect_positions_3d dialect_oob_checked "
+     "dialect_oob_validate dialect_unchecked_in_bounds dialect_compile_error "
+     "dialect_cache_disk_hit_in_child dialect_cache_corrupt_entry_rebuilt "
+     "dialect_cache_concurrent_processes dialect_cache_precompile_no_recompile "
+     "dialect_cache_many_define_sets dialect_cache_memory_hits_in_process launch_saxpy_1000003 launch_static_3d_visits_each_cube_once launch_dynamic_count "
+     "launch_zero_count_runs_nothing launch_unchecked_and_modes "
+     "launch_unchecked_check_mode_enforce launch_shared_memory_scratch "
+     "launch_keeps_buffers_alive launch_order_and_views profile_launch_duration "
+     "profile_failing_launch_reported_by_profile profile_level_basic_summary "
+     "profile_level_exec_logs_launches profile_env_medium profile_level_full_logs_counts "
+     "profile_log_file_env bad_input_kernel_args devices_shutdown_and_reuse errors_deferred_to_flush "
+     "errors_deferred_to_sync errors_deferred_to_read errors_two_failures_one_status "
+     "errors_memory_usage_while_pending errors_work_after_failure_still_runs "
+     "memory_handle_can_mut_and_accessors streams_two_threads_independent "
+     "streams_two_threads_one_client streams_pinned_stream_errors_separate "
+     "streams_handle_used_on_another_stream streams_thread_errors_do_not_leak "
+     "exclusive_nested_calls exclusive_no_interleaving",
+     "the null backend compiles and runs no kernels (its launch slot is UNIMPLEMENTED)"},
+};
+
+/* True if |name| matches |pattern| (exact, or prefix* ). */
+static bool cts_match(const char* pattern, size_t len, const char* name) {
+  if (len && pattern[len - 1] == '*') return strncmp(name, pattern, len - 1) == 0;
+  return strlen(name) == len && strncmp(name, pattern, len) == 0;
+}
+
+static bool cts_listed(const char* list, const char* name) {
+  for (const char* p = list; *p;) {
+    while (*p == ' ') ++p;
+    size_t len = strcspn(p, " ");
+    if (len && cts_match(p, len, name)) return true;
+    p += len;
+  }
+  return false;
+}
+
+const char* cts_unsupported_reason(const char* variant, const char* case_name) {
+  for (size_t i = 0; i < sizeof(cts_unsupported) / sizeof(cts_unsupported[0]); ++i) {
+    const cts_unsupported_t* u = &cts_unsupported[i];
+    if (!cts_match(u->variant, strlen(u->variant), variant)) continue;
+    if (cts_listed(u->cases, case_name)) return u->reason;
+  }
+  return NULL;
+}
