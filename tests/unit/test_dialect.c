@@ -1,5 +1,5 @@
 /* The cube dialect: signature parsing and translation-unit generation
- * (src/kernel/dialect.c). Compiling and running the generated units is
+ * (src/kernel/dialect_*.c). Compiling and running the generated units is
  * tests/unit/test_dialect_kernels.c.
  */
 // cube-test-libs: cube_static
@@ -49,7 +49,7 @@ CUBE_TEST(parse_saxpy) {
   CHECK_EQ_U64(sig.params[2].kind, CUBE_ARG_F32);
   CHECK(strcmp(sig.params[2].name, "a") == 0);
   CHECK(strcmp(sig.params[2].type, "float") == 0);
-  CHECK_EQ_U64(cube__dialect_cpu_scratch_size(&sig, 256), 0);
+  CHECK_EQ_U64(cube__dialect_cpu_scratch_size(&sig, 256, NULL, 0), 0);
 }
 
 CUBE_TEST(parse_every_scalar_type) {
@@ -292,7 +292,7 @@ CUBE_TEST(parse_sync_cube_detection) {
       "}\n";
   if (parse_ok(commented, "k")) {
     CHECK(!sig.uses_sync_cube);
-    CHECK_EQ_U64(cube__dialect_cpu_scratch_size(&sig, 64), 0);
+    CHECK_EQ_U64(cube__dialect_cpu_scratch_size(&sig, 64, NULL, 0), 0);
   }
   /* In a helper: the whole unit needs fibers. */
   const char* helper =
@@ -301,14 +301,23 @@ CUBE_TEST(parse_sync_cube_detection) {
       "CUBE_KERNEL(k, CUBE_ARRAY(float, x)) { BARRIER(); }\n";
   if (parse_ok(helper, "k")) {
     CHECK(sig.uses_sync_cube);
-    uint64_t s1 = cube__dialect_cpu_scratch_size(&sig, 1);
-    uint64_t s256 = cube__dialect_cpu_scratch_size(&sig, 256);
+    uint64_t s1 = cube__dialect_cpu_scratch_size(&sig, 1, NULL, 0);
+    uint64_t s256 = cube__dialect_cpu_scratch_size(&sig, 256, NULL, 0);
     CHECK_EQ_U64(s1, 0); /* one unit runs on the worker's stack */
     CHECK(s256 >= 256u * 16384u);
+    /* 64 units more cost 64 saved contexts and ring links (12 bytes each, 768
+     * in all: a multiple of 64) and 64 stacks of CUBE_CPU_FIBER_STACK bytes,
+     * 16384 when the define is absent or invalid. */
     cube_define_t big = {"CUBE_CPU_FIBER_STACK", "65536"};
-    CHECK_EQ_U64(cube__dialect_cpu_fiber_stack(&big, 1), 65536);
-    CHECK(cube__dialect_cpu_scratch_size_defines(&sig, 256, &big, 1) >= 256u * 65536u);
-    CHECK_EQ_U64(cube__dialect_cpu_fiber_stack(NULL, 0), 16384);
+    cube_define_t odd = {"CUBE_CPU_FIBER_STACK", "5000"};
+    CHECK_EQ_U64(cube__dialect_cpu_scratch_size(&sig, 128, &big, 1) -
+                     cube__dialect_cpu_scratch_size(&sig, 64, &big, 1),
+                 64u * (12u + 65536u));
+    CHECK_EQ_U64(cube__dialect_cpu_scratch_size(&sig, 128, NULL, 0) -
+                     cube__dialect_cpu_scratch_size(&sig, 64, NULL, 0),
+                 64u * (12u + 16384u));
+    CHECK_EQ_U64(cube__dialect_cpu_scratch_size(&sig, 256, &odd, 1), s256);
+    CHECK(cube__dialect_cpu_scratch_size(&sig, 256, &big, 1) >= 256u * 65536u);
   }
 }
 
@@ -335,6 +344,11 @@ CUBE_TEST(generate_structure) {
       const char* prelude = cube__dialect_prelude((cube__target_t)t);
       const char* pm = strstr(text, modes[m]);
       const char* pp = strstr(text, prelude);
+      /* The common prelude (preludes/common.h: accessors, derived positions)
+       * comes once, after the mode and before the target's. */
+      const char* pc = strstr(text, "#define CUBE__PRELUDE_COMMON_H 1\n");
+      CHECK(pc != NULL && strstr(pc + 1, "#define CUBE__PRELUDE_COMMON_H 1\n") == NULL);
+      if (pm && pc && pp) CHECK(pm < pc && pc < pp);
       const char* pd = strstr(text, "#define BLOCK 64\n");
       const char* pi = strstr(text, "#define cube__argidx_y 1u\n");
       const char* pl = strstr(text, "#line 1 \"saxpy.cube\"\n");

@@ -516,7 +516,7 @@ static void* cpu_worker(void* p) {
   const launch_t* l = w->l;
   uint64_t units = (uint64_t)l->dim[0] * l->dim[1] * l->dim[2];
   uint64_t scratch_size =
-      cube__dialect_cpu_scratch_size_defines(&l->k->sig, units, l->defines, l->define_count);
+      cube__dialect_cpu_scratch_size(&l->k->sig, units, l->defines, l->define_count);
   void* scratch = scratch_size ? malloc(scratch_size) : NULL;
   if (scratch_size && !scratch) {
     w->rc = -1;
@@ -604,7 +604,7 @@ CUBE_TEST(cpu_saxpy_every_mode) {
       cpu_unload(&k);
       continue;
     }
-    CHECK_EQ_U64(cube__dialect_cpu_scratch_size(&k.sig, 256), 0);
+    CHECK_EQ_U64(cube__dialect_cpu_scratch_size(&k.sig, 256, NULL, 0), 0);
     const uint32_t n = 100003; /* not a multiple of the cube */
     float* x = malloc(n * sizeof(float));
     float* y = malloc(n * sizeof(float));
@@ -686,7 +686,7 @@ CUBE_TEST(cpu_reduce_sync_cube_fibers) {
   }
   /* Too little scratch: the entry says so instead of running. */
   uint32_t units = 64;
-  uint64_t need = cube__dialect_cpu_scratch_size(&k.sig, units);
+  uint64_t need = cube__dialect_cpu_scratch_size(&k.sig, units, NULL, 0);
   CHECK(need >= units * 16384u);
   float in[64] = {0}, out[1] = {0};
   cube_cpu_arg_t args[2] = {buf_arg(in, sizeof in), buf_arg(out, sizeof out)};
@@ -735,7 +735,7 @@ CUBE_TEST(cpu_fiber_stack_define) {
     cpu_unload(&k);
     return;
   }
-  CHECK(cube__dialect_cpu_scratch_size_defines(&k.sig, 16, &def, 1) >= 16u * 65536u);
+  CHECK(cube__dialect_cpu_scratch_size(&k.sig, 16, &def, 1) >= 16u * 65536u);
   uint32_t out[32];
   cube_cpu_arg_t args[1] = {buf_arg(out, sizeof out)};
   launch_t l = {&k, {2, 1, 1}, {16, 1, 1}, CUBE_EXEC_CHECKED, args, 1, NULL, 1, &def, 1};

@@ -1,5 +1,5 @@
 /* Kernels with sync_cube split at their barriers into loops over units
- * (src/kernel/dialect.c, "Split entry"): the same source is compiled twice,
+ * (src/kernel/dialect_split.c): the same source is compiled twice,
  * split and as fibers (CUBE_CPU_FIBERS), run cube by cube here and compared
  * exactly with each other and with a host reference; kernels outside the
  * supported subset must keep the fibers and stay correct.
@@ -138,7 +138,7 @@ static bool splits(const char* source, const char* entry, const cube_define_t* d
 static int run(const kern_t* k, const uint32_t count[3], const uint32_t dim[3],
                const cube_cpu_arg_t* args, uint32_t nargs) {
   uint64_t units = (uint64_t)dim[0] * dim[1] * dim[2];
-  uint64_t size = cube__dialect_cpu_scratch_size_defines(&k->sig, units, k->defs, k->ndefs);
+  uint64_t size = cube__dialect_cpu_scratch_size(&k->sig, units, k->defs, k->ndefs);
   void* scratch = size ? malloc(size) : NULL;
   cube_cpu_cube_t c;
   memset(&c, 0, sizeof c);
@@ -249,7 +249,7 @@ CUBE_TEST(split_reduce_any_cube_size) {
   {
     /* Too little scratch: refused as with the fibers. */
     uint32_t dim[3] = {64, 1, 1};
-    uint64_t need = cube__dialect_cpu_scratch_size(&ks.sig, 64);
+    uint64_t need = cube__dialect_cpu_scratch_size(&ks.sig, 64, NULL, 0);
     float in[64] = {0}, out[1] = {0};
     cube_cpu_arg_t args[2] = {buf_arg(in, sizeof in), buf_arg(out, sizeof out)};
     cube_cpu_cube_t c;

@@ -570,7 +570,9 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
   memcpy(ctx.dim, dim, sizeof(ctx.dim));
   ctx.mode = l->mode;
   ctx.shared_size = k->shared_memory_size;
-  ctx.scratch_size = k->signature ? cube__dialect_cpu_scratch_size_defines(k->signature, units, k->defines, k->define_count) : 0;
+  ctx.scratch_size = k->signature ? cube__dialect_cpu_scratch_size(k->signature, units, k->defines,
+                                                                    k->define_count)
+                                  : 0;
   cube_bounds_error_t bounds;
   memset(&bounds, 0, sizeof(bounds));
   if (l->mode == CUBE_EXEC_VALIDATE) ctx.bounds = &bounds;

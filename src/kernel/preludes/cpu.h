@@ -2,8 +2,9 @@
  * compiler into a shared object, one translation unit per kernel).
  *
  * docs/dialect.md describes the vocabulary. The generated unit is:
- *   #define CUBE_MODE_<mode> 1, this prelude, layout checks, the kernel's
- *   defines, the user's source under #line, the entry wrapper.
+ *   #define CUBE_MODE_<mode> 1, the common prelude (common.h: the mode's
+ *   accessors, the derived positions), this prelude, layout checks, the
+ *   kernel's defines, the user's source under #line, the entry wrapper.
  * Every name this prelude adds besides the documented vocabulary starts with
  * cube__ (or CUBE__). All functions are static inline: nothing but
  * cube_kernel_entry leaves the shared object.
@@ -12,10 +13,6 @@
 #define CUBE__PRELUDE_CPU_H 1
 
 #define CUBE_TARGET_CPU 1
-
-#if !defined(CUBE_MODE_CHECKED) && !defined(CUBE_MODE_VALIDATE) && !defined(CUBE_MODE_UNCHECKED)
-#define CUBE_MODE_CHECKED 1
-#endif
 
 /* The ucontext fallback needs the X/Open declarations. */
 #if !defined(__x86_64__) && !defined(__aarch64__) && !defined(CUBE_CPU_FIBER_UCONTEXT)
@@ -89,6 +86,8 @@ typedef struct cube_cpu_cube {
 #define CUBE_LOCAL
 #define CUBE_RESTRICT restrict
 #define CUBE__UNUSED __attribute__((unused))
+/* The 64-bit unsigned type of the common prelude's accessors. */
+typedef uint64_t CUBE__U64;
 /* Prelude functions: unused ones must not warn (the unit is one main file). */
 #define CUBE__PFN static inline __attribute__((unused))
 
@@ -281,7 +280,7 @@ CUBE__PFN void cube__fiber_exit(cube__sched_t* s) {
 
 /* Scratch layout for |units| fibers of |stack| bytes (a multiple of 64):
  * 64-byte aligned base; units saved contexts; units ring links; stacks. Must
- * agree with cube__dialect_cpu_scratch_size in src/kernel/dialect.c. */
+ * agree with cube__dialect_cpu_scratch_size (src/kernel/dialect_emit.c). */
 CUBE__PFN uint64_t cube__fiber_scratch_need(uint64_t units, uint64_t stack) {
   return 64u + ((units * 12u + 63u) & ~(uint64_t)63u) + units * stack;
 }
@@ -358,28 +357,20 @@ CUBE__PFN int cube__fiber_run(cube__sched_t* s, uint32_t units, void* scratch,
 #define CUBE_ARRAY_ARG(a) a, a##__len
 #define CUBE_LEN(a) ((uint64_t)(a##__len))
 
-/* Positions (uint32_t). */
+/* Positions (uint32_t) per axis; common.h makes UNIT_POS, ABSOLUTE_POS and
+ * the others of them. */
 #define UNIT_POS_X cube__ux
 #define UNIT_POS_Y cube__uy
 #define UNIT_POS_Z cube__uz
-#define UNIT_POS (cube__ux + cube__dx * (cube__uy + cube__dy * cube__uz))
 #define CUBE_POS_X cube__cx
 #define CUBE_POS_Y cube__cy
 #define CUBE_POS_Z cube__cz
-#define CUBE_POS (cube__cx + cube__nx * (cube__cy + cube__ny * cube__cz))
 #define CUBE_DIM_X cube__dx
 #define CUBE_DIM_Y cube__dy
 #define CUBE_DIM_Z cube__dz
-#define CUBE_DIM (cube__dx * cube__dy * cube__dz)
 #define CUBE_COUNT_X cube__nx
 #define CUBE_COUNT_Y cube__ny
 #define CUBE_COUNT_Z cube__nz
-#define CUBE_COUNT (cube__nx * cube__ny * cube__nz)
-#define ABSOLUTE_POS_X (cube__cx * cube__dx + cube__ux)
-#define ABSOLUTE_POS_Y (cube__cy * cube__dy + cube__uy)
-#define ABSOLUTE_POS_Z (cube__cz * cube__dz + cube__uz)
-#define ABSOLUTE_POS                                                                         \
-  (ABSOLUTE_POS_X + cube__nx * cube__dx * (ABSOLUTE_POS_Y + cube__ny * cube__dy * ABSOLUTE_POS_Z))
 #define PLANE_DIM 1u
 #define UNIT_POS_PLANE 0u
 
@@ -389,7 +380,8 @@ CUBE__PFN int cube__fiber_run(cube__sched_t* s, uint32_t units, void* scratch,
 
 #define sync_cube() cube__sync_cube(cube__sched)
 
-/* Bounds-checked accessors. The index is evaluated more than once. */
+/* The record of the first out-of-bounds access (Validate mode; CUBE_LOAD and
+ * CUBE_STORE of common.h call it). */
 CUBE__PFN void cube__bounds_fail(cube_bounds_error_t* b, uint32_t arg, uint64_t index,
                                      uint64_t len, uint32_t is_write) {
   uint32_t expected = 0;
@@ -401,23 +393,6 @@ CUBE__PFN void cube__bounds_fail(cube_bounds_error_t* b, uint32_t arg, uint64_t 
     b->is_write = is_write;
   }
 }
-
-#if defined(CUBE_MODE_UNCHECKED)
-#define CUBE_LOAD(a, i) ((a)[(i)])
-#define CUBE_STORE(a, i, v) ((void)((a)[(i)] = (v)))
-#elif defined(CUBE_MODE_VALIDATE)
-#define CUBE_LOAD(a, i)                                                                      \
-  ((uint64_t)(i) < CUBE_LEN(a)                                                               \
-       ? (a)[(i)]                                                                            \
-       : (cube__bounds_fail(cube__bounds, cube__argidx_##a, (uint64_t)(i), CUBE_LEN(a), 0u), 0))
-#define CUBE_STORE(a, i, v)                                                                  \
-  ((uint64_t)(i) < CUBE_LEN(a)                                                               \
-       ? (void)((a)[(i)] = (v))                                                              \
-       : cube__bounds_fail(cube__bounds, cube__argidx_##a, (uint64_t)(i), CUBE_LEN(a), 1u))
-#else /* CUBE_MODE_CHECKED */
-#define CUBE_LOAD(a, i) ((uint64_t)(i) < CUBE_LEN(a) ? (a)[(i)] : 0)
-#define CUBE_STORE(a, i, v) ((uint64_t)(i) < CUBE_LEN(a) ? (void)((a)[(i)] = (v)) : (void)0)
-#endif
 
 /* Atomics (relaxed, like GPU atomics); each returns the old value. ---------- */
 

@@ -2,7 +2,8 @@
  * includes: NVRTC has no <stdint.h> by default).
  *
  * docs/dialect.md describes the vocabulary. The generated unit is:
- *   #define CUBE_MODE_<mode> 1, this prelude, the kernel's defines,
+ *   #define CUBE_MODE_<mode> 1, the common prelude (common.h: the mode's
+ *   accessors, the derived positions), this prelude, the kernel's defines,
  *   "#define cube__kernel_<entry> cube_kernel_entry", the user's source under
  *   #line. Every CUBE_KERNEL becomes an extern "C" __global__ function; the
  *   entry's is named cube_kernel_entry.
@@ -17,10 +18,6 @@
 
 #define CUBE_TARGET_CUDA 1
 
-#if !defined(CUBE_MODE_CHECKED) && !defined(CUBE_MODE_VALIDATE) && !defined(CUBE_MODE_UNCHECKED)
-#define CUBE_MODE_CHECKED 1
-#endif
-
 typedef signed char int8_t;
 typedef unsigned char uint8_t;
 typedef short int16_t;
@@ -29,6 +26,8 @@ typedef int int32_t;
 typedef unsigned int uint32_t;
 typedef long long int64_t;
 typedef unsigned long long uint64_t;
+/* The 64-bit unsigned type of the common prelude's accessors. */
+typedef uint64_t CUBE__U64;
 
 #ifndef UINT32_MAX
 #define UINT32_MAX 0xffffffffu
@@ -101,29 +100,20 @@ typedef unsigned long long uint64_t;
 #define CUBE_ARRAY_ARG(a) a, a##__bytes
 #define CUBE_LEN(a) ((uint64_t)((a##__bytes) / sizeof(*(a))))
 
-/* Positions (uint32_t). */
+/* Positions (uint32_t) per axis; common.h makes UNIT_POS, ABSOLUTE_POS and
+ * the others of them. */
 #define UNIT_POS_X ((uint32_t)threadIdx.x)
 #define UNIT_POS_Y ((uint32_t)threadIdx.y)
 #define UNIT_POS_Z ((uint32_t)threadIdx.z)
-#define UNIT_POS (UNIT_POS_X + CUBE_DIM_X * (UNIT_POS_Y + CUBE_DIM_Y * UNIT_POS_Z))
 #define CUBE_POS_X ((uint32_t)blockIdx.x)
 #define CUBE_POS_Y ((uint32_t)blockIdx.y)
 #define CUBE_POS_Z ((uint32_t)blockIdx.z)
-#define CUBE_POS (CUBE_POS_X + CUBE_COUNT_X * (CUBE_POS_Y + CUBE_COUNT_Y * CUBE_POS_Z))
 #define CUBE_DIM_X ((uint32_t)blockDim.x)
 #define CUBE_DIM_Y ((uint32_t)blockDim.y)
 #define CUBE_DIM_Z ((uint32_t)blockDim.z)
-#define CUBE_DIM (CUBE_DIM_X * CUBE_DIM_Y * CUBE_DIM_Z)
 #define CUBE_COUNT_X ((uint32_t)gridDim.x)
 #define CUBE_COUNT_Y ((uint32_t)gridDim.y)
 #define CUBE_COUNT_Z ((uint32_t)gridDim.z)
-#define CUBE_COUNT (CUBE_COUNT_X * CUBE_COUNT_Y * CUBE_COUNT_Z)
-#define ABSOLUTE_POS_X (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X)
-#define ABSOLUTE_POS_Y (CUBE_POS_Y * CUBE_DIM_Y + UNIT_POS_Y)
-#define ABSOLUTE_POS_Z (CUBE_POS_Z * CUBE_DIM_Z + UNIT_POS_Z)
-#define ABSOLUTE_POS                                                                         \
-  (ABSOLUTE_POS_X +                                                                          \
-   CUBE_COUNT_X * CUBE_DIM_X * (ABSOLUTE_POS_Y + CUBE_COUNT_Y * CUBE_DIM_Y * ABSOLUTE_POS_Z))
 #define PLANE_DIM ((uint32_t)warpSize)
 #define UNIT_POS_PLANE (UNIT_POS % (uint32_t)warpSize)
 
@@ -131,7 +121,8 @@ typedef unsigned long long uint64_t;
 
 #define sync_cube() __syncthreads()
 
-/* Bounds-checked accessors. The index is evaluated more than once. */
+/* The record of the first out-of-bounds access (Validate mode; CUBE_LOAD and
+ * CUBE_STORE of common.h call it). */
 CUBE__PFN void cube__bounds_fail(uint32_t* b, uint32_t arg, uint64_t index,
                                                 uint64_t len, uint32_t is_write) {
   if (atomicCAS(b, 0u, 1u) == 0u) {
@@ -144,23 +135,6 @@ CUBE__PFN void cube__bounds_fail(uint32_t* b, uint32_t arg, uint64_t index,
     __threadfence();
   }
 }
-
-#if defined(CUBE_MODE_UNCHECKED)
-#define CUBE_LOAD(a, i) ((a)[(i)])
-#define CUBE_STORE(a, i, v) ((void)((a)[(i)] = (v)))
-#elif defined(CUBE_MODE_VALIDATE)
-#define CUBE_LOAD(a, i)                                                                      \
-  ((uint64_t)(i) < CUBE_LEN(a)                                                               \
-       ? (a)[(i)]                                                                            \
-       : (cube__bounds_fail(cube__bounds, cube__argidx_##a, (uint64_t)(i), CUBE_LEN(a), 0u), 0))
-#define CUBE_STORE(a, i, v)                                                                  \
-  ((uint64_t)(i) < CUBE_LEN(a)                                                               \
-       ? (void)((a)[(i)] = (v))                                                              \
-       : cube__bounds_fail(cube__bounds, cube__argidx_##a, (uint64_t)(i), CUBE_LEN(a), 1u))
-#else /* CUBE_MODE_CHECKED */
-#define CUBE_LOAD(a, i) ((uint64_t)(i) < CUBE_LEN(a) ? (a)[(i)] : 0)
-#define CUBE_STORE(a, i, v) ((uint64_t)(i) < CUBE_LEN(a) ? (void)((a)[(i)] = (v)) : (void)0)
-#endif
 
 /* Atomics (relaxed); each returns the old value. ----------------------------- */
 

@@ -1,7 +1,8 @@
 /* cube dialect prelude: OpenCL target (OpenCL C 1.2, clBuildProgram).
  *
  * docs/dialect.md describes the vocabulary. The generated unit is:
- *   #define CUBE_MODE_<mode> 1, this prelude, the kernel's defines,
+ *   #define CUBE_MODE_<mode> 1, the common prelude (common.h: the mode's
+ *   accessors, the derived positions), this prelude, the kernel's defines,
  *   "#define cube__kernel_<entry> cube_kernel_entry", the user's source under
  *   #line. Every CUBE_KERNEL becomes a __kernel function (cube-local memory
  *   may only be declared in one); the entry's is named cube_kernel_entry.
@@ -23,10 +24,6 @@
 
 #define CUBE_TARGET_OPENCL 1
 
-#if !defined(CUBE_MODE_CHECKED) && !defined(CUBE_MODE_VALIDATE) && !defined(CUBE_MODE_UNCHECKED)
-#define CUBE_MODE_CHECKED 1
-#endif
-
 #ifdef cl_khr_fp64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
@@ -39,6 +36,8 @@ typedef int int32_t;
 typedef uint uint32_t;
 typedef long int64_t;
 typedef ulong uint64_t;
+/* The 64-bit unsigned type of the common prelude's accessors. */
+typedef ulong CUBE__U64;
 
 #ifndef UINT32_MAX
 #define UINT32_MAX 0xffffffffu
@@ -123,29 +122,20 @@ typedef ulong uint64_t;
   __global T* name = (__global T*)((__global const uchar*)cube__base_##name + cube__off_##name);
 #define CUBE_LEN(a) ((ulong)((a##__bytes) / sizeof(*(a))))
 
-/* Positions (uint32_t). */
+/* Positions (uint32_t) per axis; common.h makes UNIT_POS, ABSOLUTE_POS and
+ * the others of them. */
 #define UNIT_POS_X ((uint)get_local_id(0))
 #define UNIT_POS_Y ((uint)get_local_id(1))
 #define UNIT_POS_Z ((uint)get_local_id(2))
-#define UNIT_POS (UNIT_POS_X + CUBE_DIM_X * (UNIT_POS_Y + CUBE_DIM_Y * UNIT_POS_Z))
 #define CUBE_POS_X ((uint)get_group_id(0))
 #define CUBE_POS_Y ((uint)get_group_id(1))
 #define CUBE_POS_Z ((uint)get_group_id(2))
-#define CUBE_POS (CUBE_POS_X + CUBE_COUNT_X * (CUBE_POS_Y + CUBE_COUNT_Y * CUBE_POS_Z))
 #define CUBE_DIM_X ((uint)get_local_size(0))
 #define CUBE_DIM_Y ((uint)get_local_size(1))
 #define CUBE_DIM_Z ((uint)get_local_size(2))
-#define CUBE_DIM (CUBE_DIM_X * CUBE_DIM_Y * CUBE_DIM_Z)
 #define CUBE_COUNT_X ((uint)get_num_groups(0))
 #define CUBE_COUNT_Y ((uint)get_num_groups(1))
 #define CUBE_COUNT_Z ((uint)get_num_groups(2))
-#define CUBE_COUNT (CUBE_COUNT_X * CUBE_COUNT_Y * CUBE_COUNT_Z)
-#define ABSOLUTE_POS_X (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X)
-#define ABSOLUTE_POS_Y (CUBE_POS_Y * CUBE_DIM_Y + UNIT_POS_Y)
-#define ABSOLUTE_POS_Z (CUBE_POS_Z * CUBE_DIM_Z + UNIT_POS_Z)
-#define ABSOLUTE_POS                                                                         \
-  (ABSOLUTE_POS_X +                                                                          \
-   CUBE_COUNT_X * CUBE_DIM_X * (ABSOLUTE_POS_Y + CUBE_COUNT_Y * CUBE_DIM_Y * ABSOLUTE_POS_Z))
 #define PLANE_DIM 1u
 #define UNIT_POS_PLANE 0u
 
@@ -153,7 +143,8 @@ typedef ulong uint64_t;
 
 #define sync_cube() barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE)
 
-/* Bounds-checked accessors. The index is evaluated more than once. */
+/* The record of the first out-of-bounds access (Validate mode; CUBE_LOAD and
+ * CUBE_STORE of common.h call it). */
 static inline void cube__bounds_fail(__global uint* b, uint arg, ulong index, ulong len,
                                      uint is_write) {
   if (atomic_cmpxchg((volatile __global uint*)b, 0u, 1u) == 0u) {
@@ -165,23 +156,6 @@ static inline void cube__bounds_fail(__global uint* b, uint arg, ulong index, ul
     b[6] = is_write;
   }
 }
-
-#if defined(CUBE_MODE_UNCHECKED)
-#define CUBE_LOAD(a, i) ((a)[(i)])
-#define CUBE_STORE(a, i, v) ((void)((a)[(i)] = (v)))
-#elif defined(CUBE_MODE_VALIDATE)
-#define CUBE_LOAD(a, i)                                                                      \
-  ((ulong)(i) < CUBE_LEN(a)                                                                  \
-       ? (a)[(i)]                                                                            \
-       : (cube__bounds_fail(cube__bounds, cube__argidx_##a, (ulong)(i), CUBE_LEN(a), 0u), 0))
-#define CUBE_STORE(a, i, v)                                                                  \
-  ((ulong)(i) < CUBE_LEN(a)                                                                  \
-       ? (void)((a)[(i)] = (v))                                                              \
-       : cube__bounds_fail(cube__bounds, cube__argidx_##a, (ulong)(i), CUBE_LEN(a), 1u))
-#else /* CUBE_MODE_CHECKED */
-#define CUBE_LOAD(a, i) ((ulong)(i) < CUBE_LEN(a) ? (a)[(i)] : 0)
-#define CUBE_STORE(a, i, v) ((ulong)(i) < CUBE_LEN(a) ? (void)((a)[(i)] = (v)) : (void)0)
-#endif
 
 /* Atomics (relaxed); each returns the old value. The integer ones map to the
  * OpenCL 1.1 builtins, which take __global and __local pointers alike. ------ */

@@ -1,0 +1,590 @@
+/* The cube dialect, CPU target: the entry of a kernel that calls sync_cube,
+ * split at its barriers into loops over the units (cube__split_generate).
+ *
+ * A kernel whose body has a simple enough shape runs as loops over its units
+ * instead of fibers: each region between barriers becomes one loop over every
+ * unit of the cube; a `for` loop with barriers at the top level of its body
+ * and a header that reads no per-unit value runs once, outside the unit
+ * loops; top-level scalar locals ("private" locals) live in per-unit arrays
+ * in cube->scratch. Anything outside that subset (return, break, barriers
+ * under if/while, local arrays, ...) keeps the fiber entry. The units of a
+ * region run in the fibers' order (unit 0 first), so a kernel without data
+ * races computes exactly what it computes as fibers. The define
+ * CUBE_CPU_FIBERS forces the fiber entry.
+ */
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel/dialect.h"
+#include "kernel/dialect_internal.h"
+
+#define CUBE__SPLIT_MAX_PRIV 32
+#define CUBE__SPLIT_MAX_LOOPS 32
+#define CUBE__SPLIT_MAX_SHARED 32
+#define CUBE__SPLIT_NONE ((size_t)-1)
+
+typedef struct cube__split_priv {
+  size_t b, e;   /* the name in the view */
+  char type[16]; /* its scalar type, const dropped */
+} cube__split_priv_t;
+
+typedef struct cube__split {
+  const char* src; /* the user's source */
+  const char* v;   /* its code view */
+  size_t n;
+  const char* entry;
+  size_t entry_close; /* the ')' of the entry's declaration */
+  cube__sb_t body;   /* regions and uniform loops */
+  cube__sb_t shared; /* the CUBE_SHARED declarations */
+  bool in_region;
+  cube__split_priv_t priv[CUBE__SPLIT_MAX_PRIV];
+  uint32_t npriv;
+  size_t hdr_b[CUBE__SPLIT_MAX_LOOPS], hdr_e[CUBE__SPLIT_MAX_LOOPS]; /* uniform headers */
+  uint32_t nhdr;
+  size_t lv_b[CUBE__SPLIT_MAX_LOOPS * 4], lv_e[CUBE__SPLIT_MAX_LOOPS * 4]; /* loop variables */
+  size_t lv_body_b[CUBE__SPLIT_MAX_LOOPS * 4], lv_body_e[CUBE__SPLIT_MAX_LOOPS * 4];
+  uint32_t nlv;
+  size_t sh_b[CUBE__SPLIT_MAX_SHARED], sh_e[CUBE__SPLIT_MAX_SHARED]; /* shared names */
+  uint32_t nshared;
+} cube__split_t;
+
+static bool cube__range_has(const char* v, size_t b, size_t e, const char* word) {
+  return cube__find_token(v, e, b, word) < e;
+}
+
+/* The end (one past) of the C statement starting at or after |i|, or
+ * CUBE__SPLIT_NONE when it cannot be read with confidence. */
+static size_t cube__stmt_end(const char* v, size_t i, size_t e) {
+  i = cube__skip_space(v, i, e);
+  if (i >= e) return CUBE__SPLIT_NONE;
+  if (v[i] == ';') return i + 1;
+  if (v[i] == '{') {
+    size_t c = cube__match_paren(v, e, i);
+    return c < e ? c + 1 : CUBE__SPLIT_NONE;
+  }
+  if (cube__is_ident_start(v[i])) {
+    size_t we = i;
+    while (we < e && cube__is_ident_char(v[we])) ++we;
+    bool is_if = cube__tok_is(v, i, e, "if");
+    if (is_if || cube__tok_is(v, i, e, "for") || cube__tok_is(v, i, e, "while") ||
+        cube__tok_is(v, i, e, "switch")) {
+      size_t p = cube__skip_space(v, we, e);
+      if (p >= e || v[p] != '(') return CUBE__SPLIT_NONE;
+      size_t c = cube__match_paren(v, e, p);
+      if (c >= e) return CUBE__SPLIT_NONE;
+      size_t end = cube__stmt_end(v, c + 1, e);
+      if (end == CUBE__SPLIT_NONE || !is_if) return end;
+      size_t q = cube__skip_space(v, end, e);
+      if (q < e && cube__tok_is(v, q, e, "else")) return cube__stmt_end(v, q + 4, e);
+      return end;
+    }
+    if (cube__tok_is(v, i, e, "do")) {
+      size_t end = cube__stmt_end(v, we, e);
+      if (end == CUBE__SPLIT_NONE) return end;
+      size_t q = cube__skip_space(v, end, e);
+      if (q >= e || !cube__tok_is(v, q, e, "while")) return CUBE__SPLIT_NONE;
+      size_t p = cube__skip_space(v, q + 5, e);
+      if (p >= e || v[p] != '(') return CUBE__SPLIT_NONE;
+      size_t c = cube__match_paren(v, e, p);
+      if (c >= e) return CUBE__SPLIT_NONE;
+      q = cube__skip_space(v, c + 1, e);
+      return q < e && v[q] == ';' ? q + 1 : CUBE__SPLIT_NONE;
+    }
+    if (cube__tok_is(v, i, e, "else")) return CUBE__SPLIT_NONE;
+  }
+  int depth = 0;
+  for (size_t j = i; j < e; ++j) {
+    char c = v[j];
+    if (c == '(' || c == '[' || c == '{') ++depth;
+    if ((c == ')' || c == ']' || c == '}') && --depth < 0) return CUBE__SPLIT_NONE;
+    if (c == ';' && depth == 0) return j + 1;
+  }
+  return CUBE__SPLIT_NONE;
+}
+
+/* Whether the identifier at [at, at + len) is written there: assigned,
+ * incremented, decremented or its address taken. */
+static bool cube__is_modified(const char* v, size_t n, size_t at, size_t len) {
+  size_t j = cube__skip_space(v, at + len, n);
+  char c0 = j < n ? v[j] : 0, c1 = j + 1 < n ? v[j + 1] : 0, c2 = j + 2 < n ? v[j + 2] : 0;
+  if (c0 == '=' && c1 != '=') return true;
+  if (strchr("+-*/%&|^", c0) && c0 && c1 == '=') return true;
+  if ((c0 == '+' && c1 == '+') || (c0 == '-' && c1 == '-')) return true;
+  if ((c0 == '<' || c0 == '>') && c1 == c0 && c2 == '=') return true;
+  size_t k = at;
+  while (k > 0 && cube__is_space(v[k - 1])) --k;
+  if (k >= 2 && ((v[k - 1] == '+' && v[k - 2] == '+') || (v[k - 1] == '-' && v[k - 2] == '-')))
+    return true;
+  if (k >= 1 && v[k - 1] == '&' && (k < 2 || v[k - 2] != '&')) return true;
+  return false;
+}
+
+/* Whether [b, e) is the same identifier as [b2, e2). */
+static bool cube__same_name(const char* v, size_t b, size_t e, size_t b2, size_t e2) {
+  return e - b == e2 - b2 && memcmp(v + b, v + b2, e - b) == 0;
+}
+
+static void cube__split_line(cube__split_t* s, cube__sb_t* sb, size_t off) {
+  cube__sb_printf(sb, "#line %" PRIu32 " \"%s.cube\"\n", cube__line_at(s->v, off), s->entry);
+}
+
+static void cube__split_open(cube__split_t* s) {
+  if (s->in_region) return;
+  s->in_region = true;
+  cube__sb_puts(&s->body,
+                "for (uint32_t cube__uz = 0; cube__uz < cube__dz; ++cube__uz)\n"
+                "for (uint32_t cube__uy = 0; cube__uy < cube__dy; ++cube__uy)\n"
+                "for (uint32_t cube__ux = 0; cube__ux < cube__dx; ++cube__ux) {\n"
+                "const uint32_t cube__unit CUBE__UNUSED = "
+                "cube__ux + cube__dx * (cube__uy + cube__dy * cube__uz);\n");
+}
+
+static void cube__split_close(cube__split_t* s) {
+  if (!s->in_region) return;
+  s->in_region = false;
+  cube__sb_puts(&s->body, "}\n");
+}
+
+/* The scalar type words at |i| ([const] T [const]); *out_end after them and
+ * the type (const dropped) in |type|. 1 when it is one of the supported
+ * scalar types, 0 when [i] starts no type word, -1 otherwise. */
+static int cube__split_type(const char* v, size_t i, size_t e, size_t* out_end, char* type,
+                            size_t cap) {
+  static const char* const words[] = {"const",   "uint32_t", "int32_t", "uint64_t", "int64_t",
+                                      "float",   "double",   "unsigned", "int"};
+  type[0] = '\0';
+  bool any = false;
+  for (;;) {
+    size_t p = cube__skip_space(v, i, e);
+    bool hit = false;
+    for (size_t w = 0; w < sizeof words / sizeof words[0]; ++w) {
+      if (cube__tok_is(v, p, e, words[w])) {
+        hit = true;
+        any = true;
+        if (w != 0) {
+          if (strlen(type) + strlen(words[w]) + 2 > cap) return -1;
+          if (type[0]) strcat(type, " ");
+          strcat(type, words[w]);
+        }
+        i = p + strlen(words[w]);
+        break;
+      }
+    }
+    if (!hit) break;
+  }
+  *out_end = i;
+  if (!any) return 0;
+  static const char* const ok[] = {"uint32_t", "int32_t", "uint64_t", "int64_t", "float",
+                                   "double",   "unsigned", "int",     "unsigned int"};
+  for (size_t k = 0; k < sizeof ok / sizeof ok[0]; ++k)
+    if (strcmp(type, ok[k]) == 0) return 1;
+  return -1;
+}
+
+/* A top-level declaration [i, end): 1 when handled (private locals; their
+ * initialisers become assignments in the current region), 0 when the
+ * statement is no declaration, -1 when it must keep the fibers. */
+static int cube__split_decl(cube__split_t* s, size_t i, size_t end) {
+  const char* v = s->v;
+  char type[16];
+  size_t p;
+  int t = cube__split_type(v, i, end, &p, type, sizeof type);
+  if (t <= 0) return t;
+  size_t st[17], en[17];
+  uint32_t parts = cube__split_commas(v, p, end - 1, st, en, 17);
+  if (parts > 16) return -1;
+  for (uint32_t k = 0; k < parts; ++k) {
+    size_t b = st[k], e = en[k];
+    cube__trim(v, &b, &e);
+    if (b >= e || !cube__is_ident_start(v[b])) return -1;
+    size_t ne = b;
+    while (ne < e && cube__is_ident_char(v[ne])) ++ne;
+    if (ne - b >= 64 || (ne - b >= 6 && memcmp(v + b, "cube__", 6) == 0)) return -1;
+    size_t q = cube__skip_space(v, ne, e);
+    size_t ib = e, ie = e;
+    if (q < e) {
+      if (v[q] != '=' || (q + 1 < e && v[q + 1] == '=')) return -1;
+      ib = q + 1;
+      ie = e;
+      cube__trim(v, &ib, &ie);
+      if (ib >= ie) return -1;
+      for (size_t j = ib; j < ie; ++j)
+        if (v[j] == '{') return -1;
+    }
+    if (s->npriv == CUBE__SPLIT_MAX_PRIV) return -1;
+    cube__split_priv_t* pv = &s->priv[s->npriv++];
+    pv->b = b;
+    pv->e = ne;
+    memcpy(pv->type, type, sizeof pv->type);
+    if (ib < ie) {
+      cube__split_open(s);
+      cube__split_line(s, &s->body, b);
+      cube__sb_put(&s->body, s->src + b, ne - b);
+      cube__sb_puts(&s->body, " = ");
+      cube__sb_put(&s->body, s->src + ib, ie - ib);
+      cube__sb_puts(&s->body, ";\n");
+    }
+  }
+  return 1;
+}
+
+/* Whether a statement of a region, [i, end), may sit in a loop over units: it
+ * must not declare anything at the top level (that would be gone for the
+ * next region). */
+static bool cube__split_plain_ok(const char* v, size_t i, size_t end) {
+  if (!cube__is_ident_start(v[i])) return true;
+  static const char* const refuse[] = {
+      "static", "typedef", "struct", "union", "enum", "extern", "register", "auto", "volatile",
+      "_Thread_local", "__thread", "bool", "_Bool", "char", "short", "long", "signed", "void",
+      "CUBE_GLOBAL", "CUBE_LOCAL", "CUBE_RESTRICT", "restrict", "_Static_assert",
+      "__attribute__", "__extension__", "_Alignas", "case", "default", "else", "const",
+      "CUBE_SHARED", "__label__", "asm", "__asm__", "__asm"};
+  for (size_t k = 0; k < sizeof refuse / sizeof refuse[0]; ++k)
+    if (cube__tok_is(v, i, end, refuse[k])) return false;
+  size_t we = i;
+  while (we < end && cube__is_ident_char(v[we])) ++we;
+  if (we - i >= 2 && v[we - 2] == '_' && v[we - 1] == 't') return false; /* a type name */
+  size_t p = cube__skip_space(v, we, end);
+  if (p < end && cube__is_ident_start(v[p])) {
+    /* "T x": a declaration; only the statement keywords may be followed by a word. */
+    return cube__tok_is(v, i, end, "do") || cube__tok_is(v, i, end, "if") ||
+           cube__tok_is(v, i, end, "for") || cube__tok_is(v, i, end, "while");
+  }
+  if (p < end && v[p] == ':' && (p + 1 >= end || v[p + 1] != ':')) return false; /* label */
+  if (p < end && v[p] == '*') { /* "T *x" */
+    size_t q = p;
+    while (q < end && (v[q] == '*' || cube__is_space(v[q]))) ++q;
+    if (q < end && cube__is_ident_start(v[q])) return false;
+  }
+  return true;
+}
+
+static bool cube__split_block(cube__split_t* s, size_t b, size_t e, int depth) {
+  const char* v = s->v;
+  size_t i = b;
+  for (;;) {
+    i = cube__skip_space(v, i, e);
+    if (i >= e) break;
+    size_t end = cube__stmt_end(v, i, e);
+    if (end == CUBE__SPLIT_NONE) return false;
+    bool has_sync = cube__range_has(v, i, end, "sync_cube");
+    if (cube__tok_is(v, i, end, "sync_cube")) {
+      size_t p = cube__skip_space(v, i + 9, end);
+      if (p >= end || v[p] != '(') return false;
+      p = cube__skip_space(v, p + 1, end);
+      if (p >= end || v[p] != ')') return false;
+      p = cube__skip_space(v, p + 1, end);
+      if (p + 1 != end || v[p] != ';') return false;
+      cube__split_close(s);
+      i = end;
+      continue;
+    }
+    if (cube__tok_is(v, i, end, "CUBE_SHARED")) {
+      if (depth != 0 || has_sync || s->nshared == CUBE__SPLIT_MAX_SHARED) return false;
+      size_t p = cube__skip_space(v, i + 11, end);
+      if (p >= end || v[p] != '(') return false;
+      size_t c = cube__match_paren(v, end, p);
+      if (c >= end || cube__skip_space(v, c + 1, end) + 1 != end) return false;
+      size_t st[4], en[4];
+      if (cube__split_commas(v, p + 1, c, st, en, 4) != 3) return false;
+      size_t nb = st[1], ne = en[1];
+      cube__trim(v, &nb, &ne);
+      if (!cube__is_identifier(v + nb, ne - nb)) return false;
+      s->sh_b[s->nshared] = nb;
+      s->sh_e[s->nshared++] = ne;
+      cube__split_line(s, &s->shared, i);
+      cube__sb_put(&s->shared, s->src + i, end - i);
+      cube__sb_puts(&s->shared, "\n");
+      i = end;
+      continue;
+    }
+    if (has_sync && cube__tok_is(v, i, end, "for")) {
+      /* A uniform loop: once, outside the unit loops. */
+      if (s->nhdr == CUBE__SPLIT_MAX_LOOPS) return false;
+      size_t p = cube__skip_space(v, i + 3, end);
+      size_t c = cube__match_paren(v, end, p);
+      if (c >= end || cube__range_has(v, p, c, "sync_cube")) return false;
+      s->hdr_b[s->nhdr] = p + 1;
+      s->hdr_e[s->nhdr++] = c;
+      size_t semi = p + 1;
+      int d = 0;
+      while (semi < c && !(v[semi] == ';' && d == 0)) {
+        if (v[semi] == '(' || v[semi] == '[' || v[semi] == '{') ++d;
+        if (v[semi] == ')' || v[semi] == ']' || v[semi] == '}') --d;
+        ++semi;
+      }
+      if (semi >= c) return false;
+      size_t bb = cube__skip_space(v, c + 1, end);
+      if (bb >= end || v[bb] != '{') return false;
+      size_t be = cube__match_paren(v, end, bb);
+      if (be + 1 != end) return false;
+      size_t ib = p + 1, ie = semi;
+      cube__trim(v, &ib, &ie);
+      if (ib < ie) {
+        /* The init declares the loop's variables (and assigns nothing else). */
+        char type[16];
+        size_t q;
+        if (cube__split_type(v, ib, ie, &q, type, sizeof type) != 1) return false;
+        size_t st[9], en[9];
+        uint32_t parts = cube__split_commas(v, q, ie, st, en, 9);
+        if (parts > 8) return false;
+        for (uint32_t k = 0; k < parts; ++k) {
+          size_t nb = st[k], ne;
+          nb = cube__skip_space(v, nb, en[k]);
+          ne = nb;
+          while (ne < en[k] && cube__is_ident_char(v[ne])) ++ne;
+          if (ne == nb || !cube__is_ident_start(v[nb])) return false;
+          size_t eq = cube__skip_space(v, ne, en[k]);
+          if (eq < en[k] && (v[eq] != '=' || (eq + 1 < en[k] && v[eq + 1] == '='))) return false;
+          if (s->nlv == CUBE__SPLIT_MAX_LOOPS * 4) return false;
+          s->lv_b[s->nlv] = nb;
+          s->lv_e[s->nlv] = ne;
+          s->lv_body_b[s->nlv] = bb;
+          s->lv_body_e[s->nlv++] = be;
+        }
+      }
+      cube__split_close(s);
+      cube__split_line(s, &s->body, i);
+      cube__sb_put(&s->body, s->src + i, c + 1 - i);
+      cube__sb_puts(&s->body, " {\n");
+      if (!cube__split_block(s, bb + 1, be, depth + 1)) return false;
+      cube__sb_puts(&s->body, "}\n");
+      i = end;
+      continue;
+    }
+    if (has_sync) return false;
+    if (v[i] == ';') {
+      i = end;
+      continue;
+    }
+    int d = cube__split_decl(s, i, end);
+    if (d < 0) return false;
+    if (d == 0) {
+      if (!cube__split_plain_ok(v, i, end)) return false;
+      cube__split_open(s);
+      cube__split_line(s, &s->body, i);
+      cube__sb_put(&s->body, s->src + i, end - i);
+      cube__sb_puts(&s->body, "\n");
+    }
+    i = end;
+  }
+  cube__split_close(s);
+  return true;
+}
+
+/* Checks of the whole kernel once its statements are read. */
+static bool cube__split_checks(cube__split_t* s, const cube__signature_t* sig, size_t bb,
+                               size_t be, size_t eb, size_t ee, const cube_define_t* defines,
+                               uint32_t define_count) {
+  const char* v = s->v;
+  size_t n = s->n;
+  static const char* const banned[] = {
+      "return", "goto", "break", "continue", "switch", "static", "_Thread_local", "__thread",
+      "setjmp", "longjmp", "cube__sched", "CUBE_UNIT_PARAMS", "__label__", "asm", "__asm__",
+      "__asm", "alloca", "__builtin_alloca", "cube__unit"};
+  for (size_t k = 0; k < sizeof banned / sizeof banned[0]; ++k)
+    if (cube__range_has(v, bb, be, banned[k])) return false;
+  for (size_t j = bb; j < be; ++j)
+    if (v[j] == '#') return false;
+  /* A barrier anywhere but in this body or another kernel's (a helper, a
+   * macro) keeps the fibers. */
+  for (size_t at = cube__find_token(v, n, 0, "sync_cube"); at < n;
+       at = cube__find_token(v, n, at + 1, "sync_cube")) {
+    if (at >= eb && at < ee) continue;
+    if (!cube__in_other_kernel(v, n, at, s->entry_close)) return false;
+  }
+  for (uint32_t i = 0; i < define_count; ++i) {
+    const char* val = defines[i].value ? defines[i].value : "";
+    size_t vl = strlen(val);
+    static const char* const bad[] = {"sync_cube", "return", "break", "continue", "goto"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; ++k)
+      if (cube__find_token(val, vl, 0, bad[k]) < vl) return false;
+  }
+  /* Parameters are shared by the units of a region: none may be written. */
+  for (uint32_t i = 0; i < sig->count; ++i) {
+    const char* name = sig->params[i].name;
+    size_t len = strlen(name);
+    for (size_t at = cube__find_token(v, be, bb, name); at < be;
+         at = cube__find_token(v, be, at + 1, name))
+      if (cube__is_modified(v, be, at, len)) return false;
+    for (uint32_t k = 0; k < s->npriv; ++k)
+      if (s->priv[k].e - s->priv[k].b == len && memcmp(v + s->priv[k].b, name, len) == 0)
+        return false;
+  }
+  /* Loop variables of uniform loops: written by the header only. */
+  for (uint32_t i = 0; i < s->nlv; ++i) {
+    char name[64];
+    size_t len = s->lv_e[i] - s->lv_b[i];
+    if (len >= sizeof name) return false;
+    memcpy(name, v + s->lv_b[i], len);
+    name[len] = '\0';
+    for (size_t at = cube__find_token(v, s->lv_body_e[i], s->lv_body_b[i], name);
+         at < s->lv_body_e[i]; at = cube__find_token(v, s->lv_body_e[i], at + 1, name))
+      if (cube__is_modified(v, s->lv_body_e[i], at, len)) return false;
+  }
+  /* Private locals: unique names, never declared again (a nested declaration
+   * would meet the #define). */
+  for (uint32_t k = 0; k < s->npriv; ++k) {
+    const cube__split_priv_t* p = &s->priv[k];
+    for (uint32_t j = 0; j < k; ++j)
+      if (cube__same_name(v, p->b, p->e, s->priv[j].b, s->priv[j].e)) return false;
+    for (uint32_t j = 0; j < s->nshared; ++j)
+      if (cube__same_name(v, p->b, p->e, s->sh_b[j], s->sh_e[j])) return false;
+    for (uint32_t j = 0; j < s->nlv; ++j)
+      if (cube__same_name(v, p->b, p->e, s->lv_b[j], s->lv_e[j])) return false;
+    char name[64];
+    size_t len = p->e - p->b;
+    memcpy(name, v + p->b, len);
+    name[len] = '\0';
+    for (size_t at = cube__find_token(v, be, bb, name); at < be;
+         at = cube__find_token(v, be, at + 1, name)) {
+      if (at == p->b) continue;
+      if (at < p->b) return false; /* used before: some outer object of that name */
+      size_t q = at;
+      while (q > bb && cube__is_space(v[q - 1])) --q;
+      if (q > bb && (v[q - 1] == '.' || (v[q - 1] == '>' && q - 1 > bb && v[q - 2] == '-')))
+        return false; /* a member of that name */
+      if (q > bb && cube__is_ident_char(v[q - 1])) {
+        size_t w = q;
+        while (w > bb && cube__is_ident_char(v[w - 1])) --w;
+        if (!cube__tok_is(v, w, q, "sizeof") && !cube__tok_is(v, w, q, "else") &&
+            !cube__tok_is(v, w, q, "do"))
+          return false;
+      }
+      if (q > bb && v[q - 1] == '*') {
+        size_t r = q - 1;
+        while (r > bb && (v[r - 1] == '*' || cube__is_space(v[r - 1]))) --r;
+        if (r > bb && cube__is_ident_char(v[r - 1])) {
+          size_t w = r;
+          while (w > bb && cube__is_ident_char(v[w - 1])) --w;
+          while (w > bb && cube__is_space(v[w - 1])) --w;
+          if (w == bb || strchr(";{}(,", v[w - 1])) return false;
+        }
+      }
+    }
+  }
+  /* Uniform headers read no per-unit value and call nothing. */
+  static const char* const unit_words[] = {
+      "UNIT_POS", "UNIT_POS_X", "UNIT_POS_Y", "UNIT_POS_Z", "UNIT_POS_PLANE", "ABSOLUTE_POS",
+      "ABSOLUTE_POS_X", "ABSOLUTE_POS_Y", "ABSOLUTE_POS_Z", "cube__ux", "cube__uy", "cube__uz",
+      "CUBE_UNIT_ARGS"};
+  for (uint32_t h = 0; h < s->nhdr; ++h) {
+    size_t i = s->hdr_b[h], e = s->hdr_e[h];
+    while (i < e) {
+      if (v[i] >= '0' && v[i] <= '9') {
+        while (i < e && (cube__is_ident_char(v[i]) || v[i] == '.')) ++i;
+        continue;
+      }
+      if (!cube__is_ident_start(v[i])) {
+        ++i;
+        continue;
+      }
+      size_t tb = i;
+      while (i < e && cube__is_ident_char(v[i])) ++i;
+      for (size_t k = 0; k < sizeof unit_words / sizeof unit_words[0]; ++k)
+        if (cube__tok_is(v, tb, i, unit_words[k])) return false;
+      for (uint32_t k = 0; k < s->npriv; ++k)
+        if (cube__same_name(v, tb, i, s->priv[k].b, s->priv[k].e)) return false;
+      for (uint32_t k = 0; k < s->nshared; ++k)
+        if (cube__same_name(v, tb, i, s->sh_b[k], s->sh_e[k])) return false;
+      size_t p = cube__skip_space(v, i, e);
+      if (p < e && v[p] == '(' && !cube__tok_is(v, tb, i, "sizeof")) return false;
+    }
+  }
+  return true;
+}
+
+char* cube__split_generate(const cube__signature_t* sig, const char* source, const char* v,
+                           size_t n, const cube_define_t* defines, uint32_t define_count) {
+  bool present;
+  cube__find_define(defines, define_count, "CUBE_CPU_FIBERS", &present);
+  if (present || !sig->uses_sync_cube) return NULL;
+  char* result = NULL;
+  cube__split_t* s = calloc(1, sizeof *s);
+  if (!s) goto done;
+  s->src = source;
+  s->v = v;
+  s->n = n;
+  s->entry = sig->entry;
+  /* The first declaration of the entry that has a body. */
+  size_t eb = 0, ee = 0;
+  cube__decl_t d;
+  size_t at = cube__find_decl(v, n, 0, sig->entry, &d);
+  while (at < n && !(d.close < n && cube__kernel_body(v, n, d.close, &eb, &ee)))
+    at = cube__find_decl(v, n, at + 1, sig->entry, &d);
+  if (at >= n) goto done;
+  s->entry_close = d.close;
+  if (!cube__split_block(s, eb + 1, ee - 1, 0)) goto done;
+  if (!cube__split_checks(s, sig, eb + 1, ee - 1, eb, ee, defines, define_count)) goto done;
+  if (s->body.failed || s->shared.failed) goto done;
+
+  cube__sb_t out = {NULL, 0, 0, false};
+  cube__sb_puts(&out,
+                "/* The kernel split at its barriers: one loop over the units per region. */\n"
+                "static int cube__split_run(const cube__args_t* cube__ap, void* cube__scratch,\n"
+                "                           uint64_t cube__scratch_size) {\n");
+  for (uint32_t i = 0; i < sig->count; ++i) {
+    const cube__param_t* p = &sig->params[i];
+    if (p->kind == CUBE_ARG_BUFFER)
+      cube__sb_printf(&out,
+                      "  %s%s* const %s CUBE__UNUSED = cube__ap->%s;\n"
+                      "  const uint64_t %s__len CUBE__UNUSED = cube__ap->%s__len;\n",
+                      p->is_const ? "const " : "", p->type, p->name, p->name, p->name, p->name);
+    else
+      cube__sb_printf(&out, "  const %s %s CUBE__UNUSED = cube__ap->%s;\n",
+                      cube__canonical_scalar(p->kind), p->name, p->name);
+  }
+  static const char* const pos[] = {"cx", "cy", "cz", "dx", "dy", "dz", "nx", "ny", "nz"};
+  for (size_t k = 0; k < 9; ++k)
+    cube__sb_printf(&out, "  const uint32_t cube__%s CUBE__UNUSED = cube__ap->cube__%s;\n", pos[k],
+                    pos[k]);
+  cube__sb_puts(&out,
+                "  cube_bounds_error_t* const cube__bounds CUBE__UNUSED = cube__ap->cube__bounds;\n"
+                "  cube__sched_t* const cube__sched CUBE__UNUSED = (cube__sched_t*)0;\n"
+                "  const uint64_t cube__units CUBE__UNUSED = (uint64_t)cube__dx * cube__dy * "
+                "cube__dz;\n"
+                "  uintptr_t cube__sp CUBE__UNUSED = ((uintptr_t)cube__scratch + 63u) & "
+                "~(uintptr_t)63u;\n");
+  for (uint32_t k = 0; k < s->npriv; ++k) {
+    const cube__split_priv_t* p = &s->priv[k];
+    int len = (int)(p->e - p->b);
+    cube__sb_printf(&out,
+                    "  %s* restrict const cube__pv_%.*s = (%s*)cube__sp;\n"
+                    "  cube__sp += (uintptr_t)((cube__units * sizeof(%s) + 63u) & "
+                    "~(uint64_t)63u);\n",
+                    p->type, len, v + p->b, p->type, p->type);
+  }
+  cube__sb_puts(&out,
+                "  if (cube__sp - (uintptr_t)cube__scratch > cube__scratch_size) return 1;\n");
+  cube__sb_put(&out, s->shared.data ? s->shared.data : "", s->shared.len);
+  for (uint32_t k = 0; k < s->npriv; ++k) {
+    int len = (int)(s->priv[k].e - s->priv[k].b);
+    const char* nm = v + s->priv[k].b;
+    cube__sb_printf(&out,
+                    "#pragma push_macro(\"%.*s\")\n#undef %.*s\n"
+                    "#define %.*s (cube__pv_%.*s[cube__unit])\n",
+                    len, nm, len, nm, len, nm, len, nm);
+  }
+  cube__sb_put(&out, s->body.data ? s->body.data : "", s->body.len);
+  cube__sb_puts(&out, "  return 0;\n}\n");
+  for (uint32_t k = 0; k < s->npriv; ++k) {
+    int len = (int)(s->priv[k].e - s->priv[k].b);
+    const char* nm = v + s->priv[k].b;
+    cube__sb_printf(&out, "#undef %.*s\n#pragma pop_macro(\"%.*s\")\n", len, nm, len, nm);
+  }
+  cube__sb_printf(&out, "#line 1 \"%s.split.c\"\n", sig->entry);
+  if (out.failed)
+    free(out.data);
+  else
+    result = out.data;
+done:
+  if (s) {
+    free(s->body.data);
+    free(s->shared.data);
+    free(s);
+  }
+  return result;
+}
