@@ -188,7 +188,11 @@ uint32_t cube_kernel_arg_count(const cube_kernel_t* kernel);
 CUBE_MUST_USE_RESULT cube_status_t cube_count_select(uint64_t num_cubes, const uint32_t max_count[3],
                                 cube_count_t* out_count, bool* out_exact);
 
-/* CubeCL's CubeDim::new for |working_units| on a device. */
+/* CubeCL's CubeDim::new for |working_units| on a device: planes of
+ * plane_size_max units; on a device whose units run on CPU cores
+ * (num_cpu_cores > 0, no streaming multiprocessors) min(cores, units) of
+ * them, on a GPU up to 8 (a power of two), within max_units_per_cube.
+ * (1, 1, 1) for NULL |props|. Thread-safe. */
 cube_dim_t cube_dim_for_units(const cube_device_properties_t* props, uint64_t working_units);
 
 #ifdef __cplusplus

@@ -252,15 +252,17 @@ cube_status_t cube_count_select(uint64_t num_cubes, const uint32_t max_count[3],
   return CUBE_OK;
 }
 
-/* CubeCL's CubeDim::new: plane = plane_size_max; planes per cube = CPU:
- * min(cores, units); GPU: 2^min(3, floor(log2(max(1, units / plane)))). The
- * result is (plane, max(1, min(max_units_per_cube / plane, planes)), 1). */
+/* CubeCL's CubeDim::new: plane = plane_size_max; planes per cube = on a
+ * device whose units run on CPU cores (num_cpu_cores > 0 and no streaming
+ * multiprocessors: the CPU backend, an OpenCL CPU device) min(cores, units);
+ * on a GPU 2^min(3, floor(log2(max(1, units / plane)))). The result is
+ * (plane, max(1, min(max_units_per_cube / plane, planes)), 1). */
 cube_dim_t cube_dim_for_units(const cube_device_properties_t* props, uint64_t working_units) {
   cube_dim_t one = {1, 1, 1};
   if (!props) return one;
   uint64_t plane = props->hardware.plane_size_max ? props->hardware.plane_size_max : 1;
   uint64_t planes;
-  if (props->id.backend == CUBE_BACKEND_CPU) {
+  if (props->hardware.num_cpu_cores > 0 && props->hardware.num_streaming_multiprocessors == 0) {
     uint64_t cores = props->hardware.num_cpu_cores ? props->hardware.num_cpu_cores : 1;
     planes = working_units < cores ? working_units : cores;
   } else {
