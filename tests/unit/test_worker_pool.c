@@ -1,12 +1,12 @@
-// cube-test-libs: cube_static
-/* The CPU backend's worker pool: every item exactly once, contiguous chunks,
+// cube-test-libs: cube_mod_base
+/* The process's worker pool (src/platform): every item exactly once, contiguous chunks,
  * unique participants, concurrent jobs, early stop, restart. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/worker_pool.h"
+#include "platform/worker_pool.h"
 #include "check.h"
 #include "platform/platform.h"
 

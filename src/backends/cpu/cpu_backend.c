@@ -13,7 +13,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_compiler.h"
-#include "backends/cpu/worker_pool.h"
+#include "platform/worker_pool.h"
 #include "base/status.h"
 #include "cube/cube.h"
 #include "kernel/cache.h"

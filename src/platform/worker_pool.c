@@ -1,4 +1,4 @@
-/* The CPU backend's worker pool (see worker_pool.h).
+/* The process's worker pool (see worker_pool.h).
  *
  * Shape of a job: [0, n) is cut into one contiguous *share* per participant
  * (share i belongs to participant i), each with its own atomic cursor.
@@ -25,7 +25,7 @@
  *    pool: a joiner that has just left a job may still touch its futex word
  *    after the submitter returned (a spurious wake-up at worst).
  */
-#include "backends/cpu/worker_pool.h"
+#include "platform/worker_pool.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>

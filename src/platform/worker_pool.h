@@ -1,6 +1,9 @@
-/* The CPU backend's worker pool: one per process, shared by every logical
- * CPU device, sized to the cores this process may use (CUBE_CPU_THREADS
- * overrides). Jobs split a range [0, n) into contiguous chunks (never
+/* The process's worker pool: one per process, shared by every logical CPU
+ * device (kernels) and every CUDA device (the staging ring's host copies),
+ * sized to the cores this process may use (CUBE_CPU_THREADS overrides). It
+ * needs only base/ and platform/, so it lives in the platform layer.
+ *
+ * Jobs split a range [0, n) into contiguous chunks (never
  * round-robin single items: that ruins bandwidth, see design/cpu-notes.md);
  * the thread that submits a job works on it too, so a pool of size P has
  * P - 1 threads of its own. Several jobs (from several device runners) may
@@ -8,8 +11,8 @@
  *
  * Thread-safe.
  */
-#ifndef CUBE_BACKENDS_CPU_WORKER_POOL_H_
-#define CUBE_BACKENDS_CPU_WORKER_POOL_H_
+#ifndef CUBE_PLATFORM_WORKER_POOL_H_
+#define CUBE_PLATFORM_WORKER_POOL_H_
 
 #include <stdint.h>
 
@@ -37,4 +40,4 @@ uint32_t cube__worker_pool_size(const cube__worker_pool_t* pool);
 int cube__worker_pool_run(cube__worker_pool_t* pool, uint64_t n, uint64_t min_chunk,
                           cube__range_fn fn, void* ctx);
 
-#endif /* CUBE_BACKENDS_CPU_WORKER_POOL_H_ */
+#endif /* CUBE_PLATFORM_WORKER_POOL_H_ */

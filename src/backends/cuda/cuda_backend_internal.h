@@ -1,0 +1,232 @@
+/* What the files of the CUDA backend share, and nothing else includes: the
+ * device and stream objects, the context scope every entry opens, and the
+ * functions one file calls in another.
+ *
+ *   cuda_device.c   devices: discovery, properties, the tunables, teardown
+ *   cuda_memory.c   storage (device and pinned), streams and events
+ *   cuda_staging.c  the staging ring and the copies between host and device
+ *   cuda_kernel.c   NVRTC, the kernel cache, modules and the function map
+ *   cuda_launch.c   the launch path
+ *   cuda_backend.c  the backend's table of functions
+ *   cuda_api.c      the driver and NVRTC, loaded with dlopen
+ *
+ * The rest of the library reaches the backend through its table
+ * (cube__backend_cuda) and cuda_internal.h only.
+ */
+#ifndef CUBE_BACKENDS_CUDA_CUDA_BACKEND_INTERNAL_H_
+#define CUBE_BACKENDS_CUDA_CUDA_BACKEND_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+#include "backends/cuda/cuda_api.h"
+#include "base/status.h"
+#include "kernel/cache.h"
+#include "platform/platform.h"
+#include "platform/worker_pool.h"
+
+#define CUBE__CUDA_MAX_DEVICES 64u
+#define CUBE__CUDA_ALIGNMENT 512u
+#define CUBE__CUDA_CHUNK (4ull << 20)        /* default bytes per staging chunk */
+#define CUBE__CUDA_RING_BYTES (128ull << 20) /* pinned bytes the ring may hold */
+#define CUBE__CUDA_MAX_SLOTS 64u             /* chunks in the ring at most */
+#define CUBE__CUDA_MAX_COPY_THREADS 16u      /* default host copies of one transfer */
+#define CUBE__CUDA_DIRECT_MAX (64u << 10)    /* transfers up to this skip the ring */
+
+#define CUBE__CUDA_SPARE_EVENTS 64u
+
+//===----------------------------------------------------------------------===//
+// Objects
+//===----------------------------------------------------------------------===//
+
+typedef struct cube__cuda_slot {
+  void* host; /* pinned, chunk bytes */
+  CUevent done;
+  bool pending; /* |done| recorded and not yet waited for */
+} cube__cuda_slot_t;
+
+typedef struct cube__cuda_fn {
+  uint64_t kernel_id;
+  uint32_t mode;
+  CUfunction fn;
+  int max_threads;
+} cube__cuda_fn_t;
+
+typedef struct cube__cuda_module {
+  cube__cache_key_t key;
+  CUmodule module;
+  CUfunction fn;
+  int max_threads;
+} cube__cuda_module_t;
+
+struct cube__backend_device {
+  uint32_t index;
+  const cube__cuda_driver_t* cu;
+  CUdevice dev;
+  CUcontext ctx;
+  int cc_major, cc_minor;
+  char arch[16]; /* "sm_90" */
+  char name[96];
+  bool async_alloc;
+  CUmemoryPool mempool;
+  cube__worker_pool_t* workers;
+  uint32_t copy_threads;
+  uint64_t chunk;      /* bytes per staging chunk */
+  uint32_t max_slots;  /* chunks in the ring at most (<= CUBE__CUDA_MAX_SLOTS) */
+  bool stream_up, stream_down; /* host copies with non-temporal stores, per direction */
+  uint32_t max_grid[3];
+  uint32_t max_block[3];
+  uint32_t max_threads_per_block;
+
+  /* Staging ring. */
+  pthread_mutex_t ring_lock;
+  pthread_cond_t ring_cond;
+  cube__cuda_slot_t slots[CUBE__CUDA_MAX_SLOTS];
+  uint32_t slot_count;
+  uint32_t free_slots[CUBE__CUDA_MAX_SLOTS]; /* FIFO of free chunk indices */
+  uint32_t free_head, free_tail, free_count;
+  CUevent spare_events[CUBE__CUDA_SPARE_EVENTS]; /* recycled events (ring_lock) */
+  uint32_t spare_event_count;
+
+  /* Functions and modules. */
+  pthread_mutex_t fn_lock;
+  cube__cuda_fn_t* fns;
+  size_t fn_count, fn_cap;
+  cube__cuda_module_t* modules;
+  size_t module_count, module_cap;
+
+  /* Validate mode: the bounds record (8 words) on the device and its pinned
+   * mirror. Launches of one device run on its runner, one at a time. */
+  CUdeviceptr bounds_dev;
+  uint32_t* bounds_host;
+};
+
+typedef struct cube__cuda_stream {
+  CUstream stream;
+} cube__cuda_stream_t;
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+#define CUBE__CU_TRY(dev, call, ...)                                                \
+  do {                                                                              \
+    CUresult cube__r_ = (call);                                                     \
+    if (cube__r_ != CUDA_SUCCESS)                                                   \
+      return cube__cuda_error(cube__r_, CUBE_STATUS_OK, __VA_ARGS__);               \
+  } while (0)
+
+/* Every entry makes the device's context current for its duration and puts
+ * back whatever the calling thread had: cube runs on the user's threads too
+ * (uploads, allocation), and a program's own CUDA code on that thread must
+ * find its context unchanged. Nothing is pushed when it is current already,
+ * and on cube's own threads the context is set and left current. */
+typedef struct cube__cuda_scope {
+  const cube__cuda_driver_t* cu;
+  bool pushed;
+} cube__cuda_scope_t;
+
+static inline cube__cuda_scope_t cube__cuda_enter(CUcontext ctx) {
+  const cube__cuda_driver_t* cu = NULL;
+  cube__cuda_scope_t s = {NULL, false};
+  cube_status_t st = cube__cuda_driver(&cu);
+  if (st) {
+    cube_status_free(st);
+    return s;
+  }
+  s.cu = cu;
+  CUcontext cur = NULL;
+  if (cu->CtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx) return s;
+  /* cube's own threads (runners, copy workers) keep the context current:
+   * a push and a pop per launch cost a tenth of the launch. */
+  if (cube__thread_is_cube() && cu->CtxSetCurrent(ctx) == CUDA_SUCCESS) return s;
+  s.pushed = cu->CtxPushCurrent(ctx) == CUDA_SUCCESS;
+  return s;
+}
+
+static inline void cube__cuda_leave(cube__cuda_scope_t* s) {
+  if (!s->pushed) return;
+  CUcontext popped = NULL;
+  s->cu->CtxPopCurrent(&popped);
+}
+
+#define CUBE__CUDA_SCOPE(ctx)                                                       \
+  __attribute__((cleanup(cube__cuda_leave), unused)) cube__cuda_scope_t cube__scope_ = \
+      cube__cuda_enter(ctx)
+
+static inline CUstream cube__cuda_s(void* stream) {
+  return stream ? ((cube__cuda_stream_t*)stream)->stream : NULL;
+}
+
+//===----------------------------------------------------------------------===//
+// Devices (cuda_device.c)
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__cuda_availability(void);
+uint32_t cube__cuda_device_count(void);
+cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_options_t* options,
+                                       cube__backend_device_t** out_device,
+                                       cube_device_properties_t* p,
+                                       cube_features_t* out_features,
+                                       cube_backend_info_t* out_info);
+void cube__cuda_device_destroy(cube__backend_device_t* d);
+
+//===----------------------------------------------------------------------===//
+// Storage, streams and events (cuda_memory.c)
+//===----------------------------------------------------------------------===//
+
+/* Waits for |s| (NULL: the whole context); on failure the whole context too. */
+CUresult cube__cuda_wait(cube__backend_device_t* d, CUstream s);
+/* The error of a failed allocation of |size| bytes by |how|, with the
+ * device's free memory. */
+cube_status_t cube__cuda_oom(cube__backend_device_t* d, CUresult r, uint64_t size,
+                             const char* how);
+
+cube_status_t cube__cuda_alloc_on(cube__backend_device_t* d, void* stream, uint64_t size,
+                                  cube__storage_t* out);
+void cube__cuda_dealloc_on(cube__backend_device_t* d, void* stream, const cube__storage_t* s);
+cube_status_t cube__cuda_alloc(cube__backend_device_t* d, uint64_t size, cube__storage_t* out);
+void cube__cuda_dealloc(cube__backend_device_t* d, const cube__storage_t* s);
+void cube__cuda_trim(cube__backend_device_t* d, void* stream);
+cube_status_t cube__cuda_host_alloc(cube__backend_device_t* d, uint64_t size,
+                                    cube__storage_t* out);
+void cube__cuda_host_dealloc(cube__backend_device_t* d, const cube__storage_t* s);
+
+cube_status_t cube__cuda_stream_create(cube__backend_device_t* d, uint64_t stream_id,
+                                       void** out_stream);
+void cube__cuda_stream_destroy(cube__backend_device_t* d, void* stream);
+cube_status_t cube__cuda_sync(cube__backend_device_t* d, void* stream);
+cube_status_t cube__cuda_event_record(cube__backend_device_t* d, void* stream, void** out);
+cube_status_t cube__cuda_event_wait(cube__backend_device_t* d, void* stream, void* event);
+bool cube__cuda_event_done(cube__backend_device_t* d, void* event);
+cube_status_t cube__cuda_event_sync(cube__backend_device_t* d, void* event);
+void cube__cuda_event_destroy(cube__backend_device_t* d, void* event);
+cube_status_t cube__cuda_event_elapsed(cube__backend_device_t* d, void* start, void* end,
+                                       uint64_t* out_ns);
+
+//===----------------------------------------------------------------------===//
+// Copies through the staging ring (cuda_staging.c)
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__cuda_write(cube__backend_device_t* d, void* stream,
+                               const cube__storage_t* dst, uint64_t dst_offset, uint64_t pitch,
+                               const void* src, uint64_t width, uint64_t height);
+cube_status_t cube__cuda_read(cube__backend_device_t* d, void* stream, void* dst,
+                              const cube__storage_t* src, uint64_t src_offset, uint64_t pitch,
+                              uint64_t width, uint64_t height);
+
+//===----------------------------------------------------------------------===//
+// Kernels (cuda_kernel.c) and launches (cuda_launch.c)
+//===----------------------------------------------------------------------===//
+
+/* The function of (|k|, |mode|) on |d|, compiled and loaded on first use. */
+cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t* k,
+                                  cube_execution_mode_t mode, cube__cuda_fn_t* out);
+cube_status_t cube__cuda_prepare(cube__backend_device_t* d, const cube_kernel_t* k,
+                                 cube_execution_mode_t mode);
+cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
+                                const cube__launch_t* l);
+
+#endif /* CUBE_BACKENDS_CUDA_CUDA_BACKEND_INTERNAL_H_ */

@@ -1,0 +1,291 @@
+/* The CUDA backend's kernels: the dialect's CUDA unit compiled by NVRTC to a
+ * cubin for the device's architecture (sm_90 on an H200), through the kernel
+ * cache (memory and disk, kind "cubin"); the module is loaded once per device
+ * and the function found through a per-device map keyed by (kernel id, mode),
+ * under the device's fn_lock.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_backend_internal.h"
+#include "base/fault.h"
+#include "base/status.h"
+#include "cube/cube.h"
+#include "kernel/cache.h"
+#include "kernel/dialect.h"
+#include "kernel/kernel.h"
+#include "platform/platform.h"
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
+
+typedef struct cube__cuda_blob {
+  size_t size;
+  char data[];
+} cube__cuda_blob_t;
+
+static void cube__cuda_blob_destroy(void* p) { free(p); }
+
+/* NVRTC writes a location as "file.cube(4): error"; the other backends'
+ * compilers (and editors) use "file.cube:4: error". Rewrites the first form
+ * into the second in place (one byte shorter each time). */
+static void cube__cuda_log_locations(char* log) {
+  for (char* p = log; (p = strstr(p, ".cube(")) != NULL;) {
+    char* q = p + 6;
+    char* digits = q;
+    while (*q >= '0' && *q <= '9') ++q;
+    if (q == digits || q[0] != ')' || q[1] != ':') {
+      p += 6;
+      continue;
+    }
+    p[5] = ':';
+    q[0] = ':';
+    memmove(q + 1, q + 2, strlen(q + 2) + 1); /* "):" -> ":" */
+    p = q + 1;
+  }
+}
+
+/* Compiles |text| with NVRTC for |d|'s architecture into a cubin blob. */
+static cube_status_t cube__cuda_nvrtc_compile(cube__backend_device_t* d, const char* text,
+                                              const char* kname, cube__cuda_blob_t** out) {
+  CUBE__FAULT_RETURN(CUBE__FAULT_KERNEL_COMPILE, CUBE_STATUS_COMPILATION_FAILED,
+                     "compiling kernel '%s' with NVRTC failed", kname);
+  const cube__nvrtc_t* nv;
+  CUBE_RETURN_IF_ERROR(cube__cuda_nvrtc(&nv));
+  char unit[160];
+  snprintf(unit, sizeof(unit), "%s.cu", kname);
+  nvrtcProgram prog = NULL;
+  nvrtcResult r = nv->CreateProgram(&prog, text, unit, 0, NULL, NULL);
+  if (r != NVRTC_SUCCESS)
+    return cube__status_make(CUBE_STATUS_INTERNAL, "compiling kernel '%s': nvrtcCreateProgram: %s",
+                             kname, nv->GetErrorString(r));
+  char arch[48];
+  snprintf(arch, sizeof(arch), "--gpu-architecture=%s", d->arch);
+  const char* opts[] = {arch, "--std=c++17", "-lineinfo", "--device-as-default-execution-space"};
+  r = nv->CompileProgram(prog, (int)(sizeof(opts) / sizeof(opts[0])), opts);
+  cube_status_t st = CUBE_OK;
+  if (r != NVRTC_SUCCESS) {
+    size_t n = 0;
+    char* log = NULL;
+    if (nv->GetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n > 0 && (log = malloc(n + 1))) {
+      if (nv->GetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = '\0';
+      log[n] = '\0';
+      cube__cuda_log_locations(log);
+    }
+    st = cube__status_make(CUBE_STATUS_COMPILATION_FAILED,
+                           "compiling kernel '%s' with NVRTC %d.%d for %s failed (%s):\n%s", kname,
+                           nv->major, nv->minor, d->arch, nv->GetErrorString(r),
+                           log && log[0] ? log : "(no log)");
+    free(log);
+  } else {
+    size_t n = 0;
+    r = nv->GetCUBINSize(prog, &n);
+    cube__cuda_blob_t* b = r == NVRTC_SUCCESS && n ? malloc(sizeof(*b) + n) : NULL;
+    if (!b) {
+      st = cube__status_make(r == NVRTC_SUCCESS ? CUBE_STATUS_OUT_OF_MEMORY : CUBE_STATUS_INTERNAL,
+                             "compiling kernel '%s': no cubin (%zu bytes)", kname, n);
+    } else if ((r = nv->GetCUBIN(prog, b->data)) != NVRTC_SUCCESS) {
+      free(b);
+      st = cube__status_make(CUBE_STATUS_INTERNAL, "compiling kernel '%s': nvrtcGetCUBIN: %s",
+                             kname, nv->GetErrorString(r));
+    } else {
+      b->size = n;
+      *out = b;
+    }
+  }
+  nv->DestroyProgram(&prog);
+  return st;
+}
+
+/* The cubin of |key| from the kernel cache (memory, then disk), or compiled
+ * and stored. The blob belongs to the cache. */
+static cube_status_t cube__cuda_cubin(cube__backend_device_t* d, cube__cache_key_t key,
+                                      const char* text, const char* kname,
+                                      const cube__cuda_blob_t** out) {
+  cube__cuda_blob_t* b = cube__cache_memory_get(key);
+  if (b) {
+    cube__cache_count_memory_hit();
+    *out = b;
+    return CUBE_OK;
+  }
+  uint64_t t0 = cube__now_ns();
+  void* data = NULL;
+  size_t size = 0;
+  cube_status_t st = cube__cache_disk_load(key, "cubin", &data, &size);
+  if (!st) {
+    b = malloc(sizeof(*b) + size);
+    if (!b) {
+      free(data);
+      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                               "kernel '%s': no host memory for its cubin", kname);
+    }
+    b->size = size;
+    memcpy(b->data, data, size);
+    free(data);
+    cube__cache_count_disk_hit(cube__now_ns() - t0);
+    *out = cube__cache_memory_put(key, b, cube__cuda_blob_destroy);
+    return CUBE_OK;
+  }
+  cube_status_free(st);
+  uint64_t t1 = cube__now_ns();
+  st = cube__cuda_nvrtc_compile(d, text, kname, &b);
+  cube__cache_count_miss(cube__now_ns() - t1, st != CUBE_OK);
+  if (st) return st;
+  cube_status_free(cube__cache_disk_store(key, "cubin", b->data, b->size));
+  *out = cube__cache_memory_put(key, b, cube__cuda_blob_destroy);
+  return CUBE_OK;
+}
+
+/* The function map: open addressing on (kernel id, mode); the table is at
+ * most half full. Guarded by fn_lock. */
+static uint64_t cube__cuda_fn_key(uint64_t id, uint32_t mode) { return (id << 2) | mode; }
+
+static bool cube__cuda_fn_find(cube__backend_device_t* d, uint64_t id, uint32_t mode,
+                               cube__cuda_fn_t* out) {
+  if (!d->fn_cap) return false;
+  uint64_t key = cube__cuda_fn_key(id, mode);
+  for (size_t i = (size_t)(key * 0x9E3779B97F4A7C15ull) & (d->fn_cap - 1);;
+       i = (i + 1) & (d->fn_cap - 1)) {
+    const cube__cuda_fn_t* e = &d->fns[i];
+    if (!e->fn) return false;
+    if (cube__cuda_fn_key(e->kernel_id, e->mode) == key) {
+      *out = *e;
+      return true;
+    }
+  }
+}
+
+static void cube__cuda_fn_place(cube__cuda_fn_t* table, size_t cap, const cube__cuda_fn_t* e) {
+  uint64_t key = cube__cuda_fn_key(e->kernel_id, e->mode);
+  size_t i = (size_t)(key * 0x9E3779B97F4A7C15ull) & (cap - 1);
+  while (table[i].fn) i = (i + 1) & (cap - 1);
+  table[i] = *e;
+}
+
+static bool cube__cuda_fn_insert(cube__backend_device_t* d, const cube__cuda_fn_t* e) {
+  if ((d->fn_count + 1) * 2 > d->fn_cap) {
+    size_t cap = d->fn_cap ? d->fn_cap * 2 : 64;
+    cube__cuda_fn_t* table = calloc(cap, sizeof(*table));
+    if (!table) return false;
+    for (size_t i = 0; i < d->fn_cap; ++i)
+      if (d->fns[i].fn) cube__cuda_fn_place(table, cap, &d->fns[i]);
+    free(d->fns);
+    d->fns = table;
+    d->fn_cap = cap;
+  }
+  cube__cuda_fn_place(d->fns, d->fn_cap, e);
+  d->fn_count++;
+  return true;
+}
+
+static void* cube__grow(void* p, size_t* cap, size_t need, size_t elem) {
+  if (need <= *cap) return p;
+  size_t c = *cap ? *cap * 2 : 16;
+  while (c < need) c *= 2;
+  void* q = realloc(p, c * elem);
+  if (q) *cap = c;
+  return q;
+}
+
+/* The function of (|k|, |mode|) on |d|, compiled and loaded on first use. */
+cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t* k,
+                                  cube_execution_mode_t mode, cube__cuda_fn_t* out) {
+  if (!k->source || !k->signature)
+    return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
+                             "kernel '%s' has no dialect source: native CPU kernels cannot run on "
+                             "cuda device %u",
+                             k->name, d->index);
+  if ((unsigned)mode > CUBE_EXEC_UNCHECKED)
+    return CUBE_INVALID("kernel '%s': execution mode %d is invalid", k->name, (int)mode);
+  pthread_mutex_lock(&d->fn_lock);
+  bool found = cube__cuda_fn_find(d, k->id, (uint32_t)mode, out);
+  pthread_mutex_unlock(&d->fn_lock);
+  if (found) return CUBE_OK;
+
+  char* text = NULL;
+  cube_status_t st = cube__dialect_generate(CUBE__TARGET_CUDA, k->signature, k->source, k->defines,
+                                            k->define_count, mode, &text);
+  if (st) return cube__status_annotate(st, "kernel '%s'", k->name);
+  static const char* const mode_names[3] = {"checked", "validate", "unchecked"};
+  const cube__nvrtc_t* nv = NULL;
+  st = cube__cuda_nvrtc(&nv);
+  if (st) {
+    free(text);
+    return cube__status_annotate(st, "kernel '%s'", k->name);
+  }
+  char nvv[32];
+  snprintf(nvv, sizeof(nvv), "nvrtc %d.%d", nv->major, nv->minor);
+  const char* parts[] = {"cube", CUBE_VERSION_STRING, "cuda", d->arch, nvv, mode_names[mode],
+                         text, NULL};
+  cube__cache_key_t key = cube__cache_key(parts);
+
+  /* Serialise per device: a second thread asking for the same kernel waits
+   * and finds it loaded. */
+  pthread_mutex_lock(&d->fn_lock);
+  if (cube__cuda_fn_find(d, k->id, (uint32_t)mode, out)) {
+    pthread_mutex_unlock(&d->fn_lock);
+    free(text);
+    return CUBE_OK;
+  }
+  cube__cuda_module_t* mod = NULL;
+  for (size_t i = 0; i < d->module_count; ++i)
+    if (d->modules[i].key.hi == key.hi && d->modules[i].key.lo == key.lo) mod = &d->modules[i];
+  if (mod) {
+    /* Another kernel object with the same unit: its module is loaded already,
+     * an in-memory hit as on every backend. */
+    cube__cache_count_memory_hit();
+  } else {
+    const cube__cuda_blob_t* cubin = NULL;
+    st = cube__cuda_cubin(d, key, text, k->name, &cubin);
+    CUBE__CUDA_SCOPE(d->ctx);
+    CUmodule m = NULL;
+    CUfunction f = NULL;
+    if (!st) {
+      CUresult r = d->cu->ModuleLoadData(&m, cubin->data);
+      if (r == CUDA_SUCCESS) r = d->cu->ModuleGetFunction(&f, m, "cube_kernel_entry");
+      if (r != CUDA_SUCCESS) {
+        if (m) d->cu->ModuleUnload(m);
+        st = cube__cuda_error(r, CUBE_STATUS_COMPILATION_FAILED,
+                              "kernel '%s': loading its cubin (%zu bytes, %s) on cuda device %u",
+                              k->name, cubin->size, d->arch, d->index);
+      }
+    }
+    if (!st) {
+      void* grown =
+          cube__grow(d->modules, &d->module_cap, d->module_count + 1, sizeof(*d->modules));
+      if (!grown) {
+        d->cu->ModuleUnload(m);
+        st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "kernel '%s': no host memory", k->name);
+      } else {
+        d->modules = grown;
+        mod = &d->modules[d->module_count++];
+        mod->key = key;
+        mod->module = m;
+        mod->fn = f;
+        mod->max_threads = 0;
+        if (d->cu->FuncGetAttribute(&mod->max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                                    f) != CUDA_SUCCESS)
+          mod->max_threads = (int)d->max_threads_per_block;
+      }
+    }
+  }
+  if (!st) {
+    cube__cuda_fn_t e = {k->id, (uint32_t)mode, mod->fn, mod->max_threads};
+    if (!cube__cuda_fn_insert(d, &e))
+      st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "kernel '%s': no host memory", k->name);
+    else
+      *out = e;
+  }
+  pthread_mutex_unlock(&d->fn_lock);
+  free(text);
+  return st;
+}
+
+cube_status_t cube__cuda_prepare(cube__backend_device_t* d, const cube_kernel_t* k,
+                                 cube_execution_mode_t mode) {
+  cube__cuda_fn_t f;
+  return cube__cuda_function(d, k, mode, &f);
+}

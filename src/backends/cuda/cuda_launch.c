@@ -1,0 +1,111 @@
+/* The CUDA backend's launch path: the function from the device's map, the
+ * limits checked, the arguments marshalled in the caller's frame (no
+ * allocation), cuLaunchKernel on the stream's CUDA stream; events around a
+ * profiled launch, the bounds record read back in Validate mode.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_backend_internal.h"
+#include "base/fault.h"
+#include "base/status.h"
+#include "kernel/kernel.h"
+
+cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
+                                const cube__launch_t* l) {
+  const cube_kernel_t* k = l->kernel;
+  const char* name = l->name ? l->name : (k && k->name ? k->name : "?");
+  if (!k) return CUBE_INVALID("launch of kernel '%s': no kernel object", name);
+  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_LAUNCH, CUBE_STATUS_LAUNCH_FAILED,
+                     "launch of kernel '%s' failed", name);
+  cube__cuda_fn_t f;
+  CUBE_RETURN_IF_ERROR(cube__cuda_function(d, k, l->mode, &f));
+  const uint32_t dim[3] = {l->dim.x, l->dim.y, l->dim.z};
+  for (int i = 0; i < 3; ++i) {
+    if (dim[i] == 0 || dim[i] > d->max_block[i])
+      return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                               "launch of kernel '%s': cube dim (%u, %u, %u): %c = %u is outside "
+                               "[1, %u]",
+                               name, dim[0], dim[1], dim[2], "xyz"[i], dim[i], d->max_block[i]);
+    if (l->count[i] > d->max_grid[i])
+      return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                               "launch of kernel '%s': cube count %c = %u exceeds the device's %u",
+                               name, "xyz"[i], l->count[i], d->max_grid[i]);
+  }
+  uint64_t units = (uint64_t)dim[0] * dim[1] * dim[2];
+  if (units > (uint64_t)f.max_threads)
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "launch of kernel '%s': cube dim (%u, %u, %u) has %" PRIu64
+                             " units, more than the %d this kernel can run per cube on %s",
+                             name, dim[0], dim[1], dim[2], units, f.max_threads, d->arch);
+  if (l->count[0] == 0 || l->count[1] == 0 || l->count[2] == 0) return CUBE_OK;
+  if (l->arg_count > CUBE_MAX_KERNEL_ARGS)
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "launch of kernel '%s': %u arguments, more than %u", name,
+                             l->arg_count, CUBE_MAX_KERNEL_ARGS);
+  CUBE__CUDA_SCOPE(d->ctx);
+
+  /* Marshalling: pointers into this frame, no allocation. */
+  void* params[2 * CUBE_MAX_KERNEL_ARGS + 1];
+  CUdeviceptr ptrs[CUBE_MAX_KERNEL_ARGS];
+  uint64_t lens[CUBE_MAX_KERNEL_ARGS];
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < l->arg_count; ++i) {
+    if (l->kinds[i] == CUBE_ARG_BUFFER) {
+      ptrs[i] = (CUdeviceptr)(uintptr_t)l->args[i].buffer.data;
+      lens[i] = l->args[i].buffer.len;
+      params[n++] = &ptrs[i];
+      params[n++] = &lens[i];
+    } else {
+      params[n++] = (void*)(uintptr_t)&l->args[i];
+    }
+  }
+  CUstream s = cube__cuda_s(stream);
+  CUdeviceptr bounds = d->bounds_dev;
+  CUresult r = CUDA_SUCCESS;
+  if (l->mode == CUBE_EXEC_VALIDATE) {
+    params[n++] = &bounds;
+    r = d->cu->MemsetD32Async(bounds, 0, 8, s);
+  }
+  /* A profiled launch is timed where it runs: events around it. */
+  void* ev0 = NULL;
+  void* ev1 = NULL;
+  if (r == CUDA_SUCCESS && l->device_ns) {
+    cube_status_t e = cube__cuda_event_record(d, stream, &ev0);
+    if (e) {
+      cube_status_free(e);
+      ev0 = NULL;
+    }
+  }
+  if (r == CUDA_SUCCESS)
+    r = d->cu->LaunchKernel(f.fn, l->count[0], l->count[1], l->count[2], dim[0], dim[1], dim[2], 0,
+                            s, params, NULL);
+  if (ev0) {
+    if (r == CUDA_SUCCESS) {
+      cube_status_t e = cube__cuda_event_record(d, stream, &ev1);
+      uint64_t ns = 0;
+      if (!e) e = cube__cuda_event_elapsed(d, ev0, ev1, &ns);
+      if (!e) *l->device_ns = ns;
+      cube_status_free(e);
+    }
+    cube__cuda_event_destroy(d, ev0);
+    if (ev1) cube__cuda_event_destroy(d, ev1);
+  }
+  if (r != CUDA_SUCCESS)
+    return cube__cuda_error(r, CUBE_STATUS_LAUNCH_FAILED,
+                            "launch of kernel '%s' on cuda device %u, cube count (%u, %u, %u), "
+                            "cube dim (%u, %u, %u)",
+                            name, d->index, l->count[0], l->count[1], l->count[2], dim[0], dim[1],
+                            dim[2]);
+  if (l->mode == CUBE_EXEC_VALIDATE) {
+    r = d->cu->MemcpyDtoHAsync(d->bounds_host, bounds, 32, s);
+    if (r == CUDA_SUCCESS) r = cube__cuda_wait(d, s);
+    if (r != CUDA_SUCCESS)
+      return cube__cuda_error(r, CUBE_STATUS_LAUNCH_FAILED, "launch of kernel '%s' (Validate mode)",
+                              name);
+    cube_bounds_error_t b;
+    memcpy(&b, d->bounds_host, sizeof(b)); /* the prelude's 8 words, the same layout */
+    if (b.flag) return cube__kernel_bounds_status(k, name, &b);
+  }
+  return CUBE_OK;
+}

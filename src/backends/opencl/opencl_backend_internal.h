@@ -1,0 +1,143 @@
+/* What the files of the OpenCL backend share, and nothing else includes: the
+ * device, stream, staging and kernel-entry objects, and the functions one
+ * file calls in another.
+ *
+ *   opencl_device.c   devices (discovery, properties, teardown) and storage
+ *                     (device buffers, mapped staging buffers)
+ *   opencl_stream.c   streams, the ordering across their queues, writes,
+ *                     reads and sync
+ *   opencl_kernel.c   programs (built, cached on disk), the kernel table and
+ *                     the launch path
+ *   opencl_backend.c  the backend's table of functions
+ *   opencl_loader.c   the OpenCL library, loaded with dlopen
+ *
+ * The rest of the library reaches the backend through its table
+ * (cube__backend_opencl) only.
+ */
+#ifndef CUBE_BACKENDS_OPENCL_OPENCL_BACKEND_INTERNAL_H_
+#define CUBE_BACKENDS_OPENCL_OPENCL_BACKEND_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+#include "backends/opencl/opencl_loader.h"
+#include "base/status.h"
+#include "kernel/cache.h"
+
+//===----------------------------------------------------------------------===//
+// Objects
+//===----------------------------------------------------------------------===//
+
+#define CUBE__OCL_MIN_ALIGNMENT 64u
+
+/* A staging buffer's bookkeeping (storage backend_data). */
+typedef struct cube__ocl_host {
+  atomic_uint refs; /* the device's and one per staging buffer */
+  const cube__ocl_api_t* cl;
+  cl_context ctx;
+  cl_command_queue queue;
+} cube__ocl_host_t;
+
+typedef struct cube__ocl_staging {
+  cl_mem mem;
+  cube__ocl_host_t* host;
+} cube__ocl_staging_t;
+
+/* A compiled kernel of one (kernel object, mode) on this device. */
+typedef struct cube__ocl_entry {
+  uint64_t kernel_id;
+  uint32_t mode;
+  cube__cache_key_t key; /* of the unit */
+  cl_program program;    /* retained per entry */
+  cl_kernel kernel;
+  size_t max_work_group;  /* CL_KERNEL_WORK_GROUP_SIZE */
+} cube__ocl_entry_t;
+
+typedef struct cube__ocl_stream {
+  cl_command_queue queue;
+  uint64_t id;
+} cube__ocl_stream_t;
+
+struct cube__backend_device {
+  uint32_t index;
+  const cube__ocl_api_t* cl;
+  cl_platform_id platform;
+  cl_device_id device;
+  cl_context ctx;
+  cube__ocl_host_t* host; /* device queue + context, shared with staging buffers */
+  char name[128];
+  char platform_name[128];
+  char identity[512]; /* for cache keys: platform | device | driver | versions */
+  size_t max_work_group;
+  size_t max_item[3];
+  uint64_t local_mem;
+  bool fp64;
+  /* Runner-only state. */
+  cl_mem bounds;                 /* Validate record, 32 bytes */
+  cl_command_queue last_queue;   /* queue of the previous command (not owned) */
+  /* Kernel table, guarded by |lock| (prepare may run on any thread). */
+  pthread_mutex_t lock;
+  cube__ocl_entry_t* entries;
+  uint32_t entry_count, entry_cap;
+};
+
+
+//===----------------------------------------------------------------------===//
+// Errors (opencl_device.c)
+//===----------------------------------------------------------------------===//
+
+/* A status of |code|: the formatted text, then the name of |err|. */
+cube_status_t cube__ocl_error(cube_status_code_t code, cl_int err, const char* fmt, ...)
+    CUBE_PRINTF(3, 4);
+
+//===----------------------------------------------------------------------===//
+// Devices and storage (opencl_device.c)
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__ocl_availability(void);
+uint32_t cube__ocl_device_count_fn(void);
+cube_status_t cube__ocl_device_create(uint32_t index, const cube_server_options_t* options,
+                                      cube__backend_device_t** out_device,
+                                      cube_device_properties_t* out_props,
+                                      cube_features_t* out_features,
+                                      cube_backend_info_t* out_info);
+void cube__ocl_device_destroy(cube__backend_device_t* dev);
+cube_status_t cube__ocl_alloc(cube__backend_device_t* dev, uint64_t size, cube__storage_t* out);
+void cube__ocl_dealloc(cube__backend_device_t* dev, const cube__storage_t* storage);
+cube_status_t cube__ocl_host_alloc(cube__backend_device_t* dev, uint64_t size,
+                                   cube__storage_t* out);
+void cube__ocl_host_dealloc(cube__backend_device_t* dev, const cube__storage_t* storage);
+
+//===----------------------------------------------------------------------===//
+// Streams and copies (opencl_stream.c)
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__ocl_stream_create(cube__backend_device_t* dev, uint64_t stream_id,
+                                      void** out_stream);
+void cube__ocl_stream_destroy(cube__backend_device_t* dev, void* stream);
+/* Before a command on |s|: when the device's previous command went to another
+ * queue, a marker there that this command must wait for (*out_wait, to
+ * release after the enqueue; NULL when none is needed). Runner only. */
+cube_status_t cube__ocl_order(cube__backend_device_t* dev, cube__ocl_stream_t* s,
+                              cl_event* out_wait);
+cube_status_t cube__ocl_write(cube__backend_device_t* dev, void* stream,
+                              const cube__storage_t* dst, uint64_t dst_offset, uint64_t pitch,
+                              const void* src, uint64_t width, uint64_t height);
+cube_status_t cube__ocl_read(cube__backend_device_t* dev, void* stream, void* dst,
+                             const cube__storage_t* src, uint64_t src_offset, uint64_t pitch,
+                             uint64_t width, uint64_t height);
+cube_status_t cube__ocl_sync(cube__backend_device_t* dev, void* stream);
+
+//===----------------------------------------------------------------------===//
+// Kernels and launches (opencl_kernel.c)
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__ocl_prepare(cube__backend_device_t* dev, const cube_kernel_t* k,
+                                cube_execution_mode_t mode);
+cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
+                               const cube__launch_t* l);
+
+#endif /* CUBE_BACKENDS_OPENCL_OPENCL_BACKEND_INTERNAL_H_ */

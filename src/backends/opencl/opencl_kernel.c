@@ -1,0 +1,360 @@
+/* The OpenCL backend's kernels and launches.
+ *
+ * - Kernels: the dialect's OpenCL unit built with clBuildProgram; the program
+ *   binary (CL_PROGRAM_BINARIES) is stored in the kernel cache on disk and
+ *   loaded with clCreateProgramWithBinary, keyed by runtime version, platform,
+ *   device name, driver and OpenCL versions, execution mode and unit text.
+ *   Per device, a table maps (kernel object, mode) to its cl_kernel; units
+ *   with the same key share one cl_program.
+ * - Launch: each buffer argument is passed as (cl_mem, view bytes, view
+ *   offset), the OpenCL entry ABI of src/kernel/preludes/opencl.h; a profiled
+ *   launch reports CL_PROFILING_COMMAND_START..END.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "backends/opencl/opencl_backend_internal.h"
+#include "base/status.h"
+#include "cube/cube.h"
+#include "kernel/cache.h"
+#include "kernel/dialect.h"
+#include "kernel/kernel.h"
+#include "platform/platform.h"
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
+
+static const char* const cube__ocl_mode_names[3] = {"checked", "validate", "unchecked"};
+
+/* The build log of |p| on |dev| (malloc'd; "" when there is none). */
+static char* cube__ocl_build_log(cube__backend_device_t* dev, cl_program p) {
+  size_t n = 0;
+  if (dev->cl->GetProgramBuildInfo(p, dev->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) !=
+          CL_SUCCESS ||
+      n == 0)
+    return calloc(1, 1);
+  char* log = malloc(n + 1);
+  if (!log) return NULL;
+  if (dev->cl->GetProgramBuildInfo(p, dev->device, CL_PROGRAM_BUILD_LOG, n, log, NULL) !=
+      CL_SUCCESS)
+    n = 0;
+  log[n] = '\0';
+  while (n > 0 && (log[n - 1] == '\n' || log[n - 1] == ' ' || log[n - 1] == '\0')) log[--n] = '\0';
+  return log;
+}
+
+/* Program from a cached binary; NULL when it is absent or does not build. */
+static cl_program cube__ocl_program_from_disk(cube__backend_device_t* dev, cube__cache_key_t key) {
+  void* data = NULL;
+  size_t size = 0;
+  cube_status_t st = cube__cache_disk_load(key, "clbin", &data, &size);
+  if (st) {
+    cube_status_free(st);
+    return NULL;
+  }
+  const unsigned char* bin = data;
+  cl_int bstatus = CL_SUCCESS, err = CL_SUCCESS;
+  cl_program p =
+      dev->cl->CreateProgramWithBinary(dev->ctx, 1, &dev->device, &size, &bin, &bstatus, &err);
+  free(data);
+  if (p && (bstatus != CL_SUCCESS ||
+            dev->cl->BuildProgram(p, 1, &dev->device, "", NULL, NULL) != CL_SUCCESS)) {
+    dev->cl->ReleaseProgram(p);
+    p = NULL;
+  }
+  if (!p) cube__cache_disk_discard(key, "clbin");
+  return p;
+}
+
+/* Stores the binary of |p| in the disk cache (failures ignored: the cache is
+ * an optimisation). */
+static void cube__ocl_program_to_disk(cube__backend_device_t* dev, cl_program p,
+                                      cube__cache_key_t key) {
+  size_t size = 0;
+  if (dev->cl->GetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof(size), &size, NULL) !=
+          CL_SUCCESS ||
+      size == 0)
+    return;
+  unsigned char* bin = malloc(size);
+  if (!bin) return;
+  if (dev->cl->GetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof(bin), &bin, NULL) == CL_SUCCESS)
+    cube_status_free(cube__cache_disk_store(key, "clbin", bin, size));
+  free(bin);
+}
+
+/* Builds the unit |text| of kernel |k|: COMPILATION_FAILED with the build
+ * log (its lines are the user's: the unit has #line directives). */
+static cube_status_t cube__ocl_program_from_source(cube__backend_device_t* dev,
+                                                  const cube_kernel_t* k, const char* text,
+                                                  cube_execution_mode_t mode, cl_program* out) {
+  cl_int err = CL_SUCCESS;
+  cl_program p = dev->cl->CreateProgramWithSource(dev->ctx, 1, &text, NULL, &err);
+  if (!p)
+    return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                           "kernel '%s': clCreateProgramWithSource on opencl device %u (%s)",
+                           k->name, dev->index, dev->name);
+  err = dev->cl->BuildProgram(p, 1, &dev->device, "", NULL, NULL);
+  if (err != CL_SUCCESS) {
+    char* log = cube__ocl_build_log(dev, p);
+    char eb[32];
+    cube_status_t st = cube__status_make(
+        err == CL_BUILD_PROGRAM_FAILURE ? CUBE_STATUS_COMPILATION_FAILED : CUBE_STATUS_INTERNAL,
+        "compiling kernel '%s' (%s mode) with clBuildProgram on opencl device %u (%s) failed "
+        "(%s):\n%s",
+        k->name, cube__ocl_mode_names[mode], dev->index, dev->name,
+        cube__ocl_error_name(err, eb), log ? log : "(no memory for the build log)");
+    free(log);
+    dev->cl->ReleaseProgram(p);
+    return st;
+  }
+  *out = p;
+  return CUBE_OK;
+}
+
+/* The entry of (k, mode) on |dev|, compiled (or loaded) on first use. Copies
+ * it into |out|; the cl_kernel stays owned by the device. Thread-safe. */
+static cube_status_t cube__ocl_entry(cube__backend_device_t* dev, const cube_kernel_t* k,
+                                     cube_execution_mode_t mode, cube__ocl_entry_t* out) {
+  if (!k->source || !k->signature)
+    return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
+                             "kernel '%s' is a native CPU kernel (no dialect source); the opencl "
+                             "backend runs dialect kernels only",
+                             k->name);
+  if ((unsigned)mode > CUBE_EXEC_UNCHECKED)
+    return CUBE_INVALID("kernel '%s': execution mode %d is invalid", k->name, (int)mode);
+  pthread_mutex_lock(&dev->lock);
+  for (uint32_t i = 0; i < dev->entry_count; ++i) {
+    if (dev->entries[i].kernel_id == k->id && dev->entries[i].mode == (uint32_t)mode) {
+      *out = dev->entries[i];
+      pthread_mutex_unlock(&dev->lock);
+      return CUBE_OK;
+    }
+  }
+  cube_status_t st = CUBE_OK;
+  char* text = NULL;
+  cl_program program = NULL;
+  cl_kernel kernel = NULL;
+  if (dev->entry_count == dev->entry_cap) {
+    uint32_t cap = dev->entry_cap ? dev->entry_cap * 2 : 16;
+    cube__ocl_entry_t* e = realloc(dev->entries, cap * sizeof(*e));
+    if (!e) {
+      st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "kernel '%s': no host memory", k->name);
+      goto done;
+    }
+    dev->entries = e;
+    dev->entry_cap = cap;
+  }
+  st = cube__dialect_generate(CUBE__TARGET_OPENCL, k->signature, k->source, k->defines,
+                              k->define_count, mode, &text);
+  if (st) {
+    st = cube__status_annotate(st, "kernel '%s'", k->name);
+    goto done;
+  }
+  const char* parts[] = {"cube", CUBE_VERSION_STRING, "opencl", dev->identity,
+                         cube__ocl_mode_names[mode], text, NULL};
+  cube__cache_key_t key = cube__cache_key(parts);
+  /* Another kernel object of the same unit: share its program. */
+  for (uint32_t i = 0; i < dev->entry_count && !program; ++i) {
+    if (dev->entries[i].key.hi == key.hi && dev->entries[i].key.lo == key.lo) {
+      program = dev->entries[i].program;
+      dev->cl->RetainProgram(program);
+      cube__cache_count_memory_hit();
+    }
+  }
+  if (!program) {
+    uint64_t t0 = cube__now_ns();
+    program = cube__ocl_program_from_disk(dev, key);
+    if (program) {
+      cube__cache_count_disk_hit(cube__now_ns() - t0);
+    } else {
+      st = cube__ocl_program_from_source(dev, k, text, mode, &program);
+      cube__cache_count_miss(cube__now_ns() - t0, st != CUBE_OK);
+      if (st) goto done;
+      cube__ocl_program_to_disk(dev, program, key);
+    }
+  }
+  cl_int err = CL_SUCCESS;
+  kernel = dev->cl->CreateKernel(program, "cube_kernel_entry", &err);
+  if (!kernel) {
+    st = cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                         "kernel '%s': clCreateKernel(cube_kernel_entry) on opencl device %u (%s)",
+                         k->name, dev->index, dev->name);
+    dev->cl->ReleaseProgram(program);
+    goto done;
+  }
+  size_t wg = 0;
+  if (dev->cl->GetKernelWorkGroupInfo(kernel, dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(wg),
+                                      &wg, NULL) != CL_SUCCESS ||
+      wg == 0)
+    wg = dev->max_work_group;
+  cube__ocl_entry_t* e = &dev->entries[dev->entry_count++];
+  e->kernel_id = k->id;
+  e->mode = (uint32_t)mode;
+  e->key = key;
+  e->program = program;
+  e->kernel = kernel;
+  e->max_work_group = wg;
+  *out = *e;
+done:
+  free(text);
+  pthread_mutex_unlock(&dev->lock);
+  return st;
+}
+
+cube_status_t cube__ocl_prepare(cube__backend_device_t* dev, const cube_kernel_t* k,
+                                cube_execution_mode_t mode) {
+  /* A native kernel has nothing to compile (its launches are refused). */
+  if (!k->source || !k->signature) return CUBE_OK;
+  cube__ocl_entry_t e;
+  return cube__ocl_entry(dev, k, mode, &e);
+}
+
+//===----------------------------------------------------------------------===//
+// Launch
+//===----------------------------------------------------------------------===//
+
+static const uint32_t cube__ocl_zero_bounds[8];
+
+cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
+                               const cube__launch_t* l) {
+  const cube_kernel_t* k = l->kernel;
+  const char* name = l->name ? l->name : (k && k->name ? k->name : "?");
+  if (!k) return CUBE_INVALID("launch of kernel '%s': no kernel object", name);
+  const cube__ocl_api_t* cl = dev->cl;
+  cube__ocl_stream_t* s = stream;
+  cube__ocl_entry_t e;
+  CUBE_RETURN_IF_ERROR(cube__ocl_entry(dev, k, l->mode, &e));
+  if (l->arg_count != k->signature->count)
+    return CUBE_INVALID("launch of kernel '%s': %u arguments, the kernel has %u parameters", name,
+                        l->arg_count, k->signature->count);
+
+  const uint32_t dim[3] = {l->dim.x, l->dim.y, l->dim.z};
+  for (int i = 0; i < 3; ++i) {
+    if (dim[i] == 0 || dim[i] > dev->max_item[i])
+      return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                               "launch of kernel '%s': cube dim (%u, %u, %u): %c = %u is outside "
+                               "[1, %zu] on opencl device %u (%s)",
+                               name, dim[0], dim[1], dim[2], "xyz"[i], dim[i], dev->max_item[i],
+                               dev->index, dev->name);
+  }
+  uint64_t units = (uint64_t)dim[0] * dim[1] * dim[2];
+  if (units > e.max_work_group)
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "launch of kernel '%s': cube dim (%u, %u, %u) has %" PRIu64
+                             " units, more than the %zu opencl device %u (%s) runs in a cube of "
+                             "this kernel",
+                             name, dim[0], dim[1], dim[2], units, e.max_work_group, dev->index,
+                             dev->name);
+  size_t global[3], local[3] = {dim[0], dim[1], dim[2]};
+  for (int i = 0; i < 3; ++i) {
+    uint64_t g = (uint64_t)l->count[i] * dim[i];
+    if (g > SIZE_MAX)
+      return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                               "launch of kernel '%s': %u cubes of %u units on axis %c overflow "
+                               "the global size",
+                               name, l->count[i], dim[i], "xyz"[i]);
+    global[i] = (size_t)g;
+  }
+  if (!global[0] || !global[1] || !global[2]) return CUBE_OK;
+
+  /* Arguments: a buffer is (cl_mem, view bytes, view offset). The kernel
+   * object is only touched here, on the device's runner. */
+  cl_uint ai = 0;
+  cl_int err = CL_SUCCESS;
+  for (uint32_t i = 0; i < l->arg_count && err == CL_SUCCESS; ++i) {
+    const cube_cpu_arg_t* a = &l->args[i];
+    switch (l->kinds[i]) {
+      case CUBE_ARG_BUFFER: {
+        const cube__storage_t* storage = l->buffers ? l->buffers[i].storage : NULL;
+        if (!storage)
+          return CUBE_INVALID("launch of kernel '%s': argument %u has no storage", name, i);
+        cl_mem mem = (cl_mem)storage->backend_data;
+        cl_ulong bytes = a->buffer.len, offset = l->buffers[i].offset;
+        err = cl->SetKernelArg(e.kernel, ai++, sizeof(mem), &mem);
+        if (err == CL_SUCCESS) err = cl->SetKernelArg(e.kernel, ai++, sizeof(bytes), &bytes);
+        if (err == CL_SUCCESS) err = cl->SetKernelArg(e.kernel, ai++, sizeof(offset), &offset);
+        break;
+      }
+      case CUBE_ARG_U32: err = cl->SetKernelArg(e.kernel, ai++, sizeof(a->u32), &a->u32); break;
+      case CUBE_ARG_I32: err = cl->SetKernelArg(e.kernel, ai++, sizeof(a->i32), &a->i32); break;
+      case CUBE_ARG_U64: err = cl->SetKernelArg(e.kernel, ai++, sizeof(a->u64), &a->u64); break;
+      case CUBE_ARG_I64: err = cl->SetKernelArg(e.kernel, ai++, sizeof(a->i64), &a->i64); break;
+      case CUBE_ARG_F32: err = cl->SetKernelArg(e.kernel, ai++, sizeof(a->f32), &a->f32); break;
+      case CUBE_ARG_F64: err = cl->SetKernelArg(e.kernel, ai++, sizeof(a->f64), &a->f64); break;
+      default:
+        return CUBE_INVALID("launch of kernel '%s': argument %u has kind %d", name, i,
+                            (int)l->kinds[i]);
+    }
+    if (err != CL_SUCCESS) {
+      char nb[16];
+      return cube__ocl_error(CUBE_STATUS_LAUNCH_FAILED, err,
+                             "launch of kernel '%s': clSetKernelArg(%u) for argument %u ('%s')",
+                             name, ai - 1, i, cube__kernel_param_name(k, i, nb));
+    }
+  }
+  if (l->mode == CUBE_EXEC_VALIDATE) {
+    err = cl->SetKernelArg(e.kernel, ai++, sizeof(dev->bounds), &dev->bounds);
+    if (err != CL_SUCCESS)
+      return cube__ocl_error(CUBE_STATUS_LAUNCH_FAILED, err,
+                             "launch of kernel '%s': clSetKernelArg of the bounds record", name);
+  }
+
+  cl_event wait;
+  CUBE_RETURN_IF_ERROR(cube__ocl_order(dev, s, &wait));
+  if (l->mode == CUBE_EXEC_VALIDATE) {
+    err = cl->EnqueueWriteBuffer(s->queue, dev->bounds, CL_FALSE, 0, sizeof(cube__ocl_zero_bounds),
+                                 cube__ocl_zero_bounds, wait ? 1 : 0, wait ? &wait : NULL, NULL);
+    if (wait) cl->ReleaseEvent(wait);
+    wait = NULL;
+    if (err != CL_SUCCESS)
+      return cube__ocl_error(CUBE_STATUS_LAUNCH_FAILED, err,
+                             "launch of kernel '%s': clearing the bounds record", name);
+  }
+  cl_event done = NULL;
+  err = cl->EnqueueNDRangeKernel(s->queue, e.kernel, 3, NULL, global, local, wait ? 1 : 0,
+                                 wait ? &wait : NULL, l->device_ns ? &done : NULL);
+  if (wait) cl->ReleaseEvent(wait);
+  if (err != CL_SUCCESS)
+    return cube__ocl_error(err == CL_OUT_OF_RESOURCES || err == CL_MEM_OBJECT_ALLOCATION_FAILURE
+                               ? CUBE_STATUS_OUT_OF_MEMORY
+                               : CUBE_STATUS_LAUNCH_FAILED,
+                           err,
+                           "launch of kernel '%s': clEnqueueNDRangeKernel of (%u, %u, %u) cubes "
+                           "of (%u, %u, %u) units on opencl device %u (%s)",
+                           name, l->count[0], l->count[1], l->count[2], dim[0], dim[1], dim[2],
+                           dev->index, dev->name);
+  cl->Flush(s->queue); /* start it now: the runner may not come back to this queue soon */
+  cube_status_t st = CUBE_OK;
+  if (done) {
+    cl_ulong t0 = 0, t1 = 0;
+    cl_int exec = CL_COMPLETE;
+    err = cl->WaitForEvents(1, &done);
+    cl->GetEventInfo(done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(exec), &exec, NULL);
+    if (err != CL_SUCCESS || exec < 0) {
+      st = cube__ocl_error(CUBE_STATUS_LAUNCH_FAILED, exec < 0 ? exec : err,
+                           "launch of kernel '%s' on opencl device %u (%s) failed", name,
+                           dev->index, dev->name);
+    } else if (cl->GetEventProfilingInfo(done, CL_PROFILING_COMMAND_START, sizeof(t0), &t0,
+                                         NULL) == CL_SUCCESS &&
+               cl->GetEventProfilingInfo(done, CL_PROFILING_COMMAND_END, sizeof(t1), &t1, NULL) ==
+                   CL_SUCCESS &&
+               t1 >= t0) {
+      *l->device_ns = t1 - t0;
+    }
+    cl->ReleaseEvent(done);
+    if (st) return st;
+  }
+  if (l->mode == CUBE_EXEC_VALIDATE) {
+    cube_bounds_error_t b;
+    err = cl->EnqueueReadBuffer(s->queue, dev->bounds, CL_TRUE, 0, sizeof(b), &b, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+      return cube__ocl_error(CUBE_STATUS_LAUNCH_FAILED, err,
+                             "launch of kernel '%s' (Validate mode): reading the bounds record",
+                             name);
+    if (b.flag) return cube__kernel_bounds_status(k, name, &b);
+  }
+  return CUBE_OK;
+}

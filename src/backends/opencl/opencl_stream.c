@@ -1,0 +1,159 @@
+/* The OpenCL backend's streams and copies: a command queue per logical
+ * stream (in order, profiling on). Commands of one stream are ordered by its
+ * queue; when a command goes to another queue than the device's previous
+ * one, it waits for a marker of that previous queue, so the device's work
+ * keeps the submission order of the runner across streams (the CPU
+ * backend's semantics). Writes and reads are blocking (the server frees a
+ * write's source once write returns; a read's bytes are handed out at once).
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "backends/opencl/opencl_backend_internal.h"
+#include "base/status.h"
+#include "platform/platform.h"
+
+//===----------------------------------------------------------------------===//
+// Streams and ordering
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__ocl_stream_create(cube__backend_device_t* dev, uint64_t stream_id,
+                                      void** out_stream) {
+  cube__ocl_stream_t* s = calloc(1, sizeof(*s));
+  if (!s)
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                             "opencl device %u: no host memory for stream %" PRIu64, dev->index,
+                             stream_id);
+  cl_int err = CL_SUCCESS;
+  s->queue = dev->cl->CreateCommandQueue(dev->ctx, dev->device, CL_QUEUE_PROFILING_ENABLE, &err);
+  if (!s->queue) {
+    free(s);
+    return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                           "opencl device %u (%s): clCreateCommandQueue for stream %" PRIu64,
+                           dev->index, dev->name, stream_id);
+  }
+  s->id = stream_id;
+  *out_stream = s;
+  return CUBE_OK;
+}
+
+void cube__ocl_stream_destroy(cube__backend_device_t* dev, void* stream) {
+  cube__ocl_stream_t* s = stream;
+  if (!s) return;
+  dev->cl->Finish(s->queue);
+  if (dev->last_queue == s->queue) dev->last_queue = NULL;
+  dev->cl->ReleaseCommandQueue(s->queue);
+  free(s);
+}
+
+/* Before a command on |s|: when the device's previous command went to another
+ * queue, a marker there that this command must wait for (*out_wait, to
+ * release after the enqueue; NULL when none is needed). */
+cube_status_t cube__ocl_order(cube__backend_device_t* dev, cube__ocl_stream_t* s,
+                              cl_event* out_wait) {
+  *out_wait = NULL;
+  if (dev->last_queue && dev->last_queue != s->queue) {
+    cl_int err = dev->cl->EnqueueMarkerWithWaitList(dev->last_queue, 0, NULL, out_wait);
+    if (err != CL_SUCCESS)
+      return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                             "opencl device %u: clEnqueueMarkerWithWaitList ordering stream "
+                             "%" PRIu64 " after the previous stream",
+                             dev->index, s->id);
+    dev->cl->Flush(dev->last_queue);
+  }
+  dev->last_queue = s->queue;
+  return CUBE_OK;
+}
+
+/* Checks that |height| rows of |width| bytes, |pitch| apart from |offset|,
+ * lie inside |storage|. */
+static cube_status_t cube__ocl_check_rows(const char* op, const cube__storage_t* storage,
+                                          uint64_t offset, uint64_t pitch, uint64_t width,
+                                          uint64_t height) {
+  if (height > 1 && pitch < width)
+    return CUBE_INVALID("opencl %s: pitch %" PRIu64 " is smaller than the row width %" PRIu64, op,
+                        pitch, width);
+  uint64_t span, last;
+  if (cube__mul_overflow_u64(height - 1, pitch, &span) ||
+      cube__add_overflow_u64(span, width, &span) || cube__add_overflow_u64(offset, span, &last) ||
+      last > storage->size || last > SIZE_MAX)
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "opencl %s: %" PRIu64 " rows of %" PRIu64 " bytes, pitch %" PRIu64
+                             ", at offset %" PRIu64 " exceed storage %" PRIu64 " of %" PRIu64
+                             " bytes",
+                             op, height, width, pitch, offset, storage->id, storage->size);
+  return CUBE_OK;
+}
+
+cube_status_t cube__ocl_write(cube__backend_device_t* dev, void* stream,
+                              const cube__storage_t* dst, uint64_t dst_offset,
+                              uint64_t pitch, const void* src, uint64_t width,
+                              uint64_t height) {
+  if (width == 0 || height == 0) return CUBE_OK;
+  CUBE_RETURN_IF_ERROR(cube__ocl_check_rows("write", dst, dst_offset, pitch, width, height));
+  cube__ocl_stream_t* s = stream;
+  cl_event wait;
+  CUBE_RETURN_IF_ERROR(cube__ocl_order(dev, s, &wait));
+  cl_mem mem = (cl_mem)dst->backend_data;
+  cl_int err;
+  /* Blocking: the server releases |src| when this returns. */
+  if (height == 1 || pitch == width) {
+    err = dev->cl->EnqueueWriteBuffer(s->queue, mem, CL_TRUE, (size_t)dst_offset,
+                                      (size_t)(width * height), src, wait ? 1 : 0,
+                                      wait ? &wait : NULL, NULL);
+  } else {
+    size_t bo[3] = {(size_t)dst_offset, 0, 0}, ho[3] = {0, 0, 0};
+    size_t region[3] = {(size_t)width, (size_t)height, 1};
+    err = dev->cl->EnqueueWriteBufferRect(s->queue, mem, CL_TRUE, bo, ho, region, (size_t)pitch, 0,
+                                          (size_t)width, 0, src, wait ? 1 : 0,
+                                          wait ? &wait : NULL, NULL);
+  }
+  if (wait) dev->cl->ReleaseEvent(wait);
+  if (err != CL_SUCCESS)
+    return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                           "opencl write of %" PRIu64 " rows of %" PRIu64
+                           " bytes to storage %" PRIu64 " at offset %" PRIu64,
+                           height, width, dst->id, dst_offset);
+  return CUBE_OK;
+}
+
+cube_status_t cube__ocl_read(cube__backend_device_t* dev, void* stream, void* dst,
+                             const cube__storage_t* src, uint64_t src_offset,
+                             uint64_t pitch, uint64_t width, uint64_t height) {
+  if (width == 0 || height == 0) return CUBE_OK;
+  CUBE_RETURN_IF_ERROR(cube__ocl_check_rows("read", src, src_offset, pitch, width, height));
+  cube__ocl_stream_t* s = stream;
+  cl_event wait;
+  CUBE_RETURN_IF_ERROR(cube__ocl_order(dev, s, &wait));
+  cl_mem mem = (cl_mem)src->backend_data;
+  cl_int err;
+  if (height == 1 || pitch == width) {
+    err = dev->cl->EnqueueReadBuffer(s->queue, mem, CL_TRUE, (size_t)src_offset,
+                                     (size_t)(width * height), dst, wait ? 1 : 0,
+                                     wait ? &wait : NULL, NULL);
+  } else {
+    size_t bo[3] = {(size_t)src_offset, 0, 0}, ho[3] = {0, 0, 0};
+    size_t region[3] = {(size_t)width, (size_t)height, 1};
+    err = dev->cl->EnqueueReadBufferRect(s->queue, mem, CL_TRUE, bo, ho, region, (size_t)pitch, 0,
+                                         (size_t)width, 0, dst, wait ? 1 : 0, wait ? &wait : NULL,
+                                         NULL);
+  }
+  if (wait) dev->cl->ReleaseEvent(wait);
+  if (err != CL_SUCCESS)
+    return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                           "opencl read of %" PRIu64 " rows of %" PRIu64
+                           " bytes from storage %" PRIu64 " at offset %" PRIu64,
+                           height, width, src->id, src_offset);
+  return CUBE_OK;
+}
+
+cube_status_t cube__ocl_sync(cube__backend_device_t* dev, void* stream) {
+  cube__ocl_stream_t* s = stream;
+  if (!s) return CUBE_OK;
+  cl_int err = dev->cl->Finish(s->queue);
+  if (err != CL_SUCCESS)
+    return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                           "opencl device %u (%s): clFinish of stream %" PRIu64, dev->index,
+                           dev->name, s->id);
+  return CUBE_OK;
+}
