@@ -17,6 +17,10 @@ static pthread_once_t cube__cuda_once = PTHREAD_ONCE_INIT;
 static cube__cuda_driver_t cube__cuda_table;
 static char cube__cuda_reason[512]; /* empty when the driver is usable */
 
+/* cuGetProcAddress, kept for cube__cuda_proc (the backend's ctl hands it out). */
+static PFN_cuGetProcAddress_v12000 cube__cuda_get;
+static PFN_cuGetProcAddress_v11030 cube__cuda_get_old;
+
 static pthread_once_t cube__nvrtc_once = PTHREAD_ONCE_INIT;
 static cube__nvrtc_t cube__nvrtc_table;
 static char cube__nvrtc_reason[512];
@@ -86,8 +90,25 @@ static void cube__cuda_load(void) {
     return;
   }
   if (t.DriverGetVersion(&t.version) != CUDA_SUCCESS) t.version = 0;
+  cube__cuda_get = get;
+  cube__cuda_get_old = get_old;
   cube__cuda_table = t;
   cube__cuda_reason[0] = '\0';
+}
+
+void* cube__cuda_proc(const char* sym) {
+  pthread_once(&cube__cuda_once, cube__cuda_load);
+  if (cube__cuda_reason[0] || !sym) return NULL;
+  void* p = NULL;
+  CUresult r;
+  if (cube__cuda_get) {
+    CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SUCCESS;
+    r = cube__cuda_get(sym, &p, CUBE__CUDA_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q);
+    if (q != CU_GET_PROC_ADDRESS_SUCCESS) p = NULL;
+  } else {
+    r = cube__cuda_get_old(sym, &p, CUBE__CUDA_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT);
+  }
+  return r == CUDA_SUCCESS ? p : NULL;
 }
 
 cube_status_t cube__cuda_driver(const cube__cuda_driver_t** out) {

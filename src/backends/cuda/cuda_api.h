@@ -100,6 +100,11 @@ typedef struct cube__nvrtc {
  * (library absent, symbol missing, cuInit's error such as
  * CUDA_ERROR_NO_DEVICE or CUDA_ERROR_STUB_LIBRARY). The status is a new copy
  * for the caller. */
+/* A driver entry point by name, at the ABI version the backend uses
+ * (cuGetProcAddress at 12000); NULL when absent or the driver did not load.
+ * Thread-safe. What CUBE__CTL_DRIVER_PROC hands out. */
+void* cube__cuda_proc(const char* sym);
+
 cube_status_t cube__cuda_driver(const cube__cuda_driver_t** out_driver);
 
 /* NVRTC, or UNAVAILABLE with the reason. */

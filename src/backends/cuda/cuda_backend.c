@@ -24,16 +24,22 @@
  * Threading: every entry sets the device's context current on the calling
  * thread first. The ring and the function map have their own locks; the rest
  * of the device is read-only after device_create. Writes into fresh buffers run
- * on the caller's thread (CUBE__BACKEND_CALLER_WRITES) on the stream's CUDA
+ * on the caller's thread (CUBE__CAP_CALLER_WRITES) on the stream's CUDA
  * stream, ordered after what the runner put there before.
  */
 #include "backends/backend.h"
 #include "backends/cuda/cuda_backend_internal.h"
 
+/* NCCL when it loads, else the parts through host buffers. */
+static const char* const cube__cuda_transports[] = {"nccl", "staged", NULL};
+
 const cube__backend_vtable_t cube__backend_cuda = {
+    .api_version = CUBE__BACKEND_API_VERSION,
     .backend = CUBE_BACKEND_CUDA,
     .name = "cuda",
-    .flags = CUBE__BACKEND_CALLER_WRITES,
+    .caps = CUBE__CAP_CALLER_WRITES | CUBE__CAP_GLOBAL_IDS_MULTIPROCESS,
+    .dialect_target = CUBE__TARGET_CUDA,
+    .collective_transports = cube__cuda_transports,
     .availability = cube__cuda_availability,
     .device_count = cube__cuda_device_count,
     .device_create = cube__cuda_device_create,
@@ -58,4 +64,5 @@ const cube__backend_vtable_t cube__backend_cuda = {
     .event_sync = cube__cuda_event_sync,
     .event_destroy = cube__cuda_event_destroy,
     .event_elapsed = cube__cuda_event_elapsed,
+    .ctl = cube__cuda_ctl,
 };

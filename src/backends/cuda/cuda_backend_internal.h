@@ -11,7 +11,8 @@
  *   cuda_api.c      the driver and NVRTC, loaded with dlopen
  *
  * The rest of the library reaches the backend through its table
- * (cube__backend_cuda) and cuda_internal.h only.
+ * (cube__backend_cuda) only; the nccl transport asks for native handles
+ * through the table's ctl (cube__cuda_ctl).
  */
 #ifndef CUBE_BACKENDS_CUDA_CUDA_BACKEND_INTERNAL_H_
 #define CUBE_BACKENDS_CUDA_CUDA_BACKEND_INTERNAL_H_
@@ -226,6 +227,7 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
                                   cube_execution_mode_t mode, cube__cuda_fn_t* out);
 cube_status_t cube__cuda_prepare(cube__backend_device_t* d, const cube_kernel_t* k,
                                  cube_execution_mode_t mode);
+cube_status_t cube__cuda_ctl(cube__backend_device_t* d, void* stream, uint32_t op, void* arg);
 cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
                                 const cube__launch_t* l);
 

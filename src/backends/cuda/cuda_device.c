@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "backends/cuda/cuda_backend_internal.h"
-#include "backends/cuda/cuda_internal.h"
 #include "base/status.h"
 #include "cube/cube.h"
 #include "platform/platform.h"
@@ -270,10 +269,3 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
 }
 
 void cube__cuda_device_destroy(cube__backend_device_t* d) { cube__cuda_device_free(d); }
-
-//===----------------------------------------------------------------------===//
-// Lent to the nccl transport (cuda_internal.h)
-//===----------------------------------------------------------------------===//
-
-CUcontext cube__cuda_device_context(const cube__backend_device_t* d) { return d->ctx; }
-uint32_t cube__cuda_device_ordinal(const cube__backend_device_t* d) { return d->index; }

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "backends/cuda/cuda_backend_internal.h"
-#include "base/fault.h"
 #include "base/status.h"
 #include "kernel/kernel.h"
 
@@ -16,8 +15,6 @@ cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
   const cube_kernel_t* k = l->kernel;
   const char* name = l->name ? l->name : (k && k->name ? k->name : "?");
   if (!k) return CUBE_INVALID("launch of kernel '%s': no kernel object", name);
-  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_LAUNCH, CUBE_STATUS_LAUNCH_FAILED,
-                     "launch of kernel '%s' failed", name);
   cube__cuda_fn_t f;
   CUBE_RETURN_IF_ERROR(cube__cuda_function(d, k, l->mode, &f));
   const uint32_t dim[3] = {l->dim.x, l->dim.y, l->dim.z};
@@ -52,7 +49,7 @@ cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
   uint32_t n = 0;
   for (uint32_t i = 0; i < l->arg_count; ++i) {
     if (l->kinds[i] == CUBE_ARG_BUFFER) {
-      ptrs[i] = (CUdeviceptr)(uintptr_t)l->args[i].buffer.data;
+      ptrs[i] = (CUdeviceptr)(uintptr_t)l->args[i].buffer.storage->ptr + l->args[i].buffer.offset;
       lens[i] = l->args[i].buffer.len;
       params[n++] = &ptrs[i];
       params[n++] = &lens[i];
@@ -108,4 +105,28 @@ cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
     if (b.flag) return cube__kernel_bounds_status(k, name, &b);
   }
   return CUBE_OK;
+}
+
+/* The escape hatch: the device's native handles (the NCCL transport takes its
+ * context, ordinal, streams and driver entry points here). */
+cube_status_t cube__cuda_ctl(cube__backend_device_t* d, void* stream, uint32_t op, void* arg) {
+  if (!arg) return CUBE_INVALID("cuda device %u: control operation %u without an argument", d->index, op);
+  switch (op) {
+    case CUBE__CTL_NATIVE_CONTEXT:
+      *(void**)arg = (void*)d->ctx;
+      return CUBE_OK;
+    case CUBE__CTL_NATIVE_ORDINAL:
+      *(uint32_t*)arg = d->index;
+      return CUBE_OK;
+    case CUBE__CTL_NATIVE_STREAM:
+      *(void**)arg = (void*)cube__cuda_s(stream);
+      return CUBE_OK;
+    case CUBE__CTL_DRIVER_PROC:
+      *(cube__backend_proc_fn*)arg = cube__cuda_proc;
+      return CUBE_OK;
+    default:
+      return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
+                               "cuda device %u: control operation %u is not implemented",
+                               d->index, op);
+  }
 }

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 
 #include "backends/cuda/cuda_backend_internal.h"
-#include "backends/cuda/cuda_internal.h"
 #include "base/fault.h"
 #include "base/status.h"
 #include "platform/platform.h"
@@ -44,9 +43,6 @@ cube_status_t cube__cuda_oom(cube__backend_device_t* d, CUresult r, uint64_t siz
 
 cube_status_t cube__cuda_alloc_on(cube__backend_device_t* d, void* stream, uint64_t size,
                                   cube__storage_t* out) {
-  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_ALLOC, CUBE_STATUS_OUT_OF_MEMORY,
-                     "cuda device %u: allocation of %llu bytes failed", d->index,
-                     (unsigned long long)size);
   CUBE__CUDA_SCOPE(d->ctx);
   CUdeviceptr p = 0;
   size_t n = size ? (size_t)size : 1;
@@ -97,9 +93,6 @@ void cube__cuda_trim(cube__backend_device_t* d, void* stream) {
 
 cube_status_t cube__cuda_host_alloc(cube__backend_device_t* d, uint64_t size,
                                     cube__storage_t* out) {
-  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_HOST_ALLOC, CUBE_STATUS_OUT_OF_MEMORY,
-                     "cuda device %u: pinned allocation of %llu bytes failed", d->index,
-                     (unsigned long long)size);
   CUBE__CUDA_SCOPE(d->ctx);
   void* p = NULL;
   CUresult r = d->cu->MemHostAlloc(&p, size ? (size_t)size : 1, CU_MEMHOSTALLOC_PORTABLE);
@@ -231,5 +224,3 @@ cube_status_t cube__cuda_event_elapsed(cube__backend_device_t* d, void* start, v
   *out_ns = ms <= 0 ? 0 : (uint64_t)((double)ms * 1e6);
   return CUBE_OK;
 }
-
-CUstream cube__cuda_stream_handle(void* backend_stream) { return cube__cuda_s(backend_stream); }

@@ -294,9 +294,6 @@ cube_status_t cube__cuda_write(cube__backend_device_t* d, void* stream,
                                uint64_t pitch, const void* src, uint64_t width,
                                uint64_t height) {
   if (width == 0 || height == 0) return CUBE_OK;
-  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_WRITE, CUBE_STATUS_INTERNAL,
-                     "cuda write of %llu bytes to storage %llu failed",
-                     (unsigned long long)(width * height), (unsigned long long)dst->id);
   CUBE_RETURN_IF_ERROR(cube__cuda_check_rows(d, "write", dst, dst_offset, pitch, width, height));
   CUBE__CUDA_SCOPE(d->ctx);
   CUstream s = cube__cuda_s(stream);
@@ -330,9 +327,6 @@ cube_status_t cube__cuda_read(cube__backend_device_t* d, void* stream, void* dst
                               const cube__storage_t* src, uint64_t src_offset,
                               uint64_t pitch, uint64_t width, uint64_t height) {
   if (width == 0 || height == 0) return CUBE_OK;
-  CUBE__FAULT_RETURN(CUBE__FAULT_CPU_READ, CUBE_STATUS_INTERNAL,
-                     "cuda read of %llu bytes from storage %llu failed",
-                     (unsigned long long)(width * height), (unsigned long long)src->id);
   CUBE_RETURN_IF_ERROR(cube__cuda_check_rows(d, "read", src, src_offset, pitch, width, height));
   CUBE__CUDA_SCOPE(d->ctx);
   CUstream s = cube__cuda_s(stream);

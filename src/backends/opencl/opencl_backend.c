@@ -37,9 +37,12 @@
 #include "backends/opencl/opencl_backend_internal.h"
 
 const cube__backend_vtable_t cube__backend_opencl = {
+    .api_version = CUBE__BACKEND_API_VERSION,
     .backend = CUBE_BACKEND_OPENCL,
     .name = "opencl",
-    .flags = 0,
+    .caps = 0,
+    .dialect_target = CUBE__TARGET_OPENCL,
+    .collective_transports = NULL, /* "staged": the parts through host buffers */
     .availability = cube__ocl_availability,
     .device_count = cube__ocl_device_count_fn,
     .device_create = cube__ocl_device_create,

@@ -265,14 +265,14 @@ cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
   cl_uint ai = 0;
   cl_int err = CL_SUCCESS;
   for (uint32_t i = 0; i < l->arg_count && err == CL_SUCCESS; ++i) {
-    const cube_cpu_arg_t* a = &l->args[i];
+    const cube__launch_arg_t* a = &l->args[i];
     switch (l->kinds[i]) {
       case CUBE_ARG_BUFFER: {
-        const cube__storage_t* storage = l->buffers ? l->buffers[i].storage : NULL;
+        const cube__storage_t* storage = a->buffer.storage;
         if (!storage)
           return CUBE_INVALID("launch of kernel '%s': argument %u has no storage", name, i);
         cl_mem mem = (cl_mem)storage->backend_data;
-        cl_ulong bytes = a->buffer.len, offset = l->buffers[i].offset;
+        cl_ulong bytes = a->buffer.len, offset = a->buffer.offset;
         err = cl->SetKernelArg(e.kernel, ai++, sizeof(mem), &mem);
         if (err == CL_SUCCESS) err = cl->SetKernelArg(e.kernel, ai++, sizeof(bytes), &bytes);
         if (err == CL_SUCCESS) err = cl->SetKernelArg(e.kernel, ai++, sizeof(offset), &offset);

@@ -1,6 +1,6 @@
 /* NCCL through dlopen (see nccl_api.h). Built with the CUDA backend only. */
 #ifdef CUBE_HAVE_NCCL_TRANSPORT
-#include "collective/nccl_api.h"
+#include "collective/nccl/nccl_api.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -51,6 +51,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,13 +60,130 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends/cuda/cuda_internal.h"
+#include <cudaTypedefs.h>
+
 #include "base/status.h"
 #include "collective/coll_internal.h"
-#include "collective/nccl_api.h"
+#include "collective/nccl/nccl_api.h"
 #include "server/server.h"
 
 #define CUBE__NCCL_MAX_DEVICES 64u
+
+//===----------------------------------------------------------------------===//
+// The CUDA driver, through the backend's ctl
+//===----------------------------------------------------------------------===//
+
+/* The driver entry points this transport uses, taken by name from the CUDA
+ * backend (CUBE__CTL_DRIVER_PROC: cuGetProcAddress at the ABI version the
+ * backend uses), so that nothing here includes the backend's internals. */
+#define CUBE__NCCL_CU_FUNCTIONS(X)                                        \
+  X(CtxGetCurrent, "cuCtxGetCurrent", PFN_cuCtxGetCurrent_v4000)          \
+  X(CtxPushCurrent, "cuCtxPushCurrent", PFN_cuCtxPushCurrent_v4000)       \
+  X(CtxPopCurrent, "cuCtxPopCurrent", PFN_cuCtxPopCurrent_v4000)          \
+  X(StreamCreate, "cuStreamCreate", PFN_cuStreamCreate_v2000)             \
+  X(StreamDestroy, "cuStreamDestroy", PFN_cuStreamDestroy_v4000)          \
+  X(StreamWaitEvent, "cuStreamWaitEvent", PFN_cuStreamWaitEvent_v3020)    \
+  X(EventCreate, "cuEventCreate", PFN_cuEventCreate_v2000)                \
+  X(EventRecord, "cuEventRecord", PFN_cuEventRecord_v2000)                \
+  X(EventQuery, "cuEventQuery", PFN_cuEventQuery_v2000)                   \
+  X(EventSynchronize, "cuEventSynchronize", PFN_cuEventSynchronize_v2000) \
+  X(EventDestroy, "cuEventDestroy", PFN_cuEventDestroy_v4000)             \
+  X(EventElapsedTime, "cuEventElapsedTime", PFN_cuEventElapsedTime_v2000) \
+  X(GetErrorName, "cuGetErrorName", PFN_cuGetErrorName_v6000)             \
+  X(GetErrorString, "cuGetErrorString", PFN_cuGetErrorString_v6000)
+
+typedef struct cube__nccl_cu {
+#define CUBE__NCCL_CU_FIELD(field, sym, type) type field;
+  CUBE__NCCL_CU_FUNCTIONS(CUBE__NCCL_CU_FIELD)
+#undef CUBE__NCCL_CU_FIELD
+} cube__nccl_cu_t;
+
+static pthread_mutex_t g_cu_lock = PTHREAD_MUTEX_INITIALIZER;
+static cube__nccl_cu_t g_cu;
+static atomic_bool g_cu_ready;
+
+/* The table, loaded from |be|'s ctl on first use. */
+static cube_status_t cube__nccl_cu_from(const cube__backend_t* be, const cube__nccl_cu_t** out) {
+  if (atomic_load_explicit(&g_cu_ready, memory_order_acquire)) {
+    *out = &g_cu;
+    return CUBE_OK;
+  }
+  cube__backend_proc_fn proc = NULL;
+  CUBE_RETURN_IF_ERROR(cube__backend_ctl(be, NULL, CUBE__CTL_DRIVER_PROC, &proc));
+  cube__nccl_cu_t t;
+  memset(&t, 0, sizeof(t));
+#define CUBE__NCCL_CU_GET(field, sym, type)                                                  \
+  {                                                                                          \
+    void* p = proc(sym);                                                                     \
+    if (!p)                                                                                  \
+      return cube__status_make(CUBE_STATUS_UNAVAILABLE,                                      \
+                               "nccl: the CUDA driver has no %s for the nccl transport", sym); \
+    t.field = (type)(uintptr_t)p;                                                            \
+  }
+  CUBE__NCCL_CU_FUNCTIONS(CUBE__NCCL_CU_GET)
+#undef CUBE__NCCL_CU_GET
+  pthread_mutex_lock(&g_cu_lock);
+  if (!atomic_load_explicit(&g_cu_ready, memory_order_relaxed)) {
+    g_cu = t;
+    atomic_store_explicit(&g_cu_ready, true, memory_order_release);
+  }
+  pthread_mutex_unlock(&g_cu_lock);
+  *out = &g_cu;
+  return CUBE_OK;
+}
+
+/* The table where no device is at hand (teardown, releases): it was loaded
+ * by the operation that made what is being released, else there is nothing
+ * of CUDA's to release. */
+static cube_status_t cube__nccl_cu_get(const cube__nccl_cu_t** out) {
+  if (!atomic_load_explicit(&g_cu_ready, memory_order_acquire))
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "nccl: no CUDA device used NCCL yet");
+  *out = &g_cu;
+  return CUBE_OK;
+}
+
+/* A CUresult as a status (|code| OK: chosen from the result). */
+static cube_status_t cube__nccl_cu_error(CUresult r, cube_status_code_t code, const char* fmt, ...)
+    CUBE_PRINTF(3, 4);
+static cube_status_t cube__nccl_cu_error(CUresult r, cube_status_code_t code, const char* fmt,
+                                         ...) {
+  char what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof(what), fmt, ap);
+  va_end(ap);
+  const char* name = NULL;
+  const char* text = NULL;
+  if (atomic_load_explicit(&g_cu_ready, memory_order_acquire)) {
+    if (g_cu.GetErrorName(r, &name) != CUDA_SUCCESS) name = NULL;
+    if (g_cu.GetErrorString(r, &text) != CUDA_SUCCESS) text = NULL;
+  }
+  if (code == CUBE_STATUS_OK)
+    code = r == CUDA_ERROR_OUT_OF_MEMORY ? CUBE_STATUS_OUT_OF_MEMORY : CUBE_STATUS_INTERNAL;
+  return cube__status_make(code, "%s: %s (%s, error %d)", what, name ? name : "CUDA error",
+                           text ? text : "no description", (int)r);
+}
+
+/* The device's context and ordinal, a stream's CUstream (the backend's ctl;
+ * a CUDA device answers these, and only CUDA devices reach this transport). */
+static CUcontext cube__nccl_ctx(const cube__server_t* s) {
+  void* ctx = NULL;
+  cube_status_free(cube__backend_ctl(&s->be, NULL, CUBE__CTL_NATIVE_CONTEXT, &ctx));
+  return (CUcontext)ctx;
+}
+
+static uint32_t cube__nccl_ordinal(const cube__server_t* s) {
+  uint32_t o = UINT32_MAX;
+  cube_status_free(cube__backend_ctl(&s->be, NULL, CUBE__CTL_NATIVE_ORDINAL, &o));
+  return o;
+}
+
+static CUstream cube__nccl_native_stream(const cube__stream_t* st) {
+  void* cs = NULL;
+  cube_status_free(cube__backend_ctl(&st->server->be, st->backend_stream,
+                                     CUBE__CTL_NATIVE_STREAM, &cs));
+  return (CUstream)cs;
+}
 
 //===----------------------------------------------------------------------===//
 // Devices: the comm stream of each GPU
@@ -82,11 +201,11 @@ static cube__nccl_dev_t g_devs[CUBE__NCCL_MAX_DEVICES];
 static pthread_mutex_t g_issue_lock = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct cube__nccl_scope {
-  const cube__cuda_driver_t* cu;
+  const cube__nccl_cu_t* cu;
   bool pushed;
 } cube__nccl_scope_t;
 
-static cube__nccl_scope_t cube__nccl_enter(const cube__cuda_driver_t* cu, CUcontext ctx) {
+static cube__nccl_scope_t cube__nccl_enter(const cube__nccl_cu_t* cu, CUcontext ctx) {
   cube__nccl_scope_t s = {cu, false};
   CUcontext cur = NULL;
   if (cu->CtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx) return s;
@@ -98,7 +217,7 @@ static cube__nccl_scope_t cube__nccl_enter(const cube__cuda_driver_t* cu, CUcont
  * (cudaSetDevice replaces the thread's current context); a context pushed
  * first and popped after takes the change with it, so the caller's thread
  * (in inline mode, the user's) finds its context as it was. */
-static cube__nccl_scope_t cube__nccl_guard(const cube__cuda_driver_t* cu, CUcontext ctx) {
+static cube__nccl_scope_t cube__nccl_guard(const cube__nccl_cu_t* cu, CUcontext ctx) {
   cube__nccl_scope_t s = {cu, cu->CtxPushCurrent(ctx) == CUDA_SUCCESS};
   return s;
 }
@@ -111,10 +230,10 @@ static void cube__nccl_leave(cube__nccl_scope_t* s) {
 }
 
 /* The comm stream of |s|'s device, created on first use. */
-static cube_status_t cube__nccl_comm_stream(const cube__cuda_driver_t* cu, cube__server_t* s,
+static cube_status_t cube__nccl_comm_stream(const cube__nccl_cu_t* cu, cube__server_t* s,
                                             CUstream* out, CUcontext* out_ctx) {
-  uint32_t o = cube__cuda_device_ordinal(s->be.device);
-  CUcontext ctx = cube__cuda_device_context(s->be.device);
+  uint32_t o = cube__nccl_ordinal(s);
+  CUcontext ctx = cube__nccl_ctx(s);
   if (o >= CUBE__NCCL_MAX_DEVICES)
     return cube__status_make(CUBE_STATUS_OUT_OF_RANGE, "nccl: cuda device %u: more than %u GPUs",
                              o, CUBE__NCCL_MAX_DEVICES);
@@ -127,7 +246,7 @@ static cube_status_t cube__nccl_comm_stream(const cube__cuda_driver_t* cu, cube_
     cube__nccl_leave(&sc);
     if (r != CUDA_SUCCESS) {
       d->stream = NULL;
-      st = cube__cuda_error(r, CUBE_STATUS_OK, "nccl: cuda device %u: creating its comm stream", o);
+      st = cube__nccl_cu_error(r, CUBE_STATUS_OK, "nccl: cuda device %u: creating its comm stream", o);
     } else {
       d->ctx = ctx;
     }
@@ -219,8 +338,8 @@ static cube_status_t cube__nccl_settle(const cube__nccl_t* nc, cube__comm_t* c,
 /* Aborts the communicators of this generation (ns->lock held). */
 static void cube__nccl_abort_locked(const cube__nccl_t* nc, cube__comm_t* c,
                                     cube__nccl_state_t* ns) {
-  const cube__cuda_driver_t* cu = NULL;
-  cube_status_t e = cube__cuda_driver(&cu);
+  const cube__nccl_cu_t* cu = NULL;
+  cube_status_t e = cube__nccl_cu_get(&cu);
   cube__nccl_scope_t guard = {NULL, false};
   if (!e && ns->guard_ctx) guard = cube__nccl_guard(cu, ns->guard_ctx);
   cube_status_free(e);
@@ -332,7 +451,7 @@ static cube_status_t cube__nccl_unique_id(const cube__nccl_t* nc, cube__comm_t* 
 
 /* The communicators of the local ranks, created in one group when there are
  * none (ns->lock held). |ctx_of[i]|: the context of local rank i. */
-static cube_status_t cube__nccl_ensure(const cube__nccl_t* nc, const cube__cuda_driver_t* cu,
+static cube_status_t cube__nccl_ensure(const cube__nccl_t* nc, const cube__nccl_cu_t* cu,
                                        cube__comm_t* c, cube__nccl_state_t* ns,
                                        CUcontext* ctx_of, uint64_t deadline, const char* what) {
   if (ns->ready) return CUBE_OK;
@@ -412,8 +531,8 @@ typedef struct cube__nccl_ready {
 static void cube__nccl_ready_free(void* p) {
   cube__nccl_ready_t* rd = p;
   if (!rd) return;
-  const cube__cuda_driver_t* cu = NULL;
-  cube_status_t st = cube__cuda_driver(&cu);
+  const cube__nccl_cu_t* cu = NULL;
+  cube_status_t st = cube__nccl_cu_get(&cu);
   if (!st && rd->event) {
     cube__nccl_scope_t sc = cube__nccl_enter(cu, rd->ctx);
     cu->EventDestroy(rd->event);
@@ -462,7 +581,7 @@ static void cube__nccl_flight_fail(cube__nccl_flight_t* f, cube_status_t st) {
   if (!atomic_compare_exchange_strong(&f->status, &none, st)) cube_status_free(st);
 }
 
-static void cube__nccl_entry_free(const cube__cuda_driver_t* cu, cube__nccl_entry_t* e,
+static void cube__nccl_entry_free(const cube__nccl_cu_t* cu, cube__nccl_entry_t* e,
                                   bool release_memory) {
   if (cu) {
     cube__nccl_scope_t sc = cube__nccl_enter(cu, e->ctx);
@@ -529,9 +648,9 @@ typedef struct cube__nccl_item {
 static cube_status_t cube__nccl_issue(cube__comm_t* c, cube__coll_op_t* op, uint64_t timeout_ns,
                                       const char* what) {
   const cube__nccl_t* nc = NULL;
-  const cube__cuda_driver_t* cu = NULL;
+  const cube__nccl_cu_t* cu = NULL;
   cube_status_t ld = cube__nccl_get(&nc);
-  if (!ld) ld = cube__cuda_driver(&cu);
+  if (!ld) ld = cube__nccl_cu_get(&cu);
   if (ld) return cube__status_annotate(ld, "%s", what);
   cube__nccl_state_t* ns = c->tstate; /* created by the first arrival */
   bool ar = op->kind == CUBE_COLLECTIVE_ALL_REDUCE;
@@ -587,7 +706,7 @@ static cube_status_t cube__nccl_issue(cube__comm_t* c, cube__coll_op_t* op, uint
       if (r == CUDA_SUCCESS) r = cu->EventRecord(x->start, x->comm_stream);
       cube__nccl_leave(&sc);
     }
-    if (r != CUDA_SUCCESS) st = cube__cuda_error(r, CUBE_STATUS_OK, "%s: ordering the comm streams", what);
+    if (r != CUDA_SUCCESS) st = cube__nccl_cu_error(r, CUBE_STATUS_OK, "%s: ordering the comm streams", what);
     if (!st) {
       cube__nccl_type_t type = ar ? cube__nccl_type(op->dtype) : ncclUint8;
       size_t n = (size_t)(ar ? op->bytes / cube_dtype_size(op->dtype) : op->bytes);
@@ -645,7 +764,7 @@ static cube_status_t cube__nccl_issue(cube__comm_t* c, cube__coll_op_t* op, uint
         CUresult rr = cu->EventRecord(x->done, x->comm_stream);
         cube__nccl_leave(&sc);
         if (rr != CUDA_SUCCESS)
-          st = cube__cuda_error(rr, CUBE_STATUS_OK, "%s: recording the done event", what);
+          st = cube__nccl_cu_error(rr, CUBE_STATUS_OK, "%s: recording the done event", what);
       }
     }
     pthread_mutex_unlock(&g_issue_lock);
@@ -743,29 +862,29 @@ static cube_status_t cube__nccl_issue(cube__comm_t* c, cube__coll_op_t* op, uint
 
 /* Orders |part|'s buffers on its stream and records the ready event there. */
 static cube_status_t cube__nccl_mark(cube__coll_part_t* part, cube__nccl_ready_t** out) {
-  const cube__cuda_driver_t* cu = NULL;
-  CUBE_RETURN_IF_ERROR(cube__cuda_driver(&cu));
+  const cube__nccl_cu_t* cu = NULL;
+  CUBE_RETURN_IF_ERROR(cube__nccl_cu_from(&part->server->be, &cu));
   cube__stream_t* st;
   CUBE_RETURN_IF_ERROR(cube__server_stream(part->server, part->stream_id, &st));
   if (part->src_mem) CUBE_RETURN_IF_ERROR(cube__stream_order(st, part->src_mem));
   if (part->dst_mem) CUBE_RETURN_IF_ERROR(cube__stream_order(st, part->dst_mem));
   cube__nccl_ready_t* rd = calloc(1, sizeof(*rd));
   if (!rd) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "no host memory");
-  rd->ctx = cube__cuda_device_context(part->server->be.device);
+  rd->ctx = cube__nccl_ctx(part->server);
   cube__nccl_scope_t sc = cube__nccl_enter(cu, rd->ctx);
   CUresult r = cu->EventCreate(&rd->event, CU_EVENT_DISABLE_TIMING);
-  if (r == CUDA_SUCCESS) r = cu->EventRecord(rd->event, cube__cuda_stream_handle(st->backend_stream));
+  if (r == CUDA_SUCCESS) r = cu->EventRecord(rd->event, cube__nccl_native_stream(st));
   cube__nccl_leave(&sc);
   if (r != CUDA_SUCCESS) {
     cube__nccl_ready_free(rd);
-    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: recording the part's event",
-                            cube__cuda_device_ordinal(part->server->be.device));
+    return cube__nccl_cu_error(r, CUBE_STATUS_OK, "cuda device %u: recording the part's event",
+                            cube__nccl_ordinal(part->server));
   }
   *out = rd;
   return CUBE_OK;
 }
 
-static void cube__nccl_reap(const cube__cuda_driver_t* cu, cube__server_t* s, uint64_t sid);
+static void cube__nccl_reap(const cube__nccl_cu_t* cu, cube__server_t* s, uint64_t sid);
 
 /* The last participant of the process performs the operation. */
 static void cube__nccl_perform(cube__comm_t* c, cube__coll_op_t* op, uint64_t timeout_ns) {
@@ -786,8 +905,8 @@ static void cube__nccl_perform(cube__comm_t* c, cube__coll_op_t* op, uint64_t ti
 static cube_status_t cube__nccl_join(cube__comm_t* c, cube__coll_part_t* part,
                                      cube_collective_kind_t kind, cube__coll_op_t** out_op) {
   uint64_t timeout_ns = cube__coll_task_timeout_ns();
-  const cube__cuda_driver_t* cu = NULL;
-  cube_status_t drv = cube__cuda_driver(&cu);
+  const cube__nccl_cu_t* cu = NULL;
+  cube_status_t drv = cube__nccl_cu_from(&part->server->be, &cu);
   if (!drv) cube__nccl_reap(cu, part->server, part->stream_id);
   cube_status_free(drv);
   void* src = NULL;
@@ -868,7 +987,7 @@ static cube_status_t cube__nccl_recv(cube__comm_t* c, cube__coll_part_t* part,
 /* The failure of |f| after its part on this process did not finish within
  * |timeout_ns|: aborts the communicator (if it is still the flight's
  * generation) and fails every flight of that generation still running. */
-static void cube__nccl_timeout(const cube__cuda_driver_t* cu, cube__nccl_flight_t* f,
+static void cube__nccl_timeout(const cube__nccl_cu_t* cu, cube__nccl_flight_t* f,
                                uint64_t timeout_ns) {
   cube__comm_t* c = f->comm;
   cube__nccl_state_t* ns = c->tstate;
@@ -920,7 +1039,7 @@ static void cube__nccl_timeout(const cube__cuda_driver_t* cu, cube__nccl_flight_
 
 /* Waits for |e| (until |deadline|, then the timeout path); writes its record
  * and gives its memory back once NCCL is done with it. Returns its failure. */
-static cube_status_t cube__nccl_finish(const cube__cuda_driver_t* cu, cube__nccl_entry_t* e,
+static cube_status_t cube__nccl_finish(const cube__nccl_cu_t* cu, cube__nccl_entry_t* e,
                                        uint64_t timeout_ns) {
   cube__nccl_flight_t* f = e->flight;
   uint64_t deadline = cube__now_ns() + timeout_ns;
@@ -933,7 +1052,7 @@ static cube_status_t cube__nccl_finish(const cube__cuda_driver_t* cu, cube__nccl
     if (r != CUDA_ERROR_NOT_READY) {
       done = true;
       if (r != CUDA_SUCCESS && !atomic_load(&f->status))
-        cube__nccl_flight_fail(f, cube__cuda_error(r, CUBE_STATUS_OK, "%s: waiting for NCCL", f->what));
+        cube__nccl_flight_fail(f, cube__nccl_cu_error(r, CUBE_STATUS_OK, "%s: waiting for NCCL", f->what));
       break;
     }
     uint64_t now = cube__now_ns();
@@ -971,7 +1090,7 @@ static cube_status_t cube__nccl_finish(const cube__cuda_driver_t* cu, cube__nccl
 
 /* Takes the entries of (s, sid) off the list: all of them, or (|finished|)
  * those at the head whose done event completed and whose flight did not fail. */
-static cube__nccl_entry_t* cube__nccl_take(const cube__cuda_driver_t* cu, cube__server_t* s,
+static cube__nccl_entry_t* cube__nccl_take(const cube__nccl_cu_t* cu, cube__server_t* s,
                                            uint64_t sid, bool finished) {
   cube__nccl_entry_t* mine = NULL;
   cube__nccl_entry_t** mine_tail = &mine;
@@ -1007,7 +1126,7 @@ static cube__nccl_entry_t* cube__nccl_take(const cube__cuda_driver_t* cu, cube__
 
 /* At a new part: the finished parts of this stream are let go (a program
  * that never calls sync_collective does not keep every buffer alive). */
-static void cube__nccl_reap(const cube__cuda_driver_t* cu, cube__server_t* s, uint64_t sid) {
+static void cube__nccl_reap(const cube__nccl_cu_t* cu, cube__server_t* s, uint64_t sid) {
   cube__nccl_entry_t* mine = cube__nccl_take(cu, s, sid, true);
   while (mine) {
     cube__nccl_entry_t* e = mine;
@@ -1021,21 +1140,21 @@ static void cube__nccl_reap(const cube__cuda_driver_t* cu, cube__server_t* s, ui
  * for them with the deadline. */
 static cube_status_t cube__nccl_sync(cube__comm_t* comm, cube__server_t* s, uint64_t sid) {
   (void)comm;
-  const cube__cuda_driver_t* cu = NULL;
-  CUBE_RETURN_IF_ERROR(cube__cuda_driver(&cu));
+  const cube__nccl_cu_t* cu = NULL;
+  CUBE_RETURN_IF_ERROR(cube__nccl_cu_from(&s->be, &cu));
   uint64_t timeout_ns = cube__coll_task_timeout_ns();
   if (!timeout_ns) CUBE_RETURN_IF_ERROR(cube__coll_timeout_ns(&timeout_ns));
   cube__nccl_entry_t* mine = cube__nccl_take(cu, s, sid, false);
   if (!mine) return CUBE_OK;
   cube__stream_t* st = NULL;
   cube_status_t errors = cube__server_stream(s, sid, &st);
-  CUstream compute = st ? cube__cuda_stream_handle(st->backend_stream) : NULL;
+  CUstream compute = st ? cube__nccl_native_stream(st) : NULL;
   for (cube__nccl_entry_t* e = mine; e && st; e = e->next) {
     cube__nccl_scope_t sc = cube__nccl_enter(cu, e->ctx);
     CUresult r = cu->StreamWaitEvent(compute, e->done, 0);
     cube__nccl_leave(&sc);
     if (r != CUDA_SUCCESS)
-      errors = cube__status_join(errors, cube__cuda_error(r, CUBE_STATUS_OK,
+      errors = cube__status_join(errors, cube__nccl_cu_error(r, CUBE_STATUS_OK,
                                                           "%s: ordering the stream after NCCL",
                                                           e->flight->what));
   }
@@ -1059,8 +1178,8 @@ static void cube__nccl_comm_destroy(cube__comm_t* c) {
   cube_status_t st = cube__nccl_get(&nc);
   if (!st) {
     pthread_mutex_lock(&ns->lock);
-    const cube__cuda_driver_t* cu = NULL;
-    cube_status_t e0 = cube__cuda_driver(&cu);
+    const cube__nccl_cu_t* cu = NULL;
+    cube_status_t e0 = cube__nccl_cu_get(&cu);
     cube__nccl_scope_t guard = {NULL, false};
     if (!e0 && ns->ready && ns->guard_ctx) guard = cube__nccl_guard(cu, ns->guard_ctx);
     cube_status_free(e0);
@@ -1118,8 +1237,8 @@ static void cube__nccl_quiesce(void) {
   bool none = g_entries == NULL;
   pthread_mutex_unlock(&g_entries_lock);
   if (none) return; /* (and the driver is not loaded for nothing) */
-  const cube__cuda_driver_t* cu = NULL;
-  cube_status_t st = cube__cuda_driver(&cu);
+  const cube__nccl_cu_t* cu = NULL;
+  cube_status_t st = cube__nccl_cu_get(&cu);
   if (st) {
     cube_status_free(st);
     return;
@@ -1177,8 +1296,8 @@ static void cube__nccl_shutdown(void) {
   for (uint32_t i = 0; i < CUBE__NCCL_MAX_DEVICES && !any; ++i) any = g_devs[i].stream != NULL;
   pthread_mutex_unlock(&g_dev_lock);
   if (!any) return;
-  const cube__cuda_driver_t* cu = NULL;
-  cube_status_t st = cube__cuda_driver(&cu);
+  const cube__nccl_cu_t* cu = NULL;
+  cube_status_t st = cube__nccl_cu_get(&cu);
   if (st) {
     cube_status_free(st);
     cu = NULL;
