@@ -105,6 +105,13 @@ void cube__server_write(cube__stream_t* stream, cube__memory_t* mem, uint64_t of
  * error (UNIMPLEMENTED when the backend has no host storage). */
 cube_status_t cube__server_staging(cube__stream_t* stream, size_t size, cube_bytes_t** out);
 
+/* Replaces a FILE buffer *|inout| by a copy safe to upload from: pinned
+ * staging from |stream| where there is some, else a NATIVE buffer (the FILE
+ * buffer is released). Other buffers are left as they are. The copy reads
+ * the file (cube__bytes_copy_out): a file that shrank since it was mapped is
+ * an OUT_OF_RANGE status naming the path and the sizes, *|inout| untouched. */
+cube_status_t cube__server_stage_file(cube__stream_t* stream, cube_bytes_t** inout);
+
 /* One region to read. */
 typedef struct cube__read_region {
   cube__memory_t* mem; /* a binding reference owned by the request */
