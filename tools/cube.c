@@ -1,26 +1,114 @@
 /* cube: the command-line tool.
- *   cube info   backends, devices, properties and features
- *   cube cache  kernel cache: directory, entries, size and counters
- *   cube cache clear   remove every disk entry
- *   cube demo   uploads tensors (contiguous and packed), runs kernels, reads
- *               the results back and checks them, prints memory usage and a
- *               profile. Exit status 0 only if every check passed.
+ *   cube info [--json]   backends, devices, properties and features
+ *   cube cache           kernel cache: directory, entries, size and counters
+ *   cube cache clear     remove every disk entry
+ *   cube demo            uploads tensors (contiguous and packed), runs kernels,
+ *                        reads the results back and checks them, prints memory
+ *                        usage and a profile. Exit status 0 only if every check
+ *                        passed.
+ *   cube --help | -h | help [<command>]    usage on stdout, exit 0
+ *   cube --version                         the library version
+ * A wrong command line (unknown command or option, extra argument) is named
+ * on stderr with exit status 2.
  */
 #include <cube/cube.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int usage(void) {
-  fprintf(stderr,
-          "usage: cube <command>\n"
-          "  info   list backends, devices, properties and features\n"
-          "  cache  show the kernel cache (directory, entries, size, counters)\n"
-          "  cache clear   remove every kernel cache entry on disk\n"
-          "  demo   run the demo on the default backend (CUBE_BACKEND, else cpu)\n");
+//===----------------------------------------------------------------------===//
+// Command line
+//===----------------------------------------------------------------------===//
+
+static const char* usage_text =
+    "usage: cube <command> [<options>]\n"
+    "\n"
+    "commands:\n"
+    "  info [--json]  list backends, devices, properties and features\n"
+    "                 (--json: the same as one JSON document)\n"
+    "  cache          show the kernel cache (directory, entries, size, counters)\n"
+    "  cache clear    remove every kernel cache entry on disk\n"
+    "  demo           run the demo on the default backend (CUBE_BACKEND, else cpu)\n"
+    "  help [<command>]  this text, or the usage of one command\n"
+    "\n"
+    "options:\n"
+    "  -h, --help     show usage (after a command: that command's usage)\n"
+    "  --version      print the library version\n"
+    "\n"
+    "environment: CUBE_BACKEND (default backend), CUBE_CACHE_DIR (kernel cache\n"
+    "directory, or off), CUBE_LOG_FILE (profile log).\n";
+
+typedef struct {
+  const char* name;
+  const char* usage; /* printed by `cube <name> --help` and `cube help <name>` */
+} command_t;
+
+static const command_t commands[] = {
+    {"info",
+     "usage: cube info [--json]\n"
+     "  Lists every backend (available or not, and why not), the kernel cache\n"
+     "  directory, and for each device its properties and features.\n"
+     "  --json  print the same information as one JSON document on stdout\n"},
+    {"cache",
+     "usage: cube cache [clear]\n"
+     "  Shows the kernel cache directory (and why it is unusable, if it is),\n"
+     "  its entries on disk and this process's counters.\n"
+     "  clear  remove every entry on disk\n"},
+    {"demo",
+     "usage: cube demo\n"
+     "  Runs the demo on the default backend (CUBE_BACKEND, else cpu): uploads\n"
+     "  tensors, runs dialect and native kernels, reads the results back and\n"
+     "  checks them, prints memory usage and a profile. Exit status 0 only if\n"
+     "  every check passed.\n"},
+    {"help",
+     "usage: cube help [<command>]\n"
+     "  Prints the usage of cube, or of one command.\n"},
+};
+#define COMMAND_COUNT (sizeof(commands) / sizeof(commands[0]))
+
+static const command_t* find_command(const char* name) {
+  for (size_t i = 0; i < COMMAND_COUNT; ++i)
+    if (strcmp(commands[i].name, name) == 0) return &commands[i];
+  return NULL;
+}
+
+static bool is_help(const char* a) { return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0; }
+
+/* A wrong command line: named on stderr, exit status 2. */
+static int usage_error(const char* cmd, const char* fmt, const char* what) {
+  fprintf(stderr, "cube%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+  fprintf(stderr, fmt, what);
+  fprintf(stderr, " (see 'cube %s%s--help')\n", cmd ? cmd : "", cmd ? " " : "");
   return 2;
+}
+
+/* Checks the arguments of command |cmd| (argv[0] is the first one after the
+ * command name): each must be one of |accepted| (NULL-terminated, options
+ * and words alike), at most once. Sets *help when --help/-h was given (the
+ * command then prints its usage and does nothing else). Returns 0, or 2
+ * after naming the first wrong argument. */
+static int check_args(const command_t* cmd, int argc, char** argv, const char* const* accepted,
+                      bool* seen, bool* help) {
+  *help = false;
+  for (int i = 0; i < argc; ++i) {
+    const char* a = argv[i];
+    if (is_help(a)) {
+      *help = true;
+      continue;
+    }
+    size_t k = 0;
+    while (accepted && accepted[k] && strcmp(accepted[k], a) != 0) ++k;
+    if (!accepted || !accepted[k]) {
+      if (a[0] == '-' && a[1] != '\0') return usage_error(cmd->name, "unknown option '%s'", a);
+      return usage_error(cmd->name, "unexpected argument '%s'", a);
+    }
+    if (seen[k]) return usage_error(cmd->name, "'%s' given twice", a);
+    seen[k] = true;
+  }
+  return 0;
 }
 
 static const char* fmt_bytes(uint64_t b, char* buf, size_t n) {
@@ -32,92 +120,286 @@ static const char* fmt_bytes(uint64_t b, char* buf, size_t n) {
   return buf;
 }
 
-static void print_features(uint64_t bits) {
-  static const struct {
-    uint64_t bit;
-    const char* name;
-  } names[] = {{CUBE_FEATURE_F16, "f16"},
-               {CUBE_FEATURE_BF16, "bf16"},
-               {CUBE_FEATURE_F64, "f64"},
-               {CUBE_FEATURE_I64, "i64"},
-               {CUBE_FEATURE_ATOMIC_U32, "atomic-u32"},
-               {CUBE_FEATURE_ATOMIC_F32_ADD, "atomic-f32-add"},
-               {CUBE_FEATURE_PLANE, "plane"},
-               {CUBE_FEATURE_SYNC_CUBE, "sync-cube"},
-               {CUBE_FEATURE_SHARED_MEMORY, "shared-memory"},
-               {CUBE_FEATURE_NATIVE_KERNELS, "native-kernels"},
-               {CUBE_FEATURE_DYNAMIC_COUNT, "dynamic-count"},
-               {CUBE_FEATURE_COLLECTIVES, "collectives"},
-               {CUBE_FEATURE_PINNED_STAGING, "pinned-staging"}};
-  printf("    features:");
-  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i)
-    if (bits & names[i].bit) printf(" %s", names[i].name);
-  printf("\n");
+//===----------------------------------------------------------------------===//
+// info
+//===----------------------------------------------------------------------===//
+
+static const struct {
+  uint64_t bit;
+  const char* name;
+} feature_names[] = {{CUBE_FEATURE_F16, "f16"},
+                     {CUBE_FEATURE_BF16, "bf16"},
+                     {CUBE_FEATURE_F64, "f64"},
+                     {CUBE_FEATURE_I64, "i64"},
+                     {CUBE_FEATURE_ATOMIC_U32, "atomic-u32"},
+                     {CUBE_FEATURE_ATOMIC_F32_ADD, "atomic-f32-add"},
+                     {CUBE_FEATURE_PLANE, "plane"},
+                     {CUBE_FEATURE_SYNC_CUBE, "sync-cube"},
+                     {CUBE_FEATURE_SHARED_MEMORY, "shared-memory"},
+                     {CUBE_FEATURE_NATIVE_KERNELS, "native-kernels"},
+                     {CUBE_FEATURE_DYNAMIC_COUNT, "dynamic-count"},
+                     {CUBE_FEATURE_COLLECTIVES, "collectives"},
+                     {CUBE_FEATURE_PINNED_STAGING, "pinned-staging"}};
+#define FEATURE_COUNT (sizeof(feature_names) / sizeof(feature_names[0]))
+
+/* A JSON string: quotes, backslashes and control characters escaped; bytes
+ * that are not UTF-8 (a path or a driver's message may hold any) become
+ * U+FFFD, so that the document is valid whatever the strings held. NULL is
+ * null. */
+static void json_string(const char* s) {
+  if (!s) {
+    fputs("null", stdout);
+    return;
+  }
+  const unsigned char* p = (const unsigned char*)s;
+  putchar('"');
+  while (*p) {
+    unsigned char c = *p;
+    if (c == '"' || c == '\\') {
+      putchar('\\');
+      putchar(c);
+      ++p;
+    } else if (c < 0x20) {
+      switch (c) {
+        case '\n': fputs("\\n", stdout); break;
+        case '\t': fputs("\\t", stdout); break;
+        case '\r': fputs("\\r", stdout); break;
+        default: printf("\\u%04x", c); break;
+      }
+      ++p;
+    } else if (c < 0x80) {
+      putchar(c);
+      ++p;
+    } else {
+      /* The length of a well-formed sequence starting here, else 0. */
+      size_t n = 0;
+      uint32_t cp = 0;
+      if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F;
+      else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F;
+      else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07;
+      for (size_t k = 1; k < n; ++k) {
+        if ((p[k] & 0xC0) != 0x80) {
+          n = 0;
+          break;
+        }
+        cp = (cp << 6) | (p[k] & 0x3F);
+      }
+      /* Overlong forms, surrogates and code points past U+10FFFF. */
+      if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+          (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+        n = 0;
+      if (n == 0) {
+        fputs("\\ufffd", stdout);
+        ++p;
+      } else {
+        fwrite(p, 1, n, stdout);
+        p += n;
+      }
+    }
+  }
+  putchar('"');
 }
 
-static int cmd_info(void) {
-  printf("cube %s\n", cube_version());
-  printf("default backend: %s\n", cube_backend_name(cube_backend_default()));
+static void json_key(const char* key) {
+  json_string(key);
+  putchar(':');
+}
+
+/* The kernel cache: directory ("" when off) and, when unusable, why. The
+ * status is the caller's to free. */
+static const char* cache_dir_and_status(cube_status_t* out_status) {
+  *out_status = cube_kernel_cache_dir_status();
+  return cube_kernel_cache_dir();
+}
+
+static void info_device_text(cube_client_t* c, cube_backend_t b, size_t i) {
+  const cube_device_properties_t* p = cube_client_properties(c);
+  const cube_backend_info_t* info = cube_client_info(c);
+  char a[32], m[32];
+  printf("  device %s:%zu  %s\n", cube_backend_name(b), i, p->name);
+  printf("    runtime: %s; queue: %s\n", info->version,
+         cube_client_is_blocking(c) ? "inline" : "threaded");
+  printf("    memory: %s total, largest allocation %s, alignment %" PRIu64 " B\n",
+         fmt_bytes(p->memory.total_memory, a, sizeof(a)),
+         fmt_bytes(p->memory.max_page_size, m, sizeof(m)), p->memory.alignment);
+  if (p->hardware.num_streaming_multiprocessors)
+    printf("    multiprocessors: %u; compute capability %u.%u; ",
+           p->hardware.num_streaming_multiprocessors, p->hardware.compute_capability / 10,
+           p->hardware.compute_capability % 10);
+  else
+    printf("    cores: %u; ", p->hardware.num_cpu_cores);
+  if (p->hardware.l2_cache_size)
+    printf("L2 %s; ", fmt_bytes(p->hardware.l2_cache_size, a, sizeof(a)));
+  printf("load width %u bits; plane %u..%u; max vector %u\n", p->hardware.load_width,
+         p->hardware.plane_size_min, p->hardware.plane_size_max, p->hardware.max_vector_size);
+  printf("    cube dim max (%u, %u, %u), %u units; cube count max (%u, %u, %u)\n",
+         p->hardware.max_cube_dim[0], p->hardware.max_cube_dim[1], p->hardware.max_cube_dim[2],
+         p->hardware.max_units_per_cube, p->hardware.max_cube_count[0],
+         p->hardware.max_cube_count[1], p->hardware.max_cube_count[2]);
+  printf("    shared memory %s per cube; timing %s; layout %s\n",
+         fmt_bytes(p->hardware.max_shared_memory_size, a, sizeof(a)),
+         p->timing_method == CUBE_TIMING_DEVICE ? "device" : "system",
+         p->layout_policy == CUBE_LAYOUT_POLICY_PITCHED ? "pitched" : "contiguous");
+  uint32_t vs[8];
+  size_t nv = 0;
+  cube_status_free(cube_client_io_optimized_vector_sizes(c, 4, vs, 8, &nv));
+  printf("    io vector sizes for f32:");
+  for (size_t k = 0; k < nv && k < 8; ++k) printf(" %u", vs[k]);
+  printf("\n");
+  uint64_t bits = cube_client_features(c)->bits;
+  printf("    features:");
+  for (size_t k = 0; k < FEATURE_COUNT; ++k)
+    if (bits & feature_names[k].bit) printf(" %s", feature_names[k].name);
+  printf("\n");
+  if (bits & CUBE_FEATURE_COLLECTIVES) {
+    const char* detail = NULL;
+    const char* t = cube_collective_transport(b, &detail);
+    printf("    collectives: %s (%s)\n", t ? t : "none", detail ? detail : "");
+  }
+}
+
+static void json_u32_array(const uint32_t* v, size_t n) {
+  putchar('[');
+  for (size_t k = 0; k < n; ++k) printf("%s%u", k ? "," : "", v[k]);
+  putchar(']');
+}
+
+static void info_device_json(cube_client_t* c, cube_backend_t b) {
+  const cube_device_properties_t* p = cube_client_properties(c);
+  const cube_backend_info_t* info = cube_client_info(c);
+  json_key("name");
+  json_string(p->name);
+  printf(",");
+  json_key("runtime");
+  json_string(info->version);
+  printf(",");
+  json_key("queue");
+  json_string(cube_client_is_blocking(c) ? "inline" : "threaded");
+  printf(",\"memory\":{\"total_bytes\":%" PRIu64 ",\"max_allocation_bytes\":%" PRIu64
+         ",\"alignment_bytes\":%" PRIu64 "}",
+         p->memory.total_memory, p->memory.max_page_size, p->memory.alignment);
+  char cc[16] = "null"; /* 0: not a CUDA device */
+  if (p->hardware.compute_capability)
+    snprintf(cc, sizeof(cc), "\"%u.%u\"", p->hardware.compute_capability / 10,
+             p->hardware.compute_capability % 10);
+  printf(",\"hardware\":{\"multiprocessors\":%u,\"compute_capability\":%s,"
+         "\"cpu_cores\":%u,\"l2_cache_bytes\":%" PRIu64 ",\"load_width_bits\":%u,"
+         "\"plane_size_min\":%u,\"plane_size_max\":%u,\"max_vector_size\":%u,"
+         "\"max_bindings\":%u,\"max_units_per_cube\":%u,\"shared_memory_bytes\":%" PRIu64
+         ",\"tensor_cores\":%u,\"max_cube_dim\":",
+         p->hardware.num_streaming_multiprocessors, cc, p->hardware.num_cpu_cores,
+         p->hardware.l2_cache_size, p->hardware.load_width, p->hardware.plane_size_min,
+         p->hardware.plane_size_max, p->hardware.max_vector_size, p->hardware.max_bindings,
+         p->hardware.max_units_per_cube, p->hardware.max_shared_memory_size,
+         p->hardware.num_tensor_cores);
+  json_u32_array(p->hardware.max_cube_dim, 3);
+  printf(",\"max_cube_count\":");
+  json_u32_array(p->hardware.max_cube_count, 3);
+  printf("}");
+  printf(",\"timing\":\"%s\",\"layout\":\"%s\"",
+         p->timing_method == CUBE_TIMING_DEVICE ? "device" : "system",
+         p->layout_policy == CUBE_LAYOUT_POLICY_PITCHED ? "pitched" : "contiguous");
+  uint32_t vs[8];
+  size_t nv = 0;
+  cube_status_free(cube_client_io_optimized_vector_sizes(c, 4, vs, 8, &nv));
+  printf(",\"io_vector_sizes_f32\":");
+  json_u32_array(vs, nv < 8 ? nv : 8);
+  uint64_t bits = cube_client_features(c)->bits;
+  printf(",\"features\":[");
+  int first = 1;
+  for (size_t k = 0; k < FEATURE_COUNT; ++k) {
+    if (!(bits & feature_names[k].bit)) continue;
+    if (!first) putchar(',');
+    json_string(feature_names[k].name);
+    first = 0;
+  }
+  printf("]");
+  printf(",\"collectives\":");
+  if (bits & CUBE_FEATURE_COLLECTIVES) {
+    const char* detail = NULL;
+    const char* t = cube_collective_transport(b, &detail);
+    printf("{\"transport\":");
+    json_string(t);
+    printf(",\"detail\":");
+    json_string(detail);
+    printf("}");
+  } else {
+    printf("null");
+  }
+}
+
+static int cmd_info(bool json) {
+  cube_status_t cache_st;
+  const char* cache_dir = cache_dir_and_status(&cache_st);
+  if (json) {
+    printf("{\"version\":");
+    json_string(cube_version());
+    printf(",\"default_backend\":");
+    json_string(cube_backend_name(cube_backend_default()));
+    printf(",\"kernel_cache\":{\"dir\":");
+    json_string(cache_dir[0] ? cache_dir : NULL);
+    printf(",\"disk\":\"%s\",\"reason\":",
+           cache_st ? "unusable" : !cache_dir[0] ? "off" : "usable");
+    json_string(cache_st ? cube_status_message(cache_st) : NULL);
+    printf("},\"backends\":[");
+  } else {
+    printf("cube %s\n", cube_version());
+    printf("default backend: %s\n", cube_backend_name(cube_backend_default()));
+    if (cache_st)
+      printf("kernel cache: %s (unusable)\n  %s\n", cache_dir[0] ? cache_dir : "(none)",
+             cube_status_message(cache_st));
+    else if (!cache_dir[0])
+      printf("kernel cache: off (CUBE_CACHE_DIR=off)\n");
+    else
+      printf("kernel cache: %s\n", cache_dir);
+  }
+  cube_status_free(cache_st);
   for (int b = 0; b < CUBE_BACKEND_COUNT; ++b) {
-    cube_status_t st = cube_backend_status((cube_backend_t)b);
-    size_t n = cube_device_count((cube_backend_t)b);
-    printf("backend %-7s %s, %zu device%s%s%s\n", cube_backend_name((cube_backend_t)b),
-           st ? "unavailable" : "available", n, n == 1 ? "" : "s", st ? ": " : "",
-           st ? cube_status_message(st) : "");
+    cube_backend_t backend = (cube_backend_t)b;
+    cube_status_t st = cube_backend_status(backend);
+    size_t n = cube_device_count(backend);
+    if (json) {
+      printf("%s{\"name\":", b ? "," : "");
+      json_string(cube_backend_name(backend));
+      printf(",\"available\":%s,\"reason\":", st ? "false" : "true");
+      json_string(st ? cube_status_message(st) : NULL);
+      printf(",\"device_count\":%zu,\"devices\":[", n);
+    } else {
+      printf("backend %-7s %s, %zu device%s%s%s\n", cube_backend_name(backend),
+             st ? "unavailable" : "available", n, n == 1 ? "" : "s", st ? ": " : "",
+             st ? cube_status_message(st) : "");
+    }
     cube_status_free(st);
     for (size_t i = 0; i < n; ++i) {
       cube_client_t* c;
-      cube_status_t s = cube_client_load((cube_device_id_t){(cube_backend_t)b, (uint32_t)i}, &c);
+      cube_status_t s = cube_client_load((cube_device_id_t){backend, (uint32_t)i}, &c);
+      if (json) printf("%s{\"index\":%zu,\"id\":\"%s:%zu\",", i ? "," : "", i,
+                       cube_backend_name(backend), i);
       if (s) {
-        printf("  device %zu: %s\n", i, cube_status_message(s));
+        if (json) {
+          json_key("error");
+          json_string(cube_status_message(s));
+          printf("}");
+        } else {
+          printf("  device %zu: %s\n", i, cube_status_message(s));
+        }
         cube_status_free(s);
         continue;
       }
-      const cube_device_properties_t* p = cube_client_properties(c);
-      const cube_backend_info_t* info = cube_client_info(c);
-      char a[32], m[32];
-      printf("  device %s:%zu  %s\n", cube_backend_name((cube_backend_t)b), i, p->name);
-      printf("    runtime: %s; queue: %s\n", info->version,
-             cube_client_is_blocking(c) ? "inline" : "threaded");
-      printf("    memory: %s total, largest allocation %s, alignment %" PRIu64 " B\n",
-             fmt_bytes(p->memory.total_memory, a, sizeof(a)),
-             fmt_bytes(p->memory.max_page_size, m, sizeof(m)), p->memory.alignment);
-      if (p->hardware.num_streaming_multiprocessors)
-        printf("    multiprocessors: %u; compute capability %u.%u; ",
-               p->hardware.num_streaming_multiprocessors, p->hardware.compute_capability / 10,
-               p->hardware.compute_capability % 10);
-      else
-        printf("    cores: %u; ", p->hardware.num_cpu_cores);
-      if (p->hardware.l2_cache_size)
-        printf("L2 %s; ", fmt_bytes(p->hardware.l2_cache_size, a, sizeof(a)));
-      printf("load width %u bits; plane %u..%u; max vector %u\n", p->hardware.load_width,
-             p->hardware.plane_size_min, p->hardware.plane_size_max, p->hardware.max_vector_size);
-      printf("    cube dim max (%u, %u, %u), %u units; cube count max (%u, %u, %u)\n",
-             p->hardware.max_cube_dim[0], p->hardware.max_cube_dim[1],
-             p->hardware.max_cube_dim[2], p->hardware.max_units_per_cube,
-             p->hardware.max_cube_count[0], p->hardware.max_cube_count[1],
-             p->hardware.max_cube_count[2]);
-      printf("    shared memory %s per cube; timing %s; layout %s\n",
-             fmt_bytes(p->hardware.max_shared_memory_size, a, sizeof(a)),
-             p->timing_method == CUBE_TIMING_DEVICE ? "device" : "system",
-             p->layout_policy == CUBE_LAYOUT_POLICY_PITCHED ? "pitched" : "contiguous");
-      uint32_t vs[8];
-      size_t nv = 0;
-      cube_status_free(cube_client_io_optimized_vector_sizes(c, 4, vs, 8, &nv));
-      printf("    io vector sizes for f32:");
-      for (size_t k = 0; k < nv && k < 8; ++k) printf(" %u", vs[k]);
-      printf("\n");
-      print_features(cube_client_features(c)->bits);
-      if (cube_client_features(c)->bits & CUBE_FEATURE_COLLECTIVES) {
-        const char* detail = NULL;
-        const char* t = cube_collective_transport((cube_backend_t)b, &detail);
-        printf("    collectives: %s (%s)\n", t ? t : "none", detail ? detail : "");
+      if (json) {
+        printf("\"error\":null,");
+        info_device_json(c, backend);
+        printf("}");
+      } else {
+        info_device_text(c, backend, i);
       }
       cube_client_release(c);
     }
+    if (json) printf("]}");
   }
+  if (json) printf("]}\n");
   cube_shutdown();
-  return 0;
+  return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
 }
 
 //===----------------------------------------------------------------------===//
@@ -353,18 +635,18 @@ static int cmd_demo(void) {
   return failures ? 1 : 0;
 }
 
-static int cmd_cache(int argc, char** argv) {
-  if (argc >= 3 && strcmp(argv[2], "clear") == 0) {
+static int cmd_cache(bool clear) {
+  if (clear) {
     cube_status_t st = cube_kernel_cache_clear();
     if (st) {
       fprintf(stderr, "cube cache clear: %s\n", cube_status_message(st));
       cube_status_free(st);
       return 1;
     }
-    printf("kernel cache cleared: %s\n", cube_kernel_cache_dir());
+    const char* dir = cube_kernel_cache_dir();
+    printf("kernel cache cleared: %s\n", dir[0] ? dir : "(disk cache off: CUBE_CACHE_DIR=off)");
     return 0;
   }
-  if (argc >= 3) return usage();
   cube_kernel_cache_stats_t s;
   cube_status_t st = cube_kernel_cache_stats(&s);
   if (st) {
@@ -373,8 +655,14 @@ static int cmd_cache(int argc, char** argv) {
     return 1;
   }
   char b[32];
-  const char* dir = cube_kernel_cache_dir();
+  cube_status_t dir_st;
+  const char* dir = cache_dir_and_status(&dir_st);
   printf("kernel cache: %s\n", dir[0] ? dir : "(disk cache off: CUBE_CACHE_DIR=off)");
+  if (dir_st) {
+    /* Not a failure of this command: it reports the cache as it is. */
+    printf("  %s\n", cube_status_message(dir_st));
+    cube_status_free(dir_st);
+  }
   printf("  entries on disk: %llu, %s\n", (unsigned long long)s.disk_entries,
          fmt_bytes(s.disk_bytes, b, sizeof(b)));
   printf("  this process: %llu memory hits, %llu disk hits, %llu misses, %llu failed compiles, "
@@ -386,9 +674,65 @@ static int cmd_cache(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  if (argc < 2) return usage();
-  if (strcmp(argv[1], "cache") == 0) return cmd_cache(argc, argv);
-  if (strcmp(argv[1], "info") == 0) return cmd_info();
-  if (strcmp(argv[1], "demo") == 0) return cmd_demo();
-  return usage();
+  if (argc < 2) {
+    fputs("cube: no command given\n", stderr);
+    fputs(usage_text, stderr);
+    return 2;
+  }
+  const char* name = argv[1];
+  if (is_help(name)) {
+    if (argc > 2) return usage_error(NULL, "unexpected argument '%s'", argv[2]);
+    fputs(usage_text, stdout);
+    return 0;
+  }
+  if (strcmp(name, "--version") == 0) {
+    if (argc > 2) return usage_error(NULL, "unexpected argument '%s'", argv[2]);
+    printf("cube %s\n", cube_version());
+    return 0;
+  }
+  const command_t* cmd = find_command(name);
+  if (!cmd) {
+    if (name[0] == '-') return usage_error(NULL, "unknown option '%s'", name);
+    return usage_error(NULL, "unknown command '%s'", name);
+  }
+  int rest = argc - 2;
+  char** args = argv + 2;
+  bool help = false;
+  if (strcmp(cmd->name, "help") == 0) {
+    if (rest > 1) return usage_error(cmd->name, "unexpected argument '%s'", args[1]);
+    if (rest == 0) {
+      fputs(usage_text, stdout);
+      return 0;
+    }
+    if (is_help(args[0])) {
+      fputs(cmd->usage, stdout);
+      return 0;
+    }
+    const command_t* about = find_command(args[0]);
+    if (!about) {
+      fprintf(stderr, "cube help: unknown command '%s' (see 'cube --help')\n", args[0]);
+      return 2;
+    }
+    fputs(about->usage, stdout);
+    return 0;
+  }
+  if (strcmp(cmd->name, "info") == 0) {
+    static const char* const accepted[] = {"--json", NULL};
+    bool seen[1] = {false};
+    int rc = check_args(cmd, rest, args, accepted, seen, &help);
+    if (rc || help) return rc ? rc : (fputs(cmd->usage, stdout), 0);
+    return cmd_info(seen[0]);
+  }
+  if (strcmp(cmd->name, "cache") == 0) {
+    static const char* const accepted[] = {"clear", NULL};
+    bool seen[1] = {false};
+    int rc = check_args(cmd, rest, args, accepted, seen, &help);
+    if (rc || help) return rc ? rc : (fputs(cmd->usage, stdout), 0);
+    return cmd_cache(seen[0]);
+  }
+  /* demo */
+  bool none[1] = {false};
+  int rc = check_args(cmd, rest, args, NULL, none, &help);
+  if (rc || help) return rc ? rc : (fputs(cmd->usage, stdout), 0);
+  return cmd_demo();
 }

@@ -5,7 +5,8 @@
  *   PINNED  page-locked staging memory handed out by a device (cube_client_
  *           reserve_staging, cube_client_staging, reads); releasing it returns
  *           the slice to that device's staging pool
- *   FILE    a region of a file, mapped read-only; uploads stage it first
+ *   FILE    a region of a file, mapped private (copy-on-write); uploads
+ *           copy it out of the file first (see cube_bytes_map_file)
  *   OTHER   memory owned by someone else, released through a callback
  *
  * A cube_bytes_t is reference counted. Its contents may be written by the
@@ -44,16 +45,38 @@ CUBE_MUST_USE_RESULT cube_status_t cube_bytes_from_copy(const void* data, size_t
                                                         cube_bytes_t** out_bytes);
 
 /* A FILE buffer viewing |size| bytes of |path| from |offset| (mapped
- * read-only, copy-on-write: writes stay private). |size| 0 means "to the end
- * of the file". Fails with NOT_FOUND / OUT_OF_RANGE naming the path and the
- * numbers. */
+ * private, copy-on-write: writes through cube_bytes_data stay in this
+ * process). |size| 0 means "to the end of the file". Fails with NOT_FOUND /
+ * OUT_OF_RANGE naming the path and the numbers.
+ *
+ * What a FILE buffer guarantees:
+ *   - It keeps the file open (one descriptor per buffer of size > 0, closed
+ *     when the last reference goes), so the region stays readable when the
+ *     path is renamed or unlinked.
+ *   - The library never reads the mapping blindly. Uploads (cube_client_
+ *     create*, cube_client_staging) read the region with pread into pinned
+ *     staging or host memory first; a file that was truncated below the end
+ *     of the region is an OUT_OF_RANGE status naming the path, the region
+ *     and the file's size now, never a crash. What they upload is the file's
+ *     content at the time of the call, unless the holder took cube_bytes_
+ *     data: from then on the mapping (with the holder's writes) is uploaded,
+ *     after a check that the file still covers the region.
+ *   - Reading through cube_bytes_const_data / cube_bytes_data yourself is a
+ *     plain memory access: if another process truncates the file under it,
+ *     the access raises SIGBUS (POSIX mmap semantics); the library cannot
+ *     guard it. Do not shrink a file while its region is read, or after
+ *     writing into the mapping (a truncation between the size check and the
+ *     copy cannot be seen). Content changed in place by others shows through
+ *     pages not written to (Linux MAP_PRIVATE). */
 CUBE_MUST_USE_RESULT cube_status_t cube_bytes_map_file(const char* path, uint64_t offset,
                                                        size_t size, cube_bytes_t** out_bytes);
 
 typedef void (*cube_bytes_release_fn)(void* user, void* data, size_t size);
 
 /* An OTHER buffer over |data|; |release| (may be NULL) runs once when the
- * last reference is gone, on whichever thread releases it. */
+ * last reference is gone, on whichever thread releases it. On failure
+ * (out_bytes NULL, data NULL with size > 0, no memory for the header)
+ * |release| is NOT called: |data| is still the caller's to free. */
 CUBE_MUST_USE_RESULT cube_status_t cube_bytes_wrap(void* data, size_t size,
                                                    cube_bytes_release_fn release, void* user,
                                                    cube_bytes_t** out_bytes);

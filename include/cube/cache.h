@@ -38,6 +38,20 @@ CUBE_MUST_USE_RESULT cube_status_t cube_kernel_cache_stats(cube_kernel_cache_sta
 /* The cache directory in use ("" when the disk cache is off: CUBE_CACHE_DIR=off). */
 const char* cube_kernel_cache_dir(void);
 
+/* Whether the disk cache can use its directory: CUBE_OK when it can (or when
+ * the disk cache is off), else an UNAVAILABLE status (the caller frees it)
+ * whose message names the directory and the reason (a file where a
+ * directory should be, a directory this process may not write into, a parent
+ * that cannot be created, or else the directory-level failure of a store in
+ * this process, until a store there succeeds) and
+ * says that compiled kernels are then kept in memory only. Creates nothing.
+ *
+ * An unusable directory never fails a compile: kernels compile, run and stay
+ * in the memory cache. The first store that fails there prints one line on
+ * stderr ("cube: kernel cache directory '<dir>' is unusable: <reason>; ..."),
+ * once per directory and process. */
+CUBE_MUST_USE_RESULT cube_status_t cube_kernel_cache_dir_status(void);
+
 /* Removes every disk entry (and resets the counters). Compiled kernels in use
  * stay loaded. */
 CUBE_MUST_USE_RESULT cube_status_t cube_kernel_cache_clear(void);

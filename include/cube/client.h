@@ -131,7 +131,10 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_create_from_slice(cube_client_t* 
                                                                  cube_handle_t* out_handle);
 
 /* A 1-D buffer from |bytes| (consumed, also on failure). FILE buffers are
- * staged (copied to pinned memory) before upload. */
+ * copied out of their file (into pinned staging memory where the device has
+ * some, else host memory) before upload; a file that shrank since it was
+ * mapped fails the call with OUT_OF_RANGE naming the path and the sizes
+ * (cube/bytes.h). The same holds for every create from cube_bytes_t. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_create(cube_client_t* client, cube_bytes_t* bytes,
                                                       cube_handle_t* out_handle);
 
@@ -178,7 +181,10 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_create_tensors_from_slices_pinned
 /* Replaces eligible entries of |inout_bytes| in place with pinned buffers
  * holding the same content (the old buffer is released). Eligible: FILE
  * always; NATIVE and OTHER only if !file_only; PINNED never. If the device
- * has no staging memory, does nothing and returns CUBE_OK (as CubeCL). */
+ * has no staging memory, does nothing and returns CUBE_OK (as CubeCL). A FILE
+ * buffer whose file shrank since it was mapped is an OUT_OF_RANGE error
+ * naming the entry, the path and the sizes; the entries before it have been
+ * replaced, it and those after are as they were (still the caller's). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_staging(cube_client_t* client, size_t count,
                                                        cube_bytes_t** inout_bytes,
                                                        bool file_only);

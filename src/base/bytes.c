@@ -5,6 +5,10 @@
  *           header and data share one 64-byte aligned heap block.
  *   FILE    a private (copy-on-write) mapping of a file region; the mapping
  *           starts at the page boundary at or below the requested offset.
+ *           The buffer keeps the file open: the library reads the contents
+ *           with pread (cube__bytes_copy_out), never through the mapping,
+ *           because a page of the mapping past the end of a file that shrank
+ *           raises SIGBUS where pread returns short.
  *   any     cube__bytes_make / cube_bytes_wrap: external memory given back
  *           through the caller's release callback.
  *
@@ -47,6 +51,10 @@ struct cube_bytes_s {
   void* user;
   void* map_base; /* MAPPED only; NULL for a 0-byte region (nothing mapped) */
   size_t map_len;
+  int fd;                 /* MAPPED only: the file, kept open for pread; -1 when size 0 */
+  uint64_t file_offset;   /* MAPPED only: where data starts in the file */
+  atomic_bool written;    /* MAPPED only: cube_bytes_data was called (pages may be private) */
+  char path[];            /* MAPPED only: the path, for messages */
 };
 
 /* Header size rounded so that inline data stays 64-byte aligned. */
@@ -252,7 +260,8 @@ cube_status_t cube_bytes_map_file(const char* path, uint64_t offset, size_t size
     data = (char*)map_base + delta;
   }
 
-  struct cube_bytes_s* b = calloc(1, sizeof(*b));
+  size_t path_len = strlen(path);
+  struct cube_bytes_s* b = calloc(1, sizeof(*b) + path_len + 1);
   if (!b) {
     if (map_base) munmap(map_base, map_len);
     status = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
@@ -266,10 +275,16 @@ cube_status_t cube_bytes_map_file(const char* path, uint64_t offset, size_t size
   b->size = size;
   b->map_base = map_base;
   b->map_len = map_len;
+  b->file_offset = offset;
+  atomic_init(&b->written, false);
+  memcpy(b->path, path, path_len + 1);
+  /* An empty region has nothing to read: no descriptor held. */
+  b->fd = size > 0 ? fd : -1;
+  if (size > 0) fd = -1;
   *out_bytes = b;
 
 done:
-  close(fd);
+  if (fd >= 0) close(fd);
   return status;
 }
 
@@ -292,6 +307,7 @@ static void cube__bytes_destroy(struct cube_bytes_s* b) {
       return;
     case CUBE__BYTES_MAPPED:
       if (b->map_base) munmap(b->map_base, b->map_len);
+      if (b->fd >= 0) close(b->fd);
       free(b);
       return;
   }
@@ -311,7 +327,15 @@ void cube_bytes_release_array(cube_bytes_t** bytes, size_t count) {
   }
 }
 
-void* cube_bytes_data(cube_bytes_t* bytes) { return bytes ? bytes->data : NULL; }
+void* cube_bytes_data(cube_bytes_t* bytes) {
+  if (!bytes) return NULL;
+  /* Writes through the pointer land in private pages the file does not
+   * hold: from now on the mapping, not the file, is the content. */
+  if (bytes->storage == CUBE__BYTES_MAPPED &&
+      !atomic_load_explicit(&bytes->written, memory_order_relaxed))
+    atomic_store_explicit(&bytes->written, true, memory_order_relaxed);
+  return bytes->data;
+}
 
 const void* cube_bytes_const_data(const cube_bytes_t* bytes) {
   return bytes ? bytes->data : NULL;
@@ -326,3 +350,74 @@ cube_bytes_property_t cube_bytes_property(const cube_bytes_t* bytes) {
 bool cube__bytes_owns_data(const cube_bytes_t* b) {
   return b && (b->storage != CUBE__BYTES_EXTERNAL || b->release != NULL);
 }
+
+/* Reading the contents ------------------------------------------------------ */
+
+/* The file of |b| must still hold its whole region; else OUT_OF_RANGE. */
+static cube_status_t cube__bytes_file_check(const struct cube_bytes_s* b, const char* what) {
+  struct stat st;
+  if (fstat(b->fd, &st) != 0) {
+    int err = errno;
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "%s of '%s': cannot stat the file: %s",
+                             what, b->path, strerror(err));
+  }
+  uint64_t need = b->file_offset + (uint64_t)b->size;
+  if ((uint64_t)st.st_size < need)
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "%s of '%s': the file shrank after it was mapped: the buffer holds "
+                             "%zu bytes at offset %" PRIu64 ", which needs a file of %" PRIu64
+                             " bytes; the file now holds %" PRIu64,
+                             what, b->path, b->size, b->file_offset, need, (uint64_t)st.st_size);
+  return CUBE_OK;
+}
+
+cube_status_t cube__bytes_copy_out(const cube_bytes_t* b, size_t offset, void* dst, size_t n) {
+  static const char* what = "reading a file-mapped buffer";
+  if (!b) return CUBE_INVALID("cube__bytes_copy_out: bytes is NULL");
+  if (offset > b->size || n > b->size - offset)
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "cube__bytes_copy_out: %zu bytes at offset %zu of a buffer of %zu",
+                             n, offset, b->size);
+  if (n == 0) return CUBE_OK;
+  if (!dst) return CUBE_INVALID("cube__bytes_copy_out: dst is NULL for %zu bytes", n);
+  if (b->storage != CUBE__BYTES_MAPPED || b->fd < 0) {
+    memcpy(dst, (const char*)b->data + offset, n);
+    return CUBE_OK;
+  }
+  if (atomic_load_explicit(&b->written, memory_order_relaxed)) {
+    /* Written-to pages are private copies the file does not have: copy from
+     * the mapping, once the file is seen to still cover all of it (the pages
+     * not written still read the file). */
+    CUBE_RETURN_IF_ERROR(cube__bytes_file_check(b, what));
+    memcpy(dst, (const char*)b->data + offset, n);
+    return CUBE_OK;
+  }
+  uint64_t pos = b->file_offset + offset;
+  size_t done = 0;
+  while (done < n) {
+    size_t chunk = n - done;
+    if (chunk > ((size_t)1 << 30)) chunk = (size_t)1 << 30;
+    ssize_t r = pread(b->fd, (char*)dst + done, chunk, (off_t)(pos + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int err = errno;
+      return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                               "%s of '%s': read of %zu bytes at file offset %" PRIu64
+                               " failed: %s",
+                               what, b->path, chunk, pos + done, strerror(err));
+    }
+    if (r == 0) {
+      /* End of file before the region's end: the file shrank. */
+      cube_status_t st = cube__bytes_file_check(b, what);
+      if (st) return st;
+      return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                               "%s of '%s': the file ended after %zu of %zu bytes read from "
+                               "offset %" PRIu64,
+                               what, b->path, done, n, pos);
+    }
+    done += (size_t)r;
+  }
+  return CUBE_OK;
+}
+
+bool cube__bytes_is_file(const cube_bytes_t* b) { return b && b->storage == CUBE__BYTES_MAPPED; }

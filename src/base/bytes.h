@@ -23,4 +23,18 @@ cube_status_t cube__bytes_allocate_uninit(size_t size, cube_bytes_t** out_bytes)
  * past the call must copy it. */
 bool cube__bytes_owns_data(const cube_bytes_t* bytes);
 
+/* Copies |n| bytes of |bytes| from |offset| into |dst|: the one way the
+ * library reads a buffer's contents when it may be a FILE buffer. For those
+ * it reads the file with pread, so that a file that shrank since it was
+ * mapped is an OUT_OF_RANGE status naming the path, the region and the
+ * file's size now, where a read of the mapping would raise SIGBUS. After
+ * cube_bytes_data was called on it (the holder may have written into its
+ * private pages) it checks the file's size with fstat, then copies from the
+ * mapping. Other buffers: memcpy. Thread-safe as reads of |bytes| are. */
+cube_status_t cube__bytes_copy_out(const cube_bytes_t* bytes, size_t offset, void* dst, size_t n);
+
+/* Whether |bytes| is a FILE buffer from cube_bytes_map_file (its contents
+ * must be read with cube__bytes_copy_out). */
+bool cube__bytes_is_file(const cube_bytes_t* bytes);
+
 #endif /* CUBE_BASE_BYTES_H_ */

@@ -103,20 +103,13 @@ static cube_status_t cube__create_tensors(cube_client_t* c, const char* fn, size
   cube__stream_t* stream;
   st = cube__client_stream(c, &stream);
   if (st) goto done;
-  if (bytes) {
-    /* Stage file-backed buffers first (reference §1.4, staging(file_only)). */
-    cube_bytes_t** b = bytes;
-    for (size_t i = 0; i < count; ++i) {
-      if (cube_bytes_property(b[i]) != CUBE_BYTES_FILE || !cube__stream_has_staging(stream)) continue;
-      cube_bytes_t* staged;
-      cube_status_t e = cube__stream_staging(stream, cube_bytes_size(b[i]), &staged);
-      if (e) {
-        cube_status_free(e); /* upload straight from the mapping instead */
-        continue;
-      }
-      memcpy(cube_bytes_data(staged), cube_bytes_const_data(b[i]), cube_bytes_size(b[i]));
-      cube_bytes_release(b[i]);
-      b[i] = staged;
+  /* Copy file-backed buffers out first (staging(file_only)): never upload
+   * from a mapping, whose file may have shrunk (SIGBUS); the copy says so. */
+  for (size_t i = 0; bytes && i < count; ++i) {
+    st = cube__stream_stage_file(stream, &bytes[i]);
+    if (st) {
+      st = cube__status_annotate(st, "%s: bytes[%zu]", fn, i);
+      goto done;
     }
   }
   /* Reserve up to the end of the last tensor: the rounding between tensors
@@ -374,7 +367,11 @@ cube_status_t cube_client_staging(cube_client_t* c, size_t count, cube_bytes_t**
       cube_status_free(st); /* as CubeCL: silently keep the original */
       continue;
     }
-    memcpy(cube_bytes_data(staged), cube_bytes_const_data(b), cube_bytes_size(b));
+    st = cube__bytes_copy_out(b, 0, cube_bytes_data(staged), cube_bytes_size(b));
+    if (st) { /* a FILE buffer whose file shrank: entries from i on are untouched */
+      cube_bytes_release(staged);
+      return cube__status_annotate(st, "%s: inout_bytes[%zu]", fn, i);
+    }
     cube_bytes_release(b);
     inout_bytes[i] = staged;
   }

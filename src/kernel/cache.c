@@ -256,6 +256,126 @@ static cube_status_t cube__kc_mkdirs(const char* path) {
   return CUBE_OK;
 }
 
+/* Unusable directories ------------------------------------------------------ */
+
+#define CUBE__KC_WHY (PATH_MAX + 256) /* a path and a few words */
+
+/* Why the directory of |d| cannot hold the disk cache, without creating
+ * anything: the deepest existing component of "<dir>/v1" must be a
+ * directory this process may write into (for "<dir>/v1" itself: to add
+ * entries; for an ancestor: to create the rest). Empty |why| when usable. */
+static void cube__kc_probe(const cube__kc_dir_t* d, char* why, size_t why_size) {
+  why[0] = '\0';
+  if (d->off) return;
+  char p[PATH_MAX];
+  if (cube__kc_subdir(d, p, sizeof(p)) != CUBE_OK) {
+    snprintf(why, why_size, "the path is too long");
+    return;
+  }
+  for (;;) {
+    struct stat st;
+    if (stat(p, &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) {
+        snprintf(why, why_size, "'%s' is not a directory", p);
+      } else if (access(p, W_OK | X_OK) != 0) {
+        int e = errno;
+        snprintf(why, why_size, "'%s' is not writable: %s", p, strerror(e));
+      }
+      break;
+    }
+    int e = errno;
+    /* ENOTDIR: a file above it, found further up. EACCES and others: a
+     * parent that cannot be searched. */
+    if (e != ENOENT && e != ENOTDIR) {
+      snprintf(why, why_size, "cannot use '%s': %s", p, strerror(e));
+      break;
+    }
+    char* slash = strrchr(p, '/');
+    if (!slash) break; /* a relative path: the working directory is tried on store */
+    if (slash == p) {
+      if (p[1] == '\0') break; /* "/" itself: cannot be missing */
+      slash[1] = '\0';
+    } else {
+      *slash = '\0';
+    }
+  }
+  if (!why[0] && d->shared_tmp) {
+    cube_status_t st = cube__kc_check_private(d);
+    if (st && cube_status_code(st) != CUBE_STATUS_NOT_FOUND) /* absent: created as ours */
+      snprintf(why, why_size, "%s", cube_status_message(st));
+    cube_status_free(st);
+  }
+}
+
+/* The directories reported in this process: each once (a line on stderr),
+ * with the reason of the last store that failed there (kept for
+ * cube_kernel_cache_dir_status; cleared by a store that succeeds). */
+#define CUBE__KC_REPORTED 16
+static struct {
+  uint64_t path_hash;
+  bool failing;
+  char why[CUBE__KC_WHY];
+} cube__kc_reported[CUBE__KC_REPORTED];
+static size_t cube__kc_reported_count;
+static pthread_mutex_t cube__kc_reported_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static cube_status_t cube__kc_unusable(const char* dir, const char* why) {
+  return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                           "cube kernel cache: directory '%s' is unusable: %s; compiled kernels "
+                           "are kept in memory only (set CUBE_CACHE_DIR to a writable directory, "
+                           "or to off)",
+                           dir, why);
+}
+
+/* A store into |d| failed with |failure| (a directory-level failure: the
+ * directory cannot be made, is not one, or takes no file). Logs it once per
+ * directory and process. */
+static void cube__kc_report(const cube__kc_dir_t* d, cube_status_t failure) {
+  char why[CUBE__KC_WHY];
+  cube__kc_probe(d, why, sizeof(why));
+  if (!why[0]) {
+    /* The probe sees nothing wrong (e.g. a full disk): the store's own words. */
+    const char* m = cube_status_message(failure);
+    const char* prefix = "cube kernel cache: ";
+    if (strncmp(m, prefix, strlen(prefix)) == 0) m += strlen(prefix);
+    snprintf(why, sizeof(why), "%s", m);
+  }
+  uint64_t h = XXH3_64bits(d->path, strlen(d->path));
+  bool log = false;
+  pthread_mutex_lock(&cube__kc_reported_lock);
+  size_t i = 0;
+  while (i < cube__kc_reported_count && cube__kc_reported[i].path_hash != h) ++i;
+  if (i == cube__kc_reported_count && i < CUBE__KC_REPORTED) {
+    cube__kc_reported[i].path_hash = h;
+    cube__kc_reported_count++;
+    log = true;
+  }
+  if (i < cube__kc_reported_count) {
+    cube__kc_reported[i].failing = true;
+    snprintf(cube__kc_reported[i].why, sizeof(cube__kc_reported[i].why), "%s", why);
+  }
+  pthread_mutex_unlock(&cube__kc_reported_lock);
+  if (log)
+    fprintf(stderr,
+            "cube: kernel cache directory '%s' is unusable: %s; compiled kernels are kept in "
+            "memory only (set CUBE_CACHE_DIR to a writable directory, or to off)\n",
+            d->path, why);
+}
+
+/* A store into |d| succeeded: a reason recorded for it is stale. */
+static void cube__kc_report_ok(const cube__kc_dir_t* d) {
+  pthread_mutex_lock(&cube__kc_reported_lock);
+  size_t n = cube__kc_reported_count;
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) any |= cube__kc_reported[i].failing;
+  if (any) {
+    uint64_t h = XXH3_64bits(d->path, strlen(d->path));
+    for (size_t i = 0; i < n; ++i)
+      if (cube__kc_reported[i].path_hash == h) cube__kc_reported[i].failing = false;
+  }
+  pthread_mutex_unlock(&cube__kc_reported_lock);
+}
+
 static size_t cube__kc_read_full(int fd, void* buf, size_t size) {
   size_t done = 0;
   while (done < size) {
@@ -448,14 +568,20 @@ cube_status_t cube__cache_disk_store(cube__cache_key_t key, const char* kind, co
   int n = snprintf(tmp, sizeof(tmp), "%s/.%s.%s.XXXXXX", sub, hex, kind);
   if (n < 0 || (size_t)n >= sizeof(tmp))
     return CUBE_INVALID("cube kernel cache: temporary path under '%s' is too long", sub);
-  CUBE_RETURN_IF_ERROR(cube__kc_mkdirs(sub));
-  CUBE_RETURN_IF_ERROR(cube__kc_check_private(&d));
-
-  int fd = mkostemp(tmp, O_CLOEXEC);
-  if (fd < 0)
-    return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+  st = cube__kc_mkdirs(sub);
+  if (!st) st = cube__kc_check_private(&d);
+  int fd = -1;
+  if (!st) {
+    fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+      st = cube__status_make(CUBE_STATUS_UNAVAILABLE,
                              "cube kernel cache: cannot create a temporary file in '%s': %s", sub,
                              strerror(errno));
+  }
+  if (st) {
+    cube__kc_report(&d, st);
+    return st;
+  }
   unsigned char header[CUBE__KC_HEADER_SIZE];
   memcpy(header, CUBE__KC_MAGIC, 8);
   cube__kc_put_u32(header + 8, CUBE__KC_FORMAT_VERSION);
@@ -483,6 +609,7 @@ cube_status_t cube__cache_disk_store(cube__cache_key_t key, const char* kind, co
                              "cube kernel cache: storing %zu bytes as '%s' failed at %s: %s", size,
                              path, step, strerror(e));
   }
+  cube__kc_report_ok(&d);
   return CUBE_OK;
 }
 
@@ -652,6 +779,26 @@ const char* cube_kernel_cache_dir(void) {
   }
   const char* s = cube__kc_intern(d.path);
   return s ? s : "";
+}
+
+cube_status_t cube_kernel_cache_dir_status(void) {
+  cube__kc_dir_t d;
+  cube_status_t st = cube__kc_dir_resolve(&d);
+  if (st) return cube__status_annotate(st, "cube_kernel_cache_dir_status");
+  if (d.off) return CUBE_OK;
+  char why[CUBE__KC_WHY];
+  cube__kc_probe(&d, why, sizeof(why));
+  if (!why[0]) {
+    /* Nothing wrong to see now; a store in this process may have found
+     * otherwise (e.g. no space for a file). */
+    uint64_t h = XXH3_64bits(d.path, strlen(d.path));
+    pthread_mutex_lock(&cube__kc_reported_lock);
+    for (size_t i = 0; i < cube__kc_reported_count; ++i)
+      if (cube__kc_reported[i].path_hash == h && cube__kc_reported[i].failing)
+        snprintf(why, sizeof(why), "%s", cube__kc_reported[i].why);
+    pthread_mutex_unlock(&cube__kc_reported_lock);
+  }
+  return why[0] ? cube__kc_unusable(d.path, why) : CUBE_OK;
 }
 
 cube_status_t cube_kernel_cache_clear(void) {

@@ -463,3 +463,26 @@ cube_status_t cube__stream_profile_end(cube__stream_t* st) {
   pthread_mutex_unlock(&st->lock);
   return launch_errors;
 }
+
+cube_status_t cube__stream_stage_file(cube__stream_t* st, cube_bytes_t** inout) {
+  cube_bytes_t* b = *inout;
+  if (!cube__bytes_is_file(b)) return CUBE_OK;
+  size_t n = cube_bytes_size(b);
+  cube_bytes_t* safe = NULL;
+  if (st->pinned) {
+    cube_status_t status = cube__stream_staging(st, n, &safe);
+    if (status) {
+      cube_status_free(status); /* no pinned memory left: a heap copy does */
+      safe = NULL;
+    }
+  }
+  if (!safe) CUBE_RETURN_IF_ERROR(cube__bytes_allocate_uninit(n, &safe));
+  cube_status_t status = cube__bytes_copy_out(b, 0, cube_bytes_data(safe), n);
+  if (status) {
+    cube_bytes_release(safe);
+    return status;
+  }
+  cube_bytes_release(b);
+  *inout = safe;
+  return CUBE_OK;
+}

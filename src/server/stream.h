@@ -71,6 +71,13 @@ bool cube__stream_has_staging(const cube__stream_t* stream);
  * error (UNIMPLEMENTED when the backend has no host storage). */
 cube_status_t cube__stream_staging(cube__stream_t* stream, size_t size, cube_bytes_t** out);
 
+/* Replaces a FILE buffer *|inout| by a copy safe to upload from: pinned
+ * staging from |stream| where there is some, else a NATIVE buffer (the FILE
+ * buffer is released). Other buffers are left as they are. The copy reads
+ * the file (cube__bytes_copy_out): a file that shrank since it was mapped is
+ * an OUT_OF_RANGE status naming the path and the sizes, *|inout| untouched. */
+cube_status_t cube__stream_stage_file(cube__stream_t* stream, cube_bytes_t** inout);
+
 /* Sets the allocation mode of |stream|'s device pools; returns the mode it
  * replaced (so that nested windows restore the outer one). */
 cube_allocation_mode_t cube__stream_set_mode(cube__stream_t* stream, cube_allocation_mode_t mode);

@@ -59,6 +59,29 @@ void cube__server_write(cube__stream_t* st, cube__memory_t* mem, uint64_t offset
     cube_bytes_release(owner);
     return;
   }
+  if (owner && cube__bytes_is_file(owner)) {
+    /* The callers stage FILE buffers first (cube__stream_stage_file); a
+     * mapping read here or on the runner would raise SIGBUS if the file
+     * shrank, so one that reaches here is copied out, checked. */
+    cube_bytes_t* copy = NULL;
+    uintptr_t base = (uintptr_t)cube_bytes_const_data(owner), at = (uintptr_t)src;
+    cube_status_t status =
+        at >= base && at - base <= cube_bytes_size(owner)
+            ? cube__bytes_allocate_uninit((size_t)(width * height), &copy)
+            : cube__status_make(CUBE_STATUS_INTERNAL, "write: the source is not in its FILE owner");
+    if (!status)
+      status = cube__bytes_copy_out(owner, (size_t)(at - base), cube_bytes_data(copy),
+                                    (size_t)(width * height));
+    cube_bytes_release(owner);
+    if (status) {
+      cube_bytes_release(copy);
+      cube__stream_push_error(st, cube__status_annotate(status, "write of %" PRIu64 " bytes",
+                                                        width * height));
+      return;
+    }
+    owner = copy;
+    src = cube_bytes_const_data(copy);
+  }
   if (s->be.vt->caps & (CUBE__CAP_HOST_MEMORY | CUBE__CAP_CALLER_WRITES)) {
     /* The buffer is fresh: no queued work references it, so copying on the
      * calling thread is ordered with everything that can observe it (on a

@@ -419,6 +419,197 @@ static void cts_staging_case(int file_only) {
 CUBE_TEST(staging_file_only) { cts_staging_case(1); }
 CUBE_TEST(staging_all_eligible) { cts_staging_case(0); }
 
+//===----------------------------------------------------------------------===//
+// FILE buffers whose file changed after the mapping
+//===----------------------------------------------------------------------===//
+
+/* Shrinks |path| to |len| bytes. */
+static int cts_truncate(const char* path, off_t len) { return truncate(path, len) == 0; }
+
+/* A client still works after a failed create: a fresh upload reads back. */
+static void cts_check_client_usable(cube_client_t* c) {
+  uint8_t data[333];
+  cube_test_fill_random(data, sizeof(data), 1300);
+  cube_handle_t h = CUBE_HANDLE_NULL;
+  CHECK_OK(cube_client_create_from_slice(c, data, sizeof(data), &h));
+  CHECK(cts_read_equals(c, h, data, sizeof(data)));
+  cube_handle_release(h);
+  CHECK_OK(cube_client_sync(c));
+}
+
+/* The file shrinks below the mapped region before the upload: an error
+ * naming the path and both sizes, never SIGBUS; every entry point. */
+CUBE_TEST(create_file_shrunk_before_upload) {
+  CTS_CLIENT(c);
+  char path[512], size_text[32], now_text[32];
+  cts_tmp_path(path, sizeof(path), "cts_create_file_shrunk");
+  const size_t file_size = 5 * 4096 + 321, offset = 4096 + 17;
+  uint8_t* content = malloc(file_size);
+  REQUIRE(content);
+  REQUIRE(cts_write_file(path, content, file_size, 1301));
+  /* Shrunk below the region's start, and into its middle. */
+  const off_t shrink_to[2] = {1000, (off_t)(offset + 4096 + 5)};
+  for (int k = 0; k < 2; ++k) {
+    REQUIRE(cts_write_file(path, content, file_size, 1301));
+    cube_bytes_t* b = NULL;
+    REQUIRE_OK(cube_bytes_map_file(path, offset, 0, &b));
+    REQUIRE(cts_truncate(path, shrink_to[k]));
+    snprintf(size_text, sizeof(size_text), "%zu bytes", file_size - offset);
+    snprintf(now_text, sizeof(now_text), "now holds %lld", (long long)shrink_to[k]);
+    cube_handle_t h = CUBE_HANDLE_NULL;
+    CHECK_STATUS(cube_client_create(c, b, &h), CUBE_STATUS_OUT_OF_RANGE, "cube_client_create",
+                 path, size_text, now_text);
+    CHECK(cube_handle_is_null(h));
+  }
+  /* create_tensor: the same. */
+  REQUIRE(cts_write_file(path, content, file_size, 1301));
+  cube_bytes_t* b = NULL;
+  REQUIRE_OK(cube_bytes_map_file(path, 0, 4 * 1000, &b));
+  REQUIRE(cts_truncate(path, 3999));
+  const uint64_t shape[2] = {10, 100};
+  cube_tensor_t t;
+  CHECK_STATUS(cube_client_create_tensor(c, b, 2, shape, 4, &t), CUBE_STATUS_OUT_OF_RANGE,
+               "cube_client_create_tensor", path, "4000 bytes", "now holds 3999");
+  /* create_tensors: one FILE buffer of three shrank; all three are consumed
+   * (the OTHER buffer's release runs once). */
+  REQUIRE(cts_write_file(path, content, file_size, 1301));
+  cube_layout_desc_t d[3];
+  size_t sizes[3];
+  cts_packed_descs(d, sizes);
+  cube_bytes_t* bs[3] = {NULL, NULL, NULL};
+  REQUIRE_OK(cube_bytes_from_copy(content, sizes[0], &bs[0]));
+  uint8_t* other = malloc(sizes[1]);
+  REQUIRE(other);
+  memcpy(other, content, sizes[1]);
+  atomic_store(&cts_other_released, 0);
+  atomic_store(&cts_other_mismatch, 0);
+  REQUIRE_OK(cube_bytes_wrap(other, sizes[1], cts_other_release, other, &bs[1]));
+  REQUIRE_OK(cube_bytes_map_file(path, 9, sizes[2], &bs[2]));
+  REQUIRE(cts_truncate(path, 100));
+  cube_tensor_t ts[3];
+  CHECK_STATUS(cube_client_create_tensors(c, 3, d, bs, ts), CUBE_STATUS_OUT_OF_RANGE,
+               "cube_client_create_tensors", "bytes[2]", path, "now holds 100");
+  CHECK(atomic_load(&cts_other_released) == 1);
+  CHECK(!atomic_load(&cts_other_mismatch));
+  cts_check_client_usable(c);
+  unlink(path);
+  free(content);
+  CTS_END(c);
+}
+
+/* staging(): a FILE entry whose file shrank is an error naming the entry;
+ * the entries before it are staged, it and those after are untouched. */
+CUBE_TEST(staging_file_shrunk) {
+  CTS_CLIENT(c);
+  int has_pinned = (cube_client_features(c)->bits & CUBE_FEATURE_PINNED_STAGING) != 0;
+  char path[512];
+  cts_tmp_path(path, sizeof(path), "cts_staging_file_shrunk");
+  uint8_t file[20011], native[501];
+  REQUIRE(cts_write_file(path, file, sizeof(file), 1310));
+  cube_test_fill_random(native, sizeof(native), 1311);
+  cube_bytes_t* b[3] = {NULL, NULL, NULL};
+  REQUIRE_OK(cube_bytes_from_copy(native, sizeof(native), &b[0]));
+  REQUIRE_OK(cube_bytes_map_file(path, 7, 0, &b[1]));
+  REQUIRE_OK(cube_bytes_from_copy(native, sizeof(native), &b[2]));
+  cube_bytes_t* before[3] = {b[0], b[1], b[2]};
+  REQUIRE(cts_truncate(path, 4096));
+  if (has_pinned) {
+    CHECK_STATUS(cube_client_staging(c, 3, b, false), CUBE_STATUS_OUT_OF_RANGE,
+                 "cube_client_staging", "inout_bytes[1]", path, "20004 bytes", "now holds 4096");
+    CHECK(b[0] != before[0] && cube_bytes_property(b[0]) == CUBE_BYTES_PINNED);
+    CHECK(memcmp(cube_bytes_const_data(b[0]), native, sizeof(native)) == 0);
+    CHECK(b[1] == before[1] && cube_bytes_property(b[1]) == CUBE_BYTES_FILE);
+    CHECK(b[2] == before[2] && cube_bytes_property(b[2]) == CUBE_BYTES_NATIVE);
+  } else {
+    /* No staging memory: staging does nothing; the create reports it. */
+    CHECK_OK(cube_client_staging(c, 3, b, false));
+    CHECK(b[0] == before[0] && b[1] == before[1] && b[2] == before[2]);
+  }
+  cube_handle_t h = CUBE_HANDLE_NULL;
+  CHECK_STATUS(cube_client_create(c, b[1], &h), CUBE_STATUS_OUT_OF_RANGE, path,
+               "now holds 4096");
+  cube_bytes_release(b[0]);
+  cube_bytes_release(b[2]);
+  cts_check_client_usable(c);
+  unlink(path);
+  CTS_END(c);
+}
+
+/* An unchanged file uploads its bytes: random content, odd sizes at odd
+ * offsets, also after the path was unlinked (the buffer holds the file). */
+CUBE_TEST(create_file_unchanged_odd_sizes) {
+  CTS_CLIENT(c);
+  char path[512];
+  cts_tmp_path(path, sizeof(path), "cts_create_file_odd");
+  const size_t file_size = 1000003 + 8191;
+  uint8_t* content = malloc(file_size);
+  REQUIRE(content);
+  REQUIRE(cts_write_file(path, content, file_size, 1320));
+  const size_t offsets[3] = {0, 4095, 8191};
+  for (size_t k = 0; k < 3; ++k) {
+    size_t n = cts_odd_sizes[k];
+    cube_bytes_t* b = NULL;
+    REQUIRE_OK(cube_bytes_map_file(path, offsets[k], n, &b));
+    if (k == 2) unlink(path); /* still readable through the open file */
+    cube_handle_t h = CUBE_HANDLE_NULL;
+    CHECK_OK(cube_client_create(c, b, &h));
+    CHECK_EQ_U64(cube_handle_size(h), n);
+    CHECK(cts_read_equals(c, h, content + offsets[k], n));
+    cube_handle_release(h);
+  }
+  free(content);
+  CTS_END(c);
+}
+
+/* Bytes written into the mapping (cube_bytes_data) are what is uploaded,
+ * not the file's; the file keeps its content. A shrink after the write is
+ * still an error. */
+CUBE_TEST(create_file_written_mapping) {
+  CTS_CLIENT(c);
+  char path[512];
+  cts_tmp_path(path, sizeof(path), "cts_create_file_written");
+  const size_t file_size = 3 * 4096 + 999, offset = 123, n = 2 * 4096 + 555;
+  uint8_t* content = malloc(file_size);
+  uint8_t* expect = malloc(n);
+  REQUIRE(content && expect);
+  REQUIRE(cts_write_file(path, content, file_size, 1330));
+  cube_bytes_t* b = NULL;
+  REQUIRE_OK(cube_bytes_map_file(path, offset, n, &b));
+  /* Write the first 100 bytes and 77 bytes in the last page; the page
+   * between stays the file's. */
+  uint8_t* w = cube_bytes_data(b);
+  cube_test_fill_random(w, 100, 1331);
+  cube_test_fill_random(w + n - 77, 77, 1332);
+  memcpy(expect, content + offset, n);
+  memcpy(expect, w, 100);
+  memcpy(expect + n - 77, w + n - 77, 77);
+  CHECK(memcmp(expect, content + offset, n) != 0);
+  cube_handle_t h = CUBE_HANDLE_NULL;
+  CHECK_OK(cube_client_create(c, b, &h));
+  CHECK(cts_read_equals(c, h, expect, n));
+  cube_handle_release(h);
+  /* The file was not written. */
+  b = NULL;
+  REQUIRE_OK(cube_bytes_map_file(path, 0, 0, &b));
+  CHECK(cube_bytes_size(b) == file_size &&
+        memcmp(cube_bytes_const_data(b), content, file_size) == 0);
+  cube_bytes_release(b);
+  /* Written into, then shrunk: an error, not a read of a page past the end. */
+  b = NULL;
+  REQUIRE_OK(cube_bytes_map_file(path, offset, n, &b));
+  memset(cube_bytes_data(b), 0x5A, 10);
+  REQUIRE(cts_truncate(path, 4096));
+  char need[48];
+  snprintf(need, sizeof(need), "needs a file of %zu bytes", offset + n);
+  CHECK_STATUS(cube_client_create(c, b, &h), CUBE_STATUS_OUT_OF_RANGE, path, need,
+               "now holds 4096");
+  cts_check_client_usable(c);
+  unlink(path);
+  free(content);
+  free(expect);
+  CTS_END(c);
+}
+
 static int cts_all_zero(cube_client_t* c, cube_handle_t h, size_t n) {
   void* p = NULL;
   size_t got = 0;

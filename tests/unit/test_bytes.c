@@ -1,6 +1,7 @@
 // cube-test-libs: cube_static
 /* Host byte buffers: cube/bytes.h and base/bytes.h (reference §5.3). */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -321,4 +322,104 @@ CUBE_TEST(property_names) {
   CHECK(strcmp(cube_bytes_property_name(CUBE_BYTES_FILE), "file") == 0);
   CHECK(strcmp(cube_bytes_property_name(CUBE_BYTES_OTHER), "other") == 0);
   CHECK(strcmp(cube_bytes_property_name((cube_bytes_property_t)42), "unknown") == 0);
+}
+
+//===----------------------------------------------------------------------===//
+// cube__bytes_copy_out: how the library reads contents
+//===----------------------------------------------------------------------===//
+
+CUBE_TEST(copy_out_native_ranges) {
+  uint8_t src[1001], dst[1001];
+  cube_test_fill_random(src, sizeof(src), 41);
+  cube_bytes_t* b = NULL;
+  REQUIRE_OK(cube_bytes_from_copy(src, sizeof(src), &b));
+  memset(dst, 0, sizeof(dst));
+  CHECK_OK(cube__bytes_copy_out(b, 0, dst, sizeof(dst)));
+  CHECK(memcmp(dst, src, sizeof(src)) == 0);
+  CHECK_OK(cube__bytes_copy_out(b, 999, dst, 2));
+  CHECK(dst[0] == src[999] && dst[1] == src[1000]);
+  CHECK_OK(cube__bytes_copy_out(b, 1001, NULL, 0)); /* empty at the end */
+  CHECK_STATUS(cube__bytes_copy_out(b, 1000, dst, 2), CUBE_STATUS_OUT_OF_RANGE, "2 bytes",
+               "offset 1000", "1001");
+  CHECK_STATUS(cube__bytes_copy_out(b, 1002, dst, 0), CUBE_STATUS_OUT_OF_RANGE, "1002");
+  CHECK_STATUS(cube__bytes_copy_out(b, (size_t)-1, dst, 2), CUBE_STATUS_OUT_OF_RANGE, "1001");
+  CHECK(!cube__bytes_is_file(b));
+  cube_bytes_release(b);
+}
+
+/* Open descriptors of this process among the first 4096. */
+static int open_fd_count(void) {
+  int n = 0;
+  for (int fd = 0; fd < 4096; ++fd)
+    if (fcntl(fd, F_GETFD) != -1) ++n;
+  return n;
+}
+
+CUBE_TEST(copy_out_file_reads_the_file) {
+  char path[512];
+  uint8_t* content = NULL;
+  const size_t file_size = 4 * 4096 + 77;
+  if (make_temp_file(path, sizeof(path), file_size, 42, &content) != 0)
+    CUBE_SKIP("cannot write a temporary file");
+  int fds = open_fd_count();
+  const uint64_t offset = 4096 + 5;
+  const size_t size = 2 * 4096 + 13;
+  cube_bytes_t* b = NULL;
+  REQUIRE_OK(cube_bytes_map_file(path, offset, size, &b));
+  CHECK(cube__bytes_is_file(b));
+  CHECK_EQ_U64(open_fd_count(), fds + 1); /* the buffer holds the file open */
+  uint8_t* dst = malloc(size);
+  REQUIRE(dst);
+  CHECK_OK(cube__bytes_copy_out(b, 0, dst, size));
+  CHECK(memcmp(dst, content + offset, size) == 0);
+  CHECK_OK(cube__bytes_copy_out(b, 4000, dst, 300)); /* across a page boundary */
+  CHECK(memcmp(dst, content + offset + 4000, 300) == 0);
+  /* Unlinked: still the same file. */
+  unlink(path);
+  memset(dst, 0, size);
+  CHECK_OK(cube__bytes_copy_out(b, 0, dst, size));
+  CHECK(memcmp(dst, content + offset, size) == 0);
+  cube_bytes_release(b);
+  CHECK_EQ_U64(open_fd_count(), fds); /* and closes it with the last reference */
+  free(dst);
+  free(content);
+  /* An empty region holds no descriptor. */
+  if (make_temp_file(path, sizeof(path), 100, 43, &content) != 0)
+    CUBE_SKIP("cannot write a temporary file");
+  b = NULL;
+  REQUIRE_OK(cube_bytes_map_file(path, 100, 0, &b));
+  CHECK_EQ_U64(open_fd_count(), fds);
+  CHECK_OK(cube__bytes_copy_out(b, 0, NULL, 0));
+  cube_bytes_release(b);
+  free(content);
+  unlink(path);
+}
+
+CUBE_TEST(copy_out_file_shrunk_is_an_error) {
+  char path[512];
+  uint8_t* content = NULL;
+  const size_t file_size = 3 * 4096 + 901;
+  if (make_temp_file(path, sizeof(path), file_size, 44, &content) != 0)
+    CUBE_SKIP("cannot write a temporary file");
+  cube_bytes_t* b = NULL;
+  REQUIRE_OK(cube_bytes_map_file(path, 100, 0, &b));
+  size_t size = file_size - 100;
+  REQUIRE(truncate(path, 5000) == 0);
+  uint8_t* dst = malloc(size);
+  REQUIRE(dst);
+  char holds[64];
+  snprintf(holds, sizeof(holds), "holds %zu bytes at offset 100", size);
+  CHECK_STATUS(cube__bytes_copy_out(b, 0, dst, size), CUBE_STATUS_OUT_OF_RANGE, path, holds,
+               "now holds 5000");
+  /* What the file still has is readable. */
+  CHECK_OK(cube__bytes_copy_out(b, 0, dst, 4900));
+  CHECK(memcmp(dst, content + 100, 4900) == 0);
+  /* Written into: the size is checked before the mapping is read. */
+  ((uint8_t*)cube_bytes_data(b))[0] ^= 0xFF;
+  CHECK_STATUS(cube__bytes_copy_out(b, 0, dst, 10), CUBE_STATUS_OUT_OF_RANGE, path,
+               "now holds 5000");
+  cube_bytes_release(b);
+  unlink(path);
+  free(dst);
+  free(content);
 }

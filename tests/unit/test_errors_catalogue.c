@@ -33,6 +33,7 @@
 #define RANGE CUBE_STATUS_OUT_OF_RANGE
 #define UNSUP CUBE_STATUS_UNSUPPORTED
 #define LAUNCHF CUBE_STATUS_LAUNCH_FAILED
+#define UNAVAIL CUBE_STATUS_UNAVAILABLE
 /* A known defect: the call crashes instead of returning |code|. The row is
  * documented as DEFECT and its call runs only with CUBE_ERRORS_RUN_DEFECTS=1. */
 #define DEFECT(code) ((cube_status_code_t)(0x100 | (code)))
@@ -60,6 +61,45 @@ static cube_bytes_t* fresh_bytes(size_t n) {
   cube_bytes_t* b = NULL;
   cube_status_free(cube_bytes_allocate(n, &b));
   return b;
+}
+
+/* A FILE buffer over all 64 bytes of a file written at |path|, which is then
+ * cut to 10 bytes: its contents are gone from under the mapping. */
+static cube_bytes_t* shrunk_file_bytes(const char* path) {
+  char zeros[64] = {0};
+  FILE* f = fopen(path, "wb");
+  if (!f) return NULL;
+  size_t w = fwrite(zeros, 1, sizeof(zeros), f);
+  fclose(f);
+  cube_bytes_t* b = NULL;
+  if (w != sizeof(zeros) || cube_status_consume(cube_bytes_map_file(path, 0, 0, &b))) return NULL;
+  if (truncate(path, 10) != 0) {
+    cube_bytes_release(b);
+    return NULL;
+  }
+  return b;
+}
+
+/* cube_client_staging of one such buffer (released after the call). */
+static cube_status_t staging_shrunk(cube_client_t* c, const char* path) {
+  cube_bytes_t* b[1] = {shrunk_file_bytes(path)};
+  cube_status_t s = cube_client_staging(c, 1, b, true);
+  cube_bytes_release(b[0]);
+  return s;
+}
+
+/* cube_kernel_cache_dir_status with CUBE_CACHE_DIR = |dir| for the call. */
+static cube_status_t cache_dir_status_with(const char* dir) {
+  const char* old = getenv("CUBE_CACHE_DIR");
+  char* saved = old ? strdup(old) : NULL;
+  setenv("CUBE_CACHE_DIR", dir, 1);
+  cube_status_t s = cube_kernel_cache_dir_status();
+  if (saved)
+    setenv("CUBE_CACHE_DIR", saved, 1);
+  else
+    unsetenv("CUBE_CACHE_DIR");
+  free(saved);
+  return s;
 }
 
 static cube_client_t* client_or_null(cube_device_id_t d) {
@@ -859,7 +899,16 @@ static cube_status_t load_try(cube_device_id_t d) {
 /* Kernel cache. */
 #define G_CACHE(X, V)                                                                             \
   X("E304", "cube_kernel_cache_stats", "out_stats NULL", INV, cube_kernel_cache_stats(NULL),     \
-    "cube_kernel_cache_stats", "out_stats", "NULL")
+    "cube_kernel_cache_stats", "out_stats", "NULL")                                              \
+  X("E305", "cube_kernel_cache_dir_status", "CUBE_CACHE_DIR names a regular file", UNAVAIL,      \
+    cache_dir_status_with(file), "cube kernel cache", file, "is not a directory", "kept in memory only")
+
+/* Files that changed under a FILE buffer (cube_bytes_map_file). */
+#define G_FILES(X, V)                                                                             \
+  X("E306", "cube_client_create", "FILE bytes whose file shrank from 64 to 10 bytes", RANGE,     \
+    cube_client_create(c, shrunk_file_bytes(path), &h), "cube_client_create", "bytes[0]", path, "64 bytes", "now holds 10") \
+  X("E307", "cube_client_staging", "inout_bytes[0] a FILE buffer whose file shrank (64 to 10)", RANGE, \
+    staging_shrunk(c, path), "cube_client_staging", "inout_bytes[0]", path, "now holds 10")
 
 //===----------------------------------------------------------------------===//
 // The table
@@ -943,6 +992,9 @@ static const row_t k_rows[] = {
 #undef group_name_
 #define group_name_ "cache"
     G_CACHE(TABLE_X, TABLE_V)
+#undef group_name_
+#define group_name_ "files"
+    G_FILES(TABLE_X, TABLE_V)
 #undef group_name_
 };
 #define ROW_COUNT (sizeof(k_rows) / sizeof(k_rows[0]))
@@ -1397,8 +1449,30 @@ CUBE_TEST(collectives) {
 }
 
 CUBE_TEST(cache) {
+  const char* tmp = getenv("CUBE_TEST_TMPDIR");
+  if (!tmp || !*tmp) tmp = "/tmp";
+  char file[512];
+  snprintf(file, sizeof(file), "%s/errors_catalogue_cache_%d", tmp, (int)getpid());
+  FILE* f = fopen(file, "w");
+  REQUIRE(f != NULL);
+  fclose(f);
   G_CACHE(CHECK_X, CHECK_V)
+  remove(file);
   group_done("cache");
+}
+
+CUBE_TEST(files) {
+  cube_client_t* c = client_or_null(cpu0());
+  REQUIRE(c != NULL);
+  const char* tmp = getenv("CUBE_TEST_TMPDIR");
+  if (!tmp || !*tmp) tmp = "/tmp";
+  char path[512];
+  snprintf(path, sizeof(path), "%s/errors_catalogue_shrunk_%d.bin", tmp, (int)getpid());
+  cube_handle_t h = CUBE_HANDLE_NULL;
+  G_FILES(CHECK_X, CHECK_V)
+  remove(path);
+  cube_client_release(c);
+  group_done("files");
 }
 
 //===----------------------------------------------------------------------===//

@@ -15,8 +15,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backends/cpu/cpu_compiler.h"
 #include "check.h"
 #include "cube/cache.h"
+#include "cube/cube.h"
 #include "kernel/cache.h"
 
 #define HEADER_SIZE 28
@@ -665,4 +667,163 @@ CUBE_TEST(memory_map_concurrent_puts) {
   }
   done_with_cache();
   CHECK_EQ_U64(atomic_load(&g_race_destroyed), RACE_THREADS * RACE_KEYS);
+}
+
+//===----------------------------------------------------------------------===//
+// An unusable directory: cube_kernel_cache_dir_status and the one log line
+//===----------------------------------------------------------------------===//
+
+static void make_file(const char* path) {
+  FILE* f = fopen(path, "w");
+  if (f) {
+    fputs("a file, not a directory", f);
+    fclose(f);
+  }
+}
+
+CUBE_TEST(dir_status_names_directory_and_reason) {
+  use_fresh_cache("dir_status");
+  /* Absent under a writable directory: usable (made on the first store), and
+   * asking creates nothing. */
+  CHECK_OK(cube_kernel_cache_dir_status());
+  CHECK(!file_exists(g_dir));
+  REQUIRE(mkdir(g_dir, 0700) == 0);
+  CHECK_OK(cube_kernel_cache_dir_status());
+  char file[1100], below[1200];
+  snprintf(file, sizeof(file), "%s/plain-file", g_dir);
+  make_file(file);
+  /* A file where the directory should be. */
+  setenv("CUBE_CACHE_DIR", file, 1);
+  CHECK_STATUS(cube_kernel_cache_dir_status(), CUBE_STATUS_UNAVAILABLE, "cube kernel cache",
+               file, "is not a directory", "kept in memory only");
+  /* A directory that cannot be created: a file is in its way. */
+  snprintf(below, sizeof(below), "%s/a/b", file);
+  setenv("CUBE_CACHE_DIR", below, 1);
+  CHECK_STATUS(cube_kernel_cache_dir_status(), CUBE_STATUS_UNAVAILABLE, below, file,
+               "is not a directory");
+  /* The stores agree: they fail there, and the compile path goes on. */
+  CHECK_STATUS(cube__cache_disk_store(key_of("status", "x"), "so", "abc", 3),
+               CUBE_STATUS_UNAVAILABLE, "cannot create directory", file);
+  /* Off: nothing to use, nothing wrong. */
+  setenv("CUBE_CACHE_DIR", "off", 1);
+  CHECK_OK(cube_kernel_cache_dir_status());
+  setenv("CUBE_CACHE_DIR", g_dir, 1);
+  CHECK_OK(cube_kernel_cache_dir_status());
+  unlink(file);
+  done_with_cache();
+}
+
+CUBE_TEST(dir_status_read_only_directory) {
+  if (geteuid() == 0) CUBE_SKIP("root writes into read-only directories");
+  use_fresh_cache("dir_read_only");
+  REQUIRE(mkdir(g_dir, 0500) == 0);
+  CHECK_STATUS(cube_kernel_cache_dir_status(), CUBE_STATUS_UNAVAILABLE, g_dir, "not writable");
+  CHECK_STATUS(cube__cache_disk_store(key_of("ro", "x"), "so", "abc", 3), CUBE_STATUS_UNAVAILABLE,
+               g_dir);
+  /* Writable again: a store succeeds, and the failure recorded is gone. */
+  chmod(g_dir, 0700);
+  CHECK_OK(cube__cache_disk_store(key_of("ro", "x"), "so", "abc", 3));
+  CHECK_OK(cube_kernel_cache_dir_status());
+  done_with_cache();
+}
+
+/* Kernels of the child below: one compile per VALUE. */
+static const char* fill_source =
+    "CUBE_KERNEL(fill, CUBE_ARRAY(float, out)) {\n"
+    "  uint64_t i = ABSOLUTE_POS;\n"
+    "  if (i < CUBE_LEN(out)) CUBE_STORE(out, i, (float)VALUE + 0.5f * (float)i);\n"
+    "}\n";
+
+/* The child: compiles and runs |count| kernels on the CPU; 0 when each
+ * wrote what it should and the directory status says why it is unusable. */
+static int compile_and_run_kernels(int count) {
+  cube_client_t* c = NULL;
+  cube_status_t st = cube_client_load((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &c);
+  if (st) return 10;
+  enum { N = 1000 };
+  int bad = 0;
+  for (int v = 0; v < count; ++v) {
+    char value[16];
+    snprintf(value, sizeof(value), "%d", 3 * v + 1);
+    cube_define_t def = {"VALUE", value};
+    cube_kernel_desc_t d = {.cube_dim = {64, 1, 1}, .source = fill_source, .entry = "fill",
+                            .defines = &def, .define_count = 1};
+    cube_kernel_t* k = NULL;
+    cube_handle_t h = CUBE_HANDLE_NULL;
+    cube_bytes_t* out = NULL;
+    st = cube_kernel_create(&d, &k);
+    if (!st) st = cube_client_empty(c, N * sizeof(float), &h);
+    cube_arg_t arg = cube_arg_buffer(h);
+    if (!st) st = cube_client_launch(c, k, cube_count_static((N + 63) / 64, 1, 1), 1, &arg);
+    if (!st) st = cube_client_read_one(c, h, &out);
+    if (st) {
+      printf("kernel %d: %s\n", v, cube_status_message(st));
+      cube_status_free(st);
+      bad++;
+    } else {
+      const float* f = cube_bytes_const_data(out);
+      for (int i = 0; i < N; ++i) bad += f[i] != (float)(3 * v + 1) + 0.5f * (float)i;
+    }
+    cube_bytes_release(out);
+    cube_handle_release(h);
+    cube_kernel_release(k);
+  }
+  cube_kernel_cache_stats_t s;
+  if (cube_status_consume(cube_kernel_cache_stats(&s)) || s.misses != (uint64_t)count) bad++;
+  st = cube_kernel_cache_dir_status();
+  if (cube_status_code(st) != CUBE_STATUS_UNAVAILABLE) bad++;
+  cube_status_free(st);
+  cube_client_release(c);
+  cube_shutdown();
+  return bad ? 20 : 0;
+}
+
+CUBE_TEST(unusable_dir_reported_once_over_compiles) {
+  use_fresh_cache("report_once");
+  const char* cc = NULL;
+  cube_status_t cst = cube__cpu_compiler(&cc, NULL);
+  if (cst) {
+    cube_status_free(cst);
+    CUBE_SKIP("no C compiler");
+  }
+  REQUIRE(mkdir(g_dir, 0700) == 0);
+  char file[1100], dir[1200], err_path[1100];
+  snprintf(file, sizeof(file), "%s/in-the-way", g_dir);
+  make_file(file);
+  snprintf(dir, sizeof(dir), "%s/cache", file);
+  snprintf(err_path, sizeof(err_path), "%s/stderr", g_dir);
+  setenv("CUBE_CACHE_DIR", dir, 1);
+  fflush(NULL);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) _exit(30);
+    dup2(fd, 2);
+    close(fd);
+    int rc = compile_and_run_kernels(4);
+    fflush(NULL);
+    _exit(rc);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  FILE* f = fopen(err_path, "r");
+  REQUIRE(f);
+  char text[8192];
+  size_t n = fread(text, 1, sizeof(text) - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  int lines = 0;
+  for (size_t i = 0; i < n; ++i) lines += text[i] == '\n';
+  if (lines != 1) fprintf(stderr, "child stderr:\n%s\n", text);
+  CHECK_EQ_U64(lines, 1);
+  CHECK(strstr(text, "cube: kernel cache directory") != NULL);
+  CHECK(strstr(text, dir) != NULL);
+  CHECK(strstr(text, "is not a directory") != NULL);
+  CHECK(strstr(text, "kept in memory only") != NULL);
+  unlink(file);
+  unlink(err_path);
+  setenv("CUBE_CACHE_DIR", g_dir, 1);
+  done_with_cache();
 }

@@ -121,7 +121,9 @@ static cube_status_t cube__null_device_create(uint32_t index, const cube_server_
   p->hardware.max_vector_size = 4;
   p->timing_method = CUBE_TIMING_DEVICE; /* event_elapsed */
   p->layout_policy = CUBE_LAYOUT_POLICY_CONTIGUOUS;
-  out_features->bits = CUBE_FEATURE_DYNAMIC_COUNT | CUBE_FEATURE_COLLECTIVES; /* staged */
+  /* Collectives: the staged transport; pinned staging: host_alloc. */
+  out_features->bits =
+      CUBE_FEATURE_DYNAMIC_COUNT | CUBE_FEATURE_COLLECTIVES | CUBE_FEATURE_PINNED_STAGING;
   memset(out_info, 0, sizeof(*out_info));
   out_info->backend = CUBE_BACKEND_NULL;
   snprintf(out_info->name, sizeof(out_info->name), "null");

@@ -1,0 +1,398 @@
+/* The cube tool (tools/cube.c) run as a new user would run it: exit codes,
+ * which stream gets the text, --help that does not run the command, wrong
+ * command lines named, `info --json` a valid document that agrees with
+ * `info`, and an unusable kernel cache directory reported. Each case runs
+ * the tool in child processes (CUBE_TOOL_PATH, set by CMake). */
+#include <errno.h>
+#include <ftw.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cube/cube.h"
+#include "subprocess.h"
+
+#ifndef CUBE_TOOL_PATH
+#error "CUBE_TOOL_PATH must name the built tool"
+#endif
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+static char g_tmp[1024];  /* this case's scratch directory */
+static char g_out[1100], g_err[1100];
+
+static int rm_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+static void rm_tree(const char* path) { (void)nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static void scratch(const char* name) {
+  const char* base = getenv("CUBE_TEST_TMPDIR");
+  if (!base || !*base) base = "/tmp";
+  snprintf(g_tmp, sizeof(g_tmp), "%s/tool-%s-%ld", base, name, (long)getpid());
+  rm_tree(g_tmp);
+  mkdir(g_tmp, 0700);
+  snprintf(g_out, sizeof(g_out), "%s/stdout", g_tmp);
+  snprintf(g_err, sizeof(g_err), "%s/stderr", g_tmp);
+}
+
+/* The result of one run of the tool. */
+typedef struct {
+  int rc;
+  char* out; /* never NULL */
+  char* err;
+} run_t;
+
+static void run_free(run_t* r) {
+  free(r->out);
+  free(r->err);
+}
+
+/* Runs the tool with up to 4 arguments (NULL ends the list). */
+static run_t tool(const char* a1, const char* a2, const char* a3) {
+  char* argv[5] = {(char*)CUBE_TOOL_PATH, (char*)a1, (char*)a2, (char*)a3, NULL};
+  run_t r;
+  r.rc = run_redirected(argv, NULL, g_out, g_err);
+  r.out = read_whole_file(g_out);
+  r.err = read_whole_file(g_err);
+  if (!r.out) r.out = strdup("");
+  if (!r.err) r.err = strdup("");
+  return r;
+}
+
+static bool has(const char* s, const char* word) { return s && strstr(s, word) != NULL; }
+
+static bool exists(const char* path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+/* A cache directory path under the scratch directory, not created. */
+static void fresh_cache_dir(char* out, size_t size) {
+  snprintf(out, size, "%s/kernel-cache", g_tmp);
+  rm_tree(out);
+  setenv("CUBE_CACHE_DIR", out, 1);
+}
+
+static void write_file(const char* path, const char* text) {
+  FILE* f = fopen(path, "w");
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+}
+
+/* A wrong command line: exit 2, nothing on stdout, stderr names |word| and
+ * points at --help. */
+static void check_usage_error(const char* a1, const char* a2, const char* a3, const char* word) {
+  run_t r = tool(a1, a2, a3);
+  if (r.rc != 2 || r.out[0] != '\0' || !has(r.err, word) || !has(r.err, "--help"))
+    fprintf(stderr, "cube %s %s %s: rc %d, stdout \"%s\", stderr \"%s\" (expected 2, '%s')\n",
+            a1 ? a1 : "", a2 ? a2 : "", a3 ? a3 : "", r.rc, r.out, r.err, word);
+  CHECK_EQ_U64(r.rc, 2);
+  CHECK(r.out[0] == '\0');
+  CHECK(has(r.err, word));
+  CHECK(has(r.err, "--help"));
+  run_free(&r);
+}
+
+//===----------------------------------------------------------------------===//
+// Usage, version, wrong command lines
+//===----------------------------------------------------------------------===//
+
+CUBE_TEST(help_on_stdout_exit_zero) {
+  scratch("help");
+  const char* forms[] = {"--help", "-h", "help"};
+  for (int i = 0; i < 3; ++i) {
+    run_t r = tool(forms[i], NULL, NULL);
+    CHECK_EQ_U64(r.rc, 0);
+    CHECK(has(r.out, "usage: cube"));
+    const char* words[] = {"info", "--json", "cache", "clear", "demo", "--version"};
+    for (int k = 0; k < 6; ++k) CHECK(has(r.out, words[k]));
+    CHECK(r.err[0] == '\0');
+    run_free(&r);
+  }
+  /* `cube help <command>`: that command's usage. */
+  run_t r = tool("help", "demo", NULL);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "usage: cube demo"));
+  CHECK(r.err[0] == '\0');
+  run_free(&r);
+  rm_tree(g_tmp);
+}
+
+CUBE_TEST(no_command_is_a_usage_error) {
+  scratch("nocommand");
+  run_t r = tool(NULL, NULL, NULL);
+  CHECK_EQ_U64(r.rc, 2);
+  CHECK(r.out[0] == '\0');
+  CHECK(has(r.err, "usage: cube"));
+  run_free(&r);
+  rm_tree(g_tmp);
+}
+
+CUBE_TEST(version_prints_library_version) {
+  scratch("version");
+  run_t r = tool("--version", NULL, NULL);
+  char expect[128];
+  snprintf(expect, sizeof(expect), "cube %s\n", cube_version());
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(strcmp(r.out, expect) == 0);
+  CHECK(r.err[0] == '\0');
+  run_free(&r);
+  rm_tree(g_tmp);
+}
+
+CUBE_TEST(unknown_command_and_options_named) {
+  scratch("unknown");
+  check_usage_error("frobnicate", NULL, NULL, "unknown command 'frobnicate'");
+  check_usage_error("--frob", NULL, NULL, "unknown option '--frob'");
+  check_usage_error("help", "nope", NULL, "unknown command 'nope'");
+  check_usage_error("--help", "extra", NULL, "'extra'");
+  check_usage_error("--version", "extra", NULL, "'extra'");
+  check_usage_error("info", "--bogus", NULL, "unknown option '--bogus'");
+  check_usage_error("info", "extra", NULL, "unexpected argument 'extra'");
+  check_usage_error("info", "--json", "--json", "'--json' given twice");
+  check_usage_error("cache", "bogus", NULL, "unexpected argument 'bogus'");
+  check_usage_error("cache", "clear", "extra", "unexpected argument 'extra'");
+  check_usage_error("cache", "-x", NULL, "unknown option '-x'");
+  /* demo with a wrong argument does not run: no kernel reached the cache. */
+  char dir[1200];
+  fresh_cache_dir(dir, sizeof(dir));
+  unsetenv("CUBE_BACKEND");
+  check_usage_error("demo", "--fast", NULL, "unknown option '--fast'");
+  check_usage_error("demo", "now", NULL, "unexpected argument 'now'");
+  CHECK(!exists(dir));
+  rm_tree(g_tmp);
+}
+
+//===----------------------------------------------------------------------===//
+// --help after a command prints its usage and does nothing else
+//===----------------------------------------------------------------------===//
+
+CUBE_TEST(command_help_does_not_run_the_command) {
+  scratch("cmdhelp");
+  char dir[1200];
+  fresh_cache_dir(dir, sizeof(dir));
+  unsetenv("CUBE_BACKEND");
+  const char* cmds[] = {"info", "cache", "demo"};
+  const char* helps[] = {"--help", "-h"};
+  for (int i = 0; i < 3; ++i) {
+    for (int h = 0; h < 2; ++h) {
+      run_t r = tool(cmds[i], helps[h], NULL);
+      char usage[64];
+      snprintf(usage, sizeof(usage), "usage: cube %s", cmds[i]);
+      CHECK_EQ_U64(r.rc, 0);
+      CHECK(has(r.out, usage));
+      CHECK(r.err[0] == '\0');
+      /* Nothing of the command's own output. */
+      CHECK(!has(r.out, "queue)"));           /* demo: "demo on <device> (<kind> queue)" */
+      CHECK(!has(r.out, "checks passed"));    /* demo */
+      CHECK(!has(r.out, "default backend:")); /* info */
+      CHECK(!has(r.out, "entries on disk:")); /* cache */
+      run_free(&r);
+    }
+  }
+  /* The demo compiles kernels into the cache: none were. */
+  CHECK(!exists(dir));
+  /* `cache clear --help` clears nothing; `cache clear` does. */
+  char sub[1300], entry[1400];
+  snprintf(sub, sizeof(sub), "%s/v1", dir);
+  mkdir(dir, 0700);
+  mkdir(sub, 0700);
+  snprintf(entry, sizeof(entry), "%s/0123456789abcdef0123456789abcdef.so", sub);
+  write_file(entry, "not really a kernel");
+  REQUIRE(exists(entry));
+  run_t r = tool("cache", "clear", "--help");
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "usage: cube cache"));
+  CHECK(exists(entry));
+  run_free(&r);
+  r = tool("cache", "clear", NULL);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "kernel cache cleared"));
+  CHECK(!exists(entry));
+  run_free(&r);
+  rm_tree(g_tmp);
+}
+
+/* The positive side of the cases above: the demo, run, passes and fills the
+ * cache (so "the directory was not created" does show the demo did not run). */
+CUBE_TEST(demo_runs_and_fills_the_cache) {
+  scratch("demo");
+  char dir[1200];
+  fresh_cache_dir(dir, sizeof(dir));
+  unsetenv("CUBE_BACKEND");
+  run_t r = tool("demo", NULL, NULL);
+  if (r.rc != 0) fprintf(stderr, "demo: rc %d\n%s\n%s\n", r.rc, r.out, r.err);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "queue)"));
+  CHECK(has(r.out, "demo: all checks passed"));
+  CHECK(!has(r.out, "FAIL"));
+  CHECK(exists(dir));
+  run_free(&r);
+  r = tool("cache", NULL, NULL);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, dir));
+  CHECK(!has(r.out, "entries on disk: 0,"));
+  CHECK(!has(r.out, "is unusable"));
+  run_free(&r);
+  rm_tree(g_tmp);
+}
+
+//===----------------------------------------------------------------------===//
+// info --json
+//===----------------------------------------------------------------------===//
+
+/* Checks the document against the text `cube info` (argv[1]), the version
+ * (argv[2]) and CUBE_CACHE_DIR (non-UTF-8 bytes read as U+FFFD). */
+static const char* json_check_py =
+    "import json, os, sys\n"
+    "d = json.load(sys.stdin)\n"
+    "text = open(sys.argv[1], encoding='utf-8', errors='replace').read()\n"
+    "assert d['version'] == sys.argv[2], d['version']\n"
+    "kc = d['kernel_cache']\n"
+    "want = os.environb[b'CUBE_CACHE_DIR'].decode('utf-8', 'replace')\n"
+    "assert kc['dir'] == want, (kc['dir'], want)\n"
+    "assert kc['disk'] in ('usable', 'unusable', 'off')\n"
+    "assert (kc['reason'] is None) == (kc['disk'] != 'unusable')\n"
+    "if len(sys.argv) > 3: assert kc['disk'] == sys.argv[3] and sys.argv[4] in kc['reason'], kc\n"
+    "assert isinstance(d['backends'], list) and len(d['backends']) >= 2\n"
+    "names = [b['name'] for b in d['backends']]\n"
+    "assert d['default_backend'] in names\n"
+    "for b in d['backends']:\n"
+    "    line = [l for l in text.splitlines() if l.startswith('backend ' + b['name'] + ' ')]\n"
+    "    assert len(line) == 1, (b['name'], line)\n"
+    "    assert ('unavailable' not in line[0]) == b['available'], (b, line)\n"
+    "    if not b['available']:\n"
+    "        assert isinstance(b['reason'], str) and b['reason'] and b['reason'] in line[0], b\n"
+    "    else:\n"
+    "        assert b['reason'] is None\n"
+    "    assert isinstance(b['devices'], list) and len(b['devices']) == b['device_count']\n"
+    "    for dev in b['devices']:\n"
+    "        if dev['error'] is None:\n"
+    "            assert dev['name'] in text, dev['name']\n"
+    "            assert isinstance(dev['features'], list)\n"
+    "            assert dev['memory']['total_bytes'] > 0\n"
+    "            assert ('device %s  %s' % (dev['id'], dev['name'])) in text\n"
+    "cpu = d['backends'][names.index('cpu')]\n"
+    "assert cpu['available'] and cpu['device_count'] >= 1\n"
+    "print('json ok: %d backends' % len(names))\n";
+
+static bool have_python(void) {
+  char* argv[] = {(char*)"python3", (char*)"-c", (char*)"import json", NULL};
+  return run_redirected(argv, NULL, NULL, NULL) == 0;
+}
+
+/* Runs `info` and `info --json`, then the check above (with the extra
+ * expectation |disk|, |reason_word| when not NULL). */
+static void check_info_json(const char* disk, const char* reason_word) {
+  char text_path[1200], json_path[1200], py_out[1200];
+  snprintf(text_path, sizeof(text_path), "%s/info.txt", g_tmp);
+  snprintf(json_path, sizeof(json_path), "%s/info.json", g_tmp);
+  snprintf(py_out, sizeof(py_out), "%s/python.out", g_tmp);
+  char* targv[] = {(char*)CUBE_TOOL_PATH, (char*)"info", NULL};
+  CHECK_EQ_U64(run_redirected(targv, NULL, text_path, NULL), 0);
+  char* jargv[] = {(char*)CUBE_TOOL_PATH, (char*)"info", (char*)"--json", NULL};
+  CHECK_EQ_U64(run_redirected(jargv, NULL, json_path, g_err), 0);
+  char* jerr = read_whole_file(g_err);
+  /* The document is stdout's: nothing of it on stderr. */
+  CHECK(jerr && !has(jerr, "{"));
+  free(jerr);
+  char* pargv[] = {(char*)"python3", (char*)"-c", (char*)json_check_py, text_path,
+                   (char*)cube_version(), (char*)disk, (char*)reason_word, NULL};
+  int rc = run_redirected(pargv, json_path, py_out, py_out);
+  char* log = read_whole_file(py_out);
+  if (rc != 0) fprintf(stderr, "python check (rc %d):\n%s\n", rc, log ? log : "");
+  CHECK_EQ_U64(rc, 0);
+  CHECK(log && has(log, "json ok"));
+  free(log);
+}
+
+CUBE_TEST(info_json_parses_and_agrees_with_info) {
+  if (!have_python()) CUBE_SKIP("python3 is not available");
+  scratch("json");
+  char dir[1200];
+  fresh_cache_dir(dir, sizeof(dir));
+  check_info_json(NULL, NULL);
+  rm_tree(g_tmp);
+}
+
+/* Strings that need escaping (a quote, a backslash, a newline, a tab, a
+ * byte that is not UTF-8) in the cache directory, which is unusable: the
+ * document stays valid and holds them, and the reason. */
+CUBE_TEST(info_json_escapes_strings) {
+  if (!have_python()) CUBE_SKIP("python3 is not available");
+  scratch("json_escape");
+  char file[1200], dir[1300];
+  snprintf(file, sizeof(file), "%s/a \"quoted\" back\\slash\nnew\tline \xff end", g_tmp);
+  write_file(file, "a file where a directory should be");
+  REQUIRE(exists(file));
+  snprintf(dir, sizeof(dir), "%s/cache", file);
+  setenv("CUBE_CACHE_DIR", dir, 1);
+  check_info_json("unusable", "is not a directory");
+  rm_tree(g_tmp);
+}
+
+//===----------------------------------------------------------------------===//
+// An unusable kernel cache directory
+//===----------------------------------------------------------------------===//
+
+CUBE_TEST(cache_shows_unusable_directory) {
+  scratch("cache_unusable");
+  char file[1200];
+  snprintf(file, sizeof(file), "%s/not-a-directory", g_tmp);
+  write_file(file, "x");
+  setenv("CUBE_CACHE_DIR", file, 1);
+  run_t r = tool("cache", NULL, NULL);
+  CHECK_EQ_U64(r.rc, 0); /* it reports the cache as it is */
+  CHECK(has(r.out, file));
+  CHECK(has(r.out, "unusable"));
+  CHECK(has(r.out, "is not a directory"));
+  CHECK(has(r.out, "kept in memory only"));
+  run_free(&r);
+  r = tool("info", NULL, NULL);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "unusable"));
+  CHECK(has(r.out, "is not a directory"));
+  run_free(&r);
+  /* A usable one: no such line. */
+  char dir[1200];
+  fresh_cache_dir(dir, sizeof(dir));
+  r = tool("cache", NULL, NULL);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, dir));
+  CHECK(!has(r.out, "is unusable"));
+  run_free(&r);
+  rm_tree(g_tmp);
+}
+
+/* The demo compiles several kernels with the cache directory unusable: they
+ * compile and run, and stderr has exactly one line about it. */
+CUBE_TEST(demo_with_unusable_cache_reports_once) {
+  scratch("demo_unusable");
+  char file[1200], dir[1300];
+  snprintf(file, sizeof(file), "%s/a-file", g_tmp);
+  write_file(file, "x");
+  snprintf(dir, sizeof(dir), "%s/sub", file);
+  setenv("CUBE_CACHE_DIR", dir, 1);
+  unsetenv("CUBE_BACKEND");
+  run_t r = tool("demo", NULL, NULL);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "demo: all checks passed"));
+  if (count_lines(r.err) != 1) fprintf(stderr, "stderr:\n%s\n", r.err);
+  CHECK_EQ_U64(count_lines(r.err), 1);
+  CHECK(has(r.err, dir));
+  CHECK(has(r.err, file)); /* the component that is not a directory */
+  CHECK(has(r.err, "kept in memory only"));
+  run_free(&r);
+  rm_tree(g_tmp);
+}
