@@ -3,6 +3,14 @@
  * again) under callgrind, where wall times on a shared VM are too noisy.
  *
  *   bench_pool_calls [pairs [bytes]]     (defaults: 100000 pairs of 1 MiB)
+ *   bench_pool_calls launch [launches]   (default 100000)
+ *
+ * "launch" counts a launch instead: cube_client_launch of a native kernel of
+ * four arguments (three buffers and a u32, the most a queue cell holds
+ * inline) on a CPU device with the inline queue, so that the whole path
+ * (client checks, the queued record, the server's task, the backend) runs on
+ * the measured thread; the kernel's body is one store. A sync after the loop
+ * is outside the counted region.
  *
  * The device is CUBE_BACKEND's device 0 (the CPU by default; CUDA over the
  * mock driver with CUBE_BACKEND=cuda CUBE_CUDA_DRIVER=.../libcube_mock_cuda.so).
@@ -21,6 +29,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define BENCH_NAME "bench_pool_calls"
 #include "bench_common.h"
@@ -66,7 +75,84 @@ __attribute__((noinline)) static int pool_loop(cube_client_t* c, size_t bytes, u
   return 0;
 }
 
+static int bench_store_kernel(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args,
+                              uint32_t n) {
+  (void)cube;
+  (void)n;
+  *(uint32_t*)args[2].buffer.data = args[3].u32;
+  return 0;
+}
+
+__attribute__((noinline)) static int launch_loop(cube_client_t* c, cube_kernel_t* k,
+                                                 const cube_arg_t* args, uint64_t launches) {
+  for (uint64_t i = 0; i < launches; ++i) {
+    cube_status_t s = cube_client_launch(c, k, cube_count_static(1, 1, 1), 4, args);
+    if (s) {
+      fail_status("cube_client_launch", s);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int launch_main(uint64_t launches) {
+  setenv("CUBE_DEVICE_QUEUE", "inline", 1);
+  cube_client_t* c = NULL;
+  cube_status_t s = cube_client_load((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &c);
+  if (s) {
+    fail_status("cube_client_load", s);
+    return 1;
+  }
+  static const cube_arg_kind_t kinds[4] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER,
+                                           CUBE_ARG_U32};
+  cube_kernel_desc_t d;
+  memset(&d, 0, sizeof(d));
+  d.name = "store";
+  d.cube_dim = (cube_dim_t){1, 1, 1};
+  d.arg_kinds = kinds;
+  d.arg_count = 4;
+  d.cpu_fn = bench_store_kernel;
+  cube_kernel_t* k = NULL;
+  s = cube_kernel_create(&d, &k);
+  if (s) {
+    fail_status("cube_kernel_create", s);
+    return 1;
+  }
+  cube_handle_t h[3];
+  for (int i = 0; i < 3; ++i) {
+    s = cube_client_empty(c, 64, &h[i]);
+    if (s) {
+      fail_status("cube_client_empty", s);
+      return 1;
+    }
+  }
+  cube_arg_t args[4] = {cube_arg_buffer(h[0]), cube_arg_buffer(h[1]), cube_arg_buffer(h[2]),
+                        cube_arg_u32(7)};
+  if (launch_loop(c, k, args, 1)) return 1; /* first use: streams, the kernel */
+  CALLGRIND_TOGGLE_COLLECT;
+  uint64_t t0 = now_ns();
+  int rc = launch_loop(c, k, args, launches);
+  uint64_t t1 = now_ns();
+  CALLGRIND_TOGGLE_COLLECT;
+  s = cube_client_sync(c);
+  if (s) {
+    fail_status("cube_client_sync", s);
+    rc = 1;
+  }
+  printf("%s: %" PRIu64 " launches of 4 arguments on %s (inline queue): %.3f us per launch%s\n",
+         BENCH_NAME, launches, cube_client_info(c)->name,
+         launches ? (double)(t1 - t0) / 1e3 / (double)launches : 0.0,
+         RUNNING_ON_VALGRIND ? " (under valgrind)" : "");
+  for (int i = 0; i < 3; ++i) cube_handle_release(h[i]);
+  cube_kernel_release(k);
+  cube_client_release(c);
+  cube_shutdown();
+  return rc || g_failures;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "launch") == 0)
+    return launch_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 100000);
   uint64_t pairs = argc > 1 ? strtoull(argv[1], NULL, 10) : 100000;
   size_t bytes = argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : (size_t)1 << 20;
   cube_client_t* c = NULL;

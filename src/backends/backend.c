@@ -60,7 +60,8 @@ static inline bool cube__fault(const cube__backend_t* be, cube__backend_slot_t s
     cube_status_t st_ = cube__fault((be), (slot))                             \
                             ? cube__fault_status((code), __VA_ARGS__)         \
                             : (call);                                         \
-    cube__trace(tf_, (be), (slot), (int)cube_status_code(st_));               \
+    if (__builtin_expect(tf_ != NULL, 0))                                     \
+      cube__trace_slow(tf_, (be), (slot), (int)cube_status_code(st_));        \
     return st_;                                                               \
   } while (0)
 
@@ -121,9 +122,6 @@ void cube__backend_dealloc(const cube__backend_t* be, void* stream,
                                  : vt->dealloc(be->device, storage));
 }
 
-bool cube__backend_has_host_storage(const cube__backend_t* be) {
-  return be->vt->host_alloc != NULL && be->vt->host_dealloc != NULL;
-}
 
 cube_status_t cube__backend_host_alloc(const cube__backend_t* be, uint64_t size,
                                        cube__storage_t* out) {
@@ -186,7 +184,6 @@ cube_status_t cube__backend_launch(const cube__backend_t* be, void* stream,
              l->name ? l->name : "?", be->vt->name, be->index);
 }
 
-bool cube__backend_has_prepare(const cube__backend_t* be) { return be->vt->prepare != NULL; }
 
 cube_status_t cube__backend_prepare(const cube__backend_t* be, const cube_kernel_t* kernel,
                                     cube_execution_mode_t mode) {
@@ -211,11 +208,6 @@ void cube__backend_trim(const cube__backend_t* be, void* stream) {
 // Events
 //===----------------------------------------------------------------------===//
 
-bool cube__backend_has_events(const cube__backend_t* be) { return be->vt->event_record != NULL; }
-
-bool cube__backend_has_event_timing(const cube__backend_t* be) {
-  return be->vt->event_record != NULL && be->vt->event_elapsed != NULL;
-}
 
 static cube_status_t cube__no_events(const cube__backend_t* be, const char* what) {
   return cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "%s device %u has no events (%s)",

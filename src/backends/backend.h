@@ -315,7 +315,9 @@ cube_status_t cube__backend_alloc(const cube__backend_t* be, void* stream, uint6
 void cube__backend_dealloc(const cube__backend_t* be, void* stream,
                            const cube__storage_t* storage);
 /* Pinned host storage: UNIMPLEMENTED without it. */
-bool cube__backend_has_host_storage(const cube__backend_t* be);
+static inline bool cube__backend_has_host_storage(const cube__backend_t* be) {
+  return be->vt->host_alloc != NULL && be->vt->host_dealloc != NULL;
+}
 cube_status_t cube__backend_host_alloc(const cube__backend_t* be, uint64_t size,
                                        cube__storage_t* out);
 void cube__backend_host_dealloc(const cube__backend_t* be, const cube__storage_t* storage);
@@ -335,7 +337,9 @@ cube_status_t cube__backend_launch(const cube__backend_t* be, void* stream,
 /* CUBE_OK without a prepare slot. */
 cube_status_t cube__backend_prepare(const cube__backend_t* be, const cube_kernel_t* kernel,
                                     cube_execution_mode_t mode);
-bool cube__backend_has_prepare(const cube__backend_t* be);
+static inline bool cube__backend_has_prepare(const cube__backend_t* be) {
+  return be->vt->prepare != NULL;
+}
 /* CUBE_OK without a sync slot. */
 cube_status_t cube__backend_sync(const cube__backend_t* be, void* stream);
 /* Nothing without a trim slot. */
@@ -343,8 +347,12 @@ void cube__backend_trim(const cube__backend_t* be, void* stream);
 
 /* Events: cube__backend_has_events is false without them, and then the
  * server never calls the others (which return UNIMPLEMENTED / true). */
-bool cube__backend_has_events(const cube__backend_t* be);
-bool cube__backend_has_event_timing(const cube__backend_t* be);
+static inline bool cube__backend_has_events(const cube__backend_t* be) {
+  return be->vt->event_record != NULL;
+}
+static inline bool cube__backend_has_event_timing(const cube__backend_t* be) {
+  return be->vt->event_record != NULL && be->vt->event_elapsed != NULL;
+}
 cube_status_t cube__backend_event_record(const cube__backend_t* be, void* stream,
                                          void** out_event);
 cube_status_t cube__backend_event_wait(const cube__backend_t* be, void* stream, void* event);

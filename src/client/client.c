@@ -123,13 +123,10 @@ cube_stream_id_t cube_client_stream(const cube_client_t* c) {
 // Handles
 //===----------------------------------------------------------------------===//
 
-cube_status_t cube__client_handle(const cube_client_t* c, cube_handle_t h, const char* what,
-                                  cube__handle_info_t* out) {
-  CUBE_RETURN_IF_ERROR(cube__handle_get(h, what, out));
-  if (out->server != c->server)
-    return CUBE_INVALID("%s: handle 0x%" PRIx64 " lives on %s, not on this client's %s", what,
-                        h.id, out->server->props.name, c->server->props.name);
-  return CUBE_OK;
+cube_status_t cube__client_handle_foreign(const cube_client_t* c, cube_handle_t h,
+                                          const char* what, const cube__handle_info_t* out) {
+  return CUBE_INVALID("%s: handle 0x%" PRIx64 " lives on %s, not on this client's %s", what, h.id,
+                      out->server->props.name, c->server->props.name);
 }
 
 cube_status_t cube__client_handle_f(const cube_client_t* c, cube_handle_t h,

@@ -63,10 +63,19 @@ static inline cube_status_t cube__client_stream(const cube_client_t* c, cube__st
   return cube__server_stream(c->server, cube__client_stream_id(c), out);
 }
 
+/* The failure of cube__client_handle for a live handle of another device. */
+cube_status_t cube__client_handle_foreign(const cube_client_t* c, cube_handle_t h,
+                                          const char* what, const cube__handle_info_t* info);
+
 /* Looks up |h| for client |c|: live, and on c's device. |what| starts the
- * message of a failure ("cube_client_read: handles[2]"). */
-cube_status_t cube__client_handle(const cube_client_t* c, cube_handle_t h, const char* what,
-                                  cube__handle_info_t* out);
+ * message of a failure ("cube_client_read: handles[2]"). Inline: launches
+ * and reads look every handle up. */
+static inline cube_status_t cube__client_handle(const cube_client_t* c, cube_handle_t h,
+                                                const char* what, cube__handle_info_t* out) {
+  CUBE_RETURN_IF_ERROR(cube__handle_get(h, what, out));
+  if (out->server != c->server) return cube__client_handle_foreign(c, h, what, out);
+  return CUBE_OK;
+}
 
 /* cube__client_handle with the description formatted only when the lookup
  * fails: launches and reads look handles up on every call, and formatting

@@ -185,9 +185,10 @@ static cube_status_t cube__desc_nd(const char* fn, cube_layout_strategy_t strate
  * rounded up to the alignment: what cube_layout_compute gives, without its
  * generality. False (nothing done) for anything it would refuse: the general
  * path then gives the same errors. */
-static bool cube__empty_1d(cube_client_t* c, const char* fn, size_t size,
-                           cube_handle_t* out_handle, cube__stream_t** out_stream,
-                           cube__memory_t** out_mem, cube_status_t* out_status) {
+/* Inlined into both callers: the pool-hit path is counted (docs/benchmarks.md). */
+static inline __attribute__((always_inline)) bool cube__empty_1d(
+    cube_client_t* c, const char* fn, size_t size, cube_handle_t* out_handle,
+    cube__stream_t** out_stream, cube__memory_t** out_mem, cube_status_t* out_status) {
   cube__server_t* s = c->server;
   uint64_t align = s->props.memory.alignment;
   uint64_t max = s->props.memory.max_page_size;
