@@ -72,11 +72,6 @@ uint32_t cube__backend_device_count(cube_backend_t backend) {
 // Enumeration
 //===----------------------------------------------------------------------===//
 
-#define CUBE__CHECK_OUT(p, fn, name) \
-  do {                               \
-    if (!(p)) return CUBE_INVALID("%s: %s is NULL", fn, name); \
-  } while (0)
-
 cube_status_t cube_backend_status(cube_backend_t backend) {
   if ((unsigned)backend >= CUBE_BACKEND_COUNT)
     return CUBE_INVALID("cube_backend_status: backend %d is invalid", (int)backend);

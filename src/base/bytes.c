@@ -17,6 +17,7 @@
  * sees every write made through the others before it releases the memory.
  */
 #include "base/bytes.h"
+#include "base/alloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,7 +32,6 @@
 #include <unistd.h>
 
 #include "base/status.h"
-#include "platform/platform.h"
 
 #define CUBE__BYTES_ALIGN 64
 

@@ -6,7 +6,6 @@
 
 #include "base/status.h"
 #include "cube/cube.h"
-#include "platform/platform.h"
 
 /* Backends ----------------------------------------------------------------- */
 
@@ -33,7 +32,8 @@ cube_status_t cube_backend_parse(const char* name, cube_backend_t* out_backend) 
 
 cube_backend_t cube_backend_default(void) {
   const char* text;
-  if (!cube__env_str("CUBE_BACKEND", &text)) return CUBE_BACKEND_CPU;
+  text = getenv("CUBE_BACKEND");
+  if (!text || !*text) return CUBE_BACKEND_CPU;
   cube_backend_t backend = CUBE_BACKEND_CPU;
   cube_status_t s = cube_backend_parse(text, &backend);
   if (s != CUBE_OK) {

@@ -38,4 +38,11 @@ cube_status_t cube__status_clone(cube_status_t status);
 
 #define CUBE_INVALID(...) cube__status_make(CUBE_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
 
+/* Returns INVALID_ARGUMENT "<fn>: <name> is NULL" when the out parameter |p|
+ * is NULL. */
+#define CUBE__CHECK_OUT(p, fn, name)                             \
+  do {                                                           \
+    if (!(p)) return CUBE_INVALID("%s: %s is NULL", fn, name); \
+  } while (0)
+
 #endif /* CUBE_BASE_STATUS_H_ */

@@ -48,11 +48,6 @@ static inline cube_status_t cube__client_check(const cube_client_t* c, const cha
 
 #define CUBE__CHECK_CLIENT(c, fn) CUBE_RETURN_IF_ERROR(cube__client_check((c), (fn)))
 
-#define CUBE__CHECK_OUT(p, fn, name)                             \
-  do {                                                           \
-    if (!(p)) return CUBE_INVALID("%s: %s is NULL", fn, name); \
-  } while (0)
-
 /* The stream id a call on |c| uses now: the pinned one, else the thread's. */
 static inline uint64_t cube__client_stream_id(const cube_client_t* c) {
   return c->pinned ? c->stream : cube__stream_current_id();

@@ -118,23 +118,6 @@ cube_status_t cube__thread_create(pthread_t* out, cube__thread_fn fn, void* arg,
   return CUBE_OK;
 }
 
-void* cube__aligned_alloc(size_t size, size_t alignment) {
-  if (alignment < sizeof(void*)) alignment = sizeof(void*);
-  void* p = NULL;
-  if (posix_memalign(&p, alignment, size ? size : 1) != 0) return NULL;
-  return p;
-}
-
-void* cube__aligned_calloc(size_t size, size_t alignment) {
-  /* Large blocks come from mmap through calloc and are zero without touching
-   * the pages; use calloc when its natural alignment suffices. */
-  if (alignment <= 16) return calloc(1, size ? size : 1);
-  void* p = cube__aligned_alloc(size, alignment);
-  if (p) memset(p, 0, size);
-  return p;
-}
-
-void cube__aligned_free(void* p) { free(p); }
 
 uint32_t cube__cpu_count(void) {
 #ifdef __linux__

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/alloc.h"
 #include "cube/status.h"
 
 /* Monotonic clock in nanoseconds. */
@@ -50,11 +51,7 @@ bool cube__thread_is_cube(void);
 cube_status_t cube__thread_create(pthread_t* out, cube__thread_fn fn, void* arg, const char* name,
                                   size_t stack_size);
 
-/* Aligned heap memory (|alignment| a power of two). cube__aligned_calloc
- * zeroes. Both return NULL on failure or size overflow. */
-void* cube__aligned_alloc(size_t size, size_t alignment);
-void* cube__aligned_calloc(size_t size, size_t alignment);
-void cube__aligned_free(void* p);
+/* Aligned heap memory lives in base/alloc.h (below this module). */
 
 /* Machine facts. */
 uint32_t cube__cpu_count(void);       /* cores this process may use (affinity) */

@@ -1,0 +1,19 @@
+/* Aligned host memory: the library's one way to get blocks with an
+ * alignment (64-byte bytes, staging scratch, pools' bookkeeping). The lowest
+ * module: it uses libc only.
+ *
+ * Thread-safe. */
+#ifndef CUBE_BASE_ALLOC_H_
+#define CUBE_BASE_ALLOC_H_
+
+#include <stddef.h>
+
+/* |size| bytes aligned to |alignment| (a power of two; raised to
+ * sizeof(void*)); size 0 still gives a distinct block. cube__aligned_calloc
+ * zeroes. Both return NULL on failure or size overflow; free with
+ * cube__aligned_free (NULL accepted). */
+void* cube__aligned_alloc(size_t size, size_t alignment);
+void* cube__aligned_calloc(size_t size, size_t alignment);
+void cube__aligned_free(void* p);
+
+#endif /* CUBE_BASE_ALLOC_H_ */
