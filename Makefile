@@ -1,5 +1,6 @@
 # cube: the two commands of the README, plus a few helpers.
-#   make run     install missing Debian packages, build, then `cube info` and `cube demo` (CPU)
+#   make run     install missing Debian packages, build the library, the MPI plugin, the cube
+#                tool and the examples (not the tests), then `cube info` and `cube demo` (CPU)
 #   make check   install what the tests need (Debian, as root) if missing, build, run CTest,
 #                then the same tests under ASan+UBSan and under TSan
 #   make bench   build and run the benchmarks (never part of the tests; bench_cuda says
@@ -12,7 +13,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all build run check deps test test-asan test-tsan test-fuzz fuzz bench install clean soak
+.PHONY: all build programs run check deps test test-asan test-tsan test-fuzz fuzz bench install clean soak
 
 all: build
 
@@ -38,10 +39,15 @@ $(BUILD)/CMakeCache.txt:
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
+# What `make run` needs: the library (shared, static, the MPI plugin), the cube tool and the
+# examples (CMake target cube_programs); the tests are built by `make test` / `make check`.
+programs: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target cube_programs
+
 run: deps
-	$(MAKE) build
-	./$(BUILD)/cube info
-	./$(BUILD)/cube demo
+	$(MAKE) programs
+	$(BUILD)/cube info
+	$(BUILD)/cube demo
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error -j $(JOBS)

@@ -51,8 +51,8 @@ if has tests; then
       --output-on-failure > "$OUT/cts-cuda.log" 2>&1
     grep -E "tests passed|Failed|\*\*\*|Timeout|SEGFAULT|Exception" "$OUT/cts-cuda.log" | head -60
     echo "== demo and examples on cuda"
-    for e in "./build-gpu/cube demo" ./build-gpu/tests/example_saxpy ./build-gpu/tests/example_reduce \
-             ./build-gpu/tests/example_matmul; do
+    for e in "./build-gpu/cube demo" ./build-gpu/examples/example_saxpy ./build-gpu/examples/example_reduce \
+             ./build-gpu/examples/example_matmul; do
       CUBE_BACKEND=cuda $e > /tmp/example.log 2>&1; echo "$e: exit $?"; tail -2 /tmp/example.log
     done
     echo "== conformance on cpu"

@@ -18,7 +18,8 @@
  *    participants of this process meet in the communicator; the last one to
  *    arrive reduces (or copies) for all, through shared memory, and, when the
  *    communicator spans MPI ranks, exchanges the partial result with the other
- *    ranks over MPI point-to-point messages (src/collective/mpi.c);
+ *    ranks over MPI point-to-point messages (the plugin loaded by
+ *    src/collective/mpi.c: src/collective/mpi_plugin/);
  *  - staged (devices whose memory is not host memory, without a collective
  *    library: OpenCL; CUDA where NCCL does not load): the same rendezvous
  *    over host copies of the parts;
@@ -37,6 +38,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "collective/mpi_abi.h"
 #include "cube/client.h"
 #include "memory/memory.h"
 
@@ -196,26 +198,22 @@ void cube__reduce_combine(cube_dtype_t dtype, cube_reduce_op_t op, void* acc, co
 void cube__reduce_finish(cube_dtype_t dtype, cube_reduce_op_t op, void* acc, uint64_t count,
                          uint32_t n);
 
-/* MPI (src/collective/mpi.c; stubs without MPI) ------------------------------ */
+/* MPI (src/collective/mpi.c: the loader of the plugin, mpi_abi.h) ------------- */
 
 /* Starts MPI if this process was launched by an MPI launcher (or
- * CUBE_COLLECTIVE_MPI=1), unless CUBE_COLLECTIVE_MPI=0. */
+ * CUBE_COLLECTIVE_MPI=1), unless CUBE_COLLECTIVE_MPI=0: loads the MPI plugin
+ * (libcube_mpi.so) then. *out_active false (rank 0 of 1) when MPI is not
+ * wanted; UNAVAILABLE naming the paths tried when it is wanted and the plugin
+ * does not load. */
 cube_status_t cube__mpi_start(bool* out_active, uint32_t* out_rank, uint32_t* out_ranks);
 
 /* Exchanges this rank's |bytes| of |partial| with the |count| other |ranks|
  * (message tag derived from |tag_key|), each message carrying |header|
- * (compared on receipt: a header that differs in anything but the rank is a
- * mismatch). out_received[i] gets rank ranks[i]'s payload (malloc'd). Waits
- * until |deadline_ns| (cube__now_ns clock); on timeout the error names the
- * ranks whose message did not come. */
-typedef struct cube__mpi_header {
-  uint64_t comm_hash;
-  uint64_t sequence;
-  uint64_t bytes;
-  uint32_t kind, dtype, op, local_cpu;
-  uint32_t sender_rank, pad;
-} cube__mpi_header_t;
-
+ * (cube__mpi_header_t, mpi_abi.h). out_received[i] gets rank ranks[i]'s
+ * payload (a scratch buffer: cube__coll_scratch_put it). Waits until
+ * |deadline_ns| (cube__now_ns clock); on timeout the error names the ranks
+ * whose message did not come. The three functions below are UNAVAILABLE
+ * unless cube__mpi_start made MPI active. */
 cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* header,
                                  const void* partial, uint32_t count, const uint32_t* ranks,
                                  void** out_received, uint64_t deadline_ns, const char* what);

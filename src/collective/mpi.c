@@ -1,495 +1,240 @@
-/* The MPI side of the host transport: one rank per process, point-to-point
- * messages on MPI_COMM_WORLD (no sub-communicator, whose creation would block
- * without a deadline), polled so that every wait has one.
+/* The MPI transport's loader: libcube never links MPI. A process that wants
+ * MPI (started by an MPI launcher, or CUBE_COLLECTIVE_MPI=1) loads the plugin
+ * libcube_mpi.so (src/collective/mpi_plugin/, built when CMake finds MPI) on
+ * its first collective, checks its interface version and hands it the host
+ * table (mpi_abi.h); every other process never loads it, nor MPI.
  *
- * Every message is a cube__mpi_header_t followed by the payload. The tag is
- * derived from the communicator (and, for send/recv, the direction), so
- * operations of different communicators never match each other; within one,
- * MPI's non-overtaking order and the header's sequence number keep them
- * apart: a message left over from an operation that timed out here (older
- * sequence) is received and dropped.
- *
- * Every MPI call is made under one mutex, so MPI_THREAD_SERIALIZED is enough
- * (cube asks for MPI_THREAD_MULTIPLE when it starts MPI itself). Built only
- * when CMake finds MPI (CUBE_HAVE_MPI); otherwise the functions below say
- * that MPI is not built in.
+ * Where the plugin is searched, first that loads wins:
+ *  1. CUBE_MPI_PLUGIN (a path): only there;
+ *  2. next to the file that holds libcube (libcube.so, or the program linked
+ *     with libcube.a): <dir>/libcube_mpi.so, then <dir>/cube/libcube_mpi.so
+ *     (a relocated install: lib/libcube.so and lib/cube/libcube_mpi.so);
+ *  3. the install directory (CUBE_MPI_PLUGIN_DIR, the build's
+ *     ${CMAKE_INSTALL_FULL_LIBDIR}/cube);
+ *  4. the dynamic loader's own search (LD_LIBRARY_PATH, ...).
+ * A failure is an UNAVAILABLE status that lists every path tried and why.
  */
-#include <inttypes.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "base/status.h"
 #include "collective/collective.h"
 #include "platform/platform.h"
 
-#ifdef CUBE_HAVE_MPI
-#include <mpi.h>
+#ifndef CUBE_MPI_PLUGIN_DIR
+#define CUBE_MPI_PLUGIN_DIR "/usr/local/lib/cube"
+#endif
 
-static pthread_mutex_t g_mpi_lock = PTHREAD_MUTEX_INITIALIZER;
-static int g_tag_ub = 32767;
+//===----------------------------------------------------------------------===//
+// The host table
+//===----------------------------------------------------------------------===//
 
-/* Sends that did not complete by their deadline: their buffers stay alive
- * until MPI is done with them. */
-typedef struct cube__mpi_zombie {
-  struct cube__mpi_zombie* next;
-  MPI_Request* reqs;
-  int count;
-  void* msg;
-} cube__mpi_zombie_t;
-static cube__mpi_zombie_t* g_zombies;
+static const char* cube__mpi_host_dtype_name(uint32_t dtype) {
+  return cube_dtype_name((cube_dtype_t)dtype);
+}
+static const char* cube__mpi_host_op_name(uint32_t op) {
+  return cube_reduce_op_name((cube_reduce_op_t)op);
+}
 
-/* Between two polls that found nothing. MPI progresses only inside our calls
- * and a large message needs many, so poll without giving the core away for
- * the first 500 us of idleness (a yield on a loaded machine costs a whole
- * time slice), then sleep 20 us between polls. |idle_since| is 0 after
- * progress. */
-static void cube__mpi_nap(uint64_t* idle_since) {
-  uint64_t now = cube__now_ns();
-  if (*idle_since == 0) *idle_since = now;
-  if (now - *idle_since < 500000) {
-    cube__cpu_relax();
+static const cube__mpi_host_t cube__mpi_host = {
+    .abi = CUBE__MPI_PLUGIN_ABI,
+    .size = sizeof(cube__mpi_host_t),
+    .status_makev = cube__status_makev,
+    .scratch_get = cube__coll_scratch_get,
+    .scratch_put = cube__coll_scratch_put,
+    .scratch_free = cube__coll_scratch_free,
+    .now_ns = cube__now_ns,
+    .dtype_name = cube__mpi_host_dtype_name,
+    .reduce_op_name = cube__mpi_host_op_name,
+};
+
+//===----------------------------------------------------------------------===//
+// Finding and opening the plugin
+//===----------------------------------------------------------------------===//
+
+static pthread_once_t g_mpi_load_once = PTHREAD_ONCE_INIT;
+/* Set (release) once the plugin loaded and MPI started; read (acquire) by
+ * every transport call. */
+static _Atomic(const cube__mpi_plugin_t*) g_mpi_plugin;
+static const cube__mpi_plugin_t* g_mpi_loaded; /* written in the once only */
+static char g_mpi_tried[2048];                 /* the paths tried and why, on failure */
+
+/* Appends "<label> (<why>)" to the list of attempts. */
+static void cube__mpi_note(const char* label, const char* why) {
+  size_t o = strlen(g_mpi_tried);
+  if (o + 8 >= sizeof(g_mpi_tried)) return;
+  snprintf(g_mpi_tried + o, sizeof(g_mpi_tried) - o, "%s%s (%s)", o ? "; " : "", label, why);
+}
+
+/* Opens |path| and takes its table; false with the reason noted otherwise.
+ * |must_exist|: a path that is not there is noted "absent" rather than with
+ * dlopen's longer message. */
+static bool cube__mpi_try(const char* path, const char* label, bool must_exist) {
+  if (must_exist && access(path, F_OK) != 0) {
+    cube__mpi_note(label, "absent");
+    return false;
+  }
+  /* Never closed: MPI_Finalize runs from the plugin's atexit handler. */
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!lib) {
+    const char* e = dlerror();
+    cube__mpi_note(label, e ? e : "dlopen failed");
+    return false;
+  }
+  cube__mpi_plugin_open_fn open_fn;
+  void* sym = dlsym(lib, CUBE__MPI_PLUGIN_ENTRY);
+  memcpy(&open_fn, &sym, sizeof(open_fn));
+  if (!sym) {
+    cube__mpi_note(label, "no " CUBE__MPI_PLUGIN_ENTRY ": not cube's MPI plugin");
+    return false;
+  }
+  char why[512] = "";
+  const cube__mpi_plugin_t* t = open_fn(CUBE__MPI_PLUGIN_ABI, &cube__mpi_host, why, sizeof(why));
+  if (!t) {
+    cube__mpi_note(label, why[0] ? why : "the plugin refused to open");
+    return false;
+  }
+  if (t->abi != CUBE__MPI_PLUGIN_ABI || t->size < sizeof(cube__mpi_plugin_t) || !t->start ||
+      !t->exchange || !t->send || !t->recv) {
+    char m[160];
+    snprintf(m, sizeof(m), "interface version %u with a %u-byte table, the library needs %u and %zu",
+             t->abi, t->size, CUBE__MPI_PLUGIN_ABI, sizeof(cube__mpi_plugin_t));
+    cube__mpi_note(label, m);
+    return false;
+  }
+  g_mpi_loaded = t;
+  return true;
+}
+
+/* The directory of the file that holds this code: libcube.so, or the program
+ * itself when it is linked with libcube.a. False when unknown. */
+static bool cube__mpi_own_dir(char* out, size_t size) {
+  Dl_info info;
+  struct link_map* map = NULL;
+  if (!dladdr1((void*)&cube__mpi_start, &info, (void**)&map, RTLD_DL_LINKMAP) || !map)
+    return false;
+  char path[PATH_MAX];
+  if (map->l_name && map->l_name[0]) {
+    if (!realpath(map->l_name, path)) snprintf(path, sizeof(path), "%s", map->l_name);
+  } else {
+    /* The main program: its link map has no name (and dli_fname is argv[0]). */
+    ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+    if (n <= 0) return false;
+    path[n] = '\0';
+  }
+  char* slash = strrchr(path, '/');
+  if (!slash) return false;
+  *slash = '\0';
+  snprintf(out, size, "%s", path[0] ? path : "/");
+  return true;
+}
+
+static void cube__mpi_load(void) {
+  const char* env;
+  if (cube__env_str("CUBE_MPI_PLUGIN", &env)) {
+    char label[PATH_MAX + 32];
+    snprintf(label, sizeof(label), "CUBE_MPI_PLUGIN=%s", env);
+    cube__mpi_try(env, label, false);
     return;
   }
-  struct timespec ts = {0, 20000};
-  nanosleep(&ts, NULL);
-}
-
-/* g_mpi_lock held. */
-static void cube__mpi_reap_locked(bool force) {
-  for (cube__mpi_zombie_t** p = &g_zombies; *p;) {
-    cube__mpi_zombie_t* z = *p;
-    int done = 0;
-    MPI_Testall(z->count, z->reqs, &done, MPI_STATUSES_IGNORE);
-    if (!done && force) {
-      for (int i = 0; i < z->count; ++i)
-        if (z->reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&z->reqs[i]);
-      done = 1;
-    }
-    if (done) {
-      *p = z->next;
-      free(z->reqs);
-      if (force)
-        cube__coll_scratch_free(z->msg);
-      else
-        cube__coll_scratch_put(z->msg);
-      free(z);
-    } else {
-      p = &z->next;
-    }
-  }
-}
-
-static void cube__mpi_atexit(void) {
-  pthread_mutex_lock(&g_mpi_lock);
-  int fin = 0;
-  MPI_Finalized(&fin);
-  if (!fin) {
-    cube__mpi_reap_locked(true);
-    MPI_Finalize();
-  }
-  pthread_mutex_unlock(&g_mpi_lock);
-}
-
-static bool cube__launched_by_mpi(void) {
-  const char* v;
-  return cube__env_str("OMPI_COMM_WORLD_SIZE", &v) || cube__env_str("PMI_SIZE", &v) ||
-         cube__env_str("PMIX_RANK", &v);
-}
-
-cube_status_t cube__mpi_start(bool* out_active, uint32_t* out_rank, uint32_t* out_ranks) {
-  *out_active = false;
-  *out_rank = 0;
-  *out_ranks = 1;
-  const char* v;
-  bool want = cube__launched_by_mpi();
-  if (cube__env_str("CUBE_COLLECTIVE_MPI", &v)) want = strcmp(v, "0") != 0;
-  if (!want) return CUBE_OK;
-  pthread_mutex_lock(&g_mpi_lock);
-  int init = 0, fin = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (fin) {
-    pthread_mutex_unlock(&g_mpi_lock);
-    return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
-                             "collectives: MPI was already finalized in this process");
-  }
-  if (!init) {
-    int provided = 0;
-    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
-    if (rc != MPI_SUCCESS) {
-      pthread_mutex_unlock(&g_mpi_lock);
-      return cube__status_make(CUBE_STATUS_UNAVAILABLE,
-                               "collectives: MPI_Init_thread failed (error %d)", rc);
-    }
-    atexit(cube__mpi_atexit);
-  }
-  int level = MPI_THREAD_SINGLE;
-  MPI_Query_thread(&level);
-  if (level < MPI_THREAD_SERIALIZED) {
-    pthread_mutex_unlock(&g_mpi_lock);
-    return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
-                             "collectives: MPI runs at thread level %d; cube calls MPI from its "
-                             "device runners and needs MPI_THREAD_SERIALIZED (%d) or more",
-                             level, MPI_THREAD_SERIALIZED);
-  }
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  int rank = 0, size = 1, flag = 0;
-  int* ub = NULL;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
-  if (flag && ub && *ub > 1000) g_tag_ub = *ub;
-  pthread_mutex_unlock(&g_mpi_lock);
-  *out_active = true;
-  *out_rank = (uint32_t)rank;
-  *out_ranks = (uint32_t)size;
-  return CUBE_OK;
-}
-
-static int cube__mpi_tag(uint64_t key) { return 1 + (int)(key % (uint64_t)(g_tag_ub - 1)); }
-
-static void* cube__mpi_message(const cube__mpi_header_t* h, const void* payload, size_t* out_size) {
-  size_t n = sizeof(*h) + h->bytes;
-  char* m = cube__coll_scratch_get(n);
-  if (!m) return NULL;
-  memcpy(m, h, sizeof(*h));
-  if (h->bytes) memcpy(m + sizeof(*h), payload, h->bytes);
-  *out_size = n;
-  return m;
-}
-
-/* A receive posted before the matching send can arrive (so the data lands in
- * its buffer directly, not in MPI's unexpected-message queue), sized for the
- * message this rank expects: header + bytes. */
-typedef struct cube__mpi_rx {
-  MPI_Request req;
-  char* buf;
-  size_t cap;
-  int rank, tag;
-  bool active;
-} cube__mpi_rx_t;
-
-static cube_status_t cube__mpi_rx_post(cube__mpi_rx_t* rx, int rank, int tag, size_t cap,
-                                       const char* what) {
-  if (!rx->buf) {
-    rx->buf = cube__coll_scratch_get(cap);
-    if (!rx->buf)
-      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory for %zu bytes",
-                               what, cap);
-  }
-  rx->cap = cap;
-  rx->rank = rank;
-  rx->tag = tag;
-  pthread_mutex_lock(&g_mpi_lock);
-  int rc = MPI_Irecv(rx->buf, (int)cap, MPI_BYTE, rank, tag, MPI_COMM_WORLD, &rx->req);
-  pthread_mutex_unlock(&g_mpi_lock);
-  if (rc != MPI_SUCCESS)
-    return cube__status_make(CUBE_STATUS_INTERNAL, "%s: MPI_Irecv from rank %d failed (%d)", what,
-                             rank, rc);
-  rx->active = true;
-  return CUBE_OK;
-}
-
-/* Tests |rx|: *out_ready when it holds a message of the current operation
- * (*out_size bytes); a message of an older operation is dropped and the
- * receive posted again. */
-static cube_status_t cube__mpi_rx_poll(cube__mpi_rx_t* rx, const cube__mpi_header_t* want,
-                                       bool* out_ready, size_t* out_size, const char* what) {
-  *out_ready = false;
-  if (!rx->active) return CUBE_OK;
-  pthread_mutex_lock(&g_mpi_lock);
-  int flag = 0, n = 0;
-  MPI_Status status;
-  int rc = MPI_Test(&rx->req, &flag, &status);
-  if (rc == MPI_SUCCESS && flag) MPI_Get_count(&status, MPI_BYTE, &n);
-  pthread_mutex_unlock(&g_mpi_lock);
-  if (rc != MPI_SUCCESS) {
-    rx->active = false;
-    int cls = rc;
-    MPI_Error_class(rc, &cls);
-    if (cls == MPI_ERR_TRUNCATE)
-      return CUBE_INVALID("%s: participants disagree: rank %d sent more than the %zu bytes this "
-                          "rank (%u) expects",
-                          what, rx->rank, rx->cap - sizeof(cube__mpi_header_t),
-                          want->sender_rank);
-    return cube__status_make(CUBE_STATUS_INTERNAL, "%s: receiving from rank %d failed (MPI error "
-                             "%d)", what, rx->rank, rc);
-  }
-  if (!flag) return CUBE_OK;
-  rx->active = false;
-  cube__mpi_header_t h;
-  if ((size_t)n < sizeof(h))
-    return cube__status_make(CUBE_STATUS_INTERNAL, "%s: rank %d sent a %d-byte message", what,
-                             rx->rank, n);
-  memcpy(&h, rx->buf, sizeof(h));
-  if (h.comm_hash == want->comm_hash && h.sequence < want->sequence)
-    /* Left over from an operation that timed out here. */
-    return cube__mpi_rx_post(rx, rx->rank, rx->tag, rx->cap, what);
-  *out_ready = true;
-  *out_size = (size_t)n;
-  return CUBE_OK;
-}
-
-static void cube__mpi_rx_release(cube__mpi_rx_t* rx) {
-  if (rx->active) {
-    pthread_mutex_lock(&g_mpi_lock);
-    MPI_Cancel(&rx->req);
-    MPI_Wait(&rx->req, MPI_STATUS_IGNORE);
-    pthread_mutex_unlock(&g_mpi_lock);
-    rx->active = false;
-  }
-  cube__coll_scratch_put(rx->buf);
-  rx->buf = NULL;
-}
-
-/* Compares a received header with ours. */
-static cube_status_t cube__mpi_check(const cube__mpi_header_t* mine, const cube__mpi_header_t* h,
-                                     size_t size, uint32_t rank, const char* what) {
-  if (h->comm_hash != mine->comm_hash || h->sequence != mine->sequence || h->kind != mine->kind)
-    return cube__status_make(CUBE_STATUS_INTERNAL,
-                             "%s: rank %u sent operation #%" PRIu64 " of another communicator or "
-                             "kind (the ranks do not call the same operations in the same order)",
-                             what, rank, h->sequence);
-  if (h->bytes != mine->bytes || h->dtype != mine->dtype || h->op != mine->op)
-    return CUBE_INVALID("%s: participants disagree: rank %u gives %" PRIu64 " bytes of %s %s, "
-                        "this rank (%u) %" PRIu64 " bytes of %s %s",
-                        what, rank, h->bytes, cube_dtype_name((cube_dtype_t)h->dtype),
-                        h->kind ? "data" : cube_reduce_op_name((cube_reduce_op_t)h->op),
-                        mine->sender_rank, mine->bytes, cube_dtype_name((cube_dtype_t)mine->dtype),
-                        mine->kind ? "data" : cube_reduce_op_name((cube_reduce_op_t)mine->op));
-  if (h->local_cpu != mine->local_cpu)
-    return CUBE_INVALID("%s: rank %u has %u devices per rank, this rank %u (give every rank "
-                        "the same number: CUBE_CPU_DEVICES, or the GPUs it sees; global ids "
-                        "depend on it)",
-                        what, rank, h->local_cpu, mine->local_cpu);
-  if (size != sizeof(*h) + h->bytes)
-    return cube__status_make(CUBE_STATUS_INTERNAL, "%s: rank %u sent %zu bytes for %" PRIu64, what,
-                             rank, size, h->bytes);
-  return CUBE_OK;
-}
-
-/* Waits for |reqs| until |deadline_ns|; on timeout they become zombies with
- * |msg| (then owned by the zombie list). True if they completed. */
-static bool cube__mpi_wait_sends(MPI_Request* reqs, int count, void* msg, uint64_t deadline_ns) {
-  uint64_t idle = 0;
-  for (;;) {
-    pthread_mutex_lock(&g_mpi_lock);
-    int done = 0;
-    MPI_Testall(count, reqs, &done, MPI_STATUSES_IGNORE);
-    if (done || cube__now_ns() >= deadline_ns) {
-      if (!done) {
-        cube__mpi_zombie_t* z = calloc(1, sizeof(*z));
-        MPI_Request* copy = malloc((size_t)count * sizeof(*copy));
-        if (z && copy) {
-          memcpy(copy, reqs, (size_t)count * sizeof(*copy));
-          z->reqs = copy;
-          z->count = count;
-          z->msg = msg;
-          z->next = g_zombies;
-          g_zombies = z;
-        } else {
-          for (int i = 0; i < count; ++i)
-            if (reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[i]);
-          free(z);
-          free(copy);
-          msg = NULL; /* leaked on purpose: MPI may still read it */
-        }
-      } else {
-        cube__coll_scratch_put(msg);
-      }
-      cube__mpi_reap_locked(false);
-      pthread_mutex_unlock(&g_mpi_lock);
-      return done != 0;
-    }
-    pthread_mutex_unlock(&g_mpi_lock);
-    cube__mpi_nap(&idle);
-  }
-}
-
-cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* header,
-                                 const void* partial, uint32_t count, const uint32_t* ranks,
-                                 void** out_received, uint64_t deadline_ns, const char* what) {
-  int tag = cube__mpi_tag(tag_key);
-  size_t msg_size = 0;
-  void* msg = cube__mpi_message(header, partial, &msg_size);
-  MPI_Request* reqs = calloc(count ? count : 1, sizeof(*reqs));
-  bool* got = calloc(count ? count : 1, sizeof(bool));
-  cube__mpi_rx_t* rx = calloc(count ? count : 1, sizeof(*rx));
-  if (!msg || !reqs || !got || !rx) {
-    cube__coll_scratch_put(msg);
-    free(reqs);
-    free(got);
-    free(rx);
-    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", what);
-  }
-  cube_status_t st = CUBE_OK;
-  for (uint32_t i = 0; !st && i < count; ++i)
-    st = cube__mpi_rx_post(&rx[i], (int)ranks[i], tag, msg_size, what);
-  pthread_mutex_lock(&g_mpi_lock);
-  for (uint32_t i = 0; i < count; ++i) {
-    reqs[i] = MPI_REQUEST_NULL;
-    if (st) continue;
-    int rc = MPI_Isend(msg, (int)msg_size, MPI_BYTE, (int)ranks[i], tag, MPI_COMM_WORLD, &reqs[i]);
-    if (rc != MPI_SUCCESS)
-      st = cube__status_make(CUBE_STATUS_INTERNAL, "%s: MPI_Isend to rank %u failed (%d)", what,
-                             ranks[i], rc);
-  }
-  pthread_mutex_unlock(&g_mpi_lock);
-  uint32_t have = 0;
-  uint64_t idle = 0;
-  while (!st && have < count) {
-    bool progress = false;
-    for (uint32_t i = 0; !st && i < count; ++i) {
-      if (got[i]) continue;
-      bool ready = false;
-      size_t n = 0;
-      st = cube__mpi_rx_poll(&rx[i], header, &ready, &n, what);
-      if (st || !ready) continue;
-      cube__mpi_header_t h;
-      memcpy(&h, rx[i].buf, sizeof(h));
-      st = cube__mpi_check(header, &h, n, ranks[i], what);
-      if (!st) {
-        out_received[i] = cube__coll_scratch_get(h.bytes);
-        if (!out_received[i])
-          st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", what);
-        else
-          memcpy(out_received[i], rx[i].buf + sizeof(h), h.bytes);
-      }
-      got[i] = true;
-      ++have;
-      progress = true;
-    }
-    if (st || have == count) break;
-    if (cube__now_ns() >= deadline_ns) {
-      char missing[256];
-      size_t o = 0;
-      uint32_t k = 0;
-      for (uint32_t i = 0; i < count && o + 16 < sizeof(missing); ++i)
-        if (!got[i])
-          o += (size_t)snprintf(missing + o, sizeof(missing) - o, "%s%u", k++ ? ", " : "",
-                                ranks[i]);
-      st = cube__status_make(CUBE_STATUS_DEADLINE_EXCEEDED,
-                             "%s: rank%s %s did not join within the deadline "
-                             "(CUBE_COLLECTIVE_TIMEOUT); the operation is abandoned on this rank",
-                             what, k == 1 ? "" : "s", missing);
-      break;
-    }
-    if (progress)
-      idle = 0;
-    else
-      cube__mpi_nap(&idle);
-  }
-  uint64_t tdbg = cube__now_ns();
-  for (uint32_t i = 0; i < count; ++i) cube__mpi_rx_release(&rx[i]);
-  free(rx);
-  if (getenv("CUBE_MPI_DEBUG")) fprintf(stderr, "exchange %zu bytes: recv done at %.3f ms\n", msg_size, (tdbg - (deadline_ns - 60000000000ull)) / 1e6);
-  /* Our sends: wait for them until the deadline, then let them go. */
-  uint64_t now = cube__now_ns();
-  cube__mpi_wait_sends(reqs, (int)count, msg, st ? now : (deadline_ns > now ? deadline_ns : now));
-  if (getenv("CUBE_MPI_DEBUG")) fprintf(stderr, "exchange: sends done at %.3f ms\n", (cube__now_ns() - (deadline_ns - 60000000000ull)) / 1e6);
-  free(reqs);
-  free(got);
-  if (st)
-    for (uint32_t i = 0; i < count; ++i) {
-      cube__coll_scratch_put(out_received[i]);
-      out_received[i] = NULL;
-    }
-  return st;
-}
-
-cube_status_t cube__mpi_send(uint64_t tag_key, const cube__mpi_header_t* header, const void* src,
-                             uint32_t rank, uint64_t deadline_ns, const char* what) {
-  int tag = cube__mpi_tag(tag_key);
+  char tried[3][PATH_MAX + 32];
   size_t n = 0;
-  void* msg = cube__mpi_message(header, src, &n);
-  if (!msg) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", what);
-  MPI_Request req = MPI_REQUEST_NULL;
-  pthread_mutex_lock(&g_mpi_lock);
-  int rc = MPI_Isend(msg, (int)n, MPI_BYTE, (int)rank, tag, MPI_COMM_WORLD, &req);
-  pthread_mutex_unlock(&g_mpi_lock);
-  if (rc != MPI_SUCCESS) {
-    cube__coll_scratch_put(msg);
-    return cube__status_make(CUBE_STATUS_INTERNAL, "%s: MPI_Isend to rank %u failed (%d)", what,
-                             rank, rc);
+  char dir[PATH_MAX];
+  if (cube__mpi_own_dir(dir, sizeof(dir))) {
+    snprintf(tried[n++], sizeof(tried[0]), "%s/" CUBE__MPI_PLUGIN_FILE, dir);
+    snprintf(tried[n++], sizeof(tried[0]), "%s/cube/" CUBE__MPI_PLUGIN_FILE, dir);
   }
-  if (!cube__mpi_wait_sends(&req, 1, msg, deadline_ns))
-    return cube__status_make(CUBE_STATUS_DEADLINE_EXCEEDED,
-                             "%s: the receiver (rank %u) did not join within the deadline "
-                             "(CUBE_COLLECTIVE_TIMEOUT)",
-                             what, rank);
-  return CUBE_OK;
+  snprintf(tried[n++], sizeof(tried[0]), "%s/" CUBE__MPI_PLUGIN_FILE, CUBE_MPI_PLUGIN_DIR);
+  for (size_t i = 0; i < n; ++i) {
+    bool seen = false;
+    for (size_t j = 0; j < i; ++j) seen = seen || strcmp(tried[i], tried[j]) == 0;
+    if (!seen && cube__mpi_try(tried[i], tried[i], true)) return;
+  }
+  cube__mpi_try(CUBE__MPI_PLUGIN_FILE, CUBE__MPI_PLUGIN_FILE " on the loader's search path",
+                false);
 }
 
-cube_status_t cube__mpi_recv(uint64_t tag_key, const cube__mpi_header_t* header, void* dst,
-                             uint32_t rank, uint64_t deadline_ns, const char* what) {
-  int tag = cube__mpi_tag(tag_key);
-  cube__mpi_rx_t rx;
-  memset(&rx, 0, sizeof(rx));
-  cube_status_t st = cube__mpi_rx_post(&rx, (int)rank, tag, sizeof(*header) + header->bytes, what);
-  uint64_t idle = 0;
-  while (!st) {
-    bool ready = false;
-    size_t n = 0;
-    st = cube__mpi_rx_poll(&rx, header, &ready, &n, what);
-    if (st) break;
-    if (ready) {
-      cube__mpi_header_t h;
-      memcpy(&h, rx.buf, sizeof(h));
-      st = cube__mpi_check(header, &h, n, rank, what);
-      if (!st && h.bytes) memcpy(dst, rx.buf + sizeof(h), h.bytes);
-      break;
-    }
-    if (cube__now_ns() >= deadline_ns) {
-      st = cube__status_make(CUBE_STATUS_DEADLINE_EXCEEDED,
-                             "%s: the sender (rank %u) did not join within the deadline "
-                             "(CUBE_COLLECTIVE_TIMEOUT)",
-                             what, rank);
-      break;
-    }
-    cube__mpi_nap(&idle);
-  }
-  cube__mpi_rx_release(&rx);
-  return st;
-}
+//===----------------------------------------------------------------------===//
+// cube__mpi_* (collective.h)
+//===----------------------------------------------------------------------===//
 
-#else /* !CUBE_HAVE_MPI */
+/* Why this process wants MPI, for messages; NULL when it does not. */
+static const char* cube__mpi_wanted(void) {
+  const char* v;
+  if (cube__env_str("CUBE_COLLECTIVE_MPI", &v))
+    return strcmp(v, "0") != 0 ? "CUBE_COLLECTIVE_MPI=1" : NULL;
+  static const char* const launcher[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
+  static const char* const why[] = {
+      "this process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE is set)",
+      "this process was started by an MPI launcher (PMI_SIZE is set)",
+      "this process was started by an MPI launcher (PMIX_RANK is set)"};
+  for (size_t i = 0; i < sizeof(launcher) / sizeof(launcher[0]); ++i)
+    if (cube__env_str(launcher[i], &v)) return why[i];
+  return NULL;
+}
 
 cube_status_t cube__mpi_start(bool* out_active, uint32_t* out_rank, uint32_t* out_ranks) {
   *out_active = false;
   *out_rank = 0;
   *out_ranks = 1;
-  const char* v;
-  if (cube__env_str("CUBE_COLLECTIVE_MPI", &v) && strcmp(v, "1") == 0)
+  const char* why = cube__mpi_wanted();
+  if (!why) return CUBE_OK;
+  pthread_once(&g_mpi_load_once, cube__mpi_load);
+  if (!g_mpi_loaded) {
+#ifdef CUBE_HAVE_MPI
+    const char* hint = "";
+#else
+    const char* hint = "; this cube was built without MPI (install libopenmpi-dev and rebuild)";
+#endif
     return cube__status_make(CUBE_STATUS_UNAVAILABLE,
-                             "collectives: CUBE_COLLECTIVE_MPI=1 but this cube was built without "
-                             "MPI (install libopenmpi-dev and rebuild)");
+                             "collectives: %s but the MPI transport plugin " CUBE__MPI_PLUGIN_FILE
+                             " could not be loaded: tried %s%s; set CUBE_MPI_PLUGIN to its path, "
+                             "or CUBE_COLLECTIVE_MPI=0 to run without MPI",
+                             why, g_mpi_tried, hint);
+  }
+  uint32_t rank = 0, ranks = 1;
+  CUBE_RETURN_IF_ERROR(g_mpi_loaded->start(&rank, &ranks));
+  atomic_store_explicit(&g_mpi_plugin, g_mpi_loaded, memory_order_release);
+  *out_active = true;
+  *out_rank = rank;
+  *out_ranks = ranks;
   return CUBE_OK;
 }
 
-static cube_status_t cube__mpi_absent(const char* what) {
-  return cube__status_make(CUBE_STATUS_UNAVAILABLE, "%s: cube was built without MPI", what);
+static const cube__mpi_plugin_t* cube__mpi_active(void) {
+  return atomic_load_explicit(&g_mpi_plugin, memory_order_acquire);
+}
+
+static cube_status_t cube__mpi_inactive(const char* what) {
+  return cube__status_make(CUBE_STATUS_UNAVAILABLE, "%s: MPI is not in use in this process",
+                           what);
 }
 
 cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* header,
                                  const void* partial, uint32_t count, const uint32_t* ranks,
                                  void** out_received, uint64_t deadline_ns, const char* what) {
-  (void)tag_key, (void)header, (void)partial, (void)count, (void)ranks, (void)out_received,
-      (void)deadline_ns;
-  return cube__mpi_absent(what);
+  const cube__mpi_plugin_t* p = cube__mpi_active();
+  if (!p) return cube__mpi_inactive(what);
+  return p->exchange(tag_key, header, partial, count, ranks, out_received, deadline_ns, what);
 }
 
 cube_status_t cube__mpi_send(uint64_t tag_key, const cube__mpi_header_t* header, const void* src,
                              uint32_t rank, uint64_t deadline_ns, const char* what) {
-  (void)tag_key, (void)header, (void)src, (void)rank, (void)deadline_ns;
-  return cube__mpi_absent(what);
+  const cube__mpi_plugin_t* p = cube__mpi_active();
+  if (!p) return cube__mpi_inactive(what);
+  return p->send(tag_key, header, src, rank, deadline_ns, what);
 }
 
 cube_status_t cube__mpi_recv(uint64_t tag_key, const cube__mpi_header_t* header, void* dst,
                              uint32_t rank, uint64_t deadline_ns, const char* what) {
-  (void)tag_key, (void)header, (void)dst, (void)rank, (void)deadline_ns;
-  return cube__mpi_absent(what);
+  const cube__mpi_plugin_t* p = cube__mpi_active();
+  if (!p) return cube__mpi_inactive(what);
+  return p->recv(tag_key, header, dst, rank, deadline_ns, what);
 }
-
-#endif

@@ -15,6 +15,14 @@
 
 static uint32_t g_rank, g_ranks, g_local;
 
+#ifdef CUBE_TEST_MPI_PLUGIN
+/* The MPI transport is a plugin: this build's, unless CUBE_MPI_PLUGIN says
+ * otherwise (CTest sets it too; this covers a run by hand under mpiexec). */
+__attribute__((constructor)) static void default_mpi_plugin(void) {
+  setenv("CUBE_MPI_PLUGIN", CUBE_TEST_MPI_PLUGIN, 0);
+}
+#endif
+
 static cube_device_id_t cpu(uint32_t i) {
   cube_device_id_t d = {CUBE_BACKEND_CPU, i};
   return d;
