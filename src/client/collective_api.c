@@ -152,7 +152,9 @@ cube_status_t cube_client_sync_collective(cube_client_t* c) {
   uint64_t timeout;
   cube_status_t st = cube__coll_timeout_ns(&timeout);
   if (st) return cube__status_annotate(st, "%s", fn);
-  st = cube__coll_submit_sync(c->server, cube__client_stream_id(c), timeout);
+  cube__stream_t* stream;
+  st = cube__client_stream(c, &stream);
+  if (!st) st = cube__coll_submit_sync(stream, timeout);
   return st ? cube__status_annotate(st, "%s", fn) : CUBE_OK;
 }
 
@@ -164,6 +166,9 @@ static cube_status_t cube__coll_queue(cube_client_t* c, const char* fn, cube__co
   uint64_t timeout;
   cube_status_t st = cube__coll_timeout_ns(&timeout);
   if (st) return cube__status_annotate(st, "%s", fn);
+  cube__stream_t* stream;
+  st = cube__client_stream(c, &stream);
+  if (st) return cube__status_annotate(st, "%s", fn);
   if (src) {
     part->src_mem = src->mem;
     part->src_offset = src->offset_start;
@@ -174,7 +179,7 @@ static cube_status_t cube__coll_queue(cube_client_t* c, const char* fn, cube__co
     part->dst_offset = dst->offset_start;
     cube__memory_ref(dst->mem);
   }
-  st = cube__coll_submit(c->server, cube__client_stream_id(c), comm, kind, part, timeout);
+  st = cube__coll_submit(stream, comm, kind, part, timeout);
   return st ? cube__status_annotate(st, "%s", fn) : CUBE_OK;
 }
 

@@ -1,6 +1,11 @@
-/* The rendezvous shared by the transports of src/collective: communicators,
- * operation records and their helpers (collective.c), for the transports
- * kept in files of their own (nccl.c). Not for the rest of the library.
+/* The rendezvous shared by the transports of src/collective (private to the
+ * module): communicators, operation records and their helpers, records of
+ * finished collectives and the per-stream entry lists (rendezvous.c); the
+ * host rendezvous that the staged transport joins too (host.c); the staged
+ * transport's entries (staged.c); the pending operations of a stream and the
+ * task's timeout (collective.c); scratch buffers at shutdown (scratch.c).
+ * Used by the transports kept in files of their own (nccl/nccl.c). Not for
+ * the rest of the library (collective.h is its interface).
  */
 #ifndef CUBE_COLLECTIVE_COLL_INTERNAL_H_
 #define CUBE_COLLECTIVE_COLL_INTERNAL_H_
@@ -70,32 +75,127 @@ struct cube__comm {
   cube__coll_op_t* ops;
 };
 
-/* "cuda:3" into |buf|. */
-const char* cube__dev_name(cube_device_id_t d, char* buf, size_t size);
+/* World (world.c) ---------------------------------------------------------- */
 
-/* Operation records (the comm's lock where the name says so). */
-void cube__op_unref(cube__coll_op_t* op);
-const char* cube__op_name(const cube__coll_op_t* op, char* buf, size_t size);
-void cube__op_complete_locked(cube__coll_op_t* op, cube_status_t status);
-cube__coll_op_t* cube__op_find_locked(cube__comm_t* c, cube_collective_kind_t kind, uint32_t from,
-                                      uint32_t to, uint64_t seq, uint32_t expected,
-                                      uint32_t nslots);
+/* "cuda:3" into |buf|. */
+const char* cube__coll_dev_name(cube_device_id_t d, char* buf, size_t size);
+
+/* Operations (rendezvous.c; the comm's lock where the name says so) -------- */
+
+void cube__coll_op_unref(cube__coll_op_t* op);
+/* "all_reduce #3 (f32 sum, 1024 bytes) over {cpu:0, cpu:1}" into |buf|. */
+const char* cube__coll_op_name(const cube__coll_op_t* op, char* buf, size_t size);
+/* Completes |op| with |status| (consumed) if it is not yet: lets go of the
+ * parts' memory references and sets its events. */
+void cube__coll_op_complete_locked(cube__coll_op_t* op, cube_status_t status);
+/* Finds or creates the operation (kind, from, to, seq). The list's reference
+ * is the creation's; NULL when out of memory. */
+cube__coll_op_t* cube__coll_op_find_locked(cube__comm_t* c, cube_collective_kind_t kind,
+                                           uint32_t from, uint32_t to, uint64_t seq,
+                                           uint32_t expected, uint32_t nslots);
 /* Stores |part| (its memory references move into the op) in |slot|; true if
  * it is the last part of this process. A mismatch completes the op with the
  * error naming both sides. */
-bool cube__op_arrive_locked(cube__coll_op_t* op, uint32_t slot, cube__coll_part_t* part, void* src,
-                            void* dst);
-void cube__part_release(cube__coll_part_t* p);
+bool cube__coll_op_arrive_locked(cube__coll_op_t* op, uint32_t slot, cube__coll_part_t* part,
+                                 void* src, void* dst);
+/* A completed operation that no one else shares (MPI point to point), with
+ * |status| (consumed); NULL when out of memory. */
+cube__coll_op_t* cube__coll_op_solo(cube__comm_t* c, cube_collective_kind_t kind, uint32_t from,
+                                    uint32_t to, uint64_t seq, uint64_t bytes,
+                                    cube_status_t status);
+/* Lets go of the part's memory references. */
+void cube__coll_part_release(cube__coll_part_t* p);
 
 /* The address of |mem| + |offset| (a device address on device backends). */
-cube_status_t cube__resolve(cube__memory_t* mem, uint64_t offset, void** out);
+cube_status_t cube__coll_resolve(cube__memory_t* mem, uint64_t offset, void** out);
+
+/* Records (rendezvous.c) --------------------------------------------------- */
 
 /* Stores |r| as the last record of |server|'s device (and profiles it). */
 void cube__coll_record_store(struct cube__server* server, const cube_collective_record_t* r);
 /* The record of |op| (time_ns given), without the per-device fields. */
 void cube__coll_record_of(const cube__coll_op_t* op, uint64_t time_ns, cube_collective_record_t* r);
+/* The records of |op|, ended at |t_end|, on the devices of its parts. */
+void cube__coll_op_record(const cube__coll_op_t* op, uint64_t t_end);
+/* The record of a send or receive |part| that was its MPI message alone
+ * (sequence |seq|, from |t0| to |t1|). */
+void cube__coll_part_record(cube__coll_part_t* part, cube_collective_kind_t kind,
+                            const cube__comm_t* c, uint64_t seq, uint64_t t0, uint64_t t1);
+
+/* Entries of streams (rendezvous.c) ---------------------------------------- */
+
+/* What a transport keeps per part until the part's stream's sync_collective
+ * (the staged transport's host copies, the nccl transport's parts in
+ * flight): an entry starts with this link. */
+typedef struct cube__coll_entry {
+  struct cube__coll_entry* next;
+  cube__stream_t* stream; /* the part's stream: the key */
+} cube__coll_entry_t;
+
+/* Entries in the order they were added. |lock| guards the links (a transport
+ * may walk the list under it). */
+typedef struct cube__coll_list {
+  pthread_mutex_t lock;
+  cube__coll_entry_t* head;
+  cube__coll_entry_t** tail;
+} cube__coll_list_t;
+
+#define CUBE__COLL_LIST_INIT(list) {PTHREAD_MUTEX_INITIALIZER, NULL, &(list).head}
+
+/* Appends the entries linked from |chain| (NULL: nothing). */
+void cube__coll_list_append(cube__coll_list_t* l, cube__coll_entry_t* chain);
+/* Takes the entries of |stream| off |l|, linked in the order they were
+ * added: all of them, or, with |ready|, those before the first one of the
+ * stream for which ready(entry, arg) is false (called under the list's lock),
+ * so that a stream's entries are let go in their order. */
+cube__coll_entry_t* cube__coll_list_take(cube__coll_list_t* l, const cube__stream_t* stream,
+                                         bool (*ready)(const cube__coll_entry_t* e,
+                                                       const void* arg),
+                                         const void* arg);
+/* Takes every entry off |l| (shutdown). */
+cube__coll_entry_t* cube__coll_list_take_all(cube__coll_list_t* l);
+
+/* Destroys every communicator (their transports' comm_destroy) and record. */
+void cube__coll_rendezvous_shutdown(void);
+
+/* The host rendezvous (host.c) --------------------------------------------- */
+
+/* The rendezvous of an all_reduce part whose data is at |src| and goes to
+ * |dst| (host memory); |rs| a failure to get there (consumed). |staged|: the
+ * part's host copies (src, dst) are kept until its sync writes dst back. The
+ * last part of this process performs the operation. */
+cube_status_t cube__coll_host_all_reduce_at(cube__comm_t* c, cube__coll_part_t* part, void* src,
+                                            void* dst, cube_status_t rs, bool staged,
+                                            cube__coll_op_t** out_op);
+/* A send or receive part whose data is at (or goes to) |p| in host memory;
+ * |rs| a failure to get there (consumed). |staged|: |p| is the part's host
+ * copy, kept until its sync (a receive writes it back then). */
+cube_status_t cube__coll_host_p2p_at(cube__comm_t* c, cube__coll_part_t* part, bool is_send,
+                                     void* p, cube_status_t rs, bool staged,
+                                     cube__coll_op_t** out_op);
+/* A waiter of |op| takes blocks of it until none is left, once it started
+ * (nothing for an operation that is not shared in blocks). */
+void cube__coll_op_help(cube__coll_op_t* op);
+
+/* Keeps |part|'s host copies until its stream's next sync_collective (the
+ * op found and the comm's lock held, before the part arrives); staged.c. */
+void cube__coll_staged_add(cube__coll_part_t* part, cube__coll_op_t* op, void* src_host,
+                           void* dst_host, bool write_back);
+
+/* Pending operations and tasks (collective.c) ------------------------------ */
+
+/* Records |op| (consumes the reference) as pending on |stream|. */
+void cube__coll_pending_add(cube__stream_t* stream, cube__comm_t* comm, cube__coll_op_t* op);
+
+/* Waits for the operations pending on |stream|, at most |timeout_ns| for each
+ * that is not complete, abandoning those whose participants did not all
+ * join; returns their failures joined (NULL if none). */
+cube_status_t cube__coll_pending_wait(cube__stream_t* stream, uint64_t timeout_ns);
 
 /* The timeout of the collective task running on this thread (0 outside). */
 uint64_t cube__coll_task_timeout_ns(void);
+
+/* Frees the kept scratch buffers (scratch.c; shutdown). */
+void cube__coll_scratch_shutdown(void);
 
 #endif /* CUBE_COLLECTIVE_COLL_INTERNAL_H_ */

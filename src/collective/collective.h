@@ -1,9 +1,16 @@
 /* Collectives: communicators, the rendezvous of participants, and the
- * transports that move the data (docs/collectives.md).
+ * transports that move the data (docs/collectives.md). This header is the
+ * module's interface to the rest of the library; coll_internal.h is what the
+ * transports share inside it.
  *
- * Shape. A client call (src/client/client.c) validates its arguments, finds
- * (or creates) the communicator of the sorted device set and queues one task
- * on its device's stream. That task, on the runner (or in inline mode on the
+ * Files: collective.c (the transport registry, pending operations and their
+ * wait, the tasks, quiesce / shutdown), world.c (this process's place, global
+ * ids, the timeout), rendezvous.c (communicators, operations, records),
+ * host.c, staged.c and nccl/ (the transports), scratch.c, reduce.c, mpi.c.
+ *
+ * Shape. A client call (src/client/collective_api.c) validates its
+ * arguments, finds (or creates) the communicator of the sorted device set and
+ * queues one task on its device's stream. That task, on the runner (or in inline mode on the
  * caller, under the device lock), hands this participant's part to the
  * backend's transport and returns without waiting for the others. A later
  * cube_client_sync_collective queues a task that waits (at most
@@ -23,7 +30,7 @@
  *  - staged (devices whose memory is not host memory, without a collective
  *    library: OpenCL; CUDA where NCCL does not load): the same rendezvous
  *    over host copies of the parts;
- *  - nccl (CUDA, src/collective/nccl.c): the same rendezvous, and the last
+ *  - nccl (CUDA, src/collective/nccl/nccl.c): the same rendezvous, and the last
  *    participant of the process to arrive issues the NCCL calls of every
  *    local rank in one group, on each device's comm stream after an event
  *    of the participant's compute stream; sync_collective makes the compute
@@ -41,17 +48,18 @@
 #include "collective/mpi_abi.h"
 #include "cube/client.h"
 #include "memory/memory.h"
+#include "server/stream.h"
 
-struct cube__server;
 typedef struct cube__comm cube__comm_t;
 typedef struct cube__coll_op cube__coll_op_t;
 
 /* One participant's part, as its task hands it to the transport. The memory
  * references are owned by the part: a transport that keeps them sets the
- * fields to NULL. */
+ * fields to NULL. |stream| is the participant's stream (its server is
+ * stream->server): the key of what a transport keeps until the stream's
+ * sync_collective (two stream ids that map to one stream are one stream). */
 typedef struct cube__coll_part {
-  struct cube__server* server;
-  uint64_t stream_id;
+  cube__stream_t* stream;
   cube__memory_t* src_mem; /* all_reduce, send */
   uint64_t src_offset;
   cube__memory_t* dst_mem; /* all_reduce, recv */
@@ -85,7 +93,7 @@ typedef struct cube__coll_transport {
   cube_status_t (*recv)(cube__comm_t* comm, cube__coll_part_t* part, cube__coll_op_t** out_op);
   /* Orders the stream after its collectives (NULL: waiting on the operations
    * is enough). */
-  cube_status_t (*sync)(cube__comm_t* comm, struct cube__server* server, uint64_t stream_id);
+  cube_status_t (*sync)(cube__comm_t* comm, cube__stream_t* stream);
   void (*comm_destroy)(cube__comm_t* comm);
   /* Process-wide, may be NULL. quiesce: before the device queues shut down,
    * ends work in flight (NCCL: waits at most the collective timeout, then
@@ -111,7 +119,7 @@ extern const cube__coll_transport_t cube__coll_nccl_transport;
 /* cube_shutdown, before the device queues shut down: every transport's quiesce. */
 void cube__coll_quiesce(void);
 
-/* World ------------------------------------------------------------------ */
+/* World -------------------------------------------------------------------- */
 
 typedef struct cube__coll_world {
   uint32_t rank, ranks; /* 0, 1 without MPI (or CUBE_COLLECTIVE_RANK/RANKS) */
@@ -133,7 +141,7 @@ uint32_t cube__coll_per_rank(const cube__coll_world_t* w, cube_backend_t backend
 cube_device_id_t cube__coll_global_id(cube_device_id_t local);
 uint32_t cube__coll_global_count(cube_backend_t backend);
 
-/* Communicators ---------------------------------------------------------- */
+/* Communicators ------------------------------------------------------------ */
 
 /* The communicator of the set |devices| (global ids, any order, no
  * duplicates), created on first use. *out_rank: the place of |self| in it
@@ -148,18 +156,6 @@ const char* cube__coll_comm_name(const cube__comm_t* comm, char* buf, size_t siz
 uint32_t cube__coll_comm_size(const cube__comm_t* comm);
 cube_device_id_t cube__coll_comm_device(const cube__comm_t* comm, uint32_t rank);
 
-/* Pending operations of a stream ------------------------------------------ */
-
-/* Records |op| (consumes the reference) as pending on (server, stream). */
-void cube__coll_pending_add(struct cube__server* server, uint64_t stream_id, cube__comm_t* comm,
-                            cube__coll_op_t* op);
-
-/* Waits for the operations pending on (server, stream), at most |timeout_ns|
- * for each that is not complete, abandoning those whose participants did not
- * all join; returns their failures joined (NULL if none). */
-cube_status_t cube__coll_pending_wait(struct cube__server* server, uint64_t stream_id,
-                                      uint64_t timeout_ns);
-
 /* CUBE_COLLECTIVE_TIMEOUT in ns (default 60 s); INVALID_ARGUMENT when the
  * variable is not a positive number of seconds. */
 cube_status_t cube__coll_timeout_ns(uint64_t* out_ns);
@@ -171,14 +167,14 @@ bool cube__coll_last_record(cube_device_id_t local, cube_collective_record_t* ou
  * the queues are shut down). */
 void cube__coll_shutdown(void);
 
-/* Queues participant |part| of a collective of |kind| on (s, stream_id);
- * |part|'s memory references move into the task (also on failure). */
-cube_status_t cube__coll_submit(struct cube__server* s, uint64_t stream_id, cube__comm_t* comm,
+/* Queues participant |part| of a collective of |kind| on |stream| (the
+ * client's, cube__client_stream; part->stream is set to it); |part|'s memory
+ * references move into the task (also on failure). */
+cube_status_t cube__coll_submit(cube__stream_t* stream, cube__comm_t* comm,
                                 cube_collective_kind_t kind, const cube__coll_part_t* part,
                                 uint64_t timeout_ns);
-/* Queues the sync_collective task on (s, stream_id). */
-cube_status_t cube__coll_submit_sync(struct cube__server* s, uint64_t stream_id,
-                                     uint64_t timeout_ns);
+/* Queues the sync_collective task on |stream|. */
+cube_status_t cube__coll_submit_sync(cube__stream_t* stream, uint64_t timeout_ns);
 
 /* Host buffers for large temporaries (staging blocks, partial results, MPI
  * messages), kept for reuse: a fresh buffer costs a page fault per 4 KiB on
@@ -188,7 +184,7 @@ void* cube__coll_scratch_get(size_t size);
 void cube__coll_scratch_put(void* p);
 void cube__coll_scratch_free(void* p);
 
-/* Reductions (src/collective/reduce.c) -------------------------------------- */
+/* Reductions (src/collective/reduce.c) ------------------------------------- */
 
 /* acc[i] = op(acc[i], in[i]) for |count| elements of |dtype| (MEAN adds);
  * |acc| and |in| do not overlap. */

@@ -2,7 +2,8 @@
 /* Collectives between CPU devices of one process (issue 5): all_reduce over
  * 1..4 devices for every element type and op against a host reference,
  * send/recv, to_client, ordering with kernels, several threads, mismatches,
- * the timeout naming the missing device, profile records.
+ * the timeout naming the missing device, two stream ids of one stream,
+ * profile records.
  *
  * Every case sets CUBE_CPU_DEVICES=4 and its queue mode (the _inline cases
  * CUBE_DEVICE_QUEUE=inline) before touching cube, and ends with cube_shutdown,
@@ -659,6 +660,93 @@ static void timeout_case(const char* mode) {
 
 CUBE_TEST(timeout_names_missing_threaded) { timeout_case("threaded"); }
 CUBE_TEST(timeout_names_missing_inline) { timeout_case("inline"); }
+
+/* cpu:1's part of an all_reduce, late (after c0's sync_collective is queued). */
+typedef struct {
+  cube_client_t* c;
+  cube_handle_t h;
+  const cube_device_id_t* ids;
+  int failures;
+} late_t;
+
+static void* late_join(void* p) {
+  late_t* l = p;
+  usleep(100 * 1000);
+  cube_status_t s = cube_client_all_reduce(l->c, l->h, l->h, CUBE_DTYPE_I32, 2, l->ids,
+                                           CUBE_REDUCE_SUM);
+  if (!s) s = cube_client_sync_collective(l->c);
+  if (!s) s = cube_client_flush(l->c);
+  if (s) {
+    fprintf(stderr, "late cpu:1: %s\n", cube_status_message(s));
+    cube_status_free(s);
+    l->failures++;
+  }
+  return NULL;
+}
+
+/* Two stream ids that map to one stream slot (id % max_streams) are one
+ * stream: a sync_collective under either waits for the parts queued under the
+ * other and reports their failures. */
+static void stream_alias_case(const char* mode) {
+  setup(mode);
+  setenv("CUBE_MAX_STREAMS", "4", 1);
+  setenv("CUBE_COLLECTIVE_TIMEOUT", "20", 1);
+  cube_client_t* c[2] = {load(0), load(1)};
+  REQUIRE(c[0] && c[1]);
+  const cube_device_id_t ids[2] = {cpu(1), cpu(0)};
+  cube_stream_id_t a = cube_stream_create_id(), b = a + 4;
+  enum { N = 4099 };
+  int32_t* x = malloc(N * sizeof(int32_t));
+  int32_t* y = malloc(N * sizeof(int32_t));
+  REQUIRE(x && y);
+  uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)a;
+  for (size_t i = 0; i < N; ++i) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    x[i] = (int32_t)(rng >> 40) - (1 << 23);
+    y[i] = (int32_t)(rng >> 17) % 100000;
+  }
+  cube_client_set_stream(c[0], a);
+  cube_handle_t h0, h1;
+  REQUIRE_OK(cube_client_create_from_slice(c[0], x, N * sizeof(int32_t), &h0));
+  REQUIRE_OK(cube_client_create_from_slice(c[1], y, N * sizeof(int32_t), &h1));
+  /* Queued under a, synced and read under b while cpu:1 is still to come. */
+  CHECK_OK(cube_client_all_reduce(c[0], h0, h0, CUBE_DTYPE_I32, 2, ids, CUBE_REDUCE_SUM));
+  late_t late = {c[1], h1, ids, 0};
+  pthread_t th;
+  REQUIRE(pthread_create(&th, NULL, late_join, &late) == 0);
+  cube_client_set_stream(c[0], b);
+  CHECK_OK(cube_client_sync_collective(c[0]));
+  cube_bytes_t* r = NULL;
+  CHECK_OK(cube_client_read_one(c[0], h0, &r));
+  if (r) {
+    /* Checked before cpu:1's thread is joined: the sync alone made it so. */
+    const int32_t* v = cube_bytes_const_data(r);
+    size_t bad = 0;
+    for (size_t i = 0; i < N; ++i) bad += v[i] != x[i] + y[i];
+    CHECK(bad == 0);
+  }
+  cube_bytes_release(r);
+  pthread_join(th, NULL);
+  cube_test_failures += late.failures;
+  /* A part under b that cpu:1 never joins: the sync under a abandons it. */
+  setenv("CUBE_COLLECTIVE_TIMEOUT", "0.3", 1);
+  CHECK_OK(cube_client_all_reduce(c[0], h0, h0, CUBE_DTYPE_I32, 2, ids, CUBE_REDUCE_SUM));
+  cube_client_set_stream(c[0], a);
+  CHECK_OK(cube_client_sync_collective(c[0]));
+  CHECK_STATUS(cube_client_flush(c[0]), CUBE_STATUS_DEADLINE_EXCEEDED, "all_reduce #1",
+               "cpu:1 did not join");
+  cube_handle_release(h0);
+  cube_handle_release(h1);
+  free(x);
+  free(y);
+  for (int i = 0; i < 2; ++i) cube_client_release(c[i]);
+  cube_shutdown();
+  unsetenv("CUBE_COLLECTIVE_TIMEOUT");
+  unsetenv("CUBE_MAX_STREAMS");
+}
+
+CUBE_TEST(stream_alias_threaded) { stream_alias_case("threaded"); }
+CUBE_TEST(stream_alias_inline) { stream_alias_case("inline"); }
 
 CUBE_TEST(bad_input) {
   setup("threaded");

@@ -11,8 +11,9 @@
  * per device, a participant that never comes (the rendezvous names it), an
  * NCCL operation that never ends (the communicator is aborted, the next
  * operation works), buffers released before sync_collective (kept alive until
- * NCCL is done), the records, shutdown with work in flight, and processes
- * that exchange the unique id through CUBE_NCCL_ID_FILE. */
+ * NCCL is done), the records, shutdown with work in flight, two stream ids
+ * of one stream (nccl and staged), and processes that exchange the unique id
+ * through CUBE_NCCL_ID_FILE. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
@@ -693,6 +694,61 @@ CUBE_TEST(fallback_to_staged_with_old_nccl) {
   CHECK(detail && strstr(detail, "2.13.4") && strstr(detail, "2.14"));
   cube_shutdown();
 }
+
+/* Two stream ids that map to one stream slot (id % max_streams) are one
+ * stream: a sync_collective under the other id finishes the parts queued
+ * under the first (nccl: the part is waited for and its record written then;
+ * staged: the result is written back then). */
+static void stream_alias(bool staged) {
+  SETUP("2");
+  if (staged) setenv("CUBE_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", 1);
+  setenv("CUBE_MAX_STREAMS", "4", 1);
+  setenv("CUBE_MOCK_CUDA_DELAY_US", "100", 1);
+  const char* t = cube_collective_transport(CUBE_BACKEND_CUDA, NULL);
+  REQUIRE(t && strcmp(t, staged ? "staged" : "nccl") == 0);
+  cube_client_t* c[2];
+  for (uint32_t i = 0; i < 2; ++i) REQUIRE_OK(cube_client_load(cuda(i), &c[i]));
+  cube_stream_id_t a = cube_stream_create_id(), b = a + 4;
+  cube_client_set_stream(c[0], a);
+  cube_device_id_t ids[2] = {cuda(1), cuda(0)};
+  enum { N = 3001 };
+  int32_t* x = malloc(N * sizeof(int32_t));
+  int32_t* y = malloc(N * sizeof(int32_t));
+  int32_t* sum = malloc(N * sizeof(int32_t));
+  REQUIRE(x && y && sum);
+  uint64_t rng = 0x5eed ^ (uint64_t)a;
+  for (size_t i = 0; i < N; ++i) {
+    x[i] = (int32_t)(cube_test_rand(&rng) % 200001) - 100000;
+    y[i] = (int32_t)(cube_test_rand(&rng) % 200001) - 100000;
+    sum[i] = x[i] + y[i];
+  }
+  cube_handle_t h0, h1;
+  REQUIRE_OK(cube_client_create_from_slice(c[0], x, N * sizeof(int32_t), &h0));
+  REQUIRE_OK(cube_client_create_from_slice(c[1], y, N * sizeof(int32_t), &h1));
+  CHECK_OK(cube_client_all_reduce(c[0], h0, h0, CUBE_DTYPE_I32, 2, ids, CUBE_REDUCE_SUM));
+  CHECK_OK(cube_client_all_reduce(c[1], h1, h1, CUBE_DTYPE_I32, 2, ids, CUBE_REDUCE_SUM));
+  cube_client_set_stream(c[0], b);
+  CHECK_OK(cube_client_sync_collective(c[0]));
+  CHECK_OK(cube_client_sync_collective(c[1]));
+  CHECK(cube_test_read_equals(c[0], h0, sum, N * sizeof(int32_t)));
+  CHECK(cube_test_read_equals(c[1], h1, sum, N * sizeof(int32_t)));
+  CHECK_OK(cube_client_flush(c[0]));
+  cube_collective_record_t r; /* the reads ran after the syncs */
+  CHECK_OK(cube_client_last_collective(c[0], &r));
+  CHECK(r.transport && strcmp(r.transport, t) == 0 && r.bytes == N * sizeof(int32_t));
+  cube_handle_release(h0);
+  cube_handle_release(h1);
+  free(x);
+  free(y);
+  free(sum);
+  for (uint32_t i = 0; i < 2; ++i) cube_client_release(c[i]);
+  cube_shutdown();
+  unsetenv("CUBE_MAX_STREAMS");
+  unsetenv("CUBE_MOCK_CUDA_DELAY_US");
+}
+
+CUBE_TEST(stream_alias_is_one_stream) { stream_alias(false); }
+CUBE_TEST(stream_alias_is_one_stream_staged) { stream_alias(true); }
 
 /* Processes ------------------------------------------------------------------ */
 

@@ -5,7 +5,7 @@
  * inline mode) orders its buffers on its stream (cube__stream_order), records
  * an event there (the "ready" event: its data is complete once the stream
  * reaches it) and deposits its part in the rendezvous shared with the host
- * transport (collective.c: sequence numbers, size/type checks, abandonment).
+ * transport (rendezvous.c: sequence numbers, size/type checks, abandonment).
  * It never waits for a peer.
  *
  * Issue. The last participant of this process to arrive issues the NCCL
@@ -246,7 +246,8 @@ static cube_status_t cube__nccl_comm_stream(const cube__nccl_cu_t* cu, cube__ser
     cube__nccl_leave(&sc);
     if (r != CUDA_SUCCESS) {
       d->stream = NULL;
-      st = cube__nccl_cu_error(r, CUBE_STATUS_OK, "nccl: cuda device %u: creating its comm stream", o);
+      st = cube__nccl_cu_error(r, CUBE_STATUS_OK, "nccl: cuda device %u: creating its comm stream",
+                               o);
     } else {
       d->ctx = ctx;
     }
@@ -316,14 +317,14 @@ static cube_status_t cube__nccl_settle(const cube__nccl_t* nc, cube__comm_t* c,
       cube__nccl_result_t e = CUBE__NCCL_SUCCESS;
       cube__nccl_result_t r = nc->CommGetAsyncError(ns->comms[i], &e);
       if (r != CUBE__NCCL_SUCCESS)
-        return cube__nccl_error(r, ns->comms[i], CUBE_STATUS_OK, "%s: ncclCommGetAsyncError (rank %u)",
-                                what, i);
+        return cube__nccl_error(r, ns->comms[i], CUBE_STATUS_OK,
+                                "%s: ncclCommGetAsyncError (rank %u)", what, i);
       if (e == CUBE__NCCL_IN_PROGRESS) {
         busy = true;
       } else if (e != CUBE__NCCL_SUCCESS) {
         char d[32];
         return cube__nccl_error(e, ns->comms[i], CUBE_STATUS_OK, "%s: NCCL failed on rank %u (%s)",
-                                what, i, cube__dev_name(c->ids[i], d, sizeof(d)));
+                                what, i, cube__coll_dev_name(c->ids[i], d, sizeof(d)));
       }
     }
     if (!busy) return CUBE_OK;
@@ -360,7 +361,7 @@ static void cube__nccl_remote_names(const cube__comm_t* c, char* buf, size_t siz
     if (c->local[i]) continue;
     char d[32];
     o += (size_t)snprintf(buf + o, size - o, "%s%s (process %u)", o ? ", " : "",
-                          cube__dev_name(c->ids[i], d, sizeof(d)), c->rank_of[i]);
+                          cube__coll_dev_name(c->ids[i], d, sizeof(d)), c->rank_of[i]);
   }
 }
 
@@ -388,9 +389,10 @@ static cube_status_t cube__nccl_id_file(cube__comm_t* c, cube__nccl_state_t* ns,
     if (w != (ssize_t)sizeof(*id) || rename(tmp, path) != 0) {
       if (w == (ssize_t)sizeof(*id)) e = errno;
       unlink(tmp);
-      return cube__status_make(CUBE_STATUS_UNAVAILABLE,
-                               "%s: writing the NCCL unique id to %s (CUBE_NCCL_ID_FILE) failed: %s",
-                               what, path, strerror(e));
+      return cube__status_make(
+          CUBE_STATUS_UNAVAILABLE,
+          "%s: writing the NCCL unique id to %s (CUBE_NCCL_ID_FILE) failed: %s", what, path,
+          strerror(e));
     }
     snprintf(ns->id_file, sizeof(ns->id_file), "%s", path);
     return CUBE_OK;
@@ -490,7 +492,7 @@ static cube_status_t cube__nccl_ensure(const cube__nccl_t* nc, const cube__nccl_
     if (r != CUBE__NCCL_SUCCESS && r != CUBE__NCCL_IN_PROGRESS) {
       char d[32];
       st = cube__nccl_error(r, NULL, CUBE_STATUS_OK, "%s: ncclCommInitRankConfig for rank %u (%s)",
-                            what, i, cube__dev_name(c->ids[i], d, sizeof(d)));
+                            what, i, cube__coll_dev_name(c->ids[i], d, sizeof(d)));
     }
   }
   r = nc->GroupEnd();
@@ -555,19 +557,15 @@ typedef struct cube__nccl_flight {
 
 /* One local participant of a flight, until its stream's sync_collective. */
 typedef struct cube__nccl_entry {
-  struct cube__nccl_entry* next;
+  cube__coll_entry_t link; /* first: the list's; keyed by the part's stream */
   cube__nccl_flight_t* flight;
-  cube__server_t* server;
-  uint64_t stream_id;
   cube_collective_kind_t kind; /* for the record: ALL_REDUCE, SEND or RECV */
   CUcontext ctx;
   CUevent start, done; /* on the comm stream */
   cube__memory_t* mem[2];
 } cube__nccl_entry_t;
 
-static pthread_mutex_t g_entries_lock = PTHREAD_MUTEX_INITIALIZER;
-static cube__nccl_entry_t* g_entries;
-static cube__nccl_entry_t** g_entries_tail = &g_entries;
+static cube__coll_list_t g_entries = CUBE__COLL_LIST_INIT(g_entries);
 
 static void cube__nccl_flight_unref(cube__nccl_flight_t* f) {
   if (!f || atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1) return;
@@ -633,8 +631,7 @@ typedef struct cube__nccl_item {
   uint32_t slot, rank;
   int peer;      /* send/recv */
   bool is_send;  /* send/recv */
-  cube__server_t* server;
-  uint64_t stream_id;
+  cube__stream_t* stream;
   CUcontext ctx;
   CUstream comm_stream;
   cube__nccl_ready_t* ready;
@@ -678,12 +675,11 @@ static cube_status_t cube__nccl_issue(cube__comm_t* c, cube__coll_op_t* op, uint
     x->rank = ar ? i : (i == 0 ? op->from : op->to);
     x->is_send = !ar && i == 0;
     x->peer = ar ? -1 : (int)(i == 0 ? op->to : op->from);
-    x->server = s->part.server;
-    x->stream_id = s->part.stream_id;
+    x->stream = s->part.stream;
     x->ready = s->aux;
     x->src = s->src;
     x->dst = s->dst;
-    st = cube__nccl_comm_stream(cu, x->server, &x->comm_stream, &x->ctx);
+    st = cube__nccl_comm_stream(cu, x->stream->server, &x->comm_stream, &x->ctx);
     if (st) st = cube__status_annotate(st, "%s", what);
     else ctx_of[x->rank] = x->ctx;
   }
@@ -706,7 +702,8 @@ static cube_status_t cube__nccl_issue(cube__comm_t* c, cube__coll_op_t* op, uint
       if (r == CUDA_SUCCESS) r = cu->EventRecord(x->start, x->comm_stream);
       cube__nccl_leave(&sc);
     }
-    if (r != CUDA_SUCCESS) st = cube__nccl_cu_error(r, CUBE_STATUS_OK, "%s: ordering the comm streams", what);
+    if (r != CUDA_SUCCESS)
+      st = cube__nccl_cu_error(r, CUBE_STATUS_OK, "%s: ordering the comm streams", what);
     if (!st) {
       cube__nccl_type_t type = ar ? cube__nccl_type(op->dtype) : ncclUint8;
       size_t n = (size_t)(ar ? op->bytes / cube_dtype_size(op->dtype) : op->bytes);
@@ -730,7 +727,7 @@ static cube_status_t cube__nccl_issue(cube__comm_t* c, cube__coll_op_t* op, uint
         if (nr != CUBE__NCCL_SUCCESS && nr != CUBE__NCCL_IN_PROGRESS) {
           char d[32];
           st = cube__nccl_error(nr, comm, CUBE_STATUS_OK, "%s: %s for rank %u (%s)", what, call,
-                                x->rank, cube__dev_name(c->ids[x->rank], d, sizeof(d)));
+                                x->rank, cube__coll_dev_name(c->ids[x->rank], d, sizeof(d)));
         }
       }
       if (issued) {
@@ -794,8 +791,8 @@ static cube_status_t cube__nccl_issue(cube__comm_t* c, cube__coll_op_t* op, uint
     cube__coll_record_of(op, 1, &f->record);
     snprintf(f->what, sizeof(f->what), "%s", what);
     /* The entries: each takes its part's memory references and events. */
-    cube__nccl_entry_t* list = NULL;
-    cube__nccl_entry_t** tail = &list;
+    cube__coll_entry_t* list = NULL;
+    cube__coll_entry_t** tail = &list;
     for (uint32_t k = 0; k < count; ++k) {
       cube__nccl_item_t* x = &it[k];
       cube__nccl_entry_t* e = calloc(1, sizeof(*e));
@@ -811,8 +808,7 @@ static cube_status_t cube__nccl_issue(cube__comm_t* c, cube__coll_op_t* op, uint
       cube__coll_slot_t* s = &op->slots[x->slot];
       atomic_fetch_add(&f->refs, 1);
       e->flight = f;
-      e->server = x->server;
-      e->stream_id = x->stream_id;
+      e->link.stream = x->stream;
       e->kind = ar ? CUBE_COLLECTIVE_ALL_REDUCE : x->is_send ? CUBE_COLLECTIVE_SEND
                                                              : CUBE_COLLECTIVE_RECV;
       e->ctx = x->ctx;
@@ -822,16 +818,11 @@ static cube_status_t cube__nccl_issue(cube__comm_t* c, cube__coll_op_t* op, uint
       e->mem[1] = s->part.dst_mem;
       s->part.src_mem = s->part.dst_mem = NULL;
       x->start = x->done = NULL;
-      *tail = e;
-      tail = &e->next;
+      *tail = &e->link;
+      tail = &e->link.next;
     }
     cube__nccl_flight_unref(f); /* the entries hold it */
-    pthread_mutex_lock(&g_entries_lock);
-    if (list) {
-      *g_entries_tail = list;
-      g_entries_tail = tail;
-    }
-    pthread_mutex_unlock(&g_entries_lock);
+    cube__coll_list_append(&g_entries, list);
   }
   /* Events not handed to an entry (failure). The ready events are done with
    * once the comm streams' waits were queued. */
@@ -863,14 +854,13 @@ static cube_status_t cube__nccl_issue(cube__comm_t* c, cube__coll_op_t* op, uint
 /* Orders |part|'s buffers on its stream and records the ready event there. */
 static cube_status_t cube__nccl_mark(cube__coll_part_t* part, cube__nccl_ready_t** out) {
   const cube__nccl_cu_t* cu = NULL;
-  CUBE_RETURN_IF_ERROR(cube__nccl_cu_from(&part->server->be, &cu));
-  cube__stream_t* st;
-  CUBE_RETURN_IF_ERROR(cube__server_stream(part->server, part->stream_id, &st));
+  cube__stream_t* st = part->stream;
+  CUBE_RETURN_IF_ERROR(cube__nccl_cu_from(&st->server->be, &cu));
   if (part->src_mem) CUBE_RETURN_IF_ERROR(cube__stream_order(st, part->src_mem));
   if (part->dst_mem) CUBE_RETURN_IF_ERROR(cube__stream_order(st, part->dst_mem));
   cube__nccl_ready_t* rd = calloc(1, sizeof(*rd));
   if (!rd) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "no host memory");
-  rd->ctx = cube__nccl_ctx(part->server);
+  rd->ctx = cube__nccl_ctx(st->server);
   cube__nccl_scope_t sc = cube__nccl_enter(cu, rd->ctx);
   CUresult r = cu->EventCreate(&rd->event, CU_EVENT_DISABLE_TIMING);
   if (r == CUDA_SUCCESS) r = cu->EventRecord(rd->event, cube__nccl_native_stream(st));
@@ -878,13 +868,13 @@ static cube_status_t cube__nccl_mark(cube__coll_part_t* part, cube__nccl_ready_t
   if (r != CUDA_SUCCESS) {
     cube__nccl_ready_free(rd);
     return cube__nccl_cu_error(r, CUBE_STATUS_OK, "cuda device %u: recording the part's event",
-                            cube__nccl_ordinal(part->server));
+                               cube__nccl_ordinal(st->server));
   }
   *out = rd;
   return CUBE_OK;
 }
 
-static void cube__nccl_reap(const cube__nccl_cu_t* cu, cube__server_t* s, uint64_t sid);
+static void cube__nccl_reap(const cube__nccl_cu_t* cu, const cube__stream_t* stream);
 
 /* The last participant of the process performs the operation. */
 static void cube__nccl_perform(cube__comm_t* c, cube__coll_op_t* op, uint64_t timeout_ns) {
@@ -894,11 +884,11 @@ static void cube__nccl_perform(cube__comm_t* c, cube__coll_op_t* op, uint64_t ti
   if (skip) return;
   cube__event_set(&op->started);
   char what[320];
-  cube__op_name(op, what, sizeof(what));
+  cube__coll_op_name(op, what, sizeof(what));
   /* Every failure of the issue names the operation. */
   cube_status_t st = op->bytes ? cube__nccl_issue(c, op, timeout_ns, what) : CUBE_OK;
   pthread_mutex_lock(&c->lock);
-  cube__op_complete_locked(op, st);
+  cube__coll_op_complete_locked(op, st);
   pthread_mutex_unlock(&c->lock);
 }
 
@@ -906,15 +896,15 @@ static cube_status_t cube__nccl_join(cube__comm_t* c, cube__coll_part_t* part,
                                      cube_collective_kind_t kind, cube__coll_op_t** out_op) {
   uint64_t timeout_ns = cube__coll_task_timeout_ns();
   const cube__nccl_cu_t* cu = NULL;
-  cube_status_t drv = cube__nccl_cu_from(&part->server->be, &cu);
-  if (!drv) cube__nccl_reap(cu, part->server, part->stream_id);
+  cube_status_t drv = cube__nccl_cu_from(&part->stream->server->be, &cu);
+  if (!drv) cube__nccl_reap(cu, part->stream);
   cube_status_free(drv);
   void* src = NULL;
   void* dst = NULL;
   cube__nccl_ready_t* rd = NULL;
   cube_status_t rs = CUBE_OK;
-  if (part->src_mem) rs = cube__resolve(part->src_mem, part->src_offset, &src);
-  if (!rs && part->dst_mem) rs = cube__resolve(part->dst_mem, part->dst_offset, &dst);
+  if (part->src_mem) rs = cube__coll_resolve(part->src_mem, part->src_offset, &src);
+  if (!rs && part->dst_mem) rs = cube__coll_resolve(part->dst_mem, part->dst_offset, &dst);
   if (!rs) rs = cube__nccl_mark(part, &rd);
   bool is_send = kind == CUBE_COLLECTIVE_SEND;
   pthread_mutex_lock(&c->lock);
@@ -924,21 +914,21 @@ static cube_status_t cube__nccl_join(cube__comm_t* c, cube__coll_part_t* part,
   uint64_t seq = 0;
   if (ns && kind == CUBE_COLLECTIVE_ALL_REDUCE) {
     seq = c->ar_seq[part->rank]++;
-    op = cube__op_find_locked(c, CUBE_COLLECTIVE_ALL_REDUCE, 0, 0, seq, c->local_n, c->n);
+    op = cube__coll_op_find_locked(c, CUBE_COLLECTIVE_ALL_REDUCE, 0, 0, seq, c->local_n, c->n);
     slot = part->rank;
   } else if (ns) {
     uint32_t from = is_send ? part->rank : part->peer;
     uint32_t to = is_send ? part->peer : part->rank;
     seq = is_send ? c->send_seq[from * c->n + to]++ : c->recv_seq[from * c->n + to]++;
     uint32_t expected = from == to ? 2u : (uint32_t)c->local[from] + (uint32_t)c->local[to];
-    op = cube__op_find_locked(c, CUBE_COLLECTIVE_SEND, from, to, seq, expected, 2);
+    op = cube__coll_op_find_locked(c, CUBE_COLLECTIVE_SEND, from, to, seq, expected, 2);
     slot = is_send ? 0 : 1;
   }
   if (!op) {
     pthread_mutex_unlock(&c->lock);
     cube_status_free(rs);
     cube__nccl_ready_free(rd);
-    cube__part_release(part);
+    cube__coll_part_release(part);
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s #%" PRIu64 ": no host memory",
                              kind == CUBE_COLLECTIVE_ALL_REDUCE ? "all_reduce" : "send/recv", seq);
   }
@@ -946,11 +936,11 @@ static cube_status_t cube__nccl_join(cube__comm_t* c, cube__coll_part_t* part,
   op->aux_free = cube__nccl_ready_free;
   if (rs) {
     char what[320];
-    cube__op_name(op, what, sizeof(what));
-    cube__op_complete_locked(op, cube__status_annotate(rs, "%s", what));
+    cube__coll_op_name(op, what, sizeof(what));
+    cube__coll_op_complete_locked(op, cube__status_annotate(rs, "%s", what));
   }
   bool had = op->slots[slot].has;
-  bool last = cube__op_arrive_locked(op, slot, part, src, dst);
+  bool last = cube__coll_op_arrive_locked(op, slot, part, src, dst);
   if (!had && op->slots[slot].has) {
     op->slots[slot].aux = rd; /* the op's now */
     rd = NULL;
@@ -959,7 +949,7 @@ static cube_status_t cube__nccl_join(cube__comm_t* c, cube__coll_part_t* part,
   cube__nccl_ready_free(rd);
   if (last) {
     cube__nccl_perform(c, op, timeout_ns);
-    cube__op_unref(op); /* the list's */
+    cube__coll_op_unref(op); /* the list's */
   }
   *out_op = op;
   return CUBE_OK;
@@ -1020,8 +1010,9 @@ static void cube__nccl_timeout(const cube__nccl_cu_t* cu, cube__nccl_flight_t* f
   }
   pthread_mutex_unlock(&ns->lock);
   /* The operations queued behind it on the aborted communicator. */
-  pthread_mutex_lock(&g_entries_lock);
-  for (cube__nccl_entry_t* x = g_entries; x; x = x->next) {
+  pthread_mutex_lock(&g_entries.lock);
+  for (cube__coll_entry_t* l = g_entries.head; l; l = l->next) {
+    cube__nccl_entry_t* x = (cube__nccl_entry_t*)l;
     cube__nccl_flight_t* g = x->flight;
     if (g == f || g->comm != c || g->generation != f->generation) continue;
     if (atomic_load(&g->status)) continue;
@@ -1033,7 +1024,7 @@ static void cube__nccl_timeout(const cube__nccl_cu_t* cu, cube__nccl_flight_t* f
                                                       "%s: aborted with its communicator after",
                                                       g->what));
   }
-  pthread_mutex_unlock(&g_entries_lock);
+  pthread_mutex_unlock(&g_entries.lock);
   cube_status_free(st);
 }
 
@@ -1052,7 +1043,8 @@ static cube_status_t cube__nccl_finish(const cube__nccl_cu_t* cu, cube__nccl_ent
     if (r != CUDA_ERROR_NOT_READY) {
       done = true;
       if (r != CUDA_SUCCESS && !atomic_load(&f->status))
-        cube__nccl_flight_fail(f, cube__nccl_cu_error(r, CUBE_STATUS_OK, "%s: waiting for NCCL", f->what));
+        cube__nccl_flight_fail(
+            f, cube__nccl_cu_error(r, CUBE_STATUS_OK, "%s: waiting for NCCL", f->what));
       break;
     }
     uint64_t now = cube__now_ns();
@@ -1080,7 +1072,7 @@ static cube_status_t cube__nccl_finish(const cube__nccl_cu_t* cu, cube__nccl_ent
     double n = r.participants;
     r.busbw_gbps = r.kind == CUBE_COLLECTIVE_ALL_REDUCE && n > 1 ? r.algbw_gbps * 2.0 * (n - 1) / n
                                                                  : r.algbw_gbps;
-    cube__coll_record_store(e->server, &r);
+    cube__coll_record_store(e->link.stream->server, &r);
   }
   /* A part whose kernels were never seen to end keeps its memory for good:
    * freeing it could hand NCCL's buffers to new data. */
@@ -1088,68 +1080,47 @@ static cube_status_t cube__nccl_finish(const cube__nccl_cu_t* cu, cube__nccl_ent
   return st;
 }
 
-/* Takes the entries of (s, sid) off the list: all of them, or (|finished|)
- * those at the head whose done event completed and whose flight did not fail. */
-static cube__nccl_entry_t* cube__nccl_take(const cube__nccl_cu_t* cu, cube__server_t* s,
-                                           uint64_t sid, bool finished) {
-  cube__nccl_entry_t* mine = NULL;
-  cube__nccl_entry_t** mine_tail = &mine;
-  pthread_mutex_lock(&g_entries_lock);
-  cube__nccl_entry_t** p = &g_entries;
-  while (*p) {
-    cube__nccl_entry_t* e = *p;
-    bool ours = e->server == s && e->stream_id == sid;
-    if (ours && finished) {
-      bool ok = !atomic_load(&e->flight->status);
-      if (ok) {
-        cube__nccl_scope_t sc = cube__nccl_enter(cu, e->ctx);
-        ok = cu->EventQuery(e->done) == CUDA_SUCCESS;
-        cube__nccl_leave(&sc);
-      }
-      if (!ok) break; /* keep the stream's order: stop at the first running one */
-    }
-    if (!ours) {
-      p = &e->next;
-      continue;
-    }
-    *p = e->next;
-    e->next = NULL;
-    *mine_tail = e;
-    mine_tail = &e->next;
+/* An entry whose done event completed and whose flight did not fail (under
+ * the list's lock; |arg| is the driver). */
+static bool cube__nccl_entry_finished(const cube__coll_entry_t* l, const void* arg) {
+  const cube__nccl_cu_t* cu = arg;
+  const cube__nccl_entry_t* e = (const cube__nccl_entry_t*)l;
+  bool ok = !atomic_load(&e->flight->status);
+  if (ok) {
+    cube__nccl_scope_t sc = cube__nccl_enter(cu, e->ctx);
+    ok = cu->EventQuery(e->done) == CUDA_SUCCESS;
+    cube__nccl_leave(&sc);
   }
-  /* The tail moved if the last entries were taken. */
-  g_entries_tail = &g_entries;
-  while (*g_entries_tail) g_entries_tail = &(*g_entries_tail)->next;
-  pthread_mutex_unlock(&g_entries_lock);
-  return mine;
+  return ok;
 }
 
 /* At a new part: the finished parts of this stream are let go (a program
  * that never calls sync_collective does not keep every buffer alive). */
-static void cube__nccl_reap(const cube__nccl_cu_t* cu, cube__server_t* s, uint64_t sid) {
-  cube__nccl_entry_t* mine = cube__nccl_take(cu, s, sid, true);
+static void cube__nccl_reap(const cube__nccl_cu_t* cu, const cube__stream_t* stream) {
+  cube__coll_entry_t* mine =
+      cube__coll_list_take(&g_entries, stream, cube__nccl_entry_finished, cu);
   while (mine) {
-    cube__nccl_entry_t* e = mine;
-    mine = e->next;
+    cube__nccl_entry_t* e = (cube__nccl_entry_t*)mine;
+    mine = mine->next;
     cube_status_free(cube__nccl_finish(cu, e, 0));
   }
 }
 
-/* sync_collective on (s, sid), after its rendezvous operations were issued:
+/* sync_collective on |stream|, after its rendezvous operations were issued:
  * the compute stream waits for its parts' done events, and this task waits
  * for them with the deadline. */
-static cube_status_t cube__nccl_sync(cube__comm_t* comm, cube__server_t* s, uint64_t sid) {
+static cube_status_t cube__nccl_sync(cube__comm_t* comm, cube__stream_t* stream) {
   (void)comm;
   const cube__nccl_cu_t* cu = NULL;
-  CUBE_RETURN_IF_ERROR(cube__nccl_cu_from(&s->be, &cu));
+  CUBE_RETURN_IF_ERROR(cube__nccl_cu_from(&stream->server->be, &cu));
   uint64_t timeout_ns = cube__coll_task_timeout_ns();
   if (!timeout_ns) CUBE_RETURN_IF_ERROR(cube__coll_timeout_ns(&timeout_ns));
-  cube__nccl_entry_t* mine = cube__nccl_take(cu, s, sid, false);
+  cube__coll_entry_t* mine = cube__coll_list_take(&g_entries, stream, NULL, NULL);
   if (!mine) return CUBE_OK;
-  cube__stream_t* st = NULL;
-  cube_status_t errors = cube__server_stream(s, sid, &st);
-  CUstream compute = st ? cube__nccl_native_stream(st) : NULL;
-  for (cube__nccl_entry_t* e = mine; e && st; e = e->next) {
+  cube_status_t errors = CUBE_OK;
+  CUstream compute = cube__nccl_native_stream(stream);
+  for (cube__coll_entry_t* l = mine; l; l = l->next) {
+    cube__nccl_entry_t* e = (cube__nccl_entry_t*)l;
     cube__nccl_scope_t sc = cube__nccl_enter(cu, e->ctx);
     CUresult r = cu->StreamWaitEvent(compute, e->done, 0);
     cube__nccl_leave(&sc);
@@ -1159,8 +1130,8 @@ static cube_status_t cube__nccl_sync(cube__comm_t* comm, cube__server_t* s, uint
                                                           e->flight->what));
   }
   while (mine) {
-    cube__nccl_entry_t* e = mine;
-    mine = e->next;
+    cube__nccl_entry_t* e = (cube__nccl_entry_t*)mine;
+    mine = mine->next;
     cube_status_t x = cube__nccl_finish(cu, e, timeout_ns);
     if (x) errors = cube__status_join(errors, x);
   }
@@ -1233,9 +1204,9 @@ static void cube__nccl_comm_destroy(cube__comm_t* c) {
 }
 
 static void cube__nccl_quiesce(void) {
-  pthread_mutex_lock(&g_entries_lock);
-  bool none = g_entries == NULL;
-  pthread_mutex_unlock(&g_entries_lock);
+  pthread_mutex_lock(&g_entries.lock);
+  bool none = g_entries.head == NULL;
+  pthread_mutex_unlock(&g_entries.lock);
   if (none) return; /* (and the driver is not loaded for nothing) */
   const cube__nccl_cu_t* cu = NULL;
   cube_status_t st = cube__nccl_cu_get(&cu);
@@ -1255,8 +1226,9 @@ static void cube__nccl_quiesce(void) {
     cube__nccl_flight_t* f = NULL;
     CUcontext ctx = NULL;
     CUevent done = NULL;
-    pthread_mutex_lock(&g_entries_lock);
-    for (cube__nccl_entry_t* e = g_entries; e && !f; e = e->next) {
+    pthread_mutex_lock(&g_entries.lock);
+    for (cube__coll_entry_t* l = g_entries.head; l && !f; l = l->next) {
+      cube__nccl_entry_t* e = (cube__nccl_entry_t*)l;
       if (atomic_load(&e->flight->status)) continue;
       cube__nccl_scope_t sc = cube__nccl_enter(cu, e->ctx);
       bool running = cu->EventQuery(e->done) == CUDA_ERROR_NOT_READY;
@@ -1269,7 +1241,7 @@ static void cube__nccl_quiesce(void) {
     }
     /* |done| stays alive: it is destroyed with its entry, which only a sync
      * takes off the list, and no sync runs during shutdown. */
-    pthread_mutex_unlock(&g_entries_lock);
+    pthread_mutex_unlock(&g_entries.lock);
     if (!f) return;
     uint64_t deadline = cube__now_ns() + timeout_ns;
     uint64_t idle = 0;
@@ -1289,9 +1261,9 @@ static void cube__nccl_quiesce(void) {
  * work ended with the devices' synchronisation), then the comm streams. */
 static void cube__nccl_shutdown(void) {
   bool any = false;
-  pthread_mutex_lock(&g_entries_lock);
-  any = g_entries != NULL;
-  pthread_mutex_unlock(&g_entries_lock);
+  pthread_mutex_lock(&g_entries.lock);
+  any = g_entries.head != NULL;
+  pthread_mutex_unlock(&g_entries.lock);
   pthread_mutex_lock(&g_dev_lock);
   for (uint32_t i = 0; i < CUBE__NCCL_MAX_DEVICES && !any; ++i) any = g_devs[i].stream != NULL;
   pthread_mutex_unlock(&g_dev_lock);
@@ -1302,14 +1274,10 @@ static void cube__nccl_shutdown(void) {
     cube_status_free(st);
     cu = NULL;
   }
-  pthread_mutex_lock(&g_entries_lock);
-  cube__nccl_entry_t* e = g_entries;
-  g_entries = NULL;
-  g_entries_tail = &g_entries;
-  pthread_mutex_unlock(&g_entries_lock);
+  cube__coll_entry_t* e = cube__coll_list_take_all(&g_entries);
   while (e) {
-    cube__nccl_entry_t* x = e;
-    e = x->next;
+    cube__nccl_entry_t* x = (cube__nccl_entry_t*)e;
+    e = e->next;
     bool finished = true;
     if (cu) {
       cube__nccl_scope_t sc = cube__nccl_enter(cu, x->ctx);
