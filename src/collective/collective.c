@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/abi.h"
 #include "base/status.h"
 #include "platform/platform.h"
 #include "server/server.h"
@@ -169,7 +170,7 @@ cube_status_t cube__coll_world(cube__coll_world_t* out) {
       /* The devices per rank of the backend whose ids span MPI ranks (the
        * CPU's, CUBE_CPU_DEVICES). */
       cube_backend_t b = cube__backend_with_caps(CUBE__CAP_GLOBAL_IDS_UNDER_MPI);
-      w.local_cpu = b == CUBE_BACKEND_COUNT ? 0 : cube__backend_device_count(b);
+      w.local_cpu = b == CUBE_BACKEND_NONE ? 0 : cube__backend_device_count(b);
       g_world = w;
       g_world_ready = true;
     }
@@ -182,8 +183,8 @@ cube_status_t cube__coll_world(cube__coll_world_t* out) {
 /* The devices of each backend, counted once per process and only when they
  * are needed (a CPU-only MPI program does not load the CUDA driver). */
 static pthread_mutex_t g_count_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t g_counts[CUBE_BACKEND_COUNT];
-static bool g_counted[CUBE_BACKEND_COUNT];
+static uint32_t g_counts[CUBE__BACKEND_COUNT];
+static bool g_counted[CUBE__BACKEND_COUNT];
 
 static uint32_t cube__coll_local_count(cube_backend_t backend) {
   pthread_mutex_lock(&g_count_lock);
@@ -227,7 +228,7 @@ cube_device_id_t cube__coll_global_id(cube_device_id_t local) {
 }
 
 uint32_t cube__coll_global_count(cube_backend_t backend) {
-  uint32_t n = (uint32_t)cube_device_count(backend);
+  uint32_t n = cube__backend_device_count(backend);
   cube__coll_world_t w;
   cube_status_t st = cube__coll_world(&w);
   if (st) {
@@ -289,11 +290,11 @@ const char* cube_collective_transport(cube_backend_t backend, const char** out_d
   const cube__coll_transport_t* t = cube__coll_choose(backend, &skipped);
   const char* detail = t ? (t->describe ? t->describe() : t->name)
                          : "the backend has no collective transport";
-  if (t && skipped && (unsigned)backend < CUBE_BACKEND_COUNT) {
+  if (t && skipped && (unsigned)backend < CUBE__BACKEND_COUNT) {
     /* The fallback, and why the preferred one is not used (the reason does
      * not change once it was tried). */
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static char lines[CUBE_BACKEND_COUNT][640];
+    static char lines[CUBE__BACKEND_COUNT][640];
     pthread_mutex_lock(&lock);
     if (!lines[backend][0])
       snprintf(lines[backend], sizeof(lines[backend]), "%s; %s not used: %s", t->name,

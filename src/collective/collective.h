@@ -37,7 +37,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cube/client.h"
+#include "cube/collective.h"
 #include "memory/memory.h"
 
 struct cube__server;
