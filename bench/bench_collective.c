@@ -53,7 +53,7 @@ static uint64_t trial(void* p, uint64_t iters) {
     for (uint32_t i = 0; i < x->n; ++i) TRY("flush", cube_client_flush(x->c[i]));
   }
   uint64_t t = now_ns() - t0;
-  cube_collective_record_t r;
+  cube_collective_record_t r = {0};
   TRY("last_collective", cube_client_last_collective(x->c[0], &r));
   x->record_busbw = r.busbw_gbps;
   x->record_us = (double)r.time_ns / 1000.0;
@@ -91,7 +91,7 @@ static int mpi_main(uint32_t rank, uint32_t ranks, uint64_t max_mib) {
       if (k >= 0) t[k] = (double)(now_ns() - t0) / 1000.0 / (double)iters;
     }
     qsort(t, 7, sizeof(double), cmp_double);
-    cube_collective_record_t r;
+    cube_collective_record_t r = {0};
     TRY("last_collective", cube_client_last_collective(x.c[0], &r));
     double alg = (double)bytes / (t[3] * 1000.0), bus = alg * 2.0 * (ranks - 1) / ranks;
     if (rank == 0)

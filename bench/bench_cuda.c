@@ -23,7 +23,7 @@
  *      returned; vs raw cuMemcpyHtoDAsync from pageable and from pinned.
  *   6. read_one of a 1 GiB handle vs raw cuMemcpyDtoHAsync into pageable and
  *      pinned memory (the round trip of 5 -> 6 is checked byte for byte).
- *   7. kernel cache: cold compile (fresh define) through cube_kernel_precompile
+ *   7. kernel cache: cold compile (fresh define) through cube_client_precompile
  *      vs a disk hit (after cube_shutdown, which drops every in-memory cache
  *      and module, a new server loads the entry from disk) vs an in-process
  *      hit (new kernel object of the same source); beside raw NVRTC compiling
@@ -468,7 +468,7 @@ static void cube_setup(void) {
   C.k_copy = make_kernel(k_cube_src, "copy", 256, NULL, 0);
   cube_kernel_t* all[4] = {C.k_empty, C.k_write4, C.k_saxpy, C.k_copy};
   uint64_t t0 = now_ns();
-  CHECK("cube_kernel_precompile", cube_kernel_precompile(C.c, 4, all, CUBE_EXEC_CHECKED));
+  CHECK("cube_client_precompile", cube_client_precompile(C.c, 4, all, CUBE_EXEC_CHECKED));
   uint64_t t1 = now_ns();
   CHECK("cube_client_empty (empty kernel's argument)", cube_client_empty(C.c, 256, &C.h_small));
   const cube_device_properties_t* p = cube_client_properties(C.c);
@@ -1118,7 +1118,8 @@ static uint64_t splitmix(uint64_t* s) {
 static double precompile_ns(const cube_define_t* def) {
   cube_kernel_t* k = make_kernel(k_cache_src, "saxpy", 256, def, 1);
   uint64_t t0 = now_ns();
-  CHECK("cube_kernel_precompile (cache figure)", cube_kernel_precompile(C.c, 1, &k, CUBE_EXEC_CHECKED));
+  CHECK("cube_client_precompile (cache figure)",
+        cube_client_precompile(C.c, 1, &k, CUBE_EXEC_CHECKED));
   uint64_t t1 = now_ns();
   cube_kernel_release(k);
   return (double)(t1 - t0);
@@ -1139,7 +1140,7 @@ static void fig_cache(void) {
     defs[i].name = "CUBE_BENCH_CUDA_SALT";
     defs[i].value = values[i];
   }
-  cube_kernel_cache_stats_t st0, st1, st2, st3;
+  cube_kernel_cache_stats_t st0 = {0}, st1 = {0}, st2 = {0}, st3 = {0};
   CHECK("cube_kernel_cache_stats", cube_kernel_cache_stats(&st0));
   /* Cold: a key never seen (compile, store on disk, load the module). */
   double cold[MAX_SALTS], mem[MAX_SALTS], hit[MAX_SALTS], raw_c[MAX_SALTS], raw_l[MAX_SALTS];
@@ -1195,7 +1196,8 @@ static void fig_cache(void) {
     /* Warm-up: one disk hit of the bench's empty kernel (compiled in
      * cube_setup) absorbs the first-use costs of the new server. */
     cube_kernel_t* k = make_kernel(k_cube_src, "empty", 32, NULL, 0);
-    CHECK("cube_kernel_precompile (warm-up)", cube_kernel_precompile(C.c, 1, &k, CUBE_EXEC_CHECKED));
+    CHECK("cube_client_precompile (warm-up)",
+          cube_client_precompile(C.c, 1, &k, CUBE_EXEC_CHECKED));
     cube_kernel_release(k);
     CHECK("cube_kernel_cache_stats", cube_kernel_cache_stats(&st2));
     for (int i = 0; i < salts; ++i) hit[i] = precompile_ns(&defs[i]);

@@ -571,10 +571,10 @@ static cube_kernel_t* make_dialect(const char* source, const char* entry, uint32
 /* Compiles |k| now (Checked mode) and returns the time it took in ms. */
 static double precompile_ms(cube_kernel_t* k) {
   uint64_t t0 = now_ns();
-  cube_status_t s = cube_kernel_precompile(g_client, 1, &k, CUBE_EXEC_CHECKED);
+  cube_status_t s = cube_client_precompile(g_client, 1, &k, CUBE_EXEC_CHECKED);
   double ms = (double)(now_ns() - t0) / 1e6;
   if (s) {
-    fail_status("cube_kernel_precompile", s);
+    fail_status("cube_client_precompile", s);
     exit(1);
   }
   return ms;
@@ -1377,7 +1377,7 @@ static void cache_child_main(int go_fd, int result_fd) {
       s = cube_kernel_create(&d, &k);
       if (!s) {
         uint64_t t0 = now_ns();
-        s = cube_kernel_precompile(c, 1, &k, CUBE_EXEC_CHECKED);
+        s = cube_client_precompile(c, 1, &k, CUBE_EXEC_CHECKED);
         r.ns[i] = now_ns() - t0;
         cube_kernel_release(k);
       }
@@ -1387,7 +1387,7 @@ static void cache_child_main(int go_fd, int result_fd) {
         r.ok = 0;
       }
     }
-    cube_kernel_cache_stats_t st;
+    cube_kernel_cache_stats_t st = {0};
     s = cube_kernel_cache_stats(&st);
     if (!s) {
       r.disk_hits = st.disk_hits;
@@ -1451,7 +1451,7 @@ static void bench_cache(void) {
   printf("[4] kernel cache: cold compile vs disk hit vs memory hit (saxpy source + a distinct "
          "define per kernel, Checked mode; CUBE_CACHE_DIR=%s)\n",
          cube_kernel_cache_dir());
-  cube_kernel_cache_stats_t st0, st1, st2;
+  cube_kernel_cache_stats_t st0 = {0}, st1 = {0}, st2 = {0};
   TRY("cube_kernel_cache_stats", cube_kernel_cache_stats(&st0));
 
   /* Cold: the first precompile of each key (none is on disk: the cache
@@ -1463,9 +1463,9 @@ static void bench_cache(void) {
     salt_define(i, vals[i], sizeof(vals[i]), &defs[i]);
     cube_kernel_t* k = make_dialect(k_saxpy_src, "saxpy", DIM, 1, &defs[i], 1);
     uint64_t t0 = now_ns();
-    cube_status_t s = cube_kernel_precompile(g_client, 1, &k, CUBE_EXEC_CHECKED);
+    cube_status_t s = cube_client_precompile(g_client, 1, &k, CUBE_EXEC_CHECKED);
     cold[i] = now_ns() - t0;
-    if (s) fail_status("cube_kernel_precompile (cold)", s);
+    if (s) fail_status("cube_client_precompile (cold)", s);
     cube_kernel_release(k);
   }
   TRY("cube_kernel_cache_stats", cube_kernel_cache_stats(&st1));
@@ -1476,9 +1476,9 @@ static void bench_cache(void) {
   for (int i = 0; i < MEM_TRIALS; ++i) {
     cube_kernel_t* k = make_dialect(k_saxpy_src, "saxpy", DIM, 1, &defs[i % CACHE_SALTS], 1);
     uint64_t t0 = now_ns();
-    cube_status_t s = cube_kernel_precompile(g_client, 1, &k, CUBE_EXEC_CHECKED);
+    cube_status_t s = cube_client_precompile(g_client, 1, &k, CUBE_EXEC_CHECKED);
     mem[i] = now_ns() - t0;
-    if (s) fail_status("cube_kernel_precompile (memory hit)", s);
+    if (s) fail_status("cube_client_precompile (memory hit)", s);
     cube_kernel_release(k);
   }
   TRY("cube_kernel_cache_stats", cube_kernel_cache_stats(&st2));

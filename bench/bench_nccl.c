@@ -224,7 +224,8 @@ static const char* fmt_size(uint64_t b, char* buf, size_t n) {
 int main(void) {
   print_machine(BENCH_NAME, cube_version());
   setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink multicast stays off on shared hosts */
-  size_t ndev = cube_device_count(CUBE_BACKEND_CUDA);
+  size_t ndev = 0;
+  cube_status_free(cube_enumerate_devices(CUBE_BACKEND_CUDA, NULL, 0, &ndev));
   cube_status_t avail = cube_backend_status(CUBE_BACKEND_CUDA);
   if (avail || ndev == 0) {
     printf("cuda unavailable: %s\n", avail ? cube_status_message(avail) : "no GPU");
@@ -275,7 +276,7 @@ int main(void) {
     if (!ok) break;
     uint64_t iters = bytes >= (1ull << 30) ? 2 : bytes >= (64ull << 20) ? 5 : 20;
     stats_t cs = measure(cube_trial, &x, iters, 1, 5);
-    cube_collective_record_t rec;
+    cube_collective_record_t rec = {0};
     memset(&rec, 0, sizeof(rec));
     TRY("last_collective", cube_client_last_collective(x.c[0], &rec));
     for (uint32_t i = 0; i < n; ++i) cube_handle_release(x.h[i]);

@@ -648,7 +648,7 @@ static void op_misc(fz_t* f, state_t* s) {
       break;
     }
     case 6: {
-      cube_memory_report_t r;
+      cube_memory_report_t r = {0};
       st = cube_client_memory_report(g_client, &r);
       cube_status_free(st);
       break;

@@ -263,7 +263,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     cube_status_message(st));
           if (code == CUBE_STATUS_OUT_OF_MEMORY) {
             uint64_t req = 0;
-            cube_memory_report_t rep;
+            cube_memory_report_t rep = {0};
             FZ_ASSERT(cube_status_oom_report(st, &req, &rep), "OOM without a report");
             FZ_ASSERT(req == sz, "OOM report asks %" PRIu64 ", reserve was %" PRIu64, req, sz);
           }
@@ -337,7 +337,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       case 10: { /* report agrees with usage */
-        cube_memory_report_t rep;
+        cube_memory_report_t rep = {0};
         cube_memory_usage_t u;
         cube__mm_report(mm, &rep);
         cube__mm_usage(mm, &u);

@@ -354,10 +354,12 @@ static int cmd_info(bool json) {
       printf("kernel cache: %s\n", cache_dir);
   }
   cube_status_free(cache_st);
-  for (int b = 0; b < CUBE_BACKEND_COUNT; ++b) {
+  /* Every backend this library knows: cube_backend_name ends the list. */
+  for (int b = 0; cube_backend_name((cube_backend_t)b); ++b) {
     cube_backend_t backend = (cube_backend_t)b;
     cube_status_t st = cube_backend_status(backend);
-    size_t n = cube_device_count(backend);
+    size_t n = 0;
+    cube_status_free(cube_enumerate_devices(backend, NULL, 0, &n)); /* valid backend: CUBE_OK */
     if (json) {
       printf("%s{\"name\":", b ? "," : "");
       json_string(cube_backend_name(backend));
@@ -563,9 +565,9 @@ static int cmd_demo(void) {
   for (int i = 0; i < B; ++i) bytes[i] = (uint8_t)(rand_float() * 255);
   cube_layout_desc_t descs[3];
   uint64_t sm[2] = {R, C}, sv[1] = {V}, sb[1] = {B};
-  TRY(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 2, sm, 4, &descs[0]));
-  TRY(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 1, sv, 8, &descs[1]));
-  TRY(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 1, sb, 1, &descs[2]));
+  TRY(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 2, sm, 4, &descs[0]));
+  TRY(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 1, sv, 8, &descs[1]));
+  TRY(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 1, sb, 1, &descs[2]));
   const void* datas[3] = {m, v, bytes};
   size_t sizes[3] = {sizeof(m), sizeof(v), sizeof(bytes)};
   cube_tensor_t t[3];
@@ -647,7 +649,7 @@ static int cmd_cache(bool clear) {
     printf("kernel cache cleared: %s\n", dir[0] ? dir : "(disk cache off: CUBE_CACHE_DIR=off)");
     return 0;
   }
-  cube_kernel_cache_stats_t s;
+  cube_kernel_cache_stats_t s = {0};
   cube_status_t st = cube_kernel_cache_stats(&s);
   if (st) {
     fprintf(stderr, "cube cache: %s\n", cube_status_message(st));

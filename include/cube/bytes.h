@@ -34,13 +34,17 @@ typedef enum cube_bytes_property_e {
   CUBE_BYTES_OTHER = 3,
 } cube_bytes_property_t;
 
-/* "native", "pinned", "file", "other". */
+/* "native", "pinned", "file", "other": a static string; "unknown" for an
+ * invalid value. */
 const char* cube_bytes_property_name(cube_bytes_property_t property);
 
-/* A zeroed NATIVE buffer of |size| bytes (0 allowed). Thread-safe. */
+/* A zeroed NATIVE buffer of |size| bytes (0 allowed), owned by the caller.
+ * Fails with INVALID_ARGUMENT for a NULL |out_bytes|, OUT_OF_MEMORY. */
 CUBE_MUST_USE_RESULT cube_status_t cube_bytes_allocate(size_t size, cube_bytes_t** out_bytes);
 
-/* A NATIVE buffer holding a copy of |data| (|size| bytes). */
+/* A NATIVE buffer holding a copy of |data| (|size| bytes; |data| may be NULL
+ * when |size| is 0), owned by the caller. Fails with INVALID_ARGUMENT for a
+ * NULL |out_bytes| or NULL data with size > 0, OUT_OF_MEMORY. */
 CUBE_MUST_USE_RESULT cube_status_t cube_bytes_from_copy(const void* data, size_t size,
                                                         cube_bytes_t** out_bytes);
 
@@ -81,15 +85,26 @@ CUBE_MUST_USE_RESULT cube_status_t cube_bytes_wrap(void* data, size_t size,
                                                    cube_bytes_release_fn release, void* user,
                                                    cube_bytes_t** out_bytes);
 
+/* Adds a reference and returns |bytes| (NULL returns NULL). */
 cube_bytes_t* cube_bytes_retain(cube_bytes_t* bytes);
-void cube_bytes_release(cube_bytes_t* bytes); /* NULL accepted */
+/* Drops a reference; the last frees the memory (PINNED: back to its device's
+ * staging pool; FILE: unmapped and closed; OTHER: its release callback).
+ * NULL accepted. */
+void cube_bytes_release(cube_bytes_t* bytes);
 
+/* The contents, writable, valid while the caller holds a reference; never
+ * NULL for a buffer (also of size 0), NULL for NULL. For a FILE buffer, taking the writable
+ * pointer makes later uploads use the mapping (see cube_bytes_map_file). */
 void* cube_bytes_data(cube_bytes_t* bytes);
+/* The contents, read-only, valid while the caller holds a reference. */
 const void* cube_bytes_const_data(const cube_bytes_t* bytes);
+/* Size in bytes; 0 for NULL. */
 size_t cube_bytes_size(const cube_bytes_t* bytes);
+/* How the memory was allocated; CUBE_BYTES_NATIVE for NULL. */
 cube_bytes_property_t cube_bytes_property(const cube_bytes_t* bytes);
 
-/* Releases |count| buffers of an array (entries may be NULL). */
+/* Releases |count| buffers of an array and sets each entry to NULL (entries
+ * and the array may be NULL). */
 void cube_bytes_release_array(cube_bytes_t** bytes, size_t count);
 
 #ifdef __cplusplus

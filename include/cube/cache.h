@@ -12,6 +12,7 @@
 #define CUBE_CACHE_H_
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cube/status.h"
@@ -20,7 +21,10 @@
 extern "C" {
 #endif
 
+/* Counters of the kernel cache (an output struct, see cube/cube.h, "Struct
+ * sizes": set struct_size, 0 = this header's layout, before the call). */
 typedef struct cube_kernel_cache_stats {
+  size_t struct_size;
   uint64_t memory_hits;      /* compiled kernel found in this process */
   uint64_t disk_hits;        /* loaded from the disk cache */
   uint64_t misses;           /* had to compile */
@@ -32,10 +36,16 @@ typedef struct cube_kernel_cache_stats {
   uint64_t disk_bytes;       /* their size */
 } cube_kernel_cache_stats_t;
 
-/* Counters of this process, plus the disk entries now. */
+/* Writes the counters of this process, plus the disk entries now, into
+ * |out_stats| under the output-struct rules. Fails with INVALID_ARGUMENT for
+ * a NULL |out_stats| or a struct_size smaller than the struct_size field, or
+ * with the status of a disk cache directory that cannot be read (then the
+ * struct is left as it was). */
 CUBE_MUST_USE_RESULT cube_status_t cube_kernel_cache_stats(cube_kernel_cache_stats_t* out_stats);
 
-/* The cache directory in use ("" when the disk cache is off: CUBE_CACHE_DIR=off). */
+/* The cache directory in use ("" when the disk cache is off:
+ * CUBE_CACHE_DIR=off), resolved from the environment on each call. The
+ * string belongs to the library and stays valid until cube_shutdown. */
 const char* cube_kernel_cache_dir(void);
 
 /* Whether the disk cache can use its directory: CUBE_OK when it can (or when
@@ -53,7 +63,8 @@ const char* cube_kernel_cache_dir(void);
 CUBE_MUST_USE_RESULT cube_status_t cube_kernel_cache_dir_status(void);
 
 /* Removes every disk entry (and resets the counters). Compiled kernels in use
- * stay loaded. */
+ * stay loaded. Fails with the first entry that could not be deleted (the
+ * others are deleted still), naming it and the reason. */
 CUBE_MUST_USE_RESULT cube_status_t cube_kernel_cache_clear(void);
 
 #ifdef __cplusplus

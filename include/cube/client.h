@@ -1,6 +1,9 @@
 /* cube/client.h: the compute client, one C function per method of CubeCL's
  * ComputeClient (reference §1.3, §1.4). docs/api-map.md maps each CubeCL
- * method to its function here.
+ * method to its function here. The client's collective operations are in
+ * cube/collective.h, its resources in cube/resource.h, the futures its
+ * asynchronous calls return in cube/future.h and its server options in
+ * cube/options.h; cube/cube.h includes them all.
  *
  * Model. One server per device, created on first use and shared by every
  * client of that device. A client is a cheap reference-counted facade: the
@@ -17,8 +20,24 @@
  * returned together by the next cube_client_flush, cube_client_sync or read on
  * that stream, which then clears them (reference §2.6).
  *
- * Threading. Every function here is thread-safe unless it says otherwise.
- * Arguments are borrowed for the call; "consumed" says where ownership moves.
+ * Failures every client call shares, not repeated below: INVALID_ARGUMENT
+ * for a NULL client or a NULL out_ parameter (named in the message),
+ * FAILED_PRECONDITION for a client made before cube_shutdown (load a new
+ * one), OUT_OF_MEMORY when host memory for the call's own bookkeeping runs
+ * out, INVALID_ARGUMENT for a handle of another device and NOT_FOUND for a
+ * released handle (naming the argument), and the backend's failure to
+ * create the calling stream on its first use ("creating stream N: ...").
+ * Device memory that runs out is OUT_OF_MEMORY with a memory report
+ * (cube_status_oom_report).
+ *
+ * Ownership. What a call creates (clients, handles, tensors, futures, byte
+ * buffers) is the caller's, released with its _release. Arguments are
+ * borrowed for the call; "consumed" says where ownership moves (also on
+ * failure). A handle passed to queued work is kept alive by that work.
+ *
+ * Threading. Every function here is thread-safe unless it says otherwise, and
+ * a client may be used from several threads at once (each then works on its
+ * own stream unless the client is pinned).
  */
 #ifndef CUBE_CLIENT_H_
 #define CUBE_CLIENT_H_
@@ -28,11 +47,12 @@
 #include <stdint.h>
 
 #include "cube/bytes.h"
-#include "cube/collective.h"
 #include "cube/device.h"
+#include "cube/future.h"
 #include "cube/handle.h"
 #include "cube/kernel.h"
 #include "cube/memory.h"
+#include "cube/options.h"
 #include "cube/profile.h"
 #include "cube/status.h"
 
@@ -41,96 +61,105 @@ extern "C" {
 #endif
 
 typedef struct cube_client_s cube_client_t;
-typedef struct cube_future_s cube_future_t;
-typedef struct cube_resource_s cube_resource_t;
 
 typedef uint64_t cube_stream_id_t;
 
-/* Server options ----------------------------------------------------------- */
-
-typedef enum cube_queue_mode_e {
-  CUBE_QUEUE_DEFAULT = 0,  /* CUBE_DEVICE_QUEUE, else threaded */
-  CUBE_QUEUE_THREADED = 1, /* a runner thread fed by a lock-free queue */
-  CUBE_QUEUE_INLINE = 2,   /* run on the caller's thread under the device lock */
-} cube_queue_mode_t;
-
-typedef enum cube_memory_config_e {
-  CUBE_MEMORY_CONFIG_SUBSLICES = 0,      /* reference §4.5 default ladder */
-  CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES = 1,
-} cube_memory_config_t;
-
-typedef enum cube_check_mode_e {
-  CUBE_CHECK_AUTO = 0,     /* launch_unchecked runs Unchecked */
-  CUBE_CHECK_ENFORCE = 1,  /* launch_unchecked runs Checked */
-  CUBE_CHECK_VALIDATE = 2, /* launch_unchecked runs Validate */
-} cube_check_mode_t;
-
-typedef struct cube_server_options {
-  cube_queue_mode_t queue_mode;
-  cube_profile_level_t profile_level; /* CUBE_PROFILE when left NONE */
-  cube_memory_config_t memory_config;
-  cube_check_mode_t check_mode;       /* CUBE_CHECK_MODE when left AUTO */
-  uint64_t memory_limit;              /* bytes; 0 = CUBE_MEMORY_LIMIT or none */
-  uint32_t max_streams;               /* 0 = CUBE_MAX_STREAMS or 128 */
-  cube_log_fn log_fn;                 /* NULL = CUBE_LOG_FILE or stderr */
-  void* log_user;
-} cube_server_options_t;
-
-/* Fills |options| with defaults (all zero: take the environment). */
-void cube_server_options_initialize(cube_server_options_t* options);
-
 /* Clients ------------------------------------------------------------------- */
 
-/* CubeCL's load: a client of |device|, creating its server on first use
- * (exactly once, even under contention) with default options. Fails with
+/* CubeCL's load: a client of |device| (owned by the caller), creating its
+ * server on first use (exactly once, even under contention) with default
+ * options. Fails with INVALID_ARGUMENT for a backend value that is not one,
  * NOT_FOUND for a device index out of range, UNAVAILABLE for an absent
- * backend. */
+ * backend or driver, or the failure of creating the server (the device's
+ * own error, a malformed environment variable: INVALID_ARGUMENT). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_load(cube_device_id_t device,
                                                     cube_client_t** out_client);
 
 /* CubeCL's init: creates the server of |device| with |options| (NULL =
- * defaults) and returns a client. ALREADY_EXISTS if the device already has a
- * server. */
+ * defaults; an input struct, see cube/options.h) and returns a client.
+ * Fails as cube_client_load, and with ALREADY_EXISTS if the device already
+ * has a server, INVALID_ARGUMENT for an option enum out of range,
+ * UNSUPPORTED for an options->struct_size this library does not know. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_init(cube_device_id_t device,
                                                     const cube_server_options_t* options,
                                                     cube_client_t** out_client);
 
-/* A new client of the same server with the same pinned stream (Clone). */
+/* A new client (owned by the caller) of the same server with the same pinned
+ * stream (Clone); later set_stream calls on either do not affect the other. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_clone(cube_client_t* client,
                                                      cube_client_t** out_client);
+
+/* Adds a reference to the same client object (pinned stream shared) and
+ * returns |client| (NULL returns NULL). */
 cube_client_t* cube_client_retain(cube_client_t* client);
+
+/* Drops a reference; the last frees the client object (the server stays
+ * until cube_shutdown). NULL accepted. */
 void cube_client_release(cube_client_t* client);
 
+/* The client's device; {CUBE_BACKEND_NONE, 0} for NULL and for a client from
+ * before cube_shutdown. */
 cube_device_id_t cube_client_device(const cube_client_t* client);
+
+/* The server's backend information, device properties and features. The
+ * pointers are into the server, shared by every client of the device, and
+ * valid until the server is destroyed by cube_shutdown (not by releasing the
+ * client); the structs never change. NULL for NULL and for a client from
+ * before cube_shutdown. Their struct_size is the library's (a program built
+ * against a newer header checks it before reading newer fields). */
 const cube_backend_info_t* cube_client_info(const cube_client_t* client);
 const cube_device_properties_t* cube_client_properties(const cube_client_t* client);
 const cube_features_t* cube_client_features(const cube_client_t* client);
-/* True if the device queue runs work on the calling thread (inline mode). */
+
+/* True if the device queue runs work on the calling thread (inline mode);
+ * false for NULL and a dead client. */
 bool cube_client_is_blocking(const cube_client_t* client);
 
 /* Streams ------------------------------------------------------------------- */
 
-/* The calling thread's stream id (assigned on first use, 0, 1, 2 ...). */
+/* The calling thread's stream id (assigned on first use, 0, 1, 2 ...); it
+ * stays the thread's for the thread's life. */
 cube_stream_id_t cube_stream_current(void);
-/* A fresh stream id that no thread uses by default. */
+
+/* A stream id that no thread has by default, drawn from the same counter as
+ * the threads' ids, for cube_client_set_stream. Nothing is created: the
+ * stream comes into being on each device when a client pinned to it is
+ * first used there. */
+cube_stream_id_t cube_stream_id_new(void);
+
+/* Deprecated: cube_stream_id_new (the old name claimed to create a stream). */
+CUBE_DEPRECATED("use cube_stream_id_new")
 cube_stream_id_t cube_stream_create_id(void);
 
-/* Pins this client (not its clones made earlier) to |stream|. Owner thread
- * only: do not call while another thread uses the same client object. */
+/* Pins this client (not its clones made earlier) to |stream|. NULL is
+ * ignored. Not thread-safe for this client object: do not call while
+ * another thread uses the same client (clone it for that thread first). */
 void cube_client_set_stream(cube_client_t* client, cube_stream_id_t stream);
-/* Back to "the calling thread's stream". Owner thread only. */
+
+/* Back to "the calling thread's stream". Same restriction as set_stream. */
 void cube_client_unset_stream(cube_client_t* client);
-/* The stream a call on this client would use now. */
+
+/* The stream a call on this client would use now (0 for NULL). */
 cube_stream_id_t cube_client_stream(const cube_client_t* client);
 
 /* Creating memory ------------------------------------------------------------ */
 
-/* A 1-D buffer holding a copy of |data| (|size| > 0 bytes). */
+/* Creating memory queues the upload and returns: the data has been copied
+ * out of the caller's memory when the call returns (the caller may reuse
+ * it), and a failure of the upload on the device is deferred to the stream.
+ * Sizes past the device's largest single allocation (properties
+ * memory.max_page_size) are INVALID_ARGUMENT; device memory that runs out is
+ * OUT_OF_MEMORY with a report. The handles and tensors made are the
+ * caller's. */
+
+/* A 1-D buffer holding a copy of |data| (|size| > 0 bytes). Fails with
+ * INVALID_ARGUMENT for NULL data or size 0. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_create_from_slice(cube_client_t* client,
                                                                  const void* data, size_t size,
                                                                  cube_handle_t* out_handle);
 
-/* A 1-D buffer from |bytes| (consumed, also on failure). FILE buffers are
+/* A 1-D buffer from |bytes| (consumed, also on failure; INVALID_ARGUMENT for
+ * NULL or empty bytes). FILE buffers are
  * copied out of their file (into pinned staging memory where the device has
  * some, else host memory) before upload; a file that shrank since it was
  * mapped fails the call with OUT_OF_RANGE naming the path and the sizes
@@ -139,41 +168,55 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_create(cube_client_t* client, cub
                                                       cube_handle_t* out_handle);
 
 /* A tensor with the Optimized strategy; |size| must equal
- * prod(shape) * elem_size (the data is contiguous row-major). */
+ * prod(shape) * elem_size (the data is contiguous row-major). Fails with
+ * INVALID_ARGUMENT for NULL data, a NULL shape with rank > 0, a rank, shape
+ * or elem_size that cube_layout_desc_initialize refuses, or a size that
+ * differs from what the shape needs. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_create_tensor_from_slice(
     cube_client_t* client, const void* data, size_t size, uint32_t rank, const uint64_t* shape,
     uint32_t elem_size, cube_tensor_t* out_tensor);
 
-/* As above from |bytes| (consumed). */
+/* As above from |bytes| (consumed, also on failure). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_create_tensor(cube_client_t* client,
                                                              cube_bytes_t* bytes, uint32_t rank,
                                                              const uint64_t* shape,
                                                              uint32_t elem_size,
                                                              cube_tensor_t* out_tensor);
 
-/* |count| tensors packed into one buffer (each at an aligned offset). data[i]
- * holds sizes[i] == prod(shape_i) * elem_size_i contiguous bytes. */
+/* |count| tensors packed into one buffer (each at an aligned offset); they
+ * share the buffer (cube/handle.h). data[i] holds sizes[i] ==
+ * prod(shape_i) * elem_size_i contiguous bytes. |descs| is an array of input
+ * structs (cube_layout_desc_t: one struct_size for all). Fails with
+ * INVALID_ARGUMENT for NULL arrays or entries, a refused descriptor (naming
+ * descs[i]) or a size mismatch (naming data[i]); UNSUPPORTED for a
+ * struct_size this library does not know; out_tensors is written only on
+ * success. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_create_tensors_from_slices(
     cube_client_t* client, size_t count, const cube_layout_desc_t* descs,
     const void* const* data, const size_t* sizes, cube_tensor_t* out_tensors);
 
-/* As above from |bytes| (all consumed). */
+/* As above from |bytes| (every entry consumed, also on failure). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_create_tensors(cube_client_t* client, size_t count,
                                                               const cube_layout_desc_t* descs,
                                                               cube_bytes_t* const* bytes,
                                                               cube_tensor_t* out_tensors);
 
-/* |count| pinned staging buffers of |sizes| (CubeCL's reserve_staging): never
- * fails for want of pinned memory; falls back to zeroed NATIVE buffers. */
+/* |count| pinned staging buffers of |sizes| written to out_bytes[0..count)
+ * (CubeCL's reserve_staging), owned by the caller: never fails for want of
+ * pinned memory; falls back to zeroed NATIVE buffers. count 0 does nothing.
+ * Fails with INVALID_ARGUMENT for NULL sizes or out_bytes, OUT_OF_MEMORY when
+ * not even host memory is left (the buffers made before are released). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_reserve_staging(cube_client_t* client,
                                                                size_t count, const size_t* sizes,
                                                                cube_bytes_t** out_bytes);
 
-/* create_from_slice through a pinned staging buffer. */
+/* create_from_slice through a pinned staging buffer (faster uploads on GPUs);
+ * fails as cube_client_create_from_slice. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_create_from_slice_pinned(
     cube_client_t* client, const void* data, size_t size, cube_handle_t* out_handle);
 
-/* create_tensors_from_slices through pinned staging buffers. */
+/* create_tensors_from_slices through pinned staging buffers; fails as
+ * cube_client_create_tensors_from_slices. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_create_tensors_from_slices_pinned(
     cube_client_t* client, size_t count, const cube_layout_desc_t* descs,
     const void* const* data, const size_t* sizes, cube_tensor_t* out_tensors);
@@ -191,15 +234,21 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_staging(cube_client_t* client, si
 
 /* An uninitialised 1-D buffer of |size| > 0 bytes: reused slices keep old
  * data; fresh pages read as zero on the CPU and hold whatever the driver gave
- * on GPUs (as CubeCL: no memset is paid for). */
+ * on GPUs (as CubeCL: no memset is paid for). Fails with INVALID_ARGUMENT for
+ * size 0 or beyond max_page_size, OUT_OF_MEMORY with a report. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_empty(cube_client_t* client, size_t size,
                                                      cube_handle_t* out_handle);
 
+/* An uninitialised tensor (Optimized strategy) of |shape|; fails as
+ * cube_client_create_tensor_from_slice for the shape, as cube_client_empty
+ * for the size. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_empty_tensor(cube_client_t* client, uint32_t rank,
                                                             const uint64_t* shape,
                                                             uint32_t elem_size,
                                                             cube_tensor_t* out_tensor);
 
+/* |count| uninitialised tensors packed into one buffer; |descs| and the
+ * failures as cube_client_create_tensors_from_slices. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_empty_tensors(cube_client_t* client, size_t count,
                                                              const cube_layout_desc_t* descs,
                                                              cube_tensor_t* out_tensors);
@@ -207,17 +256,23 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_empty_tensors(cube_client_t* clie
 /* Reading memory ------------------------------------------------------------- */
 
 /* Reads every handle (its whole view) into new host buffers, after all work
- * queued before on the stream. Returns the stream's deferred errors if any
- * (and then writes nothing). out_bytes[i] is owned by the caller. */
+ * queued before on the stream, and waits for them. out_bytes[i] is owned by
+ * the caller (PINNED buffers where the device has staging memory). Returns
+ * the stream's deferred errors if any (and clears them; writes nothing
+ * then). Fails at once with INVALID_ARGUMENT for count 0, NULL handles or a
+ * null handle entry (naming handles[i]). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_read(cube_client_t* client, size_t count,
                                                     const cube_handle_t* handles,
                                                     cube_bytes_t** out_bytes);
 
-/* As cube_client_read but returns at once with a future. */
+/* As cube_client_read but returns at once with a future (the caller's; see
+ * cube/future.h) whose wait hands over the buffers or the deferred errors.
+ * Bad input fails here, as for cube_client_read. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_read_async(cube_client_t* client, size_t count,
                                                           const cube_handle_t* handles,
                                                           cube_future_t** out_future);
 
+/* cube_client_read of one handle. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_read_one(cube_client_t* client,
                                                         cube_handle_t handle,
                                                         cube_bytes_t** out_bytes);
@@ -235,7 +290,11 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_read_into(cube_client_t* client,
 
 /* Strided reads: each tensor's strides must be ones the runtime produces
  * (contiguous; pitched on the last dim where the device pitches); the result
- * is the dense row-major content, prod(shape)*elem_size bytes. */
+ * is the dense row-major content, prod(shape)*elem_size bytes, one buffer per
+ * tensor, owned by the caller. Fails as cube_client_read, and with
+ * INVALID_ARGUMENT for a tensor whose shape the layout refuses or that needs
+ * more bytes than its handle views, UNSUPPORTED for strides the device does
+ * not produce (naming tensors[i]). The _async form returns a future. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_read_tensor(cube_client_t* client, size_t count,
                                                            const cube_tensor_t* tensors,
                                                            cube_bytes_t** out_bytes);
@@ -244,92 +303,87 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_read_tensor_async(cube_client_t* 
                                                                  const cube_tensor_t* tensors,
                                                                  cube_future_t** out_future);
 
-/* Futures: the result of an asynchronous read or sync. ---------------------- */
-
-/* Waits at most |timeout_ns| (UINT64_MAX = forever) for |future|. On success
- * moves the results into |out_bytes| (future_count entries; NULL for a sync
- * future) -- a second wait after success returns FAILED_PRECONDITION. On
- * timeout returns DEADLINE_EXCEEDED and the future stays usable. Failures of
- * the work (deferred stream errors) are returned here. */
-CUBE_MUST_USE_RESULT cube_status_t cube_future_wait(cube_future_t* future, uint64_t timeout_ns,
-                                                    cube_bytes_t** out_bytes);
-/* True once the result is ready (wait will not block). */
-bool cube_future_is_ready(const cube_future_t* future);
-size_t cube_future_count(const cube_future_t* future);
-/* Releases the future; pending results are discarded when they arrive. */
-void cube_future_release(cube_future_t* future);
-
-/* Resources -------------------------------------------------------------- */
-
-/* The backend resource behind |handle| (CPU: a host pointer). The resource
- * keeps the memory alive until released; no synchronisation is implied. */
-CUBE_MUST_USE_RESULT cube_status_t cube_client_get_resource(cube_client_t* client,
-                                                            cube_handle_t handle,
-                                                            cube_resource_t** out_resource);
-void* cube_resource_ptr(const cube_resource_t* resource);     /* host or device address */
-uint64_t cube_resource_size(const cube_resource_t* resource); /* bytes of the view */
-void cube_resource_release(cube_resource_t* resource);
-
 /* Exclusive access and allocation modes -------------------------------------- */
 
 typedef cube_status_t (*cube_task_fn)(void* user);
 
-/* Runs |fn| with the device to itself (on the runner thread in threaded
- * mode, under the device lock in inline mode): no other thread's work
- * interleaves, and cube calls on this device made inside |fn| run at once
- * (they do not deadlock). Returns |fn|'s status. */
+/* A task the caller hands to cube_client_exclusive, cube_client_profile or
+ * cube_client_memory_persistent_allocation. It returns CUBE_OK or a status it
+ * owns and hands over, typically made with cube_status_make: the library
+ * returns that status to the caller as it is (same object, code and
+ * message). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_exclusive(cube_client_t* client, cube_task_fn fn,
                                                          void* user);
 
-/* Sets the calling stream's allocation mode. */
+/* Sets the allocation mode of the client's stream (AUTO: the dynamic pools;
+ * PERSISTENT: exact-size buffers that are kept). Fails with INVALID_ARGUMENT
+ * for a mode that is not one. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_allocation_mode(cube_client_t* client,
                                                                cube_allocation_mode_t mode);
 
 /* Runs |fn| on the calling thread with the calling thread's stream in
- * Persistent mode, then back to Auto (also when |fn| fails). */
+ * Persistent mode, then restores the mode that was in force before (also
+ * when |fn| fails; windows nest). Returns |fn|'s status unchanged;
+ * INVALID_ARGUMENT for a NULL |fn|. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_persistent_allocation(cube_client_t* client,
                                                                             cube_task_fn fn,
                                                                             void* user);
 
 /* Memory accounting ------------------------------------------------------ */
 
-/* Frees the calling stream's fully free pages, free exclusive pages and free
- * persistent buffers back to the backend. */
+/* Frees the client's stream's fully free pages, free exclusive pages and free
+ * persistent buffers back to the backend. Memory in use is not touched. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_cleanup(cube_client_t* client);
 
-/* Usage of the calling stream's pools. FAILED_PRECONDITION while the stream
- * has deferred errors (as CubeCL). */
+/* Writes the usage of the client's stream's pools into |out_usage|, after
+ * the work queued before on the stream. FAILED_PRECONDITION while the stream
+ * has deferred errors (as CubeCL: flush or sync first). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_usage(cube_client_t* client,
                                                             cube_memory_usage_t* out_usage);
 
-/* Per-pool report of the calling stream (pages, largest free block, peak). */
+/* Writes the per-pool report of the client's stream (pages, largest free
+ * block, peak) into |out_report|, under the output-struct rules (set
+ * out_report->struct_size first, 0 = this header's layout). Does not wait
+ * for queued work. INVALID_ARGUMENT for a struct_size smaller than the
+ * struct_size field. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_report(cube_client_t* client,
                                                              cube_memory_report_t* out_report);
 
-/* Usage summed over every stream of the device, and cleanup of every stream.
- * (CubeCL after the reference commit aggregates this way.) */
+/* Usage summed over every stream of the device (without waiting for queued
+ * work), and cleanup of every stream. (CubeCL after the reference commit
+ * aggregates this way.) */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_usage_device(cube_client_t* client,
                                                                    cube_memory_usage_t* out_usage);
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_cleanup_device(cube_client_t* client);
 
 /* Launch ----------------------------------------------------------------- */
 
-/* Queues |kernel| over |count| cubes with |args| in Checked mode. Argument
- * count and kinds are checked against the kernel at once; failures while it
+/* Queues |kernel| over |count| cubes with |args| in Checked mode and returns.
+ * The launch holds a reference on the kernel and on every buffer argument
+ * (and a dynamic count's handle) until it ran, so they may be released at
+ * once. A dialect kernel is compiled on its first launch for the device and
+ * mode (see cube_client_precompile); compile errors and failures while it
  * runs are deferred to the stream. A static count with a zero component
- * launches nothing. */
+ * launches nothing (after the checks). Fails at once with INVALID_ARGUMENT (a
+ * NULL kernel, an argument count or kind that differs from the kernel's,
+ * NULL args, a null handle, an invalid count kind, a dynamic count handle of
+ * fewer than 12 bytes), NOT_FOUND (a released handle), OUT_OF_RANGE (a cube
+ * dim or static count beyond the device's limits), UNIMPLEMENTED (a native
+ * kernel on a device that runs dialect kernels only). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_launch(cube_client_t* client, cube_kernel_t* kernel,
                                                       cube_count_t count, size_t arg_count,
                                                       const cube_arg_t* args);
 
-/* As launch, in the mode of the server's check mode (auto = Unchecked). */
+/* As cube_client_launch, in the mode of the server's check mode (AUTO:
+ * Unchecked, ENFORCE: Checked, VALIDATE: Validate). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_launch_unchecked(cube_client_t* client,
                                                                 cube_kernel_t* kernel,
                                                                 cube_count_t count,
                                                                 size_t arg_count,
                                                                 const cube_arg_t* args);
 
-/* As launch, in an explicit mode. */
+/* As cube_client_launch, in an explicit mode (INVALID_ARGUMENT for a mode
+ * that is not one). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_launch_mode(cube_client_t* client,
                                                            cube_kernel_t* kernel,
                                                            cube_count_t count, size_t arg_count,
@@ -338,44 +392,65 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_launch_mode(cube_client_t* client
 
 /* Compiles dialect |kernels| for the client's device in |mode| now (the kernel
  * cache keeps them, in memory and on disk), so that their first launch does
- * not pay for it; compile errors are returned here. Native kernels need
- * nothing. */
+ * not pay for it. Native kernels need nothing. Fails with INVALID_ARGUMENT
+ * (NULL kernels with count > 0, a NULL entry, an invalid mode) or with the
+ * first compile error (COMPILATION_FAILED, naming kernels[i]); the kernels
+ * before it stay compiled. */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_precompile(cube_client_t* client, size_t count,
+                                                          cube_kernel_t* const* kernels,
+                                                          cube_execution_mode_t mode);
+
+/* Deprecated spelling of cube_client_precompile (its messages name the new
+ * function). */
+CUBE_DEPRECATED("use cube_client_precompile")
 CUBE_MUST_USE_RESULT cube_status_t cube_kernel_precompile(cube_client_t* client, size_t count,
                                                           cube_kernel_t* const* kernels,
                                                           cube_execution_mode_t mode);
 
 /* Synchronisation -------------------------------------------------------- */
 
-/* Pushes queued work to the device and returns (and clears) the stream's
- * deferred errors. */
+/* Pushes the work queued on the client's stream to the device (without
+ * waiting for it) and returns the stream's deferred errors, joined into one
+ * status (cube_status_count says how many), which the call clears. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_flush(cube_client_t* client);
 
-/* Waits for every piece of work queued on the calling stream, returns (and
- * clears) its deferred errors, and prints the profile summary when a profile
- * level >= basic is set. */
+/* Waits for every piece of work queued on the client's stream, returns (and
+ * clears) its deferred errors as cube_client_flush does, and prints the
+ * profile summary when a profile level >= basic is set. Work other streams
+ * queued is not waited for. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_sync(cube_client_t* client);
 
-/* As sync, returning a future to wait on. */
+/* As cube_client_sync, returning at once a future (the caller's) whose wait
+ * returns what the sync would. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_sync_async(cube_client_t* client,
                                                           cube_future_t** out_future);
 
 /* Profiling ---------------------------------------------------------------- */
 
-/* Runs |fn| with the device to itself between two synchronisations of the
- * stream and returns how long it took in |out_duration|. A launch that fails
- * inside |fn| is reported here (LAUNCH_FAILED) instead of on the stream.
- * |name| labels the measurement in the profile log (may be NULL). */
+/* Runs |fn| with the device to itself (as cube_client_exclusive) between two
+ * synchronisations of the stream and writes how long it took into
+ * |out_duration|. |name| labels the measurement in the profile log (may be
+ * NULL; borrowed for the call). When only |fn| fails, its status is returned
+ * unchanged. A launch that fails inside |fn| is reported here (LAUNCH_FAILED)
+ * instead of on the stream; such failures, a failed synchronisation and
+ * |fn|'s own status are then joined into one status prefixed
+ * "cube_client_profile '<name>'". |out_duration| is written only on success.
+ * INVALID_ARGUMENT for a NULL |fn|. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_profile(cube_client_t* client, cube_task_fn fn,
                                                        void* user, const char* name,
                                                        cube_profile_duration_t* out_duration);
 
-/* The server's profile level. */
+/* The server's profile level (after the environment); CUBE_PROFILE_NONE for
+ * NULL and a dead client. */
 cube_profile_level_t cube_client_profile_level(const cube_client_t* client);
 
 /* Vector sizes ----------------------------------------------------------- */
 
 /* Powers of two from max = min(max_vector_size, load_width / (elem_size*8))
- * down to 1, written to |out_sizes| (capacity |capacity|). */
+ * down to 1, written to |out_sizes| (at most |capacity|; may be NULL to count
+ * only), their number to |out_count|. Fails with INVALID_ARGUMENT for
+ * elem_size 0 and when out_sizes is given but too small (out_count is set
+ * then, as is the part that fits). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_io_optimized_vector_sizes(
     const cube_client_t* client, uint32_t elem_size, uint32_t* out_sizes, size_t capacity,
     size_t* out_count);
@@ -383,89 +458,22 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_io_optimized_vector_sizes(
 /* Moving data between devices -------------------------------------------- */
 
 /* Copies |handle|'s content (on |src|'s device) into a new handle on |dst|'s
- * device. Backends without a transport read on src and write on dst. */
+ * device, owned by the caller, after the work queued before on src's
+ * stream. Between CPU devices it goes through the collective transport
+ * (send/recv); other pairs read on src and write on dst (the read returns
+ * src's deferred errors). Fails with INVALID_ARGUMENT for a NULL client
+ * (named "src" or "dst") or a handle that is not on src's device, NOT_FOUND
+ * for a released handle. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_to_client(cube_client_t* src, cube_handle_t handle,
                                                          cube_client_t* dst,
                                                          cube_handle_t* out_handle);
 
-/* Same for a tensor: the result has the layout |dst| prefers. */
+/* Same for a tensor (borrowed): the result, owned by the caller, has the
+ * layout |dst| prefers. INVALID_ARGUMENT for a NULL tensor. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_to_client_tensor(cube_client_t* src,
                                                                 const cube_tensor_t* tensor,
                                                                 cube_client_t* dst,
                                                                 cube_tensor_t* out_tensor);
-
-/* Collectives ------------------------------------------------------------ */
-/*
- * Model (docs/collectives.md). A collective over a set of devices is called
- * once per participating device, each through a client of that device, from
- * any threads (one thread for all is fine). Each call only queues its part on
- * its device's stream, after the work queued before it, and returns: the
- * operation happens once every participant's part has run (on the CPU: the
- * last participant to arrive performs it for all). cube_client_sync_collective
- * then orders the stream's later work after the collectives it queued before.
- * Read dst only after it; src must not change until then.
- *
- * Devices. A communicator is keyed by the sorted set of device ids, so any
- * order of the same set is the same communicator. Every participant must list
- * the same set and call the operations of one communicator in the same order.
- * Under MPI (one process per rank, docs/collectives.md) device ids are
- * global: cpu:g is local CPU device g % L of rank g / L, L being
- * CUBE_CPU_DEVICES (the same on every rank); without MPI global = local.
- *
- * Errors. Bad input returns at once. What is found when the parts meet (sizes,
- * element types or ops that differ between participants) and timeouts are
- * deferred to each participant's stream, returned by its next flush, sync or
- * read after cube_client_sync_collective. A participant waits at most
- * CUBE_COLLECTIVE_TIMEOUT seconds (default 60) for the others; then the
- * operation fails with DEADLINE_EXCEEDED naming the devices (and ranks) that
- * did not join, on every participant, and the clients stay usable.
- *
- * Threading: every function here is thread-safe; in inline queue mode the
- * sync_collective wait runs on the calling thread, so queue every
- * participant's part before any sync_collective when one thread drives
- * several devices.
- */
-
-/* Sets up the communicator of |devices| (idempotent; any order of the same set
- * is the same communicator). The client's device must be in the set.
- * UNIMPLEMENTED on backends without a collective transport. */
-CUBE_MUST_USE_RESULT cube_status_t cube_client_ensure_init_collective(
-    cube_client_t* client, size_t device_count, const cube_device_id_t* devices);
-
-/* Makes the calling stream's later work wait for the collectives this client's
- * stream queued before (their failures go to the stream's deferred errors).
- * Returns at once in threaded mode. */
-CUBE_MUST_USE_RESULT cube_status_t cube_client_sync_collective(cube_client_t* client);
-
-/* Reduces |src| over |devices| into |dst| with |op|: every participant's dst
- * gets op(src of every participant). src and dst view the same number of
- * bytes, a multiple of dtype's size; dst may be src (in place). */
-CUBE_MUST_USE_RESULT cube_status_t cube_client_all_reduce(cube_client_t* client, cube_handle_t src,
-                                                          cube_handle_t dst, cube_dtype_t dtype,
-                                                          size_t device_count,
-                                                          const cube_device_id_t* devices,
-                                                          cube_reduce_op_t op);
-
-/* Point to point (beyond the reference's server-only send/recv): the k-th
- * send from device A to device B meets the k-th recv on B from A, which
- * copies the whole view of |src| into the whole view of |dst| (same size, else
- * both fail). |peer| may be the client's own device. Ordered and synchronised
- * as the collectives above (cube_client_sync_collective). */
-CUBE_MUST_USE_RESULT cube_status_t cube_client_send(cube_client_t* client, cube_handle_t src,
-                                                    cube_device_id_t peer);
-CUBE_MUST_USE_RESULT cube_status_t cube_client_recv(cube_client_t* client, cube_handle_t dst,
-                                                    cube_device_id_t peer);
-
-/* The profile record of the last collective this client's device completed
- * (bytes, participants, time, algbw, busbw). NOT_FOUND before the first. */
-CUBE_MUST_USE_RESULT cube_status_t cube_client_last_collective(
-    const cube_client_t* client, cube_collective_record_t* out_record);
-
-/* This process's place under MPI: its rank and the number of ranks (0 and 1
- * without MPI), and L, the CPU devices per rank. Starts MPI when the process
- * was launched by mpirun and cube was built with MPI. */
-CUBE_MUST_USE_RESULT cube_status_t cube_collective_world(uint32_t* out_rank, uint32_t* out_ranks,
-                                                         uint32_t* out_local_devices);
 
 #ifdef __cplusplus
 }

@@ -4,12 +4,22 @@
  * plane is a warp/sub-group. A launch runs count.x*count.y*count.z cubes of
  * dim.x*dim.y*dim.z units.
  *
- * Native CPU kernels: a C function called once per cube (with the cube's
- * position) on a worker thread of the CPU backend; it loops over the units of
- * the cube itself. It returns 0, or a non-zero code that fails the launch
- * (reported by the next flush/sync/read on the stream, reference §2.6).
+ * Two kinds of kernel:
+ *  - dialect kernels: source text in the cube dialect (docs/dialect.md),
+ *    compiled by each backend on first launch (or cube_client_precompile)
+ *    and kept in the kernel cache (cube/cache.h);
+ *  - native CPU kernels: a C function called once per cube by the CPU
+ *    backend; their ABI (cube_cpu_kernel_fn and the records it is handed) is
+ *    in cube/backends/cpu.h.
  *
- * Kernel objects are immutable after creation and thread-safe.
+ * Ownership: cube_kernel_create returns a kernel with one reference, owned by
+ * the caller (cube_kernel_retain / cube_kernel_release). A launch holds its
+ * own reference until it ran, so a kernel may be released right after
+ * queuing it. Kernels are immutable after creation; they belong to no device
+ * and may be launched on any.
+ *
+ * Thread safety: every function here is thread-safe, and a kernel may be
+ * used from several threads at once.
  */
 #ifndef CUBE_KERNEL_H_
 #define CUBE_KERNEL_H_
@@ -41,6 +51,8 @@ typedef struct cube_count {
   cube_handle_t handle; /* dynamic: borrowed for the call */
 } cube_count_t;
 
+/* A static count of x*y*z cubes; a dynamic one read from |h| (three u32 in
+ * its first 12 bytes) when the launch runs. Plain values. */
 static inline cube_count_t cube_count_static(uint32_t x, uint32_t y, uint32_t z) {
   cube_count_t c = {CUBE_COUNT_STATIC, x, y, z, {0}};
   return c;
@@ -64,9 +76,9 @@ typedef enum cube_arg_kind_e {
   CUBE_ARG_I64 = 4,
   CUBE_ARG_F32 = 5,
   CUBE_ARG_F64 = 6,
-  CUBE_ARG_KIND_COUNT
 } cube_arg_kind_t;
 
+/* "buffer", "u32", ...: a static string; "unknown" for an invalid value. */
 const char* cube_arg_kind_name(cube_arg_kind_t kind);
 
 /* One launch argument: the kind says which member is set. Handles are
@@ -84,60 +96,55 @@ typedef struct cube_arg {
   } v;
 } cube_arg_t;
 
+/* Launch arguments of each kind (plain values; a buffer argument borrows the
+ * handle for the launch call). */
 static inline cube_arg_t cube_arg_buffer(cube_handle_t h) {
-  cube_arg_t a; a.kind = CUBE_ARG_BUFFER; a.v.buffer = h; return a;
+  cube_arg_t a;
+  a.kind = CUBE_ARG_BUFFER;
+  a.v.buffer = h;
+  return a;
 }
-static inline cube_arg_t cube_arg_u32(uint32_t x) { cube_arg_t a; a.kind = CUBE_ARG_U32; a.v.u32 = x; return a; }
-static inline cube_arg_t cube_arg_i32(int32_t x) { cube_arg_t a; a.kind = CUBE_ARG_I32; a.v.i32 = x; return a; }
-static inline cube_arg_t cube_arg_u64(uint64_t x) { cube_arg_t a; a.kind = CUBE_ARG_U64; a.v.u64 = x; return a; }
-static inline cube_arg_t cube_arg_i64(int64_t x) { cube_arg_t a; a.kind = CUBE_ARG_I64; a.v.i64 = x; return a; }
-static inline cube_arg_t cube_arg_f32(float x) { cube_arg_t a; a.kind = CUBE_ARG_F32; a.v.f32 = x; return a; }
-static inline cube_arg_t cube_arg_f64(double x) { cube_arg_t a; a.kind = CUBE_ARG_F64; a.v.f64 = x; return a; }
+static inline cube_arg_t cube_arg_u32(uint32_t x) {
+  cube_arg_t a;
+  a.kind = CUBE_ARG_U32;
+  a.v.u32 = x;
+  return a;
+}
+static inline cube_arg_t cube_arg_i32(int32_t x) {
+  cube_arg_t a;
+  a.kind = CUBE_ARG_I32;
+  a.v.i32 = x;
+  return a;
+}
+static inline cube_arg_t cube_arg_u64(uint64_t x) {
+  cube_arg_t a;
+  a.kind = CUBE_ARG_U64;
+  a.v.u64 = x;
+  return a;
+}
+static inline cube_arg_t cube_arg_i64(int64_t x) {
+  cube_arg_t a;
+  a.kind = CUBE_ARG_I64;
+  a.v.i64 = x;
+  return a;
+}
+static inline cube_arg_t cube_arg_f32(float x) {
+  cube_arg_t a;
+  a.kind = CUBE_ARG_F32;
+  a.v.f32 = x;
+  return a;
+}
+static inline cube_arg_t cube_arg_f64(double x) {
+  cube_arg_t a;
+  a.kind = CUBE_ARG_F64;
+  a.v.f64 = x;
+  return a;
+}
 
-/* Native CPU kernel ABI ------------------------------------------------- */
-
-/* A resolved argument as a native kernel sees it. */
-typedef union cube_cpu_arg {
-  struct {
-    void* data;   /* start of the handle's view */
-    uint64_t len; /* bytes in the view */
-  } buffer;
-  uint32_t u32;
-  int32_t i32;
-  uint64_t u64;
-  int64_t i64;
-  float f32;
-  double f64;
-} cube_cpu_arg_t;
-
-/* Where a kernel compiled in Validate mode records its first out-of-bounds
- * access (the launch then fails naming the kernel, argument and index). */
-typedef struct cube_bounds_error {
-  uint32_t flag;     /* 0 = none; set once, atomically */
-  uint32_t arg;      /* argument index */
-  uint64_t index;    /* element index accessed */
-  uint64_t len;      /* elements in the argument */
-  uint32_t is_write; /* 1 for a store */
-  uint32_t reserved;
-} cube_bounds_error_t;
-
-typedef struct cube_cpu_cube {
-  uint32_t cube_pos[3];   /* this cube */
-  uint32_t cube_count[3]; /* cubes in the launch */
-  uint32_t cube_dim[3];   /* units per cube */
-  cube_execution_mode_t mode;
-  void* shared;           /* cube-local scratch of the kernel's shared_memory_size */
-  uint64_t shared_size;
-  uint32_t worker;        /* participant number: unique among the threads running this
-                             launch at once, < num_cpu_cores (not a fixed thread id) */
-  cube_bounds_error_t* bounds; /* Validate mode: where to record an out-of-bounds access */
-  void* scratch;          /* runtime scratch for compiled kernels (fiber stacks) */
-  uint64_t scratch_size;
-} cube_cpu_cube_t;
-
-/* Returns 0 on success; any other value fails the launch. */
-typedef int (*cube_cpu_kernel_fn)(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args,
-                                  uint32_t arg_count);
+/* The native CPU kernel ABI is in cube/backends/cpu.h; the descriptor below
+ * names its types through these tags. */
+struct cube_cpu_cube;
+union cube_cpu_arg;
 
 /* Kernels ----------------------------------------------------------------- */
 
@@ -151,48 +158,85 @@ typedef struct cube_define {
   const char* value; /* may be NULL or "" (defined, empty) */
 } cube_define_t;
 
+/* What cube_kernel_create makes a kernel from (an input struct, see
+ * cube/cube.h, "Struct sizes": fill it with cube_kernel_desc_initialize or
+ * zero it). Give cpu_fn (a native CPU kernel) or source + entry (a dialect
+ * kernel), not both. Everything is copied by cube_kernel_create; the
+ * descriptor and what it points to may be freed once it returns. */
 typedef struct cube_kernel_desc {
+  size_t struct_size;               /* 0 or sizeof(cube_kernel_desc_t) */
   const char* name;                 /* shown in errors and profiles (copied); NULL = entry */
   cube_dim_t cube_dim;              /* units per cube; {0,0,0} means {1,1,1} */
   const cube_arg_kind_t* arg_kinds; /* signature; for dialect kernels NULL = from the source */
   uint32_t arg_count;               /* <= CUBE_MAX_KERNEL_ARGS */
   uint64_t shared_memory_size;      /* native kernels: bytes of cube-local scratch per cube */
-  cube_cpu_kernel_fn cpu_fn;        /* a native kernel for the CPU backend, or NULL */
+  /* A native kernel for the CPU backend (a cube_cpu_kernel_fn of
+   * cube/backends/cpu.h), or NULL. */
+  int (*cpu_fn)(const struct cube_cpu_cube* cube, const union cube_cpu_arg* args,
+                uint32_t arg_count);
   /* A kernel in the cube dialect (docs/dialect.md), compiled by each backend on
-   * first launch (or cube_kernel_precompile) and cached. */
+   * first launch (or cube_client_precompile) and cached. */
   const char* source;               /* dialect source text (copied) */
   const char* entry;                /* the CUBE_KERNEL to run */
   const cube_define_t* defines;     /* compile-time defines (copied) */
   uint32_t define_count;
 } cube_kernel_desc_t;
 
+/* Fills |desc| with the defaults (every field zero: no name, cube_dim
+ * (1, 1, 1), no arguments, no function, no source) and sets struct_size to
+ * sizeof(cube_kernel_desc_t). NULL is ignored. */
+void cube_kernel_desc_initialize(cube_kernel_desc_t* desc);
+
 /* Creates a kernel: native (cpu_fn) or dialect (source + entry; the source is
  * parsed now, so a missing entry or a malformed CUBE_KERNEL declaration fails
- * here, naming the line; compile errors come at first launch). Fails with
- * INVALID_ARGUMENT (naming the field) for a missing name or function, a zero
- * cube dimension component, too many args or an unknown arg kind. Thread-safe. */
+ * here, naming the line; compile errors come at first launch or
+ * cube_client_precompile). The caller owns the kernel (one reference).
+ * Fails with INVALID_ARGUMENT (naming the field) for a NULL desc or
+ * out_kernel, a missing name or function, both cpu_fn and source, a zero
+ * cube dimension component or more than 2^32-1 units, too many args, an
+ * unknown arg kind, arg kinds that disagree with the source, a define that
+ * is not an identifier with a one-line value, or a dialect parse error;
+ * UNSUPPORTED for a desc->struct_size this library does not know;
+ * OUT_OF_MEMORY. Writes nothing on failure. */
 CUBE_MUST_USE_RESULT cube_status_t cube_kernel_create(const cube_kernel_desc_t* desc,
                                                       cube_kernel_t** out_kernel);
+
+/* Adds a reference to |kernel| and returns it; NULL is returned as NULL. */
 cube_kernel_t* cube_kernel_retain(cube_kernel_t* kernel);
+
+/* Drops a reference; the last one frees the kernel (launches queued with it
+ * hold their own). NULL is accepted. */
 void cube_kernel_release(cube_kernel_t* kernel);
+
+/* The kernel's name (desc->name, else the entry): owned by the kernel, valid
+ * as long as the caller holds a reference. "" for NULL. */
 const char* cube_kernel_name(const cube_kernel_t* kernel);
+
+/* Units per cube, normalised (no zero component); (0, 0, 0) for NULL. */
 cube_dim_t cube_kernel_cube_dim(const cube_kernel_t* kernel);
+
+/* Number of arguments (from desc->arg_count, or the dialect source); 0 for
+ * NULL. */
 uint32_t cube_kernel_arg_count(const cube_kernel_t* kernel);
 
 /* Helpers of reference §2.4 ---------------------------------------------- */
 
 /* Spreads |num_cubes| over (x,y,z) under |max_count| (CubeCL's
  * CubeCountSelection): while x > max_x: x = ceil(x/2), y *= 2; then the same
- * for y into z. |out_exact| is true when x*y*z == num_cubes (else the kernel
- * must bounds-check). */
-CUBE_MUST_USE_RESULT cube_status_t cube_count_select(uint64_t num_cubes, const uint32_t max_count[3],
-                                cube_count_t* out_count, bool* out_exact);
+ * for y into z. |out_exact| (may be NULL) is true when x*y*z == num_cubes
+ * (else the kernel must bounds-check). Fails with INVALID_ARGUMENT for a NULL
+ * max_count or out_count or a zero max_count component, OUT_OF_RANGE when the
+ * cubes do not fit. Pure arithmetic. */
+CUBE_MUST_USE_RESULT cube_status_t cube_count_select(uint64_t num_cubes,
+                                                     const uint32_t max_count[3],
+                                                     cube_count_t* out_count, bool* out_exact);
 
 /* CubeCL's CubeDim::new for |working_units| on a device: planes of
  * plane_size_max units; on a device whose units run on CPU cores
  * (num_cpu_cores > 0, no streaming multiprocessors) min(cores, units) of
  * them, on a GPU up to 8 (a power of two), within max_units_per_cube.
- * (1, 1, 1) for NULL |props|. Thread-safe. */
+ * (1, 1, 1) for NULL |props| and for props whose struct_size does not cover
+ * the hardware fields. Pure arithmetic. */
 cube_dim_t cube_dim_for_units(const cube_device_properties_t* props, uint64_t working_units);
 
 #ifdef __cplusplus

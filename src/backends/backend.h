@@ -20,10 +20,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cube/client.h"
-#include "cube/device.h"
 #include "base/fault.h"
+#include "cube/device.h"
 #include "cube/kernel.h"
+#include "cube/options.h"
 #include "kernel/dialect.h"
 #include "memory/memory.h"
 
@@ -246,7 +246,7 @@ const cube__backend_vtable_t* cube__backend_get(cube_backend_t backend);
  * backend and what is wrong. */
 cube_status_t cube__backend_validate(const cube__backend_vtable_t* vt);
 
-/* The first compiled-in backend with all of |caps| (CUBE_BACKEND_COUNT if
+/* The first compiled-in backend with all of |caps| (CUBE_BACKEND_NONE if
  * none), for code that needs "the backend whose devices do X". */
 cube_backend_t cube__backend_with_caps(uint32_t caps);
 

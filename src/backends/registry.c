@@ -5,9 +5,10 @@
 
 #include <stddef.h>
 
+#include "base/abi.h"
 #include "base/status.h"
 
-static const cube__backend_vtable_t* const cube__registry[CUBE_BACKEND_COUNT] = {
+static const cube__backend_vtable_t* const cube__registry[CUBE__BACKEND_COUNT] = {
     [CUBE_BACKEND_CPU] = &cube__backend_cpu,
 #ifdef CUBE_HAVE_CUDA
     [CUBE_BACKEND_CUDA] = &cube__backend_cuda,
@@ -19,7 +20,7 @@ static const cube__backend_vtable_t* const cube__registry[CUBE_BACKEND_COUNT] = 
 };
 
 const cube__backend_vtable_t* cube__backend_get(cube_backend_t backend) {
-  if ((unsigned)backend >= (unsigned)CUBE_BACKEND_COUNT) return NULL;
+  if ((unsigned)backend >= (unsigned)CUBE__BACKEND_COUNT) return NULL;
   return cube__registry[backend];
 }
 
@@ -57,35 +58,18 @@ cube_status_t cube__backend_validate(const cube__backend_vtable_t* vt) {
 }
 
 cube_backend_t cube__backend_with_caps(uint32_t caps) {
-  for (int b = 0; b < CUBE_BACKEND_COUNT; ++b) {
+  for (int b = 0; b < CUBE__BACKEND_COUNT; ++b) {
     const cube__backend_vtable_t* vt = cube__registry[b];
     if (vt && (vt->caps & caps) == caps) return (cube_backend_t)b;
   }
-  return CUBE_BACKEND_COUNT;
+  return CUBE_BACKEND_NONE;
 }
 
-uint32_t cube__backend_device_count(cube_backend_t backend) {
-  return (uint32_t)cube_device_count(backend);
-}
-
-//===----------------------------------------------------------------------===//
-// Enumeration
-//===----------------------------------------------------------------------===//
-
-cube_status_t cube_backend_status(cube_backend_t backend) {
-  if ((unsigned)backend >= CUBE_BACKEND_COUNT)
-    return CUBE_INVALID("cube_backend_status: backend %d is invalid", (int)backend);
-  const cube__backend_vtable_t* b = cube__backend_get(backend);
-  if (!b)
-    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "backend %s is not built into this library",
-                             cube_backend_name(backend));
-  CUBE_RETURN_IF_ERROR(cube__backend_validate(b));
-  return b->availability();
-}
-
-size_t cube_device_count(cube_backend_t backend) {
+/* Devices of |backend|: 0 when it is not compiled in, out of range or
+ * unavailable. */
+static size_t cube__backend_count_devices(cube_backend_t backend) {
   const cube__backend_vtable_t* b =
-      (unsigned)backend < CUBE_BACKEND_COUNT ? cube__backend_get(backend) : NULL;
+      (unsigned)backend < CUBE__BACKEND_COUNT ? cube__backend_get(backend) : NULL;
   if (!b) return 0;
   cube_status_t st = cube_backend_status(backend);
   if (st) {
@@ -95,18 +79,40 @@ size_t cube_device_count(cube_backend_t backend) {
   return b->device_count();
 }
 
+uint32_t cube__backend_device_count(cube_backend_t backend) {
+  return (uint32_t)cube__backend_count_devices(backend);
+}
+
+//===----------------------------------------------------------------------===//
+// Enumeration
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube_backend_status(cube_backend_t backend) {
+  if ((unsigned)backend >= CUBE__BACKEND_COUNT)
+    return CUBE_INVALID("cube_backend_status: backend %d is invalid", (int)backend);
+  const cube__backend_vtable_t* b = cube__backend_get(backend);
+  if (!b)
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "backend %s is not built into this library",
+                             cube_backend_name(backend));
+  CUBE_RETURN_IF_ERROR(cube__backend_validate(b));
+  return b->availability();
+}
+
+/* The deprecated spellings of counting (cube/device.h). */
+size_t cube_device_count(cube_backend_t backend) { return cube__backend_count_devices(backend); }
+
 size_t cube_device_count_total(void) {
   size_t n = 0;
-  for (int b = 0; b < CUBE_BACKEND_COUNT; ++b) n += cube_device_count((cube_backend_t)b);
+  for (int b = 0; b < CUBE__BACKEND_COUNT; ++b) n += cube__backend_count_devices((cube_backend_t)b);
   return n;
 }
 
 cube_status_t cube_enumerate_devices(cube_backend_t backend, cube_device_id_t* out_ids,
                                      size_t capacity, size_t* out_count) {
   CUBE__CHECK_OUT(out_count, "cube_enumerate_devices", "out_count");
-  if ((unsigned)backend >= CUBE_BACKEND_COUNT)
+  if ((unsigned)backend >= CUBE__BACKEND_COUNT)
     return CUBE_INVALID("cube_enumerate_devices: backend %d is invalid", (int)backend);
-  size_t n = cube_device_count(backend);
+  size_t n = cube__backend_count_devices(backend);
   for (size_t i = 0; i < n && out_ids && i < capacity; ++i)
     out_ids[i] = (cube_device_id_t){backend, (uint32_t)i};
   *out_count = n;
@@ -117,8 +123,8 @@ cube_status_t cube_enumerate_all_devices(cube_device_id_t* out_ids, size_t capac
                                          size_t* out_count) {
   CUBE__CHECK_OUT(out_count, "cube_enumerate_all_devices", "out_count");
   size_t n = 0;
-  for (int b = 0; b < CUBE_BACKEND_COUNT; ++b) {
-    size_t k = cube_device_count((cube_backend_t)b);
+  for (int b = 0; b < CUBE__BACKEND_COUNT; ++b) {
+    size_t k = cube__backend_count_devices((cube_backend_t)b);
     for (size_t i = 0; i < k; ++i, ++n)
       if (out_ids && n < capacity) out_ids[n] = (cube_device_id_t){(cube_backend_t)b, (uint32_t)i};
   }

@@ -4,23 +4,25 @@
 #include <stdlib.h>
 #include <strings.h>
 
+#include "base/abi.h"
 #include "base/status.h"
 #include "cube/cube.h"
 
 /* Backends ----------------------------------------------------------------- */
 
-static const char* const cube__backend_names[CUBE_BACKEND_COUNT] = {"cpu", "cuda", "opencl",
-                                                                    "null"};
+static const char* const cube__backend_names[] = {"cpu", "cuda", "opencl", "null"};
+_Static_assert(sizeof(cube__backend_names) / sizeof(cube__backend_names[0]) == CUBE__BACKEND_COUNT,
+               "a name for every backend");
 
 const char* cube_backend_name(cube_backend_t backend) {
-  if ((unsigned)backend >= (unsigned)CUBE_BACKEND_COUNT) return NULL;
+  if ((unsigned)backend >= (unsigned)CUBE__BACKEND_COUNT) return NULL;
   return cube__backend_names[backend];
 }
 
 cube_status_t cube_backend_parse(const char* name, cube_backend_t* out_backend) {
   if (!name) return CUBE_INVALID("cube_backend_parse: name is NULL");
   if (!out_backend) return CUBE_INVALID("cube_backend_parse: out_backend is NULL ('%s')", name);
-  for (int b = 0; b < CUBE_BACKEND_COUNT; ++b) {
+  for (int b = 0; b < CUBE__BACKEND_COUNT; ++b) {
     if (strcasecmp(name, cube__backend_names[b]) == 0) {
       *out_backend = (cube_backend_t)b;
       return CUBE_OK;
@@ -57,7 +59,6 @@ uint32_t cube_dtype_size(cube_dtype_t dtype) {
     case CUBE_DTYPE_U64:
     case CUBE_DTYPE_I64:
     case CUBE_DTYPE_F64: return 8;
-    case CUBE_DTYPE_COUNT: break;
   }
   return 0;
 }
@@ -74,7 +75,6 @@ const char* cube_dtype_name(cube_dtype_t dtype) {
     case CUBE_DTYPE_BF16: return "bf16";
     case CUBE_DTYPE_F32: return "f32";
     case CUBE_DTYPE_F64: return "f64";
-    case CUBE_DTYPE_COUNT: break;
   }
   return "unknown";
 }

@@ -1,5 +1,7 @@
 #include "base/status.h"
 
+#include "base/abi.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,14 +19,16 @@ static char cube__oom_message[] = "out of memory while creating an error status"
 static struct cube_status_s cube__status_oom_static = {
     CUBE_STATUS_OUT_OF_MEMORY, 1, 1, 0, NULL, cube__oom_message};
 
-static const char* const cube__code_names[CUBE_STATUS_CODE_COUNT] = {
+static const char* const cube__code_names[] = {
     "OK",          "INVALID_ARGUMENT", "NOT_FOUND",   "ALREADY_EXISTS",
     "OUT_OF_MEMORY", "FAILED_PRECONDITION", "UNAVAILABLE", "UNIMPLEMENTED",
     "COMPILATION_FAILED", "LAUNCH_FAILED", "DEADLINE_EXCEEDED", "OUT_OF_RANGE",
     "UNSUPPORTED", "ABORTED", "INTERNAL"};
+_Static_assert(sizeof(cube__code_names) / sizeof(cube__code_names[0]) == CUBE__STATUS_CODE_COUNT,
+               "a name for every status code");
 
 const char* cube_status_code_name(cube_status_code_t code) {
-  if ((unsigned)code >= CUBE_STATUS_CODE_COUNT) return "UNKNOWN";
+  if ((unsigned)code >= (unsigned)CUBE__STATUS_CODE_COUNT) return "UNKNOWN";
   return cube__code_names[code];
 }
 
@@ -78,6 +82,32 @@ cube_status_t cube__status_make(cube_status_code_t code, const char* fmt, ...) {
   return s;
 }
 
+static char* cube__vformat(const char* fmt, va_list ap);
+
+/* The public constructor: the internal one, plus a check of |code|, which
+ * comes from the program and so may be anything. */
+cube_status_t cube_status_makev(cube_status_code_t code, const char* fmt, va_list args) {
+  if (code == CUBE_STATUS_OK) return CUBE_OK;
+  if ((unsigned)code >= (unsigned)CUBE__STATUS_CODE_COUNT) {
+    char* msg = cube__vformat(fmt ? fmt : "", args);
+    cube_status_t s = cube__status_make(CUBE_STATUS_INTERNAL,
+                                        "cube_status_make: code %d is not a cube_status_code_t "
+                                        "(message: %s)",
+                                        (int)code, msg ? msg : "(no memory to format it)");
+    free(msg);
+    return s;
+  }
+  return cube__status_makev(code, fmt, args);
+}
+
+cube_status_t cube_status_make(cube_status_code_t code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  cube_status_t s = cube_status_makev(code, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
 cube_status_t cube__status_oom(uint64_t requested, const cube_memory_report_t* report,
                                const char* fmt, ...) {
   va_list ap;
@@ -98,10 +128,13 @@ bool cube_status_oom_report(cube_status_t s, uint64_t* out_requested,
   if (!s || s->code != CUBE_STATUS_OUT_OF_MEMORY || s->is_static) return false;
   if (out_requested) *out_requested = s->oom_requested;
   if (out_report) {
-    if (s->oom_report)
-      memcpy(out_report, s->oom_report, sizeof(*out_report));
-    else
-      memset(out_report, 0, sizeof(*out_report));
+    cube_memory_report_t none;
+    memset(&none, 0, sizeof(none));
+    /* A struct_size too small for the field itself leaves the report as it
+     * was (this function has no status to say so). */
+    cube_status_free(cube__struct_write("cube_status_oom_report", "out_report->struct_size",
+                                        &cube__struct_memory_report, out_report,
+                                        s->oom_report ? s->oom_report : &none));
   }
   return true;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/abi.h"
 #include "client/client_internal.h"
 
 struct cube_resource_s {
@@ -45,9 +46,17 @@ cube_status_t cube_client_load(cube_device_id_t device, cube_client_t** out_clie
   return cube__client_new(s, out_client);
 }
 
-cube_status_t cube_client_init(cube_device_id_t device, const cube_server_options_t* options,
+cube_status_t cube_client_init(cube_device_id_t device, const cube_server_options_t* in_options,
                                cube_client_t** out_client) {
   CUBE__CHECK_OUT(out_client, "cube_client_init", "out_client");
+  cube_server_options_t read;
+  const cube_server_options_t* options = NULL;
+  if (in_options) {
+    cube_server_options_initialize(&read);
+    CUBE_RETURN_IF_ERROR(cube__struct_read("cube_client_init", "options->struct_size",
+                                           &cube__struct_server_options, in_options, &read));
+    options = &read;
+  }
   if (options && ((unsigned)options->queue_mode > CUBE_QUEUE_INLINE ||
                   (unsigned)options->profile_level > CUBE_PROFILE_FULL ||
                   (unsigned)options->memory_config > CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES ||
@@ -82,7 +91,7 @@ void cube_client_release(cube_client_t* c) {
 }
 
 cube_device_id_t cube_client_device(const cube_client_t* c) {
-  return cube__client_live(c) ? c->server->id : (cube_device_id_t){CUBE_BACKEND_COUNT, 0};
+  return cube__client_live(c) ? c->server->id : (cube_device_id_t){CUBE_BACKEND_NONE, 0};
 }
 const cube_backend_info_t* cube_client_info(const cube_client_t* c) {
   return cube__client_live(c) ? &c->server->info : NULL;
@@ -105,7 +114,8 @@ cube_profile_level_t cube_client_profile_level(const cube_client_t* c) {
 //===----------------------------------------------------------------------===//
 
 cube_stream_id_t cube_stream_current(void) { return cube__stream_current_id(); }
-cube_stream_id_t cube_stream_create_id(void) { return cube__stream_new_id(); }
+cube_stream_id_t cube_stream_id_new(void) { return cube__stream_new_id(); }
+cube_stream_id_t cube_stream_create_id(void) { return cube_stream_id_new(); } /* deprecated */
 
 void cube_client_set_stream(cube_client_t* c, cube_stream_id_t stream) {
   if (!c) return;
@@ -250,8 +260,10 @@ cube_status_t cube_client_memory_report(cube_client_t* c, cube_memory_report_t* 
   CUBE__CHECK_OUT(out_report, fn, "out_report");
   cube__stream_t* st;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &st));
-  cube__stream_report(st, out_report);
-  return CUBE_OK;
+  cube_memory_report_t report;
+  cube__stream_report(st, &report);
+  return cube__struct_write(fn, "out_report->struct_size", &cube__struct_memory_report, out_report,
+                            &report);
 }
 
 cube_status_t cube_client_memory_usage_device(cube_client_t* c, cube_memory_usage_t* out_usage) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/abi.h"
 #include "base/bytes.h"
 #include "client/client_internal.h"
 #include "collective/collective.h"
@@ -108,7 +109,7 @@ static cube_status_t cube__check_devices(const char* fn, size_t n, const cube_de
   if (n == 0) return CUBE_INVALID("%s: device_count is 0", fn);
   if (!ids) return CUBE_INVALID("%s: devices is NULL", fn);
   for (size_t i = 0; i < n; ++i) {
-    if ((unsigned)ids[i].backend >= CUBE_BACKEND_COUNT)
+    if ((unsigned)ids[i].backend >= CUBE__BACKEND_COUNT)
       return CUBE_INVALID("%s: devices[%zu].backend %d is invalid", fn, i, (int)ids[i].backend);
     uint32_t count = cube__coll_global_count(ids[i].backend);
     if (ids[i].index >= count)
@@ -192,7 +193,7 @@ cube_status_t cube_client_all_reduce(cube_client_t* c, cube_handle_t src, cube_h
   CUBE_RETURN_IF_ERROR(cube__client_handle(c, src, "cube_client_all_reduce: src", &a));
   CUBE_RETURN_IF_ERROR(cube__client_handle(c, dst, "cube_client_all_reduce: dst", &b));
   if (cube_dtype_size(dtype) == 0) return CUBE_INVALID("%s: dtype %d is invalid", fn, (int)dtype);
-  if ((unsigned)op >= CUBE_REDUCE_OP_COUNT)
+  if ((unsigned)op >= CUBE__REDUCE_OP_COUNT)
     return CUBE_INVALID("%s: reduce op %d is invalid", fn, (int)op);
   CUBE_RETURN_IF_ERROR(cube__check_devices(fn, device_count, devices));
   uint64_t na = cube__handle_view_size(&a), nb = cube__handle_view_size(&b);
@@ -246,8 +247,11 @@ cube_status_t cube_client_last_collective(const cube_client_t* c,
   const char* fn = "cube_client_last_collective";
   CUBE__CHECK_CLIENT(c, fn);
   CUBE__CHECK_OUT(out_record, fn, "out_record");
-  if (!cube__coll_last_record(c->server->id, out_record))
+  cube_collective_record_t record;
+  memset(&record, 0, sizeof(record));
+  if (!cube__coll_last_record(c->server->id, &record))
     return cube__status_make(CUBE_STATUS_NOT_FOUND, "%s: %s has completed no collective yet", fn,
                              c->server->props.name);
-  return CUBE_OK;
+  return cube__struct_write(fn, "out_record->struct_size", &cube__struct_collective_record,
+                            out_record, &record);
 }

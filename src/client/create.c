@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/abi.h"
 #include "base/bytes.h"
 #include "client/client_internal.h"
 
@@ -30,16 +31,33 @@ static uint64_t cube__dense_size(const cube_layout_desc_t* d) {
 
 #define CUBE__STACK_TENSORS 4
 
+static void cube__release_bytes(cube_bytes_t** bytes, size_t count) {
+  for (size_t i = 0; bytes && i < count; ++i) cube_bytes_release(bytes[i]);
+}
+
 /* Creates |count| tensors in one buffer. |data| (with |sizes|) or |bytes|
- * (consumed) or neither (empty). */
+ * (consumed) or neither (empty). |in_descs| is the caller's array (any
+ * struct_size the input rules accept). */
 static cube_status_t cube__create_tensors(cube_client_t* c, const char* fn, size_t count,
-                                          const cube_layout_desc_t* descs, const void* const* data,
-                                          const size_t* sizes, cube_bytes_t** bytes,
-                                          cube_tensor_t* out) {
+                                          const cube_layout_desc_t* in_descs,
+                                          const void* const* data, const size_t* sizes,
+                                          cube_bytes_t** bytes, cube_tensor_t* out) {
   cube__server_t* s = c->server;
   if (count == 0) return CUBE_OK;
-  if (!descs) return CUBE_INVALID("%s: descs is NULL for %zu tensors", fn, count);
+  if (!in_descs) {
+    cube__release_bytes(bytes, count);
+    return CUBE_INVALID("%s: descs is NULL for %zu tensors", fn, count);
+  }
   if (data && !sizes) return CUBE_INVALID("%s: sizes is NULL", fn);
+  const void* read_descs;
+  void* owned_descs;
+  cube_status_t read_st = cube__struct_array_read(fn, "descs", &cube__struct_layout_desc, in_descs,
+                                                  count, &read_descs, &owned_descs);
+  if (read_st) {
+    cube__release_bytes(bytes, count);
+    return read_st;
+  }
+  const cube_layout_desc_t* descs = read_descs;
   /* Layout results: on the stack for a few tensors (every single-tensor
    * create), on the heap beyond. */
   uint64_t stack_strides[CUBE__STACK_TENSORS][CUBE_MAX_RANK];
@@ -153,13 +171,13 @@ done:
     }
     if (mem && made == 0) cube__memory_handle_unref(mem);
   }
-  if (bytes)
-    for (size_t i = 0; i < count; ++i) cube_bytes_release(bytes[i]);
+  cube__release_bytes(bytes, count);
   if (heap) {
     free(strides);
     free(offsets);
     free(tsizes);
   }
+  free(owned_descs);
   return st;
 }
 
@@ -176,7 +194,7 @@ static cube_status_t cube__desc_nd(const char* fn, cube_layout_strategy_t strate
                                    const uint64_t* shape, uint32_t elem_size,
                                    cube_layout_desc_t* d) {
   if (rank && !shape) return CUBE_INVALID("%s: shape is NULL for rank %u", fn, rank);
-  cube_status_t st = cube_layout_desc_init(strategy, rank, shape, elem_size, d);
+  cube_status_t st = cube_layout_desc_initialize(strategy, rank, shape, elem_size, d);
   return st ? cube__status_annotate(st, "%s", fn) : CUBE_OK;
 }
 
@@ -394,37 +412,50 @@ cube_status_t cube_client_create_from_slice_pinned(cube_client_t* c, const void*
 }
 
 cube_status_t cube_client_create_tensors_from_slices_pinned(cube_client_t* c, size_t count,
-                                                            const cube_layout_desc_t* descs,
+                                                            const cube_layout_desc_t* in_descs,
                                                             const void* const* data,
                                                             const size_t* sizes,
                                                             cube_tensor_t* out_tensors) {
   const char* fn = "cube_client_create_tensors_from_slices_pinned";
   CUBE__CHECK_CLIENT(c, fn);
   if (count == 0) return CUBE_OK;
-  if (!data || !sizes || !descs || !out_tensors)
+  if (!data || !sizes || !in_descs || !out_tensors)
     return CUBE_INVALID("%s: %s is NULL", fn,
-                        !data ? "data" : !sizes ? "sizes" : !descs ? "descs" : "out_tensors");
-  for (size_t i = 0; i < count; ++i) {
-    if (!data[i]) return CUBE_INVALID("%s: data[%zu] is NULL", fn, i);
+                        !data ? "data" : !sizes ? "sizes" : !in_descs ? "descs" : "out_tensors");
+  const void* read_descs;
+  void* owned_descs;
+  CUBE_RETURN_IF_ERROR(cube__struct_array_read(fn, "descs", &cube__struct_layout_desc, in_descs,
+                                               count, &read_descs, &owned_descs));
+  const cube_layout_desc_t* descs = read_descs;
+  cube_status_t st = CUBE_OK;
+  for (size_t i = 0; i < count && !st; ++i) {
+    if (!data[i]) {
+      st = CUBE_INVALID("%s: data[%zu] is NULL", fn, i);
+      break;
+    }
     /* Check the sizes against the shapes before any staging is reserved. */
     cube_layout_desc_t d;
-    cube_status_t st = cube_layout_desc_init(descs[i].strategy, descs[i].rank, descs[i].shape,
-                                             descs[i].elem_size, &d);
-    if (st) return cube__status_annotate(st, "%s: descs[%zu]", fn, i);
+    st = cube_layout_desc_initialize(descs[i].strategy, descs[i].rank, descs[i].shape,
+                                     descs[i].elem_size, &d);
+    if (st) {
+      st = cube__status_annotate(st, "%s: descs[%zu]", fn, i);
+      break;
+    }
     uint64_t dense = cube__dense_size(&d);
     if (sizes[i] != dense)
-      return CUBE_INVALID("%s: data[%zu] holds %zu bytes but its shape needs %" PRIu64
-                          " (prod(shape) * elem_size %u)",
-                          fn, i, sizes[i], dense, descs[i].elem_size);
+      st = CUBE_INVALID("%s: data[%zu] holds %zu bytes but its shape needs %" PRIu64
+                        " (prod(shape) * elem_size %u)",
+                        fn, i, sizes[i], dense, descs[i].elem_size);
   }
-  cube_bytes_t** b = calloc(count, sizeof(*b));
-  if (!b) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", fn);
-  cube_status_t st = cube_client_reserve_staging(c, count, sizes, b);
+  cube_bytes_t** b = st ? NULL : calloc(count, sizeof(*b));
+  if (!st && !b) st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", fn);
+  if (!st) st = cube_client_reserve_staging(c, count, sizes, b);
   if (!st) {
     for (size_t i = 0; i < count; ++i) memcpy(cube_bytes_data(b[i]), data[i], sizes[i]);
     st = cube__create_tensors(c, fn, count, descs, NULL, NULL, b, out_tensors);
   }
   free(b);
+  free(owned_descs);
   return st;
 }
 

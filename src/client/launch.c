@@ -108,9 +108,9 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
                              targs);
 }
 
-cube_status_t cube_kernel_precompile(cube_client_t* c, size_t count, cube_kernel_t* const* kernels,
+cube_status_t cube_client_precompile(cube_client_t* c, size_t count, cube_kernel_t* const* kernels,
                                      cube_execution_mode_t mode) {
-  const char* fn = "cube_kernel_precompile";
+  const char* fn = "cube_client_precompile";
   CUBE__CHECK_CLIENT(c, fn);
   if (count && !kernels) return CUBE_INVALID("%s: kernels is NULL", fn);
   if ((unsigned)mode > CUBE_EXEC_UNCHECKED)
@@ -121,6 +121,12 @@ cube_status_t cube_kernel_precompile(cube_client_t* c, size_t count, cube_kernel
     if (st) return cube__status_annotate(st, "%s: kernels[%zu]", fn, i);
   }
   return CUBE_OK;
+}
+
+/* The deprecated spelling (cube/client.h). */
+cube_status_t cube_kernel_precompile(cube_client_t* c, size_t count, cube_kernel_t* const* kernels,
+                                     cube_execution_mode_t mode) {
+  return cube_client_precompile(c, count, kernels, mode);
 }
 
 cube_status_t cube_client_launch_mode(cube_client_t* c, cube_kernel_t* kernel, cube_count_t count,

@@ -12,8 +12,10 @@
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/abi.h"
 #include "base/status.h"
 #include "cube/handle.h"
 #include "platform/platform.h"
@@ -146,8 +148,14 @@ static cube_status_t cube__layout_one(cube_layout_policy_t policy, uint64_t buff
   return CUBE_OK;
 }
 
+static cube_status_t cube__layout_compute(cube_layout_policy_t policy, uint64_t alignment,
+                                          size_t count, const cube_layout_desc_t* descs,
+                                          uint64_t (*out_strides)[CUBE_MAX_RANK],
+                                          uint64_t* out_offsets, uint64_t* out_sizes,
+                                          uint64_t* out_total);
+
 cube_status_t cube_layout_compute(cube_layout_policy_t policy, uint64_t alignment, size_t count,
-                                  const cube_layout_desc_t* descs,
+                                  const cube_layout_desc_t* in_descs,
                                   uint64_t (*out_strides)[CUBE_MAX_RANK], uint64_t* out_offsets,
                                   uint64_t* out_sizes, uint64_t* out_total) {
   const char* fn = CUBE__LAYOUT_FN;
@@ -155,7 +163,25 @@ cube_status_t cube_layout_compute(cube_layout_policy_t policy, uint64_t alignmen
     return CUBE_INVALID("%s: policy %d is not a cube_layout_policy_t", fn, (int)policy);
   if (!cube__is_pow2(alignment))
     return CUBE_INVALID("%s: alignment %" PRIu64 " is not a power of two", fn, alignment);
-  if (count > 0 && !descs) return CUBE_INVALID("%s: descs is NULL with count %zu", fn, count);
+  if (count > 0 && !in_descs) return CUBE_INVALID("%s: descs is NULL with count %zu", fn, count);
+  /* The caller's layout of the descriptors (cube/cube.h, "Struct sizes");
+   * nothing is copied when it is this library's. */
+  const void* descs;
+  void* owned;
+  CUBE_RETURN_IF_ERROR(cube__struct_array_read(fn, "descs", &cube__struct_layout_desc, in_descs,
+                                               count, &descs, &owned));
+  cube_status_t st = cube__layout_compute(policy, alignment, count, descs, out_strides,
+                                          out_offsets, out_sizes, out_total);
+  free(owned);
+  return st;
+}
+
+static cube_status_t cube__layout_compute(cube_layout_policy_t policy, uint64_t alignment,
+                                          size_t count, const cube_layout_desc_t* descs,
+                                          uint64_t (*out_strides)[CUBE_MAX_RANK],
+                                          uint64_t* out_offsets, uint64_t* out_sizes,
+                                          uint64_t* out_total) {
+  const char* fn = CUBE__LAYOUT_FN;
 
   /* Pass 1: validate everything and compute the total, writing nothing. */
   uint64_t total = 0;
@@ -208,10 +234,10 @@ bool cube_layout_strides_readable(cube_layout_policy_t policy, uint32_t rank,
   return true;
 }
 
-cube_status_t cube_layout_desc_init(cube_layout_strategy_t strategy, uint32_t rank,
-                                    const uint64_t* shape, uint32_t elem_size,
-                                    cube_layout_desc_t* out_desc) {
-  const char* fn = "cube_layout_desc_init";
+cube_status_t cube_layout_desc_initialize(cube_layout_strategy_t strategy, uint32_t rank,
+                                          const uint64_t* shape, uint32_t elem_size,
+                                          cube_layout_desc_t* out_desc) {
+  const char* fn = "cube_layout_desc_initialize";
   if (!out_desc) return CUBE_INVALID("%s: out_desc is NULL", fn);
   if ((unsigned)strategy > (unsigned)CUBE_LAYOUT_OPTIMIZED)
     return CUBE_INVALID("%s: strategy %d is not a cube_layout_strategy_t", fn, (int)strategy);
@@ -225,10 +251,19 @@ cube_status_t cube_layout_desc_init(cube_layout_strategy_t strategy, uint32_t ra
       return CUBE_INVALID("%s: shape[%" PRIu32 "] is 0 (empty tensors are not allowed)", fn, k);
   cube_layout_desc_t d;
   memset(&d, 0, sizeof(d));
+  d.struct_size = sizeof(d);
   d.strategy = strategy;
   d.rank = rank;
   for (uint32_t k = 0; k < rank; ++k) d.shape[k] = shape[k];
   d.elem_size = elem_size;
   *out_desc = d;
   return CUBE_OK;
+}
+
+/* The deprecated spelling (cube/handle.h): same function, new name in its
+ * messages. */
+cube_status_t cube_layout_desc_init(cube_layout_strategy_t strategy, uint32_t rank,
+                                    const uint64_t* shape, uint32_t elem_size,
+                                    cube_layout_desc_t* out_desc) {
+  return cube_layout_desc_initialize(strategy, rank, shape, elem_size, out_desc);
 }

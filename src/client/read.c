@@ -107,7 +107,7 @@ static cube_status_t cube__read_tensors(cube_client_t* c, const char* fn, size_t
     st = cube__client_handle(c, t->handle, what, &info);
     if (st) break;
     cube_layout_desc_t d;
-    st = cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, t->rank, t->shape, t->elem_size, &d);
+    st = cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, t->rank, t->shape, t->elem_size, &d);
     if (st) {
       st = cube__status_annotate(st, "%s: tensors[%zu]", fn, i);
       break;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/abi.h"
 #include "base/status.h"
 #include "collective/coll_internal.h"
 #include "platform/platform.h"
@@ -86,11 +87,11 @@ const char* cube_collective_transport(cube_backend_t backend, const char** out_d
   const cube__coll_transport_t* t = cube__coll_choose(backend, &skipped);
   const char* detail = t ? (t->describe ? t->describe() : t->name)
                          : "the backend has no collective transport";
-  if (t && skipped && (unsigned)backend < CUBE_BACKEND_COUNT) {
+  if (t && skipped && (unsigned)backend < CUBE__BACKEND_COUNT) {
     /* The fallback, and why the preferred one is not used (the reason does
      * not change once it was tried). */
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static char lines[CUBE_BACKEND_COUNT][640];
+    static char lines[CUBE__BACKEND_COUNT][640];
     pthread_mutex_lock(&lock);
     if (!lines[backend][0])
       snprintf(lines[backend], sizeof(lines[backend]), "%s; %s not used: %s", t->name,

@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #include "collective/mpi_abi.h"
-#include "cube/client.h"
+#include "cube/collective.h"
 #include "memory/memory.h"
 #include "server/stream.h"
 

@@ -13,7 +13,6 @@ const char* cube_reduce_op_name(cube_reduce_op_t op) {
     case CUBE_REDUCE_MAX: return "max";
     case CUBE_REDUCE_MIN: return "min";
     case CUBE_REDUCE_PROD: return "prod";
-    case CUBE_REDUCE_OP_COUNT: break;
   }
   return NULL;
 }
@@ -173,7 +172,6 @@ void cube__reduce_combine(cube_dtype_t dtype, cube_reduce_op_t op, void* acc, co
     case CUBE_DTYPE_F64: cube__combine_f64(op, acc, in, count); break;
     case CUBE_DTYPE_F16: cube__combine_half(op, acc, in, count, false); break;
     case CUBE_DTYPE_BF16: cube__combine_half(op, acc, in, count, true); break;
-    case CUBE_DTYPE_COUNT: break;
   }
 }
 
@@ -209,6 +207,5 @@ void cube__reduce_finish(cube_dtype_t dtype, cube_reduce_op_t op, void* acc, uin
       }
       break;
     }
-    case CUBE_DTYPE_COUNT: break;
   }
 }

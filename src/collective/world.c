@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "base/abi.h"
 #include "base/status.h"
 #include "collective/coll_internal.h"
 #include "platform/platform.h"
@@ -55,7 +56,7 @@ cube_status_t cube__coll_world(cube__coll_world_t* out) {
       /* The devices per rank of the backend whose ids span MPI ranks (the
        * CPU's, CUBE_CPU_DEVICES). */
       cube_backend_t b = cube__backend_with_caps(CUBE__CAP_GLOBAL_IDS_UNDER_MPI);
-      w.local_cpu = b == CUBE_BACKEND_COUNT ? 0 : cube__backend_device_count(b);
+      w.local_cpu = b == CUBE_BACKEND_NONE ? 0 : cube__backend_device_count(b);
       g_world = w;
       g_world_ready = true;
     }
@@ -68,8 +69,8 @@ cube_status_t cube__coll_world(cube__coll_world_t* out) {
 /* The devices of each backend, counted once per process and only when they
  * are needed (a CPU-only MPI program does not load the CUDA driver). */
 static pthread_mutex_t g_count_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t g_counts[CUBE_BACKEND_COUNT];
-static bool g_counted[CUBE_BACKEND_COUNT];
+static uint32_t g_counts[CUBE__BACKEND_COUNT];
+static bool g_counted[CUBE__BACKEND_COUNT];
 
 static uint32_t cube__coll_local_count(cube_backend_t backend) {
   pthread_mutex_lock(&g_count_lock);
@@ -113,7 +114,7 @@ cube_device_id_t cube__coll_global_id(cube_device_id_t local) {
 }
 
 uint32_t cube__coll_global_count(cube_backend_t backend) {
-  uint32_t n = (uint32_t)cube_device_count(backend);
+  uint32_t n = cube__backend_device_count(backend);
   cube__coll_world_t w;
   cube_status_t st = cube__coll_world(&w);
   if (st) {

@@ -19,6 +19,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "base/abi.h"
 #include "base/fault.h"
 #include "base/status.h"
 
@@ -750,24 +751,28 @@ static cube_status_t cube__kc_walk(const cube__kc_dir_t* d, bool remove, cube__k
 }
 
 cube_status_t cube_kernel_cache_stats(cube_kernel_cache_stats_t* out_stats) {
-  if (!out_stats) return CUBE_INVALID("cube_kernel_cache_stats: out_stats is NULL");
-  memset(out_stats, 0, sizeof(*out_stats));
-  out_stats->memory_hits = cube__kc_get(&cube__kc_memory_hits);
-  out_stats->disk_hits = cube__kc_get(&cube__kc_disk_hits);
-  out_stats->misses = cube__kc_get(&cube__kc_misses);
-  out_stats->compile_failures = cube__kc_get(&cube__kc_compile_failures);
-  out_stats->corrupt_entries = cube__kc_get(&cube__kc_corrupt);
-  out_stats->compile_ns = cube__kc_get(&cube__kc_compile_ns);
-  out_stats->load_ns = cube__kc_get(&cube__kc_load_ns);
+  const char* fn = "cube_kernel_cache_stats";
+  if (!out_stats) return CUBE_INVALID("%s: out_stats is NULL", fn);
+  cube_kernel_cache_stats_t s;
+  memset(&s, 0, sizeof(s));
+  s.memory_hits = cube__kc_get(&cube__kc_memory_hits);
+  s.disk_hits = cube__kc_get(&cube__kc_disk_hits);
+  s.misses = cube__kc_get(&cube__kc_misses);
+  s.compile_failures = cube__kc_get(&cube__kc_compile_failures);
+  s.corrupt_entries = cube__kc_get(&cube__kc_corrupt);
+  s.compile_ns = cube__kc_get(&cube__kc_compile_ns);
+  s.load_ns = cube__kc_get(&cube__kc_load_ns);
   cube__kc_dir_t d;
   cube_status_t st = cube__kc_dir_resolve(&d);
-  if (st) return cube__status_annotate(st, "cube_kernel_cache_stats");
+  if (st) return cube__status_annotate(st, "%s", fn);
   cube__kc_scan_t scan;
   st = cube__kc_walk(&d, false, &scan);
-  if (st) return cube__status_annotate(st, "cube_kernel_cache_stats");
-  out_stats->disk_entries = scan.entries;
-  out_stats->disk_bytes = scan.bytes;
-  return CUBE_OK;
+  if (st) return cube__status_annotate(st, "%s", fn);
+  s.disk_entries = scan.entries;
+  s.disk_bytes = scan.bytes;
+  /* Written whole or not at all (cube/cube.h, "Struct sizes"). */
+  return cube__struct_write(fn, "out_stats->struct_size", &cube__struct_kernel_cache_stats,
+                            out_stats, &s);
 }
 
 const char* cube_kernel_cache_dir(void) {

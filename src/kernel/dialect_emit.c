@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "cube/backends/cpu.h"
 #include "kernel/dialect.h"
 #include "kernel/dialect_internal.h"
 

@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,17 +23,28 @@ const char* cube_arg_kind_name(cube_arg_kind_t kind) {
     case CUBE_ARG_I64: return "i64";
     case CUBE_ARG_F32: return "f32";
     case CUBE_ARG_F64: return "f64";
-    case CUBE_ARG_KIND_COUNT: break;
   }
   return "unknown";
 }
 
 /* Kernels ----------------------------------------------------------------- */
 
-cube_status_t cube_kernel_create(const cube_kernel_desc_t* desc, cube_kernel_t** out_kernel) {
+void cube_kernel_desc_initialize(cube_kernel_desc_t* desc) {
+  if (!desc) return;
+  memset(desc, 0, sizeof(*desc));
+  desc->struct_size = sizeof(*desc);
+}
+
+cube_status_t cube_kernel_create(const cube_kernel_desc_t* in_desc, cube_kernel_t** out_kernel) {
   const char* fn = "cube_kernel_create";
   if (!out_kernel) return CUBE_INVALID("%s: out_kernel is NULL", fn);
-  if (!desc) return CUBE_INVALID("%s: desc is NULL", fn);
+  if (!in_desc) return CUBE_INVALID("%s: desc is NULL", fn);
+  /* The caller's layout (cube/cube.h, "Struct sizes") into this library's. */
+  cube_kernel_desc_t read;
+  cube_kernel_desc_initialize(&read);
+  CUBE_RETURN_IF_ERROR(
+      cube__struct_read(fn, "desc->struct_size", &cube__struct_kernel_desc, in_desc, &read));
+  const cube_kernel_desc_t* desc = &read;
   if (desc->source && !desc->entry) return CUBE_INVALID("%s: desc->source is set but desc->entry is NULL", fn);
   if (!desc->name && !desc->source) return CUBE_INVALID("%s: desc->name is NULL", fn);
   const char* name = desc->name ? desc->name : desc->entry;
@@ -120,7 +132,7 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t* desc, cube_kernel_t**
       return CUBE_INVALID("%s: kernel '%s': desc->arg_kinds is NULL with desc->arg_count %" PRIu32,
                           fn, name, desc->arg_count);
     for (uint32_t i = 0; i < desc->arg_count; ++i)
-      if ((unsigned)desc->arg_kinds[i] >= (unsigned)CUBE_ARG_KIND_COUNT)
+      if ((unsigned)desc->arg_kinds[i] >= (unsigned)CUBE__ARG_KIND_COUNT)
         return CUBE_INVALID("%s: kernel '%s': desc->arg_kinds[%" PRIu32
                             "] is %d (not a cube_arg_kind_t)",
                             fn, name, i, (int)desc->arg_kinds[i]);
@@ -259,7 +271,10 @@ cube_status_t cube_count_select(uint64_t num_cubes, const uint32_t max_count[3],
  * (plane, max(1, min(max_units_per_cube / plane, planes)), 1). */
 cube_dim_t cube_dim_for_units(const cube_device_properties_t* props, uint64_t working_units) {
   cube_dim_t one = {1, 1, 1};
-  if (!props) return one;
+  /* Props a program built itself, in an older layout that lacks the
+   * hardware fields, read as none. */
+  const size_t needs = offsetof(cube_device_properties_t, hardware) + sizeof(props->hardware);
+  if (!props || (props->struct_size && props->struct_size < needs)) return one;
   uint64_t plane = props->hardware.plane_size_max ? props->hardware.plane_size_max : 1;
   uint64_t planes;
   if (props->hardware.num_cpu_cores > 0 && props->hardware.num_streaming_multiprocessors == 0) {

@@ -4,6 +4,8 @@
 
 #include <stdatomic.h>
 
+#include "base/abi.h"
+#include "cube/backends/cpu.h"
 #include "cube/kernel.h"
 
 struct cube__signature;
@@ -26,7 +28,7 @@ struct cube_kernel_s {
   /* Compiled forms per backend and execution mode, filled by the backend on
    * first use; they belong to the process-wide kernel cache, not to the
    * kernel (several kernel objects of one source share them). */
-  _Atomic(void*) compiled[CUBE_BACKEND_COUNT][3];
+  _Atomic(void*) compiled[CUBE__BACKEND_COUNT][3];
 };
 
 /* The name of parameter |i| of a dialect kernel ("arg<i>" for native ones). */

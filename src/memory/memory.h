@@ -25,7 +25,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cube/client.h"
+#include "cube/options.h"
 #include "cube/memory.h"
 #include "cube/status.h"
 

@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cube/client.h"
+#include "cube/options.h"
 #include "cube/status.h"
 
 /* Bytes of payload stored in a queue cell without a heap allocation. */

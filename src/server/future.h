@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 #include "cube/bytes.h"
-#include "cube/client.h"
+#include "cube/future.h"
 
 /* A future of |count| results with two references (the caller's and the
  * task's). NULL when out of host memory. */

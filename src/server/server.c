@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/abi.h"
 #include "base/status.h"
 
 
@@ -68,6 +69,11 @@ static cube_status_t cube__server_create(cube__device_key_t key, void* arg, void
     cube__server_destroy(s);
     return status;
   }
+  /* Structs in library memory carry the library's layout (cube/cube.h,
+   * "Struct sizes"), whatever the backend filled in. */
+  s->props.struct_size = sizeof(s->props);
+  s->info.struct_size = sizeof(s->info);
+  s->options.struct_size = sizeof(s->options);
   *out_state = s;
   return CUBE_OK;
 }
@@ -92,7 +98,7 @@ const cube__service_vtable_t cube__server_service = {
 cube_status_t cube__server_get(cube_device_id_t device, const cube_server_options_t* options,
                                bool insert, cube__server_t** out_server) {
   const cube__backend_vtable_t* b = cube__backend_get(device.backend);
-  if ((unsigned)device.backend >= CUBE_BACKEND_COUNT)
+  if ((unsigned)device.backend >= CUBE__BACKEND_COUNT)
     return CUBE_INVALID("device backend %d is not a backend", (int)device.backend);
   if (!b)
     return cube__status_make(CUBE_STATUS_UNAVAILABLE, "backend %s is not built into this library",
@@ -135,5 +141,7 @@ cube_status_t cube__server_get(cube_device_id_t device, const cube_server_option
 }
 
 void cube_server_options_initialize(cube_server_options_t* o) {
-  if (o) memset(o, 0, sizeof(*o));
+  if (!o) return;
+  memset(o, 0, sizeof(*o));
+  o->struct_size = sizeof(*o);
 }

@@ -503,6 +503,9 @@ static cube_status_t cube__profile_exclusive(void* p) {
   cube__backend_event_destroy(&s->be, ev0);
   cube__backend_event_destroy(&s->be, ev1);
   cube_status_t launch_errors = cube__stream_profile_end(st);
+  /* The task's own status, alone, is the caller's: returned as it was made
+   * (cube_status_make), not annotated. */
+  if (status && !sync_status && !launch_errors) return status;
   if (status || sync_status || launch_errors) {
     status = cube__status_join(status, sync_status);
     status = cube__status_join(status, launch_errors);

@@ -59,7 +59,7 @@ cube_device_id_t cts_device(uint32_t index);
 /* Skips the case unless the backend has at least |n| devices. */
 #define CTS_REQUIRE_DEVICES(n)                                                 \
   do {                                                                         \
-    if (cube_device_count(cts_backend()->backend) < (size_t)(n))               \
+    if (cube_test_device_count(cts_backend()->backend) < (size_t)(n))               \
       CUBE_SKIP("needs %d devices of %s", (int)(n), cts_backend()->name);      \
   } while (0)
 

@@ -301,19 +301,19 @@ CUBE_TEST(bad_input_shapes) {
   CHECK_STATUS(cube_client_empty_tensor(c, CUBE_MAX_RANK + 1, big, 4, &t), CUBE_STATUS_INVALID_ARGUMENT,
                "cube_client_empty_tensor", "13");
   cube_layout_desc_t d;
-  CHECK_STATUS(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, CUBE_MAX_RANK + 1, big, 4, &d),
+  CHECK_STATUS(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, CUBE_MAX_RANK + 1, big, 4, &d),
                CUBE_STATUS_INVALID_ARGUMENT, "13");
   /* elem_size 0 */
   CHECK_STATUS(cube_client_empty_tensor(c, 2, s35, 0, &t), CUBE_STATUS_INVALID_ARGUMENT, "elem_size");
   CHECK_STATUS(cube_client_create_tensor_from_slice(c, data, 60, 2, s35, 0, &t), CUBE_STATUS_INVALID_ARGUMENT,
                "elem_size");
-  CHECK_STATUS(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 2, s35, 0, &d), CUBE_STATUS_INVALID_ARGUMENT,
-               "elem_size");
+  CHECK_STATUS(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 2, s35, 0, &d),
+               CUBE_STATUS_INVALID_ARGUMENT, "elem_size");
   CHECK_STATUS(cube_client_empty_tensor(c, 2, NULL, 4, &t), CUBE_STATUS_INVALID_ARGUMENT, "shape");
   /* A bad descriptor in a batch fails the batch and leaks nothing. */
   cube_layout_desc_t ds[2];
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 2, s35, 4, &ds[0]));
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 2, s35, 4, &ds[1]));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 2, s35, 4, &ds[0]));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 2, s35, 4, &ds[1]));
   const void* dd[2] = {data, data};
   const size_t sz[2] = {60, 59};
   cube_tensor_t ts[2];

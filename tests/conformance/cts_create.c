@@ -211,9 +211,9 @@ static void cts_check_packed(cube_client_t* c, cube_tensor_t* t, const cube_layo
 
 static void cts_packed_descs(cube_layout_desc_t* d, size_t* sizes) {
   const uint64_t s0[2] = {3, 5}, s1[1] = {7}, s2[3] = {2, 3, 4};
-  cube_status_free(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 2, s0, 4, &d[0]));
-  cube_status_free(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 1, s1, 1, &d[1]));
-  cube_status_free(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 3, s2, 8, &d[2]));
+  cube_status_free(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 2, s0, 4, &d[0]));
+  cube_status_free(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 1, s1, 1, &d[1]));
+  cube_status_free(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 3, s2, 8, &d[2]));
   sizes[0] = 60;
   sizes[1] = 7;
   sizes[2] = 192;

@@ -51,7 +51,7 @@ static float frand_signed_unit(uint64_t* s) {
 }
 
 static cube_kernel_cache_stats_t dk_stats(void) {
-  cube_kernel_cache_stats_t st;
+  cube_kernel_cache_stats_t st = {0};
   memset(&st, 0, sizeof(st));
   cube_status_t s = cube_kernel_cache_stats(&st);
   if (s) {
@@ -794,7 +794,7 @@ CUBE_TEST(dialect_defines_specialise) {
   /* Without OP the source does not compile (#error): the define is used. */
   cube_define_t no_op[] = {{"SCALE", "3.0f"}};
   DK(k_bad, k_binop, "binop", 32, 1, 1, no_op, 1);
-  CHECK_STATUS(cube_kernel_precompile(c, 1, &k_bad, CUBE_EXEC_CHECKED),
+  CHECK_STATUS(cube_client_precompile(c, 1, &k_bad, CUBE_EXEC_CHECKED),
                CUBE_STATUS_COMPILATION_FAILED, "OP must be 1 or 2");
 
   CHECK_OK(cube_client_sync(c));
@@ -1180,9 +1180,9 @@ CUBE_TEST(dialect_oob_checked) {
   {
     const uint64_t lx = 19, ly = 23, lg = 29;
     cube_layout_desc_t d[3];
-    REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 1, &lx, 4, &d[0]));
-    REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 1, &ly, 4, &d[1]));
-    REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 1, &lg, 4, &d[2]));
+    REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 1, &lx, 4, &d[0]));
+    REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 1, &ly, 4, &d[1]));
+    REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 1, &lg, 4, &d[2]));
     float hx[19], hy[23], hg[29];
     for (int i = 0; i < 19; ++i) hx[i] = frand(&seed, -5.0f, 5.0f);
     for (int i = 0; i < 23; ++i) hy[i] = -55.0f;
@@ -1499,17 +1499,17 @@ CUBE_TEST(dialect_compile_error) {
   CHECK(cts_read_equals(c, hy, poison, sizeof(poison)));
 
   /* Precompile reports it at once, also in another mode. */
-  CHECK_STATUS(cube_kernel_precompile(c, 1, &k, CUBE_EXEC_CHECKED),
+  CHECK_STATUS(cube_client_precompile(c, 1, &k, CUBE_EXEC_CHECKED),
                CUBE_STATUS_COMPILATION_FAILED, "broken_k.cube:4:");
-  CHECK_STATUS(cube_kernel_precompile(c, 1, &k, CUBE_EXEC_VALIDATE),
+  CHECK_STATUS(cube_client_precompile(c, 1, &k, CUBE_EXEC_VALIDATE),
                CUBE_STATUS_COMPILATION_FAILED, "broken_k.cube:4:");
 
   /* An error that only a define set brings in keeps the user's numbering. */
   cube_define_t good[] = {{"BAD", "0"}}, bad[] = {{"BAD", "1"}};
   DK(kg, k_maybe_broken, "maybe_k", 16, 1, 1, good, 1);
   DK(kb, k_maybe_broken, "maybe_k", 16, 1, 1, bad, 1);
-  CHECK_OK(cube_kernel_precompile(c, 1, &kg, CUBE_EXEC_CHECKED));
-  CHECK_STATUS(cube_kernel_precompile(c, 1, &kb, CUBE_EXEC_CHECKED),
+  CHECK_OK(cube_client_precompile(c, 1, &kg, CUBE_EXEC_CHECKED));
+  CHECK_STATUS(cube_client_precompile(c, 1, &kb, CUBE_EXEC_CHECKED),
                CUBE_STATUS_COMPILATION_FAILED, "maybe_k.cube:7:", "missing_identifier_7");
   /* An error in a kernel with barriers (which the backend may restructure)
    * still names the user's line. */
@@ -1523,13 +1523,13 @@ CUBE_TEST(dialect_compile_error) {
         "  y[u] = t[63 - u] + not_declared_6;\n"
         "}\n";
     DK(kx, k_sync_broken, "sync_broken", 64, 1, 1, NULL, 0);
-    CHECK_STATUS(cube_kernel_precompile(c, 1, &kx, CUBE_EXEC_CHECKED),
+    CHECK_STATUS(cube_client_precompile(c, 1, &kx, CUBE_EXEC_CHECKED),
                  CUBE_STATUS_COMPILATION_FAILED, "sync_broken.cube:6:", "not_declared_6");
     cube_kernel_release(kx);
   }
   /* A batch stops at the bad kernel and names it. */
   cube_kernel_t* batch[2] = {kg, kb};
-  CHECK_STATUS(cube_kernel_precompile(c, 2, batch, CUBE_EXEC_CHECKED),
+  CHECK_STATUS(cube_client_precompile(c, 2, batch, CUBE_EXEC_CHECKED),
                CUBE_STATUS_COMPILATION_FAILED, "kernels[1]", "maybe_k.cube:7:");
 
   /* The client still works: the good one and a fresh saxpy. */

@@ -319,7 +319,7 @@ static void affine_check(cube_client_t* c, cube_kernel_t* k, const affine_t* a,
 }
 
 static cube_kernel_cache_stats_t stats(void) {
-  cube_kernel_cache_stats_t st;
+  cube_kernel_cache_stats_t st = {0};
   memset(&st, 0, sizeof(st));
   cube_status_t s = cube_kernel_cache_stats(&st);
   if (s) {
@@ -358,7 +358,7 @@ static void use_kernel_once(unsigned set, cube_kernel_cache_stats_t* before,
 
 /* "disk_hit/<set>": the kernel comes from the disk cache, nothing compiles. */
 static void helper_disk_hit(void) {
-  cube_kernel_cache_stats_t s0, s1;
+  cube_kernel_cache_stats_t s0 = {0}, s1 = {0};
   memset(&s0, 0, sizeof(s0));
   memset(&s1, 0, sizeof(s1));
   use_kernel_once(role_arg(), &s0, &s1);
@@ -369,7 +369,7 @@ static void helper_disk_hit(void) {
 
 /* "corrupt/<set>": the entry on disk is damaged: found corrupt, rebuilt. */
 static void helper_corrupt(void) {
-  cube_kernel_cache_stats_t s0, s1;
+  cube_kernel_cache_stats_t s0 = {0}, s1 = {0};
   memset(&s0, 0, sizeof(s0));
   memset(&s1, 0, sizeof(s1));
   use_kernel_once(role_arg(), &s0, &s1);
@@ -382,7 +382,7 @@ static void helper_corrupt(void) {
 /* "race/<set>": waits for the start signal, then compiles or loads. */
 static void helper_race(void) {
   wait_for_go();
-  cube_kernel_cache_stats_t s0, s1;
+  cube_kernel_cache_stats_t s0 = {0}, s1 = {0};
   memset(&s0, 0, sizeof(s0));
   memset(&s1, 0, sizeof(s1));
   use_kernel_once(role_arg(), &s0, &s1);
@@ -407,7 +407,7 @@ CUBE_TEST(dialect_cache_disk_hit_in_child) {
   char dir[PATH_MAX];
   fresh_cache_dir("disk_hit", dir, sizeof(dir));
   CHECK(strcmp(cube_kernel_cache_dir(), dir) == 0);
-  cube_kernel_cache_stats_t s0, s1;
+  cube_kernel_cache_stats_t s0 = {0}, s1 = {0};
   use_kernel_once(1, &s0, &s1);
   CHECK_EQ_U64(D_MISS(s0, s1), 1);
   CHECK_EQ_U64(D_DISK(s0, s1), 0);
@@ -453,7 +453,7 @@ CUBE_TEST(dialect_cache_corrupt_entry_rebuilt) {
   CTS_REQUIRE_DEVICES(1);
   char dir[PATH_MAX];
   fresh_cache_dir("corrupt", dir, sizeof(dir));
-  cube_kernel_cache_stats_t s0, s1;
+  cube_kernel_cache_stats_t s0 = {0}, s1 = {0};
   use_kernel_once(2, &s0, &s1);
   CHECK_EQ_U64(D_MISS(s0, s1), 1);
   entries_t e = list_entries(dir);
@@ -550,7 +550,7 @@ CUBE_TEST(dialect_cache_concurrent_processes) {
   cache_dir_done(dir);
 }
 
-/* cube_kernel_precompile compiles (per mode); the launch after it compiles
+/* cube_client_precompile compiles (per mode); the launch after it compiles
  * nothing; another kernel object of the same source finds it in memory. */
 CUBE_TEST(dialect_cache_precompile_no_recompile) {
   CTS_REQUIRE_DEVICES(1);
@@ -562,7 +562,7 @@ CUBE_TEST(dialect_cache_precompile_no_recompile) {
   REQUIRE_OK(affine_kernel(&a, 0, &k));
 
   cube_kernel_cache_stats_t s0 = stats();
-  CHECK_OK(cube_kernel_precompile(c, 1, &k, CUBE_EXEC_CHECKED));
+  CHECK_OK(cube_client_precompile(c, 1, &k, CUBE_EXEC_CHECKED));
   cube_kernel_cache_stats_t s1 = stats();
   CHECK_EQ_U64(D_MISS(s0, s1), 1);
   CHECK_EQ_U64(s1.disk_entries, 1);
@@ -571,14 +571,14 @@ CUBE_TEST(dialect_cache_precompile_no_recompile) {
   CHECK_EQ_U64(D_MISS(s1, s2), 0);
   CHECK_EQ_U64(D_DISK(s1, s2), 0);
   /* Precompiling again does nothing new. */
-  CHECK_OK(cube_kernel_precompile(c, 1, &k, CUBE_EXEC_CHECKED));
+  CHECK_OK(cube_client_precompile(c, 1, &k, CUBE_EXEC_CHECKED));
   cube_kernel_cache_stats_t s3 = stats();
   CHECK_EQ_U64(D_MISS(s2, s3), 0);
   CHECK_EQ_U64(D_DISK(s2, s3), 0);
 
   /* The mode is part of the kernel: Validate is compiled by its precompile,
    * Unchecked (not precompiled) by its launch. */
-  CHECK_OK(cube_kernel_precompile(c, 1, &k, CUBE_EXEC_VALIDATE));
+  CHECK_OK(cube_client_precompile(c, 1, &k, CUBE_EXEC_VALIDATE));
   cube_kernel_cache_stats_t s4 = stats();
   CHECK_EQ_U64(D_MISS(s3, s4), 1);
   CHECK_EQ_U64(s4.disk_entries, 2);
@@ -593,7 +593,7 @@ CUBE_TEST(dialect_cache_precompile_no_recompile) {
   /* Another kernel object of the same source and defines (in another order). */
   cube_kernel_t* k2 = NULL;
   REQUIRE_OK(affine_kernel(&a, 1, &k2));
-  CHECK_OK(cube_kernel_precompile(c, 1, &k2, CUBE_EXEC_CHECKED));
+  CHECK_OK(cube_client_precompile(c, 1, &k2, CUBE_EXEC_CHECKED));
   cube_kernel_cache_stats_t s7 = stats();
   CHECK_EQ_U64(D_MEM(s6, s7), 1);
   CHECK_EQ_U64(D_MISS(s6, s7), 0);
@@ -620,8 +620,8 @@ CUBE_TEST(dialect_cache_precompile_no_recompile) {
     batch_size = 3;
   }
   cube_kernel_cache_stats_t s8 = stats();
-  CHECK_OK(cube_kernel_precompile(c, batch_size, batch, CUBE_EXEC_CHECKED));
-  CHECK_OK(cube_kernel_precompile(c, 0, NULL, CUBE_EXEC_CHECKED));
+  CHECK_OK(cube_client_precompile(c, batch_size, batch, CUBE_EXEC_CHECKED));
+  CHECK_OK(cube_client_precompile(c, 0, NULL, CUBE_EXEC_CHECKED));
   cube_kernel_cache_stats_t s9 = stats();
   CHECK_EQ_U64(D_MISS(s8, s9), 2);
   affine_check(c, batch[0], &b1, CUBE_EXEC_CHECKED, "batch 0");

@@ -54,7 +54,7 @@ int cts_tensor_layout_ok(cube_client_t* c, const cube_tensor_t* t, cube_layout_s
                          uint64_t* out_size) {
   const cube_device_properties_t* p = cube_client_properties(c);
   cube_layout_desc_t d;
-  cube_status_t s = cube_layout_desc_init(strategy, t->rank, t->shape, t->elem_size, &d);
+  cube_status_t s = cube_layout_desc_initialize(strategy, t->rank, t->shape, t->elem_size, &d);
   uint64_t strides[1][CUBE_MAX_RANK], size = 0;
   if (!s) s = cube_layout_compute(p->layout_policy, p->memory.alignment, 1, &d, strides, NULL, &size, NULL);
   if (s) {

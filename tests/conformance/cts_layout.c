@@ -125,7 +125,7 @@ CUBE_TEST(layout_packed_offsets_aligned) {
   size_t sizes[5];
   uint8_t* bufs[5];
   for (int i = 0; i < 5; ++i) {
-    REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 1, &lens[i], 1, &d[i]));
+    REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 1, &lens[i], 1, &d[i]));
     bufs[i] = malloc(lens[i]);
     REQUIRE(bufs[i]);
     cube_test_fill_random(bufs[i], lens[i], 3200 + i);
@@ -164,7 +164,7 @@ CUBE_TEST(layout_compute_reference_examples) {
   uint64_t strides[2][CUBE_MAX_RANK], offsets[2], sizes[2], total = 0;
   const uint64_t s35[2] = {3, 5}, s5[1] = {5};
   /* CUDA, A = 512: f32 [3,5] Optimized -> pitch 32, strides [8,1], size 96, total 512. */
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 2, s35, 4, &d[0]));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 2, s35, 4, &d[0]));
   CHECK_OK(cube_layout_compute(CUBE_LAYOUT_POLICY_PITCHED, 512, 1, d, strides, offsets, sizes, &total));
   CHECK_EQ_U64(strides[0][0], 8);
   CHECK_EQ_U64(strides[0][1], 1);
@@ -173,18 +173,18 @@ CUBE_TEST(layout_compute_reference_examples) {
   CHECK(cube_layout_strides_readable(CUBE_LAYOUT_POLICY_PITCHED, 2, s35, strides[0]));
   CHECK(!cube_layout_strides_readable(CUBE_LAYOUT_POLICY_CONTIGUOUS, 2, s35, strides[0]));
   /* f32 [5] Optimized -> size 32. */
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 1, s5, 4, &d[0]));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 1, s5, 4, &d[0]));
   CHECK_OK(cube_layout_compute(CUBE_LAYOUT_POLICY_PITCHED, 512, 1, d, strides, offsets, sizes, &total));
   CHECK_EQ_U64(sizes[0], 32);
   /* Contiguous strategy under the pitched policy: no padding. */
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 2, s35, 4, &d[0]));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 2, s35, 4, &d[0]));
   CHECK_OK(cube_layout_compute(CUBE_LAYOUT_POLICY_PITCHED, 512, 1, d, strides, offsets, sizes, &total));
   CHECK_EQ_U64(strides[0][0], 5);
   CHECK_EQ_U64(sizes[0], 60);
   /* Two contiguous tensors of 100 and 600 bytes -> offsets 0, 512; total 1536. */
   const uint64_t s100[1] = {100}, s600[1] = {600};
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 1, s100, 1, &d[0]));
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 1, s600, 1, &d[1]));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 1, s100, 1, &d[0]));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 1, s600, 1, &d[1]));
   CHECK_OK(cube_layout_compute(CUBE_LAYOUT_POLICY_PITCHED, 512, 2, d, strides, offsets, sizes, &total));
   CHECK_EQ_U64(offsets[0], 0);
   CHECK_EQ_U64(offsets[1], 512);
@@ -193,7 +193,7 @@ CUBE_TEST(layout_compute_reference_examples) {
   CHECK_EQ_U64(offsets[1], 512);
   CHECK_EQ_U64(total, 1536);
   /* Contiguous policy, f32 [3,5] Optimized: row-major, 60 bytes. */
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 2, s35, 4, &d[0]));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 2, s35, 4, &d[0]));
   CHECK_OK(cube_layout_compute(CUBE_LAYOUT_POLICY_CONTIGUOUS, 64, 1, d, strides, offsets, sizes, &total));
   CHECK_EQ_U64(strides[0][0], 5);
   CHECK_EQ_U64(strides[0][1], 1);
@@ -214,8 +214,8 @@ CUBE_TEST(layout_contiguous_strategy_descs) {
   CTS_CLIENT(c);
   const uint64_t s0[3] = {2, 9, 5}, s1[2] = {1, 1};
   cube_layout_desc_t d[2];
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 3, s0, 2, &d[0]));
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 2, s1, 8, &d[1]));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 3, s0, 2, &d[0]));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 2, s1, 8, &d[1]));
   CHECK_EQ_U64(d[0].rank, 3);
   CHECK_EQ_U64(d[0].shape[1], 9);
   CHECK_EQ_U64(d[0].elem_size, 2);

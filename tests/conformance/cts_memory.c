@@ -58,8 +58,8 @@ CUBE_TEST(memory_empty_layout_and_reuse) {
   const size_t sizes[] = {1, 7, 511, 512, 513, 1000, 4096, (1u << 20) + 3};
   for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
     cube_layout_desc_t d;
-    REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 1, (const uint64_t[]){sizes[i]}, 1,
-                                     &d));
+    REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 1,
+                                           (const uint64_t[]){sizes[i]}, 1, &d));
     uint64_t offset = 1, size = 0, total = 0;
     REQUIRE_OK(cube_layout_compute(p->layout_policy, p->memory.alignment, 1, &d, NULL, &offset,
                                    &size, &total));
@@ -120,7 +120,7 @@ CUBE_TEST(memory_usage_device_sums_streams) {
   CTS_CLIENT(c);
   cube_client_t* p = NULL;
   REQUIRE_OK(cube_client_clone(c, &p));
-  cube_client_set_stream(p, cube_stream_create_id());
+  cube_client_set_stream(p, cube_stream_id_new());
   cube_memory_usage_t d0;
   REQUIRE_OK(cube_client_memory_usage_device(c, &d0));
   cube_handle_t h1, h2, h3;
@@ -152,7 +152,7 @@ CUBE_TEST(memory_usage_device_sums_streams) {
   CHECK_OK(cube_client_memory_usage_device(c, &d));
   CHECK_EQ_U64(d.number_allocs, 0);
   CHECK_EQ_U64(d.bytes_reserved, d0.bytes_reserved);
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   CHECK_OK(cube_client_memory_report(c, &r));
   CHECK_EQ_U64(r.device_reserved, d.bytes_reserved);
   cube_client_release(p);
@@ -203,7 +203,7 @@ CUBE_TEST(memory_persistent_allocation_report) {
   cts_persist_t x = {c, CUBE_HANDLE_NULL, 5000};
   REQUIRE_OK(cube_client_memory_persistent_allocation(c, cts_alloc_in_fn, &x));
   REQUIRE(!cube_handle_is_null(x.h));
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   cube_memory_usage_t u;
   REQUIRE_OK(cube_client_memory_report(c, &r));
   REQUIRE_OK(cube_client_memory_usage(c, &u));
@@ -270,10 +270,10 @@ CUBE_TEST(memory_persistent_allocation_uses_thread_stream) {
   CTS_CLIENT(c);
   cube_client_t* p = NULL;
   REQUIRE_OK(cube_client_clone(c, &p));
-  cube_client_set_stream(p, cube_stream_create_id());
+  cube_client_set_stream(p, cube_stream_id_new());
   cts_two_clients_t t = {c, p, CUBE_HANDLE_NULL, CUBE_HANDLE_NULL};
   REQUIRE_OK(cube_client_memory_persistent_allocation(p, cts_alloc_on_both, &t));
-  cube_memory_report_t rc, rp;
+  cube_memory_report_t rc = {0}, rp = {0};
   REQUIRE_OK(cube_client_memory_report(c, &rc));
   REQUIRE_OK(cube_client_memory_report(p, &rp));
   const cube_pool_report_t* pc = cts_pool(&rc, CUBE_POOL_PERSISTENT);
@@ -296,7 +296,7 @@ CUBE_TEST(memory_allocation_mode_persistent_then_auto) {
   REQUIRE_OK(cube_client_empty(c, 4096 + 13, &a));
   CHECK_OK(cube_client_allocation_mode(c, CUBE_ALLOCATION_AUTO));
   REQUIRE_OK(cube_client_empty(c, 999, &b));
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   REQUIRE_OK(cube_client_memory_report(c, &r));
   const cube_pool_report_t* pp = cts_pool(&r, CUBE_POOL_PERSISTENT);
   REQUIRE(pp != NULL);
@@ -335,7 +335,7 @@ CUBE_TEST(memory_out_of_memory_with_limit) {
   CHECK(cube_handle_is_null(h));
   CHECK(cts_contains(cube_status_message(s), "cube_client_empty", (const char*)NULL));
   uint64_t requested = 0;
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   memset(&r, 0, sizeof(r));
   CHECK(cube_status_oom_report(s, &requested, &r));
   CHECK(cube_status_oom_report(s, &requested, NULL));
@@ -427,7 +427,7 @@ CUBE_TEST(memory_handle_can_mut_and_accessors) {
   CHECK(cube_handle_buffer_size(h) >= 300);
   CHECK(cube_handle_buffer_size(h) < 300 + cube_client_properties(c)->memory.alignment);
   CHECK_EQ_U64(cube_handle_offset(h), 0);
-  cube_device_id_t dev = {CUBE_BACKEND_COUNT, 77};
+  cube_device_id_t dev = {CUBE_BACKEND_NONE, 77};
   CHECK_OK(cube_handle_device(h, &dev));
   CHECK(dev.backend == cts_device(0).backend && dev.index == 0);
   CHECK_OK(cube_client_sync(c));
@@ -448,7 +448,7 @@ CUBE_TEST(memory_report_matches_usage) {
   cube_handle_t h[6];
   const size_t sizes[6] = {1, 3, 1000, 70000, 1000003, 9 << 20};
   for (int i = 0; i < 6; ++i) REQUIRE_OK(cube_client_empty(c, sizes[i], &h[i]));
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   cube_memory_usage_t u;
   REQUIRE_OK(cube_client_memory_report(c, &r));
   REQUIRE_OK(cube_client_memory_usage(c, &u));
@@ -481,14 +481,14 @@ CUBE_TEST(memory_limit_server_option) {
   cube_status_t s = cube_client_empty(c, (size_t)60 << 20, &h);
   CHECK(cube_status_code(s) == CUBE_STATUS_OUT_OF_MEMORY);
   uint64_t requested = 0;
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   CHECK(cube_status_oom_report(s, &requested, &r));
   CHECK_EQ_U64(requested, (uint64_t)60 << 20);
   CHECK_EQ_U64(r.memory_limit, 48ull << 20);
   cube_status_free(s);
   /* Below the limit works, and reserved memory stays under it. */
   REQUIRE_OK(cube_client_empty(c, (size_t)1 << 20, &h));
-  cube_memory_report_t r2;
+  cube_memory_report_t r2 = {0};
   CHECK_OK(cube_client_memory_report(c, &r2));
   CHECK_EQ_U64(r2.memory_limit, 48ull << 20);
   CHECK(r2.device_reserved <= (48ull << 20));
@@ -509,7 +509,7 @@ CUBE_TEST(memory_exclusive_pages_config) {
   REQUIRE_OK(cube_client_create_from_slice(c, data, sizeof(data), &h));
   CHECK(cts_read_equals(c, h, data, sizeof(data)));
   CHECK_OK(cube_client_sync(c));
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   REQUIRE_OK(cube_client_memory_report(c, &r));
   int exclusive_used = 0;
   for (uint32_t i = 0; i < r.pool_count && i < CUBE_MAX_POOLS; ++i) {
@@ -556,7 +556,7 @@ CUBE_TEST(memory_persistent_windows_nest) {
   REQUIRE_OK(cube_client_memory_persistent_allocation(c, cts_nest_outer, &n));
   cube_handle_t auto_h;
   REQUIRE_OK(cube_client_empty(c, 7001, &auto_h)); /* outside both: Auto */
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   REQUIRE_OK(cube_client_memory_report(c, &r));
   const cube_pool_report_t* pp = cts_pool(&r, CUBE_POOL_PERSISTENT);
   REQUIRE(pp != NULL);

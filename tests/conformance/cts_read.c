@@ -349,8 +349,8 @@ CUBE_TEST(read_tensor_reference_shapes) {
   cube_test_fill_random(d600, 600, 2403);
   cube_layout_desc_t d[2];
   const uint64_t s100[1] = {100}, s600[1] = {600};
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 1, s100, 1, &d[0]));
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 1, s600, 1, &d[1]));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 1, s100, 1, &d[0]));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 1, s600, 1, &d[1]));
   const void* data[2] = {d100, d600};
   const size_t sizes[2] = {100, 600};
   cube_tensor_t p[2];
@@ -451,7 +451,7 @@ static void cts_to_client_case(cube_client_t* src, cube_client_t* dst) {
   CHECK_OK(cube_client_to_client(src, h, dst, &out));
   CHECK(out.id != h.id);
   CHECK_EQ_U64(cube_handle_size(out), n);
-  cube_device_id_t dev = {CUBE_BACKEND_COUNT, 99};
+  cube_device_id_t dev = {CUBE_BACKEND_NONE, 99};
   CHECK_OK(cube_handle_device(out, &dev));
   CHECK(dev.backend == cube_client_device(dst).backend && dev.index == cube_client_device(dst).index);
   CHECK(cts_read_equals(dst, out, data, n));

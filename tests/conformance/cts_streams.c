@@ -129,9 +129,9 @@ CUBE_TEST(streams_pinned_stream_errors_separate) {
   CTS_CLIENT(c);
   cube_client_t* p = NULL;
   REQUIRE_OK(cube_client_clone(c, &p));
-  cube_stream_id_t sid = cube_stream_create_id();
+  cube_stream_id_t sid = cube_stream_id_new();
   CHECK(sid != cube_stream_current());
-  CHECK(cube_stream_create_id() != sid);
+  CHECK(cube_stream_id_new() != sid);
   cube_client_set_stream(p, sid);
   CHECK(cube_client_stream(p) == sid);
   CHECK(cube_client_stream(c) == cube_stream_current());
@@ -177,8 +177,8 @@ CUBE_TEST(streams_handle_used_on_another_stream) {
   cube_client_t* b = NULL;
   REQUIRE_OK(cube_client_clone(c, &a));
   REQUIRE_OK(cube_client_clone(c, &b));
-  cube_client_set_stream(a, cube_stream_create_id());
-  cube_client_set_stream(b, cube_stream_create_id());
+  cube_client_set_stream(a, cube_stream_id_new());
+  cube_client_set_stream(b, cube_stream_id_new());
   CHECK(cube_client_stream(a) != cube_client_stream(b));
   const uint32_t n = 50021;
   uint32_t* in = malloc(n * 4);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/abi.h"
 #include "check.h"
 #include "cube/cube.h"
 
@@ -238,8 +239,8 @@ static void types_ops(const char* mode) {
   REQUIRE(c != NULL);
   const cube_device_id_t ids[2] = {cpu(1 - g_rank), cpu(g_rank)};
   size_t checked = 0;
-  for (int t = 0; t < CUBE_DTYPE_COUNT; ++t) {
-    for (int o = 0; o < CUBE_REDUCE_OP_COUNT; ++o) {
+  for (int t = 0; t < CUBE__DTYPE_COUNT; ++t) {
+    for (int o = 0; o < CUBE__REDUCE_OP_COUNT; ++o) {
       cube_dtype_t dt = (cube_dtype_t)t;
       cube_reduce_op_t op = (cube_reduce_op_t)o;
       size_t count = (t + o) % 6 == 0 ? 100003 : (size_t)(1 + ((t * 131 + o * 17) % 2000));
@@ -261,11 +262,11 @@ static void types_ops(const char* mode) {
       free(in[1]);
     }
   }
-  CHECK_EQ_U64(checked, CUBE_DTYPE_COUNT * CUBE_REDUCE_OP_COUNT);
-  cube_collective_record_t r;
+  CHECK_EQ_U64(checked, CUBE__DTYPE_COUNT * CUBE__REDUCE_OP_COUNT);
+  cube_collective_record_t r = {0};
   CHECK_OK(cube_client_last_collective(c, &r));
   CHECK(r.participants == 2 && r.ranks == 2 &&
-        r.sequence == CUBE_DTYPE_COUNT * CUBE_REDUCE_OP_COUNT - 1);
+        r.sequence == CUBE__DTYPE_COUNT * CUBE__REDUCE_OP_COUNT - 1);
   cube_client_release(c);
   cube_shutdown();
 }
@@ -362,7 +363,7 @@ CUBE_TEST(send_recv) {
     cube_handle_release(h);
     free(data);
   }
-  cube_collective_record_t r;
+  cube_collective_record_t r = {0};
   CHECK_OK(cube_client_last_collective(c, &r));
   CHECK(r.bytes == sizes[2] && r.ranks == 2 && r.participants == 2);
   cube_client_release(c);
@@ -463,7 +464,7 @@ static void cuda_two_processes(bool staged, bool real) {
   const cube_dtype_t types[] = {CUBE_DTYPE_F32, CUBE_DTYPE_I64, CUBE_DTYPE_U8, CUBE_DTYPE_BF16};
   size_t checked = 0;
   for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); ++t) {
-    for (int o = 0; o < CUBE_REDUCE_OP_COUNT; ++o) {
+    for (int o = 0; o < CUBE__REDUCE_OP_COUNT; ++o) {
       cube_dtype_t dt = types[t];
       cube_reduce_op_t op = (cube_reduce_op_t)o;
       if (op == CUBE_REDUCE_MEAN && dt == CUBE_DTYPE_BF16) continue; /* the reference rounds */
@@ -481,8 +482,8 @@ static void cuda_two_processes(bool staged, bool real) {
       free(in[1]);
     }
   }
-  CHECK_EQ_U64(checked, 4 * CUBE_REDUCE_OP_COUNT - 1);
-  cube_collective_record_t r;
+  CHECK_EQ_U64(checked, 4 * CUBE__REDUCE_OP_COUNT - 1);
+  cube_collective_record_t r = {0};
   CHECK_OK(cube_client_last_collective(c, &r));
   CHECK(r.participants == 2 && r.ranks == 2 && r.transport && strcmp(r.transport, want) == 0);
   /* send/recv: rank 0's bytes land on rank 1. */

@@ -379,7 +379,7 @@ static void op_tensors(worker_t* w, int dev) {
       shape[d] = 1 + rnd(w, lim);
       total *= shape[d];
     }
-    cube_status_t s = cube_layout_desc_init(
+    cube_status_t s = cube_layout_desc_initialize(
         rnd(w, 2) ? CUBE_LAYOUT_OPTIMIZED : CUBE_LAYOUT_CONTIGUOUS, rank, shape, es, &descs[i]);
     if (!ok(s, "layout_desc_init")) {
       for (size_t j = 0; j < i; ++j) blob_release(blobs[j]);
@@ -865,7 +865,7 @@ static void* reuse_main(void* arg) {
 CUBE_TEST(pool_reuse_many_threads) {
   double t0 = now_s();
   REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &g_reuse_client));
-  g_reuse_stream = cube_stream_create_id();
+  g_reuse_stream = cube_stream_id_new();
   cube_memory_usage_t start;
   REQUIRE_OK(cube_client_memory_usage_device(g_reuse_client, &start));
 

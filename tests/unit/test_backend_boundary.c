@@ -94,7 +94,7 @@ CUBE_TEST(null_has_no_devices_by_default) {
   const cube__backend_vtable_t* n = &cube__backend_null;
   CHECK_OK(n->availability());
   CHECK_EQ_U64(n->device_count(), 0);
-  CHECK_EQ_U64(cube_device_count(CUBE_BACKEND_NULL), 0);
+  CHECK_EQ_U64(cube_test_device_count(CUBE_BACKEND_NULL), 0);
   cube_client_t* c = NULL;
   CHECK_STATUS(cube_client_load((cube_device_id_t){CUBE_BACKEND_NULL, 0}, &c),
                CUBE_STATUS_NOT_FOUND, "null:0 does not exist", "0 devices");

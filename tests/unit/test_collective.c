@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/abi.h"
 #include "check.h"
 #include "cube/cube.h"
 
@@ -219,10 +220,10 @@ static void all_types_and_ops(const char* mode) {
   uint64_t rng = 0x5eed0001;
   size_t checked = 0;
   for (uint32_t n = 1; n <= MAXDEV; ++n) {
-    for (int t = 0; t < CUBE_DTYPE_COUNT; ++t) {
+    for (int t = 0; t < CUBE__DTYPE_COUNT; ++t) {
       cube_dtype_t dt = (cube_dtype_t)t;
       uint32_t es = cube_dtype_size(dt);
-      for (int o = 0; o < CUBE_REDUCE_OP_COUNT; ++o) {
+      for (int o = 0; o < CUBE__REDUCE_OP_COUNT; ++o) {
         cube_reduce_op_t op = (cube_reduce_op_t)o;
         /* odd sizes; every 7th combination large enough to span several
          * staging blocks (256 KiB) */
@@ -291,7 +292,7 @@ static void all_types_and_ops(const char* mode) {
       }
     }
   }
-  CHECK_EQ_U64(checked, (1 + 2 + 3 + 4) * CUBE_DTYPE_COUNT * CUBE_REDUCE_OP_COUNT);
+  CHECK_EQ_U64(checked, (1 + 2 + 3 + 4) * CUBE__DTYPE_COUNT * CUBE__REDUCE_OP_COUNT);
   for (uint32_t i = 0; i < MAXDEV; ++i) {
     CHECK_OK(cube_client_sync(c[i]));
     cube_client_release(c[i]);
@@ -504,7 +505,7 @@ static void send_recv_case(const char* mode) {
     cube_bytes_release(b);
   }
   /* cpu:2 took part in one operation only; flush orders after its sync. */
-  cube_collective_record_t rec;
+  cube_collective_record_t rec = {0};
   CHECK_OK(cube_client_flush(c[2]));
   CHECK_OK(cube_client_last_collective(c[2], &rec));
   CHECK(rec.kind == CUBE_COLLECTIVE_SEND && rec.bytes == 77 && rec.participants == 2 &&
@@ -694,7 +695,7 @@ static void stream_alias_case(const char* mode) {
   cube_client_t* c[2] = {load(0), load(1)};
   REQUIRE(c[0] && c[1]);
   const cube_device_id_t ids[2] = {cpu(1), cpu(0)};
-  cube_stream_id_t a = cube_stream_create_id(), b = a + 4;
+  cube_stream_id_t a = cube_stream_id_new(), b = a + 4;
   enum { N = 4099 };
   int32_t* x = malloc(N * sizeof(int32_t));
   int32_t* y = malloc(N * sizeof(int32_t));
@@ -766,7 +767,7 @@ CUBE_TEST(bad_input) {
                CUBE_STATUS_INVALID_ARGUMENT, "src views 64 bytes but dst 32");
   CHECK_STATUS(cube_client_all_reduce(c, odd, odd, CUBE_DTYPE_F32, 2, two, CUBE_REDUCE_SUM),
                CUBE_STATUS_INVALID_ARGUMENT, "6 bytes", "f32");
-  CHECK_STATUS(cube_client_all_reduce(c, a, a, CUBE_DTYPE_F32, 2, two, CUBE_REDUCE_OP_COUNT),
+  CHECK_STATUS(cube_client_all_reduce(c, a, a, CUBE_DTYPE_F32, 2, two, CUBE__REDUCE_OP_COUNT),
                CUBE_STATUS_INVALID_ARGUMENT, "reduce op 5");
   CHECK_STATUS(cube_client_all_reduce(c, a, a, CUBE_DTYPE_F32, 2, not_me, CUBE_REDUCE_SUM),
                CUBE_STATUS_INVALID_ARGUMENT, "cpu:0", "is not among devices {cpu:1, cpu:2}");
@@ -781,7 +782,7 @@ CUBE_TEST(bad_input) {
   CHECK_STATUS(cube_client_send(c, a, cpu(9)), CUBE_STATUS_NOT_FOUND, "cpu:9", "does not exist");
   CHECK_STATUS(cube_client_recv(NULL, a, cpu(1)), CUBE_STATUS_INVALID_ARGUMENT, "client is NULL");
   CHECK_STATUS(cube_client_recv(c, CUBE_HANDLE_NULL, cpu(1)), CUBE_STATUS_INVALID_ARGUMENT, "dst");
-  cube_collective_record_t rec;
+  cube_collective_record_t rec = {0};
   CHECK_STATUS(cube_client_last_collective(c, &rec), CUBE_STATUS_NOT_FOUND, "no collective yet");
   CHECK_STATUS(cube_client_last_collective(c, NULL), CUBE_STATUS_INVALID_ARGUMENT, "out_record");
   setenv("CUBE_COLLECTIVE_TIMEOUT", "soon", 1);
@@ -793,7 +794,7 @@ CUBE_TEST(bad_input) {
   CHECK_OK(cube_client_ensure_init_collective(c, 2, two));
   CHECK(cube_client_features(c)->bits & CUBE_FEATURE_COLLECTIVES);
   CHECK(strcmp(cube_reduce_op_name(CUBE_REDUCE_PROD), "prod") == 0);
-  CHECK(cube_reduce_op_name(CUBE_REDUCE_OP_COUNT) == NULL);
+  CHECK(cube_reduce_op_name(CUBE__REDUCE_OP_COUNT) == NULL);
   uint32_t rank = 9, ranks = 9, local = 0;
   CHECK_OK(cube_collective_world(&rank, &ranks, &local));
   CHECK(rank == 0 && ranks == 1 && local == 4);
@@ -833,7 +834,7 @@ CUBE_TEST(profile_record) {
     CHECK_OK(cube_client_sync(c[i]));
   }
   for (uint32_t i = 0; i < MAXDEV; ++i) {
-    cube_collective_record_t r;
+    cube_collective_record_t r = {0};
     CHECK_OK(cube_client_last_collective(c[i], &r));
     CHECK(r.kind == CUBE_COLLECTIVE_ALL_REDUCE && r.dtype == CUBE_DTYPE_F32 &&
           r.op == CUBE_REDUCE_SUM);

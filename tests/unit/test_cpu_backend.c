@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/abi.h"
 #include "backends/backend.h"
 #include "check.h"
 #include "cube/cube.h"
@@ -632,9 +633,9 @@ CUBE_TEST(registry_tables) {
 #else
   CHECK(cube__backend_get(CUBE_BACKEND_OPENCL) == NULL);
 #endif
-  CHECK(cube__backend_get(CUBE_BACKEND_COUNT) == NULL);
+  CHECK(cube__backend_get(CUBE__BACKEND_COUNT) == NULL);
   CHECK(cube__backend_get((cube_backend_t)-1) == NULL);
-  for (int b = 0; b < CUBE_BACKEND_COUNT; ++b) {
+  for (int b = 0; b < CUBE__BACKEND_COUNT; ++b) {
     const cube__backend_vtable_t* t = cube__backend_get((cube_backend_t)b);
     if (!t) continue;
     CHECK(t->backend == (cube_backend_t)b);

@@ -62,7 +62,7 @@ static void done_with_cache(void) {
 }
 
 static cube_kernel_cache_stats_t stats(void) {
-  cube_kernel_cache_stats_t s;
+  cube_kernel_cache_stats_t s = {0};
   memset(&s, 0, sizeof(s));
   cube_status_t st = cube_kernel_cache_stats(&s);
   if (st) {

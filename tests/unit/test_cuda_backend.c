@@ -40,7 +40,7 @@ CUBE_TEST(unavailable_without_driver) {
   CHECK(s && strstr(cube_status_message(s), "/nonexistent/cube-test/libcuda.so.1") != NULL);
   CHECK(s && strstr(cube_status_message(s), "could not be loaded") != NULL);
   cube_status_free(s);
-  CHECK_EQ_U64(cube_device_count(CUBE_BACKEND_CUDA), 0);
+  CHECK_EQ_U64(cube_test_device_count(CUBE_BACKEND_CUDA), 0);
   cube_client_t* c = NULL;
   CHECK_STATUS(cube_client_load(cuda0, &c), CUBE_STATUS_UNAVAILABLE, "cuda", "libcuda.so.1");
   CHECK(c == NULL);
@@ -60,7 +60,7 @@ CUBE_TEST(unavailable_with_stub_library) {
   CHECK(s && strstr(cube_status_message(s), "STUB") != NULL);
   if (s) fprintf(stderr, "stub: %s\n", cube_status_message(s));
   cube_status_free(s);
-  CHECK_EQ_U64(cube_device_count(CUBE_BACKEND_CUDA), 0);
+  CHECK_EQ_U64(cube_test_device_count(CUBE_BACKEND_CUDA), 0);
   check_cpu_works();
   cube_shutdown();
 }
@@ -74,12 +74,12 @@ CUBE_TEST(real_driver_state) {
     CHECK(strlen(cube_status_message(s)) > 20);
     fprintf(stderr, "no GPU here: %s\n", cube_status_message(s));
     cube_status_free(s);
-    CHECK_EQ_U64(cube_device_count(CUBE_BACKEND_CUDA), 0);
+    CHECK_EQ_U64(cube_test_device_count(CUBE_BACKEND_CUDA), 0);
     check_cpu_works();
     cube_shutdown();
     return;
   }
-  size_t n = cube_device_count(CUBE_BACKEND_CUDA);
+  size_t n = cube_test_device_count(CUBE_BACKEND_CUDA);
   CHECK(n >= 1);
   for (uint32_t i = 0; i < n; ++i) {
     cube_client_t* c = NULL;

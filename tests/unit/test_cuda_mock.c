@@ -63,7 +63,7 @@ CUBE_TEST(devices_and_properties) {
   setenv("CUBE_MOCK_CUDA_MEMORY", "268435456", 1);
   setenv("CUBE_MOCK_CUDA_DEVICES", "2", 1);
   REQUIRE_OK(cube_backend_status(CUBE_BACKEND_CUDA));
-  CHECK_EQ_U64(cube_device_count(CUBE_BACKEND_CUDA), 2);
+  CHECK_EQ_U64(cube_test_device_count(CUBE_BACKEND_CUDA), 2);
   for (uint32_t i = 0; i < 2; ++i) {
     cube_client_t* c = NULL;
     cube_device_id_t id = {CUBE_BACKEND_CUDA, i};
@@ -265,7 +265,7 @@ CUBE_TEST(cleanup_and_out_of_memory) {
   REQUIRE(s != CUBE_OK); /* 16 x 40 MiB cannot fit in 256 MiB */
   CHECK(cube_status_code(s) == CUBE_STATUS_OUT_OF_MEMORY);
   CHECK(strstr(cube_status_message(s), "cuda") != NULL);
-  cube_memory_report_t rep;
+  cube_memory_report_t rep = {0};
   uint64_t requested = 0;
   CHECK(cube_status_oom_report(s, &requested, &rep));
   CHECK_EQ_U64(requested, 40u << 20);
@@ -400,7 +400,7 @@ CUBE_TEST(kernels_compile_and_fail_cleanly) {
   d.cube_dim = (cube_dim_t){256, 1, 1};
   cube_kernel_t* k = NULL;
   REQUIRE_OK(cube_kernel_create(&d, &k));
-  cube_status_t pre = cube_kernel_precompile(c, 1, &k, CUBE_EXEC_CHECKED);
+  cube_status_t pre = cube_client_precompile(c, 1, &k, CUBE_EXEC_CHECKED);
   bool nvrtc = pre == CUBE_OK;
   if (pre) {
     CHECK(cube_status_code(pre) == CUBE_STATUS_UNAVAILABLE);
@@ -431,8 +431,8 @@ CUBE_TEST(kernels_compile_and_fail_cleanly) {
     d.name = "broken";
     d.entry = "broken";
     REQUIRE_OK(cube_kernel_create(&d, &k));
-    CHECK_STATUS(cube_kernel_precompile(c, 1, &k, CUBE_EXEC_CHECKED), CUBE_STATUS_COMPILATION_FAILED,
-                 "broken", "NVRTC", "broken.cube:3:");
+    CHECK_STATUS(cube_client_precompile(c, 1, &k, CUBE_EXEC_CHECKED),
+                 CUBE_STATUS_COMPILATION_FAILED, "broken", "NVRTC", "broken.cube:3:");
     cube_kernel_release(k);
   }
   cube_handle_release(x);

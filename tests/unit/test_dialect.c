@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/abi.h"
 #include "check.h"
+#include "cube/backends/cpu.h"
 #include "kernel/dialect.h"
 
 static cube__signature_t sig;
@@ -68,8 +70,9 @@ CUBE_TEST(parse_every_scalar_type) {
       {"float", CUBE_ARG_F32},           {"const float", CUBE_ARG_F32},
       {"float const", CUBE_ARG_F32},     {"double", CUBE_ARG_F64},
   };
-  static const char* canonical[CUBE_ARG_KIND_COUNT] = {NULL,      "uint32_t", "int32_t", "uint64_t",
-                                                       "int64_t", "float",    "double"};
+  static const char* canonical[CUBE__ARG_KIND_COUNT] = {NULL,      "uint32_t", "int32_t",
+                                                        "uint64_t", "int64_t",  "float",
+                                                        "double"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
     char src[256];
     snprintf(src, sizeof src, "CUBE_KERNEL(k, CUBE_ARRAY(float, out), %s v) { }\n", cases[i].type);

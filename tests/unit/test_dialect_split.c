@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "cube/backends/cpu.h"
 #include "subprocess.h"
 #include "kernel/dialect.h"
 

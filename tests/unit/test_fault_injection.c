@@ -267,8 +267,10 @@ static void run_sequence(seq_t* q) {
   if (record(q, "create (file bytes)", cube_client_create(c, mapped, &f))) goto end;
   cube_layout_desc_t descs[2];
   uint64_t s0[2] = {16, 16}, s1[1] = {100};
-  if (record(q, "layout", cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 2, s0, 4, &descs[0])) ||
-      record(q, "layout", cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 1, s1, 4, &descs[1])))
+  if (record(q, "layout",
+             cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 2, s0, 4, &descs[0])) ||
+      record(q, "layout",
+             cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 1, s1, 4, &descs[1])))
     goto end;
   const void* data[2] = {t0, t1};
   size_t sizes[2] = {sizeof(t0), sizeof(t1)};
@@ -625,7 +627,7 @@ CUBE_TEST(kernel_compile_fails_launch) {
   cache_dir_done();
 }
 
-/* cube_kernel_precompile returns a compile failure at once; the same kernel
+/* cube_client_precompile returns a compile failure at once; the same kernel
  * object then compiles, launches and is right. */
 CUBE_TEST(kernel_compile_precompile_then_recovers) {
   fresh_cache_dir("precompile");
@@ -637,11 +639,11 @@ CUBE_TEST(kernel_compile_precompile_then_recovers) {
   REQUIRE_OK(dialect_kernel(k_dialect_src, salt, &k));
   cube__fault_reset();
   cube__fault_set(CUBE__FAULT_KERNEL_COMPILE, 1, 1);
-  CHECK_STATUS(cube_kernel_precompile(c, 1, &k, CUBE_EXEC_CHECKED),
-               CUBE_STATUS_COMPILATION_FAILED, "cube_kernel_precompile", "kernels[0]", "affine",
+  CHECK_STATUS(cube_client_precompile(c, 1, &k, CUBE_EXEC_CHECKED),
+               CUBE_STATUS_COMPILATION_FAILED, "cube_client_precompile", "kernels[0]", "affine",
                "injected fault");
   CHECK_EQ_U64(cube__fault_injected(CUBE__FAULT_KERNEL_COMPILE), 1);
-  CHECK_OK(cube_kernel_precompile(c, 1, &k, CUBE_EXEC_CHECKED));
+  CHECK_OK(cube_client_precompile(c, 1, &k, CUBE_EXEC_CHECKED));
   CHECK_EQ_U64(cube__fault_calls(CUBE__FAULT_KERNEL_COMPILE), 2);
   cube__fault_reset();
   seq_t* q = calloc(1, sizeof(*q));

@@ -73,7 +73,7 @@ static bool file_exists(const char* path) {
 }
 
 static uint64_t corrupt_count(void) {
-  cube_kernel_cache_stats_t s;
+  cube_kernel_cache_stats_t s = {0};
   cube_status_t st = cube_kernel_cache_stats(&s);
   if (st) {
     cube_status_free(st);
@@ -239,7 +239,7 @@ CUBE_TEST(disk_store_unusable_directory_reports) {
   void* data = NULL;
   size_t size = 0;
   CHECK_STATUS(cube__cache_disk_load(k, "so", &data, &size), CUBE_STATUS_NOT_FOUND, sub);
-  cube_kernel_cache_stats_t s;
+  cube_kernel_cache_stats_t s = {0};
   CHECK_OK(cube_kernel_cache_stats(&s)); /* nothing to count: not an error */
   CHECK_EQ_U64(s.disk_entries, 0);
   unlink(g_dir);
@@ -293,7 +293,7 @@ CUBE_TEST(disk_store_atomic_across_processes) {
       free(data);
       ++rounds;
     }
-    cube_kernel_cache_stats_t s;
+    cube_kernel_cache_stats_t s = {0};
     if (cube_status_consume(cube_kernel_cache_stats(&s)) == CUBE_STATUS_OK)
       atomic_store(&sh->corrupt, (int)s.corrupt_entries);
     _exit(0);
@@ -332,7 +332,7 @@ CUBE_TEST(disk_store_atomic_across_processes) {
   CHECK_EQ_U64(atomic_load(&sh->corrupt), 0);
   CHECK(atomic_load(&sh->loads_a) + atomic_load(&sh->loads_b) > 0);
   /* One entry left, no temporary files. */
-  cube_kernel_cache_stats_t s;
+  cube_kernel_cache_stats_t s = {0};
   CHECK_OK(cube_kernel_cache_stats(&s));
   CHECK_EQ_U64(s.disk_entries, 1);
   CHECK(s.disk_bytes == na + HEADER_SIZE || s.disk_bytes == nb + HEADER_SIZE);
@@ -458,7 +458,7 @@ CUBE_TEST(disk_off_disables) {
   CHECK_STATUS(cube__cache_disk_load(k, "so", &data, &size), CUBE_STATUS_NOT_FOUND, "off");
   char path[256];
   CHECK_STATUS(cube__cache_entry_path(k, "so", path, sizeof(path)), CUBE_STATUS_UNAVAILABLE, "off");
-  cube_kernel_cache_stats_t s;
+  cube_kernel_cache_stats_t s = {0};
   CHECK_OK(cube_kernel_cache_stats(&s));
   CHECK_EQ_U64(s.disk_entries, 0);
   CHECK_EQ_U64(s.disk_bytes, 0);
@@ -505,7 +505,7 @@ CUBE_TEST(dir_default_resolution) {
 
 CUBE_TEST(stats_count_entries_and_bytes) {
   use_fresh_cache("stats");
-  cube_kernel_cache_stats_t s;
+  cube_kernel_cache_stats_t s = {0};
   CHECK_OK(cube_kernel_cache_stats(&s));
   CHECK_EQ_U64(s.disk_entries, 0);
   CHECK_EQ_U64(s.disk_bytes, 0);
@@ -567,7 +567,7 @@ CUBE_TEST(clear_removes_entries_and_resets_counters) {
   g_destroyed = 0;
   CHECK(cube__cache_memory_put(key_of("clear", "mem"), &artifact, count_destroy) == &artifact);
 
-  cube_kernel_cache_stats_t s;
+  cube_kernel_cache_stats_t s = {0};
   CHECK_OK(cube_kernel_cache_stats(&s));
   CHECK_EQ_U64(s.disk_entries, 5);
   CHECK_OK(cube_kernel_cache_clear());
@@ -768,7 +768,7 @@ static int compile_and_run_kernels(int count) {
     cube_handle_release(h);
     cube_kernel_release(k);
   }
-  cube_kernel_cache_stats_t s;
+  cube_kernel_cache_stats_t s = {0};
   if (cube_status_consume(cube_kernel_cache_stats(&s)) || s.misses != (uint64_t)count) bad++;
   st = cube_kernel_cache_dir_status();
   if (cube_status_code(st) != CUBE_STATUS_UNAVAILABLE) bad++;

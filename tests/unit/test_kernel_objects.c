@@ -1,6 +1,8 @@
 // cube-test-libs: cube_static
 /* Kernel objects and the launch-shape helpers of reference §2.4. */
+#include "base/abi.h"
 #include "check.h"
+#include "cube/backends/cpu.h"
 #include "cube/device.h"
 #include "cube/kernel.h"
 
@@ -62,7 +64,8 @@ CUBE_TEST(create_zero_dim_means_one) {
 
 CUBE_TEST(create_max_args) {
   cube_arg_kind_t kinds[CUBE_MAX_KERNEL_ARGS];
-  for (int i = 0; i < CUBE_MAX_KERNEL_ARGS; ++i) kinds[i] = (cube_arg_kind_t)(i % CUBE_ARG_KIND_COUNT);
+  for (int i = 0; i < CUBE_MAX_KERNEL_ARGS; ++i)
+    kinds[i] = (cube_arg_kind_t)(i % CUBE__ARG_KIND_COUNT);
   cube_kernel_desc_t d = good_desc();
   d.arg_kinds = kinds;
   d.arg_count = CUBE_MAX_KERNEL_ARGS;
@@ -162,7 +165,7 @@ CUBE_TEST(arg_kind_names) {
   CHECK(strcmp(cube_arg_kind_name(CUBE_ARG_I64), "i64") == 0);
   CHECK(strcmp(cube_arg_kind_name(CUBE_ARG_F32), "f32") == 0);
   CHECK(strcmp(cube_arg_kind_name(CUBE_ARG_F64), "f64") == 0);
-  CHECK(strcmp(cube_arg_kind_name(CUBE_ARG_KIND_COUNT), "unknown") == 0);
+  CHECK(strcmp(cube_arg_kind_name(CUBE__ARG_KIND_COUNT), "unknown") == 0);
 }
 
 /* CubeCountSelection ----------------------------------------------------------- */

@@ -1,5 +1,5 @@
 // cube-test-libs: cube_static
-/* Memory layout policies (reference §2.3): cube_layout_desc_init,
+/* Memory layout policies (reference §2.3): cube_layout_desc_initialize,
  * cube_layout_compute and cube_layout_strides_readable. */
 #include "check.h"
 #include "cube/handle.h"
@@ -8,7 +8,7 @@ static cube_layout_desc_t desc(cube_layout_strategy_t strategy, uint32_t rank,
                                const uint64_t* shape, uint32_t elem_size) {
   cube_layout_desc_t d;
   memset(&d, 0, sizeof(d));
-  cube_status_t s = cube_layout_desc_init(strategy, rank, shape, elem_size, &d);
+  cube_status_t s = cube_layout_desc_initialize(strategy, rank, shape, elem_size, &d);
   if (s) {
     fprintf(stderr, "desc: %s\n", cube_status_message(s));
     cube_status_free(s);
@@ -352,7 +352,7 @@ CUBE_TEST(desc_init_copies_and_validates) {
   uint64_t shape[] = {2, 3, 4};
   cube_layout_desc_t d;
   memset(&d, 0xFF, sizeof(d));
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 3, shape, 2, &d));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 3, shape, 2, &d));
   CHECK(d.strategy == CUBE_LAYOUT_OPTIMIZED);
   CHECK_EQ_U64(d.rank, 3);
   CHECK_EQ_U64(d.shape[0], 2);
@@ -360,21 +360,21 @@ CUBE_TEST(desc_init_copies_and_validates) {
   CHECK_EQ_U64(d.shape[3], 0);
   CHECK_EQ_U64(d.shape[CUBE_MAX_RANK - 1], 0);
   CHECK_EQ_U64(d.elem_size, 2);
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_CONTIGUOUS, 0, NULL, 4, &d));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, 0, NULL, 4, &d));
   CHECK_EQ_U64(d.rank, 0);
 
-  CHECK_STATUS(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 13, shape, 4, &d),
-               CUBE_STATUS_INVALID_ARGUMENT, "cube_layout_desc_init", "rank 13");
-  CHECK_STATUS(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 3, shape, 0, &d),
-               CUBE_STATUS_INVALID_ARGUMENT, "cube_layout_desc_init", "elem_size is 0");
-  CHECK_STATUS(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 2, NULL, 4, &d),
-               CUBE_STATUS_INVALID_ARGUMENT, "cube_layout_desc_init", "shape is NULL");
+  CHECK_STATUS(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 13, shape, 4, &d),
+               CUBE_STATUS_INVALID_ARGUMENT, "cube_layout_desc_initialize", "rank 13");
+  CHECK_STATUS(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 3, shape, 0, &d),
+               CUBE_STATUS_INVALID_ARGUMENT, "cube_layout_desc_initialize", "elem_size is 0");
+  CHECK_STATUS(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 2, NULL, 4, &d),
+               CUBE_STATUS_INVALID_ARGUMENT, "cube_layout_desc_initialize", "shape is NULL");
   uint64_t zero[] = {4, 0};
-  CHECK_STATUS(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 2, zero, 4, &d),
-               CUBE_STATUS_INVALID_ARGUMENT, "cube_layout_desc_init", "shape[1] is 0");
-  CHECK_STATUS(cube_layout_desc_init((cube_layout_strategy_t)9, 2, shape, 4, &d),
+  CHECK_STATUS(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 2, zero, 4, &d),
+               CUBE_STATUS_INVALID_ARGUMENT, "cube_layout_desc_initialize", "shape[1] is 0");
+  CHECK_STATUS(cube_layout_desc_initialize((cube_layout_strategy_t)9, 2, shape, 4, &d),
                CUBE_STATUS_INVALID_ARGUMENT, "strategy 9");
-  CHECK_STATUS(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 2, shape, 4, NULL),
+  CHECK_STATUS(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 2, shape, 4, NULL),
                CUBE_STATUS_INVALID_ARGUMENT, "out_desc");
 }
 
@@ -383,7 +383,7 @@ CUBE_TEST(desc_init_copies_and_validates) {
 CUBE_TEST(pitched_round_up_near_u64_max) {
   cube_layout_desc_t d;
   uint64_t shape[1] = {1537228672809129302ull};
-  REQUIRE_OK(cube_layout_desc_init(CUBE_LAYOUT_OPTIMIZED, 1, shape, 3, &d));
+  REQUIRE_OK(cube_layout_desc_initialize(CUBE_LAYOUT_OPTIMIZED, 1, shape, 3, &d));
   uint64_t strides[1][CUBE_MAX_RANK], off[1], size[1], total = 0;
   REQUIRE_OK(cube_layout_compute(CUBE_LAYOUT_POLICY_PITCHED, 1ull << 62, 1, &d, strides, off, size,
                                  &total));

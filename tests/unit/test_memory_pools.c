@@ -205,7 +205,7 @@ CUBE_TEST(allocs_on_correct_page) {
   cube_memory_usage_t u = usage_of(f.mm);
   CHECK_EQ_U64(u.bytes_in_use, 800);
   CHECK(u.bytes_reserved >= 1000);
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   cube__mm_report(f.mm, &r);
   for (int i = 0; i < 4; ++i) CHECK_EQ_U64(r.pools[i].pages, 1);
   for (int i = 0; i < 4; ++i) drop(m[i]);
@@ -343,7 +343,7 @@ CUBE_TEST(noslice_allocs_on_correct_page) {
   REQUIRE(open_custom(&f, xpools, 4, 10));
   for (int i = 0; i < 4; ++i) REQUIRE((m[i] = reserve(f.mm, 50 + 100 * (uint64_t)i)) != NULL);
   CHECK_EQ_U64(usage_of(f.mm).bytes_in_use, 800);
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   cube__mm_report(f.mm, &r);
   for (int i = 0; i < 4; ++i) CHECK_EQ_U64(r.pools[i].pages, 1);
   for (int i = 0; i < 4; ++i) drop(m[i]);
@@ -530,7 +530,7 @@ CUBE_TEST(zero_size_goes_to_pool_zero) {
   REQUIRE(open_config(&f, CUBE_MEMORY_CONFIG_SUBSLICES));
   cube__memory_t* m = reserve(f.mm, 0);
   REQUIRE(m != NULL);
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   cube__mm_report(f.mm, &r);
   CHECK_EQ_U64(r.pool_count, 5);
   CHECK_EQ_U64(r.pools[0].pages, 1);
@@ -648,7 +648,7 @@ CUBE_TEST(exclusive_cleanup_ages_free_pages) {
   reserve_elsewhere(&f, 2); /* #7, #8 */
   cube__mm_cleanup(f.mm, false); /* pass: 4 -> 5, released */
   CHECK_EQ_U64(f.ts.deallocs, 1);
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   cube__mm_report(f.mm, &r);
   CHECK_EQ_U64(r.pools[0].pages, 0);
   CHECK_EQ_U64(r.pools[1].pages, 1); /* sliced pages are never aged */
@@ -689,7 +689,7 @@ CUBE_TEST(cleanup_returns_fully_free_pages) {
   cube__mm_cleanup(f.mm, true);
   CHECK_EQ_U64(f.ts.deallocs, 2);
   CHECK_EQ_U64(cube__mm_reserved_bytes(f.mm), 1024);
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   cube__mm_report(f.mm, &r);
   CHECK_EQ_U64(r.pools[0].pages, 1);
   CHECK_EQ_U64(r.pools[0].pages_peak, 3);
@@ -717,7 +717,7 @@ CUBE_TEST(cleanup_keeps_partly_used_pages) {
   drop(c);
   cube__mm_cleanup(f.mm, true);
   CHECK_EQ_U64(f.ts.deallocs, 0);
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   cube__mm_report(f.mm, &r);
   /* Coalesced: [1024 free][1024 b][2048 free]. */
   CHECK_EQ_U64(r.pools[0].largest_free_block, 2048);
@@ -742,7 +742,7 @@ CUBE_TEST(persistent_mode_and_size_reuse) {
   cube__memory_t* g = reserve(f.mm, 1000);
   cube__memory_t* d = reserve(f.mm, 2000);
   REQUIRE(g && d);
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   cube__mm_report(f.mm, &r);
   const cube_pool_report_t* p = &r.pools[r.pool_count - 1];
   CHECK(p->kind == CUBE_POOL_PERSISTENT);
@@ -862,7 +862,7 @@ CUBE_TEST(oom_no_pool_accepts_message_and_report) {
   CHECK(strstr(msg, "#1 sliced (page 8388608) 8387584") != NULL);
   CHECK(strstr(msg, "reserved 8388608 bytes, in use 1000 bytes") != NULL);
   uint64_t requested = 0;
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   CHECK(cube_status_oom_report(s, &requested, &r));
   CHECK_EQ_U64(requested, 128 * MiB + 1);
   CHECK_EQ_U64(r.pool_count, 5);
@@ -905,7 +905,7 @@ CUBE_TEST(oom_storage_exhausted_message_and_report) {
   CHECK(strstr(msg, "#0 sliced (page 2048) 544") != NULL);
   CHECK(strstr(msg, "reserved 2048 bytes, in use 1500 bytes") != NULL);
   uint64_t requested = 0;
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   CHECK(cube_status_oom_report(s, &requested, &r));
   CHECK_EQ_U64(requested, 1000);
   CHECK_EQ_U64(r.pool_count, 2);
@@ -1014,7 +1014,7 @@ CUBE_TEST(report_lists_every_pool) {
   cube__memory_t* m[3];
   for (int i = 0; i < 3; ++i) REQUIRE((m[i] = reserve(f.mm, 7 * MiB)) != NULL);
   drop(m[1]);
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   cube__mm_report(f.mm, &r);
   CHECK_EQ_U64(r.pool_count, 5);
   const uint64_t pages[] = {0, 8 * MiB, 32 * MiB, 128 * MiB};
@@ -1069,7 +1069,7 @@ CUBE_TEST(oom_page_falls_back_to_exact_size) {
   f.ts.limit = 3000; /* a 4096-byte page can never be had */
   cube__memory_t* a = reserve(f.mm, 1000);
   REQUIRE(a != NULL);
-  cube_memory_report_t r;
+  cube_memory_report_t r = {0};
   cube__mm_report(f.mm, &r);
   CHECK_EQ_U64(r.pools[0].pages, 0);
   CHECK_EQ_U64(r.pools[r.pool_count - 1].usage.bytes_in_use, 1000); /* the persistent pool */

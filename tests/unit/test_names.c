@@ -1,13 +1,14 @@
 // cube-test-libs: cube_static
 /* Enumeration names and parsers, the memory usage line, the version. */
+#include "base/abi.h"
 #include "check.h"
 #include "cube/cube.h"
 
 CUBE_TEST(backend_names_round_trip) {
-  for (int b = 0; b < CUBE_BACKEND_COUNT; ++b) {
+  for (int b = 0; b < CUBE__BACKEND_COUNT; ++b) {
     const char* name = cube_backend_name((cube_backend_t)b);
     REQUIRE(name != NULL);
-    cube_backend_t parsed = CUBE_BACKEND_COUNT;
+    cube_backend_t parsed = CUBE__BACKEND_COUNT;
     CHECK_OK(cube_backend_parse(name, &parsed));
     CHECK_EQ_U64(parsed, b);
   }
@@ -15,7 +16,7 @@ CUBE_TEST(backend_names_round_trip) {
   CHECK(strcmp(cube_backend_name(CUBE_BACKEND_CUDA), "cuda") == 0);
   CHECK(strcmp(cube_backend_name(CUBE_BACKEND_OPENCL), "opencl") == 0);
   CHECK(strcmp(cube_backend_name(CUBE_BACKEND_NULL), "null") == 0);
-  CHECK(cube_backend_name(CUBE_BACKEND_COUNT) == NULL);
+  CHECK(cube_backend_name(CUBE__BACKEND_COUNT) == NULL);
   CHECK(cube_backend_name((cube_backend_t)-1) == NULL);
 }
 
@@ -72,14 +73,14 @@ CUBE_TEST(dtype_sizes_and_names) {
       {CUBE_DTYPE_F16, 2, "f16"}, {CUBE_DTYPE_BF16, 2, "bf16"}, {CUBE_DTYPE_F32, 4, "f32"},
       {CUBE_DTYPE_F64, 8, "f64"},
   };
-  CHECK_EQ_U64(sizeof(table) / sizeof(table[0]), CUBE_DTYPE_COUNT);
+  CHECK_EQ_U64(sizeof(table) / sizeof(table[0]), CUBE__DTYPE_COUNT);
   for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); ++i) {
     CHECK_EQ_U64(cube_dtype_size(table[i].t), table[i].size);
     CHECK(strcmp(cube_dtype_name(table[i].t), table[i].name) == 0);
   }
-  CHECK_EQ_U64(cube_dtype_size(CUBE_DTYPE_COUNT), 0);
+  CHECK_EQ_U64(cube_dtype_size(CUBE__DTYPE_COUNT), 0);
   CHECK_EQ_U64(cube_dtype_size((cube_dtype_t)-1), 0);
-  CHECK(strcmp(cube_dtype_name(CUBE_DTYPE_COUNT), "unknown") == 0);
+  CHECK(strcmp(cube_dtype_name(CUBE__DTYPE_COUNT), "unknown") == 0);
 }
 
 CUBE_TEST(profile_level_round_trip) {

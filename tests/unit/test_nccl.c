@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/abi.h"
 #include "check.h"
 #include "read_check.h"
 #include "cube/cube.h"
@@ -297,7 +298,7 @@ CUBE_TEST(all_types_and_ops) {
   int cases = 0;
   for (uint32_t n = 2; n <= 3; ++n)
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ++ti)
-      for (int op = 0; op < CUBE_REDUCE_OP_COUNT; ++op) {
+      for (int op = 0; op < CUBE__REDUCE_OP_COUNT; ++op) {
         if (op == CUBE_REDUCE_MEAN && is_float(types[ti]) && n != 2) continue; /* 1/3 rounds */
         size_t count = 1 + (size_t)(cube_test_rand(&rng) % 3000);
         CHECK(one_all_reduce(c, n, types[ti], (cube_reduce_op_t)op, count, &rng));
@@ -356,7 +357,7 @@ CUBE_TEST(inline_one_thread_two_devices) {
   cube_handle_t moved;
   CHECK_OK(cube_client_to_client(c[0], h0, c[1], &moved));
   CHECK(cube_test_read_equals(c[1], moved, expect, sizeof(expect)));
-  cube_collective_record_t r;
+  cube_collective_record_t r = {0};
   CHECK_OK(cube_client_last_collective(c[1], &r));
   CHECK(r.kind == CUBE_COLLECTIVE_RECV && r.transport && strcmp(r.transport, "nccl") == 0);
   /* Every context pushed on this (the user's) thread was popped. */
@@ -622,7 +623,7 @@ CUBE_TEST(records_time_and_bandwidth) {
   uint64_t rng = 3;
   CHECK(one_all_reduce(c, 3, CUBE_DTYPE_F64, CUBE_REDUCE_SUM, 4096, &rng));
   for (uint32_t i = 0; i < 3; ++i) {
-    cube_collective_record_t r;
+    cube_collective_record_t r = {0};
     REQUIRE_OK(cube_client_last_collective(c[i], &r));
     CHECK(r.kind == CUBE_COLLECTIVE_ALL_REDUCE && r.dtype == CUBE_DTYPE_F64);
     CHECK(r.bytes == 4096 * 8 && r.participants == 3 && r.ranks == 1 && r.sequence == 0);
@@ -676,7 +677,7 @@ CUBE_TEST(fallback_to_staged_without_nccl) {
   uint64_t rng = 4;
   CHECK(one_all_reduce(c, 2, CUBE_DTYPE_I32, CUBE_REDUCE_MEAN, 999, &rng));
   CHECK(one_all_reduce(c, 2, CUBE_DTYPE_BF16, CUBE_REDUCE_MAX, 99, &rng));
-  cube_collective_record_t r;
+  cube_collective_record_t r = {0};
   CHECK_OK(cube_client_last_collective(c[1], &r));
   CHECK(r.transport && strcmp(r.transport, "staged") == 0);
   for (uint32_t i = 0; i < 2; ++i) cube_client_release(c[i]);
@@ -708,7 +709,7 @@ static void stream_alias(bool staged) {
   REQUIRE(t && strcmp(t, staged ? "staged" : "nccl") == 0);
   cube_client_t* c[2];
   for (uint32_t i = 0; i < 2; ++i) REQUIRE_OK(cube_client_load(cuda(i), &c[i]));
-  cube_stream_id_t a = cube_stream_create_id(), b = a + 4;
+  cube_stream_id_t a = cube_stream_id_new(), b = a + 4;
   cube_client_set_stream(c[0], a);
   cube_device_id_t ids[2] = {cuda(1), cuda(0)};
   enum { N = 3001 };
@@ -821,7 +822,7 @@ static int id_file_child(int rank) {
     }
     for (int i = 0; i < N; ++i) x[i] = (int64_t)i * 3 - 2 * round;
     bad += !cube_test_read_equals(c, h, x, N * sizeof(int64_t));
-    cube_collective_record_t r;
+    cube_collective_record_t r = {0};
     if (cube_client_last_collective(c, &r) || r.ranks != 2 || r.participants != 2) bad++;
     cube_handle_release(h);
   }

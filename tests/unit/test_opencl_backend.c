@@ -65,12 +65,12 @@ CUBE_TEST(unavailable_without_library) {
   CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_UNAVAILABLE);
   CHECK(s && strstr(cube_status_message(s), "/nonexistent/libOpenCL.so.1") != NULL);
   cube_status_free(s);
-  CHECK_EQ_U64(cube_device_count(CUBE_BACKEND_OPENCL), 0);
+  CHECK_EQ_U64(cube_test_device_count(CUBE_BACKEND_OPENCL), 0);
   cube_client_t* c = NULL;
   CHECK_STATUS(cube_client_load(dev0, &c), CUBE_STATUS_UNAVAILABLE, "libOpenCL");
   CHECK(c == NULL);
   /* The CPU backend is not affected. */
-  CHECK(cube_device_count(CUBE_BACKEND_CPU) >= 1);
+  CHECK(cube_test_device_count(CUBE_BACKEND_CPU) >= 1);
   cube_shutdown();
 }
 
@@ -87,7 +87,7 @@ CUBE_TEST(unavailable_without_platform) {
   CHECK(s && (strstr(cube_status_message(s), "no OpenCL platform") != NULL ||
               strstr(cube_status_message(s), "cannot load") != NULL));
   cube_status_free(s);
-  CHECK_EQ_U64(cube_device_count(CUBE_BACKEND_OPENCL), 0);
+  CHECK_EQ_U64(cube_test_device_count(CUBE_BACKEND_OPENCL), 0);
   cube_shutdown();
   rmdir(dir);
 }
@@ -158,7 +158,7 @@ CUBE_TEST(build_error_returns_the_log) {
       "}\n";
   cube_kernel_t* k = make_kernel(broken, "broken", 1);
   REQUIRE(k != NULL);
-  cube_status_t s = cube_kernel_precompile(c, 1, &k, CUBE_EXEC_CHECKED);
+  cube_status_t s = cube_client_precompile(c, 1, &k, CUBE_EXEC_CHECKED);
   CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_COMPILATION_FAILED);
   const char* m = s ? cube_status_message(s) : "";
   CHECK(strstr(m, "broken.cube:3") != NULL);

@@ -16,6 +16,7 @@
 #ifndef CUBE_BACKENDS_CPU_CPU_COMPILER_H_
 #define CUBE_BACKENDS_CPU_CPU_COMPILER_H_
 
+#include "cube/backends/cpu.h"
 #include "cube/kernel.h"
 #include "cube/status.h"
 #include "kernel/cache.h"
