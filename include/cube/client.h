@@ -74,9 +74,16 @@ typedef struct cube_server_options {
   uint32_t max_streams;               /* 0 = CUBE_MAX_STREAMS or 128 */
   cube_log_fn log_fn;                 /* NULL = CUBE_LOG_FILE or stderr */
   void* log_user;
+  /* NULL, or the parameters of the device's backend: a cube_cuda_params_t
+   * (cube/backends/cuda.h), cube_cpu_params_t (cube/backends/cpu.h)...,
+   * beginning with a cube_backend_params_header_t (cube/options.h: struct
+   * size and backend tag, both checked). Borrowed for the call. NULL: the
+   * option table's values (the environment). */
+  const void* backend_params;
 } cube_server_options_t;
 
-/* Fills |options| with defaults (all zero: take the environment). */
+/* Fills |options| with defaults (all zero: take the option table's values,
+ * that is the environment unless set with cube_option_set). */
 void cube_server_options_initialize(cube_server_options_t* options);
 
 /* Clients ------------------------------------------------------------------- */

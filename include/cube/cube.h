@@ -29,6 +29,7 @@
 #include "cube/handle.h"
 #include "cube/kernel.h"
 #include "cube/memory.h"
+#include "cube/options.h"
 #include "cube/profile.h"
 #include "cube/status.h"
 

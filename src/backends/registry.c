@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 
+#include "base/options.h"
 #include "base/status.h"
 
 static const cube__backend_vtable_t* const cube__registry[CUBE_BACKEND_COUNT] = {
@@ -77,7 +78,9 @@ uint32_t cube__backend_device_count(cube_backend_t backend) {
     if (!(p)) return CUBE_INVALID("%s: %s is NULL", fn, name); \
   } while (0)
 
-cube_status_t cube_backend_status(cube_backend_t backend) {
+/* cube_backend_status without the option check: cube_device_count returns
+ * no status, so a malformed option counts as unset there. */
+static cube_status_t cube__backend_status(cube_backend_t backend) {
   if ((unsigned)backend >= CUBE_BACKEND_COUNT)
     return CUBE_INVALID("cube_backend_status: backend %d is invalid", (int)backend);
   const cube__backend_vtable_t* b = cube__backend_get(backend);
@@ -88,11 +91,16 @@ cube_status_t cube_backend_status(cube_backend_t backend) {
   return b->availability();
 }
 
+cube_status_t cube_backend_status(cube_backend_t backend) {
+  CUBE_RETURN_IF_ERROR(cube__options_check("cube_backend_status"));
+  return cube__backend_status(backend);
+}
+
 size_t cube_device_count(cube_backend_t backend) {
   const cube__backend_vtable_t* b =
       (unsigned)backend < CUBE_BACKEND_COUNT ? cube__backend_get(backend) : NULL;
   if (!b) return 0;
-  cube_status_t st = cube_backend_status(backend);
+  cube_status_t st = cube__backend_status(backend);
   if (st) {
     cube_status_free(st);
     return 0;
@@ -109,6 +117,7 @@ size_t cube_device_count_total(void) {
 cube_status_t cube_enumerate_devices(cube_backend_t backend, cube_device_id_t* out_ids,
                                      size_t capacity, size_t* out_count) {
   CUBE__CHECK_OUT(out_count, "cube_enumerate_devices", "out_count");
+  CUBE_RETURN_IF_ERROR(cube__options_check("cube_enumerate_devices"));
   if ((unsigned)backend >= CUBE_BACKEND_COUNT)
     return CUBE_INVALID("cube_enumerate_devices: backend %d is invalid", (int)backend);
   size_t n = cube_device_count(backend);
@@ -121,6 +130,7 @@ cube_status_t cube_enumerate_devices(cube_backend_t backend, cube_device_id_t* o
 cube_status_t cube_enumerate_all_devices(cube_device_id_t* out_ids, size_t capacity,
                                          size_t* out_count) {
   CUBE__CHECK_OUT(out_count, "cube_enumerate_all_devices", "out_count");
+  CUBE_RETURN_IF_ERROR(cube__options_check("cube_enumerate_all_devices"));
   size_t n = 0;
   for (int b = 0; b < CUBE_BACKEND_COUNT; ++b) {
     size_t k = cube_device_count((cube_backend_t)b);

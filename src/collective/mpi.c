@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/options.h"
 #include "base/status.h"
 #include "collective/collective.h"
 #include "platform/platform.h"
@@ -102,9 +103,9 @@ cube_status_t cube__mpi_start(bool* out_active, uint32_t* out_rank, uint32_t* ou
   *out_active = false;
   *out_rank = 0;
   *out_ranks = 1;
-  const char* v;
   bool want = cube__launched_by_mpi();
-  if (cube__env_str("CUBE_COLLECTIVE_MPI", &v)) want = strcmp(v, "0") != 0;
+  uint32_t mpi_opt = cube__option_enum(CUBE__OPT_COLLECTIVE_MPI); /* auto (0), 1, 0 */
+  if (mpi_opt != 0) want = mpi_opt == 1;
   if (!want) return CUBE_OK;
   pthread_mutex_lock(&g_mpi_lock);
   int init = 0, fin = 0;
@@ -384,11 +385,11 @@ cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* hea
   uint64_t tdbg = cube__now_ns();
   for (uint32_t i = 0; i < count; ++i) cube__mpi_rx_release(&rx[i]);
   free(rx);
-  if (getenv("CUBE_MPI_DEBUG")) fprintf(stderr, "exchange %zu bytes: recv done at %.3f ms\n", msg_size, (tdbg - (deadline_ns - 60000000000ull)) / 1e6);
+  if (cube__option_bool(CUBE__OPT_MPI_DEBUG)) fprintf(stderr, "exchange %zu bytes: recv done at %.3f ms\n", msg_size, (tdbg - (deadline_ns - 60000000000ull)) / 1e6);
   /* Our sends: wait for them until the deadline, then let them go. */
   uint64_t now = cube__now_ns();
   cube__mpi_wait_sends(reqs, (int)count, msg, st ? now : (deadline_ns > now ? deadline_ns : now));
-  if (getenv("CUBE_MPI_DEBUG")) fprintf(stderr, "exchange: sends done at %.3f ms\n", (cube__now_ns() - (deadline_ns - 60000000000ull)) / 1e6);
+  if (cube__option_bool(CUBE__OPT_MPI_DEBUG)) fprintf(stderr, "exchange: sends done at %.3f ms\n", (cube__now_ns() - (deadline_ns - 60000000000ull)) / 1e6);
   free(reqs);
   free(got);
   if (st)
@@ -460,8 +461,7 @@ cube_status_t cube__mpi_start(bool* out_active, uint32_t* out_rank, uint32_t* ou
   *out_active = false;
   *out_rank = 0;
   *out_ranks = 1;
-  const char* v;
-  if (cube__env_str("CUBE_COLLECTIVE_MPI", &v) && strcmp(v, "1") == 0)
+  if (cube__option_enum(CUBE__OPT_COLLECTIVE_MPI) == 1) /* auto (0), 1, 0 */
     return cube__status_make(CUBE_STATUS_UNAVAILABLE,
                              "collectives: CUBE_COLLECTIVE_MPI=1 but this cube was built without "
                              "MPI (install libopenmpi-dev and rebuild)");

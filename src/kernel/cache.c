@@ -20,6 +20,7 @@
 #include <xxhash.h>
 
 #include "base/fault.h"
+#include "base/options.h"
 #include "base/status.h"
 
 /* Disk format ---------------------------------------------------------- */
@@ -146,7 +147,7 @@ static cube_status_t cube__kc_dir_resolve(cube__kc_dir_t* d) {
   d->path[0] = '\0';
   const char* v = NULL;
   int n;
-  if ((v = getenv("CUBE_CACHE_DIR")) && *v) {
+  if ((v = cube__option_str(CUBE__OPT_CACHE_DIR)) != NULL) {
     if (strcmp(v, "off") == 0) {
       d->off = true;
       return CUBE_OK;
@@ -751,6 +752,7 @@ static cube_status_t cube__kc_walk(const cube__kc_dir_t* d, bool remove, cube__k
 
 cube_status_t cube_kernel_cache_stats(cube_kernel_cache_stats_t* out_stats) {
   if (!out_stats) return CUBE_INVALID("cube_kernel_cache_stats: out_stats is NULL");
+  CUBE_RETURN_IF_ERROR(cube__options_check("cube_kernel_cache_stats"));
   memset(out_stats, 0, sizeof(*out_stats));
   out_stats->memory_hits = cube__kc_get(&cube__kc_memory_hits);
   out_stats->disk_hits = cube__kc_get(&cube__kc_disk_hits);
@@ -782,6 +784,7 @@ const char* cube_kernel_cache_dir(void) {
 }
 
 cube_status_t cube_kernel_cache_dir_status(void) {
+  CUBE_RETURN_IF_ERROR(cube__options_check("cube_kernel_cache_dir_status"));
   cube__kc_dir_t d;
   cube_status_t st = cube__kc_dir_resolve(&d);
   if (st) return cube__status_annotate(st, "cube_kernel_cache_dir_status");
@@ -802,6 +805,7 @@ cube_status_t cube_kernel_cache_dir_status(void) {
 }
 
 cube_status_t cube_kernel_cache_clear(void) {
+  CUBE_RETURN_IF_ERROR(cube__options_check("cube_kernel_cache_clear"));
   atomic_store(&cube__kc_memory_hits, 0);
   atomic_store(&cube__kc_disk_hits, 0);
   atomic_store(&cube__kc_misses, 0);

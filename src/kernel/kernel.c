@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "base/status.h"
 #include "kernel/dialect.h"
 
@@ -33,6 +34,7 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t* desc, cube_kernel_t**
   const char* fn = "cube_kernel_create";
   if (!out_kernel) return CUBE_INVALID("%s: out_kernel is NULL", fn);
   if (!desc) return CUBE_INVALID("%s: desc is NULL", fn);
+  CUBE_RETURN_IF_ERROR(cube__options_check(fn));
   if (desc->source && !desc->entry) return CUBE_INVALID("%s: desc->source is set but desc->entry is NULL", fn);
   if (!desc->name && !desc->source) return CUBE_INVALID("%s: desc->name is NULL", fn);
   const char* name = desc->name ? desc->name : desc->entry;

@@ -208,29 +208,6 @@ cube_status_t cube__parse_size(const char* name, const char* text, uint64_t* out
   return CUBE_OK;
 }
 
-cube_status_t cube__env_size(const char* name, bool* out_set, uint64_t* out) {
-  const char* v;
-  *out_set = false;
-  if (!cube__env_str(name, &v)) return CUBE_OK;
-  CUBE_RETURN_IF_ERROR(cube__parse_size(name, v, out));
-  *out_set = true;
-  return CUBE_OK;
-}
-
-cube_status_t cube__env_u32(const char* name, bool* out_set, uint32_t* out) {
-  const char* v;
-  *out_set = false;
-  if (!cube__env_str(name, &v)) return CUBE_OK;
-  char* end = NULL;
-  errno = 0;
-  unsigned long long x = strtoull(v, &end, 10);
-  if (end == v || *end || errno || x > UINT32_MAX)
-    return CUBE_INVALID("%s: '%s' is not an integer in [0, %u]", name, v, UINT32_MAX);
-  *out = (uint32_t)x;
-  *out_set = true;
-  return CUBE_OK;
-}
-
 const char* cube__format_bytes(uint64_t bytes, char* buf, size_t size) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = (double)bytes;
