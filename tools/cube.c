@@ -1,5 +1,7 @@
 /* cube: the command-line tool.
  *   cube info [--json]   backends, devices, properties and features
+ *   cube info --options [--json]
+ *                        every option (CUBE_* variable): value and source
  *   cube cache           kernel cache: directory, entries, size and counters
  *   cube cache clear     remove every disk entry
  *   cube demo            uploads tensors (contiguous and packed), runs kernels,
@@ -29,6 +31,8 @@ static const char* usage_text =
     "commands:\n"
     "  info [--json]  list backends, devices, properties and features\n"
     "                 (--json: the same as one JSON document)\n"
+    "  info --options [--json]  list every option (CUBE_* variable) with its\n"
+    "                 value and where it came from (default, environment, API)\n"
     "  cache          show the kernel cache (directory, entries, size, counters)\n"
     "  cache clear    remove every kernel cache entry on disk\n"
     "  demo           run the demo on the default backend (CUBE_BACKEND, else cpu)\n"
@@ -39,7 +43,8 @@ static const char* usage_text =
     "  --version      print the library version\n"
     "\n"
     "environment: CUBE_BACKEND (default backend), CUBE_CACHE_DIR (kernel cache\n"
-    "directory, or off), CUBE_LOG_FILE (profile log).\n";
+    "directory, or off), CUBE_LOG_FILE (profile log); 'cube info --options' lists\n"
+    "every option. A malformed value makes every command fail, naming it.\n";
 
 typedef struct {
   const char* name;
@@ -48,10 +53,17 @@ typedef struct {
 
 static const command_t commands[] = {
     {"info",
-     "usage: cube info [--json]\n"
+     "usage: cube info [--options] [--json]\n"
      "  Lists every backend (available or not, and why not), the kernel cache\n"
      "  directory, and for each device its properties and features.\n"
-     "  --json  print the same information as one JSON document on stdout\n"},
+     "  --options  instead, list every option, one line each:\n"
+     "               NAME=VALUE  (SOURCE)  scope, what is accepted\n"
+     "             SOURCE is default, environment or API (cube_option_set); a\n"
+     "             value the environment gave but that is not accepted shows the\n"
+     "             default, marked 'environment value rejected', and the command\n"
+     "             exits 1 after saying why on stderr\n"
+     "  --json     print the same information as one JSON document on stdout\n"
+     "  A malformed option (see --options) makes 'cube info' fail (exit 1).\n"},
     {"cache",
      "usage: cube cache [clear]\n"
      "  Shows the kernel cache directory (and why it is unusable, if it is),\n"
@@ -328,7 +340,86 @@ static void info_device_json(cube_client_t* c, cube_backend_t b) {
   }
 }
 
+static const char* option_source_name(cube_option_source_t s) {
+  switch (s) {
+    case CUBE_OPTION_SOURCE_DEFAULT: return "default";
+    case CUBE_OPTION_SOURCE_ENVIRONMENT: return "environment";
+    case CUBE_OPTION_SOURCE_API: return "API";
+  }
+  return "?";
+}
+
+static const char* option_type_name(cube_option_type_t t) {
+  switch (t) {
+    case CUBE_OPTION_TYPE_BOOL: return "bool";
+    case CUBE_OPTION_TYPE_U32: return "u32";
+    case CUBE_OPTION_TYPE_SIZE: return "size";
+    case CUBE_OPTION_TYPE_SECONDS: return "seconds";
+    case CUBE_OPTION_TYPE_ENUM: return "enum";
+    case CUBE_OPTION_TYPE_STRING: return "string";
+    case CUBE_OPTION_TYPE_PATH: return "path";
+  }
+  return "?";
+}
+
+/* Prints |status| as "cube <cmd>: <message>" on stderr and frees it;
+ * returns 1 if there was one. */
+static int report_failure(const char* cmd, cube_status_t status) {
+  if (!status) return 0;
+  fprintf(stderr, "cube %s: %s\n", cmd, cube_status_message(status));
+  cube_status_free(status);
+  return 1;
+}
+
+/* cube info --options: every option on one line (or one JSON object each). */
+static int cmd_info_options(bool json) {
+  static char value[8192];
+  if (json) printf("{\"options\":[");
+  for (int i = 0; cube_option_name((cube_option_t)i) != NULL; ++i) {
+    cube_option_info_t info;
+    cube_status_t st = cube_option_describe((cube_option_t)i, &info);
+    if (st) return report_failure("info --options", st);
+    cube_option_source_t source = CUBE_OPTION_SOURCE_DEFAULT;
+    st = cube_option_get(info.name, value, sizeof(value), &source);
+    if (st) return report_failure("info --options", st);
+    const char* scope = info.scope == CUBE_OPTION_SCOPE_DEVICE ? "per device" : "process";
+    if (json) {
+      printf("%s{\"name\":", i ? "," : "");
+      json_string(info.name);
+      printf(",\"value\":");
+      json_string(value[0] ? value : NULL);
+      printf(",\"source\":");
+      json_string(option_source_name(source));
+      printf(",\"rejected\":%s,\"type\":", info.rejected ? "true" : "false");
+      json_string(option_type_name(info.type));
+      printf(",\"scope\":");
+      json_string(info.scope == CUBE_OPTION_SCOPE_DEVICE ? "device" : "process");
+      printf(",\"default\":");
+      json_string(info.default_doc);
+      printf(",\"accepted\":");
+      json_string(info.accepted);
+      printf(",\"doc\":");
+      json_string(info.doc);
+      printf("}");
+    } else {
+      char shown[8300];
+      if (value[0])
+        snprintf(shown, sizeof(shown), "%s=%s", info.name, value);
+      else
+        snprintf(shown, sizeof(shown), "%s unset (%s)", info.name, info.default_doc);
+      printf("%-40s (%s%s)  %s %s, %s\n", shown, option_source_name(source),
+             info.rejected ? "; environment value rejected" : "", scope,
+             option_type_name(info.type), info.accepted);
+    }
+  }
+  if (json) printf("]}\n");
+  if (fflush(stdout) != 0 || ferror(stdout)) return 1;
+  return report_failure("info --options", cube_options_check());
+}
+
 static int cmd_info(bool json) {
+  /* A malformed option fails the command before anything is listed. */
+  if (report_failure("info", cube_options_check())) return 1;
   cube_status_t cache_st;
   const char* cache_dir = cache_dir_and_status(&cache_st);
   if (json) {
@@ -500,6 +591,8 @@ static float rand_float(void) {
 }
 
 static int cmd_demo(void) {
+  /* A malformed option would otherwise be a failed check on stdout. */
+  if (report_failure("demo", cube_options_check())) return 1;
   cube_device_id_t dev = {cube_backend_default(), 0};
   cube_server_options_t opts;
   cube_server_options_initialize(&opts);
@@ -719,11 +812,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (strcmp(cmd->name, "info") == 0) {
-    static const char* const accepted[] = {"--json", NULL};
-    bool seen[1] = {false};
+    static const char* const accepted[] = {"--json", "--options", NULL};
+    bool seen[2] = {false, false};
     int rc = check_args(cmd, rest, args, accepted, seen, &help);
     if (rc || help) return rc ? rc : (fputs(cmd->usage, stdout), 0);
-    return cmd_info(seen[0]);
+    return seen[1] ? cmd_info_options(seen[0]) : cmd_info(seen[0]);
   }
   if (strcmp(cmd->name, "cache") == 0) {
     static const char* const accepted[] = {"clear", NULL};

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "base/abi.h"
+#include "base/options.h"
 #include "base/status.h"
 
 static const cube__backend_vtable_t* const cube__registry[CUBE__BACKEND_COUNT] = {
@@ -65,13 +66,26 @@ cube_backend_t cube__backend_with_caps(uint32_t caps) {
   return CUBE_BACKEND_NONE;
 }
 
+/* cube_backend_status without the option check: counting returns no
+ * status, so a malformed option counts as unset there. */
+static cube_status_t cube__backend_status(cube_backend_t backend) {
+  if ((unsigned)backend >= CUBE__BACKEND_COUNT)
+    return CUBE_INVALID("cube_backend_status: backend %d is invalid", (int)backend);
+  const cube__backend_vtable_t* b = cube__backend_get(backend);
+  if (!b)
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "backend %s is not built into this library",
+                             cube_backend_name(backend));
+  CUBE_RETURN_IF_ERROR(cube__backend_validate(b));
+  return b->availability();
+}
+
 /* Devices of |backend|: 0 when it is not compiled in, out of range or
  * unavailable. */
 static size_t cube__backend_count_devices(cube_backend_t backend) {
   const cube__backend_vtable_t* b =
       (unsigned)backend < CUBE__BACKEND_COUNT ? cube__backend_get(backend) : NULL;
   if (!b) return 0;
-  cube_status_t st = cube_backend_status(backend);
+  cube_status_t st = cube__backend_status(backend);
   if (st) {
     cube_status_free(st);
     return 0;
@@ -88,14 +102,8 @@ uint32_t cube__backend_device_count(cube_backend_t backend) {
 //===----------------------------------------------------------------------===//
 
 cube_status_t cube_backend_status(cube_backend_t backend) {
-  if ((unsigned)backend >= CUBE__BACKEND_COUNT)
-    return CUBE_INVALID("cube_backend_status: backend %d is invalid", (int)backend);
-  const cube__backend_vtable_t* b = cube__backend_get(backend);
-  if (!b)
-    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "backend %s is not built into this library",
-                             cube_backend_name(backend));
-  CUBE_RETURN_IF_ERROR(cube__backend_validate(b));
-  return b->availability();
+  CUBE_RETURN_IF_ERROR(cube__options_check("cube_backend_status"));
+  return cube__backend_status(backend);
 }
 
 /* The deprecated spellings of counting (cube/device.h). */
@@ -110,6 +118,7 @@ size_t cube_device_count_total(void) {
 cube_status_t cube_enumerate_devices(cube_backend_t backend, cube_device_id_t* out_ids,
                                      size_t capacity, size_t* out_count) {
   CUBE__CHECK_OUT(out_count, "cube_enumerate_devices", "out_count");
+  CUBE_RETURN_IF_ERROR(cube__options_check("cube_enumerate_devices"));
   if ((unsigned)backend >= CUBE__BACKEND_COUNT)
     return CUBE_INVALID("cube_enumerate_devices: backend %d is invalid", (int)backend);
   size_t n = cube__backend_count_devices(backend);
@@ -122,6 +131,7 @@ cube_status_t cube_enumerate_devices(cube_backend_t backend, cube_device_id_t* o
 cube_status_t cube_enumerate_all_devices(cube_device_id_t* out_ids, size_t capacity,
                                          size_t* out_count) {
   CUBE__CHECK_OUT(out_count, "cube_enumerate_all_devices", "out_count");
+  CUBE_RETURN_IF_ERROR(cube__options_check("cube_enumerate_all_devices"));
   size_t n = 0;
   for (int b = 0; b < CUBE__BACKEND_COUNT; ++b) {
     size_t k = cube__backend_count_devices((cube_backend_t)b);

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/options.h"
+
 atomic_uint cube__fault_mode = 0; /* 0 uninitialised, 1 off, 2 on */
 
 static atomic_uint_fast64_t cube__fault_calls_[CUBE__FAULT_SITE_COUNT];
@@ -66,8 +68,9 @@ static void cube__fault_arm(cube__fault_site_t site, uint64_t nth, uint64_t coun
   atomic_store_explicit(&cube__fault_nth_[site], count ? nth : 0, memory_order_relaxed);
 }
 
-/* Parses one "<site>:<n>[:<count>]" of |len| bytes; false if malformed. */
-static bool cube__fault_parse_one(const char* s, size_t len) {
+/* Parses one "<site>:<n>[:<count>]" of |len| bytes and, when |arm|, arms
+ * it; false if malformed. */
+static bool cube__fault_parse_one(const char* s, size_t len, bool arm) {
   char buf[128];
   if (len == 0 || len >= sizeof(buf)) return false;
   memcpy(buf, s, len);
@@ -90,28 +93,36 @@ static bool cube__fault_parse_one(const char* s, size_t len) {
     if (errno) return false;
   }
   if (*end) return false;
-  cube__fault_arm(site, nth, count);
+  if (arm) cube__fault_arm(site, nth, count);
   return true;
 }
 
+cube_status_t cube__fault_spec_check(const char* text) {
+  const char* p = text;
+  for (;;) {
+    size_t len = strcspn(p, ",");
+    if (!cube__fault_parse_one(p, len, false))
+      return CUBE_INVALID("'%.*s' is not <site>:<n>[:<count>] with n >= 1 and a site among "
+                          "kernel_compile, cache_store and <backend>_<slot> (backend: cpu, "
+                          "cuda, opencl, null; slot: device_create, alloc, host_alloc, "
+                          "stream_create, write, read, launch, prepare, sync, event_record, "
+                          "event_wait, event_sync, event_elapsed, ctl)",
+                          (int)len, p);
+    if (!p[len]) return CUBE_OK;
+    p += len + 1;
+  }
+}
+
+/* CUBE_FAULT, checked by the option table (a malformed value arms nothing
+ * and is reported by the entry points: base/options.h). */
 static void cube__fault_init_env(void) {
-  const char* v = getenv("CUBE_FAULT");
+  const char* v = cube__option_str(CUBE__OPT_FAULT);
   unsigned mode = 1;
   if (v && *v) {
     const char* p = v;
     for (;;) {
       size_t len = strcspn(p, ",");
-      if (cube__fault_parse_one(p, len)) {
-        mode = 2;
-      } else {
-        fprintf(stderr,
-                "cube: CUBE_FAULT: '%.*s' is not <site>:<n>[:<count>] with n >= 1 and a site "
-                "among kernel_compile, cache_store and <backend>_<slot> (backend: cpu, cuda, "
-                "opencl, null; slot: device_create, alloc, host_alloc, stream_create, write, "
-                "read, launch, prepare, sync, event_record, event_wait, event_sync, "
-                "event_elapsed, ctl); ignored\n",
-                (int)len, p);
-      }
+      if (cube__fault_parse_one(p, len, true)) mode = 2;
       if (!p[len]) break;
       p += len + 1;
     }

@@ -12,7 +12,9 @@
  * fails the nth call (1-based) of <site> and the count-1 calls after it
  * (count defaults to 1); <site> is a name below, case-insensitive
  * ("cpu_alloc", "cuda_write", "kernel_compile"), or by the test API
- * cube__fault_set / cube__fault_reset.
+ * cube__fault_set / cube__fault_reset. CUBE_FAULT is an option of the table
+ * (base/options.h): a malformed value arms nothing, and the entry points
+ * report it.
  *
  * Per-site call counters are kept only once faults are in use (the
  * environment set one, or the test API was called); until then a hit is one

@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include "base/abi.h"
+#include "base/options.h"
 #include "base/status.h"
 #include "cube/cube.h"
 
@@ -32,17 +33,10 @@ cube_status_t cube_backend_parse(const char* name, cube_backend_t* out_backend) 
                       name);
 }
 
+/* CUBE_BACKEND's words are the backend names, in cube_backend_t order; a
+ * malformed value reads as the default (cpu) and the entry points report it. */
 cube_backend_t cube_backend_default(void) {
-  const char* text;
-  text = getenv("CUBE_BACKEND");
-  if (!text || !*text) return CUBE_BACKEND_CPU;
-  cube_backend_t backend = CUBE_BACKEND_CPU;
-  cube_status_t s = cube_backend_parse(text, &backend);
-  if (s != CUBE_OK) {
-    cube_status_free(s);
-    return CUBE_BACKEND_CPU;
-  }
-  return backend;
+  return (cube_backend_t)cube__option_enum(CUBE__OPT_BACKEND);
 }
 
 /* Element types -------------------------------------------------------------- */

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/params.h"
 #include "base/abi.h"
+#include "base/options.h"
 #include "client/client_internal.h"
 
 struct cube_resource_s {
@@ -40,6 +42,7 @@ static cube_status_t cube__client_new(cube__server_t* s, cube_client_t** out) {
 
 cube_status_t cube_client_load(cube_device_id_t device, cube_client_t** out_client) {
   CUBE__CHECK_OUT(out_client, "cube_client_load", "out_client");
+  CUBE_RETURN_IF_ERROR(cube__options_check("cube_client_load"));
   cube__server_t* s;
   cube_status_t st = cube__server_get(device, NULL, false, &s);
   if (st) return cube__status_annotate(st, "cube_client_load");
@@ -65,6 +68,11 @@ cube_status_t cube_client_init(cube_device_id_t device, const cube_server_option
                         "(queue_mode %d, profile_level %d, memory_config %d, check_mode %d)",
                         (int)options->queue_mode, (int)options->profile_level,
                         (int)options->memory_config, (int)options->check_mode);
+  CUBE_RETURN_IF_ERROR(cube__options_check("cube_client_init"));
+  if (options) {
+    cube_status_t hs = cube__backend_params_check_header(options->backend_params, device);
+    if (hs) return cube__status_annotate(hs, "cube_client_init");
+  }
   cube__server_t* s;
   cube_status_t st = cube__server_get(device, options, true, &s);
   if (st && cube_status_code(st) == CUBE_STATUS_ALREADY_EXISTS) return st; /* names it already */

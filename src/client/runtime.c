@@ -1,4 +1,5 @@
 /* The client API: the runtime as a whole (cube_shutdown). */
+#include "base/options.h"
 #include "client/client_internal.h"
 #include "collective/collective.h"
 #include "kernel/cache.h"
@@ -17,4 +18,6 @@ void cube_shutdown(void) {
   cube__handle_invalidate_all();
   cube__server_sweep_orphans();
   cube__cache_shutdown();
+  /* Last: the next use reads the environment again (base/options.h). */
+  cube__options_reset();
 }

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/options.h"
 #include "base/status.h"
 #include "collective/collective.h"
 #include "platform/platform.h"
@@ -137,8 +138,8 @@ static bool cube__mpi_own_dir(char* out, size_t size) {
 }
 
 static void cube__mpi_load(void) {
-  const char* env;
-  if (cube__env_str("CUBE_MPI_PLUGIN", &env)) {
+  const char* env = cube__option_str(CUBE__OPT_MPI_PLUGIN);
+  if (env && env[0]) {
     char label[PATH_MAX + 32];
     snprintf(label, sizeof(label), "CUBE_MPI_PLUGIN=%s", env);
     cube__mpi_try(env, label, false);
@@ -168,8 +169,8 @@ static void cube__mpi_load(void) {
 /* Why this process wants MPI, for messages; NULL when it does not. */
 static const char* cube__mpi_wanted(void) {
   const char* v;
-  if (cube__env_str("CUBE_COLLECTIVE_MPI", &v))
-    return strcmp(v, "0") != 0 ? "CUBE_COLLECTIVE_MPI=1" : NULL;
+  uint32_t mpi_opt = cube__option_enum(CUBE__OPT_COLLECTIVE_MPI); /* auto (0), 1, 0 */
+  if (mpi_opt != 0) return mpi_opt == 1 ? "CUBE_COLLECTIVE_MPI=1" : NULL;
   static const char* const launcher[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
   static const char* const why[] = {
       "this process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE is set)",

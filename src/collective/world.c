@@ -8,11 +8,11 @@
 
 #include "backends/backend.h"
 #include "base/abi.h"
+#include "base/options.h"
 #include "base/status.h"
 #include "collective/coll_internal.h"
 #include "platform/platform.h"
 
-#define CUBE__COLL_DEFAULT_TIMEOUT_S 60.0
 
 static pthread_mutex_t g_world_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool g_world_ready;
@@ -26,18 +26,17 @@ static cube__coll_world_t g_world;
  * across processes, ids through CUBE_NCCL_ID_FILE): CUBE_COLLECTIVE_RANK and
  * CUBE_COLLECTIVE_RANKS. */
 static cube_status_t cube__coll_world_env(cube__coll_world_t* w) {
-  const char *rv = NULL, *nv = NULL;
-  bool has_r = cube__env_str("CUBE_COLLECTIVE_RANK", &rv);
-  bool has_n = cube__env_str("CUBE_COLLECTIVE_RANKS", &nv);
+  CUBE_RETURN_IF_ERROR(cube__option_status(CUBE__OPT_COLLECTIVE_RANK));
+  CUBE_RETURN_IF_ERROR(cube__option_status(CUBE__OPT_COLLECTIVE_RANKS));
+  bool has_r = cube__option_has_value(CUBE__OPT_COLLECTIVE_RANK);
+  bool has_n = cube__option_has_value(CUBE__OPT_COLLECTIVE_RANKS);
   if (!has_r && !has_n) return CUBE_OK;
-  char *e1 = NULL, *e2 = NULL;
-  unsigned long r = has_r ? strtoul(rv, &e1, 10) : 0;
-  unsigned long n = has_n ? strtoul(nv, &e2, 10) : 1;
-  if ((has_r && (*e1 || e1 == rv)) || (has_n && (*e2 || e2 == nv)) || n < 1 || n > 65536 ||
-      r >= n)
-    return CUBE_INVALID("collectives: CUBE_COLLECTIVE_RANK='%s' / CUBE_COLLECTIVE_RANKS='%s': "
+  unsigned long r = has_r ? cube__option_u32(CUBE__OPT_COLLECTIVE_RANK) : 0;
+  unsigned long n = has_n ? cube__option_u32(CUBE__OPT_COLLECTIVE_RANKS) : 1;
+  if (r >= n)
+    return CUBE_INVALID("collectives: CUBE_COLLECTIVE_RANK=%lu / CUBE_COLLECTIVE_RANKS=%lu%s: "
                         "expected 0 <= rank < ranks <= 65536",
-                        has_r ? rv : "(unset)", has_n ? nv : "(unset)");
+                        r, n, has_n ? "" : " (unset)");
   w->rank = (uint32_t)r;
   w->ranks = (uint32_t)n;
   return CUBE_OK;
@@ -95,6 +94,7 @@ uint32_t cube__coll_per_rank(const cube__coll_world_t* w, cube_backend_t backend
 cube_status_t cube_collective_world(uint32_t* out_rank, uint32_t* out_ranks,
                                     uint32_t* out_local_devices) {
   cube__coll_world_t w;
+  CUBE_RETURN_IF_ERROR(cube__options_check("cube_collective_world"));
   CUBE_RETURN_IF_ERROR(cube__coll_world(&w));
   if (out_rank) *out_rank = w.rank;
   if (out_ranks) *out_ranks = w.ranks;
@@ -129,14 +129,8 @@ uint32_t cube__coll_global_count(cube_backend_t backend) {
 //===----------------------------------------------------------------------===//
 
 cube_status_t cube__coll_timeout_ns(uint64_t* out_ns) {
-  const char* v;
-  double s = CUBE__COLL_DEFAULT_TIMEOUT_S;
-  if (cube__env_str("CUBE_COLLECTIVE_TIMEOUT", &v)) {
-    char* end = NULL;
-    s = strtod(v, &end);
-    if (end == v || *end || !(s > 0) || s > 1e9)
-      return CUBE_INVALID("CUBE_COLLECTIVE_TIMEOUT: '%s' is not a positive number of seconds", v);
-  }
+  double s = cube__option_seconds(CUBE__OPT_COLLECTIVE_TIMEOUT); /* default 60 */
+  CUBE_RETURN_IF_ERROR(cube__option_status(CUBE__OPT_COLLECTIVE_TIMEOUT));
   *out_ns = (uint64_t)(s * 1e9);
   return CUBE_OK;
 }

@@ -21,6 +21,7 @@
 
 #include "base/abi.h"
 #include "base/fault.h"
+#include "base/options.h"
 #include "base/status.h"
 
 /* Disk format ---------------------------------------------------------- */
@@ -147,7 +148,7 @@ static cube_status_t cube__kc_dir_resolve(cube__kc_dir_t* d) {
   d->path[0] = '\0';
   const char* v = NULL;
   int n;
-  if ((v = getenv("CUBE_CACHE_DIR")) && *v) {
+  if ((v = cube__option_str(CUBE__OPT_CACHE_DIR)) != NULL) {
     if (strcmp(v, "off") == 0) {
       d->off = true;
       return CUBE_OK;
@@ -753,6 +754,7 @@ static cube_status_t cube__kc_walk(const cube__kc_dir_t* d, bool remove, cube__k
 cube_status_t cube_kernel_cache_stats(cube_kernel_cache_stats_t* out_stats) {
   const char* fn = "cube_kernel_cache_stats";
   if (!out_stats) return CUBE_INVALID("%s: out_stats is NULL", fn);
+  CUBE_RETURN_IF_ERROR(cube__options_check(fn));
   cube_kernel_cache_stats_t s;
   memset(&s, 0, sizeof(s));
   s.memory_hits = cube__kc_get(&cube__kc_memory_hits);
@@ -787,6 +789,7 @@ const char* cube_kernel_cache_dir(void) {
 }
 
 cube_status_t cube_kernel_cache_dir_status(void) {
+  CUBE_RETURN_IF_ERROR(cube__options_check("cube_kernel_cache_dir_status"));
   cube__kc_dir_t d;
   cube_status_t st = cube__kc_dir_resolve(&d);
   if (st) return cube__status_annotate(st, "cube_kernel_cache_dir_status");
@@ -807,6 +810,7 @@ cube_status_t cube_kernel_cache_dir_status(void) {
 }
 
 cube_status_t cube_kernel_cache_clear(void) {
+  CUBE_RETURN_IF_ERROR(cube__options_check("cube_kernel_cache_clear"));
   atomic_store(&cube__kc_memory_hits, 0);
   atomic_store(&cube__kc_disk_hits, 0);
   atomic_store(&cube__kc_misses, 0);

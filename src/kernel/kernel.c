@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "base/status.h"
 #include "kernel/dialect.h"
 
@@ -39,6 +40,7 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t* in_desc, cube_kernel_
   const char* fn = "cube_kernel_create";
   if (!out_kernel) return CUBE_INVALID("%s: out_kernel is NULL", fn);
   if (!in_desc) return CUBE_INVALID("%s: desc is NULL", fn);
+  CUBE_RETURN_IF_ERROR(cube__options_check(fn));
   /* The caller's layout (cube/cube.h, "Struct sizes") into this library's. */
   cube_kernel_desc_t read;
   cube_kernel_desc_initialize(&read);

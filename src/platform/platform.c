@@ -157,62 +157,6 @@ bool cube__env_str(const char* name, const char** out) {
   return true;
 }
 
-cube_status_t cube__parse_size(const char* name, const char* text, uint64_t* out) {
-  const char* p = text;
-  while (isspace((unsigned char)*p)) ++p;
-  char* end = NULL;
-  errno = 0;
-  double v = strtod(p, &end);
-  if (end == p || errno || v < 0)
-    return CUBE_INVALID("%s: '%s' is not a size (expected e.g. 1048576, 512K, 64MiB, 2G)", name,
-                        text);
-  while (isspace((unsigned char)*end)) ++end;
-  double mul = 1;
-  char u = (char)toupper((unsigned char)*end);
-  if (u == 'K') mul = 1024.0;
-  else if (u == 'M') mul = 1024.0 * 1024.0;
-  else if (u == 'G') mul = 1024.0 * 1024.0 * 1024.0;
-  else if (u == 'T') mul = 1024.0 * 1024.0 * 1024.0 * 1024.0;
-  else if (u == 'B' || u == 0) mul = 1;
-  else
-    return CUBE_INVALID("%s: '%s' has an unknown unit (use K, M, G or T)", name, text);
-  if (u && u != 'B') {
-    ++end;
-    if (*end == 'i' || *end == 'I') ++end;
-    if (*end == 'b' || *end == 'B') ++end;
-  } else if (u == 'B') {
-    ++end;
-  }
-  while (isspace((unsigned char)*end)) ++end;
-  if (*end) return CUBE_INVALID("%s: '%s' has trailing characters", name, text);
-  double bytes = v * mul;
-  if (bytes > 1.8e19) return CUBE_INVALID("%s: '%s' is too large", name, text);
-  *out = (uint64_t)bytes;
-  return CUBE_OK;
-}
-
-cube_status_t cube__env_size(const char* name, bool* out_set, uint64_t* out) {
-  const char* v;
-  *out_set = false;
-  if (!cube__env_str(name, &v)) return CUBE_OK;
-  CUBE_RETURN_IF_ERROR(cube__parse_size(name, v, out));
-  *out_set = true;
-  return CUBE_OK;
-}
-
-cube_status_t cube__env_u32(const char* name, bool* out_set, uint32_t* out) {
-  const char* v;
-  *out_set = false;
-  if (!cube__env_str(name, &v)) return CUBE_OK;
-  char* end = NULL;
-  errno = 0;
-  unsigned long long x = strtoull(v, &end, 10);
-  if (end == v || *end || errno || x > UINT32_MAX)
-    return CUBE_INVALID("%s: '%s' is not an integer in [0, %u]", name, v, UINT32_MAX);
-  *out = (uint32_t)x;
-  *out_set = true;
-  return CUBE_OK;
-}
 
 const char* cube__format_bytes(uint64_t bytes, char* buf, size_t size) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

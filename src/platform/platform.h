@@ -57,13 +57,9 @@ cube_status_t cube__thread_create(pthread_t* out, cube__thread_fn fn, void* arg,
 uint32_t cube__cpu_count(void);       /* cores this process may use (affinity) */
 uint64_t cube__total_memory(void);    /* RAM, or the cgroup limit if smaller */
 
-/* Environment. Each returns false when the variable is unset or empty. */
+/* Environment variables that are not cube's (MPI launchers'); false when
+ * unset or empty. cube's own CUBE_* variables are options: base/options.h. */
 bool cube__env_str(const char* name, const char** out);
-/* Parses sizes such as "1048576", "512K", "64MiB", "2G", "1.5GiB". Returns an
- * INVALID_ARGUMENT status naming |name| and the text on bad input. */
-cube_status_t cube__parse_size(const char* name, const char* text, uint64_t* out);
-cube_status_t cube__env_size(const char* name, bool* out_set, uint64_t* out);
-cube_status_t cube__env_u32(const char* name, bool* out_set, uint32_t* out);
 
 /* Overflow-checked arithmetic. */
 static inline bool cube__mul_overflow_u64(uint64_t a, uint64_t b, uint64_t* out) {

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "base/status.h"
 #include "platform/platform.h"
 
@@ -57,6 +58,7 @@ struct cube__pool_job {
   void* ctx;
   uint64_t chunk;
   uint32_t share_count;
+  uint32_t max_participants; /* the submitter included; <= pool->size */
   /* Guarded by pool->lock. */
   cube__pool_job_t* next; /* active list or free list */
   uint32_t next_participant;
@@ -163,7 +165,7 @@ static void cube__job_wait(cube__pool_job_t* job) {
 /* The oldest job a worker can help with, or NULL. Under pool->lock. */
 static cube__pool_job_t* cube__pool_find_job(cube__worker_pool_t* pool) {
   for (cube__pool_job_t* job = pool->active_head; job; job = job->next) {
-    if (job->next_participant >= pool->size) continue;
+    if (job->next_participant >= job->max_participants) continue;
     if (atomic_load_explicit(&job->exhausted, memory_order_relaxed)) continue;
     if (atomic_load_explicit(&job->result, memory_order_relaxed) != 0) continue;
     return job;
@@ -232,14 +234,21 @@ static cube__pool_job_t* cube__pool_job_get(cube__worker_pool_t* pool) {
 
 int cube__worker_pool_run(cube__worker_pool_t* pool, uint64_t n, uint64_t min_chunk,
                           cube__range_fn fn, void* ctx) {
+  return cube__worker_pool_run_at_most(pool, n, min_chunk, UINT32_MAX, fn, ctx);
+}
+
+int cube__worker_pool_run_at_most(cube__worker_pool_t* pool, uint64_t n, uint64_t min_chunk,
+                                  uint32_t max_participants, cube__range_fn fn, void* ctx) {
   if (n == 0) return 0;
   if (min_chunk == 0) min_chunk = 1;
-  /* Small jobs and one-thread pools never touch the threads. */
-  if (!pool || pool->size <= 1 || n <= min_chunk) return fn(ctx, 0, n, 0);
+  uint32_t most = pool && max_participants > pool->size ? pool->size : max_participants;
+  /* Small jobs, one-thread pools and one-participant jobs never touch the
+   * threads. */
+  if (!pool || most <= 1 || n <= min_chunk) return fn(ctx, 0, n, 0);
 
-  uint64_t shares = pool->size;
+  uint64_t shares = most;
   if (n / min_chunk < shares) shares = n / min_chunk; /* >= 1: n > min_chunk */
-  uint64_t chunk = n / ((uint64_t)pool->size * CUBE__POOL_CHUNKS_PER_SHARE);
+  uint64_t chunk = n / ((uint64_t)most * CUBE__POOL_CHUNKS_PER_SHARE);
   if (chunk < min_chunk) chunk = min_chunk;
   uint64_t chunks = (n + chunk - 1) / chunk;
 
@@ -253,6 +262,7 @@ int cube__worker_pool_run(cube__worker_pool_t* pool, uint64_t n, uint64_t min_ch
   job->ctx = ctx;
   job->chunk = chunk;
   job->share_count = (uint32_t)shares;
+  job->max_participants = most;
   job->next = NULL;
   job->next_participant = 1; /* the submitter is participant 0 */
   atomic_store_explicit(&job->result, 0, memory_order_relaxed);
@@ -276,7 +286,7 @@ int cube__worker_pool_run(cube__worker_pool_t* pool, uint64_t n, uint64_t min_ch
 
   /* Wake sleepers only when there are some; spinning workers see the epoch. */
   if (atomic_load_explicit(&pool->sleepers, memory_order_seq_cst) != 0) {
-    uint64_t helpers = chunks - 1 < pool->size - 1 ? chunks - 1 : pool->size - 1;
+    uint64_t helpers = chunks - 1 < most - 1 ? chunks - 1 : most - 1;
     cube__futex_wake(&pool->epoch, (int)helpers);
   }
 
@@ -326,18 +336,17 @@ static void cube__pool_stop_and_free(cube__worker_pool_t* pool) {
   cube__aligned_free(pool);
 }
 
+/* CUBE_CPU_THREADS (the option table accepts 1 to CUBE__POOL_MAX_THREADS),
+ * else the cores this process may use. */
+_Static_assert(CUBE__POOL_MAX_THREADS == CUBE__OPT_CPU_THREADS_MAX,
+               "CUBE_CPU_THREADS accepts what the pool can have");
 static cube_status_t cube__pool_threads_wanted(uint32_t* out_size) {
-  bool set = false;
   uint32_t size = 0;
-  cube_status_t s = cube__env_u32("CUBE_CPU_THREADS", &set, &size);
-  if (s != CUBE_OK) return s;
-  if (set) {
-    if (size < 1 || size > CUBE__POOL_MAX_THREADS) {
-      const char* text = "";
-      cube__env_str("CUBE_CPU_THREADS", &text);
-      return CUBE_INVALID("CUBE_CPU_THREADS: '%s' is not a thread count in [1, %u]", text,
-                          CUBE__POOL_MAX_THREADS);
-    }
+  CUBE_RETURN_IF_ERROR(cube__option_status(CUBE__OPT_CPU_THREADS));
+  if (cube__option_has_value(CUBE__OPT_CPU_THREADS)) {
+    size = cube__option_u32(CUBE__OPT_CPU_THREADS);
+    if (size < 1) size = 1;
+    if (size > CUBE__POOL_MAX_THREADS) size = CUBE__POOL_MAX_THREADS;
   } else {
     size = cube__cpu_count();
     if (size < 1) size = 1;

@@ -1,6 +1,7 @@
 /* The process's worker pool: one per process, shared by every logical CPU
  * device (kernels) and every CUDA device (the staging ring's host copies),
- * sized to the cores this process may use (CUBE_CPU_THREADS overrides). It
+ * sized to the cores this process may use (the CUBE_CPU_THREADS option
+ * overrides). It
  * needs only base/ and platform/, so it lives in the platform layer.
  *
  * Jobs split a range [0, n) into contiguous chunks (never
@@ -39,5 +40,11 @@ uint32_t cube__worker_pool_size(const cube__worker_pool_t* pool);
  * caller alone. The caller participates (as participant 0). */
 int cube__worker_pool_run(cube__worker_pool_t* pool, uint64_t n, uint64_t min_chunk,
                           cube__range_fn fn, void* ctx);
+
+/* The same with at most |max_participants| threads on the job (the caller
+ * included; participant numbers are then < max_participants): a device
+ * that uses part of the pool (cube_cpu_params_t.threads). */
+int cube__worker_pool_run_at_most(cube__worker_pool_t* pool, uint64_t n, uint64_t min_chunk,
+                                  uint32_t max_participants, cube__range_fn fn, void* ctx);
 
 #endif /* CUBE_PLATFORM_WORKER_POOL_H_ */

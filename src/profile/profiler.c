@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "base/status.h"
 #include "platform/platform.h"
 
@@ -13,13 +14,14 @@ cube_status_t cube__profiler_init(cube__profiler_t* p, cube_profile_level_t leve
   pthread_mutex_init(&p->lock, NULL);
   p->level = level;
   const char* env;
-  if (level == CUBE_PROFILE_NONE && cube__env_str("CUBE_PROFILE", &env)) {
-    cube_status_t st = cube_profile_level_parse(env, &p->level);
-    if (st) return cube__status_annotate(st, "CUBE_PROFILE");
+  /* CUBE_PROFILE's words are cube_profile_level_t's, in order. */
+  if (level == CUBE_PROFILE_NONE) {
+    CUBE_RETURN_IF_ERROR(cube__option_status(CUBE__OPT_PROFILE));
+    p->level = (cube_profile_level_t)cube__option_enum(CUBE__OPT_PROFILE);
   }
   p->log_fn = log_fn;
   p->log_user = log_user;
-  if (!log_fn && cube__env_str("CUBE_LOG_FILE", &env)) {
+  if (!log_fn && (env = cube__option_str(CUBE__OPT_LOG_FILE)) != NULL) {
     p->file = fopen(env, "a");
     if (!p->file)
       return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,

@@ -20,9 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
+#include "base/options.h"
 #include "base/status.h"
 #include "platform/platform.h"
 
@@ -38,7 +38,6 @@
 #define CUBE__PRODUCER_SPINS 4096     /* ring full: cpu_relax retries */
 #define CUBE__PRODUCER_YIELDS 64      /* then sched_yield retries */
 #define CUBE__PRODUCER_SLEEP_NS 50000 /* then 50 us sleeps */
-#define CUBE__QUEUE_ENV "CUBE_DEVICE_QUEUE"
 
 /* ---------------------------------------------------------------------------
  * Types
@@ -493,7 +492,7 @@ static void cube__device_free(cube__device_t* d) {
   cube__aligned_free(d);
 }
 
-/* Resolves |mode| (CUBE_QUEUE_DEFAULT reads CUBE_DEVICE_QUEUE). */
+/* Resolves |mode| (CUBE_QUEUE_DEFAULT takes the CUBE_DEVICE_QUEUE option). */
 static cube_status_t cube__resolve_mode(cube_queue_mode_t mode, bool* out_inline) {
   switch (mode) {
     case CUBE_QUEUE_INLINE:
@@ -503,16 +502,9 @@ static cube_status_t cube__resolve_mode(cube_queue_mode_t mode, bool* out_inline
       *out_inline = false;
       return CUBE_OK;
     case CUBE_QUEUE_DEFAULT: {
-      *out_inline = false;
-      const char* v = NULL;
-      if (!cube__env_str(CUBE__QUEUE_ENV, &v)) return CUBE_OK;
-      if (strcasecmp(v, "inline") == 0) {
-        *out_inline = true;
-        return CUBE_OK;
-      }
-      if (strcasecmp(v, "threaded") == 0) return CUBE_OK;
-      return CUBE_INVALID("%s: '%s' is not a device queue mode (expected 'inline' or 'threaded')",
-                          CUBE__QUEUE_ENV, v);
+      /* CUBE_DEVICE_QUEUE's words: threaded (0), inline (1). */
+      *out_inline = cube__option_enum(CUBE__OPT_DEVICE_QUEUE) == 1;
+      return cube__option_status(CUBE__OPT_DEVICE_QUEUE);
     }
   }
   return CUBE_INVALID("device queue: unknown queue mode %d", (int)mode);

@@ -1,5 +1,5 @@
 /* The server as a device-queue service: created once per device (with its
- * options resolved against the environment and the backend device opened),
+ * options resolved against the option table and the backend device opened),
  * destroyed by cube_shutdown. Streams are in stream.c, tasks in tasks.c. */
 #include "server/server.h"
 
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/abi.h"
+#include "base/options.h"
 #include "base/status.h"
 
 
@@ -33,24 +34,19 @@ static cube_status_t cube__server_create(cube__device_key_t key, void* arg, void
   s->id = (cube_device_id_t){(cube_backend_t)key.type, key.index};
   if (in) s->options = *in;
   cube_status_t status = CUBE_OK;
-  /* Resolve options from the environment. */
+  /* Options left at 0 take the option table's value (the environment). */
   if (!s->options.memory_limit) {
-    bool set = false;
-    status = cube__env_size("CUBE_MEMORY_LIMIT", &set, &s->options.memory_limit);
+    status = cube__option_status(CUBE__OPT_MEMORY_LIMIT);
+    s->options.memory_limit = cube__option_size(CUBE__OPT_MEMORY_LIMIT);
   }
   if (!status && !s->options.max_streams) {
-    bool set = false;
-    status = cube__env_u32("CUBE_MAX_STREAMS", &set, &s->options.max_streams);
-    if (!status && (!set || s->options.max_streams == 0)) s->options.max_streams = 128;
+    status = cube__option_status(CUBE__OPT_MAX_STREAMS);
+    s->options.max_streams = cube__option_u32(CUBE__OPT_MAX_STREAMS);
   }
+  /* CUBE_CHECK_MODE's words are auto, enforce, validate: cube_check_mode_t. */
   if (!status && s->options.check_mode == CUBE_CHECK_AUTO) {
-    const char* v;
-    if (cube__env_str("CUBE_CHECK_MODE", &v)) {
-      if (strcmp(v, "enforce") == 0) s->options.check_mode = CUBE_CHECK_ENFORCE;
-      else if (strcmp(v, "validate") == 0) s->options.check_mode = CUBE_CHECK_VALIDATE;
-      else if (strcmp(v, "auto") != 0)
-        status = CUBE_INVALID("CUBE_CHECK_MODE: '%s' is not one of enforce, validate, auto", v);
-    }
+    status = cube__option_status(CUBE__OPT_CHECK_MODE);
+    s->options.check_mode = (cube_check_mode_t)cube__option_enum(CUBE__OPT_CHECK_MODE);
   }
   if (!status)
     status = cube__profiler_init(&s->profiler, s->options.profile_level, s->options.log_fn,
@@ -65,6 +61,7 @@ static cube_status_t cube__server_create(cube__device_key_t key, void* arg, void
   if (!status)
     status = cube__backend_device_create(&s->be, s->id.backend, key.index, &s->options,
                                          &s->props, &s->features, &s->info);
+  s->options.backend_params = NULL; /* borrowed for the creation only */
   if (status) {
     cube__server_destroy(s);
     return status;

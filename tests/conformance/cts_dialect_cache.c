@@ -67,6 +67,16 @@ static void rm_rf(const char* path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHY
 static char saved_cache_dir[PATH_MAX];
 static int saved_cache_dir_set;
 
+/* CUBE_CACHE_DIR = |dir| (NULL: unset), seen from now on: the option table
+ * reads the environment once, and again after cube_shutdown. */
+static void cache_dir_env(const char* dir) {
+  if (dir)
+    setenv("CUBE_CACHE_DIR", dir, 1);
+  else
+    unsetenv("CUBE_CACHE_DIR");
+  cube_shutdown();
+}
+
 /* Points CUBE_CACHE_DIR at a new, empty directory for this case (the library
  * creates it on first store). */
 static const char* fresh_cache_dir(const char* case_name, char* buf, size_t size) {
@@ -77,7 +87,7 @@ static const char* fresh_cache_dir(const char* case_name, char* buf, size_t size
   snprintf(name, sizeof(name), "dialect-cache-%s-%s", cts_backend()->name, case_name);
   cts_tmp_path(buf, size, name);
   rm_rf(buf);
-  setenv("CUBE_CACHE_DIR", buf, 1);
+  cache_dir_env(buf);
   return buf;
 }
 
@@ -87,10 +97,7 @@ static void cache_dir_done(const char* dir) {
     rm_rf(dir);
   else
     fprintf(stderr, "kept the cache directory %s\n", dir);
-  if (saved_cache_dir_set)
-    setenv("CUBE_CACHE_DIR", saved_cache_dir, 1);
-  else
-    unsetenv("CUBE_CACHE_DIR");
+  cache_dir_env(saved_cache_dir_set ? saved_cache_dir : NULL);
 }
 
 /* Starts this program on the same backend for |case_name| with |role_value|;
@@ -429,12 +436,12 @@ CUBE_TEST(dialect_cache_disk_hit_in_child) {
   CHECK_EQ_U64(list_entries(dir).count, 1);
 
   /* With the disk cache off nothing is stored or loaded. */
-  setenv("CUBE_CACHE_DIR", "off", 1);
+  cache_dir_env("off");
   CHECK(strcmp(cube_kernel_cache_dir(), "") == 0);
   use_kernel_once(1, &s0, &s1);
   CHECK_EQ_U64(D_MISS(s0, s1), 1);
   CHECK_EQ_U64(D_DISK(s0, s1), 0);
-  setenv("CUBE_CACHE_DIR", dir, 1);
+  cache_dir_env(dir);
   cache_dir_done(dir);
 }
 

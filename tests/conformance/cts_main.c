@@ -52,11 +52,13 @@ bool cts_native_kernels(void) { return cts_native; }
  * (or cannot be loaded: then the cases skip or fail on their own). Probed
  * before any case runs, then shut down again, so that a case still starts
  * with no server (cases load clients with their own options and
- * environment). */
+ * environment: the option table reads the environment again after
+ * cube_shutdown, and cube_backend_status above read it once already). */
 static void cts_probe_native(void) {
   const char* forced = getenv("CUBE_CTS_DIALECT");
   if (forced && strcmp(forced, "1") == 0) {
     cts_native = false;
+    cube_shutdown();
     return;
   }
   cube_client_t* c = NULL;

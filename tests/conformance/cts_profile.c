@@ -281,6 +281,7 @@ CUBE_TEST(profile_level_exec_logs_launches) {
 CUBE_TEST(profile_env_medium) {
   CTS_REQUIRE_BACKEND();
   setenv("CUBE_PROFILE", "medium", 1);
+  cube_shutdown(); /* the environment is read again after it */
   cts_log_t log;
   cts_log_init(&log);
   cube_client_t* c = NULL;

@@ -399,7 +399,8 @@ static uint64_t now_ms(void) {
  * rank 0 left behind, or a timeout of its own), never hangs. */
 CUBE_TEST(timeout_names_missing_rank) {
   SKIP_WITHOUT_MPI("1", "threaded");
-  setenv("CUBE_COLLECTIVE_TIMEOUT", "1", 1);
+  /* The environment was read by setup(): the timeout is an option to set. */
+  REQUIRE_OK(cube_option_set("CUBE_COLLECTIVE_TIMEOUT", "1"));
   cube_client_t* c = load(0);
   REQUIRE(c != NULL);
   const cube_device_id_t ids[2] = {cpu(0), cpu(1)};
@@ -433,7 +434,7 @@ CUBE_TEST(timeout_names_missing_rank) {
   cube_handle_release(h);
   cube_client_release(c);
   cube_shutdown();
-  unsetenv("CUBE_COLLECTIVE_TIMEOUT");
+  CHECK_OK(cube_option_set("CUBE_COLLECTIVE_TIMEOUT", NULL));
 }
 
 /* CUDA across processes through the nccl transport, in CI: each rank sees

@@ -108,6 +108,13 @@ static void check_usage_error(const char* a1, const char* a2, const char* a3, co
 // Usage, version, wrong command lines
 //===----------------------------------------------------------------------===//
 
+/* The options the library has (cube_option_name is NULL past the last). */
+static int option_count(void) {
+  int n = 0;
+  while (cube_option_name((cube_option_t)n)) ++n;
+  return n;
+}
+
 CUBE_TEST(help_on_stdout_exit_zero) {
   scratch("help");
   const char* forms[] = {"--help", "-h", "help"};
@@ -115,8 +122,8 @@ CUBE_TEST(help_on_stdout_exit_zero) {
     run_t r = tool(forms[i], NULL, NULL);
     CHECK_EQ_U64(r.rc, 0);
     CHECK(has(r.out, "usage: cube"));
-    const char* words[] = {"info", "--json", "cache", "clear", "demo", "--version"};
-    for (int k = 0; k < 6; ++k) CHECK(has(r.out, words[k]));
+    const char* words[] = {"info", "--json", "cache", "clear", "demo", "--version", "--options"};
+    for (int k = 0; k < 7; ++k) CHECK(has(r.out, words[k]));
     CHECK(r.err[0] == '\0');
     run_free(&r);
   }
@@ -161,6 +168,8 @@ CUBE_TEST(unknown_command_and_options_named) {
   check_usage_error("info", "--bogus", NULL, "unknown option '--bogus'");
   check_usage_error("info", "extra", NULL, "unexpected argument 'extra'");
   check_usage_error("info", "--json", "--json", "'--json' given twice");
+  check_usage_error("info", "--options", "--options", "'--options' given twice");
+  check_usage_error("info", "--options", "extra", "unexpected argument 'extra'");
   check_usage_error("cache", "bogus", NULL, "unexpected argument 'bogus'");
   check_usage_error("cache", "clear", "extra", "unexpected argument 'extra'");
   check_usage_error("cache", "-x", NULL, "unknown option '-x'");
@@ -394,5 +403,126 @@ CUBE_TEST(demo_with_unusable_cache_reports_once) {
   CHECK(has(r.err, file)); /* the component that is not a directory */
   CHECK(has(r.err, "kept in memory only"));
   run_free(&r);
+  rm_tree(g_tmp);
+}
+
+//===----------------------------------------------------------------------===//
+// Options: a malformed one fails the commands; info --options lists them
+//===----------------------------------------------------------------------===//
+
+CUBE_TEST(malformed_option_fails_the_commands) {
+  scratch("bad_option");
+  char dir[1200];
+  fresh_cache_dir(dir, sizeof(dir));
+  setenv("CUBE_BACKEND", "gpu", 1);
+  const char* const cmds[][2] = {{"info", NULL}, {"info", "--json"}, {"demo", NULL},
+                                 {"cache", NULL}};
+  for (int i = 0; i < 4; ++i) {
+    run_t r = tool(cmds[i][0], cmds[i][1], NULL);
+    if (r.rc == 0 || !has(r.err, "CUBE_BACKEND"))
+      fprintf(stderr, "cube %s %s: rc %d\nstdout: %s\nstderr: %s\n", cmds[i][0],
+              cmds[i][1] ? cmds[i][1] : "", r.rc, r.out, r.err);
+    CHECK(r.rc != 0 && r.rc != 2); /* not a usage error: the environment is wrong */
+    CHECK(has(r.err, "CUBE_BACKEND"));
+    CHECK(has(r.err, "'gpu'"));
+    CHECK(has(r.err, "cpu, cuda, opencl, null"));
+    run_free(&r);
+  }
+  /* info prints nothing before failing. */
+  run_t r = tool("info", NULL, NULL);
+  CHECK_EQ_U64(r.rc, 1);
+  CHECK(r.out[0] == '\0');
+  run_free(&r);
+  CHECK(!exists(dir)); /* the demo compiled nothing */
+  unsetenv("CUBE_BACKEND");
+  r = tool("info", NULL, NULL);
+  CHECK_EQ_U64(r.rc, 0);
+  run_free(&r);
+  rm_tree(g_tmp);
+}
+
+/* The line of |name| in `info --options` output, copied into |line|. */
+static bool option_line(const char* out, const char* name, char* line, size_t size) {
+  size_t n = strlen(name);
+  for (const char* p = out; p && *p;) {
+    const char* e = strchr(p, '\n');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len > n && strncmp(p, name, n) == 0 && (p[n] == '=' || p[n] == ' ')) {
+      snprintf(line, size, "%.*s", (int)len, p);
+      return true;
+    }
+    p = e ? e + 1 : NULL;
+  }
+  return false;
+}
+
+CUBE_TEST(info_options_lists_every_option) {
+  scratch("options");
+  char dir[1200];
+  fresh_cache_dir(dir, sizeof(dir));
+  unsetenv("CUBE_BACKEND");
+  setenv("CUBE_CPU_DEVICES", "3", 1);
+  run_t r = tool("info", "--options", NULL);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(r.err[0] == '\0');
+  CHECK_EQ_U64(count_lines(r.out), option_count());
+  char line[9000];
+  for (int i = 0; i < option_count(); ++i) {
+    const char* name = cube_option_name((cube_option_t)i);
+    bool found = option_line(r.out, name, line, sizeof(line));
+    if (!found) fprintf(stderr, "no line for %s in:\n%s\n", name, r.out);
+    CHECK(found);
+  }
+  REQUIRE(option_line(r.out, "CUBE_CPU_DEVICES", line, sizeof(line)));
+  CHECK(has(line, "CUBE_CPU_DEVICES=3") && has(line, "(environment)") && has(line, "[1, 64]"));
+  REQUIRE(option_line(r.out, "CUBE_CACHE_DIR", line, sizeof(line)));
+  CHECK(has(line, dir) && has(line, "(environment)"));
+  REQUIRE(option_line(r.out, "CUBE_BACKEND", line, sizeof(line)));
+  CHECK(has(line, "CUBE_BACKEND=cpu") && has(line, "(default)") && has(line, "process"));
+  REQUIRE(option_line(r.out, "CUBE_CUDA_STAGING_CHUNK", line, sizeof(line)));
+  CHECK(has(line, "=4M") && has(line, "(default)") && has(line, "per device"));
+  REQUIRE(option_line(r.out, "CUBE_CPU_THREADS", line, sizeof(line)));
+  CHECK(has(line, "unset") && has(line, "the cores this process may use"));
+  run_free(&r);
+  /* A rejected value: the default is shown, marked, and the command fails
+   * saying why. */
+  setenv("CUBE_CUDA_STAGING_CHUNK", "3", 1);
+  r = tool("info", "--options", NULL);
+  CHECK_EQ_U64(r.rc, 1);
+  CHECK_EQ_U64(count_lines(r.out), option_count());
+  REQUIRE(option_line(r.out, "CUBE_CUDA_STAGING_CHUNK", line, sizeof(line)));
+  CHECK(has(line, "=4M") && has(line, "environment value rejected"));
+  CHECK(has(r.err, "CUBE_CUDA_STAGING_CHUNK") && has(r.err, "'3'") && has(r.err, "64 KiB"));
+  run_free(&r);
+  unsetenv("CUBE_CUDA_STAGING_CHUNK");
+  /* --json: one document with every option. */
+  if (have_python()) {
+    char json_path[1200], py_out[1200];
+    snprintf(json_path, sizeof(json_path), "%s/options.json", g_tmp);
+    snprintf(py_out, sizeof(py_out), "%s/python.out", g_tmp);
+    char* jargv[] = {(char*)CUBE_TOOL_PATH, (char*)"info", (char*)"--options", (char*)"--json",
+                     NULL};
+    CHECK_EQ_U64(run_redirected(jargv, NULL, json_path, NULL), 0);
+    char count[16];
+    snprintf(count, sizeof(count), "%d", option_count());
+    static const char* py =
+        "import json, sys\n"
+        "d = json.load(sys.stdin)['options']\n"
+        "assert len(d) == int(sys.argv[1]), len(d)\n"
+        "o = {x['name']: x for x in d}\n"
+        "assert o['CUBE_CPU_DEVICES']['value'] == '3' and "
+        "o['CUBE_CPU_DEVICES']['source'] == 'environment', o['CUBE_CPU_DEVICES']\n"
+        "assert o['CUBE_CPU_THREADS']['value'] is None\n"
+        "assert o['CUBE_BACKEND']['type'] == 'enum' and o['CUBE_BACKEND']['scope'] == 'process'\n"
+        "assert all(x['doc'] and x['accepted'] and x['default'] for x in d)\n"
+        "print('options ok')\n";
+    char* pargv[] = {(char*)"python3", (char*)"-c", (char*)py, count, NULL};
+    int rc = run_redirected(pargv, json_path, py_out, py_out);
+    char* log = read_whole_file(py_out);
+    if (rc != 0) fprintf(stderr, "python check (rc %d):\n%s\n", rc, log ? log : "");
+    CHECK_EQ_U64(rc, 0);
+    free(log);
+  }
+  unsetenv("CUBE_CPU_DEVICES");
   rm_tree(g_tmp);
 }

@@ -98,13 +98,26 @@ CUBE_TEST(null_has_no_devices_by_default) {
   cube_client_t* c = NULL;
   CHECK_STATUS(cube_client_load((cube_device_id_t){CUBE_BACKEND_NULL, 0}, &c),
                CUBE_STATUS_NOT_FOUND, "null:0 does not exist", "0 devices");
+  /* The environment is read again after cube_shutdown. */
   setenv("CUBE_NULL_DEVICES", "17", 1);
-  CHECK_STATUS(n->availability(), CUBE_STATUS_INVALID_ARGUMENT, "CUBE_NULL_DEVICES", "'17'",
-               "[0, 16]");
+  cube_shutdown();
+  /* Malformed: counted as unset, refused by device creation and by every
+   * entry point. */
+  CHECK_OK(n->availability());
   CHECK_EQ_U64(n->device_count(), 0);
+  cube_device_properties_t p;
+  cube_features_t f;
+  cube_backend_info_t info;
+  cube__backend_device_t* dev = NULL;
+  CHECK_STATUS(n->device_create(0, NULL, &dev, &p, &f, &info), CUBE_STATUS_INVALID_ARGUMENT,
+               "CUBE_NULL_DEVICES", "'17'", "[0, 16]");
+  CHECK_STATUS(cube_backend_status(CUBE_BACKEND_NULL), CUBE_STATUS_INVALID_ARGUMENT,
+               "CUBE_NULL_DEVICES", "'17'", "[0, 16]");
   setenv("CUBE_NULL_DEVICES", "3", 1);
+  cube_shutdown();
   CHECK_EQ_U64(n->device_count(), 3);
   unsetenv("CUBE_NULL_DEVICES");
+  cube_shutdown();
 }
 
 CUBE_TEST(null_device_copies_rows_and_refuses_launches) {

@@ -9,6 +9,7 @@
 #include "base/abi.h"
 #include "backends/backend.h"
 #include "check.h"
+#include "cube/backends/cpu.h"
 #include "cube/cube.h"
 #include "kernel/kernel.h"
 #include "platform/platform.h"
@@ -173,18 +174,23 @@ CUBE_TEST(invalid_device_count_reported) {
   static const char* const bad[] = {"0", "65", "abc", "-1", "3x", "99999999999999999999"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
     setenv("CUBE_CPU_DEVICES", bad[i], 1);
+    cube_shutdown(); /* the environment is read again after it */
     char quoted[64];
     snprintf(quoted, sizeof(quoted), "'%s'", bad[i]);
-    CHECK_STATUS(cpu->availability(), CUBE_STATUS_INVALID_ARGUMENT, "CUBE_CPU_DEVICES", quoted);
-    CHECK_EQ_U64(cpu->device_count(), 0);
+    /* The entry points report a malformed option (tests/unit/test_options.c);
+     * here the backend is available, counts it as unset (a count returns
+     * no status) and refuses to create a device with it. */
+    CHECK_OK(cpu->availability());
+    CHECK_EQ_U64(cpu->device_count(), 1);
     cube__backend_device_t* dev = NULL;
     cube_device_properties_t p;
     cube_features_t f;
     cube_backend_info_t info;
     CHECK_STATUS(cpu->device_create(0, NULL, &dev, &p, &f, &info), CUBE_STATUS_INVALID_ARGUMENT,
-                 "CUBE_CPU_DEVICES");
+                 "CUBE_CPU_DEVICES", quoted, "an integer in [1, 64]");
   }
   setenv("CUBE_CPU_DEVICES", "64", 1);
+  cube_shutdown();
   CHECK_OK(cpu->availability());
   CHECK_EQ_U64(cpu->device_count(), 64);
 }
@@ -647,4 +653,153 @@ CUBE_TEST(registry_tables) {
           ev == (t->event_sync != NULL) && ev == (t->event_destroy != NULL));
     CHECK((t->alloc_on != NULL) == (t->dealloc_on != NULL));
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Per-device parameters (cube_cpu_params_t)
+//===----------------------------------------------------------------------===//
+
+/* Which participant numbers ran cubes, the cubes run, and numbers out of
+ * range (num_cpu_cores bounds them). */
+static atomic_uint_fast64_t g_worker_mask;
+static atomic_uint g_cubes_run, g_worker_out_of_range;
+static uint32_t g_worker_bound;
+
+static int record_worker(const cube_cpu_cube_t* c, const cube_cpu_arg_t* args, uint32_t argc) {
+  (void)args;
+  (void)argc;
+  if (c->worker >= g_worker_bound || c->worker >= 64) atomic_fetch_add(&g_worker_out_of_range, 1);
+  else atomic_fetch_or(&g_worker_mask, (uint_fast64_t)1 << c->worker);
+  atomic_fetch_add(&g_cubes_run, 1);
+  /* Some work per cube, so that the pool's threads do join. */
+  volatile uint64_t sink = 0;
+  for (uint32_t i = 0; i < 20000; ++i) sink += i * (uint64_t)c->cube_pos[0];
+  (void)sink;
+  return 0;
+}
+
+static unsigned popcount64(uint64_t v) {
+  unsigned n = 0;
+  for (; v; v &= v - 1) ++n;
+  return n;
+}
+
+/* Launches 4096 cubes on |c| and checks every one ran on a participant below
+ * |bound|; returns how many participant numbers were seen. */
+static unsigned launch_and_count_workers(cube_client_t* c, uint32_t bound) {
+  atomic_store(&g_worker_mask, 0);
+  atomic_store(&g_cubes_run, 0);
+  atomic_store(&g_worker_out_of_range, 0);
+  g_worker_bound = bound;
+  static const cube_arg_kind_t kinds[1] = {CUBE_ARG_BUFFER};
+  cube_kernel_desc_t d;
+  memset(&d, 0, sizeof(d));
+  d.name = "record_worker";
+  d.cpu_fn = record_worker;
+  d.arg_count = 1;
+  d.arg_kinds = kinds;
+  d.cube_dim = (cube_dim_t){1, 1, 1};
+  cube_kernel_t* k = NULL;
+  cube_handle_t h = CUBE_HANDLE_NULL;
+  cube_status_t st = cube_kernel_create(&d, &k);
+  if (!st) st = cube_client_empty(c, 64, &h);
+  cube_arg_t arg = cube_arg_buffer(h);
+  for (int round = 0; !st && round < 4; ++round)
+    st = cube_client_launch(c, k, cube_count_static(64, 64, 1), 1, &arg);
+  if (!st) st = cube_client_sync(c);
+  CHECK_OK(st);
+  CHECK_EQ_U64(atomic_load(&g_cubes_run), 4 * 64 * 64);
+  CHECK_EQ_U64(atomic_load(&g_worker_out_of_range), 0);
+  cube_handle_release(h);
+  cube_kernel_release(k);
+  return popcount64(atomic_load(&g_worker_mask));
+}
+
+CUBE_TEST(params_threads_limit_the_device) {
+  setenv("CUBE_CPU_THREADS", "4", 1);
+  setenv("CUBE_CPU_DEVICES", "3", 1);
+  cube_cpu_params_t one, two;
+  cube_cpu_params_initialize(&one);
+  CHECK_EQ_U64(one.struct_size, sizeof(one));
+  CHECK(one.backend == CUBE_BACKEND_CPU);
+  CHECK_EQ_U64(one.threads, 0);
+  one.threads = 1;
+  cube_cpu_params_initialize(&two);
+  two.threads = 2;
+  cube_server_options_t o1, o2;
+  cube_server_options_initialize(&o1);
+  cube_server_options_initialize(&o2);
+  o1.backend_params = &one;
+  o2.backend_params = &two;
+  cube_client_t *c0 = NULL, *c1 = NULL, *c2 = NULL;
+  REQUIRE_OK(cube_client_init((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &o1, &c0));
+  REQUIRE_OK(cube_client_init((cube_device_id_t){CUBE_BACKEND_CPU, 1}, &o2, &c1));
+  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CPU, 2}, &c2));
+  CHECK_EQ_U64(cube_client_properties(c0)->hardware.num_cpu_cores, 1);
+  CHECK_EQ_U64(cube_client_properties(c1)->hardware.num_cpu_cores, 2);
+  CHECK_EQ_U64(cube_client_properties(c2)->hardware.num_cpu_cores, 4);
+  CHECK(strstr(cube_client_info(c0)->version, ", 1 threads") != NULL);
+  CHECK(strstr(cube_client_info(c2)->version, ", 4 threads") != NULL);
+  /* One thread: every cube on the runner (participant 0). */
+  CHECK_EQ_U64(launch_and_count_workers(c0, 1), 1);
+  CHECK_EQ_U64(atomic_load(&g_worker_mask), 1);
+  /* Two: participants 0 and 1 at most. */
+  unsigned n2 = launch_and_count_workers(c1, 2);
+  CHECK(n2 >= 1 && n2 <= 2);
+  CHECK_EQ_U64(atomic_load(&g_worker_mask) & ~(uint64_t)3, 0);
+  /* The whole pool. */
+  unsigned n4 = launch_and_count_workers(c2, 4);
+  CHECK(n4 >= 1 && n4 <= 4);
+  printf("participants seen: 1 thread %u, 2 threads %u, pool of 4 %u\n", 1u, n2, n4);
+  cube_client_release(c0);
+  cube_client_release(c1);
+  cube_client_release(c2);
+  cube_shutdown();
+}
+
+CUBE_TEST(params_wrong_are_refused) {
+  setenv("CUBE_CPU_THREADS", "2", 1);
+  cube_cpu_params_t prm;
+  cube_cpu_params_initialize(&prm);
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.backend_params = &prm;
+  cube__backend_device_t* dev = NULL;
+  cube_device_properties_t p;
+  cube_features_t f;
+  cube_backend_info_t info;
+  /* More threads than the pool has: the whole pool. */
+  prm.threads = 9;
+  REQUIRE_OK(cpu->device_create(0, &o, &dev, &p, &f, &info));
+  CHECK_EQ_U64(p.hardware.num_cpu_cores, 2);
+  cpu->device_destroy(dev);
+  dev = NULL;
+  prm.threads = 1025;
+  CHECK_STATUS(cpu->device_create(0, &o, &dev, &p, &f, &info), CUBE_STATUS_INVALID_ARGUMENT,
+               "cpu device 0", "threads is 1025", "1 to 1024");
+  prm.threads = 1;
+  prm.struct_size = (uint32_t)sizeof(prm) + 8;
+  CHECK_STATUS(cpu->device_create(0, &o, &dev, &p, &f, &info), CUBE_STATUS_INVALID_ARGUMENT,
+               "cpu device 0", "struct_size", "cube_cpu_params_initialize");
+  prm.struct_size = 4;
+  CHECK_STATUS(cpu->device_create(0, &o, &dev, &p, &f, &info), CUBE_STATUS_INVALID_ARGUMENT,
+               "struct_size is 4");
+  prm.struct_size = (uint32_t)sizeof(prm);
+  prm.backend = CUBE_BACKEND_CUDA;
+  CHECK_STATUS(cpu->device_create(0, &o, &dev, &p, &f, &info), CUBE_STATUS_INVALID_ARGUMENT,
+               "backend_params are for backend cuda", "not cpu");
+  CHECK(dev == NULL);
+  /* Through the client, the same refusals, and the device stays free. */
+  cube_client_t* c = NULL;
+  CHECK_STATUS(cube_client_init((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &o, &c),
+               CUBE_STATUS_INVALID_ARGUMENT, "cube_client_init", "for backend cuda");
+  prm.backend = CUBE_BACKEND_CPU;
+  prm.threads = 5000;
+  CHECK_STATUS(cube_client_init((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &o, &c),
+               CUBE_STATUS_INVALID_ARGUMENT, "threads is 5000");
+  prm.threads = 1;
+  REQUIRE_OK(cube_client_init((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &o, &c));
+  CHECK_EQ_U64(cube_client_properties(c)->hardware.num_cpu_cores, 1);
+  cube_client_release(c);
+  cube_shutdown();
 }

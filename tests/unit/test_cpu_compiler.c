@@ -18,6 +18,7 @@
 #include "check.h"
 #include "cube/cache.h"
 #include "cube/kernel.h"
+#include "cube/options.h"
 #include "kernel/cache.h"
 #include "platform/platform.h"
 
@@ -38,9 +39,20 @@ static void rm_tree(const char* path) { (void)nftw(path, rm_entry, 16, FTW_DEPTH
 /* The role of a re-executed copy of this program (see compile_disk_hit_in_new_process). */
 static const char* child_role(void) { return getenv("CUBE_TEST_CC_ROLE"); }
 
+/* The compiler (NULL: the default), through the option table: the
+ * environment is read once per cube_shutdown, so a case that changes the
+ * compiler half-way sets the option. */
+static void use_cc(const char* cc) { CHECK_OK(cube_option_set("CUBE_CC", cc)); }
+
+/* CUBE_CACHE_DIR in the environment, read again by cube_shutdown (which
+ * also drops the memory map, as cube__cache_shutdown does). */
+static void env_cache_dir(const char* dir) {
+  setenv("CUBE_CACHE_DIR", dir, 1);
+  cube_shutdown();
+}
+
 static void use_fresh_cache(const char* name) {
   unsetenv("CUBE_CC");
-  cube__cache_shutdown();
   if (child_role()) { /* keep the parent's directory */
     const char* d = getenv("CUBE_CACHE_DIR");
     snprintf(g_dir, sizeof(g_dir), "%s", d ? d : "");
@@ -51,6 +63,7 @@ static void use_fresh_cache(const char* name) {
     rm_tree(g_dir);
     setenv("CUBE_CACHE_DIR", g_dir, 1);
   }
+  cube_shutdown(); /* the table reads the environment above */
   /* Counters to 0 (the directory is new). Not in a child: clear would delete
    * the parent's entries, and a new process starts at 0 anyway. */
   if (!child_role()) cube_status_free(cube_kernel_cache_clear());
@@ -190,7 +203,7 @@ CUBE_TEST(compiler_identity) {
 CUBE_TEST(compiler_cube_cc_chooses) {
   use_fresh_cache("cube_cc");
   if (system("command -v gcc >/dev/null 2>&1") != 0) CUBE_SKIP("no gcc on PATH");
-  setenv("CUBE_CC", "gcc", 1);
+  use_cc("gcc");
   const char* cc = NULL;
   const char* id = NULL;
   REQUIRE_OK(cube__cpu_compiler(&cc, &id));
@@ -200,7 +213,7 @@ CUBE_TEST(compiler_cube_cc_chooses) {
   cube_cpu_kernel_fn fn = NULL;
   CHECK_OK(cube__cpu_compile(text, key_for(text), "cube_kernel_entry", "with_gcc", &fn));
   CHECK(fn && run_fill(fn, 1.0f) == 0);
-  unsetenv("CUBE_CC");
+  use_cc(NULL);
   const char* id3 = NULL;
   CHECK_OK(cube__cpu_compiler(NULL, &id3));
   /* The identity (so the key) follows the compiler. */
@@ -211,7 +224,7 @@ CUBE_TEST(compiler_cube_cc_chooses) {
 
 CUBE_TEST(compiler_cube_cc_missing_is_named) {
   use_fresh_cache("cc_missing");
-  setenv("CUBE_CC", "/nonexistent/cube-missing-cc", 1);
+  use_cc("/nonexistent/cube-missing-cc");
   const char* cc = NULL;
   const char* id = NULL;
   CHECK_STATUS(cube__cpu_compiler(&cc, &id), CUBE_STATUS_UNAVAILABLE, "CUBE_CC",
@@ -223,19 +236,19 @@ CUBE_TEST(compiler_cube_cc_missing_is_named) {
                CUBE_STATUS_UNAVAILABLE, "/nonexistent/cube-missing-cc");
   CHECK(fn == NULL);
   CHECK_EQ_U64(stats().compile_failures, 1);
-  setenv("CUBE_CC", "cube-no-such-compiler-anywhere", 1);
+  use_cc("cube-no-such-compiler-anywhere");
   CHECK_STATUS(cube__cpu_compiler(&cc, &id), CUBE_STATUS_UNAVAILABLE,
                "cube-no-such-compiler-anywhere", "on PATH");
   /* A program that is not a compiler: found, but compiling with it fails and
    * says how. */
-  setenv("CUBE_CC", "false", 1);
+  use_cc("false");
   if (system("command -v false >/dev/null 2>&1") == 0) {
     CHECK_OK(cube__cpu_compiler(&cc, &id));
     cube__cache_key_t k2 = {3, 4};
     CHECK_STATUS(cube__cpu_compile(text, k2, "cube_kernel_entry", "cc_false", &fn),
                  CUBE_STATUS_COMPILATION_FAILED, "cc_false", "exit status 1");
   }
-  unsetenv("CUBE_CC");
+  use_cc(NULL);
   free(text);
   done_with_cache();
 }
@@ -569,7 +582,7 @@ CUBE_TEST(compile_rebuilds_unloadable_entry) {
 CUBE_TEST(compile_with_disk_cache_off) {
   use_fresh_cache("off");
   if (!have_compiler()) CUBE_SKIP("no C compiler");
-  setenv("CUBE_CACHE_DIR", "off", 1);
+  env_cache_dir("off");
   char* text = fill_unit("off", 10.0f);
   cube__cache_key_t k = key_for(text);
   cube_cpu_kernel_fn fn = NULL;
@@ -582,7 +595,7 @@ CUBE_TEST(compile_with_disk_cache_off) {
   CHECK_EQ_U64(s.misses, 2);
   CHECK_EQ_U64(s.disk_hits, 0);
   CHECK(!file_exists(g_dir));
-  setenv("CUBE_CACHE_DIR", g_dir, 1);
+  env_cache_dir(g_dir);
   free(text);
   done_with_cache();
 }
@@ -619,7 +632,7 @@ CUBE_TEST(timing_cold_disk_memory) {
   use_fresh_cache("timing");
   /* CUBE_TEST_TIMING_CC=gcc times another compiler. */
   const char* other = getenv("CUBE_TEST_TIMING_CC");
-  if (other && *other) setenv("CUBE_CC", other, 1);
+  if (other && *other) use_cc(other);
   if (!have_compiler()) CUBE_SKIP("no C compiler");
   const char* cc = NULL;
   CHECK_OK(cube__cpu_compiler(&cc, NULL));
@@ -643,7 +656,7 @@ CUBE_TEST(timing_cold_disk_memory) {
          cc, (double)(t1 - t0) / 1e6, (double)s.compile_ns / 1e6, (double)(t2 - t1) / 1e6,
          (double)s.load_ns / 1e6, (double)(t3 - t2) / 1e3 / REPS);
   CHECK_EQ_U64(s.memory_hits, REPS);
-  unsetenv("CUBE_CC");
+  use_cc(NULL);
   free(text);
   done_with_cache();
 }

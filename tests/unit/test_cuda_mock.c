@@ -7,11 +7,13 @@
  * where installed, still compiles them. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "read_check.h"
+#include "cube/backends/cuda.h"
 #include "cube/cube.h"
 
 #ifdef CUBE_MOCK_CUDA_PATH
@@ -611,4 +613,151 @@ CUBE_TEST(driver_faults_surface_as_statuses) {
   CHECK(surfaced >= injected / 2);
   dlclose(lib);
 #endif
+}
+
+//===----------------------------------------------------------------------===//
+// Per-device parameters (cube_cuda_params_t)
+//===----------------------------------------------------------------------===//
+
+/* Uploads |n| random bytes to |c| and reads them back; the driver copies
+ * (DMA operations) the upload took. */
+static uint64_t staged_upload_copies(cube_client_t* c, size_t n, unsigned seed, bool* ok) {
+  unsigned char* data = malloc(n);
+  *ok = data != NULL;
+  if (!data) return 0;
+  fill_random(data, n, seed);
+  mock_stats_t before, after;
+  CHECK_OK(cube_client_sync(c));
+  mock_stats(&before);
+  cube_handle_t h;
+  cube_status_t st = cube_client_create_from_slice(c, data, n, &h);
+  CHECK_OK(st);
+  if (st) {
+    *ok = false;
+    free(data);
+    return 0;
+  }
+  CHECK_OK(cube_client_sync(c));
+  mock_stats(&after);
+  *ok = cube_test_read_equals(c, h, data, n);
+  cube_handle_release(h);
+  free(data);
+  return after.copies - before.copies;
+}
+
+/* The staging chunk and the allocator given through cube_client_init are the
+ * ones the device uses: a 1 MiB upload takes a DMA per chunk (17 of 64 KiB,
+ * 2 of 1 MiB), and without async allocation no cuMemAllocAsync is made. */
+CUBE_TEST(params_staging_chunk_and_async_alloc) {
+  MOCK_SETUP("0");
+  setenv("CUBE_MOCK_CUDA_DEVICES", "3", 1);
+  setenv("CUBE_CUDA_STAGING_CHUNK", "256K", 1);
+  cube_cuda_params_t small, big, env;
+  cube_cuda_params_initialize(&env);
+  CHECK_EQ_U64(env.struct_size, sizeof(env));
+  CHECK(env.backend == CUBE_BACKEND_CUDA);
+  CHECK_EQ_U64(env.staging_chunk, 256u << 10); /* from the environment */
+  CHECK_EQ_U64(env.copy_threads, 0);
+  CHECK(env.stream_copy == CUBE_CUDA_STREAM_COPY_DOWN);
+  CHECK(env.async_alloc);
+  small = env;
+  small.staging_chunk = 64u << 10;
+  small.async_alloc = false;
+  big = env;
+  big.staging_chunk = 1u << 20;
+  big.stream_copy = CUBE_CUDA_STREAM_COPY_BOTH;
+  big.copy_threads = 1;
+  cube_server_options_t os, ob;
+  cube_server_options_initialize(&os);
+  cube_server_options_initialize(&ob);
+  os.backend_params = &small;
+  ob.backend_params = &big;
+  cube_client_t *cs = NULL, *cb = NULL, *ce = NULL;
+  REQUIRE_OK(cube_client_init(cuda0, &os, &cs));
+  REQUIRE_OK(cube_client_init((cube_device_id_t){CUBE_BACKEND_CUDA, 1}, &ob, &cb));
+  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 2}, &ce));
+  const size_t n = (1u << 20) + 5;
+  bool ok_s = false, ok_b = false, ok_e = false;
+  mock_stats_t a0, a1;
+  mock_stats(&a0);
+  uint64_t copies_small = staged_upload_copies(cs, n, 11, &ok_s);
+  mock_stats(&a1);
+  CHECK_EQ_U64(a1.async_allocs, a0.async_allocs); /* async_alloc = false */
+  mock_stats(&a0);
+  uint64_t copies_big = staged_upload_copies(cb, n, 12, &ok_b);
+  mock_stats(&a1);
+  CHECK(a1.async_allocs > a0.async_allocs);
+  uint64_t copies_env = staged_upload_copies(ce, n, 13, &ok_e);
+  printf("DMA copies of a 1 MiB + 5 upload: 64 KiB chunks %llu, 1 MiB %llu, 256 KiB (env) %llu\n",
+         (unsigned long long)copies_small, (unsigned long long)copies_big,
+         (unsigned long long)copies_env);
+  CHECK(ok_s && ok_b && ok_e);
+  CHECK_EQ_U64(copies_small, 17);
+  CHECK_EQ_U64(copies_big, 2);
+  CHECK_EQ_U64(copies_env, 5);
+  cube_client_release(cs);
+  cube_client_release(cb);
+  cube_client_release(ce);
+  cube_shutdown();
+}
+
+CUBE_TEST(params_wrong_are_refused) {
+  MOCK_SETUP("0");
+  cube_cuda_params_t prm;
+  cube_cuda_params_initialize(&prm);
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.backend_params = &prm;
+  cube_client_t* c = NULL;
+  prm.staging_chunk = 3;
+  CHECK_STATUS(cube_client_init(cuda0, &o, &c), CUBE_STATUS_INVALID_ARGUMENT, "cube_client_init",
+               "cuda device 0", "staging_chunk is 3", "64 KiB to 64 MiB", "multiple of 4 KiB",
+               "CUBE_CUDA_STAGING_CHUNK");
+  prm.staging_chunk = (64u << 20) + 4096;
+  CHECK_STATUS(cube_client_init(cuda0, &o, &c), CUBE_STATUS_INVALID_ARGUMENT,
+               "staging_chunk is 67112960");
+  prm.staging_chunk = 1u << 20;
+  prm.copy_threads = 300;
+  CHECK_STATUS(cube_client_init(cuda0, &o, &c), CUBE_STATUS_INVALID_ARGUMENT,
+               "copy_threads is 300", "[1, 256]");
+  prm.copy_threads = 0;
+  prm.stream_copy = (cube_cuda_stream_copy_t)7;
+  CHECK_STATUS(cube_client_init(cuda0, &o, &c), CUBE_STATUS_INVALID_ARGUMENT, "stream_copy is 7",
+               "0 to 3");
+  prm.stream_copy = CUBE_CUDA_STREAM_COPY_UP;
+  prm.struct_size = 12;
+  CHECK_STATUS(cube_client_init(cuda0, &o, &c), CUBE_STATUS_INVALID_ARGUMENT,
+               "struct_size is 12", "cube_cuda_params_initialize");
+  prm.struct_size = (uint32_t)sizeof(prm);
+  /* Another backend's parameters (a CPU struct) on a CUDA device. */
+  cube_backend_params_header_t cpu_header = {(uint32_t)sizeof(cpu_header) + 4, CUBE_BACKEND_CPU};
+  o.backend_params = &cpu_header;
+  CHECK_STATUS(cube_client_init(cuda0, &o, &c), CUBE_STATUS_INVALID_ARGUMENT,
+               "backend_params are for backend cpu", "cuda:0");
+  CHECK(c == NULL);
+  /* Corrected, the same device is created (nothing was left half made). */
+  o.backend_params = &prm;
+  REQUIRE_OK(cube_client_init(cuda0, &o, &c));
+  bool ok = false;
+  CHECK_EQ_U64(staged_upload_copies(c, (3u << 20) + 1, 21, &ok), 4);
+  CHECK(ok);
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+/* A malformed tunable in the environment no longer goes unnoticed until a
+ * CUDA device is opened: every entry point names it. */
+CUBE_TEST(env_tunable_malformed_is_named) {
+  MOCK_SETUP("0");
+  setenv("CUBE_CUDA_STREAM_COPY", "sideways", 1);
+  cube_client_t* c = NULL;
+  CHECK_STATUS(cube_client_load(cuda0, &c), CUBE_STATUS_INVALID_ARGUMENT, "cube_client_load",
+               "CUBE_CUDA_STREAM_COPY", "'sideways'", "down, up, 1, 0");
+  CHECK_STATUS(cube_client_load((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &c),
+               CUBE_STATUS_INVALID_ARGUMENT, "CUBE_CUDA_STREAM_COPY");
+  unsetenv("CUBE_CUDA_STREAM_COPY");
+  cube_shutdown();
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  cube_client_release(c);
+  cube_shutdown();
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/options.h"
 #include "base/status.h"
 #include "check.h"
 #include "platform/platform.h"
@@ -1241,27 +1242,38 @@ CUBE_TEST(runner_thread_named_threaded) {
  * Mode selection by CUBE_DEVICE_QUEUE; misuse is refused, not aborted
  * ------------------------------------------------------------------------- */
 
+/* CUBE_DEVICE_QUEUE (NULL: unset), made visible: the option table reads
+ * the environment once, and again after cube_shutdown, which is
+ * cube__options_reset at this level (no client layer). */
+static void queue_env(const char* mode) {
+  if (mode)
+    setenv("CUBE_DEVICE_QUEUE", mode, 1);
+  else
+    unsetenv("CUBE_DEVICE_QUEUE");
+  cube__options_reset();
+}
+
 CUBE_TEST(env_queue_mode) {
   cube__device_key_t k1 = {1002, 1}, k2 = {1002, 2}, k3 = {1002, 3}, k4 = {1002, 4};
   cube__service_t* s = NULL;
-  setenv("CUBE_DEVICE_QUEUE", "inline", 1);
+  queue_env("inline");
   CHECK_OK(cube__service_get(k1, CUBE_QUEUE_DEFAULT, &counter_vt, NULL, &s));
   CHECK(s && cube__device_is_blocking(cube__service_device(s)));
   /* The device keeps its mode whatever a later call asks for. */
   cube__service_t* s2 = NULL;
   CHECK_OK(cube__service_get(k1, CUBE_QUEUE_THREADED, &other_vt, NULL, &s2));
   CHECK(s2 && cube__service_device(s2) == cube__service_device(s));
-  setenv("CUBE_DEVICE_QUEUE", "threaded", 1);
+  queue_env("threaded");
   CHECK_OK(cube__service_get(k2, CUBE_QUEUE_DEFAULT, &counter_vt, NULL, &s));
   CHECK(s && !cube__device_is_blocking(cube__service_device(s)));
-  setenv("CUBE_DEVICE_QUEUE", "sideways", 1);
+  queue_env("sideways");
   s = (cube__service_t*)(uintptr_t)1;
   CHECK_STATUS(cube__service_get(k3, CUBE_QUEUE_DEFAULT, &counter_vt, NULL, &s),
                CUBE_STATUS_INVALID_ARGUMENT, "CUBE_DEVICE_QUEUE", "sideways");
   CHECK(s == NULL);
   /* An explicit mode does not read the variable. */
   CHECK_OK(cube__service_get(k3, CUBE_QUEUE_INLINE, &counter_vt, NULL, &s));
-  unsetenv("CUBE_DEVICE_QUEUE");
+  queue_env(NULL);
   CHECK_OK(cube__service_get(k4, CUBE_QUEUE_DEFAULT, &counter_vt, NULL, &s));
   CHECK(s && !cube__device_is_blocking(cube__service_device(s)));
   cube__queue_shutdown(k1);

@@ -880,8 +880,8 @@ static cube_status_t load_try(cube_device_id_t d) {
     cube_client_ensure_init_collective(c, 2, devs_bad), "cube_client_ensure_init_collective", "devices[1] = cpu:99", "does not exist") \
   X("E292", "cube_client_ensure_init_collective", "devices[0] of a bad backend (9)", INV,        \
     cube_client_ensure_init_collective(c, 1, devs_bad_backend), "cube_client_ensure_init_collective", "devices[0].backend 9", "invalid") \
-  X("E293", "cube_client_sync_collective", "CUBE_COLLECTIVE_TIMEOUT='soon'", INV,               \
-    sync_collective_bad_timeout(c), "cube_client_sync_collective", "CUBE_COLLECTIVE_TIMEOUT", "'soon'") \
+  X("E293", "cube_option_set", "CUBE_COLLECTIVE_TIMEOUT='soon'", INV,                           \
+    set_bad_timeout(c), "cube_option_set", "CUBE_COLLECTIVE_TIMEOUT", "'soon'", "seconds") \
   X("E294", "cube_client_sync_collective", "client NULL", INV, cube_client_sync_collective(NULL), \
     "cube_client_sync_collective", "client is NULL")                                             \
   X("E295", "cube_client_all_reduce", "src of 64 bytes, dst of 32", INV,                         \
@@ -1450,10 +1450,16 @@ CUBE_TEST(cross_device) {
   group_done("cross_device");
 }
 
-static cube_status_t sync_collective_bad_timeout(cube_client_t* c) {
-  setenv("CUBE_COLLECTIVE_TIMEOUT", "soon", 1);
-  cube_status_t s = cube_client_sync_collective(c);
-  unsetenv("CUBE_COLLECTIVE_TIMEOUT");
+/* The environment is read once (and after cube_shutdown), so a malformed
+ * timeout reaches a live client only through cube_option_set, which refuses
+ * it; the collectives keep the timeout they had. */
+static cube_status_t set_bad_timeout(cube_client_t* c) {
+  cube_status_t s = cube_option_set("CUBE_COLLECTIVE_TIMEOUT", "soon");
+  cube_status_t after = cube_client_sync_collective(c);
+  if (after) {
+    cube_status_free(s);
+    return after;
+  }
   return s;
 }
 

@@ -528,20 +528,23 @@ CUBE_TEST(api_counts_and_env_names) {
   CHECK(!cube__fault_site_parse("cpu", 3, &site));
 }
 
+/* Runs case |name| of this program again with CUBE_FAULT=|spec|; true when
+ * it passed. */
+static bool run_child_with_fault(const char* spec, const char* name) {
+  char cmd[PATH_MAX + 256];
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return false;
+  self[n] = '\0';
+  snprintf(cmd, sizeof(cmd), "FAULT_TEST_CHILD=1 CUBE_FAULT='%s' '%s' %s", spec, self, name);
+  return system(cmd) == 0;
+}
+
 /* CUBE_FAULT in the environment: this program run again with
- * CUBE_FAULT=cpu_launch:2 must see its second launch fail. */
+ * CUBE_FAULT=cpu_launch:2,cpu_read:1000 must see its second launch fail. */
 CUBE_TEST(env_fails_the_nth_launch) {
   if (!getenv("FAULT_TEST_CHILD")) {
-    char cmd[PATH_MAX + 128];
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    REQUIRE(n > 0);
-    self[n] = '\0';
-    snprintf(cmd, sizeof(cmd),
-             "FAULT_TEST_CHILD=1 CUBE_FAULT='cpu_launch:2,bogus:1' '%s' env_fails_the_nth_launch",
-             self);
-    int rc = system(cmd);
-    CHECK(rc == 0);
+    CHECK(run_child_with_fault("cpu_launch:2,cpu_read:1000", "env_fails_the_nth_launch"));
     return;
   }
   cube_client_t* c;
@@ -567,6 +570,28 @@ CUBE_TEST(env_fails_the_nth_launch) {
   cube_kernel_release(k);
   cube_client_release(c);
   shutdown_and_check_pinned("env");
+}
+
+/* A malformed CUBE_FAULT arms nothing (not even its well-formed items) and
+ * every entry point names it, rather than the process running with half of
+ * what was asked. */
+CUBE_TEST(env_malformed_is_reported) {
+  if (!getenv("FAULT_TEST_CHILD")) {
+    CHECK(run_child_with_fault("cpu_launch:1,bogus:1", "env_malformed_is_reported"));
+    return;
+  }
+  cube_client_t* c = NULL;
+  CHECK_STATUS(cube_client_load(CPU0, &c), CUBE_STATUS_INVALID_ARGUMENT, "cube_client_load",
+               "CUBE_FAULT", "'bogus:1'", "<site>:<n>[:<count>]");
+  CHECK(c == NULL);
+  CHECK_STATUS(cube_options_check(), CUBE_STATUS_INVALID_ARGUMENT, "CUBE_FAULT",
+               "'cpu_launch:1,bogus:1'");
+  CHECK(!cube__fault_hit(CUBE__FAULT_CPU_LAUNCH));
+  CHECK_EQ_U64(cube__fault_injected(CUBE__FAULT_CPU_LAUNCH), 0);
+  /* Set through the API, the option takes over; ONCE: it was read by the
+   * first hit above, so it can no longer change in this process. */
+  CHECK_STATUS(cube_option_set("CUBE_FAULT", "cpu_launch:1"), CUBE_STATUS_FAILED_PRECONDITION,
+               "CUBE_FAULT", "once");
 }
 
 /* Device allocations: the manager retries a page once after a cleanup, then

@@ -37,14 +37,24 @@ static int rm_entry(const char* path, const struct stat* st, int flag, struct FT
 }
 static void rm_tree(const char* path) { (void)nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
+/* CUBE_CACHE_DIR set to |dir| (NULL: unset). The option table reads the
+ * environment once, and again after cube_shutdown (which also drops the
+ * memory map, as cube__cache_shutdown does). */
+static void env_cache_dir(const char* dir) {
+  if (dir)
+    setenv("CUBE_CACHE_DIR", dir, 1);
+  else
+    unsetenv("CUBE_CACHE_DIR");
+  cube_shutdown();
+}
+
 /* A fresh cache directory for the case, empty counters and memory map. */
 static void use_fresh_cache(const char* name) {
   const char* base = getenv("CUBE_TEST_TMPDIR");
   if (!base || !*base) base = "/tmp";
   snprintf(g_dir, sizeof(g_dir), "%s/kcache-%s-%ld", base, name, (long)getpid());
   rm_tree(g_dir);
-  setenv("CUBE_CACHE_DIR", g_dir, 1);
-  cube__cache_shutdown();
+  env_cache_dir(g_dir);
   CHECK_OK(cube_kernel_cache_clear());
 }
 
@@ -199,7 +209,7 @@ CUBE_TEST(disk_store_creates_nested_directories) {
   use_fresh_cache("nested");
   char nested[1100];
   snprintf(nested, sizeof(nested), "%s/a/b/c", g_dir);
-  setenv("CUBE_CACHE_DIR", nested, 1);
+  env_cache_dir(nested);
   CHECK(strcmp(cube_kernel_cache_dir(), nested) == 0);
   cube__cache_key_t k = key_of("nested", "dirs");
   CHECK_OK(cube__cache_disk_store(k, "so", "xyz", 3));
@@ -216,11 +226,11 @@ CUBE_TEST(disk_store_creates_nested_directories) {
   /* A trailing slash names the same directory. */
   char slash[1200];
   snprintf(slash, sizeof(slash), "%s/", nested);
-  setenv("CUBE_CACHE_DIR", slash, 1);
+  env_cache_dir(slash);
   CHECK(strcmp(cube_kernel_cache_dir(), nested) == 0);
   CHECK_OK(cube__cache_disk_load(k, "so", &data, &size));
   free(data);
-  setenv("CUBE_CACHE_DIR", g_dir, 1);
+  env_cache_dir(g_dir);
   done_with_cache();
 }
 
@@ -232,7 +242,7 @@ CUBE_TEST(disk_store_unusable_directory_reports) {
   fclose(f);
   char sub[1100];
   snprintf(sub, sizeof(sub), "%s/cache", g_dir);
-  setenv("CUBE_CACHE_DIR", sub, 1);
+  env_cache_dir(sub);
   cube__cache_key_t k = key_of("unusable", "dir");
   CHECK_STATUS(cube__cache_disk_store(k, "so", "abc", 3), CUBE_STATUS_UNAVAILABLE,
                "cannot create directory", sub, "Not a directory");
@@ -243,7 +253,7 @@ CUBE_TEST(disk_store_unusable_directory_reports) {
   CHECK_OK(cube_kernel_cache_stats(&s)); /* nothing to count: not an error */
   CHECK_EQ_U64(s.disk_entries, 0);
   unlink(g_dir);
-  setenv("CUBE_CACHE_DIR", g_dir, 1);
+  env_cache_dir(g_dir);
   done_with_cache();
 }
 
@@ -449,7 +459,7 @@ CUBE_TEST(disk_discard_counts_and_deletes) {
 
 CUBE_TEST(disk_off_disables) {
   use_fresh_cache("off");
-  setenv("CUBE_CACHE_DIR", "off", 1);
+  env_cache_dir("off");
   CHECK(strcmp(cube_kernel_cache_dir(), "") == 0);
   cube__cache_key_t k = key_of("off", "switch");
   CHECK_OK(cube__cache_disk_store(k, "so", "abc", 3));
@@ -465,7 +475,7 @@ CUBE_TEST(disk_off_disables) {
   CHECK_OK(cube_kernel_cache_clear());
   /* Nothing was written anywhere: the case directory was never made. */
   CHECK(!file_exists(g_dir));
-  setenv("CUBE_CACHE_DIR", g_dir, 1);
+  env_cache_dir(g_dir);
   CHECK_STATUS(cube__cache_disk_load(k, "so", &data, &size), CUBE_STATUS_NOT_FOUND, "no entry");
   done_with_cache();
 }
@@ -474,7 +484,7 @@ CUBE_TEST(dir_default_resolution) {
   char* saved_home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
   char* saved_xdg = getenv("XDG_CACHE_HOME") ? strdup(getenv("XDG_CACHE_HOME")) : NULL;
   char* saved_dir = getenv("CUBE_CACHE_DIR") ? strdup(getenv("CUBE_CACHE_DIR")) : NULL;
-  unsetenv("CUBE_CACHE_DIR");
+  env_cache_dir(NULL);
   setenv("XDG_CACHE_HOME", "/xdg/cache", 1);
   setenv("HOME", "/home/someone", 1);
   CHECK(strcmp(cube_kernel_cache_dir(), "/xdg/cache/cube") == 0);
@@ -483,21 +493,23 @@ CUBE_TEST(dir_default_resolution) {
   unsetenv("XDG_CACHE_HOME");
   CHECK(strcmp(cube_kernel_cache_dir(), "/home/someone/.cache/cube") == 0);
   unsetenv("HOME");
-  const char* tmp = cube_kernel_cache_dir();
+  /* A copy: cube_shutdown (in env_cache_dir) frees the interned string. */
+  char tmp[4096];
+  snprintf(tmp, sizeof(tmp), "%s", cube_kernel_cache_dir());
   printf("fallback: %s\n", tmp);
   CHECK(strncmp(tmp, "/tmp/", 5) == 0);
-  setenv("CUBE_CACHE_DIR", "", 1); /* empty = unset */
+  env_cache_dir(""); /* empty = unset */
   CHECK(strcmp(cube_kernel_cache_dir(), tmp) == 0);
-  setenv("CUBE_CACHE_DIR", "/explicit/dir", 1);
+  env_cache_dir("/explicit/dir");
   CHECK(strcmp(cube_kernel_cache_dir(), "/explicit/dir") == 0);
   /* The same string for the same directory. */
   CHECK(cube_kernel_cache_dir() == cube_kernel_cache_dir());
   if (saved_home) setenv("HOME", saved_home, 1);
   if (saved_xdg) setenv("XDG_CACHE_HOME", saved_xdg, 1);
   if (saved_dir)
-    setenv("CUBE_CACHE_DIR", saved_dir, 1);
+    env_cache_dir(saved_dir);
   else
-    unsetenv("CUBE_CACHE_DIR");
+    env_cache_dir(NULL);
   free(saved_home);
   free(saved_xdg);
   free(saved_dir);
@@ -693,21 +705,21 @@ CUBE_TEST(dir_status_names_directory_and_reason) {
   snprintf(file, sizeof(file), "%s/plain-file", g_dir);
   make_file(file);
   /* A file where the directory should be. */
-  setenv("CUBE_CACHE_DIR", file, 1);
+  env_cache_dir(file);
   CHECK_STATUS(cube_kernel_cache_dir_status(), CUBE_STATUS_UNAVAILABLE, "cube kernel cache",
                file, "is not a directory", "kept in memory only");
   /* A directory that cannot be created: a file is in its way. */
   snprintf(below, sizeof(below), "%s/a/b", file);
-  setenv("CUBE_CACHE_DIR", below, 1);
+  env_cache_dir(below);
   CHECK_STATUS(cube_kernel_cache_dir_status(), CUBE_STATUS_UNAVAILABLE, below, file,
                "is not a directory");
   /* The stores agree: they fail there, and the compile path goes on. */
   CHECK_STATUS(cube__cache_disk_store(key_of("status", "x"), "so", "abc", 3),
                CUBE_STATUS_UNAVAILABLE, "cannot create directory", file);
   /* Off: nothing to use, nothing wrong. */
-  setenv("CUBE_CACHE_DIR", "off", 1);
+  env_cache_dir("off");
   CHECK_OK(cube_kernel_cache_dir_status());
-  setenv("CUBE_CACHE_DIR", g_dir, 1);
+  env_cache_dir(g_dir);
   CHECK_OK(cube_kernel_cache_dir_status());
   unlink(file);
   done_with_cache();
@@ -792,7 +804,7 @@ CUBE_TEST(unusable_dir_reported_once_over_compiles) {
   make_file(file);
   snprintf(dir, sizeof(dir), "%s/cache", file);
   snprintf(err_path, sizeof(err_path), "%s/stderr", g_dir);
-  setenv("CUBE_CACHE_DIR", dir, 1);
+  env_cache_dir(dir);
   fflush(NULL);
   pid_t pid = fork();
   REQUIRE(pid >= 0);
@@ -824,6 +836,6 @@ CUBE_TEST(unusable_dir_reported_once_over_compiles) {
   CHECK(strstr(text, "kept in memory only") != NULL);
   unlink(file);
   unlink(err_path);
-  setenv("CUBE_CACHE_DIR", g_dir, 1);
+  env_cache_dir(g_dir);
   done_with_cache();
 }

@@ -41,25 +41,47 @@ CUBE_TEST(backend_parse_errors) {
   CHECK_STATUS(cube_backend_parse("cpu", NULL), CUBE_STATUS_INVALID_ARGUMENT, "out_backend");
 }
 
+/* The environment is read once, and again after cube_shutdown: each value
+ * below is set, then made visible with cube_shutdown. */
+static void backend_env(const char* value) {
+  if (value)
+    setenv("CUBE_BACKEND", value, 1);
+  else
+    unsetenv("CUBE_BACKEND");
+  cube_shutdown();
+}
+
 CUBE_TEST(backend_default_from_env) {
   const char* old = getenv("CUBE_BACKEND");
   char* saved = old ? strdup(old) : NULL;
-  unsetenv("CUBE_BACKEND");
+  backend_env(NULL);
   CHECK(cube_backend_default() == CUBE_BACKEND_CPU);
-  setenv("CUBE_BACKEND", "cuda", 1);
+  CHECK_OK(cube_options_check());
+  backend_env("cuda");
   CHECK(cube_backend_default() == CUBE_BACKEND_CUDA);
-  setenv("CUBE_BACKEND", "NULL", 1);
+  /* Read once: a change without cube_shutdown is not seen. */
+  setenv("CUBE_BACKEND", "opencl", 1);
+  CHECK(cube_backend_default() == CUBE_BACKEND_CUDA);
+  backend_env("NULL");
   CHECK(cube_backend_default() == CUBE_BACKEND_NULL);
-  setenv("CUBE_BACKEND", "no-such-backend", 1);
+  /* Malformed: the default meanwhile, and every status-returning entry
+   * point says what is wrong. */
+  backend_env("no-such-backend");
   CHECK(cube_backend_default() == CUBE_BACKEND_CPU);
-  setenv("CUBE_BACKEND", "", 1);
+  CHECK_STATUS(cube_options_check(), CUBE_STATUS_INVALID_ARGUMENT, "CUBE_BACKEND",
+               "'no-such-backend'", "cpu, cuda, opencl, null");
+  CHECK_STATUS(cube_backend_status(CUBE_BACKEND_CPU), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_backend_status", "CUBE_BACKEND", "'no-such-backend'");
+  backend_env("");
   CHECK(cube_backend_default() == CUBE_BACKEND_CPU);
+  CHECK_OK(cube_options_check());
   if (saved) {
     setenv("CUBE_BACKEND", saved, 1);
     free(saved);
   } else {
     unsetenv("CUBE_BACKEND");
   }
+  cube_shutdown();
 }
 
 CUBE_TEST(dtype_sizes_and_names) {

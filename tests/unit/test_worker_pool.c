@@ -7,12 +7,18 @@
 #include <string.h>
 
 #include "platform/worker_pool.h"
+#include "base/options.h"
 #include "check.h"
 #include "platform/platform.h"
 
 /* Pools of several threads even on a one-core machine, so that the
- * multi-participant paths always run. Each case is its own process. */
-static void use_threads(const char* n) { setenv("CUBE_CPU_THREADS", n, 1); }
+ * multi-participant paths always run. Each case is its own process. The
+ * option table reads the environment once; cube_shutdown re-reads it, and
+ * at this level (no client layer) that is cube__options_reset. */
+static void use_threads(const char* n) {
+  setenv("CUBE_CPU_THREADS", n, 1);
+  cube__options_reset();
+}
 
 //===----------------------------------------------------------------------===//
 // Every item once
@@ -405,4 +411,58 @@ CUBE_TEST(acquire_release_twice_restarts_threads) {
   CHECK_EQ_U64(cube__worker_pool_size(c), 2);
   run_count(c, 100003, 1);
   cube__worker_pool_release(c);
+}
+
+//===----------------------------------------------------------------------===//
+// At most k participants (a device that uses part of the pool)
+//===----------------------------------------------------------------------===//
+
+typedef struct {
+  uint8_t* hits;
+  uint32_t most;
+  atomic_uint bad_participant;
+  atomic_uint_fast64_t seen; /* bit per participant number */
+} most_ctx_t;
+
+static int most_items(void* p, uint64_t begin, uint64_t end, uint32_t participant) {
+  most_ctx_t* c = p;
+  if (participant >= c->most || participant >= 64) {
+    atomic_fetch_add(&c->bad_participant, 1);
+  } else {
+    atomic_fetch_or(&c->seen, (uint_fast64_t)1 << participant);
+  }
+  volatile uint64_t sink = 0;
+  for (uint64_t i = begin; i < end; ++i) {
+    c->hits[i]++;
+    for (int k = 0; k < 50; ++k) sink += i * (uint64_t)k;
+  }
+  (void)sink;
+  return 0;
+}
+
+CUBE_TEST(run_at_most_bounds_participants) {
+  use_threads("4");
+  cube__worker_pool_t* pool = NULL;
+  REQUIRE_OK(cube__worker_pool_acquire(&pool));
+  REQUIRE(cube__worker_pool_size(pool) == 4);
+  static const uint32_t limits[] = {1, 2, 3, 4, 1000, 0};
+  const uint64_t n = 400009;
+  for (size_t t = 0; t < sizeof(limits) / sizeof(limits[0]); ++t) {
+    most_ctx_t c;
+    memset(&c, 0, sizeof(c));
+    c.hits = calloc(n, 1);
+    REQUIRE(c.hits);
+    uint32_t most = limits[t] == 0 ? 1 : limits[t] > 4 ? 4 : limits[t];
+    c.most = most;
+    CHECK(cube__worker_pool_run_at_most(pool, n, 1, limits[t], most_items, &c) == 0);
+    uint64_t wrong = 0;
+    for (uint64_t i = 0; i < n; ++i) wrong += c.hits[i] != 1;
+    CHECK_EQ_U64(wrong, 0);
+    CHECK_EQ_U64(atomic_load(&c.bad_participant), 0);
+    uint64_t seen = atomic_load(&c.seen);
+    if (most == 1) CHECK_EQ_U64(seen, 1); /* the caller alone */
+    CHECK(seen & 1);                       /* the caller always works */
+    free(c.hits);
+  }
+  cube__worker_pool_release(pool);
 }

@@ -1,4 +1,5 @@
-/* cube/backends/cpu.h: the CPU backend's native-kernel ABI.
+/* cube/backends/cpu.h: the CPU backend's native-kernel ABI and the
+ * parameters of a CPU device.
  *
  * A native CPU kernel is a C function (cube_kernel_desc_t.cpu_fn) that the
  * CPU backend calls once per cube, with the cube's position, on one of its
@@ -21,7 +22,9 @@
 
 #include <stdint.h>
 
+#include "cube/device.h"
 #include "cube/kernel.h"
+#include "cube/options.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -75,6 +78,26 @@ typedef struct cube_cpu_cube {
  * cubes of a launch: it must be thread-safe with respect to itself. */
 typedef int (*cube_cpu_kernel_fn)(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args,
                                   uint32_t arg_count);
+
+/* CPU device parameters (cube_server_options_t.backend_params) ----------- */
+
+/* The parameters of one CPU device, given to cube_client_init through
+ * cube_server_options_t.backend_params (see cube_backend_params_header_t in
+ * cube/options.h for the contract). Every logical CPU device shares the
+ * process's worker pool (CUBE_CPU_THREADS threads); what is per device is
+ * how much of it the device's launches use. */
+typedef struct cube_cpu_params {
+  uint32_t struct_size;   /* sizeof(cube_cpu_params_t) */
+  cube_backend_t backend; /* CUBE_BACKEND_CPU */
+  /* Most threads one launch of this device runs on, the calling runner
+   * included: 0 = all of the pool's; more than the pool has = all of them;
+   * at most 1024. The device's properties report it (num_cpu_cores). */
+  uint32_t threads;
+} cube_cpu_params_t;
+
+/* Fills |params| with the defaults (struct_size, backend, threads 0: the
+ * whole pool). Thread-safe; NULL is ignored. */
+void cube_cpu_params_initialize(cube_cpu_params_t* params);
 
 #ifdef __cplusplus
 }

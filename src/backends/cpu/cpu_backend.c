@@ -13,8 +13,11 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_compiler.h"
+#include "backends/params.h"
 #include "platform/worker_pool.h"
+#include "base/options.h"
 #include "base/status.h"
+#include "cube/backends/cpu.h"
 #include "cube/cube.h"
 #include "kernel/cache.h"
 #include "kernel/dialect.h"
@@ -22,6 +25,10 @@
 #include "platform/platform.h"
 
 #define CUBE__CPU_MAX_DEVICES 64u
+#define CUBE__CPU_MAX_THREADS 1024u /* the worker pool's limit */
+_Static_assert(CUBE__CPU_MAX_DEVICES == CUBE__OPT_CPU_DEVICES_MAX &&
+                   CUBE__CPU_MAX_THREADS == CUBE__OPT_CPU_THREADS_MAX,
+               "the option table accepts what the CPU backend can do");
 #define CUBE__CPU_ALIGNMENT 64u
 /* Allocations of at least this size come from anonymous mmap: zero pages
  * that the kernel maps lazily, so a big buffer costs nothing until used. */
@@ -47,6 +54,7 @@ struct cube__backend_device {
   uint32_t index;
   cube__worker_pool_t* pool;
   uint32_t workers; /* pool size: participant numbers are < workers */
+  uint32_t threads; /* most participants of one launch (cube_cpu_params_t.threads) */
   /* One per participant. A device's launches never overlap (they run on its
    * runner), and participant numbers are unique within a launch, so entry p
    * is touched by one thread at a time. */
@@ -60,35 +68,21 @@ static atomic_uint_fast64_t cube__cpu_next_storage_id = 1;
 // Devices
 //===----------------------------------------------------------------------===//
 
-/* Reads CUBE_CPU_DEVICES (default 1). */
+/* CUBE_CPU_DEVICES (the option table accepts 1 to CUBE__CPU_MAX_DEVICES;
+ * default 1). A malformed value counts as unset (one device): the entry
+ * points report it (base/options.h), and so does device creation. */
 static cube_status_t cube__cpu_devices_wanted(uint32_t* out_count) {
-  const char* text;
-  if (!cube__env_str("CUBE_CPU_DEVICES", &text)) {
-    *out_count = 1;
-    return CUBE_OK;
-  }
-  char* end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(text, &end, 10);
-  if (end == text || *end || errno || v < 1 || v > CUBE__CPU_MAX_DEVICES || text[0] == '-')
-    return CUBE_INVALID("CUBE_CPU_DEVICES: '%s' is not a device count in [1, %u]", text,
-                        CUBE__CPU_MAX_DEVICES);
-  *out_count = (uint32_t)v;
-  return CUBE_OK;
+  uint32_t v = cube__option_u32(CUBE__OPT_CPU_DEVICES);
+  *out_count = v < 1 ? 1 : v > CUBE__CPU_MAX_DEVICES ? CUBE__CPU_MAX_DEVICES : v;
+  return cube__option_status(CUBE__OPT_CPU_DEVICES);
 }
 
-static cube_status_t cube__cpu_availability(void) {
-  uint32_t count;
-  return cube__cpu_devices_wanted(&count);
-}
+/* The CPU is always there. */
+static cube_status_t cube__cpu_availability(void) { return CUBE_OK; }
 
 static uint32_t cube__cpu_device_count(void) {
   uint32_t count;
-  cube_status_t s = cube__cpu_devices_wanted(&count);
-  if (s != CUBE_OK) {
-    cube_status_free(s);
-    return 0;
-  }
+  cube_status_free(cube__cpu_devices_wanted(&count));
   return count;
 }
 
@@ -161,7 +155,16 @@ static cube_status_t cube__cpu_device_create(uint32_t index, const cube_server_o
                                              cube_device_properties_t* out_props,
                                              cube_features_t* out_features,
                                              cube_backend_info_t* out_info) {
-  (void)options;
+  cube_cpu_params_t prm;
+  cube_cpu_params_initialize(&prm);
+  char what[32];
+  snprintf(what, sizeof(what), "cpu device %u", index);
+  CUBE_RETURN_IF_ERROR(cube__backend_params_take(options, CUBE_BACKEND_CPU, what, sizeof(prm),
+                                                 sizeof(prm), &prm));
+  if (prm.threads > CUBE__CPU_MAX_THREADS)
+    return CUBE_INVALID("cpu device %u: backend_params.threads is %u, not 0 (the whole pool) or "
+                        "a thread count from 1 to %u",
+                        index, prm.threads, CUBE__CPU_MAX_THREADS);
   uint32_t count;
   CUBE_RETURN_IF_ERROR(cube__cpu_devices_wanted(&count));
   if (index >= count)
@@ -179,6 +182,7 @@ static cube_status_t cube__cpu_device_create(uint32_t index, const cube_server_o
   }
   dev->index = index;
   dev->workers = cube__worker_pool_size(dev->pool);
+  dev->threads = prm.threads && prm.threads < dev->workers ? prm.threads : dev->workers;
   dev->scratch = calloc(dev->workers, sizeof(*dev->scratch));
   if (!dev->scratch) {
     uint32_t workers = dev->workers;
@@ -188,7 +192,7 @@ static cube_status_t cube__cpu_device_create(uint32_t index, const cube_server_o
                              "cpu device %u: no memory for %u scratch slots", index, workers);
   }
 
-  cube__cpu_fill_properties(index, dev->workers, &dev->props);
+  cube__cpu_fill_properties(index, dev->threads, &dev->props);
   if (out_props) *out_props = dev->props;
   if (out_features) {
     out_features->bits = CUBE_FEATURE_NATIVE_KERNELS | CUBE_FEATURE_DYNAMIC_COUNT |
@@ -202,7 +206,7 @@ static cube_status_t cube__cpu_device_create(uint32_t index, const cube_server_o
     out_info->backend = CUBE_BACKEND_CPU;
     snprintf(out_info->name, sizeof(out_info->name), "cpu");
     snprintf(out_info->version, sizeof(out_info->version), "cube %s cpu, %u threads",
-             CUBE_VERSION_STRING, dev->workers);
+             CUBE_VERSION_STRING, dev->threads);
     out_info->device_count = count;
   }
   *out_device = dev;
@@ -580,7 +584,8 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
 
   uint64_t min_chunk = CUBE__CPU_MIN_CHUNK_UNITS / units;
   if (min_chunk < 1) min_chunk = 1;
-  int rc = cube__worker_pool_run(dev->pool, total, min_chunk, cube__cpu_run_cubes, &ctx);
+  int rc = cube__worker_pool_run_at_most(dev->pool, total, min_chunk, dev->threads,
+                                         cube__cpu_run_cubes, &ctx);
   if (rc == 0 && !atomic_load(&ctx.failed)) {
     if (bounds.flag) return cube__kernel_bounds_status(k, name, &bounds);
     return CUBE_OK;

@@ -23,6 +23,7 @@
 #include <xxhash.h>
 
 #include "base/fault.h"
+#include "base/options.h"
 #include "base/status.h"
 #include "platform/platform.h"
 
@@ -299,7 +300,7 @@ static cube_status_t cube__cc_probe(const char* request, cube__cc_info_t** out) 
 }
 
 cube_status_t cube__cpu_compiler(const char** out_command, const char** out_identity) {
-  const char* request = getenv("CUBE_CC");
+  const char* request = cube__option_str(CUBE__OPT_CC);
   if (!request) request = "";
   pthread_mutex_lock(&cube__cc_lock);
   cube__cc_info_t* info = NULL;

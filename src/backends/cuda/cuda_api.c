@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "base/status.h"
 #include "platform/platform.h"
 
@@ -26,9 +27,8 @@ static cube__nvrtc_t cube__nvrtc_table;
 static char cube__nvrtc_reason[512];
 
 static void cube__cuda_load(void) {
-  const char* path = "libcuda.so.1";
-  const char* env;
-  if (cube__env_str("CUBE_CUDA_DRIVER", &env) && env[0]) path = env;
+  const char* path = cube__option_str(CUBE__OPT_CUDA_DRIVER); /* default libcuda.so.1 */
+  if (!path || !path[0]) path = "libcuda.so.1";
   /* RTLD_NODELETE: the driver keeps threads and handlers; it must never be
    * unmapped under them. */
   void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
@@ -123,10 +123,10 @@ cube_status_t cube__cuda_driver(const cube__cuda_driver_t** out) {
 static void cube__nvrtc_load(void) {
   static const char* const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
                                       "/usr/local/cuda/lib64/libnvrtc.so", NULL};
-  const char* env;
+  const char* env = cube__option_str(CUBE__OPT_NVRTC);
   void* lib = NULL;
   const char* tried = "";
-  if (cube__env_str("CUBE_NVRTC", &env) && env[0]) {
+  if (env && env[0]) {
     tried = env;
     lib = dlopen(env, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   } else {

@@ -2,10 +2,11 @@
  * A device retains its GPU's primary context for the life of the process
  * (pinned read results may outlive cube_shutdown; they belong to that
  * context), reads its properties and limits, takes the process's worker pool
- * for the staging ring's host copies and reads the ring's tunables
- * (CUBE_CUDA_COPY_THREADS, CUBE_CUDA_STAGING_CHUNK, CUBE_CUDA_STREAM_COPY,
- * CUBE_CUDA_ASYNC_ALLOC). Teardown gives back what every other file of the
- * backend put into the device.
+ * for the staging ring's host copies and sets the ring's tunables from its
+ * cube_cuda_params_t (cube_server_options_t.backend_params; without them the
+ * option table's CUBE_CUDA_COPY_THREADS, CUBE_CUDA_STAGING_CHUNK,
+ * CUBE_CUDA_STREAM_COPY, CUBE_CUDA_ASYNC_ALLOC). Teardown gives back what
+ * every other file of the backend put into the device.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -14,7 +15,10 @@
 #include <string.h>
 
 #include "backends/cuda/cuda_backend_internal.h"
+#include "backends/params.h"
+#include "base/options.h"
 #include "base/status.h"
+#include "cube/backends/cuda.h"
 #include "cube/cube.h"
 #include "platform/platform.h"
 #include "platform/worker_pool.h"
@@ -84,16 +88,50 @@ static void cube__cuda_device_free(cube__backend_device_t* d) {
 }
 
 static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t index,
+                                            const cube_cuda_params_t* prm,
                                             cube_device_properties_t* p,
                                             cube_features_t* out_features,
                                             cube_backend_info_t* out_info, uint32_t count);
+
+/* The device's parameters: the caller's (checked against what the options
+ * they mirror accept), else the option table's. */
+static cube_status_t cube__cuda_params_take(const cube_server_options_t* options, uint32_t index,
+                                            cube_cuda_params_t* prm) {
+  cube_cuda_params_initialize(prm);
+  char what[96];
+  snprintf(what, sizeof(what), "cuda device %u", index);
+  if (!options || !options->backend_params) {
+    static const cube__option_id_t mirrored[] = {
+        CUBE__OPT_CUDA_STAGING_CHUNK, CUBE__OPT_CUDA_COPY_THREADS, CUBE__OPT_CUDA_STREAM_COPY,
+        CUBE__OPT_CUDA_ASYNC_ALLOC};
+    for (size_t i = 0; i < sizeof(mirrored) / sizeof(mirrored[0]); ++i) {
+      cube_status_t st = cube__option_status(mirrored[i]);
+      if (st) return cube__status_annotate(st, "%s", what);
+    }
+    return CUBE_OK;
+  }
+  CUBE_RETURN_IF_ERROR(cube__backend_params_take(options, CUBE_BACKEND_CUDA, what,
+                                                 sizeof(cube_cuda_params_t),
+                                                 sizeof(cube_cuda_params_t), prm));
+  snprintf(what, sizeof(what), "cuda device %u: backend_params.staging_chunk", index);
+  CUBE_RETURN_IF_ERROR(
+      cube__option_check_value(CUBE__OPT_CUDA_STAGING_CHUNK, prm->staging_chunk, what));
+  if (prm->copy_threads) {
+    snprintf(what, sizeof(what), "cuda device %u: backend_params.copy_threads", index);
+    CUBE_RETURN_IF_ERROR(
+        cube__option_check_value(CUBE__OPT_CUDA_COPY_THREADS, prm->copy_threads, what));
+  }
+  snprintf(what, sizeof(what), "cuda device %u: backend_params.stream_copy", index);
+  return cube__option_check_value(CUBE__OPT_CUDA_STREAM_COPY, (uint64_t)prm->stream_copy, what);
+}
 
 cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_options_t* options,
                                        cube__backend_device_t** out_device,
                                        cube_device_properties_t* p,
                                        cube_features_t* out_features,
                                        cube_backend_info_t* out_info) {
-  (void)options;
+  cube_cuda_params_t prm;
+  CUBE_RETURN_IF_ERROR(cube__cuda_params_take(options, index, &prm));
   const cube__cuda_driver_t* cu;
   CUBE_RETURN_IF_ERROR(cube__cuda_driver(&cu));
   uint32_t count = cube__cuda_device_count();
@@ -127,7 +165,7 @@ cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_options
   }
   {
     CUBE__CUDA_SCOPE(d->ctx);
-    st = cube__cuda_device_read(d, index, p, out_features, out_info, count);
+    st = cube__cuda_device_read(d, index, &prm, p, out_features, out_info, count);
   }
   if (st) goto fail;
   *out_device = d;
@@ -138,6 +176,7 @@ fail:
 }
 
 static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t index,
+                                            const cube_cuda_params_t* prm,
                                             cube_device_properties_t* p,
                                             cube_features_t* out_features,
                                             cube_backend_info_t* out_info, uint32_t count) {
@@ -164,8 +203,7 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
       (uint32_t)cube__cuda_attr(d, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
   d->async_alloc = cu->MemAllocAsync && cu->MemFreeAsync && cu->DeviceGetDefaultMemPool &&
                    cube__cuda_attr(d, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) != 0;
-  const char* env;
-  if (cube__env_str("CUBE_CUDA_ASYNC_ALLOC", &env) && strcmp(env, "0") == 0) d->async_alloc = false;
+  if (!prm->async_alloc) d->async_alloc = false;
   if (d->async_alloc && cu->DeviceGetDefaultMemPool(&d->mempool, d->dev) != CUDA_SUCCESS)
     d->async_alloc = false;
   if (d->async_alloc && cu->MemPoolSetAttribute) {
@@ -184,25 +222,13 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
   d->copy_threads = cube__worker_pool_size(d->workers);
   if (d->copy_threads > CUBE__CUDA_MAX_COPY_THREADS) d->copy_threads = CUBE__CUDA_MAX_COPY_THREADS;
   /* Tunables of the staging ring (docs/benchmarks.md has the measurements
-   * behind the defaults): threads that copy one transfer, chunk size. */
-  bool set = false;
-  uint32_t threads = 0;
-  st = cube__env_u32("CUBE_CUDA_COPY_THREADS", &set, &threads);
-  if (!st && set && (threads < 1 || threads > 256))
-    st = CUBE_INVALID("CUBE_CUDA_COPY_THREADS=%u: expected 1 to 256", threads);
-  if (st) return st;
-  if (set) d->copy_threads = threads;
+   * behind the defaults): threads that copy one transfer, chunk size; their
+   * ranges were checked by cube__cuda_params_take. */
+  if (prm->copy_threads) d->copy_threads = prm->copy_threads;
   if (d->copy_threads > cube__worker_pool_size(d->workers))
     d->copy_threads = cube__worker_pool_size(d->workers);
   if (d->copy_threads < 1) d->copy_threads = 1;
-  d->chunk = CUBE__CUDA_CHUNK;
-  uint64_t chunk = 0;
-  st = cube__env_size("CUBE_CUDA_STAGING_CHUNK", &set, &chunk);
-  if (!st && set && (chunk < (64u << 10) || chunk > (64u << 20) || chunk % 4096))
-    st = CUBE_INVALID("CUBE_CUDA_STAGING_CHUNK=%" PRIu64 " bytes: expected 64 KiB to 64 MiB, a "
-                      "multiple of 4 KiB", chunk);
-  if (st) return st;
-  if (set) d->chunk = chunk;
+  d->chunk = prm->staging_chunk; /* CUBE__CUDA_CHUNK unless given */
   d->max_slots = (uint32_t)(CUBE__CUDA_RING_BYTES / d->chunk);
   if (d->max_slots > CUBE__CUDA_MAX_SLOTS) d->max_slots = CUBE__CUDA_MAX_SLOTS;
   if (d->max_slots < 4) d->max_slots = 4;
@@ -210,15 +236,10 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
    * caller's memory) and not on uploads (a chunk written with plain stores
    * is still in the cache when the DMA engine reads it): measured on an
    * H200 host, docs/benchmarks.md. */
-  d->stream_up = false;
-  d->stream_down = true;
-  if (cube__env_str("CUBE_CUDA_STREAM_COPY", &env)) {
-    bool both = strcmp(env, "1") == 0, none = strcmp(env, "0") == 0;
-    if (!both && !none && strcmp(env, "up") != 0 && strcmp(env, "down") != 0)
-      return CUBE_INVALID("CUBE_CUDA_STREAM_COPY=%s: expected 0, 1, up or down", env);
-    d->stream_up = both || strcmp(env, "up") == 0;
-    d->stream_down = both || strcmp(env, "down") == 0;
-  }
+  d->stream_up = prm->stream_copy == CUBE_CUDA_STREAM_COPY_UP ||
+                 prm->stream_copy == CUBE_CUDA_STREAM_COPY_BOTH;
+  d->stream_down = prm->stream_copy == CUBE_CUDA_STREAM_COPY_DOWN ||
+                   prm->stream_copy == CUBE_CUDA_STREAM_COPY_BOTH;
 
   if (p) {
     memset(p, 0, sizeof(*p));

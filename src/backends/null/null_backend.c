@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "base/options.h"
 #include "base/status.h"
 #include "cube/cube.h"
 #include "kernel/cache.h"
@@ -26,6 +27,8 @@
 #include "platform/platform.h"
 
 #define CUBE__NULL_MAX_DEVICES 16u
+_Static_assert(CUBE__NULL_MAX_DEVICES == CUBE__OPT_NULL_DEVICES_MAX,
+               "CUBE_NULL_DEVICES accepts what the backend has");
 #define CUBE__NULL_ALIGNMENT 64u
 
 /* A device's state. A real backend keeps its driver's device, context and
@@ -50,27 +53,19 @@ typedef struct cube__null_event {
 // The backend and its devices
 //===----------------------------------------------------------------------===//
 
-/* CUBE_NULL_DEVICES, default 0. */
+/* CUBE_NULL_DEVICES (the option table accepts 0 to CUBE__NULL_MAX_DEVICES),
+ * default 0; a malformed value counts as unset (the entry points report it,
+ * base/options.h, and so does device creation). */
 static cube_status_t cube__null_devices_wanted(uint32_t* out) {
-  const char* text;
-  *out = 0;
-  if (!cube__env_str("CUBE_NULL_DEVICES", &text)) return CUBE_OK;
-  char* end = NULL;
-  unsigned long v = strtoul(text, &end, 10);
-  if (end == text || *end || text[0] == '-' || v > CUBE__NULL_MAX_DEVICES)
-    return CUBE_INVALID("CUBE_NULL_DEVICES: '%s' is not a device count in [0, %u]", text,
-                        CUBE__NULL_MAX_DEVICES);
-  *out = (uint32_t)v;
-  return CUBE_OK;
+  uint32_t v = cube__option_u32(CUBE__OPT_NULL_DEVICES);
+  *out = v > CUBE__NULL_MAX_DEVICES ? CUBE__NULL_MAX_DEVICES : v;
+  return cube__option_status(CUBE__OPT_NULL_DEVICES);
 }
 
 /* Required. CUBE_OK when the backend can be used in this process, else
  * UNAVAILABLE with the reason (a real backend dlopens its driver here, once,
  * and reports a missing library, a stub driver or no device). Thread-safe. */
-static cube_status_t cube__null_availability(void) {
-  uint32_t n;
-  return cube__null_devices_wanted(&n);
-}
+static cube_status_t cube__null_availability(void) { return CUBE_OK; }
 
 /* Required. Devices the backend has (0 when unavailable). Thread-safe. */
 static uint32_t cube__null_device_count(void) {
@@ -88,7 +83,10 @@ static cube_status_t cube__null_device_create(uint32_t index, const cube_server_
                                               cube_device_properties_t* out_props,
                                               cube_features_t* out_features,
                                               cube_backend_info_t* out_info) {
-  (void)options; /* a real backend reads its own parameters from here */
+  /* A backend with parameters takes them from options->backend_params with
+   * cube__backend_params_take (backends/params.h); this one has none. */
+  if (options && options->backend_params)
+    return CUBE_INVALID("null:%u: the null backend takes no backend_params", index);
   uint32_t n;
   CUBE_RETURN_IF_ERROR(cube__null_devices_wanted(&n));
   if (index >= n)

@@ -73,7 +73,10 @@ cube_status_t cube__ocl_device_create(uint32_t index, const cube_server_options_
                                       cube_device_properties_t* out_props,
                                       cube_features_t* out_features,
                                       cube_backend_info_t* out_info) {
-  (void)options;
+  /* OpenCL devices have no per-device knobs (CUBE_OPENCL_LIBRARY is the
+   * process's): no parameter struct to take. */
+  if (options && options->backend_params)
+    return CUBE_INVALID("opencl device %u: the OpenCL backend takes no backend_params", index);
   const cube__ocl_api_t* cl;
   CUBE_RETURN_IF_ERROR(cube__ocl_load(&cl));
   uint32_t count = cube__ocl_device_count();

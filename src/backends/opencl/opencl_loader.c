@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "base/status.h"
 #include "platform/platform.h"
 
@@ -17,7 +18,7 @@ static pthread_once_t cube__ocl_once = PTHREAD_ONCE_INIT;
 static cube__ocl_api_t cube__ocl_api;
 static bool cube__ocl_ok;
 static char cube__ocl_reason[512];
-static char cube__ocl_library[256] = "libOpenCL.so.1";
+static char cube__ocl_library[256] = "libOpenCL.so.1"; /* CUBE_OPENCL_LIBRARY: at most 255 */
 static uint32_t cube__ocl_count;
 static cube__ocl_device_ref_t cube__ocl_devices[CUBE__OCL_MAX_DEVICES];
 
@@ -88,9 +89,8 @@ static void cube__ocl_fail(const char* fmt, ...) {
 }
 
 static void cube__ocl_do_load(void) {
-  const char* path;
-  if (cube__env_str("CUBE_OPENCL_LIBRARY", &path) && path[0])
-    snprintf(cube__ocl_library, sizeof(cube__ocl_library), "%s", path);
+  const char* path = cube__option_str(CUBE__OPT_OPENCL_LIBRARY); /* at most 255 bytes */
+  if (path && path[0]) snprintf(cube__ocl_library, sizeof(cube__ocl_library), "%s", path);
   /* Kept loaded for the process: ICD loaders and drivers start threads and
    * register exit handlers that a dlclose would pull out from under them. */
   void* lib = dlopen(cube__ocl_library, RTLD_NOW | RTLD_LOCAL);

@@ -62,6 +62,7 @@
 
 #include <cudaTypedefs.h>
 
+#include "base/options.h"
 #include "base/status.h"
 #include "collective/coll_internal.h"
 #include "collective/nccl/nccl_api.h"
@@ -441,8 +442,8 @@ static cube_status_t cube__nccl_unique_id(const cube__nccl_t* nc, cube__comm_t* 
     }
     return CUBE_OK;
   }
-  const char* base;
-  if (!cube__env_str("CUBE_NCCL_ID_FILE", &base))
+  const char* base = cube__option_str(CUBE__OPT_NCCL_ID_FILE);
+  if (!base)
     return cube__status_make(CUBE_STATUS_UNAVAILABLE,
                              "%s: the communicator spans processes; without MPI they exchange "
                              "NCCL's unique id through a file: set CUBE_NCCL_ID_FILE to a path "
@@ -472,8 +473,7 @@ static cube_status_t cube__nccl_ensure(const cube__nccl_t* nc, const cube__nccl_
   cfg.version = CUBE__NCCL_MIN_VERSION;
   /* Nonblocking, so that every wait has the deadline; CUBE_NCCL_BLOCKING=1
    * asks for blocking communicators (no deadline inside NCCL's calls). */
-  const char* bv;
-  cfg.blocking = cube__env_str("CUBE_NCCL_BLOCKING", &bv) && strcmp(bv, "1") == 0 ? 1 : 0;
+  cfg.blocking = cube__option_bool(CUBE__OPT_NCCL_BLOCKING) ? 1 : 0;
   cube_status_t st = CUBE_OK;
   uint32_t first = 0;
   while (first < c->n && !c->local[first]) ++first;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "base/status.h"
 #include "platform/platform.h"
 
@@ -62,9 +63,8 @@ static void cube__nccl_load(void) {
   /* Before NCCL reads its environment: multicast stays off unless the user
    * asked otherwise. Once, before any NCCL call, in pthread_once. */
   setenv("NCCL_NVLS_ENABLE", "0", 0);
-  const char* path = "libnccl.so.2";
-  const char* env;
-  if (cube__env_str("CUBE_NCCL_LIBRARY", &env)) path = env;
+  const char* path = cube__option_str(CUBE__OPT_NCCL_LIBRARY); /* default libnccl.so.2 */
+  if (!path || !path[0]) path = "libnccl.so.2";
   void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!lib) {
     const char* e = dlerror();
