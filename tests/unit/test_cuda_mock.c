@@ -26,6 +26,7 @@
 #define MOCK_LATE_UPLOADS(us) setenv("CUBE_MOCK_CUDA_H2D_DELAY_US", (us), 1)
 #else
 #define MOCK_SETUP(delay_us) CUBE_SKIP("the CUDA backend is not built (no CUDA headers)")
+#define MOCK_LATE_UPLOADS(us) ((void)(us))
 #endif
 
 /* NVRTC keeps allocations until exit; not ours to report. */
@@ -509,7 +510,7 @@ static void note(workload_result_t* r, cube_status_t s, const char* what) {
 
 /* Uploads, reads back and compares buffers and a pitched tensor, cleans up
  * and shuts down; every call either succeeds or returns a status. */
-static void workload(unsigned seed, workload_result_t* r) {
+__attribute__((unused)) static void workload(unsigned seed, workload_result_t* r) {
   cube_client_t* c = NULL;
   cube_status_t s = cube_client_load(cuda0, &c);
   if (s) {

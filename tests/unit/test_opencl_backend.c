@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backends/backend.h"
 #include "check.h"
 #include "cube/cube.h"
 
@@ -59,7 +60,17 @@ static cube_kernel_t* make_kernel(const char* src, const char* entry, uint32_t d
   return k;
 }
 
+/* Skips the case when this library was built without the backend (its
+ * headers were absent): there is nothing to be unavailable. Asked of the
+ * registry, which loads no driver (the case sets the driver's path first). */
+#define REQUIRE_BUILT_IN(backend)                                              \
+  do {                                                                         \
+    if (!cube__backend_get(backend))                                           \
+      CUBE_SKIP("the backend is not built into this library");                \
+  } while (0)
+
 CUBE_TEST(unavailable_without_library) {
+  REQUIRE_BUILT_IN(CUBE_BACKEND_OPENCL);
   setenv("CUBE_OPENCL_LIBRARY", "/nonexistent/libOpenCL.so.1", 1);
   cube_status_t s = cube_backend_status(CUBE_BACKEND_OPENCL);
   CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_UNAVAILABLE);
@@ -75,6 +86,7 @@ CUBE_TEST(unavailable_without_library) {
 }
 
 CUBE_TEST(unavailable_without_platform) {
+  REQUIRE_BUILT_IN(CUBE_BACKEND_OPENCL);
   char dir[] = "/tmp/cube-no-icd.XXXXXX";
   REQUIRE(mkdtemp(dir) != NULL);
   setenv("OCL_ICD_VENDORS", dir, 1); /* the ICD loader finds no driver there */
