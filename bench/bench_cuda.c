@@ -1,5 +1,5 @@
 /* bench_cuda: cube's CUDA backend beside raw CUDA, measured in the same
- * process on the same GPU (/work/shared/reference/baselines.md compares
+ * process on the same GPU (docs/benchmarks.md, "Targets", compares
  * ratios; its "Targets" table says what "good" means).
  *
  * The raw side is the driver API and NVRTC through cube's own dlopen tables
@@ -7,7 +7,7 @@
  * context retained and made current, its own non-blocking stream and its own
  * NVRTC-compiled module of plain CUDA C kernels with the same bodies (and the
  * same argument ABI: a buffer is a pointer plus its length in bytes) as the
- * cube dialect kernels. It is measured as /work/shared/bench-peers/
+ * cube dialect kernels. It is measured as bench/peers/
  * cuda_driver_limits.c measures it.
  *
  *   1. caller-side cost of cube_client_launch (threaded queue) of an empty

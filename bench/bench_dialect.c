@@ -1,6 +1,6 @@
 /* bench_dialect: kernels written in the cube dialect on the CPU backend, each
  * measured in the same run, on the same data, beside its baselines
- * (/work/shared/reference/baselines.md compares ratios, not absolute figures):
+ * (docs/benchmarks.md, "Targets", compares ratios, not absolute figures):
  *
  *   1. saxpy over 16M floats: cube (dialect kernel, cube_dim 256) vs a plain C
  *      loop vs an OpenMP loop vs PoCL running the same source as OpenCL
@@ -1035,7 +1035,7 @@ static void bench_reduce(void) {
     printf("  target: cube no slower than PoCL -> %s\n",
            cube.median_us <= pocl.median_us ? "met" : "NOT met");
   } else {
-    printf("  target: cube no slower than PoCL (baselines.md: 109 ms) -> PoCL not measured; "
+    printf("  target: cube no slower than PoCL (docs/benchmarks.md: 109 ms) -> PoCL not measured; "
            "cube %.1f ms\n", cube.median_us / 1e3);
   }
   printf("\n");

@@ -1,6 +1,6 @@
 /* bench_runtime: cube's runtime overheads on the CPU backend, each measured
  * beside a baseline taken in the same run (absolute figures drift between
- * runs and machines; ratios are what /work/shared/reference/baselines.md
+ * runs and machines; ratios are what docs/benchmarks.md ("Targets")
  * compares).
  *
  *   1. caller-side cost of cube_client_launch (threaded and inline queue)

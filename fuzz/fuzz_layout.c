@@ -6,7 +6,7 @@
  * a stride vector for a direct strides_readable probe.
  *
  * Checked: no crash; the status agrees with an independent model of the
- * policies (reference §2.3) in 128-bit arithmetic; on success offsets are
+ * policies (docs/cubecl.md, "Layouts") in 128-bit arithmetic; on success offsets are
  * aligned and increasing, sizes >= the dense size, tensors do not overlap,
  * total = sum of rounded sizes, the computed strides are readable under the
  * policy, and results do not depend on which out_ pointers are NULL. */

@@ -2,7 +2,7 @@
 # The GPU check, in one command on a machine with an NVIDIA GPU (the device
 # tool's H200): builds cube, runs the conformance suite on `cuda` and `cpu`,
 # runs compute-sanitizer memcheck over the CUDA conformance cases, runs the
-# CUDA benchmarks beside the raw-CUDA baseline programs of shared/bench-peers/,
+# CUDA benchmarks beside the raw-CUDA baseline programs of bench/peers/,
 # and writes every log under $OUT.
 #
 #   scripts/gpu-check.sh            everything
@@ -18,8 +18,8 @@ set -uo pipefail
 OUT=${OUT:-/tmp/cube-gpu-check}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-PEERS=${CUBE_BENCH_PEERS:-shared/bench-peers}
-[ -d "$PEERS" ] || PEERS=../shared/bench-peers
+PEERS=${CUBE_BENCH_PEERS:-bench/peers}
+[ -d "$PEERS" ] || echo "gpu-check: no baseline programs in $PEERS (set CUBE_BENCH_PEERS to their directory); peer runs are skipped" >&2
 what=${*:-tests memcheck bench nccl}   # also: tune (staging ring settings)
 has() { case " $what " in *" $1 "*) return 0 ;; esac; return 1; }
 J=$(nproc)

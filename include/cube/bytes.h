@@ -1,5 +1,5 @@
 /* cube/bytes.h: host byte buffers that know how they were allocated
- * (reference §5.3: CubeCL's Bytes and AllocationProperty).
+ * (CubeCL's Bytes and AllocationProperty; docs/cubecl.md, "Bytes and allocation properties").
  *
  *   NATIVE  ordinary heap memory (64-byte aligned)
  *   PINNED  page-locked staging memory handed out by a device (cube_client_

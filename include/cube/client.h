@@ -1,5 +1,5 @@
 /* cube/client.h: the compute client, one C function per method of CubeCL's
- * ComputeClient (reference §1.3, §1.4). docs/api-map.md maps each CubeCL
+ * ComputeClient (docs/cubecl.md, the "Client:" sections). docs/api-map.md maps each CubeCL
  * method to its function here. The client's collective operations are in
  * cube/collective.h, its resources in cube/resource.h, the futures its
  * asynchronous calls return in cube/future.h and its server options in
@@ -12,13 +12,13 @@
  * under the device lock) and runs in submission order per stream.
  *
  * Streams. By default every calling thread is its own logical stream, with
- * its own memory pools and error list (reference §6.1). cube_client_set_stream
+ * its own memory pools and error list (docs/cubecl.md, "Streams"). cube_client_set_stream
  * pins a client to a stream. A handle may be used on any stream of its device.
  *
  * Errors. Bad input is reported at once by the call. Failures of work that
  * already left the caller (a launch, a write) are deferred to the stream and
  * returned together by the next cube_client_flush, cube_client_sync or read on
- * that stream, which then clears them (reference §2.6).
+ * that stream, which then clears them (docs/cubecl.md, "Deferred errors").
  *
  * Failures every client call shares, not repeated below: INVALID_ARGUMENT
  * for a NULL client or a NULL out_ parameter (named in the message),
@@ -350,7 +350,7 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_report(cube_client_t* clie
                                                              cube_memory_report_t* out_report);
 
 /* Usage summed over every stream of the device (without waiting for queued
- * work), and cleanup of every stream. (CubeCL after the reference commit
+ * work), and cleanup of every stream. (CubeCL after the version cube follows
  * aggregates this way.) */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_usage_device(cube_client_t* client,
                                                                    cube_memory_usage_t* out_usage);

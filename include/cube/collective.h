@@ -1,6 +1,6 @@
-/* cube/collective.h: collective operations over several devices (reference
- * §9): element types, reduce operations, the operations themselves and their
- * profile records.
+/* cube/collective.h: collective operations over several devices (as CubeCL:
+ * docs/cubecl.md, "Collectives"): element types, reduce operations, the
+ * operations themselves and their profile records.
  *
  * Model (docs/collectives.md). A collective over a set of devices is called
  * once per participating device, each through a client of that device, from
@@ -74,9 +74,9 @@ const char* cube_dtype_name(cube_dtype_t dtype);
 typedef enum cube_reduce_op_e {
   CUBE_REDUCE_SUM = 0,
   CUBE_REDUCE_MEAN = 1,
-  CUBE_REDUCE_MAX = 2,  /* beyond the reference */
-  CUBE_REDUCE_MIN = 3,  /* beyond the reference */
-  CUBE_REDUCE_PROD = 4, /* beyond the reference */
+  CUBE_REDUCE_MAX = 2,  /* cube's own (CubeCL: sum, mean) */
+  CUBE_REDUCE_MIN = 3,  /* cube's own (CubeCL: sum, mean) */
+  CUBE_REDUCE_PROD = 4, /* cube's own (CubeCL: sum, mean) */
 } cube_reduce_op_t;
 
 /* "sum", "mean", "max", "min", "prod": a static string; NULL for an invalid
@@ -147,7 +147,7 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_all_reduce(cube_client_t* client,
                                                           const cube_device_id_t* devices,
                                                           cube_reduce_op_t op);
 
-/* Point to point (beyond the reference's server-only send/recv): the k-th
+/* Point to point (cube's own: CubeCL's send/recv are server-only): the k-th
  * send from device A to device B meets the k-th recv on B from A, which
  * copies the whole view of |src| into the whole view of |dst| (same size, else
  * both fail, deferred). |peer| may be the client's own device. Ordered and

@@ -1,7 +1,7 @@
 /* cube/handle.h: handles to device memory, tensors and layouts.
  *
  * A cube_handle_t is a 64-bit id of a reference-counted view of device
- * memory (reference §2.3, §4.1): a buffer plus a byte range inside it. Ids
+ * memory (docs/cubecl.md, "Handles and bindings"): a buffer plus a byte range inside it. Ids
  * carry a generation, so a released handle is detected and reported
  * (CUBE_STATUS_NOT_FOUND) instead of touching freed memory.
  *
@@ -143,7 +143,7 @@ void cube_tensor_release(cube_tensor_t* tensor);
 /* cube_tensor_release on each of |count| tensors (NULL array accepted). */
 void cube_tensor_release_array(cube_tensor_t* tensors, size_t count);
 
-/* Layout policies, exposed for tests and tools (reference §2.3) ------------- */
+/* Layout policies (docs/cubecl.md, "Layouts"), exposed for tests and tools ---- */
 
 /* Computes sizes, strides and packing of |count| descriptors under |policy|
  * with buffer alignment |alignment|: writes per-tensor strides, the byte

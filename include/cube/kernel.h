@@ -219,7 +219,7 @@ cube_dim_t cube_kernel_cube_dim(const cube_kernel_t* kernel);
  * NULL. */
 uint32_t cube_kernel_arg_count(const cube_kernel_t* kernel);
 
-/* Helpers of reference §2.4 ---------------------------------------------- */
+/* CubeCL's CubeCountSelection and CubeDim::new --------------------------- */
 
 /* Spreads |num_cubes| over (x,y,z) under |max_count| (CubeCL's
  * CubeCountSelection): while x > max_x: x = ceil(x/2), y *= 2; then the same

@@ -1,7 +1,7 @@
 /* cube/memory.h: memory accounting types, allocation modes and the memory
  * report that out-of-memory errors carry.
  *
- * Device memory is managed by pools (reference §4): sliced pages, exclusive
+ * Device memory is managed by pools (CubeCL's design): sliced pages, exclusive
  * pages and a persistent pool, one set per logical stream. Counts below follow
  * CubeCL's MemoryUsage: number_allocs counts live slices, not device
  * allocations; bytes_reserved counts what the pools hold from the backend.

@@ -1,4 +1,4 @@
-/* cube/profile.h: profiling levels and durations (reference §7).
+/* cube/profile.h: profiling levels and durations (docs/cubecl.md, "Profiling levels").
  *
  * Levels (CUBE_PROFILE=exec|basic|medium|full, or the server option):
  *   none    nothing is recorded (default)

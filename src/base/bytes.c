@@ -1,4 +1,4 @@
-/* Host byte buffers (reference §5.3): a reference-counted owner of a block of
+/* Host byte buffers (CubeCL's Bytes): a reference-counted owner of a block of
  * host memory that knows how the block was obtained and how to give it back.
  *
  *   NATIVE  from cube_bytes_allocate/_from_copy/cube__bytes_allocate_uninit:

@@ -55,7 +55,7 @@ cube_status_t cube_client_to_client(cube_client_t* src, cube_handle_t handle, cu
     *out_handle = out;
     return CUBE_OK;
   }
-  /* No transport between these servers: read on src, write on dst (reference §9.1). */
+  /* No transport between these servers: read on src, write on dst (as CubeCL: docs/cubecl.md, "Client: to_client"). */
   cube_bytes_t* b;
   st = cube_client_read_one(src, handle, &b);
   if (st) return cube__status_annotate(st, "%s", fn);

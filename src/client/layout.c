@@ -1,4 +1,4 @@
-/* Memory layout policies (reference §2.3): the size and strides of each tensor
+/* Memory layout policies (docs/cubecl.md, "Layouts"): the size and strides of each tensor
  * and how several tensors pack into one buffer. Pure arithmetic: no memory is
  * touched, and every product is overflow-checked.
  *

@@ -1,4 +1,4 @@
-/* Kernel objects and the launch-shape helpers of reference §2.4. */
+/* Kernel objects and the launch-shape helpers (docs/cubecl.md, "CubeCount and CubeDim helpers"). */
 #include "kernel/kernel.h"
 
 #include <inttypes.h>
@@ -226,7 +226,7 @@ uint32_t cube_kernel_arg_count(const cube_kernel_t* kernel) {
   return kernel ? kernel->arg_count : 0;
 }
 
-/* Launch shapes (reference §2.4) -------------------------------------------- */
+/* Launch shapes (docs/cubecl.md, "CubeCount and CubeDim helpers") ----------- */
 
 /* CubeCL's CubeCountSelection: x starts at |num_cubes|; while x > max_x,
  * x = ceil(x/2) and y doubles; then the same for y into z. The spreading

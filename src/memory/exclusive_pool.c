@@ -1,5 +1,5 @@
 /* ExclusiveMemoryPool: one allocation per page, pages reused by the
- * smallest free_count and aged out by cleanup (reference §4.4). */
+ * smallest free_count and aged out by cleanup (docs/cubecl.md, "Memory: pools and slices"). */
 #include <inttypes.h>
 
 #include "base/status.h"

@@ -1,4 +1,4 @@
-/* Default pool configurations (reference §4.5). */
+/* Default pool configurations (docs/cubecl.md, "Memory: the page ladder and configuration"). */
 #include <math.h>
 
 #include "memory/memory.h"

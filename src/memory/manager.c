@@ -1,4 +1,4 @@
-/* The memory manager: picks a pool for each request (reference §4.3),
+/* The memory manager: picks a pool for each request (docs/cubecl.md, "Memory: pools and slices"),
  * retries a storage allocation once after an explicit cleanup, and turns
  * failures into OUT_OF_MEMORY statuses that carry a pool report. */
 #include <inttypes.h>

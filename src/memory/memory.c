@@ -1,4 +1,4 @@
-/* Managed-memory descriptors (reference §4.1). */
+/* Managed-memory descriptors (docs/cubecl.md, "Handles and bindings"). */
 #include <stdlib.h>
 
 #include "memory/memory.h"

@@ -1,5 +1,5 @@
 /* Memory management: managed-memory descriptors, pools and the manager that
- * picks a pool (reference §4). Backend-neutral: storage comes from a
+ * picks a pool (CubeCL's MemoryManagement). Backend-neutral: storage comes from a
  * cube__storage_ops_t table.
  *
  * Threading: a manager (cube__mm_t) is not thread-safe; its owner (a stream)
@@ -109,7 +109,7 @@ bool cube__memory_is_free(const cube__memory_t* m);
 bool cube__memory_resolve(const cube__memory_t* m, const cube__storage_t** out_storage,
                           uint64_t* out_offset, uint64_t* out_size);
 
-/* Manager configuration (reference §4.5) ---------------------------------- */
+/* Manager configuration (docs/cubecl.md, "Memory: the page ladder and configuration") ---- */
 
 typedef struct cube__pool_options {
   cube_pool_kind_t kind;   /* CUBE_POOL_SLICED or CUBE_POOL_EXCLUSIVE */
@@ -135,9 +135,10 @@ typedef struct cube__mm_options {
 } cube__mm_options_t;
 
 /* Fills |out| (capacity CUBE_MAX_POOLS) with the pools of |config| for
- * |max_page_size| and |alignment| and returns their count (§4.5 SubSlices:
- * zero-size exclusive pool, ladder smallest page first, tail pool;
- * ExclusivePages: 24 log-spaced buckets 32 KiB..max_page). */
+ * |max_page_size| and |alignment| and returns their count (docs/cubecl.md,
+ * "Memory: the page ladder and configuration"; SubSlices: zero-size
+ * exclusive pool, ladder smallest page first, tail pool; ExclusivePages: 24
+ * log-spaced buckets 32 KiB..max_page). */
 uint32_t cube__pool_ladder(cube_memory_config_t config, uint64_t max_page_size,
                            uint64_t alignment, cube__pool_options_t* out);
 
@@ -151,7 +152,7 @@ cube_status_t cube__mm_create(const cube__mm_options_t* options, const cube__sto
 void cube__mm_destroy(cube__mm_t* mm);
 
 /* Reserves |size| bytes and returns a new descriptor bound to them with
- * refs = 2 (caller + pool) and handle_refs = 1 (reference §4.3). The
+ * refs = 2 (caller + pool) and handle_refs = 1 (as CubeCL's MemoryManagement::reserve). The
  * descriptor is a recycled one when the manager has one (see the top). */
 cube_status_t cube__mm_reserve(cube__mm_t* mm, uint64_t size, cube__memory_t** out_memory);
 
@@ -162,14 +163,16 @@ cube_status_t cube__mm_reserve_bind(cube__mm_t* mm, uint64_t size, cube__memory_
 void cube__mm_set_mode(cube__mm_t* mm, cube_allocation_mode_t mode); /* policy permitting */
 cube_allocation_mode_t cube__mm_mode(const cube__mm_t* mm);
 
-/* Usage over every pool (§4.8); scans for free slices first. */
+/* Usage over every pool (docs/cubecl.md, "Client: memory_usage,
+ * memory_cleanup"); scans for free slices first. */
 void cube__mm_usage(cube__mm_t* mm, cube_memory_usage_t* out_usage);
 
 /* Per-pool report (total filled; device_reserved and memory_limit left 0). */
 void cube__mm_report(cube__mm_t* mm, cube_memory_report_t* out_report);
 
-/* §4.7: explicit frees fully free sliced pages, free exclusive pages and free
- * persistent slices; implicit only ages exclusive pages. */
+/* Cleanup (docs/cubecl.md, "Memory: cleanup"): explicit frees fully free
+ * sliced pages, free exclusive pages and free persistent slices; implicit
+ * only ages exclusive pages. */
 void cube__mm_cleanup(cube__mm_t* mm, bool explicit_cleanup);
 
 /* Replaces the storage ops (same alignment required), e.g. when the pools

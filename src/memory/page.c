@@ -1,5 +1,5 @@
 /* Slices and pages: one storage buffer carved into an address-ordered list
- * of slices (reference §4.4, MemoryPage). */
+ * of slices (CubeCL's MemoryPage; docs/cubecl.md, "Memory: pools and slices"). */
 #include <stdlib.h>
 
 #include "base/status.h"

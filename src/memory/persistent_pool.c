@@ -1,5 +1,5 @@
 /* PersistentPool: every slice is its own storage buffer of exactly its
- * effective size, indexed by that size (reference §4.4). */
+ * effective size, indexed by that size (docs/cubecl.md, "Memory: pools and slices"). */
 #include <stdlib.h>
 
 #include "base/status.h"

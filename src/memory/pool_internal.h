@@ -1,6 +1,6 @@
-/* Private to src/memory: slices, pages and the three pool kinds (reference
- * §4.4). The manager (manager.c) and the unit tests use these; nothing else
- * should.
+/* Private to src/memory: slices, pages and the three pool kinds (CubeCL's:
+ * docs/cubecl.md, "Memory: pools and slices"). The manager (manager.c) and
+ * the unit tests use these; nothing else should.
  *
  * Ownership: a pool owns its pages, a page owns its storage buffer and its
  * slices. A bound slice holds one reference on its descriptor (the "pool's
@@ -42,7 +42,7 @@ struct cube__page {
                               exactly (sliced); exclusive and persistent pages
                               have exactly one slice at offset 0 */
   uint32_t slice_count;
-  uint32_t free_count;        /* exclusive: aging counter (§4.4) */
+  uint32_t free_count;        /* exclusive: aging counter */
   cube__page_t* bucket_next;  /* persistent: next page of the same bucket */
 };
 

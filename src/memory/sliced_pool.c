@@ -1,4 +1,4 @@
-/* SlicedPool: fixed-size pages carved into slices (reference §4.4). */
+/* SlicedPool: fixed-size pages carved into slices (docs/cubecl.md, "Memory: pools and slices"). */
 #include <inttypes.h>
 
 #include "base/status.h"

@@ -1,4 +1,4 @@
-/* Profiling and logging of one server (reference §7.3): the profile level,
+/* Profiling and logging of one server (docs/cubecl.md, "Profiling levels"): the profile level,
  * the log sink, and the per-kernel summary that sync prints.
  *
  * Thread-safe (a mutex guards the table and the sink).

@@ -1,4 +1,4 @@
-/* Device queues: see device_queue.h and reference §3.
+/* Device queues: see device_queue.h and docs/cubecl.md, "Servers and the device queue".
  *
  * Layout:
  *  - a global registry (g_registry_lock) of devices, newest first;
@@ -137,7 +137,7 @@ static _Thread_local bool tl_stream_set;
 static inline uintptr_t cube__self(void) { return (uintptr_t)&tl_token; }
 
 /* ---------------------------------------------------------------------------
- * Stream ids (reference §6.1)
+ * Stream ids (docs/cubecl.md, "Streams")
  * ------------------------------------------------------------------------- */
 
 uint64_t cube__stream_current_id(void) {

@@ -1,4 +1,4 @@
-/* Device queues (CubeCL's DeviceHandle, reference §3): one runner per device
+/* Device queues (docs/cubecl.md, "Servers and the device queue"): one runner per device
  * key that executes tasks for the services registered on that device, in
  * submission order.
  *
@@ -21,7 +21,7 @@
  * the *same* service from inside one of its own tasks is refused with
  * CUBE_STATUS_FAILED_PRECONDITION ("re-entrant use of service ..."): CubeCL
  * panics there; we return an error. Calls into other services of the same
- * device work (reference §3.5 recursive tests).
+ * device work, as in CubeCL (docs/cubecl.md, "Client: exclusive").
  *
  * Every task runs with the submitter's stream id set as the runner thread's
  * current stream (cube__stream_current_id), as CubeCL's StreamId::executes.

@@ -1,4 +1,4 @@
-/* Deferred (stream) errors, reference §2.6: a failing launch returns OK and
+/* Deferred (stream) errors (docs/cubecl.md, "Deferred errors"): a failing launch returns OK and
  * its failure comes back from the next flush, sync or read on the stream,
  * once. */
 #include <stdlib.h>

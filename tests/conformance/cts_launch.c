@@ -567,7 +567,7 @@ CUBE_TEST(launch_order_and_views) {
   CTS_END(c);
 }
 
-/* §2.4 helpers: CubeCountSelection and CubeDim::new. */
+/* CubeCountSelection and CubeDim::new (docs/cubecl.md, "CubeCount and CubeDim helpers"). */
 CUBE_TEST(launch_count_select_and_dim_helpers) {
   cube_count_t cnt;
   bool exact = false;

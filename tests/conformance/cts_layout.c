@@ -1,4 +1,4 @@
-/* Layouts (reference §2.3): the strides the runtime returns, packing, and
+/* Layouts (docs/cubecl.md, "Layouts"): the strides the runtime returns, packing, and
  * reads with strides it did not produce. */
 #include <stdlib.h>
 #include <string.h>
@@ -158,7 +158,7 @@ CUBE_TEST(layout_packed_offsets_aligned) {
   CTS_END(c);
 }
 
-/* The worked examples of reference §2.3 (pure computation). */
+/* The worked example of docs/cubecl.md, "Layouts", and more (pure computation). */
 CUBE_TEST(layout_compute_reference_examples) {
   cube_layout_desc_t d[2];
   uint64_t strides[2][CUBE_MAX_RANK], offsets[2], sizes[2], total = 0;

@@ -1,5 +1,5 @@
 /* Memory accounting, cleanup, persistent allocation, out of memory
- * (reference §4.6-§4.8). Every case runs in a fresh process, so the calling
+ * (the "Memory:" sections of docs/cubecl.md). Every case runs in a fresh process, so the calling
  * thread's stream starts empty. */
 #include <stdlib.h>
 #include <string.h>
@@ -304,7 +304,7 @@ CUBE_TEST(memory_allocation_mode_persistent_then_auto) {
   CHECK_EQ_U64(pp->usage.bytes_in_use, 4096 + 13);
   CHECK_EQ_U64(r.total.number_allocs, 2);
   CHECK_EQ_U64(r.total.bytes_in_use, 4096 + 13 + 999);
-  /* §4.6: in Auto mode a size the persistent pool already has goes there. */
+  /* As CubeCL (docs/cubecl.md, "Memory: persistent memory"): in Auto mode a size the persistent pool already has goes there. */
   cube_handle_t c2;
   REQUIRE_OK(cube_client_empty(c, 4096 + 13, &c2));
   REQUIRE_OK(cube_client_memory_report(c, &r));

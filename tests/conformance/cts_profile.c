@@ -1,4 +1,4 @@
-/* Profiling (reference §7): cube_client_profile, profile levels and the log. */
+/* cube_client_profile, profile levels and the log (docs/cubecl.md, "Profiling levels"). */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>

@@ -319,7 +319,7 @@ CUBE_TEST(read_one_and_sync_async) {
   CTS_END(c);
 }
 
-/* The reference's example shapes (§2.3): f32 [3,5], f32 [5], and 100 + 600
+/* CubeCL's example shapes (docs/cubecl.md, "Layouts"): f32 [3,5], f32 [5], and 100 + 600
  * bytes packed. */
 CUBE_TEST(read_tensor_reference_shapes) {
   CTS_CLIENT(c);

@@ -1,4 +1,4 @@
-/* Streams (reference §6): per-thread streams, pinned streams, cross-stream
+/* Streams (docs/cubecl.md, "Streams"): per-thread streams, pinned streams, cross-stream
  * handles, and exclusive access. */
 #include <sched.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 // cube-test-libs: cube_static
-/* Host byte buffers: cube/bytes.h and base/bytes.h (reference §5.3). */
+/* Host byte buffers: cube/bytes.h and base/bytes.h (CubeCL's Bytes and AllocationProperty). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>

@@ -148,7 +148,7 @@ CUBE_TEST(pitched_tensor_roundtrip) {
     CHECK_EQ_U64(t.strides[1], 1);
     uint64_t pitch_bytes = t.strides[0] * 4;
     if (shapes[k][0] > 1) {
-      /* Reference §2.3: the row is rounded to next_pow2(row bytes) clamped
+      /* The pitched layout (docs/cubecl.md, "Layouts"): the row is rounded to next_pow2(row bytes) clamped
        * to [16, 512]. */
       uint64_t row = shapes[k][1] * 4, align = 16;
       while (align < row && align < 512) align *= 2;

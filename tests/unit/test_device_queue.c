@@ -1,5 +1,5 @@
 // cube-test-libs: cube_mod_queue
-/* Device queue acceptance tests (reference §3.5), each case in threaded and
+/* Device queue tests (ports of CubeCL's device-handle tests), each case in threaded and
  * inline mode where it applies. Every case uses its own device key (type
  * 1000 threaded, 1001 inline) and shuts it down at the end, so that the
  * cases also run together in one process. Tasks never use CHECK (they may

@@ -1,5 +1,5 @@
 // cube-test-libs: cube_static
-/* Kernel objects and the launch-shape helpers of reference §2.4. */
+/* Kernel objects and the launch-shape helpers (docs/cubecl.md, "CubeCount and CubeDim helpers"). */
 #include "base/abi.h"
 #include "check.h"
 #include "cube/backends/cpu.h"

@@ -1,5 +1,5 @@
 // cube-test-libs: cube_static
-/* Memory layout policies (reference §2.3): cube_layout_desc_initialize,
+/* Memory layout policies (docs/cubecl.md, "Layouts"): cube_layout_desc_initialize,
  * cube_layout_compute and cube_layout_strides_readable. */
 #include "check.h"
 #include "cube/handle.h"
@@ -30,7 +30,7 @@ static cube_status_t one(cube_layout_policy_t policy, uint64_t align, cube_layou
   return s;
 }
 
-/* Worked examples of §2.3 (CUDA, A = 512) ------------------------------------ */
+/* Worked examples of the pitched layout (CUDA, A = 512) ------------------------ */
 
 CUBE_TEST(cuda_f32_3x5_optimized) {
   uint64_t shape[] = {3, 5};

@@ -1,5 +1,5 @@
 // cube-test-libs: cube_mod_memory
-/* One sliced page on its own (reference §4.10, memory_page.rs): page 32 MiB,
+/* One sliced page on its own (ports of CubeCL's memory_page.rs tests): page 32 MiB,
  * alignment 4. */
 #include <stdbool.h>
 

@@ -1,5 +1,5 @@
 // cube-test-libs: cube_mod_memory
-/* The memory manager and its pools (reference §4.3-§4.8, §4.10
+/* The memory manager and its pools (ports of CubeCL's unit tests of
  * memory_manage.rs and handle.rs). Dummy device: max page 128 MiB,
  * alignment 32, unless a case says otherwise. */
 #include <math.h>
@@ -436,7 +436,7 @@ CUBE_TEST(binding_keeps_slice_alive) {
   close_fixture(&f);
 }
 
-/* Pool ladders (§4.5) --------------------------------------------------- */
+/* Pool ladders ------------------------------------------------------------ */
 
 typedef struct {
   uint64_t page, max_slice;
@@ -725,7 +725,7 @@ CUBE_TEST(cleanup_keeps_partly_used_pages) {
   close_fixture(&f);
 }
 
-/* Persistent memory (§4.6) ---------------------------------------------- */
+/* Persistent memory ------------------------------------------------------- */
 
 CUBE_TEST(persistent_mode_and_size_reuse) {
   fixture_t f;

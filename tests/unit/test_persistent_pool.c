@@ -1,5 +1,5 @@
 // cube-test-libs: cube_mod_memory
-/* The persistent pool on its own (reference §4.10, persistent_pool.rs):
+/* The persistent pool on its own (ports of CubeCL's persistent_pool.rs tests):
  * alignment 4. */
 #include <stdbool.h>
 

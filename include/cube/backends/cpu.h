@@ -5,7 +5,7 @@
  * CPU backend calls once per cube, with the cube's position, on one of its
  * worker threads; the function loops over the units of the cube itself. It
  * returns 0, or a non-zero code that fails the launch (reported by the next
- * flush/sync/read on the stream, reference §2.6). Cubes of one launch run
+ * flush/sync/read on the stream: docs/cubecl.md, "Deferred errors"). Cubes of one launch run
  * concurrently on several workers, in no particular order.
  *
  * Ownership and lifetime: everything a kernel is handed (the cube record, the
