@@ -315,9 +315,12 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_cleanup_device(cube_client
 /* Launch ----------------------------------------------------------------- */
 
 /* Queues |kernel| over |count| cubes with |args| in Checked mode. Argument
- * count and kinds are checked against the kernel at once; failures while it
- * runs are deferred to the stream. A static count with a zero component
- * launches nothing. */
+ * count and kinds, buffers smaller than one element of their CUBE_ARRAY's
+ * type, and the cube dim and cube-local memory against the device are
+ * checked at once (on OpenCL and CUDA also against the compiled kernel's own
+ * limits: the kernel is compiled here first, and a compile error is this
+ * call's); failures while it runs are deferred to the stream. A static count
+ * with a zero component launches nothing. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_launch(cube_client_t* client, cube_kernel_t* kernel,
                                                       cube_count_t count, size_t arg_count,
                                                       const cube_arg_t* args);

@@ -63,7 +63,8 @@ bool cube_status_oom_report(cube_status_t status, uint64_t* out_requested,
                             cube_memory_report_t* out_report);
 
 /* Writes a human-readable usage line into |buf| (like CubeCL's Display:
- * in use, reserved, efficiency, padding overhead). Returns |buf|. */
+ * in use, reserved, efficiency, padding overhead; sizes in binary units,
+ * "1.50 MiB", as in every memory message). Returns |buf|. */
 const char* cube_memory_usage_format(const cube_memory_usage_t* usage, char* buf,
                                      size_t buf_size);
 

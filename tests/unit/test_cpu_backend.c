@@ -104,7 +104,7 @@ CUBE_TEST(properties_sanity) {
   cube_backend_info_t info;
   REQUIRE_OK(cpu->device_create(0, NULL, &dev, &p, &f, &info));
   printf("name: %s\nversion: %s\n", p.name, info.version);
-  CHECK(strncmp(p.name, "cpu0 (", 6) == 0 && p.name[strlen(p.name) - 1] == ')');
+  CHECK(strncmp(p.name, "cpu:0 (", 7) == 0 && p.name[strlen(p.name) - 1] == ')');
   CHECK(p.id.backend == CUBE_BACKEND_CPU && p.id.index == 0);
   CHECK(p.memory.total_memory == cube__total_memory() && p.memory.total_memory > 0);
   CHECK_EQ_U64(p.memory.alignment, 64);
@@ -139,7 +139,7 @@ CUBE_TEST(properties_sanity) {
 
   cube__backend_device_t* other = NULL;
   CHECK_STATUS(cpu->device_create(1, NULL, &other, &p, &f, &info), CUBE_STATUS_NOT_FOUND,
-               "cpu device 1");
+               "cpu:1");
   CHECK(other == NULL);
   cpu->device_destroy(dev);
 }
@@ -155,7 +155,7 @@ CUBE_TEST(three_devices_from_env) {
     cube_backend_info_t info;
     REQUIRE_OK(cpu->device_create(i, NULL, &devs[i], &p, &f, &info));
     char prefix[16];
-    snprintf(prefix, sizeof(prefix), "cpu%u (", i);
+    snprintf(prefix, sizeof(prefix), "cpu:%u (", i);
     CHECK(strncmp(p.name, prefix, strlen(prefix)) == 0);
     CHECK(p.id.backend == CUBE_BACKEND_CPU && p.id.index == i);
     CHECK_EQ_U64(info.device_count, 3);

@@ -98,11 +98,11 @@ cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_options
   CUBE_RETURN_IF_ERROR(cube__cuda_driver(&cu));
   uint32_t count = cube__cuda_device_count();
   if (index >= count)
-    return cube__status_make(CUBE_STATUS_NOT_FOUND, "cuda device %u does not exist (%u GPU%s)",
+    return cube__status_make(CUBE_STATUS_NOT_FOUND, "cuda:%u does not exist (%u GPU%s)",
                              index, count, count == 1 ? "" : "s");
   cube__backend_device_t* d = calloc(1, sizeof(*d));
   if (!d)
-    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "cuda device %u: no host memory", index);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "cuda:%u: no host memory", index);
   pthread_mutex_init(&d->ring_lock, NULL);
   pthread_cond_init(&d->ring_cond, NULL);
   pthread_mutex_init(&d->fn_lock, NULL);
@@ -111,7 +111,7 @@ cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_options
   cube_status_t st = CUBE_OK;
   CUresult r = cu->DeviceGet(&d->dev, (int)index);
   if (r != CUDA_SUCCESS) {
-    st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: cuDeviceGet", index);
+    st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuDeviceGet", index);
     goto fail;
   }
   pthread_mutex_lock(&cube__cuda_ctx_lock);
@@ -122,7 +122,7 @@ cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_options
   d->ctx = cube__cuda_ctxs[index];
   pthread_mutex_unlock(&cube__cuda_ctx_lock);
   if (!d->ctx) {
-    st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: cuDevicePrimaryCtxRetain", index);
+    st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuDevicePrimaryCtxRetain", index);
     goto fail;
   }
   {
@@ -149,7 +149,7 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
   size_t total = 0;
   r = cu->DeviceTotalMem(&total, d->dev);
   if (r != CUDA_SUCCESS) {
-    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: cuDeviceTotalMem", index);
+    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuDeviceTotalMem", index);
   }
   d->cc_major = cube__cuda_attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
   d->cc_minor = cube__cuda_attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
@@ -177,7 +177,7 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
   if (r == CUDA_SUCCESS)
     r = cu->MemHostAlloc((void**)&d->bounds_host, 64, CU_MEMHOSTALLOC_PORTABLE);
   if (r != CUDA_SUCCESS) {
-    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: bounds record", index);
+    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: bounds record", index);
   }
   st = cube__worker_pool_acquire(&d->workers);
   if (st) return st;
@@ -222,7 +222,7 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
 
   if (p) {
     memset(p, 0, sizeof(*p));
-    snprintf(p->name, sizeof(p->name), "cuda%u (%.80s, %.15s)", index, d->name, d->arch);
+    snprintf(p->name, sizeof(p->name), "cuda:%u (%.80s, %.15s)", index, d->name, d->arch);
     p->id.backend = CUBE_BACKEND_CUDA;
     p->id.index = index;
     p->memory.total_memory = total;

@@ -235,7 +235,7 @@ static cube_status_t cube__nccl_comm_stream(const cube__nccl_cu_t* cu, cube__ser
   uint32_t o = cube__nccl_ordinal(s);
   CUcontext ctx = cube__nccl_ctx(s);
   if (o >= CUBE__NCCL_MAX_DEVICES)
-    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE, "nccl: cuda device %u: more than %u GPUs",
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE, "nccl: cuda:%u: more than %u GPUs",
                              o, CUBE__NCCL_MAX_DEVICES);
   pthread_mutex_lock(&g_dev_lock);
   cube_status_t st = CUBE_OK;
@@ -246,7 +246,7 @@ static cube_status_t cube__nccl_comm_stream(const cube__nccl_cu_t* cu, cube__ser
     cube__nccl_leave(&sc);
     if (r != CUDA_SUCCESS) {
       d->stream = NULL;
-      st = cube__nccl_cu_error(r, CUBE_STATUS_OK, "nccl: cuda device %u: creating its comm stream", o);
+      st = cube__nccl_cu_error(r, CUBE_STATUS_OK, "nccl: cuda:%u: creating its comm stream", o);
     } else {
       d->ctx = ctx;
     }
@@ -877,7 +877,7 @@ static cube_status_t cube__nccl_mark(cube__coll_part_t* part, cube__nccl_ready_t
   cube__nccl_leave(&sc);
   if (r != CUDA_SUCCESS) {
     cube__nccl_ready_free(rd);
-    return cube__nccl_cu_error(r, CUBE_STATUS_OK, "cuda device %u: recording the part's event",
+    return cube__nccl_cu_error(r, CUBE_STATUS_OK, "cuda:%u: recording the part's event",
                             cube__nccl_ordinal(part->server));
   }
   *out = rd;
