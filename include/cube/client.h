@@ -362,14 +362,19 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_cleanup_device(cube_client
  * The launch holds a reference on the kernel and on every buffer argument
  * (and a dynamic count's handle) until it ran, so they may be released at
  * once. A dialect kernel is compiled on its first launch for the device and
- * mode (see cube_client_precompile); compile errors and failures while it
- * runs are deferred to the stream. A static count with a zero component
- * launches nothing (after the checks). Fails at once with INVALID_ARGUMENT (a
- * NULL kernel, an argument count or kind that differs from the kernel's,
- * NULL args, a null handle, an invalid count kind, a dynamic count handle of
- * fewer than 12 bytes), NOT_FOUND (a released handle), OUT_OF_RANGE (a cube
- * dim or static count beyond the device's limits), UNIMPLEMENTED (a native
- * kernel on a device that runs dialect kernels only). */
+ * mode (see cube_client_precompile). On OpenCL and CUDA the compile happens
+ * in this call, on the calling thread, because the compiled kernel's own
+ * limits are checked here: a compile error is this call's status. On the CPU
+ * it happens on the stream and a compile error is deferred to the stream.
+ * Failures while the kernel runs are deferred to the stream. A static count
+ * with a zero component launches nothing (after the checks). Fails at once
+ * with INVALID_ARGUMENT (a NULL kernel, an argument count or kind that
+ * differs from the kernel's, NULL args, a null handle, a buffer smaller than
+ * one element of its CUBE_ARRAY's type, an invalid count kind, a dynamic
+ * count handle of fewer than 12 bytes), NOT_FOUND (a released handle),
+ * OUT_OF_RANGE (a cube dim, static count or cube-local memory beyond the
+ * device's or the compiled kernel's limits), UNIMPLEMENTED (a native kernel
+ * on a device that runs dialect kernels only). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_launch(cube_client_t* client, cube_kernel_t* kernel,
                                                       cube_count_t count, size_t arg_count,
                                                       const cube_arg_t* args);

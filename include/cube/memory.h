@@ -84,9 +84,10 @@ bool cube_status_oom_report(cube_status_t status, uint64_t* out_requested,
                             cube_memory_report_t* out_report);
 
 /* Writes a human-readable usage line into |buf| of |buf_size| bytes (like
- * CubeCL's Display: in use, reserved, efficiency, padding overhead),
- * truncated to fit, and returns |buf| (NULL when |buf| is NULL; unchanged
- * when buf_size is 0). A NULL |usage| writes "(no memory usage)". */
+ * CubeCL's Display: in use, reserved, efficiency, padding overhead; sizes in
+ * binary units, "1.50 MiB", as in every memory message), truncated to fit,
+ * and returns |buf| (NULL when |buf| is NULL; unchanged when buf_size is 0).
+ * A NULL |usage| writes "(no memory usage)". */
 const char* cube_memory_usage_format(const cube_memory_usage_t* usage, char* buf,
                                      size_t buf_size);
 

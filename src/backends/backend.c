@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "base/fault.h"
 #include "base/status.h"
@@ -92,7 +93,7 @@ cube_status_t cube__backend_device_create(cube__backend_t* be, cube_backend_t ba
   CUBE__CALL(be, CUBE__SLOT_DEVICE_CREATE, CUBE_STATUS_UNAVAILABLE,
              be->vt->device_create(index, options, &be->device, out_props, out_features,
                                    out_info),
-             "%s device %u: opening the device failed", be->vt->name, index);
+             "%s:%u: opening the device failed", be->vt->name, index);
 }
 
 void cube__backend_device_destroy(cube__backend_t* be) {
@@ -111,7 +112,7 @@ cube_status_t cube__backend_alloc(const cube__backend_t* be, void* stream, uint6
   CUBE__CALL(be, CUBE__SLOT_ALLOC, CUBE_STATUS_OUT_OF_MEMORY,
              vt->alloc_on ? vt->alloc_on(be->device, stream, size, out)
                           : vt->alloc(be->device, size, out),
-             "%s device %u: allocation of %" PRIu64 " bytes failed", vt->name, be->index, size);
+             "%s:%u: allocation of %" PRIu64 " bytes failed", vt->name, be->index, size);
 }
 
 void cube__backend_dealloc(const cube__backend_t* be, void* stream,
@@ -127,11 +128,11 @@ cube_status_t cube__backend_host_alloc(const cube__backend_t* be, uint64_t size,
                                        cube__storage_t* out) {
   const cube__backend_vtable_t* vt = be->vt;
   if (!vt->host_alloc)
-    return cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "%s device %u has no pinned host memory",
+    return cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "%s:%u has no pinned host memory",
                              vt->name, be->index);
   CUBE__CALL(be, CUBE__SLOT_HOST_ALLOC, CUBE_STATUS_OUT_OF_MEMORY,
              vt->host_alloc(be->device, size, out),
-             "%s device %u: pinned allocation of %" PRIu64 " bytes failed", vt->name, be->index,
+             "%s:%u: pinned allocation of %" PRIu64 " bytes failed", vt->name, be->index,
              size);
 }
 
@@ -150,7 +151,7 @@ cube_status_t cube__backend_stream_create(const cube__backend_t* be, uint64_t st
   if (!be->vt->stream_create) return CUBE_OK;
   CUBE__CALL(be, CUBE__SLOT_STREAM_CREATE, CUBE_STATUS_UNAVAILABLE,
              be->vt->stream_create(be->device, stream_id, out_stream),
-             "%s device %u: creating stream %" PRIu64 " failed", be->vt->name, be->index,
+             "%s:%u: creating stream %" PRIu64 " failed", be->vt->name, be->index,
              stream_id);
 }
 
@@ -180,7 +181,7 @@ cube_status_t cube__backend_read(const cube__backend_t* be, void* stream, void* 
 cube_status_t cube__backend_launch(const cube__backend_t* be, void* stream,
                                    const cube__launch_t* l) {
   CUBE__CALL(be, CUBE__SLOT_LAUNCH, CUBE_STATUS_LAUNCH_FAILED,
-             be->vt->launch(be->device, stream, l), "launch of kernel '%s' failed on %s device %u",
+             be->vt->launch(be->device, stream, l), "launch of kernel '%s' failed on %s:%u",
              l->name ? l->name : "?", be->vt->name, be->index);
 }
 
@@ -190,13 +191,22 @@ cube_status_t cube__backend_prepare(const cube__backend_t* be, const cube_kernel
   if (!be->vt->prepare) return CUBE_OK;
   CUBE__CALL(be, CUBE__SLOT_PREPARE, CUBE_STATUS_COMPILATION_FAILED,
              be->vt->prepare(be->device, kernel, mode),
-             "%s device %u: preparing a kernel failed", be->vt->name, be->index);
+             "%s:%u: preparing a kernel failed", be->vt->name, be->index);
+}
+
+cube_status_t cube__backend_kernel_limits(const cube__backend_t* be, const cube_kernel_t* kernel,
+                                          cube_execution_mode_t mode, cube__kernel_limits_t* out) {
+  memset(out, 0, sizeof(*out));
+  if (!be->vt->kernel_limits) return CUBE_OK;
+  CUBE__CALL(be, CUBE__SLOT_PREPARE, CUBE_STATUS_COMPILATION_FAILED,
+             be->vt->kernel_limits(be->device, kernel, mode, out),
+             "%s:%u: preparing a kernel failed", be->vt->name, be->index);
 }
 
 cube_status_t cube__backend_sync(const cube__backend_t* be, void* stream) {
   if (!be->vt->sync) return CUBE_OK;
   CUBE__CALL(be, CUBE__SLOT_SYNC, CUBE_STATUS_INTERNAL, be->vt->sync(be->device, stream),
-             "%s device %u: synchronising a stream failed", be->vt->name, be->index);
+             "%s:%u: synchronising a stream failed", be->vt->name, be->index);
 }
 
 void cube__backend_trim(const cube__backend_t* be, void* stream) {
@@ -210,7 +220,7 @@ void cube__backend_trim(const cube__backend_t* be, void* stream) {
 
 
 static cube_status_t cube__no_events(const cube__backend_t* be, const char* what) {
-  return cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "%s device %u has no events (%s)",
+  return cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "%s:%u has no events (%s)",
                            be->vt->name, be->index, what);
 }
 
@@ -220,14 +230,14 @@ cube_status_t cube__backend_event_record(const cube__backend_t* be, void* stream
   if (!be->vt->event_record) return cube__no_events(be, "event_record");
   CUBE__CALL(be, CUBE__SLOT_EVENT_RECORD, CUBE_STATUS_INTERNAL,
              be->vt->event_record(be->device, stream, out_event),
-             "%s device %u: recording an event failed", be->vt->name, be->index);
+             "%s:%u: recording an event failed", be->vt->name, be->index);
 }
 
 cube_status_t cube__backend_event_wait(const cube__backend_t* be, void* stream, void* event) {
   if (!be->vt->event_wait) return cube__no_events(be, "event_wait");
   CUBE__CALL(be, CUBE__SLOT_EVENT_WAIT, CUBE_STATUS_INTERNAL,
              be->vt->event_wait(be->device, stream, event),
-             "%s device %u: waiting for an event failed", be->vt->name, be->index);
+             "%s:%u: waiting for an event failed", be->vt->name, be->index);
 }
 
 bool cube__backend_event_done(const cube__backend_t* be, void* event) {
@@ -241,7 +251,7 @@ cube_status_t cube__backend_event_sync(const cube__backend_t* be, void* event) {
   if (!be->vt->event_sync) return cube__no_events(be, "event_sync");
   CUBE__CALL(be, CUBE__SLOT_EVENT_SYNC, CUBE_STATUS_INTERNAL,
              be->vt->event_sync(be->device, event),
-             "%s device %u: synchronising an event failed", be->vt->name, be->index);
+             "%s:%u: synchronising an event failed", be->vt->name, be->index);
 }
 
 void cube__backend_event_destroy(const cube__backend_t* be, void* event) {
@@ -254,7 +264,7 @@ cube_status_t cube__backend_event_elapsed(const cube__backend_t* be, void* start
   if (!be->vt->event_elapsed) return cube__no_events(be, "event_elapsed");
   CUBE__CALL(be, CUBE__SLOT_EVENT_ELAPSED, CUBE_STATUS_INTERNAL,
              be->vt->event_elapsed(be->device, start, end, out_ns),
-             "%s device %u: reading event times failed", be->vt->name, be->index);
+             "%s:%u: reading event times failed", be->vt->name, be->index);
 }
 
 //===----------------------------------------------------------------------===//
@@ -264,8 +274,8 @@ cube_status_t cube__backend_event_elapsed(const cube__backend_t* be, void* start
 cube_status_t cube__backend_ctl(const cube__backend_t* be, void* stream, uint32_t op, void* arg) {
   if (!be->vt->ctl)
     return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
-                             "%s device %u: control operation %u is not implemented",
+                             "%s:%u: control operation %u is not implemented",
                              be->vt->name, be->index, op);
   CUBE__CALL(be, CUBE__SLOT_CTL, CUBE_STATUS_INTERNAL, be->vt->ctl(be->device, stream, op, arg),
-             "%s device %u: control operation %u failed", be->vt->name, be->index, op);
+             "%s:%u: control operation %u failed", be->vt->name, be->index, op);
 }

@@ -64,6 +64,13 @@ static inline void* cube__launch_arg_host_ptr(const cube__launch_arg_t* a) {
   return (char*)a->buffer.storage->ptr + a->buffer.offset;
 }
 
+/* A compiled kernel's own limits on a device (the kernel_limits slot). */
+typedef struct cube__kernel_limits {
+  uint32_t max_units;        /* units per cube it can run; 0: the device's max_units_per_cube */
+  uint64_t local_memory;     /* cube-local (shared) bytes it uses */
+  uint64_t max_local_memory; /* cube-local bytes the device gives a cube; 0: not known */
+} cube__kernel_limits_t;
+
 /* One launch. */
 typedef struct cube__launch {
   const cube_kernel_t* kernel;
@@ -194,6 +201,15 @@ typedef struct cube__backend_vtable {
    * implicitly, by the first launch. NULL: nothing to compile ahead. */
   cube_status_t (*prepare)(cube__backend_device_t* device, const cube_kernel_t* kernel,
                            cube_execution_mode_t mode);
+  /* Compiles |kernel| for |mode| as prepare does and fills |out| with what
+   * only the compiled kernel tells (OpenCL's CL_KERNEL_WORK_GROUP_SIZE and
+   * CL_KERNEL_LOCAL_MEM_SIZE, CUDA's CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+   * so that the launching call refuses a launch beyond them instead of the
+   * stream failing later. Thread-safe; called on the launching thread for
+   * every launch of a dialect kernel (after the first, a lookup). NULL: the
+   * device's properties are all the limits (nothing is compiled at launch). */
+  cube_status_t (*kernel_limits)(cube__backend_device_t* device, const cube_kernel_t* kernel,
+                                 cube_execution_mode_t mode, cube__kernel_limits_t* out);
 
   /* Waits for everything queued on |stream|. NULL: work is done when the
    * slot that queued it returns. */
@@ -339,6 +355,13 @@ cube_status_t cube__backend_prepare(const cube__backend_t* be, const cube_kernel
                                     cube_execution_mode_t mode);
 static inline bool cube__backend_has_prepare(const cube__backend_t* be) {
   return be->vt->prepare != NULL;
+}
+/* The compiled kernel's limits (the fault site is prepare's: it compiles).
+ * Without the slot, *out is all zero and nothing is compiled. */
+cube_status_t cube__backend_kernel_limits(const cube__backend_t* be, const cube_kernel_t* kernel,
+                                          cube_execution_mode_t mode, cube__kernel_limits_t* out);
+static inline bool cube__backend_has_kernel_limits(const cube__backend_t* be) {
+  return be->vt->kernel_limits != NULL;
 }
 /* CUBE_OK without a sync slot. */
 cube_status_t cube__backend_sync(const cube__backend_t* be, void* stream);

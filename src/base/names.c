@@ -113,20 +113,21 @@ cube_status_t cube_profile_level_parse(const char* text, cube_profile_level_t* o
 
 /* Memory usage ----------------------------------------------------------------- */
 
-/* CubeCL's bytes_format: base-1000 units with two decimals ("1.02 MB"). */
-static void cube__format_bytes_si(uint64_t bytes, char* buf, size_t size) {
-  static const char prefixes[] = "KMGTPE";
-  if (bytes < 1000) {
-    snprintf(buf, size, "%" PRIu64 " B", bytes);
-    return;
+/* Sizes ------------------------------------------------------------------- */
+
+const char* cube__format_bytes(uint64_t bytes, char* buf, size_t size) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
   }
-  double v = (double)bytes / 1000.0;
-  int p = 0;
-  while (v >= 1000.0 && p < 5) {
-    v /= 1000.0;
-    ++p;
-  }
-  snprintf(buf, size, "%.2f %cB", v, prefixes[p]);
+  if (u == 0)
+    snprintf(buf, size, "%llu B", (unsigned long long)bytes);
+  else
+    snprintf(buf, size, "%.2f %s", v, units[u]);
+  return buf;
 }
 
 static double cube__percent(uint64_t num, uint64_t den) {
@@ -141,9 +142,9 @@ const char* cube_memory_usage_format(const cube_memory_usage_t* usage, char* buf
     return buf;
   }
   char in_use[32], padding[32], reserved[32];
-  cube__format_bytes_si(usage->bytes_in_use, in_use, sizeof(in_use));
-  cube__format_bytes_si(usage->bytes_padding, padding, sizeof(padding));
-  cube__format_bytes_si(usage->bytes_reserved, reserved, sizeof(reserved));
+  cube__format_bytes(usage->bytes_in_use, in_use, sizeof(in_use));
+  cube__format_bytes(usage->bytes_padding, padding, sizeof(padding));
+  cube__format_bytes(usage->bytes_reserved, reserved, sizeof(reserved));
   snprintf(buf, buf_size,
            "%" PRIu64 " allocations, %s in use, %s padding, %s reserved, usage efficiency "
            "%.2f%%, padding overhead %.2f%%",

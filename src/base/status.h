@@ -45,4 +45,9 @@ cube_status_t cube__status_clone(cube_status_t status);
     if (!(p)) return CUBE_INVALID("%s: %s is NULL", fn, name); \
   } while (0)
 
+/* Formats |bytes| with binary units into |buf| of |size| bytes ("1.50 MiB",
+ * "512 B"), the units of every size a status message names. Returns buf.
+ * Thread-safe (src/base/names.c). */
+const char* cube__format_bytes(uint64_t bytes, char* buf, size_t size);
+
 #endif /* CUBE_BASE_STATUS_H_ */

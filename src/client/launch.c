@@ -5,7 +5,9 @@
 #include <string.h>
 
 #include "client/client_internal.h"
+#include "kernel/dialect.h"
 #include "kernel/kernel.h"
+#include "platform/platform.h"
 
 //===----------------------------------------------------------------------===//
 // Launch
@@ -41,6 +43,19 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
                              " units exceeds %s's limits (max dim (%u, %u, %u), %u units)",
                              fn, kernel->name, d.x, d.y, d.z, units, s->props.name, maxd[0],
                              maxd[1], maxd[2], s->props.hardware.max_units_per_cube);
+  /* A native kernel's cube-local scratch is known from its descriptor: the
+   * same limit as the backend's, here rather than at the next sync. */
+  if (kernel->cpu_fn && kernel->shared_memory_size > s->props.hardware.max_shared_memory_size) {
+    char a[32], b[32];
+    return cube__status_make(
+        CUBE_STATUS_OUT_OF_RANGE,
+        "%s: kernel '%s': shared_memory_size %" PRIu64 " (%s) exceeds the %s of cube-local "
+        "memory a cube has on %s",
+        fn, kernel->name, kernel->shared_memory_size,
+        cube__format_bytes(kernel->shared_memory_size, a, sizeof(a)),
+        cube__format_bytes(s->props.hardware.max_shared_memory_size, b, sizeof(b)),
+        s->props.name);
+  }
   uint32_t xyz[3] = {0, 0, 0};
   cube__memory_t* dyn_mem = NULL;
   uint64_t dyn_offset = 0;
@@ -87,6 +102,17 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
         targs[i].mem = info.mem;
         targs[i].value.buffer.offset = info.offset_start;
         targs[i].value.buffer.len = cube__handle_view_size(&info);
+        /* A view smaller than one element of the declared type would have
+         * no element at all in the kernel (its length rounds down to 0). */
+        uint32_t es = kernel->elem_size[i];
+        if (es && targs[i].value.buffer.len < es) {
+          const cube__param_t* p = &kernel->signature->params[i];
+          return CUBE_INVALID("%s: kernel '%s': argument %zu ('%s', CUBE_ARRAY(%s%s)) views "
+                              "%" PRIu64 " byte%s, less than one element of %u bytes",
+                              fn, kernel->name, i, p->name, p->is_const ? "const " : "", p->type,
+                              targs[i].value.buffer.len,
+                              targs[i].value.buffer.len == 1 ? "" : "s", es);
+        }
         break;
       }
       case CUBE_ARG_U32: targs[i].value.u32 = args[i].v.u32; break;
@@ -101,6 +127,30 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
     }
   }
   if (count.kind == CUBE_COUNT_STATIC && (!xyz[0] || !xyz[1] || !xyz[2])) return CUBE_OK;
+  if (kernel->source && cube__server_has_kernel_limits(s)) {
+    /* What only the compiled kernel knows (OpenCL's work-group size and
+     * local memory, CUDA's threads per block of the function): compiled now
+     * if it is not yet, so that this call, not a later sync, refuses it. */
+    cube__kernel_limits_t lim;
+    cube_status_t st = cube__server_kernel_limits(c->server, kernel, mode, &lim);
+    if (st) return cube__status_annotate(st, "%s", fn);
+    if (lim.max_units && units > lim.max_units)
+      return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                               "%s: kernel '%s': cube dim (%u, %u, %u) = %" PRIu64
+                               " units exceeds the %u units this kernel runs in a cube on %s "
+                               "(as compiled; the device allows %u)",
+                               fn, kernel->name, d.x, d.y, d.z, units, lim.max_units,
+                               s->props.name, s->props.hardware.max_units_per_cube);
+    if (lim.max_local_memory && lim.local_memory > lim.max_local_memory) {
+      char a[32], b[32];
+      return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                               "%s: kernel '%s' uses %s of cube-local memory (CUBE_SHARED), more "
+                               "than the %s a cube has on %s",
+                               fn, kernel->name, cube__format_bytes(lim.local_memory, a, sizeof(a)),
+                               cube__format_bytes(lim.max_local_memory, b, sizeof(b)),
+                               s->props.name);
+    }
+  }
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
   /* All checked: the queued record takes the binding references. */

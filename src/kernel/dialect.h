@@ -71,8 +71,9 @@ const char* cube__dialect_prelude(cube__target_t target);
  *     cube->scratch), or as a fallback one fiber per unit with stacks there;
  *   - CUDA: `extern "C" __global__ void cube_kernel_entry(...)`;
  *   - OpenCL: `__kernel void cube_kernel_entry(...)` (the entry's arrays take
- *     a byte offset; the rewrite keeps every line where it was).
- * Compiler messages about the source then carry the user's line numbers.
+ *     a byte offset; the rewrite keeps every line and column where it was).
+ * Compiler messages about the source then carry the user's lines and columns
+ * (cube__dialect_log_filter drops or rewrites the rest).
  * Fails with INVALID_ARGUMENT (NULL arguments, an unknown target or mode, a
  * malformed signature, a define that is no identifier or whose value has a
  * line break, a CUBE_CPU_FIBER_STACK that is not a decimal multiple of 64 of
@@ -81,6 +82,31 @@ cube_status_t cube__dialect_generate(cube__target_t target, const cube__signatur
                                      const char* source, const cube_define_t* defines,
                                      uint32_t define_count, cube_execution_mode_t mode,
                                      char** out_text);
+
+/* A text the log filter writes differently: a temporary path, the name the
+ * backend gave the unit. */
+typedef struct cube__log_alias {
+  const char* from;
+  const char* to;
+} cube__log_alias_t;
+
+/* The compiler's log |log| of the unit cube__dialect_generate made for the
+ * kernel |entry| of |source|, rewritten to name the user's file
+ * "<entry>.cube" only (docs/errors.md, "Kernel compile errors"): every
+ * diagnostic at the user's lines is kept in the compiler's words as
+ * "<entry>.cube:<line>:<col>: <severity>: <message>" with the lines quoted
+ * under it (PoCL's and NVRTC's layouts are rewritten so; NVRTC's column is
+ * read from its caret); an error reported inside the preludes or generated
+ * code takes the location of the first note after it at the user's lines
+ * (gcc's "in expansion of macro"), or, when no error of the log is at the
+ * user's lines, is kept without a line and quoted code; notes pointing
+ * elsewhere, error counts ("2 errors generated.") and repeats are dropped;
+ * the generator's names (cube__kernel_<entry>, cube_kernel_entry, the OpenCL
+ * rewrite's CUBE__EARR) read as the user's, and every |aliases| text (of
+ * |alias_count|) is replaced. Malloc'd (the caller frees it); NULL for a NULL
+ * |log| or |entry| or when out of host memory. */
+char* cube__dialect_log_filter(const char* log, const char* entry, const char* source,
+                               const cube__log_alias_t* aliases, uint32_t alias_count);
 
 /* Bytes of cube->scratch the generated CPU entry of |signature|'s kernel,
  * generated with |defines| (|define_count| of them; NULL when 0), needs per

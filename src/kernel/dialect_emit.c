@@ -463,10 +463,13 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
 /* OpenCL: the source with the entry's buffer parameters taking a byte offset.
  * A cl_mem is not an address, so a view into a pooled buffer is passed as the
  * buffer, its length and its offset: CUBE_ARRAY(T, a) of the entry's
- * declaration becomes CUBE__ENTRY_ARRAY(T, a) (base, a__bytes, offset), and
- * CUBE__ENTRY_VIEW(T, a) right after the body's '{' declares the local
- * pointer `a` the body uses. Both insertions keep every line where it was, so
- * compiler messages still name the user's lines. Other kernels of the source
+ * declaration becomes CUBE__EARR(T, a) (base, a__bytes, offset; a name of the
+ * same length, so that every later column of the line stays where it was),
+ * and after the body's '{' a line of generated code (its own file,
+ * "<entry>.entry.cl", under #line) declares the local pointer `a` the body
+ * uses with CUBE__ENTRY_VIEW; then #line and padding put the rest of the
+ * user's line back at its line and column. Compiler messages about the
+ * source so name the user's lines and columns. Other kernels of the source
  * keep the plain ABI (they are compiled, never run). */
 static void cube__emit_opencl_source(cube__sb_t* sb, const cube__signature_t* sig,
                                      const char* source, const char* v, size_t n) {
@@ -487,10 +490,11 @@ static void cube__emit_opencl_source(cube__sb_t* sb, const cube__signature_t* si
     cube__trim(v, &b, &e);
     if (!cube__tok_is(v, b, e, "CUBE_ARRAY")) continue;
     cube__sb_put(sb, source + pos, b - pos);
-    cube__sb_puts(sb, "CUBE__ENTRY_ARRAY");
+    cube__sb_puts(sb, "CUBE__EARR"); /* strlen("CUBE_ARRAY") bytes */
     pos = b + strlen("CUBE_ARRAY");
   }
   cube__sb_put(sb, source + pos, bb + 1 - pos);
+  cube__sb_printf(sb, "\n#line 1 \"%s.entry.cl\"\n", sig->entry);
   for (uint32_t k = 0; k < parts; ++k) {
     size_t b = starts[k], e = ends[k];
     cube__trim(v, &b, &e);
@@ -501,6 +505,10 @@ static void cube__emit_opencl_source(cube__sb_t* sb, const cube__signature_t* si
       cube__sb_put(sb, &c, 1);
     }
   }
+  cube__sb_printf(sb, "\n#line %" PRIu32 " \"%s.cube\"\n", cube__line_at(v, bb), sig->entry);
+  size_t line_start = bb;
+  while (line_start > 0 && source[line_start - 1] != '\n') --line_start;
+  for (size_t i = line_start; i <= bb; ++i) cube__sb_put(sb, source[i] == '\t' ? "\t" : " ", 1);
   cube__sb_puts(sb, source + bb + 1);
 }
 

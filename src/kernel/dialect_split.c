@@ -127,8 +127,14 @@ static bool cube__same_name(const char* v, size_t b, size_t e, size_t b2, size_t
   return e - b == e2 - b2 && memcmp(v + b, v + b2, e - b) == 0;
 }
 
+/* Names the user's line of |off| and pads to its column (a tab stays a tab,
+ * anything else is a space), so that a message about the text copied next
+ * names the user's line and column. */
 static void cube__split_line(cube__split_t* s, cube__sb_t* sb, size_t off) {
   cube__sb_printf(sb, "#line %" PRIu32 " \"%s.cube\"\n", cube__line_at(s->v, off), s->entry);
+  size_t start = off;
+  while (start > 0 && s->src[start - 1] != '\n') --start;
+  for (size_t i = start; i < off; ++i) cube__sb_put(sb, s->src[i] == '\t' ? "\t" : " ", 1);
 }
 
 static void cube__split_open(cube__split_t* s) {

@@ -36,6 +36,42 @@ void cube_kernel_desc_initialize(cube_kernel_desc_t* desc) {
   desc->struct_size = sizeof(*desc);
 }
 
+/* Bytes of the scalar type |type| (as the dialect's signature reads it:
+ * words one space apart), following the kernel's defines a few times
+ * ("REAL" with REAL=float); 0 when it is none of the fixed-size scalars of
+ * C, OpenCL C and CUDA C (a typedef, a struct, `long`). */
+static uint32_t cube__kernel_elem_size(const char* type, const cube_define_t* defines,
+                                       uint32_t define_count) {
+  static const struct {
+    const char* name;
+    uint32_t size;
+  } k_sizes[] = {
+      {"int8_t", 1},   {"uint8_t", 1},   {"char", 1},   {"signed char", 1}, {"unsigned char", 1},
+      {"uchar", 1},    {"bool", 1},      {"_Bool", 1},  {"int16_t", 2},     {"uint16_t", 2},
+      {"short", 2},    {"unsigned short", 2},           {"ushort", 2},      {"half", 2},
+      {"int32_t", 4},  {"uint32_t", 4},  {"int", 4},    {"signed", 4},      {"signed int", 4},
+      {"unsigned", 4}, {"unsigned int", 4},             {"uint", 4},        {"float", 4},
+      {"int64_t", 8},  {"uint64_t", 8},  {"long long", 8},                  {"long long int", 8},
+      {"unsigned long long", 8},         {"unsigned long long int", 8},     {"ulong", 8},
+      {"double", 8},
+  };
+  char t[64];
+  for (int depth = 0; type && depth < 8; ++depth) {
+    while (*type == ' ' || *type == '\t') ++type;
+    size_t n = strlen(type);
+    while (n > 0 && (type[n - 1] == ' ' || type[n - 1] == '\t')) --n;
+    if (n >= sizeof(t)) return 0;
+    memcpy(t, type, n);
+    t[n] = '\0';
+    for (size_t i = 0; i < sizeof(k_sizes) / sizeof(k_sizes[0]); ++i)
+      if (strcmp(t, k_sizes[i].name) == 0) return k_sizes[i].size;
+    type = NULL;
+    for (uint32_t d = 0; d < define_count && !type; ++d)
+      if (defines[d].name && strcmp(defines[d].name, t) == 0) type = defines[d].value;
+  }
+  return 0;
+}
+
 cube_status_t cube_kernel_create(const cube_kernel_desc_t* in_desc, cube_kernel_t** out_kernel) {
   const char* fn = "cube_kernel_create";
   if (!out_kernel) return CUBE_INVALID("%s: out_kernel is NULL", fn);
@@ -177,6 +213,9 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t* in_desc, cube_kernel_
       return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: kernel '%s': out of host memory",
                                fn, name);
     }
+    for (uint32_t i = 0; i < sig->count; ++i)
+      if (sig->params[i].kind == CUBE_ARG_BUFFER)
+        k->elem_size[i] = cube__kernel_elem_size(sig->params[i].type, k->defines, k->define_count);
     /* Sorted by name: the same set in any order is the same kernel. */
     for (uint32_t i = 1; i < k->define_count; ++i)
       for (uint32_t j = i; j > 0 && strcmp(k->defines[j - 1].name, k->defines[j].name) > 0; --j) {

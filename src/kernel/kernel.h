@@ -25,6 +25,10 @@ struct cube_kernel_s {
   cube_define_t* defines;           /* copies, sorted by name (one key per set) */
   uint32_t define_count;
   struct cube__signature* signature; /* parsed at creation */
+  /* Bytes of one element of each CUBE_ARRAY parameter whose type is a C
+   * scalar (a define of the kernel naming one counts), 0 when not known (a
+   * typedef, a struct): a launch with a smaller buffer is refused. */
+  uint32_t elem_size[CUBE_MAX_KERNEL_ARGS];
   /* Compiled forms per backend and execution mode, filled by the backend on
    * first use; they belong to the process-wide kernel cache, not to the
    * kernel (several kernel objects of one source share them). */

@@ -1,6 +1,7 @@
 /* The memory manager: picks a pool for each request (docs/cubecl.md, "Memory: pools and slices"),
  * retries a storage allocation once after an explicit cleanup, and turns
- * failures into OUT_OF_MEMORY statuses that carry a pool report. */
+ * failures into OUT_OF_MEMORY statuses that carry a pool report (the message
+ * format is in docs/errors.md, "Out of memory"). */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 
 #include "base/status.h"
 #include "memory/memory.h"
+#include "platform/platform.h"
 #include "memory/pool_internal.h"
 
 struct cube__mm {
@@ -205,9 +207,10 @@ uint64_t cube__mm_reserved_bytes(const cube__mm_t* mm) {
   return total;
 }
 
-/* Appends to a fixed buffer, truncating silently. */
+/* Appends to a fixed buffer, truncating silently. Big enough for the first
+ * line and one line per pool of the largest ladder (25 pools). */
 typedef struct cube__msg {
-  char text[2048];
+  char text[6144];
   size_t len;
 } cube__msg_t;
 
@@ -223,31 +226,87 @@ static void cube__msg_add(cube__msg_t* msg, const char* fmt, ...) {
   if (msg->len > sizeof(msg->text) - 1) msg->len = sizeof(msg->text) - 1;
 }
 
-/* "<name>: cannot reserve N bytes: <reason>; largest free block per pool:
- * ...; reserved R bytes, in use U bytes", carrying the report. */
-static cube_status_t cube__mm_oom(cube__mm_t* mm, uint64_t size, const char* reason) {
+/* "95.37 MiB (100000000 bytes)", or "1000 B" below a KiB: what the caller
+ * asked for, in the units of every memory message plus the exact count. */
+static const char* cube__mm_size_text(uint64_t size, char* buf, size_t n) {
+  char b[32];
+  if (size < 1024)
+    snprintf(buf, n, "%" PRIu64 " B", size);
+  else
+    snprintf(buf, n, "%s (%" PRIu64 " bytes)", cube__format_bytes(size, b, sizeof(b)), size);
+  return buf;
+}
+
+/* One line per pool: "\n  pool 1 sliced (pages of 8.00 MiB, takes up to
+ * 8.00 MiB): 1 page, 8.00 MiB reserved, 1000 B in use, largest free block
+ * 8.00 MiB". */
+static void cube__mm_pool_lines(cube__msg_t* msg, const cube_memory_report_t* r) {
+  for (uint32_t i = 0; i < r->pool_count && i < CUBE_MAX_POOLS; ++i) {
+    const cube_pool_report_t* p = &r->pools[i];
+    char page[32], max[32], reserved[32], in_use[32], largest[32];
+    cube__format_bytes(p->max_alloc_size, max, sizeof(max));
+    cube__msg_add(msg, "\n  pool %u %s", i, cube__pool_kind_name(p->kind));
+    if (p->kind == CUBE_POOL_SLICED)
+      cube__msg_add(msg, " (pages of %s, takes up to %s)",
+                    cube__format_bytes(p->page_size, page, sizeof(page)), max);
+    else if (p->kind == CUBE_POOL_EXCLUSIVE)
+      cube__msg_add(msg, " (takes up to %s)", max);
+    else
+      cube__msg_add(msg, " (exact sizes)");
+    cube__msg_add(msg, ": %" PRIu64 " page%s, %s reserved, %s in use, largest free block %s",
+                  p->pages, p->pages == 1 ? "" : "s",
+                  cube__format_bytes(p->usage.bytes_reserved, reserved, sizeof(reserved)),
+                  cube__format_bytes(p->usage.bytes_in_use, in_use, sizeof(in_use)),
+                  cube__format_bytes(p->largest_free_block, largest, sizeof(largest)));
+  }
+}
+
+/* The OUT_OF_MEMORY status of a request of |size| bytes (docs/errors.md,
+ * "Out of memory"): the message is "<name>: <size> requested: <why>" and one
+ * line per pool; the status carries |size| and the pools' report. */
+static cube_status_t cube__mm_oom(cube__mm_t* mm, uint64_t size, const char* why) {
   cube_memory_report_t report;
   cube__mm_report(mm, &report);
   cube__msg_t msg = {.len = 0};
   msg.text[0] = '\0';
-  cube__msg_add(&msg, "%s: cannot reserve %" PRIu64 " bytes: %s; largest free block per pool:",
-                mm->name, size, reason);
-  for (uint32_t i = 0; i < report.pool_count; ++i) {
-    const cube_pool_report_t* p = &report.pools[i];
-    cube__msg_add(&msg, "%s #%u %s", i ? "," : "", i, cube__pool_kind_name(p->kind));
-    if (p->kind == CUBE_POOL_SLICED) cube__msg_add(&msg, " (page %" PRIu64 ")", p->page_size);
-    if (p->kind == CUBE_POOL_EXCLUSIVE) cube__msg_add(&msg, " (max %" PRIu64 ")", p->max_alloc_size);
-    cube__msg_add(&msg, " %" PRIu64, p->largest_free_block);
-  }
-  cube__msg_add(&msg, "; reserved %" PRIu64 " bytes, in use %" PRIu64 " bytes",
-                report.total.bytes_reserved, report.total.bytes_in_use);
+  char sz[64];
+  cube__msg_add(&msg, "%s: %s requested: %s", mm->name, cube__mm_size_text(size, sz, sizeof(sz)),
+                why);
+  cube__mm_pool_lines(&msg, &report);
   return cube__status_oom(size, &report, "%s", msg.text);
 }
 
+/* The OOM status of a request of |size| bytes whose storage allocation for
+ * |pool| failed with the storage's out-of-memory |storage_status| (consumed)
+ * also after a cleanup that freed |freed| bytes. The storage's message is
+ * the reason; when the storage asked for was a page, not the request's own
+ * bytes, the reason says so. */
+static cube_status_t cube__mm_storage_oom(cube__mm_t* mm, const cube__pool_t* pool, uint64_t size,
+                                          uint64_t freed, cube_status_t storage_status) {
+  char why[1024], page[32], fr[32];
+  int n = 0;
+  if (pool->kind != CUBE_POOL_PERSISTENT) {
+    uint32_t index = (uint32_t)(pool - mm->pools);
+    n = snprintf(why, sizeof(why), "a new %s page for pool %u (%s): ",
+                 cube__format_bytes(pool->failed_bytes, page, sizeof(page)), index,
+                 cube__pool_kind_name(pool->kind));
+    if (n < 0 || (size_t)n >= sizeof(why)) n = 0;
+  }
+  snprintf(why + n, sizeof(why) - (size_t)n, "%s (also after a cleanup that freed %s)",
+           cube_status_message(storage_status), cube__format_bytes(freed, fr, sizeof(fr)));
+  cube_status_free(storage_status);
+  return cube__mm_oom(mm, size, why);
+}
+
 /* Allocates new storage in |pool| for |m|; on storage out-of-memory runs an
- * explicit cleanup and tries once more. */
+ * explicit cleanup and tries once more. When that fails too, returns the
+ * storage's own status with *out_storage_oom set and the bytes the cleanup
+ * freed in *out_freed. */
 static cube_status_t cube__mm_alloc_with_retry(cube__mm_t* mm, cube__pool_t* pool, uint64_t size,
-                                               cube__memory_t* m) {
+                                               cube__memory_t* m, uint64_t* out_freed,
+                                               bool* out_storage_oom) {
+  *out_freed = 0;
+  *out_storage_oom = false;
   bool storage_oom = false;
   cube_status_t status = cube__pool_alloc(pool, size, m, &storage_oom);
   if (status == CUBE_OK) return CUBE_OK;
@@ -260,19 +319,16 @@ static cube_status_t cube__mm_alloc_with_retry(cube__mm_t* mm, cube__pool_t* poo
   status = cube__pool_alloc(pool, size, m, &storage_oom);
   if (status == CUBE_OK) return CUBE_OK;
   if (!storage_oom) return cube__status_annotate(status, "%s: reserve %" PRIu64, mm->name, size);
-
-  char reason[512];
-  snprintf(reason, sizeof(reason),
-           "the storage is out of memory for a %s buffer of the pool (%s), also after a cleanup "
-           "that freed %" PRIu64 " bytes",
-           cube__pool_kind_name(pool->kind), cube_status_message(status), freed);
-  cube_status_free(status);
-  return cube__mm_oom(mm, size, reason);
+  *out_freed = freed;
+  *out_storage_oom = true;
+  return status;
 }
 
 static cube_status_t cube__mm_reserve_into(cube__mm_t* mm, uint64_t size, cube__memory_t* m) {
   mm->alloc_reserve_count++;
   bool found = false;
+  bool storage_oom = false;
+  uint64_t freed = 0;
 
   /* Persistent: reuse a free buffer of the same effective size in either
    * mode; allocate one when persistent, or when that size lives there. */
@@ -283,7 +339,10 @@ static cube_status_t cube__mm_reserve_into(cube__mm_t* mm, uint64_t size, cube__
   }
   if (mm->mode == CUBE_ALLOCATION_PERSISTENT ||
       (persistent_sizes && cube__persistent_has_size(&mm->persistent, size))) {
-    return cube__mm_alloc_with_retry(mm, &mm->persistent, size, m);
+    cube_status_t status =
+        cube__mm_alloc_with_retry(mm, &mm->persistent, size, m, &freed, &storage_oom);
+    if (status == CUBE_OK || !storage_oom) return status;
+    return cube__mm_storage_oom(mm, &mm->persistent, size, freed, status);
   }
 
   cube__pool_t* pool = NULL;
@@ -305,27 +364,54 @@ static cube_status_t cube__mm_reserve_into(cube__mm_t* mm, uint64_t size, cube__
       uint64_t max = cube__pool_max_request(&mm->pools[i]);
       if (max > largest) largest = max;
     }
-    char reason[128];
-    snprintf(reason, sizeof(reason), "no pool accepts it (largest pool takes %" PRIu64 ")",
-             largest);
-    return cube__mm_oom(mm, size, reason);
+    char why[128], lb[32];
+    snprintf(why, sizeof(why), "no pool takes it (the largest takes up to %s)",
+             cube__format_bytes(largest, lb, sizeof(lb)));
+    return cube__mm_oom(mm, size, why);
   }
   CUBE_RETURN_IF_ERROR(cube__pool_try_reserve(pool, size, m, &found));
   if (found) return CUBE_OK;
-  cube_status_t status = cube__mm_alloc_with_retry(mm, pool, size, m);
-  if (status == CUBE_OK || cube_status_code(status) != CUBE_STATUS_OUT_OF_MEMORY) return status;
+  cube_status_t status = cube__mm_alloc_with_retry(mm, pool, size, m, &freed, &storage_oom);
+  if (status == CUBE_OK || !storage_oom) return status;
   /* The pool's page does not fit in what the storage has left (a memory limit
    * on a machine whose ladder pages are large: a 1 MiB request can need a
    * 126 MiB page on a 125 GiB host). Before failing, take an exact-size
-   * buffer from the persistent pool: it holds just the request. */
-  bool storage_oom = false;
-  cube_status_t exact = cube__pool_alloc(&mm->persistent, size, m, &storage_oom);
+   * buffer from the persistent pool: it holds just the request. When that
+   * fails too, its reason is the one to give: it is about the request's own
+   * bytes, where the page's was about a page the caller never asked for. */
+  bool exact_oom = false;
+  cube_status_t exact = cube__pool_alloc(&mm->persistent, size, m, &exact_oom);
   if (exact == CUBE_OK) {
     cube_status_free(status);
     return CUBE_OK;
   }
+  if (exact_oom) {
+    cube_status_free(status);
+    return cube__mm_storage_oom(mm, &mm->persistent, size, freed, exact);
+  }
   cube_status_free(exact);
-  return status;
+  return cube__mm_storage_oom(mm, pool, size, freed, status);
+}
+
+cube_status_t cube__mm_oom_locate(const cube__mm_t* mm, cube_status_t status, const char* what,
+                                  const char* where) {
+  uint64_t requested = 0;
+  if (!mm || !status || !cube_status_oom_report(status, &requested, NULL))
+    return cube__status_annotate(status, "%s: on %s", what, where);
+  /* The first line is "<name>: <size> requested: <why>" (cube__mm_oom). */
+  char head[256], sz[64];
+  snprintf(head, sizeof(head), "%s: %s requested: ", mm->name,
+           cube__mm_size_text(requested, sz, sizeof(sz)));
+  const char* msg = cube_status_message(status);
+  size_t hn = strlen(head);
+  if (strncmp(msg, head, hn) != 0) return cube__status_annotate(status, "%s: on %s", what, where);
+  cube_status_t out = cube__status_oom(requested, cube__status_oom_report_mut(status),
+                                       "%s: out of memory: %s of %s requested on %s: %s", what,
+                                       sz, mm->name, where, msg + hn);
+  if (!cube_status_oom_report(out, NULL, NULL)) /* the static status: no host memory */
+    return cube__status_annotate(status, "%s: on %s", what, where);
+  cube_status_free(status);
+  return out;
 }
 
 cube_status_t cube__mm_reserve(cube__mm_t* mm, uint64_t size, cube__memory_t** out_memory) {

@@ -156,6 +156,21 @@ void cube__mm_destroy(cube__mm_t* mm);
  * descriptor is a recycled one when the manager has one (see the top). */
 cube_status_t cube__mm_reserve(cube__mm_t* mm, uint64_t size, cube__memory_t** out_memory);
 
+/* Out of memory, cube__mm_reserve and cube__mm_reserve_bind fail with an
+ * OUT_OF_MEMORY status that carries |size| (cube_status_oom_report's
+ * requested bytes) and the pools' report, and reads
+ *   "<name>: <size> requested: <why>"
+ * followed by one line per pool ("\n  pool <i> <kind> (...): ..."), sizes in
+ * the binary units of cube__format_bytes. cube__mm_oom_locate turns such a
+ * status (consumed) of |mm| into the caller's:
+ *   "<what>: out of memory: <size> of <name> requested on <where>: <why>"
+ * and the pool lines, e.g. "cube_client_empty: out of memory: 95.37 MiB
+ * (100000000 bytes) of device memory requested on cpu:0 stream 0: ...".
+ * Any other status is annotated with
+ * "<what>: on <where>". */
+cube_status_t cube__mm_oom_locate(const cube__mm_t* mm, cube_status_t status, const char* what,
+                                  const char* where);
+
 /* Reserves |size| bytes and binds them to the client-created, unbound |m|
  * (takes the pool's reference on it). CubeCL's initialize_memory. */
 cube_status_t cube__mm_reserve_bind(cube__mm_t* mm, uint64_t size, cube__memory_t* m);

@@ -189,6 +189,7 @@ cube_status_t cube__pool_add_page(cube__pool_t* pool, uint64_t bytes, cube__page
   cube_status_t status = pool->storage->alloc(pool->storage->self, bytes, &storage);
   if (status != CUBE_OK) {
     *out_storage_oom = cube_status_code(status) == CUBE_STATUS_OUT_OF_MEMORY;
+    pool->failed_bytes = bytes;
     return status;
   }
   cube__page_t* page = cube__page_create(pool, &storage);

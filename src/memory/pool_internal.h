@@ -136,6 +136,7 @@ struct cube__pool {
   uint32_t page_cap;
   uint64_t pages_peak;
   uint64_t reserved; /* sum of storage sizes of |pages| */
+  uint64_t failed_bytes; /* the storage size of the last page that could not be had */
 
   cube__bucket_t* buckets; /* persistent: sorted by effective_size */
   uint32_t bucket_count;

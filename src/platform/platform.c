@@ -156,19 +156,3 @@ bool cube__env_str(const char* name, const char** out) {
   *out = v;
   return true;
 }
-
-
-const char* cube__format_bytes(uint64_t bytes, char* buf, size_t size) {
-  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  if (u == 0)
-    snprintf(buf, size, "%llu B", (unsigned long long)bytes);
-  else
-    snprintf(buf, size, "%.2f %s", v, units[u]);
-  return buf;
-}

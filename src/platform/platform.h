@@ -72,7 +72,4 @@ static inline uint64_t cube__round_up(uint64_t x, uint64_t a) {
   return a ? ((x + a - 1) / a) * a : x;
 }
 
-/* Formats |bytes| with binary units into |buf| ("1.50 MiB"). Returns buf. */
-const char* cube__format_bytes(uint64_t bytes, char* buf, size_t size);
-
 #endif /* CUBE_PLATFORM_H_ */

@@ -173,6 +173,20 @@ static inline void cube__stream_leave(cube__stream_save_t save) {
  * Small helpers
  * ------------------------------------------------------------------------- */
 
+/* A device in messages: "cpu:0" for a backend's key (the compute server's
+ * type is its backend number), "type1000:3" for a key of another service
+ * type (the tests' own numbers): never two bare numbers. */
+static const char* cube__key_name(cube__device_key_t key, char* buf, size_t n) {
+  const char* b = cube_backend_name((cube_backend_t)key.type);
+  if (b)
+    snprintf(buf, n, "%s:%u", b, key.index);
+  else
+    snprintf(buf, n, "type%u:%u", key.type, key.index);
+  return buf;
+}
+/* The name in a buffer that lives to the end of the enclosing block. */
+#define CUBE__KEY(key) cube__key_name((key), (char[48]){0}, 48)
+
 static const char* cube__service_name(const cube__service_t* s) {
   return (s->vt && s->vt->name) ? s->vt->name : "?";
 }
@@ -188,13 +202,13 @@ static cube_status_t cube__check_usable(const cube__service_t* s) {
   const cube__device_t* d = s->device;
   if (cube__is_borrowed(s))
     return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
-                             "re-entrant use of service '%s' on device %u:%u from inside its own "
+                             "re-entrant use of service '%s' on device %s from inside its own "
                              "task",
-                             cube__service_name(s), d->key.type, d->key.index);
+                             cube__service_name(s), CUBE__KEY(d->key));
   if (s->destroyed)
     return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
-                             "service '%s' on device %u:%u is destroyed (queue shut down)",
-                             cube__service_name(s), d->key.type, d->key.index);
+                             "service '%s' on device %s is destroyed (queue shut down)",
+                             cube__service_name(s), CUBE__KEY(d->key));
   return CUBE_OK;
 }
 
@@ -250,8 +264,8 @@ static void cube__report_failure(cube__service_t* s, uint64_t stream_id, cube_st
     s->vt->task_failed(s->state, stream_id, st);
     return;
   }
-  fprintf(stderr, "cube: a task of service '%s' on device %u:%u (stream %llu) failed: [%s] %s\n",
-          cube__service_name(s), s->device->key.type, s->device->key.index,
+  fprintf(stderr, "cube: a task of service '%s' on device %s (stream %llu) failed: [%s] %s\n",
+          cube__service_name(s), CUBE__KEY(s->device->key),
           (unsigned long long)stream_id, cube_status_code_name(cube_status_code(st)),
           cube_status_message(st));
   cube_status_free(st);
@@ -376,8 +390,8 @@ static void cube__discard_cell(cube__device_t* d, cube__cell_t* c) {
     case CUBE__CELL_EXCLUSIVE: {
       cube__sync_call_t* r = (cube__sync_call_t*)c->ptr;
       r->result = cube__status_make(CUBE_STATUS_ABORTED,
-                                    "device %u:%u was shut down before the call ran",
-                                    d->key.type, d->key.index);
+                                    "device %s was shut down before the call ran",
+                                    CUBE__KEY(d->key));
       cube__event_set(&r->done);
       break;
     }
@@ -514,8 +528,8 @@ static cube_status_t cube__device_new(cube__device_key_t key, bool is_inline,
                                       cube__device_t** out) {
   cube__device_t* d = (cube__device_t*)cube__aligned_calloc(sizeof(*d), 64);
   if (!d)
-    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "device %u:%u: no memory for its queue",
-                             key.type, key.index);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "device %s: no memory for its queue",
+                             CUBE__KEY(key));
   atomic_init(&d->enqueue_pos, 0);
   atomic_init(&d->sleeping, 0);
   atomic_init(&d->wake_seq, 0);
@@ -531,8 +545,8 @@ static cube_status_t cube__device_new(cube__device_key_t key, bool is_inline,
     if (!d->cells) {
       cube__device_free(d);
       return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
-                               "device %u:%u: no memory for its queue (%zu bytes)", key.type,
-                               key.index, sizeof(cube__cell_t) * CUBE__RING_CELLS);
+                               "device %s: no memory for its queue (%zu bytes)", CUBE__KEY(key),
+                               sizeof(cube__cell_t) * CUBE__RING_CELLS);
     }
     for (size_t i = 0; i < CUBE__RING_CELLS; ++i) atomic_init(&d->cells[i].seq, i);
     char name[16];
@@ -540,7 +554,7 @@ static cube_status_t cube__device_new(cube__device_key_t key, bool is_inline,
     cube_status_t st = cube__thread_create(&d->thread, cube__runner_main, d, name, 0);
     if (st != CUBE_OK) {
       cube__device_free(d);
-      return cube__status_annotate(st, "device %u:%u: starting its runner", key.type, key.index);
+      return cube__status_annotate(st, "device %s: starting its runner", CUBE__KEY(key));
     }
     d->has_thread = true;
   }
@@ -627,17 +641,17 @@ static cube_status_t cube__service_obtain(cube__device_key_t key, cube_queue_mod
       pthread_mutex_unlock(&d->services_lock);
       if (must_create)
         return cube__status_make(CUBE_STATUS_ALREADY_EXISTS,
-                                 "service '%s' already exists on device %u:%u",
-                                 vt->name ? vt->name : "?", key.type, key.index);
+                                 "service '%s' already exists on device %s",
+                                 vt->name ? vt->name : "?", CUBE__KEY(key));
       *out_service = s;
       return CUBE_OK;
     }
     if (s->creator == me) {
       pthread_mutex_unlock(&d->services_lock);
       return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
-                               "service '%s' on device %u:%u requested from inside its own "
+                               "service '%s' on device %s requested from inside its own "
                                "create function",
-                               vt->name ? vt->name : "?", key.type, key.index);
+                               vt->name ? vt->name : "?", CUBE__KEY(key));
     }
     /* Another thread is creating it: wait, then look again (a failed
      * creation removes the entry and the next caller retries). */
@@ -645,14 +659,14 @@ static cube_status_t cube__service_obtain(cube__device_key_t key, cube_queue_mod
   }
   if (!vt->create) {
     pthread_mutex_unlock(&d->services_lock);
-    return CUBE_INVALID("service '%s' on device %u:%u has no create function (use insert)",
-                        vt->name ? vt->name : "?", key.type, key.index);
+    return CUBE_INVALID("service '%s' on device %s has no create function (use insert)",
+                        vt->name ? vt->name : "?", CUBE__KEY(key));
   }
   cube__service_t* s = (cube__service_t*)calloc(1, sizeof(*s));
   if (!s) {
     pthread_mutex_unlock(&d->services_lock);
-    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "service '%s' on device %u:%u: no memory",
-                             vt->name ? vt->name : "?", key.type, key.index);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "service '%s' on device %s: no memory",
+                             vt->name ? vt->name : "?", CUBE__KEY(key));
   }
   s->vt = vt;
   s->device = d;
@@ -670,8 +684,8 @@ static cube_status_t cube__service_obtain(cube__device_key_t key, cube_queue_mod
     pthread_cond_broadcast(&d->services_cv);
     pthread_mutex_unlock(&d->services_lock);
     free(s);
-    return cube__status_annotate(st, "creating service '%s' on device %u:%u",
-                                 vt->name ? vt->name : "?", key.type, key.index);
+    return cube__status_annotate(st, "creating service '%s' on device %s",
+                                 vt->name ? vt->name : "?", CUBE__KEY(key));
   }
   cube__service_publish_locked(d, s, state);
   pthread_mutex_unlock(&d->services_lock);
@@ -702,14 +716,14 @@ cube_status_t cube__service_insert(cube__device_key_t key, cube_queue_mode_t mod
   if (cube__find_service_locked(d, vt)) {
     pthread_mutex_unlock(&d->services_lock);
     return cube__status_make(CUBE_STATUS_ALREADY_EXISTS,
-                             "service '%s' is already registered on device %u:%u",
-                             vt->name ? vt->name : "?", key.type, key.index);
+                             "service '%s' is already registered on device %s",
+                             vt->name ? vt->name : "?", CUBE__KEY(key));
   }
   cube__service_t* s = (cube__service_t*)calloc(1, sizeof(*s));
   if (!s) {
     pthread_mutex_unlock(&d->services_lock);
-    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "service '%s' on device %u:%u: no memory",
-                             vt->name ? vt->name : "?", key.type, key.index);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "service '%s' on device %s: no memory",
+                             vt->name ? vt->name : "?", CUBE__KEY(key));
   }
   s->vt = vt;
   s->device = d;
@@ -777,9 +791,9 @@ cube_status_t cube__submit(cube__service_t* s, uint64_t stream_id, cube__task_fn
     if (!heap) {
       cube__drop_refused(payload, drop);
       return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
-                               "submit to service '%s' on device %u:%u: no memory for a %zu-byte "
+                               "submit to service '%s' on device %s: no memory for a %zu-byte "
                                "payload",
-                               cube__service_name(s), d->key.type, d->key.index, size);
+                               cube__service_name(s), CUBE__KEY(d->key), size);
     }
     memcpy(heap, payload, size);
   }
@@ -822,9 +836,9 @@ cube_status_t cube__submit_fill(cube__service_t* s, uint64_t stream_id, cube__ta
     heap = cube__aligned_alloc(size, 64);
     if (!heap)
       return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
-                               "submit to service '%s' on device %u:%u: no memory for a %zu-byte "
+                               "submit to service '%s' on device %s: no memory for a %zu-byte "
                                "payload",
-                               cube__service_name(s), d->key.type, d->key.index, size);
+                               cube__service_name(s), CUBE__KEY(d->key), size);
   }
   if (d->is_inline || tl_runner == d) {
     _Alignas(64) unsigned char local[CUBE__TASK_INLINE_BYTES];
@@ -921,8 +935,8 @@ void cube__queue_shutdown(cube__device_key_t key) {
   if (!d) return;
   if (cube__device_is_current(d)) {
     fprintf(stderr,
-            "cube: cube__queue_shutdown(%u:%u) called from a task of that device; ignored\n",
-            key.type, key.index);
+            "cube: cube__queue_shutdown(%s) called from a task of that device; ignored\n",
+            CUBE__KEY(key));
     return;
   }
 

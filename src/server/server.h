@@ -103,6 +103,14 @@ cube_status_t cube__server_launch(cube__stream_t* stream, cube_kernel_t* kernel,
 cube_status_t cube__server_prepare(cube__server_t* s, const cube_kernel_t* kernel,
                                    cube_execution_mode_t mode);
 
+/* True where compiled kernels have limits of their own beyond the device's
+ * properties (cube__backend_kernel_limits): a launch then asks for them. */
+bool cube__server_has_kernel_limits(const cube__server_t* s);
+/* Compiles |kernel| for |mode| now if it is not yet and gives the compiled
+ * kernel's limits on the server's device (all zero where there are none). */
+cube_status_t cube__server_kernel_limits(cube__server_t* s, const cube_kernel_t* kernel,
+                                         cube_execution_mode_t mode, cube__kernel_limits_t* out);
+
 /* Waits until the work queued before on the stream has run (no error taken). */
 cube_status_t cube__server_barrier(cube__stream_t* stream);
 /* Pushes queued work and returns (and clears) the stream's deferred errors. */

@@ -22,12 +22,13 @@ static cube_status_t cube__stream_device_alloc(void* self, uint64_t size, cube__
     uint_fast64_t cur = atomic_load(&s->device_reserved);
     do {
       if (cur + size > s->memory_limit || cur + size < cur) {
+        /* |size| is what the pool asked the storage for (a page, or the
+         * request's own bytes): the manager says which. */
         char a[32], b[32], c[32];
         return cube__status_make(
-            CUBE_STATUS_OUT_OF_MEMORY,
-            "memory limit of %s reached: %s reserved + %s requested > %s (CUBE_MEMORY_LIMIT)",
-            cube__format_bytes(s->memory_limit, a, sizeof(a)), cube__format_bytes(cur, b, sizeof(b)),
-            cube__format_bytes(size, c, sizeof(c)), a);
+            CUBE_STATUS_OUT_OF_MEMORY, "%s reserved + %s more would exceed the memory limit of %s",
+            cube__format_bytes(cur, b, sizeof(b)), cube__format_bytes(size, c, sizeof(c)),
+            cube__format_bytes(s->memory_limit, a, sizeof(a)));
       }
     } while (!atomic_compare_exchange_weak(&s->device_reserved, &cur, cur + size));
   } else {
@@ -317,6 +318,14 @@ void cube__stream_release_holds(cube__stream_t* st, bool wait) {
 // Memory
 //===----------------------------------------------------------------------===//
 
+/* "cpu:0 stream 3": where an allocation failed. */
+static const char* cube__stream_where(const cube__stream_t* st, char* buf, size_t n) {
+  const cube_device_id_t id = st->server->id;
+  const char* b = cube_backend_name(id.backend);
+  snprintf(buf, n, "%s:%u stream %" PRIu64, b ? b : "?", id.index, st->id);
+  return buf;
+}
+
 cube_status_t cube__stream_alloc(cube__stream_t* st, uint64_t size, const char* what,
                                  cube__memory_t** out_mem) {
   cube__server_t* s = st->server;
@@ -331,12 +340,9 @@ cube_status_t cube__stream_alloc(cube__stream_t* st, uint64_t size, const char* 
   pthread_mutex_unlock(&st->lock);
   if (status) {
     if (cube_status_code(status) == CUBE_STATUS_OUT_OF_MEMORY) {
-      char a[32], b[32];
-      status = cube__status_annotate(
-          status, "%s: out of memory on %s stream %" PRIu64 " (device reserved %s, limit %s)",
-          what, s->props.name, st->id,
-          cube__format_bytes(atomic_load(&s->device_reserved), a, sizeof(a)),
-          s->memory_limit ? cube__format_bytes(s->memory_limit, b, sizeof(b)) : "none");
+      char where[96];
+      status =
+          cube__mm_oom_locate(st->mm, status, what, cube__stream_where(st, where, sizeof(where)));
       cube_memory_report_t* r = cube__status_oom_report_mut(status);
       if (r) {
         r->device_reserved = atomic_load(&s->device_reserved);
@@ -364,7 +370,13 @@ cube_status_t cube__stream_staging(cube__stream_t* st, size_t size, cube_bytes_t
   pthread_mutex_lock(&st->lock);
   cube_status_t status = cube__mm_reserve(st->pinned, size ? size : 1, &m);
   pthread_mutex_unlock(&st->lock);
-  if (status) return status;
+  if (status) {
+    char where[96];
+    if (cube_status_code(status) == CUBE_STATUS_OUT_OF_MEMORY)
+      return cube__mm_oom_locate(st->pinned, status, "staging",
+                                 cube__stream_where(st, where, sizeof(where)));
+    return status;
+  }
   const cube__storage_t* storage;
   uint64_t off, sz;
   cube__memory_resolve(m, &storage, &off, &sz);

@@ -535,3 +535,12 @@ cube_status_t cube__server_prepare(cube__server_t* s, const cube_kernel_t* kerne
                                    cube_execution_mode_t mode) {
   return cube__backend_prepare(&s->be, kernel, mode);
 }
+
+bool cube__server_has_kernel_limits(const cube__server_t* s) {
+  return cube__backend_has_kernel_limits(&s->be);
+}
+
+cube_status_t cube__server_kernel_limits(cube__server_t* s, const cube_kernel_t* kernel,
+                                         cube_execution_mode_t mode, cube__kernel_limits_t* out) {
+  return cube__backend_kernel_limits(&s->be, kernel, mode, out);
+}

@@ -18,7 +18,8 @@
  *    CUDA_ERROR_NOT_SUPPORTED (kernels need a GPU);
  *  - cuLaunchHostFunc runs its function on the stream's thread, in order
  *    (how the mock NCCL of tests/mock_nccl queues its work);
- *  - CUBE_MOCK_CUDA_DEVICES (default 1) devices.
+ *  - CUBE_MOCK_CUDA_DEVICES (default 1) devices; CUBE_MOCK_CUDA_FUNC_MAX_THREADS
+ *    threads per block for every function (default the device's 1024).
  * Counters for tests: cube_mock_cuda_stats(); fault injection:
  * cube_mock_cuda_fail().
  */
@@ -656,7 +657,14 @@ static CUresult m_cuModuleLoadData(CUmodule* m, const void* image) {
   MOCK_FAULT("cuModuleLoadData", CUDA_ERROR_INVALID_IMAGE); *m = (CUmodule)&mock_module_tag; return CUDA_SUCCESS; }
 static CUresult m_cuModuleUnload(CUmodule m) { (void)m; return CUDA_SUCCESS; }
 static CUresult m_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) { (void)m; (void)name; *f = (CUfunction)&mock_function_tag; return CUDA_SUCCESS; }
-static CUresult m_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) { (void)f; *v = a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0; return CUDA_SUCCESS; }
+/* CUBE_MOCK_CUDA_FUNC_MAX_THREADS: the threads per block a function allows
+ * (a real one's register use can make it fewer than the device's 1024). */
+static CUresult m_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
+  (void)f;
+  const char* e = getenv("CUBE_MOCK_CUDA_FUNC_MAX_THREADS");
+  *v = a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? (e ? atoi(e) : 1024) : 0;
+  return CUDA_SUCCESS;
+}
 static CUresult m_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                  unsigned by, unsigned bz, unsigned shm, CUstream s, void** params, void** extra) {
   (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s; (void)params; (void)extra;

@@ -65,7 +65,7 @@ CUBE_TEST(validate_refuses_other_versions_and_missing_slots) {
   CHECK(!cube__backend_has_host_storage(&be));
   cube__storage_t st;
   CHECK_STATUS(cube__backend_host_alloc(&be, 64, &st), CUBE_STATUS_UNIMPLEMENTED,
-               "null device 0 has no pinned host memory");
+               "null:0 has no pinned host memory");
   CHECK(!cube__backend_has_prepare(&be));
   CHECK_OK(cube__backend_sync(&be, NULL));
   cube__backend_trim(&be, NULL);
@@ -77,7 +77,7 @@ CUBE_TEST(validate_refuses_other_versions_and_missing_slots) {
   CHECK(cube__backend_event_done(&be, NULL));
   uint32_t ordinal;
   CHECK_STATUS(cube__backend_ctl(&be, NULL, CUBE__CTL_NATIVE_ORDINAL, &ordinal),
-               CUBE_STATUS_UNIMPLEMENTED, "null device 0", "control operation 2");
+               CUBE_STATUS_UNIMPLEMENTED, "null:0", "control operation 2");
   /* alloc without alloc_on. */
   REQUIRE_OK(cube__backend_alloc(&be, NULL, 100, &st));
   CHECK_EQ_U64(st.size, 100);
@@ -249,7 +249,7 @@ CUBE_TEST(fault_sites_are_per_backend) {
   cube__fault_set(cube__fault_backend_site(CUBE_BACKEND_NULL, CUBE__SLOT_ALLOC), 1, 1);
   cube__storage_t st2;
   CHECK_STATUS(cube__backend_alloc(&be, NULL, 64, &st2), CUBE_STATUS_OUT_OF_MEMORY,
-               "null device 0: allocation of 64 bytes failed", "injected fault");
+               "null:0: allocation of 64 bytes failed", "injected fault");
   cube__fault_reset();
   cube__backend_dealloc(&be, NULL, &st);
   cube__backend_device_destroy(&be);

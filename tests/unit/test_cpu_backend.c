@@ -106,7 +106,7 @@ CUBE_TEST(properties_sanity) {
   cube_backend_info_t info;
   REQUIRE_OK(cpu->device_create(0, NULL, &dev, &p, &f, &info));
   printf("name: %s\nversion: %s\n", p.name, info.version);
-  CHECK(strncmp(p.name, "cpu0 (", 6) == 0 && p.name[strlen(p.name) - 1] == ')');
+  CHECK(strncmp(p.name, "cpu:0 (", 7) == 0 && p.name[strlen(p.name) - 1] == ')');
   CHECK(p.id.backend == CUBE_BACKEND_CPU && p.id.index == 0);
   CHECK(p.memory.total_memory == cube__total_memory() && p.memory.total_memory > 0);
   CHECK_EQ_U64(p.memory.alignment, 64);
@@ -141,7 +141,7 @@ CUBE_TEST(properties_sanity) {
 
   cube__backend_device_t* other = NULL;
   CHECK_STATUS(cpu->device_create(1, NULL, &other, &p, &f, &info), CUBE_STATUS_NOT_FOUND,
-               "cpu device 1");
+               "cpu:1");
   CHECK(other == NULL);
   cpu->device_destroy(dev);
 }
@@ -157,7 +157,7 @@ CUBE_TEST(three_devices_from_env) {
     cube_backend_info_t info;
     REQUIRE_OK(cpu->device_create(i, NULL, &devs[i], &p, &f, &info));
     char prefix[16];
-    snprintf(prefix, sizeof(prefix), "cpu%u (", i);
+    snprintf(prefix, sizeof(prefix), "cpu:%u (", i);
     CHECK(strncmp(p.name, prefix, strlen(prefix)) == 0);
     CHECK(p.id.backend == CUBE_BACKEND_CPU && p.id.index == i);
     CHECK_EQ_U64(info.device_count, 3);
@@ -776,11 +776,11 @@ CUBE_TEST(params_wrong_are_refused) {
   dev = NULL;
   prm.threads = 1025;
   CHECK_STATUS(cpu->device_create(0, &o, &dev, &p, &f, &info), CUBE_STATUS_INVALID_ARGUMENT,
-               "cpu device 0", "threads is 1025", "1 to 1024");
+               "cpu:0", "threads is 1025", "1 to 1024");
   prm.threads = 1;
   prm.struct_size = (uint32_t)sizeof(prm) + 8;
   CHECK_STATUS(cpu->device_create(0, &o, &dev, &p, &f, &info), CUBE_STATUS_INVALID_ARGUMENT,
-               "cpu device 0", "struct_size", "cube_cpu_params_initialize");
+               "cpu:0", "struct_size", "cube_cpu_params_initialize");
   prm.struct_size = 4;
   CHECK_STATUS(cpu->device_create(0, &o, &dev, &p, &f, &info), CUBE_STATUS_INVALID_ARGUMENT,
                "struct_size is 4");

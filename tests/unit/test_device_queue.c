@@ -294,7 +294,7 @@ static void recursive_execution_same_state(cube_queue_mode_t mode) {
   REQUIRE(a);
   atomic_store(&g_same_state_drops, 0);
   char devname[32];
-  snprintf(devname, sizeof(devname), "device %u:3", key.type);
+  snprintf(devname, sizeof(devname), "device type%u:3", key.type);
   self_call_t p = {a, 0};
   CHECK_STATUS(cube__submit_blocking(a, cube__stream_current_id(), task_call_self, &p),
                CUBE_STATUS_FAILED_PRECONDITION, "re-entrant", "'counter'", devname);

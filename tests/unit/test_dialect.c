@@ -356,11 +356,17 @@ CUBE_TEST(generate_structure) {
       const char* pi = strstr(text, "#define cube__argidx_y 1u\n");
       const char* pl = strstr(text, "#line 1 \"saxpy.cube\"\n");
       /* OpenCL: the entry's arrays take a view offset (preludes/opencl.h);
-       * the rewrite keeps every line where it was. */
+       * the rewrite keeps every line and column where it was: CUBE__EARR is
+       * as long as CUBE_ARRAY, the views are generated code on a line of
+       * their own, and the rest of the '{' line is padded back to its
+       * column. */
       static const char* const opencl_src =
-          "CUBE_KERNEL(saxpy, CUBE__ENTRY_ARRAY(const float, x), CUBE__ENTRY_ARRAY(float, y), "
-          "float a)\n"
-          "{ CUBE__ENTRY_VIEW(const float, x) CUBE__ENTRY_VIEW(float, y)\n"
+          "CUBE_KERNEL(saxpy, CUBE__EARR(const float, x), CUBE__EARR(float, y), float a)\n"
+          "{\n"
+          "#line 1 \"saxpy.entry.cl\"\n"
+          " CUBE__ENTRY_VIEW(const float, x) CUBE__ENTRY_VIEW(float, y)\n"
+          "#line 2 \"saxpy.cube\"\n"
+          " \n"
           "    uint32_t i = ABSOLUTE_POS;\n";
       const char* ps = strstr(text, t == CUBE__TARGET_OPENCL ? opencl_src : saxpy_src);
       CHECK(pm && pp && pd && pi && pl && ps);

@@ -189,6 +189,10 @@ static cube_kernel_desc_t kd_disagree(void) { cube_kernel_desc_t d = kd_dialect(
 static cube_kernel_desc_t kd_bad_define(void) { cube_kernel_desc_t d = kd_dialect(); d.defines = k_bad_define; d.define_count = 1; return d; }
 static cube_kernel_desc_t kd_malformed(void) { cube_kernel_desc_t d = kd_dialect(); d.source = "CUBE_KERNEL(fill, CUBE_ARRAY(float out) { }\n"; return d; }
 
+static cube_status_t kernel_try_keep(cube_kernel_desc_t d, cube_kernel_t** out) {
+  return cube_kernel_create(&d, out);
+}
+
 static cube_status_t kernel_try(cube_kernel_desc_t d) {
   cube_kernel_t* k = NULL;
   cube_status_t s = cube_kernel_create(&d, &k);
@@ -795,6 +799,10 @@ static cube_status_t load_try(cube_device_id_t d) {
     cube_client_launch(c, k, dyn_small, 2, args), "cube_client_launch", "'k_args'", "views 4 bytes", "needs 12") \
   X("E253", "cube_client_launch", "kernel cube_dim (1024, 2, 1) beyond the device", RANGE,       \
     cube_client_launch(c, kbig, one, 0, NULL), "cube_client_launch", "'k_big'", "(1024, 2, 1)", "2048 units") \
+  X("E316", "cube_client_launch", "argument 0 a buffer of 3 bytes for CUBE_ARRAY(float)", INV,   \
+    cube_client_launch(c, kfill, one, 1, args_three), "cube_client_launch", "'fill'", "argument 0 ('out', CUBE_ARRAY(float))", "views 3 bytes", "one element of 4 bytes") \
+  X("E317", "cube_client_launch", "native kernel shared_memory_size 2 MiB (the CPU has 1 MiB)", RANGE, \
+    cube_client_launch(c, kshared, one, 0, NULL), "cube_client_launch", "'k_shared'", "shared_memory_size 2097152", "cpu:0") \
   X("E254", "cube_client_launch_mode", "execution mode out of range (3)", INV,                   \
     cube_client_launch_mode(c, k, one, 2, args, (cube_execution_mode_t)3), "cube_client_launch_mode", "'k_args'", "execution mode 3") \
   X("E255", "cube_client_launch_mode", "client NULL", INV,                                       \
@@ -1381,6 +1389,16 @@ CUBE_TEST(launch) {
   cube_kernel_t* k = native_kernel("k_args", k_noop, 2, k_buf_u32, (cube_dim_t){1, 1, 1});
   cube_kernel_t* kbig = native_kernel("k_big", k_noop, 0, NULL, (cube_dim_t){1024, 2, 1});
   REQUIRE(k != NULL && kbig != NULL);
+  cube_kernel_t* kfill = NULL;
+  REQUIRE_OK(kernel_try_keep(kd_dialect(), &kfill));
+  cube_kernel_desc_t dshared = kdesc();
+  dshared.name = "k_shared";
+  dshared.shared_memory_size = 2u << 20;
+  cube_kernel_t* kshared = NULL;
+  REQUIRE_OK(kernel_try_keep(dshared, &kshared));
+  cube_handle_t three = CUBE_HANDLE_NULL;
+  REQUIRE_OK(cube_client_empty(c, 3, &three));
+  const cube_arg_t args_three[1] = {cube_arg_buffer(three)};
   cube_kernel_t* kernels_null[2] = {k, NULL};
   cube_count_t one = cube_count_static(1, 1, 1);
   cube_count_t bad_kind = one;
@@ -1396,6 +1414,9 @@ CUBE_TEST(launch) {
   CHECK_OK(cube_client_sync(c));
   cube_kernel_release(k);
   cube_kernel_release(kbig);
+  cube_kernel_release(kfill);
+  cube_kernel_release(kshared);
+  cube_handle_release(three);
   cube_handle_release(small);
   cube_handle_release(live);
   cube_client_release(c);

@@ -115,7 +115,7 @@ static void cube__cpu_fill_properties(uint32_t index, uint32_t workers,
                                       cube_device_properties_t* p) {
   memset(p, 0, sizeof(*p));
   pthread_once(&cube__cpu_model_once, cube__cpu_model_read);
-  snprintf(p->name, sizeof(p->name), "cpu%u (%.96s)", index, cube__cpu_model);
+  snprintf(p->name, sizeof(p->name), "cpu:%u (%.96s)", index, cube__cpu_model);
   p->id.backend = CUBE_BACKEND_CPU;
   p->id.index = index;
   p->memory.total_memory = cube__total_memory();
@@ -158,27 +158,27 @@ static cube_status_t cube__cpu_device_create(uint32_t index, const cube_server_o
   cube_cpu_params_t prm;
   cube_cpu_params_initialize(&prm);
   char what[32];
-  snprintf(what, sizeof(what), "cpu device %u", index);
+  snprintf(what, sizeof(what), "cpu:%u", index);
   CUBE_RETURN_IF_ERROR(cube__backend_params_take(options, CUBE_BACKEND_CPU, what, sizeof(prm),
                                                  sizeof(prm), &prm));
   if (prm.threads > CUBE__CPU_MAX_THREADS)
-    return CUBE_INVALID("cpu device %u: backend_params.threads is %u, not 0 (the whole pool) or "
+    return CUBE_INVALID("cpu:%u: backend_params.threads is %u, not 0 (the whole pool) or "
                         "a thread count from 1 to %u",
                         index, prm.threads, CUBE__CPU_MAX_THREADS);
   uint32_t count;
   CUBE_RETURN_IF_ERROR(cube__cpu_devices_wanted(&count));
   if (index >= count)
     return cube__status_make(CUBE_STATUS_NOT_FOUND,
-                             "cpu device %u does not exist (%u device%s, CUBE_CPU_DEVICES)", index,
+                             "cpu:%u does not exist (%u device%s, CUBE_CPU_DEVICES)", index,
                              count, count == 1 ? "" : "s");
   cube__backend_device_t* dev = calloc(1, sizeof(*dev));
   if (!dev)
-    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "cpu device %u: no memory for the device",
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "cpu:%u: no memory for the device",
                              index);
   cube_status_t s = cube__worker_pool_acquire(&dev->pool);
   if (s != CUBE_OK) {
     free(dev);
-    return cube__status_annotate(s, "cpu device %u", index);
+    return cube__status_annotate(s, "cpu:%u", index);
   }
   dev->index = index;
   dev->workers = cube__worker_pool_size(dev->pool);
@@ -189,7 +189,7 @@ static cube_status_t cube__cpu_device_create(uint32_t index, const cube_server_o
     cube__worker_pool_release(dev->pool);
     free(dev);
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
-                             "cpu device %u: no memory for %u scratch slots", index, workers);
+                             "cpu:%u: no memory for %u scratch slots", index, workers);
   }
 
   cube__cpu_fill_properties(index, dev->threads, &dev->props);
@@ -245,7 +245,7 @@ static cube_status_t cube__cpu_alloc_storage(cube__backend_device_t* dev, uint64
   if (!ptr) {
     char buf[32];
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
-                             "cpu device %u: allocation of %llu bytes (%s) failed",
+                             "cpu:%u: allocation of %llu bytes (%s) failed",
                              dev ? dev->index : 0u, (unsigned long long)size,
                              cube__format_bytes(size, buf, sizeof(buf)));
   }
@@ -393,7 +393,8 @@ static cube_status_t cube__cpu_kernel_function(const cube_kernel_t* k, cube_exec
                            mode_names[mode], text, NULL};
     cube__cache_key_t key = cube__cache_key(parts);
     cube_cpu_kernel_fn f = NULL;
-    st = cube__cpu_compile(text, key, "cube_kernel_entry", k->name, &f);
+    st = cube__cpu_compile_kernel(text, key, "cube_kernel_entry", k->name, k->entry, k->source,
+                                  &f);
     if (!st) {
       atomic_store_explicit(slot, (void*)f, memory_order_release);
       *out = f;

@@ -25,6 +25,7 @@
 #include "base/fault.h"
 #include "base/options.h"
 #include "base/status.h"
+#include "kernel/dialect.h"
 #include "platform/platform.h"
 
 extern char** environ;
@@ -450,9 +451,12 @@ static cube_status_t cube__cc_symbol(cube__cpu_module_t* m, const char* symbol,
 
 /* Compiling --------------------------------------------------------------- */
 
-/* Runs the compiler on |text|; the shared object's bytes in *out_so. */
+/* Runs the compiler on |text|; the shared object's bytes in *out_so. With
+ * an |entry| (a dialect unit of |source|), the log is filtered to the user's
+ * file (cube__dialect_log_filter) before it goes into the status. */
 static cube_status_t cube__cc_compile_text(const char* cc, const char* text,
-                                           const char* display_name, void** out_so,
+                                           const char* display_name, const char* entry,
+                                           const char* source, void** out_so,
                                            size_t* out_size) {
   *out_so = NULL;
   *out_size = 0;
@@ -513,6 +517,16 @@ static cube_status_t cube__cc_compile_text(const char* cc, const char* text,
     if (so >= 0) close(so);
     size_t log_size = 0;
     char* log_text = cube__cc_read_all(log, &log_size);
+    if (log_text && entry) {
+      /* The output's directory is the compile's own, of no use to the user. */
+      const cube__log_alias_t alias = {dir, "<temporary directory>"};
+      char* filtered = cube__dialect_log_filter(log_text, entry, source, &alias, 1);
+      if (filtered) {
+        free(log_text);
+        log_text = filtered;
+        log_size = strlen(filtered);
+      }
+    }
     char* excerpt = log_text ? cube__cc_log_excerpt(log_text, log_size) : NULL;
     char how[96];
     cube__cc_describe_exit(ws, how, sizeof(how));
@@ -580,7 +594,8 @@ static void cube__cc_inflight_remove(cube__cc_inflight_t* me) {
 
 /* Disk hit or compile, then load; the module goes into the memory cache. */
 static cube_status_t cube__cc_build(const char* text, cube__cache_key_t key,
-                                    const char* display_name, cube__cpu_module_t** out) {
+                                    const char* display_name, const char* entry,
+                                    const char* source, cube__cpu_module_t** out) {
   *out = NULL;
   uint64_t t0 = cube__now_ns();
   void* bytes = NULL;
@@ -606,7 +621,7 @@ static cube_status_t cube__cc_build(const char* text, cube__cache_key_t key,
   const char* cc = NULL;
   uint64_t t1 = cube__now_ns();
   st = cube__cpu_compiler(&cc, NULL);
-  if (!st) st = cube__cc_compile_text(cc, text, display_name, &bytes, &size);
+  if (!st) st = cube__cc_compile_text(cc, text, display_name, entry, source, &bytes, &size);
   cube__cache_count_miss(cube__now_ns() - t1, st != CUBE_OK);
   if (st) return st;
   cube_status_t store = cube__cache_disk_store(key, "so", bytes, size);
@@ -621,6 +636,12 @@ static cube_status_t cube__cc_build(const char* text, cube__cache_key_t key,
 
 cube_status_t cube__cpu_compile(const char* text, cube__cache_key_t key, const char* symbol,
                                 const char* display_name, cube_cpu_kernel_fn* out_fn) {
+  return cube__cpu_compile_kernel(text, key, symbol, display_name, NULL, NULL, out_fn);
+}
+
+cube_status_t cube__cpu_compile_kernel(const char* text, cube__cache_key_t key, const char* symbol,
+                                       const char* display_name, const char* entry,
+                                       const char* source, cube_cpu_kernel_fn* out_fn) {
   if (out_fn) *out_fn = NULL;
   if (!display_name) display_name = symbol ? symbol : "(unnamed)";
   if (!text || !symbol || !*symbol || !out_fn)
@@ -647,7 +668,7 @@ cube_status_t cube__cpu_compile(const char* text, cube__cache_key_t key, const c
     cube__cache_count_memory_hit();
     return cube__cc_symbol(m, symbol, display_name, out_fn);
   }
-  cube_status_t st = cube__cc_build(text, key, display_name, &m);
+  cube_status_t st = cube__cc_build(text, key, display_name, entry, source, &m);
   cube__cc_inflight_remove(&me);
   if (st) return st;
   return cube__cc_symbol(m, symbol, display_name, out_fn);

@@ -46,6 +46,13 @@ typedef struct cube__cpu_module cube__cpu_module_t; /* a loaded shared object */
 cube_status_t cube__cpu_compile(const char* text, cube__cache_key_t key, const char* symbol,
                                 const char* display_name, cube_cpu_kernel_fn* out_fn);
 
+/* As cube__cpu_compile for the unit of the dialect kernel |entry| of
+ * |source| (cube__dialect_generate): the compiler's messages are filtered to
+ * the user's file (cube__dialect_log_filter), with no temporary path. */
+cube_status_t cube__cpu_compile_kernel(const char* text, cube__cache_key_t key, const char* symbol,
+                                       const char* display_name, const char* entry,
+                                       const char* source, cube_cpu_kernel_fn* out_fn);
+
 /* The host CPU for cache keys (-march=native binaries must not move between
  * CPU models): "<model name> | <arch> | avx2=<0|1> avx512f=<0|1> | flags=<hash>".
  * Static string. */

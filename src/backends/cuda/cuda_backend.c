@@ -54,6 +54,7 @@ const cube__backend_vtable_t cube__backend_cuda = {
     .read = cube__cuda_read,
     .launch = cube__cuda_launch,
     .prepare = cube__cuda_prepare,
+    .kernel_limits = cube__cuda_kernel_limits,
     .sync = cube__cuda_sync,
     .alloc_on = cube__cuda_alloc_on,
     .dealloc_on = cube__cuda_dealloc_on,

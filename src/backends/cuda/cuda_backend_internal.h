@@ -227,6 +227,9 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
                                   cube_execution_mode_t mode, cube__cuda_fn_t* out);
 cube_status_t cube__cuda_prepare(cube__backend_device_t* d, const cube_kernel_t* k,
                                  cube_execution_mode_t mode);
+/* The compiled function's limits (the kernel_limits slot), compiling it first. */
+cube_status_t cube__cuda_kernel_limits(cube__backend_device_t* d, const cube_kernel_t* k,
+                                       cube_execution_mode_t mode, cube__kernel_limits_t* out);
 cube_status_t cube__cuda_ctl(cube__backend_device_t* d, void* stream, uint32_t op, void* arg);
 cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
                                 const cube__launch_t* l);

@@ -99,7 +99,7 @@ static cube_status_t cube__cuda_params_take(const cube_server_options_t* options
                                             cube_cuda_params_t* prm) {
   cube_cuda_params_initialize(prm);
   char what[96];
-  snprintf(what, sizeof(what), "cuda device %u", index);
+  snprintf(what, sizeof(what), "cuda:%u", index);
   if (!options || !options->backend_params) {
     static const cube__option_id_t mirrored[] = {
         CUBE__OPT_CUDA_STAGING_CHUNK, CUBE__OPT_CUDA_COPY_THREADS, CUBE__OPT_CUDA_STREAM_COPY,
@@ -113,15 +113,15 @@ static cube_status_t cube__cuda_params_take(const cube_server_options_t* options
   CUBE_RETURN_IF_ERROR(cube__backend_params_take(options, CUBE_BACKEND_CUDA, what,
                                                  sizeof(cube_cuda_params_t),
                                                  sizeof(cube_cuda_params_t), prm));
-  snprintf(what, sizeof(what), "cuda device %u: backend_params.staging_chunk", index);
+  snprintf(what, sizeof(what), "cuda:%u: backend_params.staging_chunk", index);
   CUBE_RETURN_IF_ERROR(
       cube__option_check_value(CUBE__OPT_CUDA_STAGING_CHUNK, prm->staging_chunk, what));
   if (prm->copy_threads) {
-    snprintf(what, sizeof(what), "cuda device %u: backend_params.copy_threads", index);
+    snprintf(what, sizeof(what), "cuda:%u: backend_params.copy_threads", index);
     CUBE_RETURN_IF_ERROR(
         cube__option_check_value(CUBE__OPT_CUDA_COPY_THREADS, prm->copy_threads, what));
   }
-  snprintf(what, sizeof(what), "cuda device %u: backend_params.stream_copy", index);
+  snprintf(what, sizeof(what), "cuda:%u: backend_params.stream_copy", index);
   return cube__option_check_value(CUBE__OPT_CUDA_STREAM_COPY, (uint64_t)prm->stream_copy, what);
 }
 
@@ -136,11 +136,11 @@ cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_options
   CUBE_RETURN_IF_ERROR(cube__cuda_driver(&cu));
   uint32_t count = cube__cuda_device_count();
   if (index >= count)
-    return cube__status_make(CUBE_STATUS_NOT_FOUND, "cuda device %u does not exist (%u GPU%s)",
+    return cube__status_make(CUBE_STATUS_NOT_FOUND, "cuda:%u does not exist (%u GPU%s)",
                              index, count, count == 1 ? "" : "s");
   cube__backend_device_t* d = calloc(1, sizeof(*d));
   if (!d)
-    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "cuda device %u: no host memory", index);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "cuda:%u: no host memory", index);
   pthread_mutex_init(&d->ring_lock, NULL);
   pthread_cond_init(&d->ring_cond, NULL);
   pthread_mutex_init(&d->fn_lock, NULL);
@@ -149,7 +149,7 @@ cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_options
   cube_status_t st = CUBE_OK;
   CUresult r = cu->DeviceGet(&d->dev, (int)index);
   if (r != CUDA_SUCCESS) {
-    st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: cuDeviceGet", index);
+    st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuDeviceGet", index);
     goto fail;
   }
   pthread_mutex_lock(&cube__cuda_ctx_lock);
@@ -160,7 +160,7 @@ cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_options
   d->ctx = cube__cuda_ctxs[index];
   pthread_mutex_unlock(&cube__cuda_ctx_lock);
   if (!d->ctx) {
-    st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: cuDevicePrimaryCtxRetain", index);
+    st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuDevicePrimaryCtxRetain", index);
     goto fail;
   }
   {
@@ -188,7 +188,7 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
   size_t total = 0;
   r = cu->DeviceTotalMem(&total, d->dev);
   if (r != CUDA_SUCCESS) {
-    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: cuDeviceTotalMem", index);
+    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuDeviceTotalMem", index);
   }
   d->cc_major = cube__cuda_attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
   d->cc_minor = cube__cuda_attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
@@ -215,7 +215,7 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
   if (r == CUDA_SUCCESS)
     r = cu->MemHostAlloc((void**)&d->bounds_host, 64, CU_MEMHOSTALLOC_PORTABLE);
   if (r != CUDA_SUCCESS) {
-    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: bounds record", index);
+    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: bounds record", index);
   }
   st = cube__worker_pool_acquire(&d->workers);
   if (st) return st;
@@ -243,7 +243,7 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
 
   if (p) {
     memset(p, 0, sizeof(*p));
-    snprintf(p->name, sizeof(p->name), "cuda%u (%.80s, %.15s)", index, d->name, d->arch);
+    snprintf(p->name, sizeof(p->name), "cuda:%u (%.80s, %.15s)", index, d->name, d->arch);
     p->id.backend = CUBE_BACKEND_CUDA;
     p->id.index = index;
     p->memory.total_memory = total;

@@ -29,28 +29,10 @@ typedef struct cube__cuda_blob {
 
 static void cube__cuda_blob_destroy(void* p) { free(p); }
 
-/* NVRTC writes a location as "file.cube(4): error"; the other backends'
- * compilers (and editors) use "file.cube:4: error". Rewrites the first form
- * into the second in place (one byte shorter each time). */
-static void cube__cuda_log_locations(char* log) {
-  for (char* p = log; (p = strstr(p, ".cube(")) != NULL;) {
-    char* q = p + 6;
-    char* digits = q;
-    while (*q >= '0' && *q <= '9') ++q;
-    if (q == digits || q[0] != ')' || q[1] != ':') {
-      p += 6;
-      continue;
-    }
-    p[5] = ':';
-    q[0] = ':';
-    memmove(q + 1, q + 2, strlen(q + 2) + 1); /* "):" -> ":" */
-    p = q + 1;
-  }
-}
-
 /* Compiles |text| with NVRTC for |d|'s architecture into a cubin blob. */
 static cube_status_t cube__cuda_nvrtc_compile(cube__backend_device_t* d, const char* text,
-                                              const char* kname, cube__cuda_blob_t** out) {
+                                              const cube_kernel_t* k, cube__cuda_blob_t** out) {
+  const char* kname = k->name;
   CUBE__FAULT_RETURN(CUBE__FAULT_KERNEL_COMPILE, CUBE_STATUS_COMPILATION_FAILED,
                      "compiling kernel '%s' with NVRTC failed", kname);
   const cube__nvrtc_t* nv;
@@ -73,7 +55,14 @@ static cube_status_t cube__cuda_nvrtc_compile(cube__backend_device_t* d, const c
     if (nv->GetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n > 0 && (log = malloc(n + 1))) {
       if (nv->GetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = '\0';
       log[n] = '\0';
-      cube__cuda_log_locations(log);
+      /* The user's file only, as "file:line:col:" (NVRTC writes
+       * "file(line):" and puts the column under a caret); lines in the
+       * unit's own name ("<kernel>.cu": the preludes) go. */
+      char* filtered = cube__dialect_log_filter(log, k->entry, k->source, NULL, 0);
+      if (filtered) {
+        free(log);
+        log = filtered;
+      }
     }
     st = cube__status_make(CUBE_STATUS_COMPILATION_FAILED,
                            "compiling kernel '%s' with NVRTC %d.%d for %s failed (%s):\n%s", kname,
@@ -103,7 +92,7 @@ static cube_status_t cube__cuda_nvrtc_compile(cube__backend_device_t* d, const c
 /* The cubin of |key| from the kernel cache (memory, then disk), or compiled
  * and stored. The blob belongs to the cache. */
 static cube_status_t cube__cuda_cubin(cube__backend_device_t* d, cube__cache_key_t key,
-                                      const char* text, const char* kname,
+                                      const char* text, const cube_kernel_t* k,
                                       const cube__cuda_blob_t** out) {
   cube__cuda_blob_t* b = cube__cache_memory_get(key);
   if (b) {
@@ -120,7 +109,7 @@ static cube_status_t cube__cuda_cubin(cube__backend_device_t* d, cube__cache_key
     if (!b) {
       free(data);
       return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
-                               "kernel '%s': no host memory for its cubin", kname);
+                               "kernel '%s': no host memory for its cubin", k->name);
     }
     b->size = size;
     memcpy(b->data, data, size);
@@ -131,7 +120,7 @@ static cube_status_t cube__cuda_cubin(cube__backend_device_t* d, cube__cache_key
   }
   cube_status_free(st);
   uint64_t t1 = cube__now_ns();
-  st = cube__cuda_nvrtc_compile(d, text, kname, &b);
+  st = cube__cuda_nvrtc_compile(d, text, k, &b);
   cube__cache_count_miss(cube__now_ns() - t1, st != CUBE_OK);
   if (st) return st;
   cube_status_free(cube__cache_disk_store(key, "cubin", b->data, b->size));
@@ -196,7 +185,7 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
   if (!k->source || !k->signature)
     return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
                              "kernel '%s' has no dialect source: native CPU kernels cannot run on "
-                             "cuda device %u",
+                             "cuda:%u",
                              k->name, d->index);
   if ((unsigned)mode > CUBE_EXEC_UNCHECKED)
     return CUBE_INVALID("kernel '%s': execution mode %d is invalid", k->name, (int)mode);
@@ -239,7 +228,7 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
     cube__cache_count_memory_hit();
   } else {
     const cube__cuda_blob_t* cubin = NULL;
-    st = cube__cuda_cubin(d, key, text, k->name, &cubin);
+    st = cube__cuda_cubin(d, key, text, k, &cubin);
     CUBE__CUDA_SCOPE(d->ctx);
     CUmodule m = NULL;
     CUfunction f = NULL;
@@ -249,7 +238,7 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
       if (r != CUDA_SUCCESS) {
         if (m) d->cu->ModuleUnload(m);
         st = cube__cuda_error(r, CUBE_STATUS_COMPILATION_FAILED,
-                              "kernel '%s': loading its cubin (%zu bytes, %s) on cuda device %u",
+                              "kernel '%s': loading its cubin (%zu bytes, %s) on cuda:%u",
                               k->name, cubin->size, d->arch, d->index);
       }
     }
@@ -288,4 +277,15 @@ cube_status_t cube__cuda_prepare(cube__backend_device_t* d, const cube_kernel_t*
                                  cube_execution_mode_t mode) {
   cube__cuda_fn_t f;
   return cube__cuda_function(d, k, mode, &f);
+}
+
+cube_status_t cube__cuda_kernel_limits(cube__backend_device_t* d, const cube_kernel_t* k,
+                                       cube_execution_mode_t mode, cube__kernel_limits_t* out) {
+  memset(out, 0, sizeof(*out));
+  if (!k->source || !k->signature) return CUBE_OK; /* refused at launch by name */
+  cube__cuda_fn_t f;
+  CUBE_RETURN_IF_ERROR(cube__cuda_function(d, k, mode, &f));
+  /* Static shared memory beyond the device's is ptxas's compile error. */
+  out->max_units = f.max_threads > 0 ? (uint32_t)f.max_threads : 0;
+  return CUBE_OK;
 }

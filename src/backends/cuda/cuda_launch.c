@@ -90,7 +90,7 @@ cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
   }
   if (r != CUDA_SUCCESS)
     return cube__cuda_error(r, CUBE_STATUS_LAUNCH_FAILED,
-                            "launch of kernel '%s' on cuda device %u, cube count (%u, %u, %u), "
+                            "launch of kernel '%s' on cuda:%u, cube count (%u, %u, %u), "
                             "cube dim (%u, %u, %u)",
                             name, d->index, l->count[0], l->count[1], l->count[2], dim[0], dim[1],
                             dim[2]);
@@ -110,7 +110,7 @@ cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
 /* The escape hatch: the device's native handles (the NCCL transport takes its
  * context, ordinal, streams and driver entry points here). */
 cube_status_t cube__cuda_ctl(cube__backend_device_t* d, void* stream, uint32_t op, void* arg) {
-  if (!arg) return CUBE_INVALID("cuda device %u: control operation %u without an argument", d->index, op);
+  if (!arg) return CUBE_INVALID("cuda:%u: control operation %u without an argument", d->index, op);
   switch (op) {
     case CUBE__CTL_NATIVE_CONTEXT:
       *(void**)arg = (void*)d->ctx;
@@ -126,7 +126,7 @@ cube_status_t cube__cuda_ctl(cube__backend_device_t* d, void* stream, uint32_t o
       return CUBE_OK;
     default:
       return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
-                               "cuda device %u: control operation %u is not implemented",
+                               "cuda:%u: control operation %u is not implemented",
                                d->index, op);
   }
 }

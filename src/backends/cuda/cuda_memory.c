@@ -37,7 +37,7 @@ cube_status_t cube__cuda_oom(cube__backend_device_t* d, CUresult r, uint64_t siz
   size_t free_b = 0, total_b = 0;
   d->cu->MemGetInfo(&free_b, &total_b);
   return cube__cuda_error(
-      r, CUBE_STATUS_OK, "cuda device %u: %s of %s failed (%s free on the device)", d->index, how,
+      r, CUBE_STATUS_OK, "cuda:%u: %s of %s failed (%s free on the device)", d->index, how,
       cube__format_bytes(size, a, sizeof(a)), cube__format_bytes(free_b, b, sizeof(b)));
 }
 
@@ -132,7 +132,7 @@ cube_status_t cube__cuda_stream_create(cube__backend_device_t* d, uint64_t strea
   CUresult r = d->cu->StreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
   if (r != CUDA_SUCCESS) {
     free(s);
-    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: cuStreamCreate for stream %" PRIu64,
+    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuStreamCreate for stream %" PRIu64,
                             d->index, stream_id);
   }
   *out_stream = s;
@@ -155,7 +155,7 @@ cube_status_t cube__cuda_sync(cube__backend_device_t* d, void* stream) {
   CUresult r = cube__cuda_wait(d, cube__cuda_s(stream));
   if (r != CUDA_SUCCESS)
     return cube__cuda_error(r, CUBE_STATUS_LAUNCH_FAILED,
-                            "cuda device %u: synchronising the stream", d->index);
+                            "cuda:%u: synchronising the stream", d->index);
   return CUBE_OK;
 }
 
@@ -170,12 +170,12 @@ cube_status_t cube__cuda_event_record(cube__backend_device_t* d, void* stream, v
   if (d->spare_event_count) e = d->spare_events[--d->spare_event_count];
   pthread_mutex_unlock(&d->ring_lock);
   if (!e)
-    CUBE__CU_TRY(d, d->cu->EventCreate(&e, CU_EVENT_DEFAULT), "cuda device %u: cuEventCreate",
+    CUBE__CU_TRY(d, d->cu->EventCreate(&e, CU_EVENT_DEFAULT), "cuda:%u: cuEventCreate",
                  d->index);
   CUresult r = d->cu->EventRecord(e, cube__cuda_s(stream));
   if (r != CUDA_SUCCESS) {
     d->cu->EventDestroy(e);
-    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: cuEventRecord", d->index);
+    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuEventRecord", d->index);
   }
   *out = e;
   return CUBE_OK;
@@ -184,7 +184,7 @@ cube_status_t cube__cuda_event_record(cube__backend_device_t* d, void* stream, v
 cube_status_t cube__cuda_event_wait(cube__backend_device_t* d, void* stream, void* event) {
   CUBE__CUDA_SCOPE(d->ctx);
   CUBE__CU_TRY(d, d->cu->StreamWaitEvent(cube__cuda_s(stream), (CUevent)event, 0),
-               "cuda device %u: cuStreamWaitEvent", d->index);
+               "cuda:%u: cuStreamWaitEvent", d->index);
   return CUBE_OK;
 }
 
@@ -197,7 +197,7 @@ cube_status_t cube__cuda_event_sync(cube__backend_device_t* d, void* event) {
   CUBE__CUDA_SCOPE(d->ctx);
   CUresult r = d->cu->EventSynchronize((CUevent)event);
   if (r != CUDA_SUCCESS)
-    return cube__cuda_error(r, CUBE_STATUS_LAUNCH_FAILED, "cuda device %u: cuEventSynchronize",
+    return cube__cuda_error(r, CUBE_STATUS_LAUNCH_FAILED, "cuda:%u: cuEventSynchronize",
                             d->index);
   return CUBE_OK;
 }
@@ -217,10 +217,10 @@ cube_status_t cube__cuda_event_elapsed(cube__backend_device_t* d, void* start, v
                                        uint64_t* out_ns) {
   CUBE__CUDA_SCOPE(d->ctx);
   float ms = 0;
-  CUBE__CU_TRY(d, d->cu->EventSynchronize((CUevent)end), "cuda device %u: cuEventSynchronize",
+  CUBE__CU_TRY(d, d->cu->EventSynchronize((CUevent)end), "cuda:%u: cuEventSynchronize",
                d->index);
   CUBE__CU_TRY(d, d->cu->EventElapsedTime(&ms, (CUevent)start, (CUevent)end),
-               "cuda device %u: cuEventElapsedTime", d->index);
+               "cuda:%u: cuEventElapsedTime", d->index);
   *out_ns = ms <= 0 ? 0 : (uint64_t)((double)ms * 1e6);
   return CUBE_OK;
 }

@@ -116,7 +116,7 @@ static cube_status_t cube__cuda_slot_take(cube__backend_device_t* d, uint32_t* o
     if (r == CUDA_SUCCESS) s->pending = false;
     if (r != CUDA_SUCCESS) {
       cube__cuda_slot_give(d, i);
-      return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: waiting for a staging copy",
+      return cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: waiting for a staging copy",
                               d->index);
     }
   }
@@ -214,7 +214,7 @@ static cube_status_t cube__cuda_xfer_piece(cube__cuda_xfer_t* x, uint64_t i) {
   }
   cube__cuda_slot_give(d, slot);
   if (r != CUDA_SUCCESS)
-    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: %s copy of %" PRIu64 " bytes",
+    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: %s copy of %" PRIu64 " bytes",
                             d->index, x->to_device ? "host-to-device" : "device-to-host",
                             rows * cols);
   return CUBE_OK;
@@ -274,7 +274,7 @@ static cube_status_t cube__cuda_check_rows(cube__backend_device_t* d, const char
                                            const cube__storage_t* storage, uint64_t offset,
                                            uint64_t pitch, uint64_t width, uint64_t height) {
   if (height > 1 && pitch < width)
-    return CUBE_INVALID("cuda device %u %s: pitch %" PRIu64
+    return CUBE_INVALID("cuda:%u %s: pitch %" PRIu64
                         " is smaller than the row width %" PRIu64,
                         d->index, op, pitch, width);
   uint64_t span, last;
@@ -283,7 +283,7 @@ static cube_status_t cube__cuda_check_rows(cube__backend_device_t* d, const char
       last > storage->size)
     return cube__status_make(
         CUBE_STATUS_OUT_OF_RANGE,
-        "cuda device %u %s: %" PRIu64 " rows of %" PRIu64 " bytes, pitch %" PRIu64
+        "cuda:%u %s: %" PRIu64 " rows of %" PRIu64 " bytes, pitch %" PRIu64
         ", at offset %" PRIu64 " exceed storage %" PRIu64 " of %" PRIu64 " bytes",
         d->index, op, height, width, pitch, offset, storage->id, storage->size);
   return CUBE_OK;
@@ -303,7 +303,7 @@ cube_status_t cube__cuda_write(cube__backend_device_t* d, void* stream,
      * before the call returns, so |src| is free again at once. */
     CUresult r = d->cu->MemcpyHtoDAsync(to, src, (size_t)(width * height), s);
     if (r != CUDA_SUCCESS)
-      return cube__cuda_error(r, CUBE_STATUS_OK, "cuda device %u: host-to-device copy of %" PRIu64
+      return cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: host-to-device copy of %" PRIu64
                               " bytes", d->index, width * height);
     return CUBE_OK;
   }
@@ -355,7 +355,7 @@ cube_status_t cube__cuda_read(cube__backend_device_t* d, void* stream, void* dst
     if (r == CUDA_SUCCESS) r = cube__cuda_wait(d, s);
     if (r != CUDA_SUCCESS)
       return cube__cuda_error(r, CUBE_STATUS_OK,
-                              "cuda device %u: device-to-host copy of %" PRIu64 " bytes", d->index,
+                              "cuda:%u: device-to-host copy of %" PRIu64 " bytes", d->index,
                               width * height);
     return CUBE_OK;
   }

@@ -410,6 +410,11 @@ const cube__backend_vtable_t cube__backend_null = {
     .stream_create = cube__null_stream_create,
     .stream_destroy = cube__null_stream_destroy,
     .prepare = cube__null_prepare,
+    /* Optional, NULL here: the limits only a compiled kernel knows (OpenCL's
+     * work-group size, CUDA's threads per block of the function). A backend
+     * whose driver reports them fills it, and cube_client_launch compiles on
+     * the calling thread to refuse a launch beyond them (backend.h). */
+    .kernel_limits = NULL,
     .sync = cube__null_sync,
     .alloc_on = cube__null_alloc_on,
     .dealloc_on = cube__null_dealloc_on,

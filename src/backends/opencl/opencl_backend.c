@@ -57,5 +57,6 @@ const cube__backend_vtable_t cube__backend_opencl = {
     .read = cube__ocl_read,
     .launch = cube__ocl_launch,
     .prepare = cube__ocl_prepare,
+    .kernel_limits = cube__ocl_kernel_limits,
     .sync = cube__ocl_sync,
 };

@@ -54,6 +54,7 @@ typedef struct cube__ocl_entry {
   cl_program program;    /* retained per entry */
   cl_kernel kernel;
   size_t max_work_group;  /* CL_KERNEL_WORK_GROUP_SIZE */
+  uint64_t local_mem;     /* CL_KERNEL_LOCAL_MEM_SIZE: its __local arrays */
 } cube__ocl_entry_t;
 
 typedef struct cube__ocl_stream {
@@ -137,6 +138,9 @@ cube_status_t cube__ocl_sync(cube__backend_device_t* dev, void* stream);
 
 cube_status_t cube__ocl_prepare(cube__backend_device_t* dev, const cube_kernel_t* k,
                                 cube_execution_mode_t mode);
+/* The compiled entry's limits (the kernel_limits slot), compiling it first. */
+cube_status_t cube__ocl_kernel_limits(cube__backend_device_t* dev, const cube_kernel_t* k,
+                                      cube_execution_mode_t mode, cube__kernel_limits_t* out);
 cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
                                const cube__launch_t* l);
 

@@ -76,13 +76,13 @@ cube_status_t cube__ocl_device_create(uint32_t index, const cube_server_options_
   /* OpenCL devices have no per-device knobs (CUBE_OPENCL_LIBRARY is the
    * process's): no parameter struct to take. */
   if (options && options->backend_params)
-    return CUBE_INVALID("opencl device %u: the OpenCL backend takes no backend_params", index);
+    return CUBE_INVALID("opencl:%u: the OpenCL backend takes no backend_params", index);
   const cube__ocl_api_t* cl;
   CUBE_RETURN_IF_ERROR(cube__ocl_load(&cl));
   uint32_t count = cube__ocl_device_count();
   if (index >= count)
     return cube__status_make(CUBE_STATUS_NOT_FOUND,
-                             "opencl device %u does not exist (%u device%s)", index, count,
+                             "opencl:%u does not exist (%u device%s)", index, count,
                              count == 1 ? "" : "s");
   cube__ocl_device_ref_t ref = cube__ocl_device_ref(index);
   cube__backend_device_t* dev = calloc(1, sizeof(*dev));
@@ -90,7 +90,7 @@ cube_status_t cube__ocl_device_create(uint32_t index, const cube_server_options_
   if (!dev || !host) {
     free(dev);
     free(host);
-    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "opencl device %u: no host memory", index);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "opencl:%u: no host memory", index);
   }
   dev->index = index;
   dev->cl = cl;
@@ -152,21 +152,21 @@ cube_status_t cube__ocl_device_create(uint32_t index, const cube_server_options_
   host->ctx = cl->CreateContext(cprops, 1, &ref.device, NULL, NULL, &err);
   cube_status_t st = CUBE_OK;
   if (!host->ctx)
-    st = cube__ocl_error(CUBE_STATUS_UNAVAILABLE, err, "opencl device %u (%s): clCreateContext",
+    st = cube__ocl_error(CUBE_STATUS_UNAVAILABLE, err, "opencl:%u (%s): clCreateContext",
                          index, dev->name);
   if (!st) {
     dev->ctx = host->ctx;
     host->queue = cl->CreateCommandQueue(dev->ctx, ref.device, 0, &err);
     if (!host->queue)
       st = cube__ocl_error(CUBE_STATUS_UNAVAILABLE, err,
-                           "opencl device %u (%s): clCreateCommandQueue", index, dev->name);
+                           "opencl:%u (%s): clCreateCommandQueue", index, dev->name);
   }
   if (!st) {
     dev->bounds = cl->CreateBuffer(dev->ctx, CL_MEM_READ_WRITE, sizeof(cube_bounds_error_t), NULL,
                                    &err);
     if (!dev->bounds)
       st = cube__ocl_error(cube__ocl_alloc_code(err), err,
-                           "opencl device %u (%s): clCreateBuffer of the %zu-byte bounds record",
+                           "opencl:%u (%s): clCreateBuffer of the %zu-byte bounds record",
                            index, dev->name, sizeof(cube_bounds_error_t));
   }
   if (st) {
@@ -181,7 +181,7 @@ cube_status_t cube__ocl_device_create(uint32_t index, const cube_server_options_
   if (out_props) {
     cube_device_properties_t* p = out_props;
     memset(p, 0, sizeof(*p));
-    snprintf(p->name, sizeof(p->name), "opencl%u (%.100s)", index, dev->name);
+    snprintf(p->name, sizeof(p->name), "opencl:%u (%.100s)", index, dev->name);
     p->id.backend = CUBE_BACKEND_OPENCL;
     p->id.index = index;
     p->memory.total_memory = global_mem;
@@ -257,7 +257,7 @@ cube_status_t cube__ocl_alloc(cube__backend_device_t* dev, uint64_t size,
     char buf[32];
     if (size > SIZE_MAX) err = CL_INVALID_BUFFER_SIZE;
     return cube__ocl_error(cube__ocl_alloc_code(err), err,
-                           "opencl device %u (%s): clCreateBuffer of %" PRIu64 " bytes (%s)",
+                           "opencl:%u (%s): clCreateBuffer of %" PRIu64 " bytes (%s)",
                            dev->index, dev->name, size, cube__format_bytes(size, buf, sizeof(buf)));
   }
   out->id = atomic_fetch_add_explicit(&cube__ocl_next_storage_id, 1, memory_order_relaxed);
@@ -280,7 +280,7 @@ cube_status_t cube__ocl_host_alloc(cube__backend_device_t* dev, uint64_t size,
   if (!sg || size > SIZE_MAX) {
     free(sg);
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
-                             "opencl device %u: no host memory for a %s staging buffer",
+                             "opencl:%u: no host memory for a %s staging buffer",
                              dev->index, cube__format_bytes(size, buf, sizeof(buf)));
   }
   size_t n = size ? (size_t)size : 1;
@@ -289,7 +289,7 @@ cube_status_t cube__ocl_host_alloc(cube__backend_device_t* dev, uint64_t size,
   if (!sg->mem) {
     free(sg);
     return cube__ocl_error(cube__ocl_alloc_code(err), err,
-                           "opencl device %u (%s): clCreateBuffer(CL_MEM_ALLOC_HOST_PTR) of %s "
+                           "opencl:%u (%s): clCreateBuffer(CL_MEM_ALLOC_HOST_PTR) of %s "
                            "staging memory",
                            dev->index, dev->name, cube__format_bytes(size, buf, sizeof(buf)));
   }
@@ -299,7 +299,7 @@ cube_status_t cube__ocl_host_alloc(cube__backend_device_t* dev, uint64_t size,
     cl->ReleaseMemObject(sg->mem);
     free(sg);
     return cube__ocl_error(cube__ocl_alloc_code(err), err,
-                           "opencl device %u (%s): clEnqueueMapBuffer of %s staging memory",
+                           "opencl:%u (%s): clEnqueueMapBuffer of %s staging memory",
                            dev->index, dev->name, cube__format_bytes(size, buf, sizeof(buf)));
   }
   atomic_fetch_add(&dev->host->refs, 1);

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/opencl/opencl_backend_internal.h"
 #include "base/status.h"
@@ -86,7 +87,7 @@ static void cube__ocl_program_to_disk(cube__backend_device_t* dev, cl_program p,
 }
 
 /* Builds the unit |text| of kernel |k|: COMPILATION_FAILED with the build
- * log (its lines are the user's: the unit has #line directives). */
+ * log, filtered to the user's file (cube__dialect_log_filter). */
 static cube_status_t cube__ocl_program_from_source(cube__backend_device_t* dev,
                                                   const cube_kernel_t* k, const char* text,
                                                   cube_execution_mode_t mode, cl_program* out) {
@@ -94,15 +95,22 @@ static cube_status_t cube__ocl_program_from_source(cube__backend_device_t* dev,
   cl_program p = dev->cl->CreateProgramWithSource(dev->ctx, 1, &text, NULL, &err);
   if (!p)
     return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
-                           "kernel '%s': clCreateProgramWithSource on opencl device %u (%s)",
+                           "kernel '%s': clCreateProgramWithSource on opencl:%u (%s)",
                            k->name, dev->index, dev->name);
   err = dev->cl->BuildProgram(p, 1, &dev->device, "", NULL, NULL);
   if (err != CL_SUCCESS) {
     char* log = cube__ocl_build_log(dev, p);
+    /* The user's file only: PoCL names its temporary copy of the unit in
+     * "<Spelling=...>" and reports columns of the rewritten entry. */
+    char* filtered = log ? cube__dialect_log_filter(log, k->entry, k->source, NULL, 0) : NULL;
+    if (filtered) {
+      free(log);
+      log = filtered;
+    }
     char eb[32];
     cube_status_t st = cube__status_make(
         err == CL_BUILD_PROGRAM_FAILURE ? CUBE_STATUS_COMPILATION_FAILED : CUBE_STATUS_INTERNAL,
-        "compiling kernel '%s' (%s mode) with clBuildProgram on opencl device %u (%s) failed "
+        "compiling kernel '%s' (%s mode) with clBuildProgram on opencl:%u (%s) failed "
         "(%s):\n%s",
         k->name, cube__ocl_mode_names[mode], dev->index, dev->name,
         cube__ocl_error_name(err, eb), log ? log : "(no memory for the build log)");
@@ -180,7 +188,7 @@ static cube_status_t cube__ocl_entry(cube__backend_device_t* dev, const cube_ker
   kernel = dev->cl->CreateKernel(program, "cube_kernel_entry", &err);
   if (!kernel) {
     st = cube__ocl_error(CUBE_STATUS_INTERNAL, err,
-                         "kernel '%s': clCreateKernel(cube_kernel_entry) on opencl device %u (%s)",
+                         "kernel '%s': clCreateKernel(cube_kernel_entry) on opencl:%u (%s)",
                          k->name, dev->index, dev->name);
     dev->cl->ReleaseProgram(program);
     goto done;
@@ -190,6 +198,10 @@ static cube_status_t cube__ocl_entry(cube__backend_device_t* dev, const cube_ker
                                       &wg, NULL) != CL_SUCCESS ||
       wg == 0)
     wg = dev->max_work_group;
+  cl_ulong local = 0;
+  if (dev->cl->GetKernelWorkGroupInfo(kernel, dev->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(local),
+                                      &local, NULL) != CL_SUCCESS)
+    local = 0;
   cube__ocl_entry_t* e = &dev->entries[dev->entry_count++];
   e->kernel_id = k->id;
   e->mode = (uint32_t)mode;
@@ -197,6 +209,7 @@ static cube_status_t cube__ocl_entry(cube__backend_device_t* dev, const cube_ker
   e->program = program;
   e->kernel = kernel;
   e->max_work_group = wg;
+  e->local_mem = local;
   *out = *e;
 done:
   free(text);
@@ -210,6 +223,18 @@ cube_status_t cube__ocl_prepare(cube__backend_device_t* dev, const cube_kernel_t
   if (!k->source || !k->signature) return CUBE_OK;
   cube__ocl_entry_t e;
   return cube__ocl_entry(dev, k, mode, &e);
+}
+
+cube_status_t cube__ocl_kernel_limits(cube__backend_device_t* dev, const cube_kernel_t* k,
+                                      cube_execution_mode_t mode, cube__kernel_limits_t* out) {
+  memset(out, 0, sizeof(*out));
+  if (!k->source || !k->signature) return CUBE_OK; /* refused at launch by name */
+  cube__ocl_entry_t e;
+  CUBE_RETURN_IF_ERROR(cube__ocl_entry(dev, k, mode, &e));
+  out->max_units = e.max_work_group > UINT32_MAX ? UINT32_MAX : (uint32_t)e.max_work_group;
+  out->local_memory = e.local_mem;
+  out->max_local_memory = dev->local_mem;
+  return CUBE_OK;
 }
 
 //===----------------------------------------------------------------------===//
@@ -236,7 +261,7 @@ cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
     if (dim[i] == 0 || dim[i] > dev->max_item[i])
       return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
                                "launch of kernel '%s': cube dim (%u, %u, %u): %c = %u is outside "
-                               "[1, %zu] on opencl device %u (%s)",
+                               "[1, %zu] on opencl:%u (%s)",
                                name, dim[0], dim[1], dim[2], "xyz"[i], dim[i], dev->max_item[i],
                                dev->index, dev->name);
   }
@@ -244,10 +269,17 @@ cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
   if (units > e.max_work_group)
     return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
                              "launch of kernel '%s': cube dim (%u, %u, %u) has %" PRIu64
-                             " units, more than the %zu opencl device %u (%s) runs in a cube of "
+                             " units, more than the %zu opencl:%u (%s) runs in a cube of "
                              "this kernel",
                              name, dim[0], dim[1], dim[2], units, e.max_work_group, dev->index,
                              dev->name);
+  /* A kernel whose __local arrays exceed the device's local memory must not
+   * reach clEnqueueNDRangeKernel: PoCL asserts (aborts the process) there. */
+  if (dev->local_mem && e.local_mem > dev->local_mem)
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "launch of kernel '%s': it uses %" PRIu64 " bytes of cube-local "
+                             "memory, more than the %" PRIu64 " of opencl:%u (%s)",
+                             name, e.local_mem, dev->local_mem, dev->index, dev->name);
   size_t global[3], local[3] = {dim[0], dim[1], dim[2]};
   for (int i = 0; i < 3; ++i) {
     uint64_t g = (uint64_t)l->count[i] * dim[i];
@@ -323,7 +355,7 @@ cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
                                : CUBE_STATUS_LAUNCH_FAILED,
                            err,
                            "launch of kernel '%s': clEnqueueNDRangeKernel of (%u, %u, %u) cubes "
-                           "of (%u, %u, %u) units on opencl device %u (%s)",
+                           "of (%u, %u, %u) units on opencl:%u (%s)",
                            name, l->count[0], l->count[1], l->count[2], dim[0], dim[1], dim[2],
                            dev->index, dev->name);
   cl->Flush(s->queue); /* start it now: the runner may not come back to this queue soon */
@@ -335,7 +367,7 @@ cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
     cl->GetEventInfo(done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(exec), &exec, NULL);
     if (err != CL_SUCCESS || exec < 0) {
       st = cube__ocl_error(CUBE_STATUS_LAUNCH_FAILED, exec < 0 ? exec : err,
-                           "launch of kernel '%s' on opencl device %u (%s) failed", name,
+                           "launch of kernel '%s' on opencl:%u (%s) failed", name,
                            dev->index, dev->name);
     } else if (cl->GetEventProfilingInfo(done, CL_PROFILING_COMMAND_START, sizeof(t0), &t0,
                                          NULL) == CL_SUCCESS &&

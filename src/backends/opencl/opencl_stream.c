@@ -22,14 +22,14 @@ cube_status_t cube__ocl_stream_create(cube__backend_device_t* dev, uint64_t stre
   cube__ocl_stream_t* s = calloc(1, sizeof(*s));
   if (!s)
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
-                             "opencl device %u: no host memory for stream %" PRIu64, dev->index,
+                             "opencl:%u: no host memory for stream %" PRIu64, dev->index,
                              stream_id);
   cl_int err = CL_SUCCESS;
   s->queue = dev->cl->CreateCommandQueue(dev->ctx, dev->device, CL_QUEUE_PROFILING_ENABLE, &err);
   if (!s->queue) {
     free(s);
     return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
-                           "opencl device %u (%s): clCreateCommandQueue for stream %" PRIu64,
+                           "opencl:%u (%s): clCreateCommandQueue for stream %" PRIu64,
                            dev->index, dev->name, stream_id);
   }
   s->id = stream_id;
@@ -56,7 +56,7 @@ cube_status_t cube__ocl_order(cube__backend_device_t* dev, cube__ocl_stream_t* s
     cl_int err = dev->cl->EnqueueMarkerWithWaitList(dev->last_queue, 0, NULL, out_wait);
     if (err != CL_SUCCESS)
       return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
-                             "opencl device %u: clEnqueueMarkerWithWaitList ordering stream "
+                             "opencl:%u: clEnqueueMarkerWithWaitList ordering stream "
                              "%" PRIu64 " after the previous stream",
                              dev->index, s->id);
     dev->cl->Flush(dev->last_queue);
@@ -153,7 +153,7 @@ cube_status_t cube__ocl_sync(cube__backend_device_t* dev, void* stream) {
   cl_int err = dev->cl->Finish(s->queue);
   if (err != CL_SUCCESS)
     return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
-                           "opencl device %u (%s): clFinish of stream %" PRIu64, dev->index,
+                           "opencl:%u (%s): clFinish of stream %" PRIu64, dev->index,
                            dev->name, s->id);
   return CUBE_OK;
 }

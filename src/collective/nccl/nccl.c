@@ -89,7 +89,7 @@ static cube_status_t cube__nccl_mark(cube__coll_part_t* part, cube__nccl_ready_t
   cube__nccl_leave(&sc);
   if (r != CUDA_SUCCESS) {
     cube__nccl_ready_free(rd);
-    return cube__nccl_cu_error(r, CUBE_STATUS_OK, "cuda device %u: recording the part's event",
+    return cube__nccl_cu_error(r, CUBE_STATUS_OK, "cuda:%u: recording the part's event",
                                cube__nccl_ordinal(st->server));
   }
   *out = rd;

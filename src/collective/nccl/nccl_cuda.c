@@ -151,7 +151,7 @@ cube_status_t cube__nccl_comm_stream(const cube__nccl_cu_t* cu, cube__server_t* 
   uint32_t o = cube__nccl_ordinal(s);
   CUcontext ctx = cube__nccl_ctx(s);
   if (o >= CUBE__NCCL_MAX_DEVICES)
-    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE, "nccl: cuda device %u: more than %u GPUs",
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE, "nccl: cuda:%u: more than %u GPUs",
                              o, CUBE__NCCL_MAX_DEVICES);
   pthread_mutex_lock(&cube__nccl_dev_lock);
   cube_status_t st = CUBE_OK;
@@ -162,7 +162,7 @@ cube_status_t cube__nccl_comm_stream(const cube__nccl_cu_t* cu, cube__server_t* 
     cube__nccl_leave(&sc);
     if (r != CUDA_SUCCESS) {
       d->stream = NULL;
-      st = cube__nccl_cu_error(r, CUBE_STATUS_OK, "nccl: cuda device %u: creating its comm stream",
+      st = cube__nccl_cu_error(r, CUBE_STATUS_OK, "nccl: cuda:%u: creating its comm stream",
                                o);
     } else {
       d->ctx = ctx;

@@ -11,10 +11,10 @@
  * as three (__global T* buffer, ulong a__bytes: the view's length in bytes,
  * ulong offset: where the view starts in the buffer, in bytes; a cl_mem is no
  * address, so the generator rewrites the entry's CUBE_ARRAY parameters as
- * CUBE__ENTRY_ARRAY and opens its body with CUBE__ENTRY_VIEW, which declares
- * the pointer `a`), a scalar as itself; in Validate mode one more, the bounds
- * record (__global uint* cube__bounds, 8 words laid out as
- * cube_bounds_error_t). Other kernels of the source keep two arguments per
+ * CUBE__EARR, i.e. CUBE__ENTRY_ARRAY, and opens its body with
+ * CUBE__ENTRY_VIEW, which declares the pointer `a`), a scalar as itself; in
+ * Validate mode one more, the bounds record (__global uint* cube__bounds, 8
+ * words laid out as cube_bounds_error_t). Other kernels of the source keep two arguments per
  * array (no offset): they are compiled, never run.
  *
  * Planes are one unit wide here (OpenCL 1.2 has no sub-groups).
@@ -118,6 +118,9 @@ typedef ulong CUBE__U64;
 #define CUBE_ARRAY_ARG(a) a, a##__bytes
 #define CUBE__ENTRY_ARRAY(T, name) \
   __global T* cube__base_##name, ulong name##__bytes, ulong cube__off_##name
+/* CUBE_ARRAY's name in the entry's declaration: as long as "CUBE_ARRAY", so
+ * that the rewrite moves no column of the user's line. */
+#define CUBE__EARR(T, name) CUBE__ENTRY_ARRAY(T, name)
 #define CUBE__ENTRY_VIEW(T, name) \
   __global T* name = (__global T*)((__global const uchar*)cube__base_##name + cube__off_##name);
 #define CUBE_LEN(a) ((ulong)((a##__bytes) / sizeof(*(a))))
