@@ -147,15 +147,18 @@ static void cube__opt_accepted_build(cube__option_id_t id) {
       snprintf(out, n, "an integer in [%.0f, %.0f]", d->min, d->max);
       break;
     case CUBE_OPTION_TYPE_SIZE: {
+      /* An unbounded size has max = 2^64 as a double, which no uint64_t holds:
+         it is described without a range rather than converted. */
+      if (d->max >= 1.8e19) {
+        snprintf(out, n, "a size in bytes (e.g. 1048576, 512K, 64MiB, 2G)");
+        break;
+      }
       char lo[32], hi[32], step[32];
       cube__opt_format_size((uint64_t)d->min, lo, sizeof(lo));
       cube__opt_format_size((uint64_t)d->max, hi, sizeof(hi));
       cube__opt_format_size(d->step, step, sizeof(step));
-      if (d->max >= 1.8e19)
-        snprintf(out, n, "a size in bytes (e.g. 1048576, 512K, 64MiB, 2G)");
-      else
-        snprintf(out, n, "a size from %s to %s%s%s (e.g. 512K, 4M)", lo, hi,
-                 d->step ? ", a multiple of " : "", d->step ? step : "");
+      snprintf(out, n, "a size from %s to %s%s%s (e.g. 512K, 4M)", lo, hi,
+               d->step ? ", a multiple of " : "", d->step ? step : "");
       break;
     }
     case CUBE_OPTION_TYPE_SECONDS:
