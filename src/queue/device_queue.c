@@ -1,7 +1,9 @@
 /* Device queues: see device_queue.h and docs/cubecl.md, "Servers and the device queue".
+ * This file: the ring, the runner, submission and shutdown; services.c: the
+ * registry of devices and services; queue_internal.h: their shared types.
  *
  * Layout:
- *  - a global registry (g_registry_lock) of devices, newest first;
+ *  - a global registry (cube__queue_registry_lock) of devices, newest first;
  *  - per device, its services in a list (lookup, creation in progress
  *    included) and a "ready" list, newest completed first, which is the
  *    destruction order;
@@ -14,7 +16,7 @@
  * borrowed by the tasks running on this thread (a linked list of stack
  * nodes) and the thread's current stream id.
  */
-#include "queue/device_queue.h"
+#include "queue/queue_internal.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -27,105 +29,9 @@
 #include "platform/platform.h"
 
 /* ---------------------------------------------------------------------------
- * Tunables
- * ------------------------------------------------------------------------- */
-
-#define CUBE__RING_CELLS 1024u
-#define CUBE__RING_MASK (CUBE__RING_CELLS - 1u)
-#define CUBE__RUNNER_SPINS 4096       /* cpu_relax polls before yielding, */
-#define CUBE__RUNNER_SPIN_NS 50000    /* ... or this long, whichever is first */
-#define CUBE__RUNNER_YIELDS 8         /* sched_yield polls before sleeping */
-#define CUBE__PRODUCER_SPINS 4096     /* ring full: cpu_relax retries */
-#define CUBE__PRODUCER_YIELDS 64      /* then sched_yield retries */
-#define CUBE__PRODUCER_SLEEP_NS 50000 /* then 50 us sleeps */
-
-/* ---------------------------------------------------------------------------
- * Types
- * ------------------------------------------------------------------------- */
-
-enum {
-  CUBE__CELL_NORMAL = 0,    /* payload inside the cell */
-  CUBE__CELL_HEAP = 1,      /* payload in a 64-aligned heap copy (ptr) */
-  CUBE__CELL_BLOCKING = 2,  /* ptr: a cube__sync_call_t on the caller's stack */
-  CUBE__CELL_EXCLUSIVE = 3, /* ptr: a cube__sync_call_t, no service */
-};
-
-typedef struct cube__cell {
-  _Alignas(64) atomic_size_t seq;
-  uint32_t kind;
-  cube__task_fn fn;
-  cube__payload_drop_fn drop;
-  cube__service_t* service;
-  uint64_t stream_id;
-  void* ptr;
-  _Alignas(64) unsigned char payload[CUBE__TASK_INLINE_BYTES];
-} cube__cell_t;
-
-_Static_assert(offsetof(cube__cell_t, payload) == 64, "cell header must fit in 64 bytes");
-_Static_assert(sizeof(cube__cell_t) % 64 == 0, "cells must be 64-byte multiples");
-_Static_assert((CUBE__RING_CELLS & CUBE__RING_MASK) == 0, "ring size must be a power of two");
-
-/* A blocking call or an exclusive call waiting on the caller's stack. */
-typedef struct cube__sync_call {
-  cube__task_fn fn;             /* blocking */
-  cube_status_t (*xfn)(void*);  /* exclusive */
-  void* arg;
-  cube_status_t result;
-  cube__event_t done;
-} cube__sync_call_t;
-
-struct cube__service {
-  const cube__service_vtable_t* vt;
-  cube__device_t* device;
-  void* state;
-  bool ready;                       /* under services_lock */
-  bool destroyed;                   /* set by shutdown on the executing thread */
-  uintptr_t creator;                /* thread token while being created */
-  struct cube__service* next;       /* all services, insertion order */
-  struct cube__service* ready_next; /* ready list, newest first */
-};
-
-struct cube__device {
-  /* Producers' line. */
-  _Alignas(64) atomic_size_t enqueue_pos;
-  /* Wake-up line: read by producers after each publish, written rarely. */
-  _Alignas(64) atomic_uint sleeping;
-  atomic_uint wake_seq;
-  /* Runner's line. */
-  _Alignas(64) size_t dequeue_pos;
-  atomic_bool stop;
-  /* Cold. */
-  _Alignas(64) cube__device_key_t key;
-  bool is_inline;
-  bool has_thread;
-  cube__cell_t* cells;
-  pthread_t thread;
-
-  pthread_mutex_t services_lock;
-  pthread_cond_t services_cv;
-  cube__service_t* services; /* all, insertion order */
-  cube__service_t* services_tail;
-  cube__service_t* ready; /* completed creations, newest first */
-
-  /* INLINE mode execution lock, re-entrant for its owner. */
-  pthread_mutex_t exec_mutex;
-  atomic_uintptr_t owner;
-  unsigned depth;
-
-  struct cube__device* next; /* registry */
-};
-
-typedef struct cube__borrow {
-  cube__service_t* service;
-  struct cube__borrow* prev;
-} cube__borrow_t;
-
-/* ---------------------------------------------------------------------------
  * Globals and thread-locals
  * ------------------------------------------------------------------------- */
 
-static pthread_mutex_t g_registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static cube__device_t* g_devices; /* newest first */
 static atomic_uint_fast64_t g_stream_counter;
 
 static _Thread_local char tl_token;            /* its address identifies the thread */
@@ -135,6 +41,8 @@ static _Thread_local uint64_t tl_stream;
 static _Thread_local bool tl_stream_set;
 
 static inline uintptr_t cube__self(void) { return (uintptr_t)&tl_token; }
+
+uintptr_t cube__queue_self(void) { return cube__self(); }
 
 /* ---------------------------------------------------------------------------
  * Stream ids (docs/cubecl.md, "Streams")
@@ -172,20 +80,6 @@ static inline void cube__stream_leave(cube__stream_save_t save) {
 /* ---------------------------------------------------------------------------
  * Small helpers
  * ------------------------------------------------------------------------- */
-
-/* A device in messages: "cpu:0" for a backend's key (the compute server's
- * type is its backend number), "type1000:3" for a key of another service
- * type (the tests' own numbers): never two bare numbers. */
-static const char* cube__key_name(cube__device_key_t key, char* buf, size_t n) {
-  const char* b = cube_backend_name((cube_backend_t)key.type);
-  if (b)
-    snprintf(buf, n, "%s:%u", b, key.index);
-  else
-    snprintf(buf, n, "type%u:%u", key.type, key.index);
-  return buf;
-}
-/* The name in a buffer that lives to the end of the enclosing block. */
-#define CUBE__KEY(key) cube__key_name((key), (char[48]){0}, 48)
 
 static const char* cube__service_name(const cube__service_t* s) {
   return (s->vt && s->vt->name) ? s->vt->name : "?";
@@ -432,7 +326,7 @@ static void cube__destroy_services(cube__device_t* d) {
  * The runner thread
  * ------------------------------------------------------------------------- */
 
-static void* cube__runner_main(void* arg) {
+void* cube__queue_runner_main(void* arg) {
   cube__device_t* d = (cube__device_t*)arg;
   tl_runner = d;
   for (;;) {
@@ -473,288 +367,6 @@ static void* cube__runner_main(void* arg) {
   cube__destroy_services(d);
   tl_runner = NULL;
   return NULL;
-}
-
-/* ---------------------------------------------------------------------------
- * Registry
- * ------------------------------------------------------------------------- */
-
-static cube__device_t* cube__find_device_locked(cube__device_key_t key) {
-  for (cube__device_t* d = g_devices; d; d = d->next)
-    if (d->key.type == key.type && d->key.index == key.index) return d;
-  return NULL;
-}
-
-static cube__service_t* cube__find_service_locked(cube__device_t* d,
-                                                  const cube__service_vtable_t* vt) {
-  for (cube__service_t* s = d->services; s; s = s->next)
-    if (s->vt == vt) return s;
-  return NULL;
-}
-
-static void cube__device_free(cube__device_t* d) {
-  cube__service_t* s = d->services;
-  while (s) {
-    cube__service_t* next = s->next;
-    free(s);
-    s = next;
-  }
-  pthread_mutex_destroy(&d->services_lock);
-  pthread_cond_destroy(&d->services_cv);
-  pthread_mutex_destroy(&d->exec_mutex);
-  cube__aligned_free(d->cells);
-  cube__aligned_free(d);
-}
-
-/* Resolves |mode| (CUBE_QUEUE_DEFAULT takes the CUBE_DEVICE_QUEUE option). */
-static cube_status_t cube__resolve_mode(cube_queue_mode_t mode, bool* out_inline) {
-  switch (mode) {
-    case CUBE_QUEUE_INLINE:
-      *out_inline = true;
-      return CUBE_OK;
-    case CUBE_QUEUE_THREADED:
-      *out_inline = false;
-      return CUBE_OK;
-    case CUBE_QUEUE_DEFAULT: {
-      /* CUBE_DEVICE_QUEUE's words: threaded (0), inline (1). */
-      *out_inline = cube__option_enum(CUBE__OPT_DEVICE_QUEUE) == 1;
-      return cube__option_status(CUBE__OPT_DEVICE_QUEUE);
-    }
-  }
-  return CUBE_INVALID("device queue: unknown queue mode %d", (int)mode);
-}
-
-static cube_status_t cube__device_new(cube__device_key_t key, bool is_inline,
-                                      cube__device_t** out) {
-  cube__device_t* d = (cube__device_t*)cube__aligned_calloc(sizeof(*d), 64);
-  if (!d)
-    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "device %s: no memory for its queue",
-                             CUBE__KEY(key));
-  atomic_init(&d->enqueue_pos, 0);
-  atomic_init(&d->sleeping, 0);
-  atomic_init(&d->wake_seq, 0);
-  atomic_init(&d->stop, false);
-  atomic_init(&d->owner, 0);
-  d->key = key;
-  d->is_inline = is_inline;
-  pthread_mutex_init(&d->services_lock, NULL);
-  pthread_cond_init(&d->services_cv, NULL);
-  pthread_mutex_init(&d->exec_mutex, NULL);
-  if (!is_inline) {
-    d->cells = (cube__cell_t*)cube__aligned_alloc(sizeof(cube__cell_t) * CUBE__RING_CELLS, 64);
-    if (!d->cells) {
-      cube__device_free(d);
-      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
-                               "device %s: no memory for its queue (%zu bytes)", CUBE__KEY(key),
-                               sizeof(cube__cell_t) * CUBE__RING_CELLS);
-    }
-    for (size_t i = 0; i < CUBE__RING_CELLS; ++i) atomic_init(&d->cells[i].seq, i);
-    char name[16];
-    snprintf(name, sizeof(name), "cube-dev-%u-%u", key.type, key.index);
-    cube_status_t st = cube__thread_create(&d->thread, cube__runner_main, d, name, 0);
-    if (st != CUBE_OK) {
-      cube__device_free(d);
-      return cube__status_annotate(st, "device %s: starting its runner", CUBE__KEY(key));
-    }
-    d->has_thread = true;
-  }
-  *out = d;
-  return CUBE_OK;
-}
-
-/* Finds or creates the device of |key|. */
-static cube_status_t cube__device_get(cube__device_key_t key, cube_queue_mode_t mode,
-                                      cube__device_t** out) {
-  pthread_mutex_lock(&g_registry_lock);
-  cube__device_t* d = cube__find_device_locked(key);
-  if (d) {
-    pthread_mutex_unlock(&g_registry_lock);
-    *out = d;
-    return CUBE_OK;
-  }
-  bool is_inline = false;
-  cube_status_t st = cube__resolve_mode(mode, &is_inline);
-  if (st == CUBE_OK) st = cube__device_new(key, is_inline, &d);
-  if (st == CUBE_OK) {
-    d->next = g_devices;
-    g_devices = d;
-    *out = d;
-  }
-  pthread_mutex_unlock(&g_registry_lock);
-  return st;
-}
-
-static void cube__append_service_locked(cube__device_t* d, cube__service_t* s) {
-  if (d->services_tail)
-    d->services_tail->next = s;
-  else
-    d->services = s;
-  d->services_tail = s;
-}
-
-static void cube__unlink_service_locked(cube__device_t* d, cube__service_t* s) {
-  cube__service_t* prev = NULL;
-  for (cube__service_t* it = d->services; it; prev = it, it = it->next) {
-    if (it != s) continue;
-    if (prev)
-      prev->next = s->next;
-    else
-      d->services = s->next;
-    if (d->services_tail == s) d->services_tail = prev;
-    return;
-  }
-}
-
-/* ---------------------------------------------------------------------------
- * Services
- * ------------------------------------------------------------------------- */
-
-/* Makes |s| ready with |state| and wakes the threads waiting for it.
- * d->services_lock held. */
-static void cube__service_publish_locked(cube__device_t* d, cube__service_t* s, void* state) {
-  s->state = state;
-  s->ready = true;
-  s->creator = 0;
-  s->ready_next = d->ready;
-  d->ready = s;
-  pthread_cond_broadcast(&d->services_cv);
-}
-
-/* get (|must_create| false) and create (true: ALREADY_EXISTS once the service
- * is ready, whoever made it; a creation in progress elsewhere is waited for,
- * so that exactly one of concurrent creators succeeds). */
-static cube_status_t cube__service_obtain(cube__device_key_t key, cube_queue_mode_t mode,
-                                          const cube__service_vtable_t* vt, void* create_arg,
-                                          bool must_create, cube__service_t** out_service) {
-  if (!out_service) return CUBE_INVALID("cube__service_get: out_service is NULL");
-  *out_service = NULL;
-  if (!vt) return CUBE_INVALID("cube__service_get: service vtable is NULL");
-  cube__device_t* d = NULL;
-  CUBE_RETURN_IF_ERROR(cube__device_get(key, mode, &d));
-
-  uintptr_t me = cube__self();
-  pthread_mutex_lock(&d->services_lock);
-  for (;;) {
-    cube__service_t* s = cube__find_service_locked(d, vt);
-    if (!s) break;
-    if (s->ready) {
-      pthread_mutex_unlock(&d->services_lock);
-      if (must_create)
-        return cube__status_make(CUBE_STATUS_ALREADY_EXISTS,
-                                 "service '%s' already exists on device %s",
-                                 vt->name ? vt->name : "?", CUBE__KEY(key));
-      *out_service = s;
-      return CUBE_OK;
-    }
-    if (s->creator == me) {
-      pthread_mutex_unlock(&d->services_lock);
-      return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
-                               "service '%s' on device %s requested from inside its own "
-                               "create function",
-                               vt->name ? vt->name : "?", CUBE__KEY(key));
-    }
-    /* Another thread is creating it: wait, then look again (a failed
-     * creation removes the entry and the next caller retries). */
-    pthread_cond_wait(&d->services_cv, &d->services_lock);
-  }
-  if (!vt->create) {
-    pthread_mutex_unlock(&d->services_lock);
-    return CUBE_INVALID("service '%s' on device %s has no create function (use insert)",
-                        vt->name ? vt->name : "?", CUBE__KEY(key));
-  }
-  cube__service_t* s = (cube__service_t*)calloc(1, sizeof(*s));
-  if (!s) {
-    pthread_mutex_unlock(&d->services_lock);
-    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "service '%s' on device %s: no memory",
-                             vt->name ? vt->name : "?", CUBE__KEY(key));
-  }
-  s->vt = vt;
-  s->device = d;
-  s->creator = me;
-  cube__append_service_locked(d, s);
-  pthread_mutex_unlock(&d->services_lock);
-
-  /* Create outside the lock: create may use other services of the device. */
-  void* state = NULL;
-  cube_status_t st = vt->create(key, create_arg, &state);
-
-  pthread_mutex_lock(&d->services_lock);
-  if (st != CUBE_OK) {
-    cube__unlink_service_locked(d, s);
-    pthread_cond_broadcast(&d->services_cv);
-    pthread_mutex_unlock(&d->services_lock);
-    free(s);
-    return cube__status_annotate(st, "creating service '%s' on device %s",
-                                 vt->name ? vt->name : "?", CUBE__KEY(key));
-  }
-  cube__service_publish_locked(d, s, state);
-  pthread_mutex_unlock(&d->services_lock);
-  *out_service = s;
-  return CUBE_OK;
-}
-
-cube_status_t cube__service_get(cube__device_key_t key, cube_queue_mode_t mode,
-                                const cube__service_vtable_t* vt, void* create_arg,
-                                cube__service_t** out_service) {
-  return cube__service_obtain(key, mode, vt, create_arg, false, out_service);
-}
-
-cube_status_t cube__service_create(cube__device_key_t key, cube_queue_mode_t mode,
-                                   const cube__service_vtable_t* vt, void* create_arg,
-                                   cube__service_t** out_service) {
-  return cube__service_obtain(key, mode, vt, create_arg, true, out_service);
-}
-
-cube_status_t cube__service_insert(cube__device_key_t key, cube_queue_mode_t mode,
-                                   const cube__service_vtable_t* vt, void* state,
-                                   cube__service_t** out_service) {
-  if (out_service) *out_service = NULL;
-  if (!vt) return CUBE_INVALID("cube__service_insert: service vtable is NULL");
-  cube__device_t* d = NULL;
-  CUBE_RETURN_IF_ERROR(cube__device_get(key, mode, &d));
-  pthread_mutex_lock(&d->services_lock);
-  if (cube__find_service_locked(d, vt)) {
-    pthread_mutex_unlock(&d->services_lock);
-    return cube__status_make(CUBE_STATUS_ALREADY_EXISTS,
-                             "service '%s' is already registered on device %s",
-                             vt->name ? vt->name : "?", CUBE__KEY(key));
-  }
-  cube__service_t* s = (cube__service_t*)calloc(1, sizeof(*s));
-  if (!s) {
-    pthread_mutex_unlock(&d->services_lock);
-    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "service '%s' on device %s: no memory",
-                             vt->name ? vt->name : "?", CUBE__KEY(key));
-  }
-  s->vt = vt;
-  s->device = d;
-  cube__append_service_locked(d, s);
-  cube__service_publish_locked(d, s, state);
-  pthread_mutex_unlock(&d->services_lock);
-  if (out_service) *out_service = s;
-  return CUBE_OK;
-}
-
-bool cube__service_exists(cube__device_key_t key, const cube__service_vtable_t* vt) {
-  pthread_mutex_lock(&g_registry_lock);
-  cube__device_t* d = cube__find_device_locked(key);
-  pthread_mutex_unlock(&g_registry_lock);
-  if (!d) return false;
-  pthread_mutex_lock(&d->services_lock);
-  cube__service_t* s = cube__find_service_locked(d, vt);
-  bool exists = s && s->ready;
-  pthread_mutex_unlock(&d->services_lock);
-  return exists;
-}
-
-cube__device_t* cube__service_device(cube__service_t* s) { return s ? s->device : NULL; }
-
-void* cube__service_state_unsafe(cube__service_t* s) { return s ? s->state : NULL; }
-
-bool cube__device_is_blocking(const cube__device_t* d) { return d && d->is_inline; }
-
-cube__device_key_t cube__device_key(const cube__device_t* d) {
-  if (!d) return (cube__device_key_t){0, 0};
-  return d->key;
 }
 
 bool cube__device_is_current(const cube__device_t* d) {
@@ -929,9 +541,9 @@ void cube__device_flush(cube__device_t* d) {
  * ------------------------------------------------------------------------- */
 
 void cube__queue_shutdown(cube__device_key_t key) {
-  pthread_mutex_lock(&g_registry_lock);
-  cube__device_t* d = cube__find_device_locked(key);
-  pthread_mutex_unlock(&g_registry_lock);
+  pthread_mutex_lock(&cube__queue_registry_lock);
+  cube__device_t* d = cube__queue_find_device_locked(key);
+  pthread_mutex_unlock(&cube__queue_registry_lock);
   if (!d) return;
   if (cube__device_is_current(d)) {
     fprintf(stderr,
@@ -962,12 +574,12 @@ void cube__queue_shutdown(cube__device_key_t key) {
     }
   }
 
-  pthread_mutex_lock(&g_registry_lock);
-  cube__device_t** link = &g_devices;
+  pthread_mutex_lock(&cube__queue_registry_lock);
+  cube__device_t** link = &cube__queue_devices;
   while (*link && *link != d) link = &(*link)->next;
   if (*link) *link = d->next;
-  pthread_mutex_unlock(&g_registry_lock);
-  cube__device_free(d);
+  pthread_mutex_unlock(&cube__queue_registry_lock);
+  cube__queue_device_free(d);
 }
 
 static cube_status_t cube__noop(void* user) {
@@ -979,10 +591,10 @@ void cube__queue_drain_all(void) {
   enum { MAX = 256 };
   cube__device_t* list[MAX];
   size_t n = 0;
-  pthread_mutex_lock(&g_registry_lock);
-  for (cube__device_t* d = g_devices; d && n < MAX; d = d->next)
+  pthread_mutex_lock(&cube__queue_registry_lock);
+  for (cube__device_t* d = cube__queue_devices; d && n < MAX; d = d->next)
     if (!d->is_inline && d->has_thread && !cube__device_is_current(d)) list[n++] = d;
-  pthread_mutex_unlock(&g_registry_lock);
+  pthread_mutex_unlock(&cube__queue_registry_lock);
   /* Devices are freed only by shutdown, which is not running concurrently. */
   for (size_t i = 0; i < n; ++i) cube_status_free(cube__exclusive(list[i], 0, cube__noop, NULL));
 }
@@ -991,14 +603,14 @@ void cube__queue_shutdown_all(void) {
   for (;;) {
     bool found = false;
     cube__device_key_t key = {0, 0};
-    pthread_mutex_lock(&g_registry_lock);
-    for (cube__device_t* d = g_devices; d; d = d->next) {
+    pthread_mutex_lock(&cube__queue_registry_lock);
+    for (cube__device_t* d = cube__queue_devices; d; d = d->next) {
       if (cube__device_is_current(d)) continue;
       key = d->key;
       found = true;
       break;
     }
-    pthread_mutex_unlock(&g_registry_lock);
+    pthread_mutex_unlock(&cube__queue_registry_lock);
     if (!found) return;
     cube__queue_shutdown(key);
   }
