@@ -67,6 +67,9 @@ void cube__cache_count_miss(uint64_t compile_ns, bool failed);
  * (cube_kernel_cache_dir results). The cache stays usable: later calls start
  * with an empty map. */
 void cube__cache_shutdown(void);
+/* The memory map's part of cube__cache_shutdown: empties it, bumps the
+ * generation, then runs every artifact's |destroy| outside the lock. */
+void cube__cache_memory_clear(void);
 /* Bumped by every cube__cache_shutdown: a holder of a function taken from a
  * cached artifact can tell that it went away. */
 uint64_t cube__cache_generation(void);
