@@ -1,4 +1,6 @@
-/* Kernel objects (internal layout). Immutable after cube_kernel_create. */
+/* Kernel objects (internal layout). Immutable after cube_kernel_create, but
+ * for the reference count and the caches filled once: compiled forms and
+ * the memo of compiled limits. */
 #ifndef CUBE_KERNEL_KERNEL_H_
 #define CUBE_KERNEL_KERNEL_H_
 
@@ -9,6 +11,18 @@
 #include "cube/kernel.h"
 
 struct cube__signature;
+
+/* One device's answer to "what does the compiled kernel allow": written once
+ * by the first launch that asked (|device| goes 0 -> CUBE__LIMITS_WRITING ->
+ * the device's index + 1, published with release after the fields), then
+ * only read. A launch on another device asks the backend each time. */
+#define CUBE__LIMITS_WRITING UINT32_MAX
+typedef struct cube__kernel_limits_memo {
+  _Atomic uint32_t device;
+  uint32_t max_units;
+  uint64_t local_memory;
+  uint64_t max_local_memory;
+} cube__kernel_limits_memo_t;
 
 struct cube_kernel_s {
   atomic_uint refs;
@@ -33,6 +47,10 @@ struct cube_kernel_s {
    * first use; they belong to the process-wide kernel cache, not to the
    * kernel (several kernel objects of one source share them). */
   _Atomic(void*) compiled[CUBE__BACKEND_COUNT][3];
+  /* The compiled kernel's own limits per backend and execution mode, as the
+   * first device that launched it reported them (cube__server_kernel_limits):
+   * later launches on that device read them without a lock or a lookup. */
+  cube__kernel_limits_memo_t limits[CUBE__BACKEND_COUNT][3];
 };
 
 /* The name of parameter |i| of a dialect kernel ("arg<i>" for native ones). */

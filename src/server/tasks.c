@@ -542,5 +542,25 @@ bool cube__server_has_kernel_limits(const cube__server_t* s) {
 
 cube_status_t cube__server_kernel_limits(cube__server_t* s, const cube_kernel_t* kernel,
                                          cube_execution_mode_t mode, cube__kernel_limits_t* out) {
-  return cube__backend_kernel_limits(&s->be, kernel, mode, out);
+  /* The memo is a cache of the backend's answer, not kernel state: it is
+   * filled through the const pointer as a lazily computed field is. */
+  cube__kernel_limits_memo_t* m =
+      &((cube_kernel_t*)kernel)->limits[s->be.vt->backend][(unsigned)mode % 3u];
+  uint32_t tag = s->be.index + 1u;
+  if (atomic_load_explicit(&m->device, memory_order_acquire) == tag) {
+    out->max_units = m->max_units;
+    out->local_memory = m->local_memory;
+    out->max_local_memory = m->max_local_memory;
+    return CUBE_OK;
+  }
+  CUBE_RETURN_IF_ERROR(cube__backend_kernel_limits(&s->be, kernel, mode, out));
+  uint32_t empty = 0;
+  if (atomic_compare_exchange_strong_explicit(&m->device, &empty, CUBE__LIMITS_WRITING,
+                                              memory_order_acquire, memory_order_relaxed)) {
+    m->max_units = out->max_units;
+    m->local_memory = out->local_memory;
+    m->max_local_memory = out->max_local_memory;
+    atomic_store_explicit(&m->device, tag, memory_order_release);
+  }
+  return CUBE_OK;
 }

@@ -260,6 +260,56 @@ CUBE_TEST(cuda_function_thread_limit_is_refused_at_launch) {
 #endif
 }
 
+/* The limits a launch learned are remembered per device: a kernel whose
+ * function allows 1024 threads on cuda:0 and 256 on cuda:1 launches 512 on
+ * the first, again and again, and is refused on the second every time. */
+CUBE_TEST(cuda_compiled_limits_are_remembered_per_device) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);
+  setenv("CUBE_MOCK_CUDA_DEVICES", "2", 1);
+  setenv("CUBE_MOCK_CUDA_DELAY_US", "0", 1);
+  setenv("CUBE_MOCK_CUDA_LAUNCH_OK", "1", 1);
+  setenv("CUBE_MOCK_CUDA_FUNC_MAX_THREADS", "1024", 1);
+  cube_client_t* c0 = NULL;
+  cube_client_t* c1 = NULL;
+  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c0));
+  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 1}, &c1));
+  cube_kernel_t* big = fill_kernel((cube_dim_t){512, 1, 1}, "16");
+  REQUIRE(big);
+  cube_handle_t y0, y1;
+  REQUIRE_OK(cube_client_empty(c0, 4096, &y0));
+  REQUIRE_OK(cube_client_empty(c1, 4096, &y1));
+  cube_arg_t a0[1] = {cube_arg_buffer(y0)};
+  cube_arg_t a1[1] = {cube_arg_buffer(y1)};
+  cube_status_t s = cube_client_launch(c0, big, cube_count_static(1, 1, 1), 1, a0);
+  bool no_nvrtc = cube_status_code(s) == CUBE_STATUS_UNAVAILABLE;
+  if (!no_nvrtc) {
+    CHECK_OK(s);
+    /* cuda:1 compiles its own function, which allows 256. */
+    setenv("CUBE_MOCK_CUDA_FUNC_MAX_THREADS", "256", 1);
+    for (int round = 0; round < 3; ++round) {
+      CHECK_STATUS(cube_client_launch(c1, big, cube_count_static(1, 1, 1), 1, a1),
+                   CUBE_STATUS_OUT_OF_RANGE, "cube_client_launch", "256 units this kernel runs",
+                   "cuda:1");
+      CHECK_OK(cube_client_launch(c0, big, cube_count_static(1, 1, 1), 1, a0));
+    }
+    CHECK_OK(cube_client_sync(c0));
+    CHECK_OK(cube_client_sync(c1));
+  } else {
+    cube_status_free(s);
+  }
+  cube_handle_release(y0);
+  cube_handle_release(y1);
+  cube_kernel_release(big);
+  cube_client_release(c0);
+  cube_client_release(c1);
+  cube_shutdown();
+  if (no_nvrtc) CUBE_SKIP("no NVRTC");
+#endif
+}
+
 static cube_client_t* opencl_client(void) {
   cube_status_t s = cube_backend_status(CUBE_BACKEND_OPENCL);
   if (s || devices_of(CUBE_BACKEND_OPENCL) == 0) {
