@@ -30,14 +30,6 @@ const char* __lsan_default_suppressions(void) {
 
 /* Texts that must never reach the user. */
 
-/* Devices of |backend| (0 when its driver is absent). */
-static size_t devices_of(cube_backend_t backend) {
-  size_t n = 0;
-  cube_status_t s = cube_enumerate_devices(backend, NULL, 0, &n);
-  cube_status_free(s);
-  return s ? 0 : n;
-}
-
 static const char* const k_internal[] = {
     "<stdin>", "<scratch space>", ".entry.c", ".entry.cl", ".split.c", "/tmp/", "Spelling",
     "cube__kernel_", "cube_kernel_entry", "CUBE__EARR", "CUBE__ENTRY", "cube__split",
@@ -353,7 +345,7 @@ CUBE_TEST(cpu_gcc_names_user_lines_only) { cpu_with("gcc"); }
 
 CUBE_TEST(opencl_names_user_lines_and_columns) {
   cube_status_t s = cube_backend_status(CUBE_BACKEND_OPENCL);
-  if (s || devices_of(CUBE_BACKEND_OPENCL) == 0) {
+  if (s || cube_test_device_count(CUBE_BACKEND_OPENCL) == 0) {
     cube_status_free(s);
     CUBE_SKIP("no OpenCL device");
   }

@@ -25,14 +25,6 @@ const char* __lsan_default_suppressions(void) {
 }
 
 
-/* Devices of |backend| (0 when its driver is absent). */
-static size_t devices_of(cube_backend_t backend) {
-  size_t n = 0;
-  cube_status_t s = cube_enumerate_devices(backend, NULL, 0, &n);
-  cube_status_free(s);
-  return s ? 0 : n;
-}
-
 static const cube_device_id_t cpu0 = {CUBE_BACKEND_CPU, 0};
 
 /* y[i] = x[i] * 2 + z[i] for the elements all three have; w is a struct
@@ -272,6 +264,12 @@ CUBE_TEST(cuda_compiled_limits_are_remembered_per_device) {
   setenv("CUBE_MOCK_CUDA_DELAY_US", "0", 1);
   setenv("CUBE_MOCK_CUDA_LAUNCH_OK", "1", 1);
   setenv("CUBE_MOCK_CUDA_FUNC_MAX_THREADS", "1024", 1);
+  /* The mock counts its devices once per process: an earlier case of this
+   * process (a run of every case) may have loaded it with one. */
+  if (cube_test_device_count(CUBE_BACKEND_CUDA) < 2) {
+    cube_shutdown();
+    CUBE_SKIP("the mock driver has fewer than 2 devices in this process");
+  }
   cube_client_t* c0 = NULL;
   cube_client_t* c1 = NULL;
   REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c0));
@@ -312,7 +310,7 @@ CUBE_TEST(cuda_compiled_limits_are_remembered_per_device) {
 
 static cube_client_t* opencl_client(void) {
   cube_status_t s = cube_backend_status(CUBE_BACKEND_OPENCL);
-  if (s || devices_of(CUBE_BACKEND_OPENCL) == 0) {
+  if (s || cube_test_device_count(CUBE_BACKEND_OPENCL) == 0) {
     cube_status_free(s);
     return NULL;
   }
