@@ -25,8 +25,11 @@ typedef struct cube__kernel_limits_memo {
 } cube__kernel_limits_memo_t;
 
 struct cube_kernel_s {
-  atomic_uint refs;
-  uint64_t id;                 /* process-unique, for profiles and cache keys */
+  /* Every launch takes a reference on the caller's thread and the runner
+   * drops it: the count has a cache line of its own, so that the runner's
+   * release does not evict the fields below, which every launch reads. */
+  _Alignas(64) atomic_uint refs;
+  _Alignas(64) uint64_t id;                 /* process-unique, for profiles and cache keys */
   char* name;
   cube_dim_t cube_dim;         /* normalised: no zero component */
   uint32_t arg_count;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/bytes.h"
 #include "base/status.h"
 #include "server/server.h"
@@ -138,12 +139,12 @@ void cube__stream_destroy(cube__stream_t* st) {
   cube_status_free(st->errors);
   cube_status_free(st->profile_errors);
   pthread_mutex_destroy(&st->lock);
-  free(st);
+  cube__aligned_free(st);
 }
 
 static cube_status_t cube__stream_create(cube__server_t* s, uint64_t id, uint32_t slot,
                                          cube__stream_t** out) {
-  cube__stream_t* st = calloc(1, sizeof(*st));
+  cube__stream_t* st = cube__aligned_calloc(sizeof(*st), 64); /* |lock|'s own line */
   if (!st) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "stream %" PRIu64 ": no host memory", id);
   st->server = s;
   st->id = id;

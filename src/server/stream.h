@@ -27,24 +27,29 @@
 typedef struct cube__server cube__server_t;
 
 typedef struct cube__stream {
+  /* Read-mostly, by the calling threads and the runner alike: set at
+   * creation (mm and pinned until destruction). */
   cube__server_t* server;
   uint64_t id;          /* the first stream id mapped to this slot */
   uint32_t slot;
-  pthread_mutex_t lock; /* guards every field below */
-  cube__mm_t* mm;       /* device memory pools */
+  cube__mm_t* mm;       /* device memory pools (guarded by |lock|) */
   cube__mm_t* pinned;   /* pinned host staging pools; NULL without host storage */
+  void* backend_stream;
+  cube__storage_ops_t device_ops; /* self = this stream; counts the memory limit */
+  cube__storage_ops_t host_ops;
+  /* Written on every sync and error: a cache line of their own, so that the
+   * runner taking |lock| does not evict the fields above from the caller's
+   * cache (every launch and sync reads them). */
+  _Alignas(64) pthread_mutex_t lock; /* guards the pools and every field below */
   cube_status_t errors; /* deferred errors, joined */
   cube_status_t profile_errors; /* launch failures while a profile is active */
   uint32_t profile_depth;
-  void* backend_stream;
   /* Buffers of other streams used by this one, held until the event recorded
    * after that use completed (then their owner may reuse the memory). FIFO;
    * guarded by |lock|. Only on backends with events. */
   struct cube__hold* holds_head;
   struct cube__hold* holds_tail;
   atomic_size_t hold_count; /* read without the lock: 0 = nothing to release */
-  cube__storage_ops_t device_ops; /* self = this stream; counts the memory limit */
-  cube__storage_ops_t host_ops;
 } cube__stream_t;
 
 /* The stream that |stream_id| maps to (slot id % max_streams), created on
