@@ -253,6 +253,34 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_empty_tensors(cube_client_t* clie
                                                              const cube_layout_desc_t* descs,
                                                              cube_tensor_t* out_tensors);
 
+/* Writing memory ------------------------------------------------------------- */
+
+/* Writes |size| bytes from |data| into the buffer of |handle| (its whole
+ * view), ordered on the client's stream as CubeCL's write is: work queued on
+ * the stream before the call sees the old contents, work queued after it the
+ * new ones, so a buffer's inputs can be refreshed between launches without a
+ * new allocation. On a backend with events (CUDA) the write also waits for
+ * the buffer's last use on another stream. |data| is copied before the call
+ * returns: the caller may reuse it at once. Thread-safe. A view of 0 bytes
+ * with |size| 0 writes nothing. Fails at once with INVALID_ARGUMENT (a NULL
+ * client, a |size| that is not the view's size, NULL |data| with a non-zero
+ * size, a handle of another device), NOT_FOUND (a released handle),
+ * OUT_OF_MEMORY (no host memory for the copy); a failure of the write itself
+ * (a device fault) is deferred to the stream, as a launch's is. */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_write(cube_client_t* client, cube_handle_t handle,
+                                                     const void* data, size_t size);
+
+/* As cube_client_write for a tensor: |data| holds its elements densely packed
+ * in row-major order (the product of the shape times elem_size bytes, which
+ * |size| must be), written into the tensor's layout (rows at its pitch on a
+ * pitched layout, as cube_client_create_tensor_from_slice lays them out).
+ * Also INVALID_ARGUMENT for a NULL |tensor|, a rank, shape or element size
+ * that cube_layout_desc_initialize refuses, or a shape its handle's view is
+ * too small for; UNSUPPORTED for strides the device does not produce. */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_write_tensor(cube_client_t* client,
+                                                            const cube_tensor_t* tensor,
+                                                            const void* data, size_t size);
+
 /* Reading memory ------------------------------------------------------------- */
 
 /* Reads every handle (its whole view) into new host buffers, after all work

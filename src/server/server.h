@@ -65,6 +65,17 @@ void cube__server_write(cube__stream_t* stream, cube__memory_t* mem, uint64_t of
                         uint64_t pitch, const void* src, uint64_t width, uint64_t height,
                         cube_bytes_t* owner);
 
+/* Writes |height| rows of |width| bytes from |src| into |mem| (a buffer that
+ * queued work may read or write) at |offset|, rows |pitch| bytes apart: a
+ * task on |stream|, ordered after everything queued on it before and, on
+ * backends with events, after the buffer's last use on another stream.
+ * |src| is copied before the call returns. Takes its own binding reference on
+ * |mem|. Returns OUT_OF_MEMORY (no host memory for the copy) or the queue's
+ * refusal at once; a failure of the write itself is deferred to |stream|. */
+cube_status_t cube__server_write_ordered(cube__stream_t* stream, cube__memory_t* mem,
+                                         uint64_t offset, uint64_t pitch, const void* src,
+                                         uint64_t width, uint64_t height);
+
 /* One region to read. */
 typedef struct cube__read_region {
   cube__memory_t* mem; /* a binding reference owned by the request */

@@ -110,6 +110,44 @@ void cube__server_write(cube__stream_t* st, cube__memory_t* mem, uint64_t offset
   if (status) cube__stream_push_error(st, status);
 }
 
+/* A write into a buffer that queued work may use (cube_client_write): it runs
+ * on the runner, in stream order, after the buffer's last use on another
+ * stream on backends with events, and holds the buffer for that stream's
+ * next user as a launch does. */
+static cube_status_t cube__write_ordered_task_run(void* state, void* payload) {
+  (void)state;
+  cube__write_task_t* t = payload;
+  cube__stream_t* st = t->stream;
+  cube__server_t* s = st->server;
+  bool events = cube__backend_has_events(&s->be);
+  cube_status_t status = CUBE_OK;
+  if (events) {
+    cube__stream_release_holds(st, false);
+    status = cube__stream_order(st, t->mem);
+  }
+  if (!status)
+    status = cube__write_exec(st, t->mem, t->offset, t->pitch, cube_bytes_const_data(t->bytes),
+                              t->width, t->height);
+  if (!status && events) cube__stream_hold(st, &t->mem, 1);
+  if (status)
+    cube__stream_push_error(st, cube__status_annotate(status, "write of %" PRIu64 " bytes into "
+                                                              "memory %" PRIu64,
+                                                      t->width * t->height, t->mem->id));
+  return CUBE_OK;
+}
+
+cube_status_t cube__server_write_ordered(cube__stream_t* st, cube__memory_t* mem, uint64_t offset,
+                                         uint64_t pitch, const void* src, uint64_t width,
+                                         uint64_t height) {
+  cube__server_t* s = st->server;
+  cube__write_task_t t = {st, mem, offset, pitch, width, height, NULL};
+  /* The caller may reuse |src| once the call returns: the task owns a copy. */
+  CUBE_RETURN_IF_ERROR(cube_bytes_from_copy(src, (size_t)(width * height), &t.bytes));
+  cube__memory_ref(mem);
+  return cube__submit(s->service, st->id, cube__write_ordered_task_run, &t, sizeof(t),
+                      cube__write_task_drop);
+}
+
 //===----------------------------------------------------------------------===//
 // Reads
 //===----------------------------------------------------------------------===//

@@ -1,0 +1,64 @@
+/* cube_client_write and cube_client_write_tensor: new contents for existing
+ * buffers, ordered on the client's stream (the server's write task). */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "client/client_internal.h"
+
+cube_status_t cube_client_write(cube_client_t* c, cube_handle_t handle, const void* data,
+                                size_t size) {
+  static const char fn[] = "cube_client_write";
+  CUBE__CHECK_CLIENT(c, fn);
+  cube__handle_info_t info;
+  CUBE_RETURN_IF_ERROR(cube__client_handle_f(c, handle, &info, "%s: handle", fn));
+  uint64_t n = cube__handle_view_size(&info);
+  if (size != n)
+    return CUBE_INVALID("%s: handle 0x%" PRIx64 " views %" PRIu64 " bytes, size is %zu", fn,
+                        handle.id, n, size);
+  if (n == 0) return CUBE_OK;
+  if (!data) return CUBE_INVALID("%s: data is NULL (%zu bytes to write)", fn, size);
+  cube__stream_t* stream;
+  CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  cube_status_t st = cube__server_write_ordered(stream, info.mem, info.offset_start, n, data, n, 1);
+  return st ? cube__status_annotate(st, "%s: handle 0x%" PRIx64, fn, handle.id) : CUBE_OK;
+}
+
+cube_status_t cube_client_write_tensor(cube_client_t* c, const cube_tensor_t* t, const void* data,
+                                       size_t size) {
+  static const char fn[] = "cube_client_write_tensor";
+  CUBE__CHECK_CLIENT(c, fn);
+  if (!t) return CUBE_INVALID("%s: tensor is NULL", fn);
+  cube__handle_info_t info;
+  CUBE_RETURN_IF_ERROR(cube__client_handle_f(c, t->handle, &info, "%s: tensor->handle", fn));
+  cube_layout_desc_t d;
+  cube_status_t st =
+      cube_layout_desc_initialize(CUBE_LAYOUT_CONTIGUOUS, t->rank, t->shape, t->elem_size, &d);
+  if (st) return cube__status_annotate(st, "%s: tensor", fn);
+  if (!cube_layout_strides_readable(c->server->props.layout_policy, t->rank, t->shape,
+                                    t->strides))
+    return cube__status_make(CUBE_STATUS_UNSUPPORTED,
+                             "%s: the tensor's strides are not a layout %s produces (it writes "
+                             "%s layouts only)",
+                             fn, c->server->props.name,
+                             c->server->props.layout_policy == CUBE_LAYOUT_POLICY_PITCHED
+                                 ? "pitched row-major"
+                                 : "contiguous row-major");
+  uint64_t w, h, p;
+  cube__rows(&d, t->strides, &w, &h, &p);
+  uint64_t dense = w * h;
+  if (size != dense)
+    return CUBE_INVALID("%s: the tensor's %" PRIu64 " elements of %u bytes are %" PRIu64
+                        " bytes, size is %zu",
+                        fn, h && w ? dense / t->elem_size : 0, t->elem_size, dense, size);
+  uint64_t need = h ? (h - 1) * p + w : 0;
+  uint64_t view = cube__handle_view_size(&info);
+  if (need > view)
+    return CUBE_INVALID("%s: the tensor needs %" PRIu64 " bytes but its handle views %" PRIu64,
+                        fn, need, view);
+  if (dense == 0) return CUBE_OK;
+  if (!data) return CUBE_INVALID("%s: data is NULL (%zu bytes to write)", fn, size);
+  cube__stream_t* stream;
+  CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  st = cube__server_write_ordered(stream, info.mem, info.offset_start, p, data, w, h);
+  return st ? cube__status_annotate(st, "%s", fn) : CUBE_OK;
+}
