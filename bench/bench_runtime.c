@@ -8,6 +8,7 @@
  *   3. launch + sync round trip of an empty kernel
  *   4. launch + read back of a 4-byte result
  *   5. upload (create_from_slice) and download (read_one) of 64 MiB vs memcpy
+ *   7. graph replay of 100 empty kernels vs the same eager launches
  *   6. saxpy over 16M floats: native kernel vs a plain C loop (vs OpenMP when
  *      built with -fopenmp)
  *
@@ -416,6 +417,58 @@ static uint64_t trial_download(void* p, uint64_t iters) {
   return total;
 }
 
+/* 7. Graph replay ------------------------------------------------------------ */
+
+enum { GRAPH_NODES = 100 };
+
+typedef struct graph_ctx {
+  cube_client_t* client;
+  cube_graph_t* graph;
+} graph_ctx_t;
+
+/* GRAPH_NODES eager launches, then sync: per-kernel time (iters = kernels). */
+static uint64_t trial_eager_kernels(void* p, uint64_t iters) {
+  graph_ctx_t* g = p;
+  cube_count_t one = cube_count_static(1, 1, 1);
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i)
+    TRY("cube_client_launch", cube_client_launch(g->client, g_k_empty, one, 0, NULL));
+  TRY("cube_client_sync", cube_client_sync(g->client));
+  return now_ns() - t0;
+}
+
+/* Replays of the GRAPH_NODES-node graph, then sync: per-kernel time (iters =
+ * kernels, a multiple of GRAPH_NODES). */
+static uint64_t trial_replay_kernels(void* p, uint64_t iters) {
+  graph_ctx_t* g = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters / GRAPH_NODES; ++i)
+    TRY("cube_client_replay", cube_client_replay(g->client, g->graph, 0, NULL));
+  TRY("cube_client_sync", cube_client_sync(g->client));
+  return now_ns() - t0;
+}
+
+/* The caller's cost of one replay call (iters = replays; sync not timed). */
+static uint64_t trial_replay_call(void* p, uint64_t iters) {
+  graph_ctx_t* g = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < iters; ++i)
+    TRY("cube_client_replay", cube_client_replay(g->client, g->graph, 0, NULL));
+  uint64_t t1 = now_ns();
+  TRY("cube_client_sync", cube_client_sync(g->client));
+  return t1 - t0;
+}
+
+static cube_graph_t* capture_empty_graph(cube_client_t* c) {
+  cube_count_t one = cube_count_static(1, 1, 1);
+  TRY("cube_client_capture_begin", cube_client_capture_begin(c));
+  for (int i = 0; i < GRAPH_NODES; ++i)
+    TRY("cube_client_launch", cube_client_launch(c, g_k_empty, one, 0, NULL));
+  cube_graph_t* g = NULL;
+  TRY("cube_client_capture_end", cube_client_capture_end(c, &g));
+  return g;
+}
+
 /* 6. saxpy ---------------------------------------------------------------- */
 
 typedef struct saxpy_ctx {
@@ -749,6 +802,32 @@ int main(void) {
     }
     free(hx);
     free(hy);
+    fflush(stdout);
+  }
+
+  /* 7. Graph replay against eager launches of the same kernels. */
+  {
+    printf("[7] graph replay: %d empty native kernels (1 cube each) captured once; per kernel, "
+           "launches or replays then sync (timed together)\n",
+           GRAPH_NODES);
+    graph_ctx_t thr = {g_threaded, capture_empty_graph(g_threaded)};
+    graph_ctx_t inl = {g_inline, capture_empty_graph(g_inline)};
+    const uint64_t kernels = 200 * GRAPH_NODES;
+    stats_t e_thr = measure(trial_eager_kernels, &thr, kernels, 1, 7);
+    stats_t r_thr = measure(trial_replay_kernels, &thr, kernels, 1, 7);
+    stats_t e_inl = measure(trial_eager_kernels, &inl, kernels, 1, 7);
+    stats_t r_inl = measure(trial_replay_kernels, &inl, kernels, 1, 7);
+    stats_t call = measure(trial_replay_call, &thr, 200, 1, 7);
+    line_base("eager launches + sync, per kernel, threaded:", e_thr);
+    line_time("graph replay + sync, per kernel, threaded:", r_thr, "eager", e_thr);
+    line_base("eager launches + sync, per kernel, inline:", e_inl);
+    line_time("graph replay + sync, per kernel, inline:", r_inl, "eager", e_inl);
+    line_time("cube_client_replay call (100 nodes), threaded:", call, "eager kernel", e_thr);
+    printf("  target: replay per kernel <= 0.25x an eager launch -> threaded %s, inline %s\n\n",
+           r_thr.median_us <= 0.25 * e_thr.median_us ? "met" : "NOT met",
+           r_inl.median_us <= 0.25 * e_inl.median_us ? "met" : "NOT met");
+    cube_graph_release(thr.graph);
+    cube_graph_release(inl.graph);
     fflush(stdout);
   }
 

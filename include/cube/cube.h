@@ -96,6 +96,7 @@
 #include "cube/collective.h"
 #include "cube/device.h"
 #include "cube/future.h"
+#include "cube/graph.h"
 #include "cube/handle.h"
 #include "cube/kernel.h"
 #include "cube/memory.h"

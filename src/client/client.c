@@ -246,6 +246,8 @@ cube_status_t cube_client_memory_cleanup(cube_client_t* c) {
   CUBE__CHECK_CLIENT(c, "cube_client_memory_cleanup");
   cube__stream_t* st;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &st));
+  if (cube__stream_capturing(st))
+    return cube__stream_capture_refusal(st, "cube_client_memory_cleanup", "a cleanup of the pools");
   cube__stream_cleanup(st);
   return CUBE_OK;
 }
@@ -296,6 +298,9 @@ cube_status_t cube_client_flush(cube_client_t* c) {
   CUBE__CHECK_CLIENT(c, "cube_client_flush");
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  if (cube__stream_capturing(stream))
+    return cube__stream_capture_refusal(stream, "cube_client_flush", "a flush");
+
   cube_status_t st = cube__server_flush(stream);
   return st ? cube__status_annotate(st, "cube_client_flush") : CUBE_OK;
 }
@@ -304,6 +309,8 @@ cube_status_t cube_client_sync(cube_client_t* c) {
   CUBE__CHECK_CLIENT(c, "cube_client_sync");
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  if (cube__stream_capturing(stream))
+    return cube__stream_capture_refusal(stream, "cube_client_sync", "a sync");
   cube_status_t st = cube__server_sync(stream);
   return st ? cube__status_annotate(st, "cube_client_sync") : CUBE_OK;
 }
@@ -313,6 +320,8 @@ cube_status_t cube_client_sync_async(cube_client_t* c, cube_future_t** out_futur
   CUBE__CHECK_OUT(out_future, "cube_client_sync_async", "out_future");
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  if (cube__stream_capturing(stream))
+    return cube__stream_capture_refusal(stream, "cube_client_sync_async", "a sync");
   return cube__server_sync_async(stream, out_future);
 }
 

@@ -154,6 +154,9 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
   /* All checked: the queued record takes the binding references. */
+  if (cube__stream_capturing(stream))
+    return cube__graph_record_launch(stream, kernel, xyz, dyn_mem, dyn_offset, mode,
+                                     (uint32_t)arg_count, targs);
   return cube__server_launch(stream, kernel, xyz, dyn_mem, dyn_offset, mode, (uint32_t)arg_count,
                              targs);
 }

@@ -30,6 +30,8 @@ static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t
   }
   cube__stream_t* stream;
   cube_status_t st = cube__client_stream(c, &stream);
+  if (!st && cube__stream_capturing(stream))
+    st = cube__stream_capture_refusal(stream, fn, "a read");
   if (st) {
     for (size_t j = 0; j < count; ++j) cube__memory_unref(r[j].mem);
   } else {
@@ -80,6 +82,7 @@ cube_status_t cube_client_read_into(cube_client_t* c, cube_handle_t handle, void
   if (!dst && n) return CUBE_INVALID("%s: dst is NULL (%zu bytes to read)", fn, dst_size);
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  if (cube__stream_capturing(stream)) return cube__stream_capture_refusal(stream, fn, "a read");
   cube__memory_ref(info.mem);
   cube__read_region_t r = {info.mem, info.offset_start, n, 1, n, dst};
   cube_future_t* f;
@@ -147,6 +150,8 @@ static cube_status_t cube__read_tensors(cube_client_t* c, const char* fn, size_t
   }
   cube__stream_t* stream;
   st = cube__client_stream(c, &stream);
+  if (!st && cube__stream_capturing(stream))
+    st = cube__stream_capture_refusal(stream, fn, "a read");
   if (st) {
     for (size_t j = 0; j < count; ++j) cube__memory_unref(r[j].mem);
   } else {

@@ -109,6 +109,53 @@ cube_status_t cube__server_launch(cube__stream_t* stream, cube_kernel_t* kernel,
                                   uint64_t dyn_offset, cube_execution_mode_t mode,
                                   uint32_t arg_count, const cube__task_arg_t* args);
 
+/* Graphs (src/server/graph.c) --------------------------------------------- */
+
+/* A substitute for one slot of a replay: a binding reference on |mem| held by
+ * the replay until it ran. */
+typedef struct cube__graph_sub {
+  cube__memory_t* mem; /* NULL: the slot as captured */
+  uint64_t offset;     /* the substitute view's start in |mem| */
+} cube__graph_sub_t;
+
+/* Starts / ends the capture of |stream| (FAILED_PRECONDITION when it is
+ * capturing already / not capturing; end returns the first failure that was
+ * recorded, and then no graph). */
+cube_status_t cube__stream_capture_begin(cube__stream_t* stream);
+cube_status_t cube__stream_capture_end(cube__stream_t* stream, struct cube_graph_s** out_graph);
+static inline bool cube__stream_capturing(cube__stream_t* stream) {
+  return atomic_load_explicit(&stream->capture, memory_order_relaxed) != NULL;
+}
+/* FAILED_PRECONDITION naming |fn| and |what| ("a read") for a call that a
+ * capture does not record. */
+cube_status_t cube__stream_capture_refusal(const cube__stream_t* stream, const char* fn,
+                                           const char* what);
+
+/* As cube__server_launch / cube__server_write_ordered, recorded into the
+ * stream's graph instead when it is capturing (the graph takes the same
+ * references a queued record would, and keeps them while it lives). A write
+ * names the view it writes (|view_offset|, |view_len|): its slot. */
+cube_status_t cube__graph_record_launch(cube__stream_t* stream, cube_kernel_t* kernel,
+                                        const uint32_t count[3], cube__memory_t* dyn_mem,
+                                        uint64_t dyn_offset, cube_execution_mode_t mode,
+                                        uint32_t arg_count, const cube__task_arg_t* args);
+cube_status_t cube__graph_record_write(cube__stream_t* stream, cube__memory_t* mem,
+                                       uint64_t view_offset, uint64_t view_len, uint64_t pitch,
+                                       const void* src, uint64_t width, uint64_t height);
+
+/* Queues |graph| on |stream| as one task; |subs| (slot_count entries, or
+ * NULL) is taken over with its references. */
+cube_status_t cube__server_replay(cube__stream_t* stream, struct cube_graph_s* graph,
+                                  cube__graph_sub_t* subs);
+void cube__graph_ref(struct cube_graph_s* graph);
+void cube__graph_unref(struct cube_graph_s* graph);
+cube__server_t* cube__graph_server(const struct cube_graph_s* graph);
+size_t cube__graph_node_count(const struct cube_graph_s* graph);
+size_t cube__graph_slot_count(const struct cube_graph_s* graph);
+uint64_t cube__graph_slot_len(const struct cube_graph_s* graph, uint32_t slot);
+bool cube__graph_slot_find(const struct cube_graph_s* graph, const cube__memory_t* mem,
+                           uint64_t offset, uint64_t len, uint32_t* out_slot);
+
 /* Compiles |kernel| for |mode| on the server's device now (a no-op where the
  * backend compiles nothing). */
 cube_status_t cube__server_prepare(cube__server_t* s, const cube_kernel_t* kernel,

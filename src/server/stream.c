@@ -331,6 +331,8 @@ cube_status_t cube__stream_alloc(cube__stream_t* st, uint64_t size, const char* 
                                  cube__memory_t** out_mem) {
   cube__server_t* s = st->server;
   cube__memory_t* m = NULL;
+  if (cube__stream_capturing(st))
+    return cube__stream_capture_refusal(st, what, "allocation from the stream's pools");
   pthread_mutex_lock(&st->lock);
   cube_status_t status = cube__mm_reserve(st->mm, size, &m);
   if (!status) {

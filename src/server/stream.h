@@ -37,6 +37,9 @@ typedef struct cube__stream {
   void* backend_stream;
   cube__storage_ops_t device_ops; /* self = this stream; counts the memory limit */
   cube__storage_ops_t host_ops;
+  /* The graph being captured on this stream (cube/graph.h), NULL when none:
+   * set and cleared by capture begin/end, read by every launch and write. */
+  _Atomic(struct cube_graph_s*) capture;
   /* Written on every sync and error: a cache line of their own, so that the
    * runner taking |lock| does not evict the fields above from the caller's
    * cache (every launch and sync reads them). */

@@ -11,21 +11,14 @@
 #include "kernel/kernel.h"
 #include "server/future.h"
 #include "server/server.h"
+#include "server/tasks_internal.h"
 
 //===----------------------------------------------------------------------===//
 // Writes
 //===----------------------------------------------------------------------===//
 
-typedef struct cube__write_task {
-  cube__stream_t* stream;
-  cube__memory_t* mem;
-  uint64_t offset, pitch, width, height;
-  cube_bytes_t* bytes; /* owns the source */
-} cube__write_task_t;
-
-static cube_status_t cube__write_exec(cube__stream_t* st, cube__memory_t* mem, uint64_t offset,
-                                      uint64_t pitch, const void* src, uint64_t width,
-                                      uint64_t height) {
+cube_status_t cube__write_exec(cube__stream_t* st, cube__memory_t* mem, uint64_t offset,
+                               uint64_t pitch, const void* src, uint64_t width, uint64_t height) {
   cube__server_t* s = st->server;
   const cube__storage_t* storage;
   uint64_t slice_off, slice_size;
@@ -249,32 +242,7 @@ cube_status_t cube__server_read(cube__stream_t* st, size_t count,
 /* The queued record: a header, the arguments as the backend gets them
  * (resolved in place on the runner), then the buffers they bind. With four
  * arguments it fits a queue cell. */
-typedef struct cube__launch_task {
-  cube__stream_t* stream;
-  cube_kernel_t* kernel;
-  cube__memory_t* dyn_mem; /* NULL: static count */
-  uint64_t dyn_offset;
-  uint32_t count[3];
-  cube_execution_mode_t mode;
-  uint32_t arg_count;
-  cube__launch_arg_t args[]; /* arg_count, then cube__memory_t* mems[arg_count] */
-} cube__launch_task_t;
-
-_Static_assert(sizeof(cube__launch_task_t) + 4 * (sizeof(cube__launch_arg_t) + sizeof(void*)) <=
-                   CUBE__TASK_INLINE_BYTES,
-               "a launch of four arguments fits a queue cell");
-
-static inline cube__memory_t** cube__launch_mems(cube__launch_task_t* t) {
-  return (cube__memory_t**)(void*)(t->args + t->arg_count);
-}
-
-static size_t cube__launch_task_size(uint32_t arg_count) {
-  return sizeof(cube__launch_task_t) +
-         arg_count * (sizeof(cube__launch_arg_t) + sizeof(cube__memory_t*));
-}
-
-static cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st,
-                                       cube__launch_task_t* t) {
+cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st, cube__launch_task_t* t) {
   cube_kernel_t* k = t->kernel;
   cube__memory_t** mems = cube__launch_mems(t);
   uint32_t count[3] = {t->count[0], t->count[1], t->count[2]};
@@ -370,7 +338,7 @@ static cube_status_t cube__launch_task_run(void* state, void* payload) {
   return CUBE_OK;
 }
 
-static void cube__launch_task_drop(void* payload) {
+void cube__launch_task_drop(void* payload) {
   cube__launch_task_t* t = payload;
   cube__memory_t** mems = cube__launch_mems(t);
   for (uint32_t i = 0; i < t->arg_count; ++i)
@@ -379,19 +347,8 @@ static void cube__launch_task_drop(void* payload) {
   cube_kernel_release(t->kernel);
 }
 
-typedef struct cube__launch_fill {
-  cube__stream_t* stream;
-  cube_kernel_t* kernel;
-  const uint32_t* count;
-  cube__memory_t* dyn_mem;
-  uint64_t dyn_offset;
-  cube_execution_mode_t mode;
-  uint32_t arg_count;
-  const cube__task_arg_t* args;
-} cube__launch_fill_t;
-
 /* Writes the record where it is queued and takes its references. */
-static void cube__launch_fill(void* payload, const void* arg) {
+void cube__launch_fill(void* payload, const void* arg) {
   const cube__launch_fill_t* f = arg;
   cube__launch_task_t* t = payload;
   t->stream = f->stream;

@@ -1,0 +1,103 @@
+/* cube/graph.h: capture a sequence of work on a stream once, replay it.
+ *
+ * cube_client_capture_begin puts the client's stream into capture: from then
+ * on, launches and cube_client_write calls on that stream are recorded
+ * instead of queued (they are checked as they would be, and return at once).
+ * cube_client_capture_end ends the capture into a graph. cube_client_replay
+ * queues the whole graph on a stream as one task: on the runner, the
+ * recorded launches and writes run in capture order with their arguments as
+ * captured, each buffer resolved once per replay.
+ *
+ * What a capture refuses, with FAILED_PRECONDITION naming the call: reads
+ * (their result would belong to the capture, not to a replay), syncs and
+ * flushes (a graph cannot wait for itself), allocation from the stream's
+ * pools (a replay would reuse a buffer the capture saw free), collectives.
+ * Allocate and upload before cube_client_capture_begin.
+ *
+ * Buffers. A graph holds a binding reference on every buffer it uses: the
+ * handles may be released after the capture and the graph still replays on
+ * that memory, which no pool reuses, carves or moves while the graph lives.
+ * The buffers a graph uses are its slots, numbered in the order of their
+ * first use in the capture (cube_graph_slot_of finds a handle's slot). A
+ * replay may substitute a live buffer of the same device and the same view
+ * size for any slot: one graph then serves every step of a loop whose inputs
+ * change. A substitute that is released, of another device or of another
+ * size is refused by the replay call; nothing runs.
+ *
+ * Thread safety: capture is per stream (the calling thread's stream, or the
+ * client's pinned one); the other calls are thread-safe, and one graph may
+ * be replayed from several threads on their own streams at once.
+ *
+ * Ownership: the caller owns a graph and releases it with
+ * cube_graph_release, before cube_shutdown. A replay keeps the graph alive
+ * until it ran.
+ */
+#ifndef CUBE_GRAPH_H_
+#define CUBE_GRAPH_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cube/client.h"
+#include "cube/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cube_graph_s cube_graph_t;
+
+/* A substitute buffer for one slot of a replay. */
+typedef struct cube_graph_binding {
+  uint32_t slot;       /* the slot (cube_graph_slot_of) */
+  cube_handle_t with;  /* a live handle of the graph's device, of the slot's view size */
+} cube_graph_binding_t;
+
+/* Starts capturing on the client's stream. Work queued on the stream before
+ * the call is not part of the graph and runs as queued. Fails with
+ * INVALID_ARGUMENT (a NULL client), FAILED_PRECONDITION (the stream is
+ * capturing already), OUT_OF_MEMORY. */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_capture_begin(cube_client_t* client);
+
+/* Ends the capture of the client's stream into |*out_graph| (the caller
+ * owns it; a capture of nothing is a graph of 0 nodes). Fails with
+ * INVALID_ARGUMENT (NULL client or out_graph), FAILED_PRECONDITION (the
+ * stream is not capturing), or with the first failure recorded during the
+ * capture (then no graph is made and the capture is over). */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_capture_end(cube_client_t* client,
+                                                           cube_graph_t** out_graph);
+
+/* Queues |graph| on the client's stream, with |binding_count| substitutes
+ * (|bindings| may be NULL when the count is 0). Returns once it is queued;
+ * failures while it runs are deferred to the stream, as a launch's are. Fails
+ * at once with INVALID_ARGUMENT (NULL client or graph, a graph of another
+ * device, a slot the graph does not have or named twice, a substitute of
+ * another device or whose view size differs from the slot's), NOT_FOUND (a
+ * released substitute), FAILED_PRECONDITION (the stream is capturing: graphs
+ * do not nest), OUT_OF_MEMORY. */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_replay(cube_client_t* client, cube_graph_t* graph,
+                                                      size_t binding_count,
+                                                      const cube_graph_binding_t* bindings);
+
+/* Nodes (recorded launches and writes) and slots (distinct buffers) of
+ * |graph|; 0 for NULL. Thread-safe. */
+size_t cube_graph_node_count(const cube_graph_t* graph);
+size_t cube_graph_slot_count(const cube_graph_t* graph);
+
+/* The slot of the buffer view of |handle| (a live handle of |client|'s
+ * device) in |graph|. Fails with INVALID_ARGUMENT (NULL arguments, a handle
+ * of another device), NOT_FOUND (a released handle, or one whose view the
+ * graph does not use). */
+CUBE_MUST_USE_RESULT cube_status_t cube_graph_slot_of(const cube_graph_t* graph,
+                                                      cube_client_t* client, cube_handle_t handle,
+                                                      uint32_t* out_slot);
+
+/* Drops the caller's reference (NULL is ignored); the graph's buffers and
+ * kernels are let go once no queued replay uses it. */
+void cube_graph_release(cube_graph_t* graph);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUBE_GRAPH_H_ */

@@ -1,0 +1,67 @@
+/* The task records of src/server/tasks.c, shared with graph.c (a captured
+ * graph keeps launch records as the queue would have run them and replays
+ * them on the runner). Nothing outside src/server/ includes it. */
+#ifndef CUBE_SERVER_TASKS_INTERNAL_H_
+#define CUBE_SERVER_TASKS_INTERNAL_H_
+
+#include "server/server.h"
+
+typedef struct cube__write_task {
+  cube__stream_t* stream;
+  cube__memory_t* mem;
+  uint64_t offset, pitch, width, height;
+  cube_bytes_t* bytes; /* owns the source */
+} cube__write_task_t;
+
+typedef struct cube__launch_task {
+  cube__stream_t* stream;
+  cube_kernel_t* kernel;
+  cube__memory_t* dyn_mem; /* NULL: static count */
+  uint64_t dyn_offset;
+  uint32_t count[3];
+  cube_execution_mode_t mode;
+  uint32_t arg_count;
+  cube__launch_arg_t args[]; /* arg_count, then cube__memory_t* mems[arg_count] */
+} cube__launch_task_t;
+
+_Static_assert(sizeof(cube__launch_task_t) + 4 * (sizeof(cube__launch_arg_t) + sizeof(void*)) <=
+                   CUBE__TASK_INLINE_BYTES,
+               "a launch of four arguments fits a queue cell");
+
+static inline cube__memory_t** cube__launch_mems(cube__launch_task_t* t) {
+  return (cube__memory_t**)(void*)(t->args + t->arg_count);
+}
+
+static inline size_t cube__launch_task_size(uint32_t arg_count) {
+  return sizeof(cube__launch_task_t) +
+         arg_count * (sizeof(cube__launch_arg_t) + sizeof(cube__memory_t*));
+}
+
+typedef struct cube__launch_fill {
+  cube__stream_t* stream;
+  cube_kernel_t* kernel;
+  const uint32_t* count;
+  cube__memory_t* dyn_mem;
+  uint64_t dyn_offset;
+  cube_execution_mode_t mode;
+  uint32_t arg_count;
+  const cube__task_arg_t* args;
+} cube__launch_fill_t;
+
+/* Builds a launch record at |payload| (cube__launch_task_size bytes) from the
+ * cube__launch_fill_t at |arg|, taking a kernel reference and a binding
+ * reference on every buffer; cube__launch_task_drop gives them back. */
+void cube__launch_fill(void* payload, const void* arg);
+void cube__launch_task_drop(void* payload);
+
+/* Runs a launch record on the runner: resolves its buffers in place (the
+ * record is changed: run a copy of one that is kept), orders them across
+ * streams, launches. Returns the launch's status. */
+cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st, cube__launch_task_t* t);
+
+/* Writes rows into |mem| at |offset| through the backend, on the runner (or
+ * on the caller for a fresh buffer). */
+cube_status_t cube__write_exec(cube__stream_t* st, cube__memory_t* mem, uint64_t offset,
+                               uint64_t pitch, const void* src, uint64_t width, uint64_t height);
+
+#endif /* CUBE_SERVER_TASKS_INTERNAL_H_ */

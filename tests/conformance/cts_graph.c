@@ -1,0 +1,363 @@
+/* Conformance: graphs (cube/graph.h): capture, replay, rebinding, what a
+ * capture refuses, lifetimes, several threads. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cts.h"
+
+enum { GN = 1031 }; /* elements: not a multiple of the cube dim */
+
+static cube_kernel_t* graph_add_kernel(void) {
+  static const cube_arg_kind_t kinds[4] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_U32,
+                                           CUBE_ARG_U32};
+  cube_kernel_t* k = NULL;
+  if (cube_status_consume(
+          cts_kernel_create("add", cts_k_add_u32, ((cube_dim_t){64, 1, 1}), 0, 4, kinds, &k)))
+    return NULL;
+  return k;
+}
+
+static cube_count_t graph_count(void) { return cube_count_static((GN + 63) / 64, 1, 1); }
+
+/* Captures x = in + 3, y = x + 4 on |c|'s stream. */
+static cube_status_t graph_capture_chain(cube_client_t* c, cube_kernel_t* add, cube_handle_t in,
+                                         cube_handle_t x, cube_handle_t y, cube_graph_t** out) {
+  cube_arg_t a1[4] = {cube_arg_buffer(in), cube_arg_buffer(x), cube_arg_u32(3), cube_arg_u32(GN)};
+  cube_arg_t a2[4] = {cube_arg_buffer(x), cube_arg_buffer(y), cube_arg_u32(4), cube_arg_u32(GN)};
+  cube_status_t st = cube_client_capture_begin(c);
+  if (!st) st = cube_client_launch(c, add, graph_count(), 4, a1);
+  if (!st) st = cube_client_launch(c, add, graph_count(), 4, a2);
+  if (st) {
+    cube_graph_t* g = NULL;
+    cube_status_free(cube_client_capture_end(c, &g));
+    cube_graph_release(g);
+    return st;
+  }
+  return cube_client_capture_end(c, out);
+}
+
+static void graph_plus(const uint32_t* in, uint32_t add, uint32_t* out) {
+  for (int i = 0; i < GN; ++i) out[i] = in[i] + add;
+}
+
+/* Captured launches do not run at capture; each replay runs them on the
+ * buffers' contents of that moment, as eager launches would. */
+CUBE_TEST(graph_replay_matches_eager) {
+  CTS_CLIENT(c);
+  cube_kernel_t* add = graph_add_kernel();
+  REQUIRE(add);
+  uint32_t in[GN], poison[GN], want[GN];
+  cube_test_fill_random(in, sizeof(in), 8100);
+  memset(poison, CTS_POISON, sizeof(poison));
+  cube_handle_t hin, hx, hy;
+  REQUIRE_OK(cube_client_create_from_slice(c, in, sizeof(in), &hin));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hx));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hy));
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(graph_capture_chain(c, add, hin, hx, hy, &g));
+  CHECK_EQ_U64(cube_graph_node_count(g), 2);
+  CHECK_EQ_U64(cube_graph_slot_count(g), 3);
+  /* Nothing ran at capture. */
+  CHECK(cts_read_equals(c, hy, poison, sizeof(poison)));
+  for (int round = 0; round < 3; ++round) {
+    cube_test_fill_random(in, sizeof(in), 8110 + (uint64_t)round);
+    CHECK_OK(cube_client_write(c, hin, in, sizeof(in)));
+    CHECK_OK(cube_client_write(c, hy, poison, sizeof(poison)));
+    CHECK_OK(cube_client_replay(c, g, 0, NULL));
+    graph_plus(in, 3, want);
+    CHECK(cts_read_equals(c, hx, want, sizeof(want)));
+    graph_plus(in, 7, want);
+    CHECK(cts_read_equals(c, hy, want, sizeof(want)));
+  }
+  CHECK_OK(cube_client_sync(c));
+  cube_graph_release(g);
+  cube_handle_release(hin);
+  cube_handle_release(hx);
+  cube_handle_release(hy);
+  cube_kernel_release(add);
+  CTS_END(c);
+}
+
+/* A write captured in the graph is replayed with the captured bytes. */
+CUBE_TEST(graph_captured_write) {
+  CTS_CLIENT(c);
+  cube_kernel_t* add = graph_add_kernel();
+  REQUIRE(add);
+  uint32_t data[GN], other[GN], want[GN];
+  cube_test_fill_random(data, sizeof(data), 8200);
+  cube_test_fill_random(other, sizeof(other), 8201);
+  cube_handle_t hin, hx;
+  REQUIRE_OK(cts_poisoned(c, sizeof(data), &hin));
+  REQUIRE_OK(cts_poisoned(c, sizeof(data), &hx));
+  cube_arg_t a[4] = {cube_arg_buffer(hin), cube_arg_buffer(hx), cube_arg_u32(9), cube_arg_u32(GN)};
+  REQUIRE_OK(cube_client_capture_begin(c));
+  CHECK_OK(cube_client_write(c, hin, data, sizeof(data)));
+  memset(data + 1, 0, sizeof(uint32_t)); /* the graph copied it */
+  CHECK_OK(cube_client_launch(c, add, graph_count(), 4, a));
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(cube_client_capture_end(c, &g));
+  cube_test_fill_random(data, sizeof(data), 8200); /* as captured */
+  CHECK_OK(cube_client_write(c, hin, other, sizeof(other)));
+  CHECK(cts_read_equals(c, hin, other, sizeof(other)));
+  CHECK_OK(cube_client_replay(c, g, 0, NULL));
+  CHECK(cts_read_equals(c, hin, data, sizeof(data)));
+  graph_plus(data, 9, want);
+  CHECK(cts_read_equals(c, hx, want, sizeof(want)));
+  cube_graph_release(g);
+  cube_handle_release(hin);
+  cube_handle_release(hx);
+  cube_kernel_release(add);
+  CTS_END(c);
+}
+
+/* Substitutes for the input and the output: the replay reads and writes
+ * them, and the captured buffers keep what they had. */
+CUBE_TEST(graph_rebinding) {
+  CTS_CLIENT(c);
+  cube_kernel_t* add = graph_add_kernel();
+  REQUIRE(add);
+  uint32_t in[GN], in2[GN], poison[GN], want[GN];
+  cube_test_fill_random(in, sizeof(in), 8300);
+  cube_test_fill_random(in2, sizeof(in2), 8301);
+  memset(poison, CTS_POISON, sizeof(poison));
+  cube_handle_t hin, hx, hy, hin2, hy2;
+  REQUIRE_OK(cube_client_create_from_slice(c, in, sizeof(in), &hin));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hx));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hy));
+  REQUIRE_OK(cube_client_create_from_slice(c, in2, sizeof(in2), &hin2));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hy2));
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(graph_capture_chain(c, add, hin, hx, hy, &g));
+  uint32_t s_in = 99, s_x = 99, s_y = 99;
+  CHECK_OK(cube_graph_slot_of(g, c, hin, &s_in));
+  CHECK_OK(cube_graph_slot_of(g, c, hx, &s_x));
+  CHECK_OK(cube_graph_slot_of(g, c, hy, &s_y));
+  CHECK(s_in == 0 && s_x == 1 && s_y == 2); /* order of first use */
+  CHECK_STATUS(cube_graph_slot_of(g, c, hin2, &s_in), CUBE_STATUS_NOT_FOUND, "cube_graph_slot_of",
+               "3 slots");
+  cube_graph_binding_t b[2] = {{0, hin2}, {2, hy2}};
+  CHECK_OK(cube_client_replay(c, g, 2, b));
+  graph_plus(in2, 7, want);
+  CHECK(cts_read_equals(c, hy2, want, sizeof(want)));
+  CHECK(cts_read_equals(c, hy, poison, sizeof(poison)));
+  graph_plus(in2, 3, want);
+  CHECK(cts_read_equals(c, hx, want, sizeof(want)));
+  /* And as captured again. */
+  CHECK_OK(cube_client_replay(c, g, 0, NULL));
+  graph_plus(in, 7, want);
+  CHECK(cts_read_equals(c, hy, want, sizeof(want)));
+  cube_graph_release(g);
+  cube_handle_t hs[5] = {hin, hx, hy, hin2, hy2};
+  for (int i = 0; i < 5; ++i) cube_handle_release(hs[i]);
+  cube_kernel_release(add);
+  CTS_END(c);
+}
+
+/* Substitutes that are refused: released, of another size, a slot out of
+ * range or named twice, NULL bindings; nothing runs. */
+CUBE_TEST(graph_bad_substitutes) {
+  CTS_CLIENT(c);
+  cube_kernel_t* add = graph_add_kernel();
+  REQUIRE(add);
+  uint32_t in[GN], poison[GN];
+  cube_test_fill_random(in, sizeof(in), 8400);
+  memset(poison, CTS_POISON, sizeof(poison));
+  cube_handle_t hin, hx, hy, gone, small;
+  REQUIRE_OK(cube_client_create_from_slice(c, in, sizeof(in), &hin));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hx));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hy));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &gone));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in) - 4, &small));
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(graph_capture_chain(c, add, hin, hx, hy, &g));
+  cube_handle_release(gone);
+  cube_graph_binding_t b1[1] = {{2, gone}};
+  CHECK_STATUS(cube_client_replay(c, g, 1, b1), CUBE_STATUS_NOT_FOUND, "cube_client_replay",
+               "bindings[0].with");
+  cube_graph_binding_t b2[1] = {{2, small}};
+  CHECK_STATUS(cube_client_replay(c, g, 1, b2), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_replay", "views 4120 bytes; slot 2 views 4124");
+  cube_graph_binding_t b3[1] = {{3, hy}};
+  CHECK_STATUS(cube_client_replay(c, g, 1, b3), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_replay", "slot 3", "3 slots");
+  cube_graph_binding_t b4[2] = {{2, hy}, {2, hx}};
+  CHECK_STATUS(cube_client_replay(c, g, 2, b4), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_replay", "second time");
+  CHECK_STATUS(cube_client_replay(c, g, 1, NULL), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_replay", "bindings is NULL");
+  CHECK_STATUS(cube_client_replay(c, NULL, 0, NULL), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_replay", "graph is NULL");
+  CHECK(cts_read_equals(c, hy, poison, sizeof(poison))); /* nothing ran */
+  CHECK_OK(cube_client_sync(c));
+  cube_graph_release(g);
+  cube_handle_release(hin);
+  cube_handle_release(hx);
+  cube_handle_release(hy);
+  cube_handle_release(small);
+  cube_kernel_release(add);
+  CTS_END(c);
+}
+
+/* What a capture refuses names the call; a refused call leaves the capture
+ * going, and the stream works as before once it ends. No launch here: it
+ * runs on every backend. */
+CUBE_TEST(graph_capture_refusals) {
+  CTS_CLIENT(c);
+  uint8_t a[64], b[64];
+  cube_test_fill_random(a, sizeof(a), 8500);
+  cube_test_fill_random(b, sizeof(b), 8501);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c, a, sizeof(a), &h));
+  cube_graph_t* g = NULL;
+  CHECK_STATUS(cube_client_capture_end(c, &g), CUBE_STATUS_FAILED_PRECONDITION,
+               "cube_client_capture_end", "not capturing");
+  REQUIRE_OK(cube_client_capture_begin(c));
+  CHECK_STATUS(cube_client_capture_begin(c), CUBE_STATUS_FAILED_PRECONDITION,
+               "cube_client_capture_begin", "capturing a graph already");
+  cube_bytes_t* out = NULL;
+  CHECK_STATUS(cube_client_read_one(c, h, &out), CUBE_STATUS_FAILED_PRECONDITION,
+               "cube_client_read_one", "capturing a graph", "a read");
+  uint8_t into[64];
+  CHECK_STATUS(cube_client_read_into(c, h, into, sizeof(into)), CUBE_STATUS_FAILED_PRECONDITION,
+               "cube_client_read_into", "a read");
+  CHECK_STATUS(cube_client_sync(c), CUBE_STATUS_FAILED_PRECONDITION, "cube_client_sync",
+               "a sync");
+  CHECK_STATUS(cube_client_flush(c), CUBE_STATUS_FAILED_PRECONDITION, "cube_client_flush",
+               "a flush");
+  cube_future_t* f = NULL;
+  CHECK_STATUS(cube_client_sync_async(c, &f), CUBE_STATUS_FAILED_PRECONDITION,
+               "cube_client_sync_async", "a sync");
+  cube_handle_t e = CUBE_HANDLE_NULL;
+  CHECK_STATUS(cube_client_empty(c, 100, &e), CUBE_STATUS_FAILED_PRECONDITION,
+               "cube_client_empty", "allocation from the stream's pools");
+  CHECK_STATUS(cube_client_create_from_slice(c, a, sizeof(a), &e),
+               CUBE_STATUS_FAILED_PRECONDITION, "cube_client_create_from_slice", "allocation");
+  CHECK_STATUS(cube_client_memory_cleanup(c), CUBE_STATUS_FAILED_PRECONDITION,
+               "cube_client_memory_cleanup", "cleanup");
+  /* A write is captured, not run. */
+  CHECK_OK(cube_client_write(c, h, b, sizeof(b)));
+  CHECK_STATUS(cube_client_replay(c, g, 0, NULL), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_replay", "graph is NULL");
+  REQUIRE_OK(cube_client_capture_end(c, &g));
+  CHECK_EQ_U64(cube_graph_node_count(g), 1);
+  CHECK(cts_read_equals(c, h, a, sizeof(a))); /* the captured write did not run */
+  CHECK_OK(cube_client_replay(c, g, 0, NULL));
+  CHECK(cts_read_equals(c, h, b, sizeof(b)));
+  /* Replays do not nest in a capture. */
+  REQUIRE_OK(cube_client_capture_begin(c));
+  CHECK_STATUS(cube_client_replay(c, g, 0, NULL), CUBE_STATUS_FAILED_PRECONDITION,
+               "cube_client_replay", "graphs do not nest");
+  cube_graph_t* empty = NULL;
+  REQUIRE_OK(cube_client_capture_end(c, &empty));
+  CHECK_EQ_U64(cube_graph_node_count(empty), 0);
+  CHECK_OK(cube_client_replay(c, empty, 0, NULL));
+  CHECK_OK(cube_client_sync(c));
+  cube_graph_release(empty);
+  cube_graph_release(g);
+  cube_handle_release(h);
+  CTS_END(c);
+}
+
+/* The graph keeps its buffers: the input's handle is released before the
+ * replays, the output's after them, and everything is let go with the graph
+ * (LSan in the sanitizer builds). */
+CUBE_TEST(graph_outlives_handles) {
+  CTS_CLIENT(c);
+  cube_kernel_t* add = graph_add_kernel();
+  REQUIRE(add);
+  uint32_t in[GN], want[GN];
+  cube_test_fill_random(in, sizeof(in), 8600);
+  cube_handle_t hin, hx, hy;
+  REQUIRE_OK(cube_client_create_from_slice(c, in, sizeof(in), &hin));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hx));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hy));
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(graph_capture_chain(c, add, hin, hx, hy, &g));
+  cube_handle_release(hin);
+  cube_handle_release(hx);
+  /* Allocations of the same size must not take the graph's buffers. */
+  cube_handle_t other;
+  REQUIRE_OK(cube_client_empty(c, sizeof(in), &other));
+  uint32_t junk[GN];
+  memset(junk, 0x11, sizeof(junk));
+  CHECK_OK(cube_client_write(c, other, junk, sizeof(junk)));
+  CHECK_OK(cube_client_replay(c, g, 0, NULL));
+  graph_plus(in, 7, want);
+  CHECK(cts_read_equals(c, hy, want, sizeof(want)));
+  cube_handle_release(hy);
+  CHECK_OK(cube_client_replay(c, g, 0, NULL)); /* on memory only the graph holds */
+  CHECK_OK(cube_client_sync(c));
+  cube_handle_release(other);
+  cube_graph_release(g);
+  cube_kernel_release(add);
+  CTS_END(c);
+}
+
+typedef struct graph_thread {
+  cube_device_id_t device;
+  cube_graph_t* graph;
+  uint64_t seed;
+  int failures;
+} graph_thread_t;
+
+static void* graph_thread_main(void* p) {
+  graph_thread_t* t = p;
+  cube_client_t* c = NULL;
+  if (cube_status_consume(cube_client_load(t->device, &c))) {
+    t->failures++;
+    return NULL;
+  }
+  uint32_t in[GN], want[GN];
+  cube_handle_t hin = CUBE_HANDLE_NULL, hx = CUBE_HANDLE_NULL, hy = CUBE_HANDLE_NULL;
+  if (cube_status_consume(cube_client_empty(c, sizeof(in), &hin)) ||
+      cube_status_consume(cube_client_empty(c, sizeof(in), &hx)) ||
+      cube_status_consume(cube_client_empty(c, sizeof(in), &hy)))
+    t->failures++;
+  for (int i = 0; i < 20 && !t->failures; ++i) {
+    cube_test_fill_random(in, sizeof(in), t->seed * 100 + (uint64_t)i);
+    cube_graph_binding_t b[3] = {{0, hin}, {1, hx}, {2, hy}};
+    if (cube_status_consume(cube_client_write(c, hin, in, sizeof(in))) ||
+        cube_status_consume(cube_client_replay(c, t->graph, 3, b)))
+      t->failures++;
+    graph_plus(in, 7, want);
+    if (!cts_read_equals(c, hy, want, sizeof(want))) t->failures++;
+  }
+  cube_handle_release(hin);
+  cube_handle_release(hx);
+  cube_handle_release(hy);
+  cube_client_release(c);
+  return NULL;
+}
+
+/* One graph, replayed from four threads at once, each on its own stream with
+ * its own buffers bound. */
+CUBE_TEST(graph_replay_several_threads) {
+  CTS_CLIENT(c);
+  cube_kernel_t* add = graph_add_kernel();
+  REQUIRE(add);
+  cube_handle_t hin, hx, hy;
+  REQUIRE_OK(cts_poisoned(c, GN * 4, &hin));
+  REQUIRE_OK(cts_poisoned(c, GN * 4, &hx));
+  REQUIRE_OK(cts_poisoned(c, GN * 4, &hy));
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(graph_capture_chain(c, add, hin, hx, hy, &g));
+  enum { T = 4 };
+  pthread_t th[T];
+  graph_thread_t w[T];
+  for (int i = 0; i < T; ++i) {
+    w[i] = (graph_thread_t){cts_device(0), g, 8700 + (uint64_t)i, 0};
+    REQUIRE(pthread_create(&th[i], NULL, graph_thread_main, &w[i]) == 0);
+  }
+  for (int i = 0; i < T; ++i) {
+    pthread_join(th[i], NULL);
+    CHECK_EQ_U64(w[i].failures, 0);
+  }
+  cube_graph_release(g);
+  cube_handle_release(hin);
+  cube_handle_release(hx);
+  cube_handle_release(hy);
+  cube_kernel_release(add);
+  CTS_END(c);
+}
