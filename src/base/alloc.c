@@ -1,6 +1,7 @@
 /* Aligned host memory (see alloc.h). */
 #include "base/alloc.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,3 +22,16 @@ void* cube__aligned_calloc(size_t size, size_t alignment) {
 }
 
 void cube__aligned_free(void* p) { free(p); }
+
+void* cube__array_grow(void* p, size_t* cap, size_t need, size_t elem) {
+  if (need <= *cap) return p;
+  size_t c = *cap ? *cap * 2 : 16;
+  while (c < need) {
+    if (c > SIZE_MAX / 2) return NULL;
+    c *= 2;
+  }
+  if (elem && c > SIZE_MAX / elem) return NULL;
+  void* q = realloc(p, c * elem);
+  if (q) *cap = c;
+  return q;
+}

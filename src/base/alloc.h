@@ -16,4 +16,10 @@ void* cube__aligned_alloc(size_t size, size_t alignment);
 void* cube__aligned_calloc(size_t size, size_t alignment);
 void cube__aligned_free(void* p);
 
+/* Grows the array |p| of |*cap| elements of |elem| bytes to hold at least
+ * |need| (capacity doubled from 16) with realloc. Returns the array, |p|
+ * itself when it is large enough, or NULL without touching |p| or |*cap| when
+ * memory or the size runs out. */
+void* cube__array_grow(void* p, size_t* cap, size_t need, size_t elem);
+
 #endif /* CUBE_BASE_ALLOC_H_ */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/status.h"
 #include "cube/graph.h"
 #include "server/server.h"
@@ -37,15 +38,6 @@ struct cube_graph_s {
   cube__graph_slot_t* slots;
   size_t slot_count, slot_cap;
 };
-
-static void* cube__graph_grow(void* p, size_t* cap, size_t need, size_t elem) {
-  if (need <= *cap) return p;
-  size_t c = *cap ? *cap * 2 : 16;
-  while (c < need) c *= 2;
-  void* q = realloc(p, c * elem);
-  if (q) *cap = c;
-  return q;
-}
 
 static void cube__graph_free(cube_graph_t* g) {
   for (size_t i = 0; i < g->node_count; ++i) {
@@ -94,7 +86,7 @@ bool cube__graph_slot_find(const cube_graph_t* g, const cube__memory_t* mem, uin
 static cube_status_t cube__graph_slot_add(cube_graph_t* g, cube__memory_t* mem, uint64_t offset,
                                           uint64_t len, uint32_t* out_slot) {
   if (cube__graph_slot_find(g, mem, offset, len, out_slot)) return CUBE_OK;
-  void* grown = cube__graph_grow(g->slots, &g->slot_cap, g->slot_count + 1, sizeof(*g->slots));
+  void* grown = cube__array_grow(g->slots, &g->slot_cap, g->slot_count + 1, sizeof(*g->slots));
   if (!grown) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "graph: no host memory for a slot");
   g->slots = grown;
   cube__memory_ref(mem);
@@ -104,7 +96,7 @@ static cube_status_t cube__graph_slot_add(cube_graph_t* g, cube__memory_t* mem, 
 }
 
 static cube__graph_node_t* cube__graph_node_add(cube_graph_t* g) {
-  void* grown = cube__graph_grow(g->nodes, &g->node_cap, g->node_count + 1, sizeof(*g->nodes));
+  void* grown = cube__array_grow(g->nodes, &g->node_cap, g->node_count + 1, sizeof(*g->nodes));
   if (!grown) return NULL;
   g->nodes = grown;
   cube__graph_node_t* n = &g->nodes[g->node_count];

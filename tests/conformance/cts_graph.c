@@ -42,41 +42,60 @@ static void graph_plus(const uint32_t* in, uint32_t add, uint32_t* out) {
   for (int i = 0; i < GN; ++i) out[i] = in[i] + add;
 }
 
+/* The chain most cases use: random input |in| (its contents in |data|),
+ * poisoned x and y, and the graph x = in + 3, y = x + 4 captured on them. */
+typedef struct graph_chain {
+  cube_kernel_t* add;
+  cube_handle_t in, x, y;
+  cube_graph_t* g;
+  uint32_t data[GN];
+  uint32_t poison[GN];
+} graph_chain_t;
+
+static cube_status_t graph_chain_setup(cube_client_t* c, uint64_t seed, graph_chain_t* f) {
+  memset(f, 0, sizeof(*f));
+  f->add = graph_add_kernel();
+  if (!f->add) return cube_status_make(CUBE_STATUS_INTERNAL, "graph_chain_setup: no kernel");
+  cube_test_fill_random(f->data, sizeof(f->data), seed);
+  memset(f->poison, CTS_POISON, sizeof(f->poison));
+  cube_status_t st = cube_client_create_from_slice(c, f->data, sizeof(f->data), &f->in);
+  if (!st) st = cts_poisoned(c, sizeof(f->data), &f->x);
+  if (!st) st = cts_poisoned(c, sizeof(f->data), &f->y);
+  if (!st) st = graph_capture_chain(c, f->add, f->in, f->x, f->y, &f->g);
+  return st;
+}
+
+static void graph_chain_teardown(graph_chain_t* f) {
+  cube_graph_release(f->g);
+  cube_handle_release(f->in);
+  cube_handle_release(f->x);
+  cube_handle_release(f->y);
+  cube_kernel_release(f->add);
+}
+
 /* Captured launches do not run at capture; each replay runs them on the
  * buffers' contents of that moment, as eager launches would. */
 CUBE_TEST(graph_replay_matches_eager) {
   CTS_CLIENT(c);
-  cube_kernel_t* add = graph_add_kernel();
-  REQUIRE(add);
-  uint32_t in[GN], poison[GN], want[GN];
-  cube_test_fill_random(in, sizeof(in), 8100);
-  memset(poison, CTS_POISON, sizeof(poison));
-  cube_handle_t hin, hx, hy;
-  REQUIRE_OK(cube_client_create_from_slice(c, in, sizeof(in), &hin));
-  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hx));
-  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hy));
-  cube_graph_t* g = NULL;
-  REQUIRE_OK(graph_capture_chain(c, add, hin, hx, hy, &g));
-  CHECK_EQ_U64(cube_graph_node_count(g), 2);
-  CHECK_EQ_U64(cube_graph_slot_count(g), 3);
+  graph_chain_t f;
+  REQUIRE_OK(graph_chain_setup(c, 8100, &f));
+  CHECK_EQ_U64(cube_graph_node_count(f.g), 2);
+  CHECK_EQ_U64(cube_graph_slot_count(f.g), 3);
   /* Nothing ran at capture. */
-  CHECK(cts_read_equals(c, hy, poison, sizeof(poison)));
+  CHECK(cts_read_equals(c, f.y, f.poison, sizeof(f.poison)));
+  uint32_t in[GN], want[GN];
   for (int round = 0; round < 3; ++round) {
     cube_test_fill_random(in, sizeof(in), 8110 + (uint64_t)round);
-    CHECK_OK(cube_client_write(c, hin, in, sizeof(in)));
-    CHECK_OK(cube_client_write(c, hy, poison, sizeof(poison)));
-    CHECK_OK(cube_client_replay(c, g, 0, NULL));
+    CHECK_OK(cube_client_write(c, f.in, in, sizeof(in)));
+    CHECK_OK(cube_client_write(c, f.y, f.poison, sizeof(f.poison)));
+    CHECK_OK(cube_client_replay(c, f.g, 0, NULL));
     graph_plus(in, 3, want);
-    CHECK(cts_read_equals(c, hx, want, sizeof(want)));
+    CHECK(cts_read_equals(c, f.x, want, sizeof(want)));
     graph_plus(in, 7, want);
-    CHECK(cts_read_equals(c, hy, want, sizeof(want)));
+    CHECK(cts_read_equals(c, f.y, want, sizeof(want)));
   }
   CHECK_OK(cube_client_sync(c));
-  cube_graph_release(g);
-  cube_handle_release(hin);
-  cube_handle_release(hx);
-  cube_handle_release(hy);
-  cube_kernel_release(add);
+  graph_chain_teardown(&f);
   CTS_END(c);
 }
 
@@ -116,42 +135,34 @@ CUBE_TEST(graph_captured_write) {
  * them, and the captured buffers keep what they had. */
 CUBE_TEST(graph_rebinding) {
   CTS_CLIENT(c);
-  cube_kernel_t* add = graph_add_kernel();
-  REQUIRE(add);
-  uint32_t in[GN], in2[GN], poison[GN], want[GN];
-  cube_test_fill_random(in, sizeof(in), 8300);
+  graph_chain_t f;
+  REQUIRE_OK(graph_chain_setup(c, 8300, &f));
+  uint32_t in2[GN], want[GN];
   cube_test_fill_random(in2, sizeof(in2), 8301);
-  memset(poison, CTS_POISON, sizeof(poison));
-  cube_handle_t hin, hx, hy, hin2, hy2;
-  REQUIRE_OK(cube_client_create_from_slice(c, in, sizeof(in), &hin));
-  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hx));
-  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hy));
+  cube_handle_t hin2, hy2;
   REQUIRE_OK(cube_client_create_from_slice(c, in2, sizeof(in2), &hin2));
-  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hy2));
-  cube_graph_t* g = NULL;
-  REQUIRE_OK(graph_capture_chain(c, add, hin, hx, hy, &g));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in2), &hy2));
   uint32_t s_in = 99, s_x = 99, s_y = 99;
-  CHECK_OK(cube_graph_slot_of(g, c, hin, &s_in));
-  CHECK_OK(cube_graph_slot_of(g, c, hx, &s_x));
-  CHECK_OK(cube_graph_slot_of(g, c, hy, &s_y));
+  CHECK_OK(cube_graph_slot_of(f.g, c, f.in, &s_in));
+  CHECK_OK(cube_graph_slot_of(f.g, c, f.x, &s_x));
+  CHECK_OK(cube_graph_slot_of(f.g, c, f.y, &s_y));
   CHECK(s_in == 0 && s_x == 1 && s_y == 2); /* order of first use */
-  CHECK_STATUS(cube_graph_slot_of(g, c, hin2, &s_in), CUBE_STATUS_NOT_FOUND, "cube_graph_slot_of",
-               "3 slots");
+  CHECK_STATUS(cube_graph_slot_of(f.g, c, hin2, &s_in), CUBE_STATUS_NOT_FOUND,
+               "cube_graph_slot_of", "3 slots");
   cube_graph_binding_t b[2] = {{0, hin2}, {2, hy2}};
-  CHECK_OK(cube_client_replay(c, g, 2, b));
+  CHECK_OK(cube_client_replay(c, f.g, 2, b));
   graph_plus(in2, 7, want);
   CHECK(cts_read_equals(c, hy2, want, sizeof(want)));
-  CHECK(cts_read_equals(c, hy, poison, sizeof(poison)));
+  CHECK(cts_read_equals(c, f.y, f.poison, sizeof(f.poison)));
   graph_plus(in2, 3, want);
-  CHECK(cts_read_equals(c, hx, want, sizeof(want)));
+  CHECK(cts_read_equals(c, f.x, want, sizeof(want)));
   /* And as captured again. */
-  CHECK_OK(cube_client_replay(c, g, 0, NULL));
-  graph_plus(in, 7, want);
-  CHECK(cts_read_equals(c, hy, want, sizeof(want)));
-  cube_graph_release(g);
-  cube_handle_t hs[5] = {hin, hx, hy, hin2, hy2};
-  for (int i = 0; i < 5; ++i) cube_handle_release(hs[i]);
-  cube_kernel_release(add);
+  CHECK_OK(cube_client_replay(c, f.g, 0, NULL));
+  graph_plus(f.data, 7, want);
+  CHECK(cts_read_equals(c, f.y, want, sizeof(want)));
+  cube_handle_release(hin2);
+  cube_handle_release(hy2);
+  graph_chain_teardown(&f);
   CTS_END(c);
 }
 
@@ -159,44 +170,32 @@ CUBE_TEST(graph_rebinding) {
  * range or named twice, NULL bindings; nothing runs. */
 CUBE_TEST(graph_bad_substitutes) {
   CTS_CLIENT(c);
-  cube_kernel_t* add = graph_add_kernel();
-  REQUIRE(add);
-  uint32_t in[GN], poison[GN];
-  cube_test_fill_random(in, sizeof(in), 8400);
-  memset(poison, CTS_POISON, sizeof(poison));
-  cube_handle_t hin, hx, hy, gone, small;
-  REQUIRE_OK(cube_client_create_from_slice(c, in, sizeof(in), &hin));
-  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hx));
-  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hy));
-  REQUIRE_OK(cts_poisoned(c, sizeof(in), &gone));
-  REQUIRE_OK(cts_poisoned(c, sizeof(in) - 4, &small));
-  cube_graph_t* g = NULL;
-  REQUIRE_OK(graph_capture_chain(c, add, hin, hx, hy, &g));
+  graph_chain_t f;
+  REQUIRE_OK(graph_chain_setup(c, 8400, &f));
+  cube_handle_t gone, small;
+  REQUIRE_OK(cts_poisoned(c, sizeof(f.data), &gone));
+  REQUIRE_OK(cts_poisoned(c, sizeof(f.data) - 4, &small));
   cube_handle_release(gone);
   cube_graph_binding_t b1[1] = {{2, gone}};
-  CHECK_STATUS(cube_client_replay(c, g, 1, b1), CUBE_STATUS_NOT_FOUND, "cube_client_replay",
+  CHECK_STATUS(cube_client_replay(c, f.g, 1, b1), CUBE_STATUS_NOT_FOUND, "cube_client_replay",
                "bindings[0].with");
   cube_graph_binding_t b2[1] = {{2, small}};
-  CHECK_STATUS(cube_client_replay(c, g, 1, b2), CUBE_STATUS_INVALID_ARGUMENT,
+  CHECK_STATUS(cube_client_replay(c, f.g, 1, b2), CUBE_STATUS_INVALID_ARGUMENT,
                "cube_client_replay", "views 4120 bytes; slot 2 views 4124");
-  cube_graph_binding_t b3[1] = {{3, hy}};
-  CHECK_STATUS(cube_client_replay(c, g, 1, b3), CUBE_STATUS_INVALID_ARGUMENT,
+  cube_graph_binding_t b3[1] = {{3, f.y}};
+  CHECK_STATUS(cube_client_replay(c, f.g, 1, b3), CUBE_STATUS_INVALID_ARGUMENT,
                "cube_client_replay", "slot 3", "3 slots");
-  cube_graph_binding_t b4[2] = {{2, hy}, {2, hx}};
-  CHECK_STATUS(cube_client_replay(c, g, 2, b4), CUBE_STATUS_INVALID_ARGUMENT,
+  cube_graph_binding_t b4[2] = {{2, f.y}, {2, f.x}};
+  CHECK_STATUS(cube_client_replay(c, f.g, 2, b4), CUBE_STATUS_INVALID_ARGUMENT,
                "cube_client_replay", "second time");
-  CHECK_STATUS(cube_client_replay(c, g, 1, NULL), CUBE_STATUS_INVALID_ARGUMENT,
+  CHECK_STATUS(cube_client_replay(c, f.g, 1, NULL), CUBE_STATUS_INVALID_ARGUMENT,
                "cube_client_replay", "bindings is NULL");
   CHECK_STATUS(cube_client_replay(c, NULL, 0, NULL), CUBE_STATUS_INVALID_ARGUMENT,
                "cube_client_replay", "graph is NULL");
-  CHECK(cts_read_equals(c, hy, poison, sizeof(poison))); /* nothing ran */
+  CHECK(cts_read_equals(c, f.y, f.poison, sizeof(f.poison))); /* nothing ran */
   CHECK_OK(cube_client_sync(c));
-  cube_graph_release(g);
-  cube_handle_release(hin);
-  cube_handle_release(hx);
-  cube_handle_release(hy);
   cube_handle_release(small);
-  cube_kernel_release(add);
+  graph_chain_teardown(&f);
   CTS_END(c);
 }
 
@@ -265,33 +264,26 @@ CUBE_TEST(graph_capture_refusals) {
  * (LSan in the sanitizer builds). */
 CUBE_TEST(graph_outlives_handles) {
   CTS_CLIENT(c);
-  cube_kernel_t* add = graph_add_kernel();
-  REQUIRE(add);
-  uint32_t in[GN], want[GN];
-  cube_test_fill_random(in, sizeof(in), 8600);
-  cube_handle_t hin, hx, hy;
-  REQUIRE_OK(cube_client_create_from_slice(c, in, sizeof(in), &hin));
-  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hx));
-  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hy));
-  cube_graph_t* g = NULL;
-  REQUIRE_OK(graph_capture_chain(c, add, hin, hx, hy, &g));
-  cube_handle_release(hin);
-  cube_handle_release(hx);
+  graph_chain_t f;
+  REQUIRE_OK(graph_chain_setup(c, 8600, &f));
+  cube_handle_release(f.in);
+  cube_handle_release(f.x);
+  f.in = f.x = CUBE_HANDLE_NULL;
   /* Allocations of the same size must not take the graph's buffers. */
   cube_handle_t other;
-  REQUIRE_OK(cube_client_empty(c, sizeof(in), &other));
-  uint32_t junk[GN];
+  REQUIRE_OK(cube_client_empty(c, sizeof(f.data), &other));
+  uint32_t junk[GN], want[GN];
   memset(junk, 0x11, sizeof(junk));
   CHECK_OK(cube_client_write(c, other, junk, sizeof(junk)));
-  CHECK_OK(cube_client_replay(c, g, 0, NULL));
-  graph_plus(in, 7, want);
-  CHECK(cts_read_equals(c, hy, want, sizeof(want)));
-  cube_handle_release(hy);
-  CHECK_OK(cube_client_replay(c, g, 0, NULL)); /* on memory only the graph holds */
+  CHECK_OK(cube_client_replay(c, f.g, 0, NULL));
+  graph_plus(f.data, 7, want);
+  CHECK(cts_read_equals(c, f.y, want, sizeof(want)));
+  cube_handle_release(f.y);
+  f.y = CUBE_HANDLE_NULL;
+  CHECK_OK(cube_client_replay(c, f.g, 0, NULL)); /* on memory only the graph holds */
   CHECK_OK(cube_client_sync(c));
   cube_handle_release(other);
-  cube_graph_release(g);
-  cube_kernel_release(add);
+  graph_chain_teardown(&f);
   CTS_END(c);
 }
 
@@ -335,29 +327,19 @@ static void* graph_thread_main(void* p) {
  * its own buffers bound. */
 CUBE_TEST(graph_replay_several_threads) {
   CTS_CLIENT(c);
-  cube_kernel_t* add = graph_add_kernel();
-  REQUIRE(add);
-  cube_handle_t hin, hx, hy;
-  REQUIRE_OK(cts_poisoned(c, GN * 4, &hin));
-  REQUIRE_OK(cts_poisoned(c, GN * 4, &hx));
-  REQUIRE_OK(cts_poisoned(c, GN * 4, &hy));
-  cube_graph_t* g = NULL;
-  REQUIRE_OK(graph_capture_chain(c, add, hin, hx, hy, &g));
+  graph_chain_t f;
+  REQUIRE_OK(graph_chain_setup(c, 8700, &f));
   enum { T = 4 };
   pthread_t th[T];
   graph_thread_t w[T];
   for (int i = 0; i < T; ++i) {
-    w[i] = (graph_thread_t){cts_device(0), g, 8700 + (uint64_t)i, 0};
+    w[i] = (graph_thread_t){cts_device(0), f.g, 8710 + (uint64_t)i, 0};
     REQUIRE(pthread_create(&th[i], NULL, graph_thread_main, &w[i]) == 0);
   }
   for (int i = 0; i < T; ++i) {
     pthread_join(th[i], NULL);
     CHECK_EQ_U64(w[i].failures, 0);
   }
-  cube_graph_release(g);
-  cube_handle_release(hin);
-  cube_handle_release(hx);
-  cube_handle_release(hy);
-  cube_kernel_release(add);
+  graph_chain_teardown(&f);
   CTS_END(c);
 }

@@ -11,6 +11,7 @@
 
 #include "backends/cuda/cuda_backend_internal.h"
 #include "base/fault.h"
+#include "base/alloc.h"
 #include "base/status.h"
 #include "cube/cube.h"
 #include "kernel/cache.h"
@@ -170,15 +171,6 @@ static bool cube__cuda_fn_insert(cube__backend_device_t* d, const cube__cuda_fn_
   return true;
 }
 
-static void* cube__grow(void* p, size_t* cap, size_t need, size_t elem) {
-  if (need <= *cap) return p;
-  size_t c = *cap ? *cap * 2 : 16;
-  while (c < need) c *= 2;
-  void* q = realloc(p, c * elem);
-  if (q) *cap = c;
-  return q;
-}
-
 /* The function of (|k|, |mode|) on |d|, compiled and loaded on first use. */
 cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t* k,
                                   cube_execution_mode_t mode, cube__cuda_fn_t* out) {
@@ -244,7 +236,7 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
     }
     if (!st) {
       void* grown =
-          cube__grow(d->modules, &d->module_cap, d->module_count + 1, sizeof(*d->modules));
+          cube__array_grow(d->modules, &d->module_cap, d->module_count + 1, sizeof(*d->modules));
       if (!grown) {
         d->cu->ModuleUnload(m);
         st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "kernel '%s': no host memory", k->name);
