@@ -242,7 +242,8 @@ cube_status_t cube__server_read(cube__stream_t* st, size_t count,
 /* The queued record: a header, the arguments as the backend gets them
  * (resolved in place on the runner), then the buffers they bind. With four
  * arguments it fits a queue cell. */
-cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st, cube__launch_task_t* t) {
+cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st, cube__launch_task_t* t,
+                               bool profiled) {
   cube_kernel_t* k = t->kernel;
   cube__memory_t** mems = cube__launch_mems(t);
   uint32_t count[3] = {t->count[0], t->count[1], t->count[2]};
@@ -295,7 +296,7 @@ cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st, cube__lau
   uint64_t device_ns = UINT64_MAX;
   cube__launch_t l = {k,       k->name,         {count[0], count[1], count[2]}, k->cube_dim, t->mode,
                       t->arg_count, k->arg_kinds, t->args, NULL};
-  cube_profile_level_t level = s->profiler.level;
+  cube_profile_level_t level = profiled ? s->profiler.level : CUBE_PROFILE_NONE;
   if (level == CUBE_PROFILE_EXEC) cube__profiler_log(&s->profiler, "Executing %s", k->name);
   if (level >= CUBE_PROFILE_BASIC && cube__backend_has_prepare(&s->be)) {
     /* Compile (or load from the kernel cache) outside the timed launch, and
@@ -334,7 +335,7 @@ static cube_status_t cube__launch_task_run(void* state, void* payload) {
   (void)state;
   cube__launch_task_t* t = payload;
   cube__stream_t* st = t->stream;
-  cube__stream_push_error(st, cube__launch_exec(st->server, st, t));
+  cube__stream_push_error(st, cube__launch_exec(st->server, st, t, true));
   return CUBE_OK;
 }
 

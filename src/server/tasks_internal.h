@@ -56,8 +56,11 @@ void cube__launch_task_drop(void* payload);
 
 /* Runs a launch record on the runner: resolves its buffers in place (the
  * record is changed: run a copy of one that is kept), orders them across
- * streams, launches. Returns the launch's status. */
-cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st, cube__launch_task_t* t);
+ * streams, launches. |profiled|: as the server's profile level says (a row
+ * per launch); false for a graph's nodes (the replay is the row). Returns the
+ * launch's status. */
+cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st, cube__launch_task_t* t,
+                               bool profiled);
 
 /* Writes rows into |mem| at |offset| through the backend, on the runner (or
  * on the caller for a fresh buffer). */

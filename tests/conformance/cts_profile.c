@@ -252,6 +252,39 @@ CUBE_TEST(profile_level_basic_summary) {
   cts_log_free(&log);
 }
 
+/* A replay is one row of the summary, "graph (N nodes)", counted once per
+ * replay; its nodes have no rows of their own. */
+CUBE_TEST(profile_graph_replay_one_row) {
+  cts_log_t log;
+  cts_log_init(&log);
+  cube_client_t* c = NULL;
+  cube_status_t st = cts_client_with_log(CUBE_PROFILE_BASIC, &log, &c);
+  if (cube_status_code(st) == CUBE_STATUS_UNAVAILABLE) {
+    cube_status_free(st);
+    cts_log_free(&log);
+    CUBE_SKIP("backend unavailable");
+  }
+  REQUIRE_OK(st);
+  CTS_KERNEL(k1, "k1", cts_k_nop, 1, 0, CUBE_ARG_BUFFER);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_empty(c, 16, &h));
+  REQUIRE_OK(cube_client_capture_begin(c));
+  cts_launch_named(c, k1, h, 3);
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(cube_client_capture_end(c, &g));
+  CHECK_OK(cube_client_replay(c, g, 0, NULL));
+  CHECK_OK(cube_client_replay(c, g, 0, NULL));
+  CHECK_OK(cube_client_sync(c));
+  CHECK(cts_table_row(&log, "graph (3 nodes)", "2"));
+  CHECK(cts_log_find(&log, "k1", (const char*)NULL) < 0);
+  if (!cts_table_row(&log, "graph (3 nodes)", "2")) cts_log_dump(&log);
+  cube_graph_release(g);
+  cube_handle_release(h);
+  cube_kernel_release(k1);
+  CTS_END(c);
+  cts_log_free(&log);
+}
+
 CUBE_TEST(profile_level_exec_logs_launches) {
   CTS_REQUIRE_BACKEND();
   cts_log_t log;
