@@ -9,6 +9,23 @@
 #include "base/bytes.h"
 #include "client/client_internal.h"
 
+/* Queues the read of the |count| regions |r| (heap, freed here; each holds a
+ * binding reference, given back on failure) on the client's stream. */
+static cube_status_t cube__read_queue(cube_client_t* c, const char* fn, size_t count,
+                                      cube__read_region_t* r, cube_future_t** out) {
+  cube__stream_t* stream;
+  cube_status_t st = cube__client_stream(c, &stream);
+  if (!st && cube__stream_capturing(stream))
+    st = cube__stream_capture_refusal(stream, fn, "a read");
+  if (st) {
+    for (size_t j = 0; j < count; ++j) cube__memory_unref(r[j].mem);
+  } else {
+    st = cube__server_read(stream, count, r, out);
+  }
+  free(r);
+  return st;
+}
+
 static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t count,
                                         const cube_handle_t* handles, cube_future_t** out) {
   CUBE__CHECK_CLIENT(c, fn);
@@ -28,17 +45,7 @@ static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t
     uint64_t n = cube__handle_view_size(&info);
     r[i] = (cube__read_region_t){info.mem, info.offset_start, n, 1, n, NULL};
   }
-  cube__stream_t* stream;
-  cube_status_t st = cube__client_stream(c, &stream);
-  if (!st && cube__stream_capturing(stream))
-    st = cube__stream_capture_refusal(stream, fn, "a read");
-  if (st) {
-    for (size_t j = 0; j < count; ++j) cube__memory_unref(r[j].mem);
-  } else {
-    st = cube__server_read(stream, count, r, out);
-  }
-  free(r);
-  return st;
+  return cube__read_queue(c, fn, count, r, out);
 }
 
 cube_status_t cube_client_read_async(cube_client_t* c, size_t count, const cube_handle_t* handles,
@@ -148,17 +155,7 @@ static cube_status_t cube__read_tensors(cube_client_t* c, const char* fn, size_t
     free(r);
     return st;
   }
-  cube__stream_t* stream;
-  st = cube__client_stream(c, &stream);
-  if (!st && cube__stream_capturing(stream))
-    st = cube__stream_capture_refusal(stream, fn, "a read");
-  if (st) {
-    for (size_t j = 0; j < count; ++j) cube__memory_unref(r[j].mem);
-  } else {
-    st = cube__server_read(stream, count, r, out);
-  }
-  free(r);
-  return st;
+  return cube__read_queue(c, fn, count, r, out);
 }
 
 cube_status_t cube_client_read_tensor_async(cube_client_t* c, size_t count,
