@@ -232,7 +232,7 @@ typedef struct cube__replay_task {
   cube__graph_sub_t* subs; /* slot_count entries (mem NULL: as captured), references held */
 } cube__replay_task_t;
 
-static cube_status_t cube__replay_node(cube__server_t* s, cube__stream_t* st, cube_graph_t* g,
+static cube_status_t cube__replay_node(cube__server_t* s, cube__stream_t* st,
                                        const cube__graph_sub_t* subs, cube__graph_node_t* n,
                                        unsigned char* scratch) {
   if (n->kind == CUBE__NODE_LAUNCH) {
@@ -265,7 +265,6 @@ static cube_status_t cube__replay_node(cube__server_t* s, cube__stream_t* st, cu
                                         cube_bytes_const_data(n->write.bytes), n->write.width,
                                         n->write.height));
   if (events) cube__stream_hold(st, &mem, 1);
-  (void)g;
   return CUBE_OK;
 }
 
@@ -284,7 +283,7 @@ static cube_status_t cube__replay_task_run(void* state, void* payload) {
   cube_profile_level_t level = s->profiler.level;
   uint64_t t0 = level >= CUBE_PROFILE_BASIC ? cube__now_ns() : 0;
   for (size_t i = 0; i < g->node_count; ++i) {
-    cube_status_t status = cube__replay_node(s, st, g, r->subs, &g->nodes[i], scratch);
+    cube_status_t status = cube__replay_node(s, st, r->subs, &g->nodes[i], scratch);
     if (status)
       cube__stream_push_error(st, cube__status_annotate(status, "replay of a graph of %zu nodes: "
                                                                 "node %zu",
