@@ -28,6 +28,13 @@
  *      and module, a new server loads the entry from disk) vs an in-process
  *      hit (new kernel object of the same source); beside raw NVRTC compiling
  *      the very unit cube compiles (cube__dialect_generate) + cuModuleLoadData.
+ *   9. graphs: 1000 empty kernels captured once and replayed, per kernel and
+ *      the caller-side cost of one replay (also of a 10-node graph), beside
+ *      the same chain as a raw CUDA graph; 9d-9f: the step of
+ *      bench/peers/torch_graph_step.py (200 in-place adds of 4096 floats)
+ *      replayed + synced, beside the raw graph, cube's eager launches and
+ *      (CUBE_BENCH_TORCH_GRAPH_STEP_US, set by scripts/gpu-check.sh from the
+ *      peer's output) PyTorch's CUDA graph. The step's result is checked.
  *   8. saxpy (12 B/element) and copy (8 B/element) dialect kernels over 1 GiB
  *      arrays timed with cube_client_profile (device events), vs raw
  *      cuMemcpyDtoDAsync (read + written), and raw saxpy / copy / add kernels
@@ -314,6 +321,13 @@ static const char* k_cube_src =
     "    uint32_t i = ABSOLUTE_POS;\n"
     "    if (i < CUBE_LEN(out))\n"
     "        CUBE_STORE(out, i, CUBE_LOAD(in, i));\n"
+    "}\n"
+    "\n"
+    "CUBE_KERNEL(addc, CUBE_ARRAY(float, x), float v)\n"
+    "{\n"
+    "    uint32_t i = ABSOLUTE_POS;\n"
+    "    if (i < CUBE_LEN(x))\n"
+    "        CUBE_STORE(x, i, CUBE_LOAD(x, i) + v);\n"
     "}\n";
 
 /* The kernel of the cache figure: saxpy alone (a one-line kernel). */
@@ -343,6 +357,10 @@ static const char* k_raw_src =
     "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
     "  if (i < out_bytes / sizeof(float)) out[i] = in[i];\n"
     "}\n"
+    "extern \"C\" __global__ void addc(float* x, unsigned long long x_bytes, float v) {\n"
+    "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < x_bytes / sizeof(float)) x[i] = x[i] + v;\n"
+    "}\n"
     "extern \"C\" __global__ void add(const float* a, const float* b, float* c, unsigned n) {\n"
     "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
     "  if (i < n) c[i] = a[i] + b[i];\n"
@@ -358,7 +376,7 @@ static struct {
   CUstream s;
   char arch[16];
   CUmodule mod;
-  CUfunction f_empty, f_write4, f_saxpy, f_copy, f_add;
+  CUfunction f_empty, f_write4, f_saxpy, f_copy, f_add, f_addc;
   CUevent e0, e1;
 } R;
 
@@ -368,6 +386,7 @@ static struct {
   cube_kernel_t* k_write4;
   cube_kernel_t* k_saxpy;
   cube_kernel_t* k_copy;
+  cube_kernel_t* k_addc;
   cube_handle_t h_small; /* the empty kernel's argument */
 } C;
 
@@ -451,6 +470,7 @@ static void raw_setup(void) {
   CK(cu->ModuleGetFunction(&R.f_saxpy, R.mod, "saxpy"));
   CK(cu->ModuleGetFunction(&R.f_copy, R.mod, "copy"));
   CK(cu->ModuleGetFunction(&R.f_add, R.mod, "add"));
+  CK(cu->ModuleGetFunction(&R.f_addc, R.mod, "addc"));
   printf("raw: primary context of device 0, own stream, raw module compiled by NVRTC %d.%d for "
          "%s in %.1f ms (%zu bytes of cubin; first compile of the process)\n",
          nv->major, nv->minor, R.arch, (double)ns / 1e6, size);
@@ -466,13 +486,14 @@ static void cube_setup(void) {
   C.k_write4 = make_kernel(k_cube_src, "write4", 32, NULL, 0);
   C.k_saxpy = make_kernel(k_cube_src, "saxpy", 256, NULL, 0);
   C.k_copy = make_kernel(k_cube_src, "copy", 256, NULL, 0);
-  cube_kernel_t* all[4] = {C.k_empty, C.k_write4, C.k_saxpy, C.k_copy};
+  C.k_addc = make_kernel(k_cube_src, "addc", 256, NULL, 0);
+  cube_kernel_t* all[5] = {C.k_empty, C.k_write4, C.k_saxpy, C.k_copy, C.k_addc};
   uint64_t t0 = now_ns();
-  CHECK("cube_client_precompile", cube_client_precompile(C.c, 4, all, CUBE_EXEC_CHECKED));
+  CHECK("cube_client_precompile", cube_client_precompile(C.c, 5, all, CUBE_EXEC_CHECKED));
   uint64_t t1 = now_ns();
   CHECK("cube_client_empty (empty kernel's argument)", cube_client_empty(C.c, 256, &C.h_small));
   const cube_device_properties_t* p = cube_client_properties(C.c);
-  printf("cube: %s, %s, threaded queue (blocking: %s); 4 kernels precompiled in %.1f ms "
+  printf("cube: %s, %s, threaded queue (blocking: %s); 5 kernels precompiled in %.1f ms "
          "(Checked mode; disk cache: %s)\n",
          p->name, cube_client_info(C.c)->version, cube_client_is_blocking(C.c) ? "yes" : "no",
          (double)(t1 - t0) / 1e6, cube_kernel_cache_dir()[0] ? cube_kernel_cache_dir() : "off");
@@ -484,6 +505,7 @@ static void cube_teardown(void) {
   cube_kernel_release(C.k_write4);
   cube_kernel_release(C.k_saxpy);
   cube_kernel_release(C.k_copy);
+  cube_kernel_release(C.k_addc);
   cube_client_release(C.c);
   memset(&C, 0, sizeof(C));
 }
@@ -575,6 +597,219 @@ static void fig_launch(void) {
   printf("  (%.3f us per launch through cube, %.3f us raw, including the sync)\n",
          cube_total / (double)n / 1e3, raw_total / (double)n / 1e3);
   CK(cu->MemFree(p));
+}
+
+//===----------------------------------------------------------------------===//
+// 9. Graphs: replay per kernel, caller-side cost of a replay, a decode step
+//===----------------------------------------------------------------------===//
+
+/* A raw CUDA graph: |n| launches of |f| (|args|, one cube of |dim| units
+ * each... |count| cubes) in a chain, instantiated. */
+static CUgraphExec raw_graph(CUfunction f, void** args, unsigned count, unsigned dim, int n) {
+  CUgraph g;
+  CK(cu->GraphCreate(&g, 0));
+  CUgraphNode prev = NULL;
+  for (int i = 0; i < n; ++i) {
+    CUDA_KERNEL_NODE_PARAMS_v2 p;
+    memset(&p, 0, sizeof(p));
+    p.func = f;
+    p.gridDimX = count;
+    p.gridDimY = p.gridDimZ = 1;
+    p.blockDimX = dim;
+    p.blockDimY = p.blockDimZ = 1;
+    p.kernelParams = args;
+    CUgraphNode node;
+    CK(cu->GraphAddKernelNode(&node, g, prev ? &prev : NULL, prev ? 1 : 0, &p));
+    prev = node;
+  }
+  CUgraphExec e;
+  CK(cu->GraphInstantiateWithFlags(&e, g, 0));
+  CK(cu->GraphDestroy(g));
+  return e;
+}
+
+static cube_graph_t* cube_graph_of(cube_kernel_t* k, cube_count_t count, uint32_t argc,
+                                   const cube_arg_t* args, int n) {
+  CHECK("cube_client_capture_begin", cube_client_capture_begin(C.c));
+  for (int i = 0; i < n; ++i) CHECK("cube_client_launch (captured)", cube_client_launch(C.c, k, count, argc, args));
+  cube_graph_t* g = NULL;
+  CHECK("cube_client_capture_end", cube_client_capture_end(C.c, &g));
+  return g;
+}
+
+/* |reps| replays back to back, then a sync: ns per replay (total), and the
+ * median caller-side ns of one replay call. */
+static void cube_replays(cube_graph_t* g, int reps, double* total_ns, double* call_ns) {
+  double* calls = xmalloc(sizeof(double) * (size_t)reps);
+  uint64_t t0 = now_ns();
+  for (int i = 0; i < reps; ++i) {
+    uint64_t a = now_ns();
+    CHECK("cube_client_replay", cube_client_replay(C.c, g, 0, NULL));
+    calls[i] = (double)(now_ns() - a);
+  }
+  CHECK("cube_client_sync", cube_client_sync(C.c));
+  *total_ns = (double)(now_ns() - t0) / reps;
+  *call_ns = median_of(calls, reps);
+  free(calls);
+}
+
+static void raw_replays(CUgraphExec e, int reps, double* total_ns, double* call_ns) {
+  double* calls = xmalloc(sizeof(double) * (size_t)reps);
+  uint64_t t0 = now_ns();
+  for (int i = 0; i < reps; ++i) {
+    uint64_t a = now_ns();
+    CK(cu->GraphLaunch(e, R.s));
+    calls[i] = (double)(now_ns() - a);
+  }
+  CK(cu->StreamSynchronize(R.s));
+  *total_ns = (double)(now_ns() - t0) / reps;
+  *call_ns = median_of(calls, reps);
+  free(calls);
+}
+
+/* The step of bench/peers/torch_graph_step.py: |k| in-place adds of 1e-4 to
+ * |n| floats. Synced: median of per-step (replay or launches + sync) times. */
+static double step_synced(cube_graph_t* g, int k, cube_handle_t x, uint32_t n, int steps) {
+  double* t = xmalloc(sizeof(double) * (size_t)steps);
+  cube_arg_t args[2] = {cube_arg_buffer(x), cube_arg_f32(1e-4f)};
+  cube_count_t count = cube_count_static((n + 255) / 256, 1, 1);
+  for (int s = 0; s < steps; ++s) {
+    uint64_t t0 = now_ns();
+    if (g) {
+      CHECK("cube_client_replay (step)", cube_client_replay(C.c, g, 0, NULL));
+    } else {
+      for (int i = 0; i < k; ++i)
+        CHECK("cube_client_launch (step)", cube_client_launch(C.c, C.k_addc, count, 2, args));
+    }
+    CHECK("cube_client_sync (step)", cube_client_sync(C.c));
+    t[s] = (double)(now_ns() - t0);
+  }
+  double m = median_of(t, steps);
+  free(t);
+  return m;
+}
+
+static void fig_graph(void) {
+  const int nodes = 1000, reps = g_quick ? 10 : 50, trials = 5;
+  printf("\n## [9] graphs: %d empty kernels (1 cube of 32 units) captured once, %d replays back "
+         "to back + sync, %d trials, medians; raw: the same chain as a CUDA graph "
+         "(cuGraphAddKernelNode, instantiated once, cuGraphLaunch)\n",
+         nodes, reps, trials);
+  CUdeviceptr p;
+  CK(cu->MemAlloc(&p, 256));
+  unsigned long long bytes = 256;
+  void* rargs[] = {&p, &bytes};
+  CUgraphExec re = raw_graph(R.f_empty, rargs, 1, 32, nodes);
+  cube_arg_t arg = cube_arg_buffer(C.h_small);
+  cube_graph_t* cg = cube_graph_of(C.k_empty, cube_count_static(1, 1, 1), 1, &arg, nodes);
+  cube_graph_t* cg10 = cube_graph_of(C.k_empty, cube_count_static(1, 1, 1), 1, &arg, 10);
+  double rt[8], rc[8], ct[8], cc[8], c10[8], lt[8];
+  double tot, call;
+  raw_replays(re, 2, &tot, &call);
+  cube_replays(cg, 2, &tot, &call); /* the first replay builds the native graph */
+  cube_replays(cg10, 2, &tot, &call);
+  for (int i = 0; i < trials; ++i) { /* alternating */
+    raw_replays(re, reps, &rt[i], &rc[i]);
+    cube_replays(cg, reps, &ct[i], &cc[i]);
+    cube_replays(cg10, reps, &tot, &c10[i]);
+  }
+  bool native = cube_graph_is_native(cg);
+  /* The same graph node by node (a fresh graph: the choice is made at its
+   * first replay). */
+  CHECK("CUBE_GRAPHS_NATIVE=0", cube_option_set_u64(CUBE_OPTION_GRAPHS_NATIVE, 0));
+  cube_graph_t* cl = cube_graph_of(C.k_empty, cube_count_static(1, 1, 1), 1, &arg, nodes);
+  cube_replays(cl, 2, &tot, &call);
+  for (int i = 0; i < trials; ++i) cube_replays(cl, reps / 5 + 1, &lt[i], &call);
+  CHECK("CUBE_GRAPHS_NATIVE=1", cube_option_set_u64(CUBE_OPTION_GRAPHS_NATIVE, 1));
+  printf("  cube's graph is %s; node by node (CUBE_GRAPHS_NATIVE=0): %.3f us per kernel\n",
+         native ? "a native CUDA graph" : "NOT native (node by node)",
+         median_of(lt, trials) / nodes / 1e3);
+  char name[96];
+  snprintf(name, sizeof(name), "graph replay per kernel (%d nodes)", nodes);
+  add_row("9", name, median_of(ct, trials) / nodes / 1e3, "us", median_of(rt, trials) / nodes / 1e3,
+          true, "raw graph", T_RATIO_LE, 1.1, NULL);
+  snprintf(name, sizeof(name), "caller-side cost of one replay (%d nodes)", nodes);
+  add_row("9b", name, median_of(cc, trials) / 1e3, "us", median_of(rc, trials) / 1e3, true,
+          "raw graph", T_ABS_LE, 2, "us");
+  add_row("9c", "caller-side cost of one replay (10 nodes)", median_of(c10, trials) / 1e3, "us",
+          0, false, NULL, T_ABS_LE, 2, "us");
+  cube_graph_release(cl);
+  cube_graph_release(cg);
+  cube_graph_release(cg10);
+  CK(cu->GraphExecDestroy(re));
+  CK(cu->MemFree(p));
+
+  /* The step. */
+  const int k = 200, steps = g_quick ? 20 : 50;
+  const uint32_t n = 4096;
+  printf("\n## [9d] the step of bench/peers/torch_graph_step.py: %d in-place adds of 1e-4 to %u "
+         "floats; per step (replay or %d launches, then sync), median of %d steps, alternating\n",
+         k, n, k, steps);
+  float* x0 = xmalloc(n * sizeof(float));
+  for (uint32_t i = 0; i < n; ++i) x0[i] = (float)(i % 97) * 0.25f;
+  cube_handle_t hx;
+  CHECK("cube_client_create_from_slice (step)", cube_client_create_from_slice(C.c, x0, n * 4, &hx));
+  cube_arg_t sargs[2] = {cube_arg_buffer(hx), cube_arg_f32(1e-4f)};
+  cube_graph_t* sg = cube_graph_of(C.k_addc, cube_count_static((n + 255) / 256, 1, 1), 2, sargs, k);
+  CUdeviceptr rx;
+  CK(cu->MemAlloc(&rx, n * 4));
+  CK(cu->MemcpyHtoDAsync(rx, x0, n * 4, R.s));
+  unsigned long long xb = n * 4;
+  float v = 1e-4f;
+  void* aargs[] = {&rx, &xb, &v};
+  CUgraphExec se = raw_graph(R.f_addc, aargs, (n + 255) / 256, 256, k);
+  double gs[8], es[8], rs[8];
+  int done_steps = 0; /* steps applied to hx, for the check */
+  (void)step_synced(sg, k, hx, n, 3);
+  (void)step_synced(NULL, k, hx, n, 3);
+  done_steps += 6;
+  for (int i = 0; i < trials; ++i) {
+    gs[i] = step_synced(sg, k, hx, n, steps);
+    es[i] = step_synced(NULL, k, hx, n, steps);
+    done_steps += 2 * steps;
+    double* t = xmalloc(sizeof(double) * (size_t)steps);
+    for (int s = 0; s < steps; ++s) {
+      uint64_t t0 = now_ns();
+      CK(cu->GraphLaunch(se, R.s));
+      CK(cu->StreamSynchronize(R.s));
+      t[s] = (double)(now_ns() - t0);
+    }
+    rs[i] = median_of(t, steps);
+    free(t);
+  }
+  /* Check: every add happened, in order (float adds, the same on the host). */
+  float* got = xmalloc(n * sizeof(float));
+  cube_bytes_t* b = NULL;
+  CHECK("cube_client_read_one (step)", cube_client_read_one(C.c, hx, &b));
+  memcpy(got, cube_bytes_const_data(b), n * 4);
+  cube_bytes_release(b);
+  uint32_t bad = 0;
+  for (uint32_t i = 0; i < n; i += 61) {
+    float e = x0[i];
+    for (long j = 0; j < (long)done_steps * k; ++j) e = e + 1e-4f;
+    if (got[i] != e) ++bad;
+  }
+  if (bad) wrong("the step's result differs from the host's adds in %u of %u checked elements", bad,
+                 (n + 60) / 61);
+  double g_us = median_of(gs, trials) / 1e3, e_us = median_of(es, trials) / 1e3;
+  double r_us = median_of(rs, trials) / 1e3;
+  printf("  cube graph %.1f us/step (%.3f us/kernel), cube eager %.1f us/step, raw graph %.1f "
+         "us/step; result checked: %s\n",
+         g_us, g_us / k, e_us, r_us, bad ? "WRONG" : "equal to the host's adds");
+  add_row("9d", "step of 200 adds: replay + sync", g_us, "us", r_us, true, "raw graph", T_RATIO_LE,
+          1.1, NULL);
+  add_row("9e", "step of 200 adds: replay vs cube eager", g_us, "us", e_us, true, "cube eager",
+          T_RATIO_LE, 1.0 / 3.0, NULL);
+  const char* torch = getenv("CUBE_BENCH_TORCH_GRAPH_STEP_US");
+  if (torch && atof(torch) > 0)
+    add_row("9f", "step of 200 adds vs PyTorch CUDA graph", g_us, "us", atof(torch), true,
+            "torch graph", T_RATIO_LE, 1.0, NULL);
+  cube_graph_release(sg);
+  cube_handle_release(hx);
+  CK(cu->GraphExecDestroy(se));
+  CK(cu->MemFree(rx));
+  free(x0);
+  free(got);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1284,12 +1519,13 @@ int main(void) {
   cube_setup();
   fflush(stdout);
 
-  /* CUBE_BENCH_ONLY=launch,roundtrip,pool,transfers,bandwidth,cache runs those alone. */
+  /* CUBE_BENCH_ONLY=launch,roundtrip,pool,transfers,bandwidth,graph,cache runs those alone. */
   if (wanted("launch")) fig_launch();
   if (wanted("roundtrip")) fig_roundtrip();
   if (wanted("pool")) fig_pool();
   if (wanted("transfers")) fig_transfers();
   if (wanted("bandwidth")) fig_bandwidth();
+  if (wanted("graph")) fig_graph();
   if (wanted("cache")) fig_cache(); /* last: shuts cube down and starts it again */
 
   if (C.c) cube_teardown();

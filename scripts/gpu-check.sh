@@ -115,6 +115,14 @@ if has bench; then
       gcc -O2 "$PEERS/cuda_driver_limits.c" -I/usr/local/cuda/include -L/usr/local/cuda/lib64 \
         -lcuda -lnvrtc -o /tmp/cuda_driver_limits && /tmp/cuda_driver_limits
     fi
+    if [ -f "$PEERS/torch_graph_step.py" ]; then
+      echo "== PyTorch: eager vs CUDA graph of the step (200 in-place adds of 4096 floats)"
+      timeout 300 python3 "$PEERS/torch_graph_step.py" 2>&1 | tee /tmp/torch_graph_step.log | tail -6
+      # bench_cuda's row 9f compares cube's replay of the same step with it.
+      CUBE_BENCH_TORCH_GRAPH_STEP_US=$(sed -n 's/^graph: step synced \([0-9.]*\) us.*/\1/p' \
+        /tmp/torch_graph_step.log | head -1)
+      export CUBE_BENCH_TORCH_GRAPH_STEP_US
+    fi
     echo "== bench_cuda"
     timeout 300 ./build-gpu/bench_cuda
   } 2>&1 | tee "$OUT/bench.log"

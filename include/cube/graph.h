@@ -22,7 +22,19 @@
  * replay may substitute a live buffer of the same device and the same view
  * size for any slot: one graph then serves every step of a loop whose inputs
  * change. A substitute that is released, of another device or of another
- * size is refused by the replay call; nothing runs.
+ * size is refused by the replay call; nothing runs. Scalars too: a replay
+ * may give any scalar argument of any recorded launch a new value of the
+ * same kind (cube_client_replay_with), for that replay only.
+ *
+ * Backends. Where the device's driver has graphs of its own (CUDA), the
+ * first replay builds and instantiates one native graph of the nodes, and
+ * later replays launch it as one unit; a replay that rebinds updates the
+ * parameters of the nodes it changes, it does not build the graph again
+ * (cube_graph_is_native says whether a graph runs so; CUBE_GRAPHS_NATIVE=0
+ * turns it off). Elsewhere (CPU, OpenCL), and for graphs a native graph
+ * cannot express (a dynamic count, a Validate-mode launch), a replay runs
+ * the recorded nodes one after the other on the runner, each argument
+ * resolved once per replay. Both give the same results.
  *
  * Thread safety: capture is per stream (the calling thread's stream, or the
  * client's pinned one); the other calls are thread-safe, and one graph may
@@ -35,10 +47,12 @@
 #ifndef CUBE_GRAPH_H_
 #define CUBE_GRAPH_H_
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "cube/client.h"
+#include "cube/kernel.h"
 #include "cube/status.h"
 
 #ifdef __cplusplus
@@ -52,6 +66,14 @@ typedef struct cube_graph_binding {
   uint32_t slot;       /* the slot (cube_graph_slot_of) */
   cube_handle_t with;  /* a live handle of the graph's device, of the slot's view size */
 } cube_graph_binding_t;
+
+/* A new value for one scalar argument of one recorded launch, for one
+ * replay. */
+typedef struct cube_graph_scalar {
+  uint32_t node;    /* the node, in capture order (0: the first launch or write) */
+  uint32_t arg;     /* the launch's argument index */
+  cube_arg_t value; /* a scalar of the argument's kind (CUBE_ARG_U32 ...) */
+} cube_graph_scalar_t;
 
 /* Starts capturing on the client's stream. Work queued on the stream before
  * the call is not part of the graph and runs as queued. Fails with
@@ -78,6 +100,24 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_capture_end(cube_client_t* client
 CUBE_MUST_USE_RESULT cube_status_t cube_client_replay(cube_client_t* client, cube_graph_t* graph,
                                                       size_t binding_count,
                                                       const cube_graph_binding_t* bindings);
+
+/* cube_client_replay with |scalar_count| scalar substitutes as well
+ * (|scalars| may be NULL when the count is 0). Fails as cube_client_replay
+ * does, and with INVALID_ARGUMENT for a node the graph does not have or that
+ * is not a launch, an argument index beyond the launch's, an argument that
+ * is a buffer, a value of another kind than the argument's, or one
+ * (node, arg) named twice. */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_replay_with(cube_client_t* client,
+                                                           cube_graph_t* graph,
+                                                           size_t binding_count,
+                                                           const cube_graph_binding_t* bindings,
+                                                           size_t scalar_count,
+                                                           const cube_graph_scalar_t* scalars);
+
+/* True once a replay of |graph| ran as one native graph of the device's
+ * driver (false for NULL, before the first replay, and where replays run
+ * node by node). Thread-safe. */
+bool cube_graph_is_native(const cube_graph_t* graph);
 
 /* Nodes (recorded launches and writes) and slots (distinct buffers) of
  * |graph|; 0 for NULL. Thread-safe. */

@@ -152,6 +152,7 @@ typedef enum cube_option_e {
   CUBE_OPTION_NCCL_LIBRARY,
   CUBE_OPTION_NCCL_ID_FILE,
   CUBE_OPTION_NCCL_BLOCKING,
+  CUBE_OPTION_GRAPHS_NATIVE,
 } cube_option_t;
 
 typedef enum cube_option_type_e {

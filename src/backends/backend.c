@@ -271,6 +271,42 @@ cube_status_t cube__backend_event_elapsed(const cube__backend_t* be, void* start
 // Control
 //===----------------------------------------------------------------------===//
 
+static cube_status_t cube__no_graphs(const cube__backend_t* be, const char* what) {
+  return cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "%s:%u has no native graphs (%s)",
+                           be->vt->name, be->index, what);
+}
+
+cube_status_t cube__backend_graph_create(const cube__backend_t* be,
+                                         const cube__graph_node_desc_t* nodes, size_t count,
+                                         void** out_graph) {
+  *out_graph = NULL;
+  if (!be->vt->graph_create) return cube__no_graphs(be, "graph_create");
+  CUBE__CALL(be, CUBE__SLOT_GRAPH_CREATE, CUBE_STATUS_INTERNAL,
+             be->vt->graph_create(be->device, nodes, count, out_graph),
+             "%s:%u: building a native graph of %zu nodes failed", be->vt->name, be->index,
+             count);
+}
+
+cube_status_t cube__backend_graph_update(const cube__backend_t* be, void* graph, size_t index,
+                                         const cube__graph_node_desc_t* node) {
+  if (!be->vt->graph_update) return cube__no_graphs(be, "graph_update");
+  CUBE__CALL(be, CUBE__SLOT_GRAPH_UPDATE, CUBE_STATUS_INTERNAL,
+             be->vt->graph_update(be->device, graph, index, node),
+             "%s:%u: updating node %zu of a native graph failed", be->vt->name, be->index, index);
+}
+
+cube_status_t cube__backend_graph_launch(const cube__backend_t* be, void* stream, void* graph) {
+  if (!be->vt->graph_launch) return cube__no_graphs(be, "graph_launch");
+  CUBE__CALL(be, CUBE__SLOT_GRAPH_LAUNCH, CUBE_STATUS_LAUNCH_FAILED,
+             be->vt->graph_launch(be->device, stream, graph),
+             "%s:%u: launching a native graph failed", be->vt->name, be->index);
+}
+
+void cube__backend_graph_destroy(const cube__backend_t* be, void* graph) {
+  if (!be->vt->graph_destroy || !graph) return;
+  CUBE__CALL_VOID(be, CUBE__SLOT_GRAPH_DESTROY, be->vt->graph_destroy(be->device, graph));
+}
+
 cube_status_t cube__backend_ctl(const cube__backend_t* be, void* stream, uint32_t op, void* arg) {
   if (!be->vt->ctl)
     return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,

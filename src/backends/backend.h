@@ -87,6 +87,27 @@ typedef struct cube__launch {
   uint64_t* device_ns;
 } cube__launch_t;
 
+/* Native graphs (the graph_* slots): a recorded sequence the backend runs as
+ * one unit of its own (CUDA: a CUgraphExec). Nodes run in order, each after
+ * the one before. */
+typedef enum cube__graph_node_kind {
+  CUBE__GRAPH_NODE_KERNEL = 0, /* launch: a static count, not Validate mode */
+  CUBE__GRAPH_NODE_WRITE = 1,  /* write: host bytes into device storage */
+} cube__graph_node_kind_t;
+
+typedef struct cube__graph_node_desc {
+  cube__graph_node_kind_t kind;
+  /* KERNEL: as for the launch slot (device_ns NULL); its arguments' values
+   * are copied by graph_create and graph_update. */
+  cube__launch_t launch;
+  /* WRITE: |height| rows of |width| bytes from |src| (packed) into |dst| at
+   * |dst_offset|, |pitch| bytes apart. |src| stays valid and unchanged for
+   * the graph's life (the server's graph owns the bytes). */
+  const cube__storage_t* dst;
+  uint64_t dst_offset, pitch, width, height;
+  const void* src;
+} cube__graph_node_desc_t;
+
 //===----------------------------------------------------------------------===//
 // Capabilities and control operations
 //===----------------------------------------------------------------------===//
@@ -243,6 +264,25 @@ typedef struct cube__backend_vtable {
   cube_status_t (*event_elapsed)(cube__backend_device_t* device, void* start, void* end,
                                  uint64_t* out_ns);
 
+  /* Native graphs: all four or none (the server then replays a graph's
+   * nodes through launch and write). graph_create builds and instantiates
+   * |count| nodes into *out_graph (UNIMPLEMENTED: this graph cannot be native,
+   * e.g. a node kind the device cannot record; the server then replays the
+   * list). graph_update replaces node |index|'s parameters (the same kind and
+   * kernel; arguments, storage and offsets may change) for the launches after
+   * the call; launches already queued keep theirs (UNIMPLEMENTED: this node
+   * cannot be updated in place; the server then destroys the graph and
+   * creates it again with the new parameters). graph_launch queues the
+   * whole graph on |stream|. Not thread-safe on one graph: the server holds the
+   * graph's lock around update + launch. */
+  cube_status_t (*graph_create)(cube__backend_device_t* device,
+                                const cube__graph_node_desc_t* nodes, size_t count,
+                                void** out_graph);
+  cube_status_t (*graph_update)(cube__backend_device_t* device, void* graph, size_t index,
+                                const cube__graph_node_desc_t* node);
+  cube_status_t (*graph_launch)(cube__backend_device_t* device, void* stream, void* graph);
+  void (*graph_destroy)(cube__backend_device_t* device, void* graph);
+
   /* The escape hatch: answers |op| (cube__backend_ctl_op_t) with |arg|;
    * |stream| is NULL for device-level operations. UNIMPLEMENTED for an
    * operation the backend does not know. */
@@ -290,6 +330,7 @@ typedef struct cube__backend {
   X(TRIM, trim)                           \
   X(EVENT_DONE, event_done)               \
   X(EVENT_DESTROY, event_destroy)         \
+  X(GRAPH_DESTROY, graph_destroy)         \
   X(DEVICE_DESTROY, device_destroy)
 
 typedef enum cube__backend_slot {
@@ -384,6 +425,19 @@ cube_status_t cube__backend_event_sync(const cube__backend_t* be, void* event);
 void cube__backend_event_destroy(const cube__backend_t* be, void* event);
 cube_status_t cube__backend_event_elapsed(const cube__backend_t* be, void* start, void* end,
                                           uint64_t* out_ns);
+
+/* Native graphs: cube__backend_has_graphs is false without the slots, and
+ * then the server never calls the others (UNIMPLEMENTED / nothing). */
+static inline bool cube__backend_has_graphs(const cube__backend_t* be) {
+  return be->vt->graph_create != NULL;
+}
+cube_status_t cube__backend_graph_create(const cube__backend_t* be,
+                                         const cube__graph_node_desc_t* nodes, size_t count,
+                                         void** out_graph);
+cube_status_t cube__backend_graph_update(const cube__backend_t* be, void* graph, size_t index,
+                                         const cube__graph_node_desc_t* node);
+cube_status_t cube__backend_graph_launch(const cube__backend_t* be, void* stream, void* graph);
+void cube__backend_graph_destroy(const cube__backend_t* be, void* graph);
 
 /* UNIMPLEMENTED (naming the backend and the operation) without a ctl slot or
  * for an operation the backend does not answer. */

@@ -52,6 +52,9 @@ cube_status_t cube__backend_validate(const cube__backend_vtable_t* vt) {
     missing = "alloc_on or dealloc_on (both or neither)";
   if (!missing && (vt->host_alloc != NULL) != (vt->host_dealloc != NULL))
     missing = "host_alloc or host_dealloc (both or neither)";
+  bool graphs = vt->graph_create || vt->graph_update || vt->graph_launch || vt->graph_destroy;
+  bool all_graphs = vt->graph_create && vt->graph_update && vt->graph_launch && vt->graph_destroy;
+  if (!missing && graphs && !all_graphs) missing = "one of the graph slots (all or none)";
   if (missing)
     return cube__status_make(CUBE_STATUS_UNAVAILABLE, "backend %s: its table lacks %s", name,
                              missing);

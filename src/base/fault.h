@@ -49,7 +49,10 @@
   X(EVENT_WAIT, event_wait)          \
   X(EVENT_SYNC, event_sync)          \
   X(EVENT_ELAPSED, event_elapsed)    \
-  X(CTL, ctl)
+  X(CTL, ctl)                        \
+  X(GRAPH_CREATE, graph_create)      \
+  X(GRAPH_UPDATE, graph_update)      \
+  X(GRAPH_LAUNCH, graph_launch)
 
 #define CUBE__FAULT_COUNT_ONE(id, name) +1
 enum {

@@ -108,7 +108,9 @@
   X(NCCL_ID_FILE, PATH, PROCESS, AT_USE, NULL, "none", 0, 480, 0, NULL, NULL,                     \
     "without MPI, processes sharing a communicator exchange NCCL's id through <path>.<hash>.<n>")\
   X(NCCL_BLOCKING, BOOL, PROCESS, AT_USE, "0", "0", 0, 0, 0, NULL, NULL,                          \
-    "1: blocking NCCL communicators (0: nonblocking, every wait has the collective timeout)")
+    "1: blocking NCCL communicators (0: nonblocking, every wait has the collective timeout)")     \
+  X(GRAPHS_NATIVE, BOOL, PROCESS, AT_USE, "1", "1", 0, 0, 0, NULL, NULL,                         \
+    "0: replay graphs node by node even where the driver has graphs of its own (CUDA)")
 
 /* CUBE__OPT_<ID>: the same numbers as the public CUBE_OPTION_<ID>. */
 typedef enum cube__option_id {

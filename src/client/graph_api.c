@@ -2,6 +2,7 @@
  * src/server/graph.c. */
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "client/client_internal.h"
 #include "cube/graph.h"
@@ -26,8 +27,66 @@ cube_status_t cube_client_capture_end(cube_client_t* c, cube_graph_t** out_graph
   return st ? cube__status_annotate(st, "%s", fn) : CUBE_OK;
 }
 
+static int cube__scalar_sub_cmp(const void* a, const void* b) {
+  const cube__graph_scalar_sub_t* x = a;
+  const cube__graph_scalar_sub_t* y = b;
+  if (x->node != y->node) return x->node < y->node ? -1 : 1;
+  return x->arg < y->arg ? -1 : x->arg > y->arg ? 1 : 0;
+}
+
+/* The checked scalar substitutes of a replay, sorted by node (NULL for 0). */
+static cube_status_t cube__replay_scalars(const char* fn, const cube_graph_t* g, size_t count,
+                                          const cube_graph_scalar_t* scalars,
+                                          cube__graph_scalar_sub_t** out) {
+  *out = NULL;
+  if (!count) return CUBE_OK;
+  if (!scalars) return CUBE_INVALID("%s: scalars is NULL (count %zu)", fn, count);
+  cube__graph_scalar_sub_t* subs = malloc(count * sizeof(*subs));
+  if (!subs) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", fn);
+  for (size_t i = 0; i < count; ++i) {
+    const cube_graph_scalar_t* s = &scalars[i];
+    cube_arg_kind_t kind;
+    cube_status_t st = cube__graph_scalar_kind(g, s->node, s->arg, &kind);
+    if (!st && s->value.kind != kind)
+      st = cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
+                             "node %u: argument %u is %s; the value is %s", s->node, s->arg,
+                             cube_arg_kind_name(kind), cube_arg_kind_name(s->value.kind));
+    if (st) {
+      free(subs);
+      return cube__status_annotate(st, "%s: scalars[%zu]", fn, i);
+    }
+    subs[i].node = s->node;
+    subs[i].arg = s->arg;
+    memset(&subs[i].value, 0, sizeof(subs[i].value));
+    switch (kind) {
+      case CUBE_ARG_U32: subs[i].value.u32 = s->value.v.u32; break;
+      case CUBE_ARG_I32: subs[i].value.i32 = s->value.v.i32; break;
+      case CUBE_ARG_U64: subs[i].value.u64 = s->value.v.u64; break;
+      case CUBE_ARG_I64: subs[i].value.i64 = s->value.v.i64; break;
+      case CUBE_ARG_F32: subs[i].value.f32 = s->value.v.f32; break;
+      case CUBE_ARG_F64: subs[i].value.f64 = s->value.v.f64; break;
+      default: break;
+    }
+  }
+  qsort(subs, count, sizeof(*subs), cube__scalar_sub_cmp);
+  for (size_t i = 1; i < count; ++i)
+    if (subs[i].node == subs[i - 1].node && subs[i].arg == subs[i - 1].arg) {
+      uint32_t node = subs[i].node, arg = subs[i].arg;
+      free(subs);
+      return CUBE_INVALID("%s: scalars name node %u, argument %u twice", fn, node, arg);
+    }
+  *out = subs;
+  return CUBE_OK;
+}
+
 cube_status_t cube_client_replay(cube_client_t* c, cube_graph_t* g, size_t count,
                                  const cube_graph_binding_t* bindings) {
+  return cube_client_replay_with(c, g, count, bindings, 0, NULL);
+}
+
+cube_status_t cube_client_replay_with(cube_client_t* c, cube_graph_t* g, size_t count,
+                                      const cube_graph_binding_t* bindings, size_t scalar_count,
+                                      const cube_graph_scalar_t* scalars) {
   static const char fn[] = "cube_client_replay";
   CUBE__CHECK_CLIENT(c, fn);
   if (!g) return CUBE_INVALID("%s: graph is NULL", fn);
@@ -68,15 +127,19 @@ cube_status_t cube_client_replay(cube_client_t* c, cube_graph_t* g, size_t count
     cube__memory_ref(info.mem);
     subs[k] = (cube__graph_sub_t){info.mem, info.offset_start};
   }
+  cube__graph_scalar_sub_t* sc = NULL;
+  if (!st) st = cube__replay_scalars(fn, g, scalar_count, scalars, &sc);
   if (st) {
     for (size_t k = 0; subs && k < slots; ++k)
       if (subs[k].mem) cube__memory_unref(subs[k].mem);
     free(subs);
     return st;
   }
-  st = cube__server_replay(stream, g, subs);
+  st = cube__server_replay(stream, g, subs, sc, scalar_count);
   return st ? cube__status_annotate(st, "%s", fn) : CUBE_OK;
 }
+
+bool cube_graph_is_native(const cube_graph_t* g) { return g && cube__graph_is_native(g); }
 
 size_t cube_graph_node_count(const cube_graph_t* g) { return g ? cube__graph_node_count(g) : 0; }
 

@@ -6,8 +6,10 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/options.h"
 #include "base/status.h"
 #include "cube/graph.h"
+#include "kernel/kernel.h"
 #include "server/server.h"
 #include "server/tasks_internal.h"
 
@@ -28,6 +30,14 @@ typedef struct cube__graph_node {
   cube__write_task_t write;     /* write: bytes owned; mem's reference is the slot's */
 } cube__graph_node_t;
 
+/* Where a slot's view is in device storage, as a native graph's nodes use it. */
+typedef struct cube__graph_bound {
+  const cube__storage_t* storage; /* NULL: not known (every node using it is updated) */
+  uint64_t offset;                /* the view's start in |storage| */
+} cube__graph_bound_t;
+
+enum { CUBE__NATIVE_UNTRIED = 0, CUBE__NATIVE_BUILT = 1, CUBE__NATIVE_NO = 2 };
+
 struct cube_graph_s {
   atomic_uint refs;
   cube__server_t* server;
@@ -37,6 +47,18 @@ struct cube_graph_s {
   size_t node_count, node_cap;
   cube__graph_slot_t* slots;
   size_t slot_count, slot_cap;
+  /* Native execution (a backend with graph slots), built by the first
+   * replay; native_lock orders the updates and launches of replays from
+   * several streams (the exec's parameters are one set). */
+  pthread_mutex_t native_lock;
+  int native_state;             /* CUBE__NATIVE_* */
+  void* native;                 /* the backend's graph */
+  cube__graph_bound_t* bound;   /* slot_count: what the native nodes use now */
+  cube__graph_bound_t* want;    /* slot_count: what this replay needs (scratch) */
+  cube__memory_t** want_mems;   /* slot_count: the memory of each (scratch) */
+  bool* scalar_dirty;           /* node_count: its scalars were substituted last */
+  size_t dirty_count;           /* true entries of scalar_dirty */
+  atomic_bool ran_native;
 };
 
 static void cube__graph_free(cube_graph_t* g) {
@@ -50,9 +72,15 @@ static void cube__graph_free(cube_graph_t* g) {
       cube_bytes_release(n->write.bytes);
     }
   }
+  if (g->native) cube__backend_graph_destroy(&g->server->be, g->native);
   for (size_t i = 0; i < g->slot_count; ++i) cube__memory_unref(g->slots[i].mem);
   cube_status_free(g->failure);
   pthread_mutex_destroy(&g->lock);
+  pthread_mutex_destroy(&g->native_lock);
+  free(g->bound);
+  free(g->want);
+  free(g->want_mems);
+  free(g->scalar_dirty);
   free(g->nodes);
   free(g->slots);
   free(g);
@@ -112,6 +140,8 @@ cube_status_t cube__stream_capture_begin(cube__stream_t* st) {
   atomic_init(&g->refs, 1);
   g->server = st->server;
   pthread_mutex_init(&g->lock, NULL);
+  pthread_mutex_init(&g->native_lock, NULL);
+  atomic_init(&g->ran_native, false);
   cube_graph_t* none = NULL;
   if (!atomic_compare_exchange_strong_explicit(&st->capture, &none, g, memory_order_acq_rel,
                                                memory_order_acquire)) {
@@ -226,15 +256,59 @@ cube_status_t cube__graph_record_write(cube__stream_t* st, cube__memory_t* mem, 
 
 /* Replay ------------------------------------------------------------------- */
 
+bool cube__graph_is_native(const cube_graph_t* g) {
+  return atomic_load_explicit(&g->ran_native, memory_order_acquire);
+}
+
+cube_status_t cube__graph_scalar_kind(const cube_graph_t* g, uint32_t node, uint32_t arg,
+                                      cube_arg_kind_t* out_kind) {
+  if (node >= g->node_count)
+    return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
+                             "node %u: the graph has %zu nodes", node, g->node_count);
+  const cube__graph_node_t* n = &g->nodes[node];
+  if (n->kind != CUBE__NODE_LAUNCH)
+    return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
+                             "node %u is a write, not a launch: it has no scalars", node);
+  const cube_kernel_t* k = n->launch->kernel;
+  if (arg >= n->launch->arg_count)
+    return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
+                             "node %u (kernel '%s') has %u arguments, not an argument %u", node,
+                             k->name, n->launch->arg_count, arg);
+  if (k->arg_kinds[arg] == CUBE_ARG_BUFFER)
+    return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
+                             "node %u (kernel '%s'): argument %u is a buffer (substitute its "
+                             "slot instead)",
+                             node, k->name, arg);
+  *out_kind = k->arg_kinds[arg];
+  return CUBE_OK;
+}
+
 typedef struct cube__replay_task {
   cube__stream_t* stream;
-  cube_graph_t* graph;     /* a reference */
-  cube__graph_sub_t* subs; /* slot_count entries (mem NULL: as captured), references held */
+  cube_graph_t* graph;              /* a reference */
+  cube__graph_sub_t* subs;          /* slot_count entries (mem NULL: as captured), references held */
+  cube__graph_scalar_sub_t* scalars; /* sorted by node; owned */
+  size_t scalar_count;
 } cube__replay_task_t;
 
+/* The slot |k| of a replay: its memory and its view's start in it. */
+static inline cube__memory_t* cube__replay_slot(const cube_graph_t* g,
+                                                const cube__graph_sub_t* subs, size_t k,
+                                                uint64_t* out_view) {
+  if (subs && subs[k].mem) {
+    *out_view = subs[k].offset;
+    return subs[k].mem;
+  }
+  *out_view = g->slots[k].offset;
+  return g->slots[k].mem;
+}
+
+/* Node by node ----------------------------------------------------------- */
+
 static cube_status_t cube__replay_node(cube__server_t* s, cube__stream_t* st,
-                                       const cube__graph_sub_t* subs, cube__graph_node_t* n,
-                                       unsigned char* scratch) {
+                                       const cube__graph_sub_t* subs,
+                                       const cube__graph_scalar_sub_t* sc, size_t sc_count,
+                                       cube__graph_node_t* n, unsigned char* scratch) {
   if (n->kind == CUBE__NODE_LAUNCH) {
     cube__launch_task_t* t = (cube__launch_task_t*)(void*)scratch;
     memcpy(t, n->launch, cube__launch_task_size(n->launch->arg_count));
@@ -248,6 +322,7 @@ static cube_status_t cube__replay_node(cube__server_t* s, cube__stream_t* st,
         t->args[i].buffer.offset = subs[k].offset;
       }
     }
+    for (size_t i = 0; i < sc_count; ++i) t->args[sc[i].arg] = sc[i].value;
     return cube__launch_exec(s, st, t, false);
   }
   cube__memory_t* mem = n->write.mem;
@@ -268,27 +343,243 @@ static cube_status_t cube__replay_node(cube__server_t* s, cube__stream_t* st,
   return CUBE_OK;
 }
 
+static void cube__replay_list(cube__server_t* s, cube__stream_t* st, const cube__replay_task_t* r) {
+  cube_graph_t* g = r->graph;
+  _Alignas(64) unsigned char scratch[sizeof(cube__launch_task_t) +
+                                     CUBE_MAX_KERNEL_ARGS *
+                                         (sizeof(cube__launch_arg_t) + sizeof(cube__memory_t*))];
+  size_t next = 0; /* the scalars are sorted by node */
+  for (size_t i = 0; i < g->node_count; ++i) {
+    size_t first = next;
+    while (next < r->scalar_count && r->scalars[next].node == i) ++next;
+    cube_status_t status = cube__replay_node(s, st, r->subs, r->scalars + first, next - first,
+                                             &g->nodes[i], scratch);
+    if (status)
+      cube__stream_push_error(st, cube__status_annotate(status, "replay of a graph of %zu nodes: "
+                                                                "node %zu",
+                                                        g->node_count, i));
+  }
+}
+
+/* Native ------------------------------------------------------------------ */
+
+/* Whether the nodes can be one native graph: static counts, no Validate mode. */
+static bool cube__graph_native_fits(const cube_graph_t* g) {
+  for (size_t i = 0; i < g->node_count; ++i) {
+    const cube__graph_node_t* n = &g->nodes[i];
+    if (n->kind == CUBE__NODE_LAUNCH &&
+        (n->launch->dyn_mem || n->launch->mode == CUBE_EXEC_VALIDATE))
+      return false;
+  }
+  return true;
+}
+
+/* Node |i|'s description with the slots at g->want and the scalars |sc|;
+ * |args| holds its arguments (CUBE_MAX_KERNEL_ARGS). native_lock held. */
+static void cube__graph_node_desc(const cube_graph_t* g, size_t i,
+                                  const cube__graph_scalar_sub_t* sc, size_t sc_count,
+                                  cube__launch_arg_t* args, cube__graph_node_desc_t* d) {
+  const cube__graph_node_t* n = &g->nodes[i];
+  memset(d, 0, sizeof(*d));
+  if (n->kind == CUBE__NODE_WRITE) {
+    d->kind = CUBE__GRAPH_NODE_WRITE;
+    d->dst = g->want[n->slot].storage;
+    d->dst_offset = g->want[n->slot].offset;
+    d->pitch = n->write.pitch;
+    d->width = n->write.width;
+    d->height = n->write.height;
+    d->src = cube_bytes_const_data(n->write.bytes);
+    return;
+  }
+  const cube__launch_task_t* t = n->launch;
+  const cube_kernel_t* k = t->kernel;
+  memcpy(args, t->args, t->arg_count * sizeof(*args));
+  for (uint32_t a = 0; a < t->arg_count; ++a) {
+    uint32_t slot = n->arg_slots[a];
+    if (slot == UINT32_MAX) continue;
+    args[a].buffer.storage = g->want[slot].storage;
+    args[a].buffer.offset = g->want[slot].offset;
+  }
+  for (size_t j = 0; j < sc_count; ++j) args[sc[j].arg] = sc[j].value;
+  d->kind = CUBE__GRAPH_NODE_KERNEL;
+  d->launch = (cube__launch_t){k,           k->name,       {t->count[0], t->count[1], t->count[2]},
+                               k->cube_dim, t->mode,       t->arg_count,
+                               k->arg_kinds, args,         NULL};
+}
+
+/* Builds the native graph with the slots at g->want. native_lock held. */
+static cube_status_t cube__graph_native_build(cube__server_t* s, cube_graph_t* g,
+                                              const cube__replay_task_t* r) {
+  size_t n = g->node_count;
+  cube__graph_node_desc_t* descs = calloc(n ? n : 1, sizeof(*descs));
+  cube__launch_arg_t* args = calloc(n ? n * CUBE_MAX_KERNEL_ARGS : 1, sizeof(*args));
+  if (!g->bound) g->bound = calloc(g->slot_count ? g->slot_count : 1, sizeof(*g->bound));
+  if (!g->scalar_dirty) g->scalar_dirty = calloc(n ? n : 1, sizeof(*g->scalar_dirty));
+  if (g->scalar_dirty) memset(g->scalar_dirty, 0, (n ? n : 1) * sizeof(*g->scalar_dirty));
+  g->dirty_count = 0;
+  cube_status_t st = CUBE_OK;
+  if (!descs || !args || !g->bound || !g->scalar_dirty)
+    st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "native graph: no host memory");
+  size_t next = 0;
+  for (size_t i = 0; !st && i < n; ++i) {
+    size_t first = next;
+    while (next < r->scalar_count && r->scalars[next].node == i) ++next;
+    cube__graph_node_desc(g, i, r->scalars + first, next - first, args + i * CUBE_MAX_KERNEL_ARGS,
+                          &descs[i]);
+    if (next > first) {
+      g->scalar_dirty[i] = true;
+      g->dirty_count++;
+    }
+  }
+  if (!st) st = cube__backend_graph_create(&s->be, descs, n, &g->native);
+  if (!st) memcpy(g->bound, g->want, g->slot_count * sizeof(*g->bound));
+  free(descs);
+  free(args);
+  return st;
+}
+
+/* One replay through the native graph; false when the graph is not native
+ * (then nothing ran and nothing was ordered). */
+static bool cube__replay_native(cube__server_t* s, cube__stream_t* st,
+                                const cube__replay_task_t* r) {
+  cube_graph_t* g = r->graph;
+  pthread_mutex_lock(&g->native_lock);
+  if (g->native_state == CUBE__NATIVE_NO) {
+    pthread_mutex_unlock(&g->native_lock);
+    return false;
+  }
+  cube_status_t status = CUBE_OK;
+  if (!g->want) {
+    g->want = calloc(g->slot_count ? g->slot_count : 1, sizeof(*g->want));
+    g->want_mems = calloc(g->slot_count ? g->slot_count : 1, sizeof(*g->want_mems));
+    if (!g->want || !g->want_mems) {
+      free(g->want);
+      free(g->want_mems);
+      g->want = NULL;
+      g->want_mems = NULL;
+      pthread_mutex_unlock(&g->native_lock);
+      return false; /* node by node needs no scratch */
+    }
+  }
+  /* Where each slot is for this replay. */
+  for (size_t k = 0; !status && k < g->slot_count; ++k) {
+    uint64_t view;
+    cube__memory_t* m = cube__replay_slot(g, r->subs, k, &view);
+    const cube__storage_t* storage;
+    uint64_t off, sz;
+    if (!cube__memory_resolve(m, &storage, &off, &sz))
+      status = cube__status_make(CUBE_STATUS_NOT_FOUND,
+                                 "replay of a graph of %zu nodes: slot %zu: memory %" PRIu64
+                                 " is not bound",
+                                 g->node_count, k, m->id);
+    g->want[k] = (cube__graph_bound_t){storage, off + view};
+    g->want_mems[k] = m;
+  }
+  if (!status && g->native_state == CUBE__NATIVE_UNTRIED) {
+    cube_status_t b = CUBE_OK;
+    if (!cube__option_bool(CUBE__OPT_GRAPHS_NATIVE) || !cube__graph_native_fits(g))
+      b = cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "not native");
+    else
+      b = cube__graph_native_build(s, g, r);
+    if (b) {
+      /* Node by node from now on: always correct, and the reason is the
+       * driver's (a node it cannot record) or the graph's own. */
+      cube_status_free(b);
+      g->native_state = CUBE__NATIVE_NO;
+      pthread_mutex_unlock(&g->native_lock);
+      return false;
+    }
+    g->native_state = CUBE__NATIVE_BUILT;
+  } else if (!status) {
+    /* Update the nodes whose slots or scalars differ from what the exec has. */
+    bool changed = r->scalar_count > 0 || g->dirty_count > 0;
+    for (size_t k = 0; !changed && k < g->slot_count; ++k)
+      changed = g->want[k].storage != g->bound[k].storage ||
+                g->want[k].offset != g->bound[k].offset;
+    size_t next = 0;
+    for (size_t i = 0; changed && !status && i < g->node_count; ++i) {
+      const cube__graph_node_t* n = &g->nodes[i];
+      size_t first = next;
+      while (next < r->scalar_count && r->scalars[next].node == i) ++next;
+      bool upd = next > first || g->scalar_dirty[i];
+      if (n->kind == CUBE__NODE_WRITE) {
+        upd = upd || g->want[n->slot].storage != g->bound[n->slot].storage ||
+              g->want[n->slot].offset != g->bound[n->slot].offset;
+      } else {
+        for (uint32_t a = 0; !upd && a < n->launch->arg_count; ++a) {
+          uint32_t k = n->arg_slots[a];
+          upd = k != UINT32_MAX && (g->want[k].storage != g->bound[k].storage ||
+                                    g->want[k].offset != g->bound[k].offset);
+        }
+      }
+      if (!upd) continue;
+      cube__launch_arg_t args[CUBE_MAX_KERNEL_ARGS];
+      cube__graph_node_desc_t d;
+      cube__graph_node_desc(g, i, r->scalars + first, next - first, args, &d);
+      status = cube__backend_graph_update(&s->be, g->native, i, &d);
+      bool dirty = next > first;
+      if (dirty != g->scalar_dirty[i]) {
+        g->scalar_dirty[i] = dirty;
+        if (dirty) g->dirty_count++;
+        else g->dirty_count--;
+      }
+    }
+    if (cube_status_code(status) == CUBE_STATUS_UNIMPLEMENTED) {
+      /* A node the driver cannot update in place (CUDA: a copy of rows
+       * with a pitch): instantiate again, with this replay's slots. */
+      cube_status_free(status);
+      cube__backend_graph_destroy(&s->be, g->native);
+      g->native = NULL;
+      status = cube__graph_native_build(s, g, r);
+      if (status) {
+        cube_status_free(status);
+        g->native_state = CUBE__NATIVE_NO;
+        pthread_mutex_unlock(&g->native_lock);
+        return false;
+      }
+      changed = false;
+    }
+    if (status) {
+      /* Some nodes have the new parameters, some the old: the next replay
+       * updates every node. */
+      for (size_t k = 0; k < g->slot_count; ++k) g->bound[k].storage = NULL;
+    } else if (changed) {
+      memcpy(g->bound, g->want, g->slot_count * sizeof(*g->bound));
+    }
+  }
+  bool events = cube__backend_has_events(&s->be);
+  if (!status && events) {
+    cube__stream_release_holds(st, false);
+    for (size_t k = 0; !status && k < g->slot_count; ++k)
+      status = cube__stream_order(st, g->want_mems[k]);
+  }
+  if (!status) {
+    status = cube__backend_graph_launch(&s->be, st->backend_stream, g->native);
+    /* Held whatever the launch said: part of it may have been queued. */
+    if (events) cube__stream_hold(st, g->want_mems, (uint32_t)g->slot_count);
+  }
+  pthread_mutex_unlock(&g->native_lock);
+  if (status)
+    cube__stream_push_error(st, cube__status_annotate(status, "replay of a graph of %zu nodes",
+                                                      g->node_count));
+  else
+    atomic_store_explicit(&g->ran_native, true, memory_order_release);
+  return true;
+}
+
 static cube_status_t cube__replay_task_run(void* state, void* payload) {
   (void)state;
   cube__replay_task_t* r = payload;
   cube__stream_t* st = r->stream;
   cube__server_t* s = st->server;
   cube_graph_t* g = r->graph;
-  _Alignas(64) unsigned char scratch[sizeof(cube__launch_task_t) +
-                                     CUBE_MAX_KERNEL_ARGS *
-                                         (sizeof(cube__launch_arg_t) + sizeof(cube__memory_t*))];
   /* Profiled, a replay is one row of the summary ("graph (N nodes)"), timed
    * on the host from its first node to the end of a sync after its last, so
    * that the device's work is in it; its nodes have no rows of their own. */
   cube_profile_level_t level = s->profiler.level;
   uint64_t t0 = level >= CUBE_PROFILE_BASIC ? cube__now_ns() : 0;
-  for (size_t i = 0; i < g->node_count; ++i) {
-    cube_status_t status = cube__replay_node(s, st, r->subs, &g->nodes[i], scratch);
-    if (status)
-      cube__stream_push_error(st, cube__status_annotate(status, "replay of a graph of %zu nodes: "
-                                                                "node %zu",
-                                                        g->node_count, i));
-  }
+  if (!cube__backend_has_graphs(&s->be) || !g->node_count || !cube__replay_native(s, st, r))
+    cube__replay_list(s, st, r);
   if (level >= CUBE_PROFILE_BASIC) {
     cube__stream_push_error(st, cube__backend_sync(&s->be, st->backend_stream));
     uint64_t ns = cube__now_ns() - t0;
@@ -310,12 +601,14 @@ static void cube__replay_task_drop(void* payload) {
       if (r->subs[i].mem) cube__memory_unref(r->subs[i].mem);
     free(r->subs);
   }
+  free(r->scalars);
   cube__graph_unref(r->graph);
 }
 
-cube_status_t cube__server_replay(cube__stream_t* st, cube_graph_t* g, cube__graph_sub_t* subs) {
+cube_status_t cube__server_replay(cube__stream_t* st, cube_graph_t* g, cube__graph_sub_t* subs,
+                                  cube__graph_scalar_sub_t* scalars, size_t scalar_count) {
   cube__graph_ref(g);
-  cube__replay_task_t r = {st, g, subs};
+  cube__replay_task_t r = {st, g, subs, scalars, scalar_count};
   return cube__submit(st->server->service, st->id, cube__replay_task_run, &r, sizeof(r),
                       cube__replay_task_drop);
 }

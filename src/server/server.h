@@ -143,10 +143,24 @@ cube_status_t cube__graph_record_write(cube__stream_t* stream, cube__memory_t* m
                                        uint64_t view_offset, uint64_t view_len, uint64_t pitch,
                                        const void* src, uint64_t width, uint64_t height);
 
+/* A new value for scalar argument |arg| of launch node |node|, checked. */
+typedef struct cube__graph_scalar_sub {
+  uint32_t node, arg;
+  cube__launch_arg_t value;
+} cube__graph_scalar_sub_t;
+
 /* Queues |graph| on |stream| as one task; |subs| (slot_count entries, or
- * NULL) is taken over with its references. */
+ * NULL) is taken over with its references, |scalars| (sorted by node, or
+ * NULL) with its memory; on failure both are released. */
 cube_status_t cube__server_replay(cube__stream_t* stream, struct cube_graph_s* graph,
-                                  cube__graph_sub_t* subs);
+                                  cube__graph_sub_t* subs, cube__graph_scalar_sub_t* scalars,
+                                  size_t scalar_count);
+/* True once a replay ran as one native graph. */
+bool cube__graph_is_native(const struct cube_graph_s* graph);
+/* The kind of scalar argument |arg| of launch node |node| (INVALID_ARGUMENT
+ * naming what is wrong: no such node, a write, no such argument, a buffer). */
+cube_status_t cube__graph_scalar_kind(const struct cube_graph_s* graph, uint32_t node,
+                                      uint32_t arg, cube_arg_kind_t* out_kind);
 void cube__graph_ref(struct cube_graph_s* graph);
 void cube__graph_unref(struct cube_graph_s* graph);
 cube__server_t* cube__graph_server(const struct cube_graph_s* graph);

@@ -343,3 +343,186 @@ CUBE_TEST(graph_replay_several_threads) {
   graph_chain_teardown(&f);
   CTS_END(c);
 }
+
+/* Scalar substitutes: a replay runs with the new values, the next one as
+ * captured again; substitutes of buffers and scalars together; every bad
+ * scalar is refused and nothing runs. */
+CUBE_TEST(graph_scalar_rebinding) {
+  CTS_CLIENT(c);
+  graph_chain_t f;
+  REQUIRE_OK(graph_chain_setup(c, 8700, &f));
+  uint32_t want[GN], in2[GN];
+  /* Node 0 is x = in + 3, node 1 is y = x + 4; argument 2 is the addend. */
+  cube_graph_scalar_t s1[1] = {{0, 2, cube_arg_u32(10)}};
+  CHECK_OK(cube_client_replay_with(c, f.g, 0, NULL, 1, s1));
+  graph_plus(f.data, 10, want);
+  CHECK(cts_read_equals(c, f.x, want, sizeof(want)));
+  graph_plus(f.data, 14, want);
+  CHECK(cts_read_equals(c, f.y, want, sizeof(want)));
+  /* As captured: the substitute was for that replay only. */
+  CHECK_OK(cube_client_replay(c, f.g, 0, NULL));
+  graph_plus(f.data, 7, want);
+  CHECK(cts_read_equals(c, f.y, want, sizeof(want)));
+  /* Both nodes' scalars and a new input in one replay, 8 times with new
+   * values each time. */
+  cube_handle_t hin2;
+  cube_test_fill_random(in2, sizeof(in2), 8701);
+  REQUIRE_OK(cube_client_create_from_slice(c, in2, sizeof(in2), &hin2));
+  for (uint32_t round = 0; round < 8; ++round) {
+    uint32_t a = 1000u * round + 17u, b = 77u * round + 5u;
+    cube_graph_scalar_t s2[2] = {{1, 2, cube_arg_u32(b)}, {0, 2, cube_arg_u32(a)}};
+    cube_graph_binding_t bind[1] = {{0, round % 2 ? f.in : hin2}};
+    CHECK_OK(cube_client_replay_with(c, f.g, 1, bind, 2, s2));
+    graph_plus(round % 2 ? f.data : in2, a + b, want);
+    CHECK(cts_read_equals(c, f.y, want, sizeof(want)));
+  }
+  /* What is refused; y keeps the last result. */
+  cube_graph_scalar_t bad[2];
+  bad[0] = (cube_graph_scalar_t){2, 2, cube_arg_u32(1)};
+  CHECK_STATUS(cube_client_replay_with(c, f.g, 0, NULL, 1, bad), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_replay", "scalars[0]", "node 2", "2 nodes");
+  bad[0] = (cube_graph_scalar_t){0, 0, cube_arg_u32(1)};
+  CHECK_STATUS(cube_client_replay_with(c, f.g, 0, NULL, 1, bad), CUBE_STATUS_INVALID_ARGUMENT,
+               "argument 0 is a buffer");
+  bad[0] = (cube_graph_scalar_t){0, 4, cube_arg_u32(1)};
+  CHECK_STATUS(cube_client_replay_with(c, f.g, 0, NULL, 1, bad), CUBE_STATUS_INVALID_ARGUMENT,
+               "has 4 arguments, not an argument 4");
+  bad[0] = (cube_graph_scalar_t){1, 3, cube_arg_i32(1)};
+  CHECK_STATUS(cube_client_replay_with(c, f.g, 0, NULL, 1, bad), CUBE_STATUS_INVALID_ARGUMENT,
+               "scalars[0]", "argument 3 is u32", "the value is i32");
+  bad[0] = (cube_graph_scalar_t){1, 2, cube_arg_u32(1)};
+  bad[1] = (cube_graph_scalar_t){1, 2, cube_arg_u32(2)};
+  CHECK_STATUS(cube_client_replay_with(c, f.g, 0, NULL, 2, bad), CUBE_STATUS_INVALID_ARGUMENT,
+               "node 1, argument 2 twice");
+  CHECK_STATUS(cube_client_replay_with(c, f.g, 0, NULL, 1, NULL), CUBE_STATUS_INVALID_ARGUMENT,
+               "scalars is NULL");
+  graph_plus(in2, 7000u + 17u + 77u * 7u + 5u, want);
+  CHECK(cts_read_equals(c, f.y, want, sizeof(want)));
+  cube_handle_release(hin2);
+  graph_chain_teardown(&f);
+  CTS_END(c);
+}
+
+/* A write node has no scalars. */
+CUBE_TEST(graph_scalar_of_a_write_refused) {
+  CTS_CLIENT(c);
+  uint32_t data[64];
+  cube_test_fill_random(data, sizeof(data), 8750);
+  cube_handle_t h;
+  REQUIRE_OK(cts_poisoned(c, sizeof(data), &h));
+  REQUIRE_OK(cube_client_capture_begin(c));
+  CHECK_OK(cube_client_write(c, h, data, sizeof(data)));
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(cube_client_capture_end(c, &g));
+  cube_graph_scalar_t s[1] = {{0, 0, cube_arg_u32(1)}};
+  CHECK_STATUS(cube_client_replay_with(c, g, 0, NULL, 1, s), CUBE_STATUS_INVALID_ARGUMENT,
+               "node 0 is a write");
+  uint8_t poison[sizeof(data)];
+  memset(poison, CTS_POISON, sizeof(poison));
+  CHECK(cts_read_equals(c, h, poison, sizeof(poison)));
+  cube_graph_release(g);
+  cube_handle_release(h);
+  CTS_END(c);
+}
+
+/* Counters of the mock CUDA driver's graph calls, when it is the driver. */
+typedef struct graph_mock_stats {
+  uint64_t instantiates, launches, kernel_updates, copy_updates, live;
+} graph_mock_stats_t;
+
+#include <dlfcn.h>
+static bool graph_mock_stats(graph_mock_stats_t* out) {
+  memset(out, 0, sizeof(*out));
+#ifdef CUBE_MOCK_CUDA_PATH
+  void* h = dlopen(CUBE_MOCK_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return false;
+  void (*fn)(graph_mock_stats_t*) =
+      (void (*)(graph_mock_stats_t*))(uintptr_t)dlsym(h, "cube_mock_cuda_graph_stats");
+  if (fn) fn(out);
+  dlclose(h);
+  return fn != NULL;
+#else
+  return false;
+#endif
+}
+
+/* A graph of writes (a 1-D buffer and a pitched 2-D tensor), replayed as
+ * captured and with substitutes, back and forth: the same contents on every
+ * backend, natively where the driver has graphs (CUDA: instantiated once,
+ * rebinding updates its copy nodes) and node by node elsewhere, or when
+ * CUBE_GRAPHS_NATIVE is 0. */
+static void graph_writes_round(cube_client_t* c, bool native_expected) {
+  const uint64_t shape[2] = {7, 45};
+  float a[333], t0[7 * 45], other[333];
+  cube_test_fill_random(a, sizeof(a), 8800);
+  cube_test_fill_random(t0, sizeof(t0), 8801);
+  cube_test_fill_random(other, sizeof(other), 8802);
+  cube_handle_t h, h2;
+  REQUIRE_OK(cts_poisoned(c, sizeof(a), &h));
+  REQUIRE_OK(cts_poisoned(c, sizeof(a), &h2));
+  cube_tensor_t t, t2;
+  REQUIRE_OK(cube_client_create_tensor_from_slice(c, other, sizeof(t0), 2, shape, 4, &t));
+  REQUIRE_OK(cube_client_create_tensor_from_slice(c, other, sizeof(t0), 2, shape, 4, &t2));
+  graph_mock_stats_t m0, m1;
+  bool mock = graph_mock_stats(&m0);
+  REQUIRE_OK(cube_client_capture_begin(c));
+  CHECK_OK(cube_client_write(c, h, a, sizeof(a)));
+  CHECK_OK(cube_client_write_tensor(c, &t, t0, sizeof(t0)));
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(cube_client_capture_end(c, &g));
+  CHECK_EQ_U64(cube_graph_node_count(g), 2);
+  CHECK(!cube_graph_is_native(g));
+  uint32_t sh = 9, st = 9;
+  CHECK_OK(cube_graph_slot_of(g, c, h, &sh));
+  CHECK_OK(cube_graph_slot_of(g, c, t.handle, &st));
+  for (int round = 0; round < 6; ++round) {
+    /* New contents everywhere, then a replay that overwrites some. */
+    CHECK_OK(cube_client_write(c, h, other, sizeof(other)));
+    CHECK_OK(cube_client_write(c, h2, other, sizeof(other)));
+    CHECK_OK(cube_client_write_tensor(c, &t, other, sizeof(t0)));
+    CHECK_OK(cube_client_write_tensor(c, &t2, other, sizeof(t0)));
+    bool sub = round % 3 == 1, sub_t = round % 3 == 2;
+    cube_graph_binding_t b[2];
+    size_t nb = 0;
+    if (sub) b[nb++] = (cube_graph_binding_t){sh, h2};
+    if (sub_t) b[nb++] = (cube_graph_binding_t){st, t2.handle};
+    CHECK_OK(cube_client_replay(c, g, nb, b));
+    CHECK(cts_read_equals(c, sub ? h2 : h, a, sizeof(a)));
+    CHECK(cts_read_equals(c, sub ? h : h2, other, sizeof(other)));
+    cube_bytes_t* r1 = NULL;
+    cube_bytes_t* r2 = NULL;
+    CHECK_OK(cube_client_read_tensor(c, 1, sub_t ? &t2 : &t, &r1));
+    CHECK_OK(cube_client_read_tensor(c, 1, sub_t ? &t : &t2, &r2));
+    CHECK(r1 && cube_bytes_size(r1) == sizeof(t0) &&
+          memcmp(cube_bytes_const_data(r1), t0, sizeof(t0)) == 0);
+    CHECK(r2 && cube_bytes_size(r2) == sizeof(t0) &&
+          memcmp(cube_bytes_const_data(r2), other, sizeof(t0)) == 0);
+    cube_bytes_release(r1);
+    cube_bytes_release(r2);
+  }
+  CHECK(cube_graph_is_native(g) == native_expected);
+  if (mock && graph_mock_stats(&m1)) {
+    /* Rebinding the 1-D write updated its copy node; the pitched one (the
+     * driver updates 1-D copies only) was instantiated again each time its
+     * destination changed: rounds 2, 3 and 5, after the first build. */
+    CHECK_EQ_U64(m1.instantiates - m0.instantiates, native_expected ? 4 : 0);
+    CHECK_EQ_U64(m1.launches - m0.launches, native_expected ? 6 : 0);
+    if (native_expected) CHECK(m1.copy_updates - m0.copy_updates >= 2);
+  }
+  cube_graph_release(g);
+  if (mock && graph_mock_stats(&m1)) CHECK_EQ_U64(m1.live, m0.live);
+  cube_handle_release(h);
+  cube_handle_release(h2);
+  cube_handle_release(t.handle);
+  cube_handle_release(t2.handle);
+}
+
+CUBE_TEST(graph_native_writes_rebinding) {
+  CTS_CLIENT(c);
+  bool native = cts_backend()->backend == CUBE_BACKEND_CUDA;
+  graph_writes_round(c, native);
+  REQUIRE_OK(cube_option_set_u64(CUBE_OPTION_GRAPHS_NATIVE, 0));
+  graph_writes_round(c, false);
+  REQUIRE_OK(cube_option_set_u64(CUBE_OPTION_GRAPHS_NATIVE, 1));
+  CTS_END(c);
+}

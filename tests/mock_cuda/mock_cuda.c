@@ -16,6 +16,8 @@
  *  - cuMemFreeAsync frees when the stream reaches it;
  *  - modules load anything; cuLaunchKernel runs nothing and returns
  *    CUDA_ERROR_NOT_SUPPORTED (kernels need a GPU);
+ *  - graphs of kernel, empty and host-to-device copy nodes in a chain; a
+ *    launch queues the copies in order and counts the kernels as launches;
  *  - cuLaunchHostFunc runs its function on the stream's thread, in order
  *    (how the mock NCCL of tests/mock_nccl queues its work);
  *  - CUBE_MOCK_CUDA_DEVICES (default 1) devices; CUBE_MOCK_CUDA_FUNC_MAX_THREADS
@@ -691,6 +693,145 @@ static CUresult m_cuGetErrorString(CUresult r, const char** s) {
   return CUDA_SUCCESS;
 }
 
+/* Graphs: a graph is a list of nodes (a chain, in the order added); an
+ * instantiated graph is a copy of it; a launch pushes its copies onto the
+ * stream in order and counts its kernels as launches (which run nothing, and
+ * fail as cuLaunchKernel does unless CUBE_MOCK_CUDA_LAUNCH_OK is set).
+ * CUgraphNode values are the node's index + 1. */
+typedef struct mock_gnode {
+  int kind; /* 0 kernel, 1 host-to-device copy, 2 empty */
+  CUDA_MEMCPY3D copy;
+} mock_gnode_t;
+typedef struct mock_graph {
+  mock_gnode_t* nodes;
+  size_t n, cap;
+} mock_graph_t;
+static atomic_uint_fast64_t mock_graph_instantiates, mock_graph_launches, mock_graph_kernel_updates,
+    mock_graph_copy_updates, mock_graphs_live;
+
+static CUresult mock_graph_add(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t ndeps,
+                               int kind, const CUDA_MEMCPY3D* copy) {
+  mock_graph_t* g = (mock_graph_t*)hg;
+  /* cube builds chains: each node after the one before. */
+  if (ndeps > 1 || (ndeps == 1 && (uintptr_t)deps[0] != g->n)) return CUDA_ERROR_INVALID_VALUE;
+  if (g->n == g->cap) {
+    size_t cap = g->cap ? 2 * g->cap : 16;
+    mock_gnode_t* p = realloc(g->nodes, cap * sizeof(*p));
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    g->nodes = p;
+    g->cap = cap;
+  }
+  memset(&g->nodes[g->n], 0, sizeof(g->nodes[0]));
+  g->nodes[g->n].kind = kind;
+  if (copy) g->nodes[g->n].copy = *copy;
+  *out = (CUgraphNode)(uintptr_t)(++g->n);
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuGraphCreate(CUgraph* out, unsigned flags) {
+  (void)flags;
+  MOCK_FAULT("cuGraphCreate", CUDA_ERROR_OUT_OF_MEMORY);
+  mock_graph_t* g = calloc(1, sizeof(*g));
+  if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+  atomic_fetch_add(&mock_graphs_live, 1);
+  *out = (CUgraph)g;
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuGraphAddKernelNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps,
+                                       size_t ndeps, const CUDA_KERNEL_NODE_PARAMS_v2* p) {
+  if (!p || !p->func) return CUDA_ERROR_INVALID_VALUE;
+  return mock_graph_add(out, g, deps, ndeps, 0, NULL);
+}
+static CUresult m_cuGraphAddEmptyNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t ndeps) {
+  return mock_graph_add(out, g, deps, ndeps, 2, NULL);
+}
+static bool mock_copy_ok(const CUDA_MEMCPY3D* m) {
+  return m->srcMemoryType == CU_MEMORYTYPE_HOST && m->dstMemoryType == CU_MEMORYTYPE_DEVICE &&
+         m->Depth == 1 && m->srcPitch >= m->WidthInBytes && m->dstPitch >= m->WidthInBytes &&
+         !m->srcXInBytes && !m->srcY && !m->dstXInBytes && !m->dstY;
+}
+static CUresult m_cuGraphAddMemcpyNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps,
+                                       size_t ndeps, const CUDA_MEMCPY3D* m, CUcontext ctx) {
+  (void)ctx;
+  if (!m || !mock_copy_ok(m)) return CUDA_ERROR_NOT_SUPPORTED;
+  return mock_graph_add(out, g, deps, ndeps, 1, m);
+}
+static CUresult m_cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph hg, unsigned long long flags) {
+  (void)flags;
+  MOCK_FAULT("cuGraphInstantiate", CUDA_ERROR_OUT_OF_MEMORY);
+  mock_graph_t* g = (mock_graph_t*)hg;
+  mock_graph_t* e = calloc(1, sizeof(*e));
+  if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
+  e->nodes = malloc((g->n ? g->n : 1) * sizeof(*e->nodes));
+  if (!e->nodes) { free(e); return CUDA_ERROR_OUT_OF_MEMORY; }
+  if (g->n) memcpy(e->nodes, g->nodes, g->n * sizeof(*e->nodes));
+  e->n = e->cap = g->n;
+  atomic_fetch_add(&mock_graph_instantiates, 1);
+  atomic_fetch_add(&mock_graphs_live, 1);
+  *out = (CUgraphExec)e;
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuGraphExecKernelNodeSetParams(CUgraphExec he, CUgraphNode node,
+                                                 const CUDA_KERNEL_NODE_PARAMS_v2* p) {
+  mock_graph_t* e = (mock_graph_t*)he;
+  uintptr_t i = (uintptr_t)node;
+  if (!p || !p->func || i == 0 || i > e->n || e->nodes[i - 1].kind != 0) return CUDA_ERROR_INVALID_VALUE;
+  atomic_fetch_add(&mock_graph_kernel_updates, 1);
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuGraphExecMemcpyNodeSetParams(CUgraphExec he, CUgraphNode node,
+                                                 const CUDA_MEMCPY3D* m, CUcontext ctx) {
+  (void)ctx;
+  mock_graph_t* e = (mock_graph_t*)he;
+  uintptr_t i = (uintptr_t)node;
+  /* As the driver: 1-D copies only. */
+  if (!m || !mock_copy_ok(m) || i == 0 || i > e->n || e->nodes[i - 1].kind != 1 ||
+      m->Height > 1 || e->nodes[i - 1].copy.Height > 1)
+    return CUDA_ERROR_INVALID_VALUE;
+  e->nodes[i - 1].copy = *m;
+  atomic_fetch_add(&mock_graph_copy_updates, 1);
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuGraphLaunch(CUgraphExec he, CUstream s) {
+  MOCK_FAULT("cuGraphLaunch", CUDA_ERROR_LAUNCH_FAILED);
+  mock_graph_t* e = (mock_graph_t*)he;
+  for (size_t i = 0; i < e->n; ++i)
+    if (e->nodes[i].kind == 0 && !mock_launch_ok) return CUDA_ERROR_NOT_SUPPORTED;
+  atomic_fetch_add(&mock_graph_launches, 1);
+  for (size_t i = 0; i < e->n; ++i) {
+    const mock_gnode_t* n = &e->nodes[i];
+    if (n->kind == 0) atomic_fetch_add(&mock.launches, 1);
+    if (n->kind != 1) continue;
+    const CUDA_MEMCPY3D* m = &n->copy;
+    void* dst = (void*)(uintptr_t)m->dstDevice;
+    CUresult r = m->Height > 1 ? mock_h2d(dst, m->srcHost, 0, m->srcPitch, m->dstPitch,
+                                          m->WidthInBytes, m->Height, s)
+                               : mock_h2d(dst, m->srcHost, m->WidthInBytes, 0, 0, 0, 1, s);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+static void mock_graph_free(mock_graph_t* g) {
+  free(g->nodes);
+  free(g);
+  atomic_fetch_sub(&mock_graphs_live, 1);
+}
+static CUresult m_cuGraphExecDestroy(CUgraphExec e) { mock_graph_free((mock_graph_t*)e); return CUDA_SUCCESS; }
+static CUresult m_cuGraphDestroy(CUgraph g) { mock_graph_free((mock_graph_t*)g); return CUDA_SUCCESS; }
+
+typedef struct cube_mock_cuda_graph_stats {
+  uint64_t instantiates, launches, kernel_updates, copy_updates, live;
+} cube_mock_cuda_graph_stats_t;
+
+/* Counters of the graph calls (found with dlsym); |live| counts graphs and
+ * instantiated graphs not yet destroyed. */
+MOCK_API void cube_mock_cuda_graph_stats(cube_mock_cuda_graph_stats_t* out) {
+  out->instantiates = atomic_load(&mock_graph_instantiates);
+  out->launches = atomic_load(&mock_graph_launches);
+  out->kernel_updates = atomic_load(&mock_graph_kernel_updates);
+  out->copy_updates = atomic_load(&mock_graph_copy_updates);
+  out->live = atomic_load(&mock_graphs_live);
+}
+
 /* cuGetProcAddress_v2: the only symbol cube looks up by name. */
 MOCK_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
                                       CUdriverProcAddressQueryResult* status) {
@@ -708,7 +849,10 @@ MOCK_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int versio
       E(cuMemsetD32Async), E(cuModuleLoadData), E(cuModuleUnload), E(cuModuleGetFunction),
       E(cuFuncGetAttribute), E(cuLaunchKernel), E(cuGetErrorName), E(cuGetErrorString),
       E(cuMemAllocAsync), E(cuMemFreeAsync), E(cuDeviceGetDefaultMemPool), E(cuMemPoolTrimTo),
-      E(cuMemPoolSetAttribute), E(cuLaunchHostFunc),
+      E(cuMemPoolSetAttribute), E(cuLaunchHostFunc), E(cuGraphCreate), E(cuGraphAddKernelNode),
+      E(cuGraphAddMemcpyNode), E(cuGraphAddEmptyNode), E(cuGraphInstantiateWithFlags),
+      E(cuGraphExecKernelNodeSetParams), E(cuGraphExecMemcpyNodeSetParams), E(cuGraphLaunch),
+      E(cuGraphExecDestroy), E(cuGraphDestroy),
 #undef E
   };
   for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); ++i)

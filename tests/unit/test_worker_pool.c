@@ -461,7 +461,10 @@ CUBE_TEST(run_at_most_bounds_participants) {
     CHECK_EQ_U64(atomic_load(&c.bad_participant), 0);
     uint64_t seen = atomic_load(&c.seen);
     if (most == 1) CHECK_EQ_U64(seen, 1); /* the caller alone */
-    CHECK(seen & 1);                       /* the caller always works */
+    /* Not "the caller always works": on a loaded machine the submitter can
+     * be descheduled after publishing the job, and spinning workers then
+     * take every chunk before it runs (seen on a 2-core host). */
+    CHECK(seen != 0 && seen < ((uint64_t)1 << most));
     free(c.hits);
   }
   cube__worker_pool_release(pool);

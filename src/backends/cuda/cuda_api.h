@@ -65,13 +65,24 @@
   X(GetErrorName, "cuGetErrorName", PFN_cuGetErrorName_v6000)            \
   X(GetErrorString, "cuGetErrorString", PFN_cuGetErrorString_v6000)
 
-/* Optional: stream-ordered allocation (CUDA 11.2+); NULL when absent. */
+/* Optional: stream-ordered allocation (CUDA 11.2+) and graphs (11.4+); NULL
+ * when absent. */
 #define CUBE__CUDA_DRIVER_OPTIONAL(X)                                    \
   X(MemAllocAsync, "cuMemAllocAsync", PFN_cuMemAllocAsync_v11020)        \
   X(MemFreeAsync, "cuMemFreeAsync", PFN_cuMemFreeAsync_v11020)           \
   X(DeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", PFN_cuDeviceGetDefaultMemPool_v11020) \
   X(MemPoolTrimTo, "cuMemPoolTrimTo", PFN_cuMemPoolTrimTo_v11020)        \
-  X(MemPoolSetAttribute, "cuMemPoolSetAttribute", PFN_cuMemPoolSetAttribute_v11020)
+  X(MemPoolSetAttribute, "cuMemPoolSetAttribute", PFN_cuMemPoolSetAttribute_v11020) \
+  X(GraphCreate, "cuGraphCreate", PFN_cuGraphCreate_v10000)              \
+  X(GraphAddKernelNode, "cuGraphAddKernelNode", PFN_cuGraphAddKernelNode_v12000) \
+  X(GraphAddMemcpyNode, "cuGraphAddMemcpyNode", PFN_cuGraphAddMemcpyNode_v10000) \
+  X(GraphAddEmptyNode, "cuGraphAddEmptyNode", PFN_cuGraphAddEmptyNode_v10000) \
+  X(GraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", PFN_cuGraphInstantiateWithFlags_v11040) \
+  X(GraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams", PFN_cuGraphExecKernelNodeSetParams_v12000) \
+  X(GraphExecMemcpyNodeSetParams, "cuGraphExecMemcpyNodeSetParams", PFN_cuGraphExecMemcpyNodeSetParams_v10020) \
+  X(GraphLaunch, "cuGraphLaunch", PFN_cuGraphLaunch_v10000)              \
+  X(GraphExecDestroy, "cuGraphExecDestroy", PFN_cuGraphExecDestroy_v10000) \
+  X(GraphDestroy, "cuGraphDestroy", PFN_cuGraphDestroy_v10000)
 
 typedef struct cube__cuda_driver {
 #define CUBE__CUDA_FIELD(field, sym, type) type field;

@@ -66,4 +66,8 @@ const cube__backend_vtable_t cube__backend_cuda = {
     .event_destroy = cube__cuda_event_destroy,
     .event_elapsed = cube__cuda_event_elapsed,
     .ctl = cube__cuda_ctl,
+    .graph_create = cube__cuda_graph_create,
+    .graph_update = cube__cuda_graph_update,
+    .graph_launch = cube__cuda_graph_launch,
+    .graph_destroy = cube__cuda_graph_destroy,
 };

@@ -7,6 +7,7 @@
  *   cuda_staging.c  the staging ring and the copies between host and device
  *   cuda_kernel.c   NVRTC, the kernel cache, modules and the function map
  *   cuda_launch.c   the launch path
+ *   cuda_graph.c    native graphs (the driver's graph API)
  *   cuda_backend.c  the backend's table of functions
  *   cuda_api.c      the driver and NVRTC, loaded with dlopen
  *
@@ -233,5 +234,32 @@ cube_status_t cube__cuda_kernel_limits(cube__backend_device_t* d, const cube_ker
 cube_status_t cube__cuda_ctl(cube__backend_device_t* d, void* stream, uint32_t op, void* arg);
 cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
                                 const cube__launch_t* l);
+/* The checks of a launch (the function, compiled on first use, and the
+ * device's and function's limits); *out_empty: a count component is 0 and
+ * nothing runs. */
+cube_status_t cube__cuda_launch_check(cube__backend_device_t* d, const cube__launch_t* l,
+                                      cube__cuda_fn_t* out_fn, bool* out_empty);
+/* The kernel parameters of |l| as cuLaunchKernel takes them: params[0..n)
+ * point into |p| (buffers: the address and the view's size) and into l->args
+ * (scalars). Validate mode's bounds record is the caller's to append. */
+typedef struct cube__cuda_params {
+  void* params[2 * CUBE_MAX_KERNEL_ARGS + 1];
+  CUdeviceptr ptrs[CUBE_MAX_KERNEL_ARGS];
+  uint64_t lens[CUBE_MAX_KERNEL_ARGS];
+  uint32_t n;
+} cube__cuda_params_t;
+void cube__cuda_marshal(const cube__launch_t* l, cube__cuda_params_t* p);
+
+//===----------------------------------------------------------------------===//
+// Native graphs (cuda_graph.c)
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__cuda_graph_create(cube__backend_device_t* d,
+                                      const cube__graph_node_desc_t* nodes, size_t count,
+                                      void** out_graph);
+cube_status_t cube__cuda_graph_update(cube__backend_device_t* d, void* graph, size_t index,
+                                      const cube__graph_node_desc_t* node);
+cube_status_t cube__cuda_graph_launch(cube__backend_device_t* d, void* stream, void* graph);
+void cube__cuda_graph_destroy(cube__backend_device_t* d, void* graph);
 
 #endif /* CUBE_BACKENDS_CUDA_CUDA_BACKEND_INTERNAL_H_ */

@@ -10,13 +10,12 @@
 #include "base/status.h"
 #include "kernel/kernel.h"
 
-cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
-                                const cube__launch_t* l) {
+cube_status_t cube__cuda_launch_check(cube__backend_device_t* d, const cube__launch_t* l,
+                                      cube__cuda_fn_t* out_fn, bool* out_empty) {
   const cube_kernel_t* k = l->kernel;
   const char* name = l->name ? l->name : (k && k->name ? k->name : "?");
   if (!k) return CUBE_INVALID("launch of kernel '%s': no kernel object", name);
-  cube__cuda_fn_t f;
-  CUBE_RETURN_IF_ERROR(cube__cuda_function(d, k, l->mode, &f));
+  CUBE_RETURN_IF_ERROR(cube__cuda_function(d, k, l->mode, out_fn));
   const uint32_t dim[3] = {l->dim.x, l->dim.y, l->dim.z};
   for (int i = 0; i < 3; ++i) {
     if (dim[i] == 0 || dim[i] > d->max_block[i])
@@ -30,33 +29,50 @@ cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
                                name, "xyz"[i], l->count[i], d->max_grid[i]);
   }
   uint64_t units = (uint64_t)dim[0] * dim[1] * dim[2];
-  if (units > (uint64_t)f.max_threads)
+  if (units > (uint64_t)out_fn->max_threads)
     return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
                              "launch of kernel '%s': cube dim (%u, %u, %u) has %" PRIu64
                              " units, more than the %d this kernel can run per cube on %s",
-                             name, dim[0], dim[1], dim[2], units, f.max_threads, d->arch);
-  if (l->count[0] == 0 || l->count[1] == 0 || l->count[2] == 0) return CUBE_OK;
+                             name, dim[0], dim[1], dim[2], units, out_fn->max_threads, d->arch);
+  *out_empty = l->count[0] == 0 || l->count[1] == 0 || l->count[2] == 0;
+  if (*out_empty) return CUBE_OK;
   if (l->arg_count > CUBE_MAX_KERNEL_ARGS)
     return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
                              "launch of kernel '%s': %u arguments, more than %u", name,
                              l->arg_count, CUBE_MAX_KERNEL_ARGS);
+  return CUBE_OK;
+}
+
+void cube__cuda_marshal(const cube__launch_t* l, cube__cuda_params_t* p) {
+  p->n = 0;
+  for (uint32_t i = 0; i < l->arg_count; ++i) {
+    if (l->kinds[i] == CUBE_ARG_BUFFER) {
+      p->ptrs[i] = (CUdeviceptr)(uintptr_t)l->args[i].buffer.storage->ptr + l->args[i].buffer.offset;
+      p->lens[i] = l->args[i].buffer.len;
+      p->params[p->n++] = &p->ptrs[i];
+      p->params[p->n++] = &p->lens[i];
+    } else {
+      p->params[p->n++] = (void*)(uintptr_t)&l->args[i];
+    }
+  }
+}
+
+cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
+                                const cube__launch_t* l) {
+  const cube_kernel_t* k = l->kernel;
+  const char* name = l->name ? l->name : (k && k->name ? k->name : "?");
+  cube__cuda_fn_t f;
+  bool empty = false;
+  CUBE_RETURN_IF_ERROR(cube__cuda_launch_check(d, l, &f, &empty));
+  if (empty) return CUBE_OK;
+  const uint32_t dim[3] = {l->dim.x, l->dim.y, l->dim.z};
   CUBE__CUDA_SCOPE(d->ctx);
 
   /* Marshalling: pointers into this frame, no allocation. */
-  void* params[2 * CUBE_MAX_KERNEL_ARGS + 1];
-  CUdeviceptr ptrs[CUBE_MAX_KERNEL_ARGS];
-  uint64_t lens[CUBE_MAX_KERNEL_ARGS];
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < l->arg_count; ++i) {
-    if (l->kinds[i] == CUBE_ARG_BUFFER) {
-      ptrs[i] = (CUdeviceptr)(uintptr_t)l->args[i].buffer.storage->ptr + l->args[i].buffer.offset;
-      lens[i] = l->args[i].buffer.len;
-      params[n++] = &ptrs[i];
-      params[n++] = &lens[i];
-    } else {
-      params[n++] = (void*)(uintptr_t)&l->args[i];
-    }
-  }
+  cube__cuda_params_t p;
+  cube__cuda_marshal(l, &p);
+  void** params = p.params;
+  uint32_t n = p.n;
   CUstream s = cube__cuda_s(stream);
   CUdeviceptr bounds = d->bounds_dev;
   CUresult r = CUDA_SUCCESS;

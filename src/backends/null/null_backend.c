@@ -426,4 +426,12 @@ const cube__backend_vtable_t cube__backend_null = {
     .event_destroy = cube__null_event_destroy,
     .event_elapsed = cube__null_event_elapsed,
     .ctl = cube__null_ctl,
+    /* Optional, NULL here: native graphs (all four or none). A backend whose
+     * driver records and replays a sequence of launches and copies as one
+     * unit (CUDA graphs) fills them; without them the server replays a
+     * graph's nodes one by one through launch and write (backend.h). */
+    .graph_create = NULL,
+    .graph_update = NULL,
+    .graph_launch = NULL,
+    .graph_destroy = NULL,
 };
