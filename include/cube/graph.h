@@ -133,7 +133,9 @@ CUBE_MUST_USE_RESULT cube_status_t cube_graph_slot_of(const cube_graph_t* graph,
                                                       uint32_t* out_slot);
 
 /* Drops the caller's reference (NULL is ignored); the graph's buffers and
- * kernels are let go once no queued replay uses it. */
+ * kernels are let go once no queued replay uses it. Letting go of a native
+ * graph (cube_graph_is_native) waits for its replays still running on the
+ * device, whose copies read memory the native graph owns. Thread-safe. */
 void cube_graph_release(cube_graph_t* graph);
 
 #ifdef __cplusplus
