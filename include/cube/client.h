@@ -16,9 +16,10 @@
  * pins a client to a stream. A handle may be used on any stream of its device.
  *
  * Errors. Bad input is reported at once by the call. Failures of work that
- * already left the caller (a launch, a write) are deferred to the stream and
- * returned together by the next cube_client_flush, cube_client_sync or read on
- * that stream, which then clears them (docs/cubecl.md, "Deferred errors").
+ * already left the caller (a launch, a write, a copy) are deferred to the
+ * stream and returned together by the next cube_client_flush,
+ * cube_client_sync or read on that stream, which then clears them
+ * (docs/cubecl.md, "Deferred errors").
  *
  * Failures every client call shares, not repeated below: INVALID_ARGUMENT
  * for a NULL client or a NULL out_ parameter (named in the message),
@@ -280,6 +281,33 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_write(cube_client_t* client, cube
 CUBE_MUST_USE_RESULT cube_status_t cube_client_write_tensor(cube_client_t* client,
                                                             const cube_tensor_t* tensor,
                                                             const void* data, size_t size);
+
+/* Copies the whole view of |src| into the whole view of |dst| on the
+ * device, both handles of the client's device and views of one size. The
+ * copy is ordered on the client's stream as a write is: work queued before
+ * the call sees dst's old contents and src's contents as that work leaves
+ * them, work queued after it sees the copy; on a backend with events (CUDA)
+ * it also waits for each buffer's last use on another stream. It returns
+ * once the copy is queued (the bytes never reach the host where the device
+ * copies them itself: CUDA, OpenCL), and a failure of the copy on the device
+ * is deferred to the stream, as a launch's is. The handles stay the
+ * caller's (the queued copy keeps both buffers alive: they may be released
+ * at once). On a capturing stream the copy is recorded (cube/graph.h).
+ * Thread-safe.
+ *
+ * Views of one buffer (cube_handle_offset_view, packed tensors) may be
+ * copied into each other when they do not overlap. The same view as src
+ * and dst (one handle twice, or two handles of one view) is a copy that
+ * changes nothing: nothing is queued or captured. Views of 0 bytes copy
+ * nothing.
+ *
+ * Fails at once with INVALID_ARGUMENT (a NULL client, a null handle, a
+ * handle of another device, views whose sizes differ (both sizes named),
+ * views of one buffer that overlap without being the same), NOT_FOUND (a
+ * released handle, named "src" or "dst"), OUT_OF_MEMORY (no host memory for
+ * the queued record). */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_copy(cube_client_t* client, cube_handle_t src,
+                                                    cube_handle_t dst);
 
 /* Reading memory ------------------------------------------------------------- */
 

@@ -1,12 +1,13 @@
 /* cube/graph.h: capture a sequence of work on a stream once, replay it.
  *
  * cube_client_capture_begin puts the client's stream into capture: from then
- * on, launches and cube_client_write calls on that stream are recorded
- * instead of queued (they are checked as they would be, and return at once).
- * cube_client_capture_end ends the capture into a graph. cube_client_replay
- * queues the whole graph on a stream as one task: on the runner, the
- * recorded launches and writes run in capture order with their arguments as
- * captured, each buffer resolved once per replay.
+ * on, launches, cube_client_write calls and cube_client_copy calls on that
+ * stream are recorded instead of queued (they are checked as they would be,
+ * and return at once). cube_client_capture_end ends the capture into a
+ * graph. cube_client_replay queues the whole graph on a stream as one task:
+ * on the runner, the recorded launches, writes and copies run in capture
+ * order with their arguments as captured, each buffer resolved once per
+ * replay.
  *
  * What a capture refuses, with FAILED_PRECONDITION naming the call: reads
  * (their result would belong to the capture, not to a replay), syncs and
@@ -18,7 +19,8 @@
  * handles may be released after the capture and the graph still replays on
  * that memory, which no pool reuses, carves or moves while the graph lives.
  * The buffers a graph uses are its slots, numbered in the order of their
- * first use in the capture (cube_graph_slot_of finds a handle's slot). A
+ * first use in the capture (a launch's buffers in argument order, a copy's
+ * source before its destination; cube_graph_slot_of finds a handle's slot). A
  * replay may substitute a live buffer of the same device and the same view
  * size for any slot: one graph then serves every step of a loop whose inputs
  * change. A substitute that is released, of another device or of another
@@ -27,7 +29,8 @@
  * same kind (cube_client_replay_with), for that replay only.
  *
  * Backends. Where the device's driver has graphs of its own (CUDA), the
- * first replay builds and instantiates one native graph of the nodes, and
+ * first replay builds and instantiates one native graph of the nodes (a
+ * copy is a device-to-device memcpy node), and
  * later replays launch it as one unit; a replay that rebinds updates the
  * parameters of the nodes it changes, it does not build the graph again
  * (cube_graph_is_native says whether a graph runs so; CUBE_GRAPHS_NATIVE=0
@@ -70,7 +73,7 @@ typedef struct cube_graph_binding {
 /* A new value for one scalar argument of one recorded launch, for one
  * replay. */
 typedef struct cube_graph_scalar {
-  uint32_t node;    /* the node, in capture order (0: the first launch or write) */
+  uint32_t node;    /* the node, in capture order (0: the first launch, write or copy) */
   uint32_t arg;     /* the launch's argument index */
   cube_arg_t value; /* a scalar of the argument's kind (CUBE_ARG_U32 ...) */
 } cube_graph_scalar_t;
@@ -94,9 +97,11 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_capture_end(cube_client_t* client
  * failures while it runs are deferred to the stream, as a launch's are. Fails
  * at once with INVALID_ARGUMENT (NULL client or graph, a graph of another
  * device, a slot the graph does not have or named twice, a substitute of
- * another device or whose view size differs from the slot's), NOT_FOUND (a
- * released substitute), FAILED_PRECONDITION (the stream is capturing: graphs
- * do not nest), OUT_OF_MEMORY. */
+ * another device or whose view size differs from the slot's, substitutes
+ * that make a copy's source and destination overlap, naming the node; a
+ * copy whose source and destination become the same view does nothing in
+ * that replay), NOT_FOUND (a released substitute), FAILED_PRECONDITION (the
+ * stream is capturing: graphs do not nest), OUT_OF_MEMORY. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_replay(cube_client_t* client, cube_graph_t* graph,
                                                       size_t binding_count,
                                                       const cube_graph_binding_t* bindings);
@@ -104,9 +109,9 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_replay(cube_client_t* client, cub
 /* cube_client_replay with |scalar_count| scalar substitutes as well
  * (|scalars| may be NULL when the count is 0). Fails as cube_client_replay
  * does, and with INVALID_ARGUMENT for a node the graph does not have or that
- * is not a launch, an argument index beyond the launch's, an argument that
- * is a buffer, a value of another kind than the argument's, or one
- * (node, arg) named twice. */
+ * is not a launch (a write, a copy), an argument index beyond the launch's,
+ * an argument that is a buffer, a value of another kind than the argument's,
+ * or one (node, arg) named twice. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_replay_with(cube_client_t* client,
                                                            cube_graph_t* graph,
                                                            size_t binding_count,
@@ -119,8 +124,8 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_replay_with(cube_client_t* client
  * node by node). Thread-safe. */
 bool cube_graph_is_native(const cube_graph_t* graph);
 
-/* Nodes (recorded launches and writes) and slots (distinct buffers) of
- * |graph|; 0 for NULL. Thread-safe. */
+/* Nodes (recorded launches, writes and copies) and slots (distinct buffer
+ * views) of |graph|; 0 for NULL. Thread-safe. */
 size_t cube_graph_node_count(const cube_graph_t* graph);
 size_t cube_graph_slot_count(const cube_graph_t* graph);
 

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/fault.h"
@@ -185,6 +186,47 @@ cube_status_t cube__backend_launch(const cube__backend_t* be, void* stream,
              l->name ? l->name : "?", be->vt->name, be->index);
 }
 
+/* The copy slot's fallback: the bytes through a host buffer, a piece at a
+ * time (a read returns once its bytes are on the host, and a write's source
+ * may be reused once it returns: backend.h). */
+static cube_status_t cube__backend_copy_bounce(const cube__backend_t* be, void* stream,
+                                               const cube__storage_t* dst, uint64_t dst_offset,
+                                               const cube__storage_t* src, uint64_t src_offset,
+                                               uint64_t bytes) {
+  if (bytes == 0) return CUBE_OK;
+  uint64_t piece = bytes < CUBE__BACKEND_COPY_BOUNCE ? bytes : CUBE__BACKEND_COPY_BOUNCE;
+  void* host = malloc((size_t)piece);
+  if (!host)
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                             "%s:%u: copy of %" PRIu64 " bytes: no host memory for a bounce "
+                             "buffer of %" PRIu64 " bytes",
+                             be->vt->name, be->index, bytes, piece);
+  cube_status_t st = CUBE_OK;
+  for (uint64_t done = 0; !st && done < bytes; done += piece) {
+    uint64_t n = bytes - done < piece ? bytes - done : piece;
+    st = cube__backend_read(be, stream, host, src, src_offset + done, n, n, 1);
+    if (!st) st = cube__backend_write(be, stream, dst, dst_offset + done, n, host, n, 1);
+    if (st)
+      st = cube__status_annotate(st, "%s:%u: copy through host memory, bytes [%" PRIu64
+                                     ", %" PRIu64 ") of %" PRIu64,
+                                 be->vt->name, be->index, done, done + n, bytes);
+  }
+  free(host);
+  return st;
+}
+
+cube_status_t cube__backend_copy(const cube__backend_t* be, void* stream,
+                                 const cube__storage_t* dst, uint64_t dst_offset,
+                                 const cube__storage_t* src, uint64_t src_offset, uint64_t bytes) {
+  const cube__backend_vtable_t* vt = be->vt;
+  CUBE__CALL(be, CUBE__SLOT_COPY, CUBE_STATUS_INTERNAL,
+             vt->copy ? vt->copy(be->device, stream, dst, dst_offset, src, src_offset, bytes)
+                      : cube__backend_copy_bounce(be, stream, dst, dst_offset, src, src_offset,
+                                                  bytes),
+             "%s copy of %" PRIu64 " bytes from storage %" PRIu64 " to storage %" PRIu64
+             " failed",
+             vt->name, bytes, src->id, dst->id);
+}
 
 cube_status_t cube__backend_prepare(const cube__backend_t* be, const cube_kernel_t* kernel,
                                     cube_execution_mode_t mode) {

@@ -30,7 +30,7 @@
 /* The version of the table below; a table with another version is refused by
  * the registry (the backend is then UNAVAILABLE, naming both versions). New
  * slots are appended and bump the version. */
-#define CUBE__BACKEND_API_VERSION 2u
+#define CUBE__BACKEND_API_VERSION 3u
 
 typedef struct cube__backend_device cube__backend_device_t;
 
@@ -93,6 +93,7 @@ typedef struct cube__launch {
 typedef enum cube__graph_node_kind {
   CUBE__GRAPH_NODE_KERNEL = 0, /* launch: a static count, not Validate mode */
   CUBE__GRAPH_NODE_WRITE = 1,  /* write: host bytes into device storage */
+  CUBE__GRAPH_NODE_COPY = 2,   /* copy: device storage into device storage, 1-D */
 } cube__graph_node_kind_t;
 
 typedef struct cube__graph_node_desc {
@@ -106,6 +107,12 @@ typedef struct cube__graph_node_desc {
   const cube__storage_t* dst;
   uint64_t dst_offset, pitch, width, height;
   const void* src;
+  /* COPY: |width| bytes (|height| 1, |pitch| |width|) from |src_storage| at
+   * |src_offset| into |dst| at |dst_offset|, both of this device. The two
+   * ranges never overlap (the server refuses such copies, and never hands
+   * the backend a copy of a view onto itself). */
+  const cube__storage_t* src_storage;
+  uint64_t src_offset;
 } cube__graph_node_desc_t;
 
 //===----------------------------------------------------------------------===//
@@ -287,6 +294,19 @@ typedef struct cube__backend_vtable {
    * |stream| is NULL for device-level operations. UNIMPLEMENTED for an
    * operation the backend does not know. */
   cube_status_t (*ctl)(cube__backend_device_t* device, void* stream, uint32_t op, void* arg);
+
+  /* Version 3 ------------------------------------------------------------ */
+
+  /* Copies |bytes| from |src| at |src_offset| into |dst| at |dst_offset|,
+   * both storage of this device, ordered on |stream| after the work it was
+   * given before (asynchronous where the device is: the copy may still run
+   * when the slot returns). The two ranges never overlap: the server refuses
+   * overlapping views and runs nothing for a view copied onto itself. NULL:
+   * the wrapper reads the bytes into a host buffer and writes them from it,
+   * in pieces (correct, and slower: every byte crosses to the host and back). */
+  cube_status_t (*copy)(cube__backend_device_t* device, void* stream, const cube__storage_t* dst,
+                        uint64_t dst_offset, const cube__storage_t* src, uint64_t src_offset,
+                        uint64_t bytes);
 } cube__backend_vtable_t;
 
 //===----------------------------------------------------------------------===//
@@ -391,6 +411,17 @@ cube_status_t cube__backend_read(const cube__backend_t* be, void* stream, void* 
                                  uint64_t width, uint64_t height);
 cube_status_t cube__backend_launch(const cube__backend_t* be, void* stream,
                                    const cube__launch_t* launch);
+/* A copy between two storages of the device on |stream| (the copy slot); without
+ * the slot, through a host buffer of at most CUBE__BACKEND_COPY_BOUNCE bytes
+ * (a read, then a write, per piece: their own fault sites and traces are hit
+ * too). Overlapping ranges are the caller's to refuse. */
+#define CUBE__BACKEND_COPY_BOUNCE ((uint64_t)4 << 20)
+cube_status_t cube__backend_copy(const cube__backend_t* be, void* stream,
+                                 const cube__storage_t* dst, uint64_t dst_offset,
+                                 const cube__storage_t* src, uint64_t src_offset, uint64_t bytes);
+static inline bool cube__backend_has_copy(const cube__backend_t* be) {
+  return be->vt->copy != NULL;
+}
 /* CUBE_OK without a prepare slot. */
 cube_status_t cube__backend_prepare(const cube__backend_t* be, const cube_kernel_t* kernel,
                                     cube_execution_mode_t mode);

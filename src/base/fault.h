@@ -52,7 +52,8 @@
   X(CTL, ctl)                        \
   X(GRAPH_CREATE, graph_create)      \
   X(GRAPH_UPDATE, graph_update)      \
-  X(GRAPH_LAUNCH, graph_launch)
+  X(GRAPH_LAUNCH, graph_launch)      \
+  X(COPY, copy)
 
 #define CUBE__FAULT_COUNT_ONE(id, name) +1
 enum {

@@ -127,6 +127,10 @@ cube_status_t cube_client_replay_with(cube_client_t* c, cube_graph_t* g, size_t 
     cube__memory_ref(info.mem);
     subs[k] = (cube__graph_sub_t){info.mem, info.offset_start};
   }
+  if (!st && subs) {
+    st = cube__graph_check_copies(g, subs);
+    if (st) st = cube__status_annotate(st, "%s", fn);
+  }
   cube__graph_scalar_sub_t* sc = NULL;
   if (!st) st = cube__replay_scalars(fn, g, scalar_count, scalars, &sc);
   if (st) {

@@ -1,5 +1,6 @@
-/* cube_client_write and cube_client_write_tensor: new contents for existing
- * buffers, ordered on the client's stream (the server's write task). */
+/* cube_client_write, cube_client_write_tensor and cube_client_copy: new
+ * contents for existing buffers, ordered on the client's stream (the
+ * server's write and copy tasks, or a graph's nodes while it captures). */
 #include <inttypes.h>
 #include <stdio.h>
 
@@ -66,4 +67,36 @@ cube_status_t cube_client_write_tensor(cube_client_t* c, const cube_tensor_t* t,
            ? cube__graph_record_write(stream, info.mem, info.offset_start, view, p, data, w, h)
            : cube__server_write_ordered(stream, info.mem, info.offset_start, p, data, w, h);
   return st ? cube__status_annotate(st, "%s", fn) : CUBE_OK;
+}
+
+cube_status_t cube_client_copy(cube_client_t* c, cube_handle_t src, cube_handle_t dst) {
+  static const char fn[] = "cube_client_copy";
+  CUBE__CHECK_CLIENT(c, fn);
+  cube__handle_info_t from, to;
+  CUBE_RETURN_IF_ERROR(cube__client_handle_f(c, src, &from, "%s: src", fn));
+  CUBE_RETURN_IF_ERROR(cube__client_handle_f(c, dst, &to, "%s: dst", fn));
+  uint64_t n = cube__handle_view_size(&from), m = cube__handle_view_size(&to);
+  if (n != m)
+    return CUBE_INVALID("%s: src 0x%" PRIx64 " views %" PRIu64 " bytes, dst 0x%" PRIx64
+                        " views %" PRIu64 " (the views must be of one size)",
+                        fn, src.id, n, dst.id, m);
+  if (from.mem == to.mem) {
+    /* Views of one buffer: the same view is a copy that changes nothing;
+     * overlapping ones are refused (device copies do not define them). */
+    uint64_t a = from.offset_start, b = to.offset_start;
+    if (a == b || n == 0) return CUBE_OK;
+    if ((a < b ? b - a : a - b) < n)
+      return CUBE_INVALID("%s: src 0x%" PRIx64 " (bytes [%" PRIu64 ", %" PRIu64
+                          ") of its buffer) and dst 0x%" PRIx64 " (bytes [%" PRIu64 ", %" PRIu64
+                          ")) overlap: a copy between overlapping views is not defined",
+                          fn, src.id, a, a + n, dst.id, b, b + n);
+  }
+  if (n == 0) return CUBE_OK;
+  cube__stream_t* stream;
+  CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  cube_status_t st =
+      cube__graph_record_copy(stream, from.mem, from.offset_start, to.mem, to.offset_start, n);
+  return st ? cube__status_annotate(st, "%s: src 0x%" PRIx64 ", dst 0x%" PRIx64, fn, src.id,
+                                    dst.id)
+            : CUBE_OK;
 }

@@ -13,7 +13,7 @@
 #include "server/server.h"
 #include "server/tasks_internal.h"
 
-enum { CUBE__NODE_LAUNCH = 0, CUBE__NODE_WRITE = 1 };
+enum { CUBE__NODE_LAUNCH = 0, CUBE__NODE_WRITE = 1, CUBE__NODE_COPY = 2 };
 
 /* A buffer view the graph uses; slots are numbered in order of first use. */
 typedef struct cube__graph_slot {
@@ -24,10 +24,12 @@ typedef struct cube__graph_slot {
 
 typedef struct cube__graph_node {
   uint32_t kind;
-  uint32_t slot;                /* write: the slot written */
+  uint32_t slot;                /* write, copy: the slot written */
+  uint32_t src_slot;            /* copy: the slot read */
   cube__launch_task_t* launch;  /* launch: the record as the queue would run it */
   uint32_t* arg_slots;          /* launch: the slot of each argument, UINT32_MAX for scalars */
   cube__write_task_t write;     /* write: bytes owned; mem's reference is the slot's */
+  cube__copy_task_t copy;       /* copy: both references are the slots' */
 } cube__graph_node_t;
 
 /* Where a slot's view is in device storage, as a native graph's nodes use it. */
@@ -47,6 +49,7 @@ struct cube_graph_s {
   size_t node_count, node_cap;
   cube__graph_slot_t* slots;
   size_t slot_count, slot_cap;
+  size_t copy_count; /* copy nodes: the replay call checks them against its substitutes */
   /* Native execution (a backend with graph slots), built by the first
    * replay; native_lock orders the updates and launches of replays from
    * several streams (the exec's parameters are one set). */
@@ -68,7 +71,7 @@ static void cube__graph_free(cube_graph_t* g) {
       cube__launch_task_drop(n->launch);
       free(n->launch);
       free(n->arg_slots);
-    } else {
+    } else if (n->kind == CUBE__NODE_WRITE) {
       cube_bytes_release(n->write.bytes);
     }
   }
@@ -254,6 +257,33 @@ cube_status_t cube__graph_record_write(cube__stream_t* st, cube__memory_t* mem, 
   return CUBE_OK;
 }
 
+cube_status_t cube__graph_record_copy(cube__stream_t* st, cube__memory_t* src,
+                                      uint64_t src_offset, cube__memory_t* dst,
+                                      uint64_t dst_offset, uint64_t bytes) {
+  cube_graph_t* g = atomic_load_explicit(&st->capture, memory_order_acquire);
+  if (!g) return cube__server_copy(st, src, src_offset, dst, dst_offset, bytes);
+  pthread_mutex_lock(&g->lock);
+  uint32_t from = 0, to = 0;
+  cube_status_t status = cube__graph_slot_add(g, src, src_offset, bytes, &from);
+  if (!status) status = cube__graph_slot_add(g, dst, dst_offset, bytes, &to);
+  cube__graph_node_t* n = status ? NULL : cube__graph_node_add(g);
+  if (!status && !n)
+    status = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "capture: no host memory for a copy");
+  if (status) {
+    cube__graph_fail(g, status);
+    pthread_mutex_unlock(&g->lock);
+    return status;
+  }
+  n->kind = CUBE__NODE_COPY;
+  n->slot = to;
+  n->src_slot = from;
+  n->copy = (cube__copy_task_t){NULL, src, src_offset, dst, dst_offset, bytes};
+  g->node_count++;
+  g->copy_count++;
+  pthread_mutex_unlock(&g->lock);
+  return CUBE_OK;
+}
+
 /* Replay ------------------------------------------------------------------- */
 
 bool cube__graph_is_native(const cube_graph_t* g) {
@@ -268,7 +298,8 @@ cube_status_t cube__graph_scalar_kind(const cube_graph_t* g, uint32_t node, uint
   const cube__graph_node_t* n = &g->nodes[node];
   if (n->kind != CUBE__NODE_LAUNCH)
     return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
-                             "node %u is a write, not a launch: it has no scalars", node);
+                             "node %u is a %s, not a launch: it has no scalars", node,
+                             n->kind == CUBE__NODE_WRITE ? "write" : "copy");
   const cube_kernel_t* k = n->launch->kernel;
   if (arg >= n->launch->arg_count)
     return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
@@ -303,6 +334,38 @@ static inline cube__memory_t* cube__replay_slot(const cube_graph_t* g,
   return g->slots[k].mem;
 }
 
+cube_status_t cube__graph_check_copies(const cube_graph_t* g, const cube__graph_sub_t* subs) {
+  if (!subs || !g->copy_count) return CUBE_OK;
+  for (size_t i = 0; i < g->node_count; ++i) {
+    const cube__graph_node_t* n = &g->nodes[i];
+    if (n->kind != CUBE__NODE_COPY) continue;
+    uint64_t from, to;
+    const cube__memory_t* src = cube__replay_slot(g, subs, n->src_slot, &from);
+    const cube__memory_t* dst = cube__replay_slot(g, subs, n->slot, &to);
+    if (src != dst || from == to) continue;
+    uint64_t gap = from < to ? to - from : from - to;
+    if (gap < n->copy.bytes)
+      return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
+                               "node %zu copies %" PRIu64 " bytes from slot %u to slot %u, and "
+                               "with these bindings the two views overlap (bytes %" PRIu64
+                               " and %" PRIu64 " of memory %" PRIu64 ")",
+                               i, n->copy.bytes, n->src_slot, n->slot, from, to, src->id);
+  }
+  return CUBE_OK;
+}
+
+/* True when a copy node's source and destination are the same view in this
+ * replay (g->want): that copy does nothing. native_lock held. */
+static bool cube__graph_copy_onto_itself(const cube_graph_t* g) {
+  for (size_t i = 0; g->copy_count && i < g->node_count; ++i) {
+    const cube__graph_node_t* n = &g->nodes[i];
+    if (n->kind == CUBE__NODE_COPY && g->want[n->slot].storage == g->want[n->src_slot].storage &&
+        g->want[n->slot].offset == g->want[n->src_slot].offset)
+      return true;
+  }
+  return false;
+}
+
 /* Node by node ----------------------------------------------------------- */
 
 static cube_status_t cube__replay_node(cube__server_t* s, cube__stream_t* st,
@@ -324,6 +387,21 @@ static cube_status_t cube__replay_node(cube__server_t* s, cube__stream_t* st,
     }
     for (size_t i = 0; i < sc_count; ++i) t->args[sc[i].arg] = sc[i].value;
     return cube__launch_exec(s, st, t, false);
+  }
+  if (n->kind == CUBE__NODE_COPY) {
+    cube__memory_t* src = n->copy.src;
+    uint64_t src_offset = n->copy.src_offset;
+    cube__memory_t* dst = n->copy.dst;
+    uint64_t dst_offset = n->copy.dst_offset;
+    if (subs && subs[n->src_slot].mem) {
+      src = subs[n->src_slot].mem;
+      src_offset = subs[n->src_slot].offset;
+    }
+    if (subs && subs[n->slot].mem) {
+      dst = subs[n->slot].mem;
+      dst_offset = subs[n->slot].offset;
+    }
+    return cube__copy_exec(st, src, src_offset, dst, dst_offset, n->copy.bytes);
   }
   cube__memory_t* mem = n->write.mem;
   uint64_t offset = n->write.offset;
@@ -381,6 +459,17 @@ static void cube__graph_node_desc(const cube_graph_t* g, size_t i,
                                   cube__launch_arg_t* args, cube__graph_node_desc_t* d) {
   const cube__graph_node_t* n = &g->nodes[i];
   memset(d, 0, sizeof(*d));
+  if (n->kind == CUBE__NODE_COPY) {
+    d->kind = CUBE__GRAPH_NODE_COPY;
+    d->dst = g->want[n->slot].storage;
+    d->dst_offset = g->want[n->slot].offset;
+    d->src_storage = g->want[n->src_slot].storage;
+    d->src_offset = g->want[n->src_slot].offset;
+    d->width = n->copy.bytes;
+    d->pitch = n->copy.bytes;
+    d->height = 1;
+    return;
+  }
   if (n->kind == CUBE__NODE_WRITE) {
     d->kind = CUBE__GRAPH_NODE_WRITE;
     d->dst = g->want[n->slot].storage;
@@ -475,6 +564,12 @@ static bool cube__replay_native(cube__server_t* s, cube__stream_t* st,
     g->want[k] = (cube__graph_bound_t){storage, off + view};
     g->want_mems[k] = m;
   }
+  if (!status && cube__graph_copy_onto_itself(g)) {
+    /* A substitute made a copy's source its destination: a copy that does
+     * nothing, which a memcpy node cannot be. This replay runs node by node. */
+    pthread_mutex_unlock(&g->native_lock);
+    return false;
+  }
   if (!status && g->native_state == CUBE__NATIVE_UNTRIED) {
     cube_status_t b = CUBE_OK;
     if (!cube__option_bool(CUBE__OPT_GRAPHS_NATIVE) || !cube__graph_native_fits(g))
@@ -502,9 +597,12 @@ static bool cube__replay_native(cube__server_t* s, cube__stream_t* st,
       size_t first = next;
       while (next < r->scalar_count && r->scalars[next].node == i) ++next;
       bool upd = next > first || g->scalar_dirty[i];
-      if (n->kind == CUBE__NODE_WRITE) {
+      if (n->kind == CUBE__NODE_WRITE || n->kind == CUBE__NODE_COPY) {
         upd = upd || g->want[n->slot].storage != g->bound[n->slot].storage ||
               g->want[n->slot].offset != g->bound[n->slot].offset;
+        if (n->kind == CUBE__NODE_COPY)
+          upd = upd || g->want[n->src_slot].storage != g->bound[n->src_slot].storage ||
+                g->want[n->src_slot].offset != g->bound[n->src_slot].offset;
       } else {
         for (uint32_t a = 0; !upd && a < n->launch->arg_count; ++a) {
           uint32_t k = n->arg_slots[a];

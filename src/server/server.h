@@ -3,8 +3,8 @@
  *
  * Files: server.c (the server as a device-queue service: creation, options,
  * destruction), stream.c (streams, pools, errors, holds), tasks.c (what is
- * queued and what runs on the runner: writes, reads, launches, flush, sync,
- * profile), future.c (futures).
+ * queued and what runs on the runner: writes, copies, reads, launches, flush,
+ * sync, profile), future.c (futures), graph.c (capture and replay).
  *
  * Where work runs:
  *  - Allocation (reserve + bind) runs on the calling thread under the
@@ -76,6 +76,16 @@ cube_status_t cube__server_write_ordered(cube__stream_t* stream, cube__memory_t*
                                          uint64_t offset, uint64_t pitch, const void* src,
                                          uint64_t width, uint64_t height);
 
+/* Copies |bytes| from the view at |src_offset| of |src| into the view at
+ * |dst_offset| of |dst| (both of this device; the client refused
+ * overlapping views and made a view copied onto itself no call): a task on
+ * |stream|, ordered after everything queued on it before and, on backends
+ * with events, after each buffer's last use on another stream. Takes its own
+ * binding references. Returns the queue's refusal at once; a failure of the
+ * copy itself is deferred to |stream|. */
+cube_status_t cube__server_copy(cube__stream_t* stream, cube__memory_t* src, uint64_t src_offset,
+                                cube__memory_t* dst, uint64_t dst_offset, uint64_t bytes);
+
 /* One region to read. */
 typedef struct cube__read_region {
   cube__memory_t* mem; /* a binding reference owned by the request */
@@ -142,6 +152,11 @@ cube_status_t cube__graph_record_launch(cube__stream_t* stream, cube_kernel_t* k
 cube_status_t cube__graph_record_write(cube__stream_t* stream, cube__memory_t* mem,
                                        uint64_t view_offset, uint64_t view_len, uint64_t pitch,
                                        const void* src, uint64_t width, uint64_t height);
+/* As cube__server_copy, recorded when the stream is capturing: two slots,
+ * the source's first (the order of first use). */
+cube_status_t cube__graph_record_copy(cube__stream_t* stream, cube__memory_t* src,
+                                      uint64_t src_offset, cube__memory_t* dst,
+                                      uint64_t dst_offset, uint64_t bytes);
 
 /* A new value for scalar argument |arg| of launch node |node|, checked. */
 typedef struct cube__graph_scalar_sub {
@@ -155,10 +170,16 @@ typedef struct cube__graph_scalar_sub {
 cube_status_t cube__server_replay(cube__stream_t* stream, struct cube_graph_s* graph,
                                   cube__graph_sub_t* subs, cube__graph_scalar_sub_t* scalars,
                                   size_t scalar_count);
+/* INVALID_ARGUMENT naming the first copy node whose source and destination
+ * views overlap with the substitutes |subs| (slot_count entries); views
+ * that are the same are accepted (that copy does nothing). */
+cube_status_t cube__graph_check_copies(const struct cube_graph_s* graph,
+                                       const cube__graph_sub_t* subs);
 /* True once a replay ran as one native graph. */
 bool cube__graph_is_native(const struct cube_graph_s* graph);
 /* The kind of scalar argument |arg| of launch node |node| (INVALID_ARGUMENT
- * naming what is wrong: no such node, a write, no such argument, a buffer). */
+ * naming what is wrong: no such node, a write or a copy, no such argument, a
+ * buffer). */
 cube_status_t cube__graph_scalar_kind(const struct cube_graph_s* graph, uint32_t node,
                                       uint32_t arg, cube_arg_kind_t* out_kind);
 void cube__graph_ref(struct cube_graph_s* graph);

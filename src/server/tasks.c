@@ -1,6 +1,7 @@
 /* The server's tasks: what the client queues on a device (writes on
- * backends that cannot copy on the caller, reads, launches, flush, sync,
- * profile) and what then runs on the runner. Each task carries its stream. */
+ * backends that cannot copy on the caller, copies between buffers, reads,
+ * launches, flush, sync, profile) and what then runs on the runner. Each
+ * task carries its stream. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,76 @@ cube_status_t cube__server_write_ordered(cube__stream_t* st, cube__memory_t* mem
   cube__memory_ref(mem);
   return cube__submit(s->service, st->id, cube__write_ordered_task_run, &t, sizeof(t),
                       cube__write_task_drop);
+}
+
+//===----------------------------------------------------------------------===//
+// Copies
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__copy_exec(cube__stream_t* st, cube__memory_t* src, uint64_t src_offset,
+                              cube__memory_t* dst, uint64_t dst_offset, uint64_t bytes) {
+  cube__server_t* s = st->server;
+  if (src == dst) {
+    if (src_offset == dst_offset) return CUBE_OK;
+    uint64_t lo = src_offset < dst_offset ? src_offset : dst_offset;
+    uint64_t hi = src_offset < dst_offset ? dst_offset : src_offset;
+    if (hi - lo < bytes)
+      return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
+                               "copy of %" PRIu64 " bytes within memory %" PRIu64
+                               ": the views at %" PRIu64 " and %" PRIu64 " overlap",
+                               bytes, src->id, src_offset, dst_offset);
+  }
+  if (bytes == 0) return CUBE_OK;
+  bool events = cube__backend_has_events(&s->be);
+  if (events) {
+    cube__stream_release_holds(st, false);
+    CUBE_RETURN_IF_ERROR(cube__stream_order(st, src));
+    CUBE_RETURN_IF_ERROR(cube__stream_order(st, dst));
+  }
+  const cube__storage_t *from, *to;
+  uint64_t from_off, to_off, size;
+  if (!cube__memory_resolve(src, &from, &from_off, &size))
+    return cube__status_make(CUBE_STATUS_NOT_FOUND, "copy: source memory %" PRIu64 " is not bound",
+                             src->id);
+  if (!cube__memory_resolve(dst, &to, &to_off, &size))
+    return cube__status_make(CUBE_STATUS_NOT_FOUND,
+                             "copy: destination memory %" PRIu64 " is not bound", dst->id);
+  cube_status_t status = cube__backend_copy(&s->be, st->backend_stream, to, to_off + dst_offset,
+                                            from, from_off + src_offset, bytes);
+  /* Held whatever the copy said: it may have been queued. */
+  if (events) {
+    cube__memory_t* mems[2] = {src, dst};
+    cube__stream_hold(st, mems, src == dst ? 1 : 2);
+  }
+  return status;
+}
+
+static cube_status_t cube__copy_task_run(void* state, void* payload) {
+  (void)state;
+  cube__copy_task_t* t = payload;
+  cube__stream_t* st = t->stream;
+  cube_status_t status =
+      cube__copy_exec(st, t->src, t->src_offset, t->dst, t->dst_offset, t->bytes);
+  if (status)
+    cube__stream_push_error(st, cube__status_annotate(status, "copy of %" PRIu64 " bytes from "
+                                                              "memory %" PRIu64 " to memory %" PRIu64,
+                                                      t->bytes, t->src->id, t->dst->id));
+  return CUBE_OK;
+}
+
+static void cube__copy_task_drop(void* payload) {
+  cube__copy_task_t* t = payload;
+  cube__memory_unref(t->src);
+  cube__memory_unref(t->dst);
+}
+
+cube_status_t cube__server_copy(cube__stream_t* st, cube__memory_t* src, uint64_t src_offset,
+                                cube__memory_t* dst, uint64_t dst_offset, uint64_t bytes) {
+  cube__copy_task_t t = {st, src, src_offset, dst, dst_offset, bytes};
+  cube__memory_ref(src);
+  cube__memory_ref(dst);
+  return cube__submit(st->server->service, st->id, cube__copy_task_run, &t, sizeof(t),
+                      cube__copy_task_drop);
 }
 
 //===----------------------------------------------------------------------===//

@@ -13,6 +13,18 @@ typedef struct cube__write_task {
   cube_bytes_t* bytes; /* owns the source */
 } cube__write_task_t;
 
+/* A copy of |bytes| between two views (each a buffer and the view's start
+ * in it); both references are held by the record (a graph's are its
+ * slots'). */
+typedef struct cube__copy_task {
+  cube__stream_t* stream;
+  cube__memory_t* src;
+  uint64_t src_offset;
+  cube__memory_t* dst;
+  uint64_t dst_offset;
+  uint64_t bytes;
+} cube__copy_task_t;
+
 typedef struct cube__launch_task {
   cube__stream_t* stream;
   cube_kernel_t* kernel;
@@ -66,5 +78,13 @@ cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st, cube__lau
  * on the caller for a fresh buffer). */
 cube_status_t cube__write_exec(cube__stream_t* st, cube__memory_t* mem, uint64_t offset,
                                uint64_t pitch, const void* src, uint64_t width, uint64_t height);
+
+/* Runs a copy on the runner (the eager task and a graph's copy nodes): on
+ * backends with events, orders both buffers after their last use on
+ * another stream and holds them for this stream's next user. A view copied
+ * onto itself does nothing; overlapping views are INVALID_ARGUMENT (the
+ * callers refuse them before). Returns the copy's status. */
+cube_status_t cube__copy_exec(cube__stream_t* st, cube__memory_t* src, uint64_t src_offset,
+                              cube__memory_t* dst, uint64_t dst_offset, uint64_t bytes);
 
 #endif /* CUBE_SERVER_TASKS_INTERNAL_H_ */

@@ -526,3 +526,216 @@ CUBE_TEST(graph_native_writes_rebinding) {
   REQUIRE_OK(cube_option_set_u64(CUBE_OPTION_GRAPHS_NATIVE, 1));
   CTS_END(c);
 }
+
+/* A graph of a write and two copies: node 0 writes W, node 1 copies W into
+ * B, node 2 copies A into C, where A and C are views of one buffer (slots W,
+ * B, A, C in that order). Replayed as captured and with substitutes for the
+ * sources and the destinations, against the host each time: natively where
+ * the driver has graphs (CUDA: device-to-device memcpy nodes, instantiated
+ * once and updated in place), node by node elsewhere or when
+ * CUBE_GRAPHS_NATIVE is 0. A substitute that makes a copy's source its
+ * destination makes that copy do nothing (and that replay runs node by
+ * node); one that makes them overlap is refused. */
+enum { GCN = 1031 * 4 + 1 };
+
+typedef struct graph_copy_buffers {
+  cube_handle_t w, b, a, cc; /* as captured; a and cc are views of p */
+  cube_handle_t p;
+  cube_handle_t w2, b2, a2, c2; /* substitutes */
+} graph_copy_buffers_t;
+
+/* Every buffer back to known contents: w* = |w_old|, b* poisoned, a = |a1|,
+ * a2 = |a2|, c* = |c_old|. */
+static void graph_copy_reset(cube_client_t* c, const graph_copy_buffers_t* h, const uint8_t* w_old,
+                             const uint8_t* a1, const uint8_t* a2, const uint8_t* c_old,
+                             const uint8_t* poison) {
+  CHECK_OK(cube_client_write(c, h->w, w_old, GCN));
+  CHECK_OK(cube_client_write(c, h->w2, w_old, GCN));
+  CHECK_OK(cube_client_write(c, h->b, poison, GCN));
+  CHECK_OK(cube_client_write(c, h->b2, poison, GCN));
+  CHECK_OK(cube_client_write(c, h->a, a1, GCN));
+  CHECK_OK(cube_client_write(c, h->a2, a2, GCN));
+  CHECK_OK(cube_client_write(c, h->cc, c_old, GCN));
+  CHECK_OK(cube_client_write(c, h->c2, c_old, GCN));
+}
+
+static void graph_copy_round(cube_client_t* c, bool native_expected) {
+  uint8_t* buf = malloc(9 * GCN);
+  REQUIRE(buf);
+  uint8_t *data = buf, *w_old = buf + GCN, *a1 = buf + 2 * GCN, *a2 = buf + 3 * GCN,
+          *c_old = buf + 4 * GCN, *poison = buf + 5 * GCN, *whole = buf + 6 * GCN;
+  cube_test_fill_random(data, GCN, 8900);
+  cube_test_fill_random(w_old, GCN, 8901);
+  cube_test_fill_random(a1, GCN, 8902);
+  cube_test_fill_random(a2, GCN, 8903);
+  cube_test_fill_random(c_old, GCN, 8904);
+  memset(poison, CTS_POISON, GCN);
+  /* p: a at [0, GCN), 5 bytes apart from cc at [GCN + 5, 2 GCN + 5). */
+  cube_test_fill_random(whole, 2 * GCN + 5, 8905);
+  graph_copy_buffers_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c, whole, 2 * GCN + 5, &h.p));
+  REQUIRE_OK(cube_handle_offset_view(h.p, 0, GCN + 5, &h.a));
+  REQUIRE_OK(cube_handle_offset_view(h.p, GCN + 5, 0, &h.cc));
+  REQUIRE_OK(cts_poisoned(c, GCN, &h.w));
+  REQUIRE_OK(cts_poisoned(c, GCN, &h.b));
+  REQUIRE_OK(cts_poisoned(c, GCN, &h.w2));
+  REQUIRE_OK(cts_poisoned(c, GCN, &h.b2));
+  REQUIRE_OK(cts_poisoned(c, GCN, &h.a2));
+  REQUIRE_OK(cts_poisoned(c, GCN, &h.c2));
+  graph_mock_stats_t m0, m1;
+  bool mock = graph_mock_stats(&m0);
+  REQUIRE_OK(cube_client_capture_begin(c));
+  CHECK_OK(cube_client_write(c, h.w, data, GCN));
+  CHECK_OK(cube_client_copy(c, h.w, h.b));
+  CHECK_OK(cube_client_copy(c, h.a, h.cc));
+  CHECK_OK(cube_client_copy(c, h.a, h.a)); /* does nothing: not recorded */
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(cube_client_capture_end(c, &g));
+  CHECK_EQ_U64(cube_graph_node_count(g), 3);
+  CHECK_EQ_U64(cube_graph_slot_count(g), 4);
+  uint32_t sw = 9, sb = 9, sa = 9, sc = 9;
+  CHECK_OK(cube_graph_slot_of(g, c, h.w, &sw));
+  CHECK_OK(cube_graph_slot_of(g, c, h.b, &sb));
+  CHECK_OK(cube_graph_slot_of(g, c, h.a, &sa));
+  CHECK_OK(cube_graph_slot_of(g, c, h.cc, &sc));
+  CHECK(sw == 0 && sb == 1 && sa == 2 && sc == 3); /* a copy's source first */
+  /* Nothing ran at capture. */
+  CHECK(cts_read_equals(c, h.b, poison, GCN));
+  CHECK(cts_read_equals(c, h.p, whole, 2 * GCN + 5));
+  for (int round = 0; round < 8; ++round) {
+    graph_copy_reset(c, &h, w_old, a1, a2, c_old, poison);
+    bool sub_src = round % 4 == 1 || round % 4 == 3, sub_dst = round % 4 >= 2;
+    cube_graph_binding_t bind[4];
+    size_t nb = 0;
+    if (sub_src) {
+      bind[nb++] = (cube_graph_binding_t){sw, h.w2};
+      bind[nb++] = (cube_graph_binding_t){sa, h.a2};
+    }
+    if (sub_dst) {
+      bind[nb++] = (cube_graph_binding_t){sb, h.b2};
+      bind[nb++] = (cube_graph_binding_t){sc, h.c2};
+    }
+    CHECK_OK(cube_client_replay(c, g, nb, bind));
+    /* The write and the copy of what it wrote, into whichever was bound. */
+    CHECK(cts_read_equals(c, sub_src ? h.w2 : h.w, data, GCN));
+    CHECK(cts_read_equals(c, sub_src ? h.w : h.w2, w_old, GCN));
+    CHECK(cts_read_equals(c, sub_dst ? h.b2 : h.b, data, GCN));
+    CHECK(cts_read_equals(c, sub_dst ? h.b : h.b2, poison, GCN));
+    /* The copy of a view into another view of its buffer, or substitutes. */
+    CHECK(cts_read_equals(c, sub_dst ? h.c2 : h.cc, sub_src ? a2 : a1, GCN));
+    CHECK(cts_read_equals(c, sub_dst ? h.cc : h.c2, c_old, GCN));
+    CHECK(cts_read_equals(c, h.a, a1, GCN));
+    CHECK(cts_read_equals(c, h.a2, a2, GCN));
+  }
+  CHECK(cube_graph_is_native(g) == native_expected);
+  /* The copy's destination bound to its source: that copy does nothing, the
+   * rest of the graph runs. */
+  graph_copy_reset(c, &h, w_old, a1, a2, c_old, poison);
+  cube_graph_binding_t same[1] = {{sc, h.a}};
+  CHECK_OK(cube_client_replay(c, g, 1, same));
+  CHECK(cts_read_equals(c, h.b, data, GCN));
+  CHECK(cts_read_equals(c, h.a, a1, GCN));
+  CHECK(cts_read_equals(c, h.cc, c_old, GCN));
+  /* Overlapping source and destination through substitutes: refused,
+   * nothing runs. */
+  cube_handle_t x, x0, xh;
+  REQUIRE_OK(cts_poisoned(c, GCN + 2000, &x));
+  REQUIRE_OK(cube_handle_offset_view(x, 0, 2000, &x0));
+  REQUIRE_OK(cube_handle_offset_view(x, 2000, 0, &xh));
+  graph_copy_reset(c, &h, w_old, a1, a2, c_old, poison);
+  cube_graph_binding_t overlap[2] = {{sa, x0}, {sc, xh}};
+  CHECK_STATUS(cube_client_replay(c, g, 2, overlap), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_replay", "node 2", "slot 2 to slot 3", "overlap");
+  cube_graph_binding_t overlap1[1] = {{sc, xh}};
+  CHECK_OK(cube_client_replay(c, g, 1, overlap1)); /* a into xh: no overlap */
+  CHECK(cts_read_equals(c, xh, a1, GCN));
+  cube_graph_binding_t overlap2[1] = {{sa, x0}};
+  CHECK_OK(cube_client_replay(c, g, 1, overlap2)); /* x0 into cc */
+  graph_copy_reset(c, &h, w_old, a1, a2, c_old, poison);
+  CHECK_STATUS(cube_client_replay(c, g, 2, overlap), CUBE_STATUS_INVALID_ARGUMENT, "overlap");
+  CHECK(cts_read_equals(c, h.b, poison, GCN));
+  CHECK(cts_read_equals(c, h.w, w_old, GCN));
+  /* A copy node has no scalars. */
+  cube_graph_scalar_t s[1] = {{1, 0, cube_arg_u32(1)}};
+  CHECK_STATUS(cube_client_replay_with(c, g, 0, NULL, 1, s), CUBE_STATUS_INVALID_ARGUMENT,
+               "node 1 is a copy");
+  CHECK_OK(cube_client_sync(c));
+  if (mock && graph_mock_stats(&m1)) {
+    /* Built once at the first replay; every later rebinding updated nodes
+     * in place (1-D copies). The replays natively: 8 rounds and the two
+     * accepted overlap checks; the one whose copy did nothing ran node by
+     * node. */
+    CHECK_EQ_U64(m1.instantiates - m0.instantiates, native_expected ? 1 : 0);
+    CHECK_EQ_U64(m1.launches - m0.launches, native_expected ? 10 : 0);
+    if (native_expected) CHECK(m1.copy_updates - m0.copy_updates >= 6);
+  }
+  cube_graph_release(g);
+  if (mock && graph_mock_stats(&m1)) CHECK_EQ_U64(m1.live, m0.live);
+  cube_handle_t hs[] = {h.w, h.b, h.a, h.cc, h.p, h.w2, h.b2, h.a2, h.c2, x, x0, xh};
+  for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); ++i) cube_handle_release(hs[i]);
+  free(buf);
+}
+
+CUBE_TEST(graph_copy_replay_and_substitutes) {
+  CTS_CLIENT(c);
+  bool native = cts_backend()->backend == CUBE_BACKEND_CUDA;
+  graph_copy_round(c, native);
+  REQUIRE_OK(cube_option_set_u64(CUBE_OPTION_GRAPHS_NATIVE, 0));
+  graph_copy_round(c, false);
+  REQUIRE_OK(cube_option_set_u64(CUBE_OPTION_GRAPHS_NATIVE, 1));
+  CTS_END(c);
+}
+
+/* Copies between launches in one graph: x = in + 3, y = copy of x,
+ * z = y + 4; substitutes for the copy's destination (which the last launch
+ * reads) and for the first launch's input. */
+CUBE_TEST(graph_copy_between_launches) {
+  CTS_CLIENT(c);
+  cube_kernel_t* add = graph_add_kernel();
+  REQUIRE(add);
+  uint32_t in[GN], in2[GN], want[GN], poison[GN];
+  cube_test_fill_random(in, sizeof(in), 8950);
+  cube_test_fill_random(in2, sizeof(in2), 8951);
+  memset(poison, CTS_POISON, sizeof(poison));
+  cube_handle_t hin, hx, hy, hz, hin2, hy2;
+  REQUIRE_OK(cube_client_create_from_slice(c, in, sizeof(in), &hin));
+  REQUIRE_OK(cube_client_create_from_slice(c, in2, sizeof(in2), &hin2));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hx));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hy));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hz));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hy2));
+  cube_arg_t a1[4] = {cube_arg_buffer(hin), cube_arg_buffer(hx), cube_arg_u32(3), cube_arg_u32(GN)};
+  cube_arg_t a2[4] = {cube_arg_buffer(hy), cube_arg_buffer(hz), cube_arg_u32(4), cube_arg_u32(GN)};
+  REQUIRE_OK(cube_client_capture_begin(c));
+  CHECK_OK(cube_client_launch(c, add, graph_count(), 4, a1));
+  CHECK_OK(cube_client_copy(c, hx, hy));
+  CHECK_OK(cube_client_launch(c, add, graph_count(), 4, a2));
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(cube_client_capture_end(c, &g));
+  CHECK_EQ_U64(cube_graph_node_count(g), 3);
+  CHECK_EQ_U64(cube_graph_slot_count(g), 4);
+  CHECK(cts_read_equals(c, hy, poison, sizeof(poison)));
+  for (int round = 0; round < 4; ++round) {
+    bool sub_in = round % 2 == 1, sub_y = round >= 2;
+    cube_graph_binding_t b[2];
+    size_t nb = 0;
+    if (sub_in) b[nb++] = (cube_graph_binding_t){0, hin2};
+    if (sub_y) b[nb++] = (cube_graph_binding_t){2, hy2};
+    CHECK_OK(cube_client_write(c, hy, poison, sizeof(poison)));
+    CHECK_OK(cube_client_write(c, hy2, poison, sizeof(poison)));
+    CHECK_OK(cube_client_replay(c, g, nb, b));
+    const uint32_t* src = sub_in ? in2 : in;
+    graph_plus(src, 3, want);
+    CHECK(cts_read_equals(c, hx, want, sizeof(want)));
+    CHECK(cts_read_equals(c, sub_y ? hy2 : hy, want, sizeof(want)));
+    CHECK(cts_read_equals(c, sub_y ? hy : hy2, poison, sizeof(poison)));
+    graph_plus(src, 7, want);
+    CHECK(cts_read_equals(c, hz, want, sizeof(want)));
+  }
+  CHECK_OK(cube_client_sync(c));
+  cube_graph_release(g);
+  cube_handle_t hs[6] = {hin, hx, hy, hz, hin2, hy2};
+  for (int i = 0; i < 6; ++i) cube_handle_release(hs[i]);
+  cube_kernel_release(add);
+  CTS_END(c);
+}

@@ -16,8 +16,9 @@
  *  - cuMemFreeAsync frees when the stream reaches it;
  *  - modules load anything; cuLaunchKernel runs nothing and returns
  *    CUDA_ERROR_NOT_SUPPORTED (kernels need a GPU);
- *  - graphs of kernel, empty and host-to-device copy nodes in a chain; a
- *    launch queues the copies in order and counts the kernels as launches;
+ *  - graphs of kernel, empty, host-to-device copy and 1-D device-to-device
+ *    copy nodes in a chain; a launch queues the copies in order and counts
+ *    the kernels as launches;
  *  - cuLaunchHostFunc runs its function on the stream's thread, in order
  *    (how the mock NCCL of tests/mock_nccl queues its work);
  *  - CUBE_MOCK_CUDA_DEVICES (default 1) devices; CUBE_MOCK_CUDA_FUNC_MAX_THREADS
@@ -629,6 +630,7 @@ static CUresult m_cuMemcpyDtoHAsync(void* h, CUdeviceptr d, size_t n, CUstream s
   return mock_d2h(h, (const void*)(uintptr_t)d, n, 0, 0, 0, 1, s);
 }
 static CUresult m_cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s) {
+  MOCK_FAULT("cuMemcpyDtoDAsync", CUDA_ERROR_UNKNOWN);
   mock_op_t* op = mock_op(OP_COPY);
   if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
   op->dst = (void*)(uintptr_t)d; op->src = (const void*)(uintptr_t)src; op->n = n;
@@ -699,7 +701,7 @@ static CUresult m_cuGetErrorString(CUresult r, const char** s) {
  * fail as cuLaunchKernel does unless CUBE_MOCK_CUDA_LAUNCH_OK is set).
  * CUgraphNode values are the node's index + 1. */
 typedef struct mock_gnode {
-  int kind; /* 0 kernel, 1 host-to-device copy, 2 empty */
+  int kind; /* 0 kernel, 1 copy (host-to-device, or device-to-device 1-D), 2 empty */
   CUDA_MEMCPY3D copy;
 } mock_gnode_t;
 typedef struct mock_graph {
@@ -744,10 +746,14 @@ static CUresult m_cuGraphAddKernelNode(CUgraphNode* out, CUgraph g, const CUgrap
 static CUresult m_cuGraphAddEmptyNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t ndeps) {
   return mock_graph_add(out, g, deps, ndeps, 2, NULL);
 }
+/* The copies cube records: host to device (rows), and device to device in
+ * one row. */
 static bool mock_copy_ok(const CUDA_MEMCPY3D* m) {
-  return m->srcMemoryType == CU_MEMORYTYPE_HOST && m->dstMemoryType == CU_MEMORYTYPE_DEVICE &&
-         m->Depth == 1 && m->srcPitch >= m->WidthInBytes && m->dstPitch >= m->WidthInBytes &&
-         !m->srcXInBytes && !m->srcY && !m->dstXInBytes && !m->dstY;
+  bool h2d = m->srcMemoryType == CU_MEMORYTYPE_HOST;
+  bool d2d = m->srcMemoryType == CU_MEMORYTYPE_DEVICE && m->Height == 1;
+  return (h2d || d2d) && m->dstMemoryType == CU_MEMORYTYPE_DEVICE && m->Depth == 1 &&
+         m->srcPitch >= m->WidthInBytes && m->dstPitch >= m->WidthInBytes && !m->srcXInBytes &&
+         !m->srcY && !m->dstXInBytes && !m->dstY && !m->srcZ && !m->dstZ;
 }
 static CUresult m_cuGraphAddMemcpyNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps,
                                        size_t ndeps, const CUDA_MEMCPY3D* m, CUcontext ctx) {
@@ -783,9 +789,11 @@ static CUresult m_cuGraphExecMemcpyNodeSetParams(CUgraphExec he, CUgraphNode nod
   (void)ctx;
   mock_graph_t* e = (mock_graph_t*)he;
   uintptr_t i = (uintptr_t)node;
-  /* As the driver: 1-D copies only. */
+  /* As the driver: 1-D copies only, and neither memory type may change. */
   if (!m || !mock_copy_ok(m) || i == 0 || i > e->n || e->nodes[i - 1].kind != 1 ||
-      m->Height > 1 || e->nodes[i - 1].copy.Height > 1)
+      m->Height > 1 || e->nodes[i - 1].copy.Height > 1 ||
+      m->srcMemoryType != e->nodes[i - 1].copy.srcMemoryType ||
+      m->dstMemoryType != e->nodes[i - 1].copy.dstMemoryType)
     return CUDA_ERROR_INVALID_VALUE;
   e->nodes[i - 1].copy = *m;
   atomic_fetch_add(&mock_graph_copy_updates, 1);
@@ -803,9 +811,13 @@ static CUresult m_cuGraphLaunch(CUgraphExec he, CUstream s) {
     if (n->kind != 1) continue;
     const CUDA_MEMCPY3D* m = &n->copy;
     void* dst = (void*)(uintptr_t)m->dstDevice;
-    CUresult r = m->Height > 1 ? mock_h2d(dst, m->srcHost, 0, m->srcPitch, m->dstPitch,
-                                          m->WidthInBytes, m->Height, s)
-                               : mock_h2d(dst, m->srcHost, m->WidthInBytes, 0, 0, 0, 1, s);
+    CUresult r;
+    if (m->srcMemoryType == CU_MEMORYTYPE_DEVICE)
+      r = m_cuMemcpyDtoDAsync(m->dstDevice, m->srcDevice, m->WidthInBytes, s);
+    else
+      r = m->Height > 1 ? mock_h2d(dst, m->srcHost, 0, m->srcPitch, m->dstPitch, m->WidthInBytes,
+                                   m->Height, s)
+                        : mock_h2d(dst, m->srcHost, m->WidthInBytes, 0, 0, 0, 1, s);
     if (r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;

@@ -67,7 +67,7 @@ endforeach()
 
 # Only the wrappers call the table (any table's slot called through a
 # cube__backend_t: be.vt->write(...)).
-set(slots "(availability|device_count|device_create|device_destroy|alloc|dealloc|write|read|launch|host_alloc|host_dealloc|stream_create|stream_destroy|prepare|kernel_limits|sync|alloc_on|dealloc_on|trim|event_record|event_wait|event_done|event_sync|event_destroy|event_elapsed|ctl)")
+set(slots "(availability|device_count|device_create|device_destroy|alloc|dealloc|write|read|launch|host_alloc|host_dealloc|stream_create|stream_destroy|prepare|kernel_limits|sync|alloc_on|dealloc_on|trim|event_record|event_wait|event_done|event_sync|event_destroy|event_elapsed|ctl|graph_create|graph_update|graph_launch|graph_destroy|copy)")
 file(GLOB_RECURSE all ${SRC}/*.c)
 foreach(f IN LISTS all)
   file(RELATIVE_PATH rel ${SRC} ${f})

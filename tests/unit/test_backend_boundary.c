@@ -19,7 +19,7 @@ CUBE_TEST(validate_refuses_other_versions_and_missing_slots) {
   CHECK_OK(cube__backend_validate(&t));
   t.api_version = 1;
   CHECK_STATUS(cube__backend_validate(&t), CUBE_STATUS_UNAVAILABLE, "backend null",
-               "API version 1", "uses 2");
+               "API version 1", "uses 3");
   t = cube__backend_null;
   t.launch = NULL;
   CHECK_STATUS(cube__backend_validate(&t), CUBE_STATUS_UNAVAILABLE, "backend null", "lacks launch");
@@ -52,6 +52,7 @@ CUBE_TEST(validate_refuses_other_versions_and_missing_slots) {
   t.event_destroy = NULL;
   t.event_elapsed = NULL;
   t.ctl = NULL;
+  t.copy = NULL;
   CHECK_OK(cube__backend_validate(&t));
   setenv("CUBE_NULL_DEVICES", "1", 1);
   cube__backend_t be = {&t, NULL, 0};
@@ -82,6 +83,38 @@ CUBE_TEST(validate_refuses_other_versions_and_missing_slots) {
   REQUIRE_OK(cube__backend_alloc(&be, NULL, 100, &st));
   CHECK_EQ_U64(st.size, 100);
   cube__backend_dealloc(&be, NULL, &st);
+  /* copy without the slot: through host memory, in pieces of the bounce
+   * size (three here, the last short), each a read and a write. */
+  CHECK(!cube__backend_has_copy(&be));
+  uint64_t n = 2 * CUBE__BACKEND_COPY_BOUNCE + 12345;
+  cube__storage_t from, to;
+  REQUIRE_OK(cube__backend_alloc(&be, NULL, n + 7, &from));
+  REQUIRE_OK(cube__backend_alloc(&be, NULL, n + 9, &to));
+  uint8_t* data = malloc((size_t)n);
+  uint8_t* back = malloc((size_t)n);
+  REQUIRE(data && back);
+  cube_test_fill_random(data, (size_t)n, 4712);
+  REQUIRE_OK(cube__backend_write(&be, NULL, &from, 7, n, data, n, 1));
+  cube__fault_reset();
+  cube__fault_site_t read_site = cube__fault_backend_site(CUBE_BACKEND_NULL, CUBE__SLOT_READ);
+  cube__fault_site_t write_site = cube__fault_backend_site(CUBE_BACKEND_NULL, CUBE__SLOT_WRITE);
+  CHECK_OK(cube__backend_copy(&be, NULL, &to, 9, &from, 7, n));
+  CHECK_EQ_U64(cube__fault_calls(read_site), 3);
+  CHECK_EQ_U64(cube__fault_calls(write_site), 3);
+  memset(back, 0, (size_t)n);
+  REQUIRE_OK(cube__backend_read(&be, NULL, back, &to, 9, n, n, 1));
+  CHECK(memcmp(back, data, (size_t)n) == 0);
+  /* A failed piece names the copy, the piece and the failure. */
+  cube__fault_set(write_site, 2, 1);
+  CHECK_STATUS(cube__backend_copy(&be, NULL, &to, 9, &from, 7, n), CUBE_STATUS_INTERNAL,
+               "null:0: copy through host memory", "bytes [4194304, 8388608)",
+               "null write of 4194304 bytes", "injected fault");
+  cube__fault_reset();
+  CHECK_OK(cube__backend_copy(&be, NULL, &to, 0, &from, 0, 0));
+  cube__backend_dealloc(&be, NULL, &from);
+  cube__backend_dealloc(&be, NULL, &to);
+  free(data);
+  free(back);
   t.device_destroy(be.device);
 }
 
@@ -148,6 +181,22 @@ CUBE_TEST(null_device_copies_rows_and_refuses_launches) {
   /* Past the end of the storage: OUT_OF_RANGE naming the numbers. */
   CHECK_STATUS(cube__backend_write(&be, stream, &st, 5, 32, src, 13, 8), CUBE_STATUS_OUT_OF_RANGE,
                "null:1", "overruns storage");
+  /* The copy slot: 91 bytes from one storage into another, then within one
+   * storage into a range apart from the source; past the end refused. */
+  CHECK(cube__backend_has_copy(&be));
+  cube__storage_t st2;
+  REQUIRE_OK(cube__backend_alloc(&be, NULL, 300, &st2));
+  uint8_t flat[91], got[91];
+  cube_test_fill_random(flat, sizeof(flat), 4713);
+  CHECK_OK(cube__backend_write(&be, stream, &st, 3, 91, flat, 91, 1));
+  CHECK_OK(cube__backend_copy(&be, stream, &st2, 201, &st, 3, 91));
+  CHECK_OK(cube__backend_copy(&be, stream, &st2, 17, &st2, 201, 91));
+  memset(got, 0, sizeof(got));
+  CHECK_OK(cube__backend_read(&be, stream, got, &st2, 17, 91, 91, 1));
+  CHECK(memcmp(got, flat, sizeof(flat)) == 0);
+  CHECK_STATUS(cube__backend_copy(&be, stream, &st2, 210, &st, 3, 91), CUBE_STATUS_OUT_OF_RANGE,
+               "null:1", "copy of 91 bytes", "overruns");
+  cube__backend_dealloc(&be, NULL, &st2);
   /* Events: done when recorded; elapsed between two is >= 0. */
   void* e0 = NULL;
   void* e1 = NULL;
@@ -250,6 +299,17 @@ CUBE_TEST(fault_sites_are_per_backend) {
   cube__storage_t st2;
   CHECK_STATUS(cube__backend_alloc(&be, NULL, 64, &st2), CUBE_STATUS_OUT_OF_MEMORY,
                "null:0: allocation of 64 bytes failed", "injected fault");
+  /* The copy site, last of the fallible slots. */
+  REQUIRE(cube__fault_site_parse("null_copy", 9, &s));
+  CHECK(s == cube__fault_backend_site(CUBE_BACKEND_NULL, CUBE__SLOT_COPY));
+  CHECK(strcmp(cube__backend_slot_name(CUBE__SLOT_COPY), "copy") == 0);
+  CHECK_EQ_U64(CUBE__SLOT_COPY, CUBE__SLOT_FALLIBLE - 1);
+  REQUIRE_OK(cube__backend_alloc(&be, NULL, 64, &st2));
+  cube__fault_set(s, 1, 1);
+  CHECK_STATUS(cube__backend_copy(&be, NULL, &st2, 0, &st, 0, 64), CUBE_STATUS_INTERNAL,
+               "null copy of 64 bytes from storage", "injected fault");
+  CHECK_OK(cube__backend_copy(&be, NULL, &st2, 0, &st, 0, 64));
+  cube__backend_dealloc(&be, NULL, &st2);
   cube__fault_reset();
   cube__backend_dealloc(&be, NULL, &st);
   cube__backend_device_destroy(&be);

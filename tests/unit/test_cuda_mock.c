@@ -250,6 +250,57 @@ CUBE_TEST(cross_stream_read_waits_for_the_upload) {
   cube_shutdown();
 }
 
+/* A copy between two buffers is one device-to-device copy on the stream:
+ * no byte crosses to the host. Made on another stream, with the upload
+ * landing late, the source is copied only once the upload is done; and a
+ * failure of the driver's copy comes back from the next read, naming it. */
+CUBE_TEST(device_copy_stays_on_the_device) {
+  MOCK_SETUP("0");
+  MOCK_LATE_UPLOADS("20000");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  size_t n = (5u << 20) + 3;
+  unsigned char* data = malloc(n);
+  REQUIRE(data);
+  fill_random(data, n, 123);
+  cube_client_set_stream(c, 21);
+  cube_handle_t src, dst;
+  REQUIRE_OK(cube_client_create_from_slice(c, data, n, &src));
+  cube_client_set_stream(c, 22);
+  REQUIRE_OK(cube_client_empty(c, n, &dst));
+  CHECK_OK(cube_client_sync(c));
+  mock_stats_t before, after;
+  mock_stats(&before);
+  CHECK_OK(cube_client_copy(c, src, dst));
+  CHECK_OK(cube_client_sync(c));
+  mock_stats(&after);
+  CHECK_EQ_U64(after.copies - before.copies, 1);
+  CHECK_EQ_U64(after.bytes_h2d, before.bytes_h2d);
+  CHECK_EQ_U64(after.bytes_d2h, before.bytes_d2h);
+  CHECK(cube_test_read_equals(c, dst, data, n));
+#ifdef CUBE_MOCK_CUDA_PATH
+  void* lib = dlopen(CUBE_MOCK_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(lib);
+  void (*fail)(const char*, long) =
+      (void (*)(const char*, long))(uintptr_t)dlsym(lib, "cube_mock_cuda_fail");
+  REQUIRE(fail);
+  fail("cuMemcpyDtoDAsync", 1);
+  CHECK_OK(cube_client_copy(c, src, dst)); /* queued; it fails on the runner */
+  cube_bytes_t* b = NULL;
+  CHECK_STATUS(cube_client_read_one(c, dst, &b), CUBE_STATUS_INTERNAL, "deferred error",
+               "copy of 5242883 bytes", "device-to-device copy", "CUDA_ERROR_UNKNOWN");
+  fail("", 0);
+  dlclose(lib);
+#endif
+  CHECK(cube_test_read_equals(c, dst, data, n));
+  cube_handle_release(src);
+  cube_handle_release(dst);
+  cube_client_unset_stream(c);
+  free(data);
+  cube_client_release(c);
+  cube_shutdown();
+}
+
 /* Memory given back by cleanup reaches the driver (cuMemFreeAsync), and an
  * allocation past the device's memory is an OUT_OF_MEMORY status with the
  * report, after which the client still works. */
@@ -537,8 +588,28 @@ __attribute__((unused)) static void workload(unsigned seed, workload_result_t* r
         fprintf(stderr, "read of %zu bytes returned OK with wrong bytes\n", n);
         r->corrupted++;
       }
+      bool read_ok = !rs;
       note(r, rs, "read");
       cube_bytes_release(b);
+      /* And a copy of it, on the device. */
+      cube_handle_t h2;
+      cube_status_t es = read_ok ? cube_client_empty(c, n, &h2) : CUBE_OK;
+      if (read_ok && !es) {
+        cube_status_t cs = cube_client_copy(c, h, h2);
+        cube_bytes_t* b2 = NULL;
+        cube_status_t rs2 = cs ? CUBE_OK : cube_client_read_one(c, h2, &b2);
+        if (!cs && !rs2 &&
+            (cube_bytes_size(b2) != n || memcmp(cube_bytes_const_data(b2), data, n) != 0)) {
+          fprintf(stderr, "read of a copy of %zu bytes returned OK with wrong bytes\n", n);
+          r->corrupted++;
+        }
+        note(r, cs, "copy");
+        if (!cs) note(r, rs2, "read of the copy");
+        cube_bytes_release(b2);
+        cube_handle_release(h2);
+      } else if (read_ok) {
+        note(r, es, "empty");
+      }
       cube_handle_release(h);
     } else {
       note(r, s, "create");
@@ -589,7 +660,8 @@ CUBE_TEST(driver_faults_surface_as_statuses) {
   REQUIRE(fail && fired);
   static const char* const sites[] = {"cuStreamCreate", "cuStreamSynchronize", "cuEventCreate",
                                       "cuEventRecord", "cuEventSynchronize", "cuStreamWaitEvent",
-                                      "cuMemAllocAsync", "cuMemAlloc", "cuMemHostAlloc", "h2d", "d2h"};
+                                      "cuMemAllocAsync", "cuMemAlloc", "cuMemHostAlloc", "h2d", "d2h",
+                                      "cuMemcpyDtoDAsync"};
   int injected = 0, surfaced = 0;
   for (size_t i = 0; i < sizeof(sites) / sizeof(sites[0]); ++i) {
     for (long n = 1; n <= 40; ++n) {

@@ -232,8 +232,8 @@ static bool record(seq_t* q, const char* op, cube_status_t s) {
 }
 
 /* create_from_slice, empty (small and big), create from mapped file bytes,
- * create_tensors_from_slices, a native launch, an optional dialect launch,
- * read, reserve_staging, flush. Stops issuing work at
+ * create_tensors_from_slices, a native launch, a copy of its output, an
+ * optional dialect launch, read, reserve_staging, flush. Stops issuing work at
  * the first failed call (as an application would), then flushes to collect
  * what is still deferred, and releases everything it made. */
 static void run_sequence(seq_t* q) {
@@ -252,6 +252,7 @@ static void run_sequence(seq_t* q) {
   for (uint32_t i = 0; i < 100; ++i) t1[i] = (float)i * 0.5f;
 
   cube_handle_t a = CUBE_HANDLE_NULL, b = CUBE_HANDLE_NULL, d = CUBE_HANDLE_NULL;
+  cube_handle_t e = CUBE_HANDLE_NULL; /* a copy of b */
   cube_handle_t big = CUBE_HANDLE_NULL; /* a buffer of another pool (another page) */
   cube_handle_t f = CUBE_HANDLE_NULL;   /* from a mapped file (staged through pinned memory) */
   cube_tensor_t t[2];
@@ -281,8 +282,10 @@ static void run_sequence(seq_t* q) {
   if (record(q, "launch", cube_client_launch(c, q->native, cube_count_static(ELEMS / 64, 1, 1), 2,
                                              args)))
     goto end;
+  if (record(q, "empty", cube_client_empty(c, sizeof(x), &e))) goto end;
+  if (record(q, "copy", cube_client_copy(c, b, e))) goto end;
   size_t nread = 4;
-  cube_handle_t rh[5] = {b, t[0].handle, t[1].handle, f, CUBE_HANDLE_NULL};
+  cube_handle_t rh[5] = {e, t[0].handle, t[1].handle, f, CUBE_HANDLE_NULL};
   if (q->dialect) {
     if (record(q, "empty", cube_client_empty(c, sizeof(x), &d))) goto end;
     cube_arg_t dargs[2] = {cube_arg_buffer(a), cube_arg_buffer(d)};
@@ -323,6 +326,7 @@ end:
   cube_handle_release(a);
   cube_handle_release(b);
   cube_handle_release(d);
+  cube_handle_release(e);
   cube_handle_release(big);
   cube_handle_release(f);
   cube_handle_release(t[0].handle);
@@ -630,6 +634,13 @@ CUBE_TEST(cpu_write_deferred) {
   CHECK(run_sweep(&w) > 0);
 }
 
+/* So is a failed copy between two buffers (the read is of its destination). */
+CUBE_TEST(cpu_copy_deferred) {
+  sweep_t w = {CUBE__FAULT_CPU_COPY, 1, true, CUBE_STATUS_INTERNAL,
+               {"deferred error", "copy of", NULL}, NULL};
+  CHECK(run_sweep(&w) > 0);
+}
+
 CUBE_TEST(cpu_read_fails_the_read) {
   sweep_t w = {CUBE__FAULT_CPU_READ, 1, true, CUBE_STATUS_INTERNAL, {"read of handles[", NULL},
                NULL};
@@ -766,6 +777,7 @@ CUBE_TEST(all_sites_inline_queue) {
       {CUBE__FAULT_CPU_ALLOC, 3, true, CUBE_STATUS_OUT_OF_MEMORY, {"cube_client_", NULL}, NULL},
       {CUBE__FAULT_CPU_HOST_ALLOC, 1000, false, CUBE_STATUS_OK, {NULL}, NULL},
       {CUBE__FAULT_CPU_WRITE, 1, true, CUBE_STATUS_INTERNAL, {"write of", NULL}, NULL},
+      {CUBE__FAULT_CPU_COPY, 1, true, CUBE_STATUS_INTERNAL, {"copy of", NULL}, NULL},
       {CUBE__FAULT_CPU_READ, 1, true, CUBE_STATUS_INTERNAL, {"read of handles[", NULL}, NULL},
       {CUBE__FAULT_CPU_LAUNCH, 1, true, CUBE_STATUS_LAUNCH_FAILED, {"launch of kernel", NULL},
        k_dialect_src},

@@ -345,6 +345,21 @@ static cube_status_t cube__cpu_read(cube__backend_device_t* dev, void* stream, v
   return CUBE_OK;
 }
 
+/* On the runner, in stream order, like every slot taking a stream; the
+ * server never hands it overlapping ranges. */
+static cube_status_t cube__cpu_copy(cube__backend_device_t* dev, void* stream,
+                                    const cube__storage_t* dst, uint64_t dst_offset,
+                                    const cube__storage_t* src, uint64_t src_offset,
+                                    uint64_t bytes) {
+  (void)dev;
+  (void)stream;
+  if (bytes == 0) return CUBE_OK;
+  CUBE_RETURN_IF_ERROR(cube__cpu_check_rows("copy from", src, src_offset, bytes, bytes, 1));
+  CUBE_RETURN_IF_ERROR(cube__cpu_check_rows("copy to", dst, dst_offset, bytes, bytes, 1));
+  memcpy((uint8_t*)dst->ptr + dst_offset, (const uint8_t*)src->ptr + src_offset, (size_t)bytes);
+  return CUBE_OK;
+}
+
 static cube_status_t cube__cpu_sync(cube__backend_device_t* dev, void* stream) {
   (void)dev;
   (void)stream;
@@ -631,4 +646,5 @@ const cube__backend_vtable_t cube__backend_cpu = {
     .launch = cube__cpu_launch,
     .prepare = cube__cpu_prepare,
     .sync = cube__cpu_sync,
+    .copy = cube__cpu_copy,
 };

@@ -14,7 +14,8 @@
  *   host copy of one chunk overlaps the DMA of the others, and large
  *   transfers are split over the process's worker pool so that several
  *   threads do the host copies. A chunk is reused once the event recorded
- *   after its DMA has completed.
+ *   after its DMA has completed. A copy between two device buffers is one
+ *   cuMemcpyDtoDAsync on the stream.
  * - Kernels (cuda_kernel.c): the dialect's CUDA unit compiled by NVRTC to a
  *   cubin for the device's architecture (sm_90 on an H200), through the
  *   kernel cache (memory and disk, kind "cubin"); the module is loaded once
@@ -70,4 +71,5 @@ const cube__backend_vtable_t cube__backend_cuda = {
     .graph_update = cube__cuda_graph_update,
     .graph_launch = cube__cuda_graph_launch,
     .graph_destroy = cube__cuda_graph_destroy,
+    .copy = cube__cuda_device_copy,
 };

@@ -4,7 +4,8 @@
  *
  *   cuda_device.c   devices: discovery, properties, the tunables, teardown
  *   cuda_memory.c   storage (device and pinned), streams and events
- *   cuda_staging.c  the staging ring and the copies between host and device
+ *   cuda_staging.c  the staging ring and the copies between host and device,
+ *                   and between two device buffers
  *   cuda_kernel.c   NVRTC, the kernel cache, modules and the function map
  *   cuda_launch.c   the launch path
  *   cuda_graph.c    native graphs (the driver's graph API)
@@ -218,6 +219,11 @@ cube_status_t cube__cuda_write(cube__backend_device_t* d, void* stream,
 cube_status_t cube__cuda_read(cube__backend_device_t* d, void* stream, void* dst,
                               const cube__storage_t* src, uint64_t src_offset, uint64_t pitch,
                               uint64_t width, uint64_t height);
+/* Device to device on the stream (cuMemcpyDtoDAsync): no staging, no wait. */
+cube_status_t cube__cuda_device_copy(cube__backend_device_t* d, void* stream,
+                                     const cube__storage_t* dst, uint64_t dst_offset,
+                                     const cube__storage_t* src, uint64_t src_offset,
+                                     uint64_t bytes);
 
 //===----------------------------------------------------------------------===//
 // Kernels (cuda_kernel.c) and launches (cuda_launch.c)

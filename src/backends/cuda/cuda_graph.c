@@ -4,7 +4,8 @@
  * (cuGraphExecKernelNodeSetParams, cuGraphExecMemcpyNodeSetParams) instead
  * of instantiating again. The bytes of the write nodes are copied once into
  * pinned memory the graph owns, so that their copies are asynchronous and
- * stay valid for every replay.
+ * stay valid for every replay. A copy between two device buffers is a 1-D
+ * device-to-device memcpy node, updated in place when either buffer changes.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -70,6 +71,22 @@ static void cube__cuda_copy_params(const cube__graph_node_desc_t* n, const void*
   m->dstHeight = n->height;
   m->WidthInBytes = n->width;
   m->Height = n->height;
+  m->Depth = 1;
+}
+
+/* A COPY node's parameters: |width| bytes, device to device, as one row. */
+static void cube__cuda_device_copy_params(const cube__graph_node_desc_t* n, CUDA_MEMCPY3D* m) {
+  memset(m, 0, sizeof(*m));
+  m->srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  m->srcDevice = (CUdeviceptr)(uintptr_t)n->src_storage->ptr + n->src_offset;
+  m->srcPitch = n->width;
+  m->srcHeight = 1;
+  m->dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  m->dstDevice = (CUdeviceptr)(uintptr_t)n->dst->ptr + n->dst_offset;
+  m->dstPitch = n->width;
+  m->dstHeight = 1;
+  m->WidthInBytes = n->width;
+  m->Height = 1;
   m->Depth = 1;
 }
 
@@ -146,6 +163,10 @@ cube_status_t cube__cuda_graph_create(cube__backend_device_t* d,
       CUDA_MEMCPY3D m;
       cube__cuda_copy_params(n, src, &m);
       r = cu->GraphAddMemcpyNode(&g->nodes[i], g->graph, dep, deps, &m, d->ctx);
+    } else if (n->kind == CUBE__GRAPH_NODE_COPY) {
+      CUDA_MEMCPY3D m;
+      cube__cuda_device_copy_params(n, &m);
+      r = cu->GraphAddMemcpyNode(&g->nodes[i], g->graph, dep, deps, &m, d->ctx);
     } else {
       st = cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "cuda:%u: graph node %zu of kind %d",
                              d->index, i, (int)n->kind);
@@ -187,6 +208,10 @@ cube_status_t cube__cuda_graph_update(cube__backend_device_t* d, void* graph, si
     CUBE_RETURN_IF_ERROR(cube__cuda_kernel_params(d, &n->launch, &p, &kp, &empty));
     if (empty) return CUBE_OK; /* an empty node stays empty: counts are not rebound */
     r = d->cu->GraphExecKernelNodeSetParams(g->exec, g->nodes[index], &kp);
+  } else if (n->kind == CUBE__GRAPH_NODE_COPY) {
+    CUDA_MEMCPY3D m;
+    cube__cuda_device_copy_params(n, &m); /* 1-D: the driver updates it in place */
+    r = d->cu->GraphExecMemcpyNodeSetParams(g->exec, g->nodes[index], &m, d->ctx);
   } else {
     /* The driver updates 1-D copies only. */
     if (n->height > 1)

@@ -1,4 +1,5 @@
-/* The CUDA backend's copies between device memory and host memory.
+/* The CUDA backend's copies between device memory and host memory, and
+ * between two device buffers (one cuMemcpyDtoDAsync on the stream).
  *
  * Copies between device memory and ordinary host memory go through a
  * device-wide ring of pinned chunks (CUBE__CUDA_CHUNK each): the host copy of
@@ -362,4 +363,24 @@ cube_status_t cube__cuda_read(cube__backend_device_t* d, void* stream, void* dst
   cube__cuda_xfer_t x;
   cube__cuda_xfer_init(&x, d, s, from, dst, pitch, width, height, false);
   return cube__cuda_xfer_run(&x);
+}
+
+cube_status_t cube__cuda_device_copy(cube__backend_device_t* d, void* stream,
+                                     const cube__storage_t* dst, uint64_t dst_offset,
+                                     const cube__storage_t* src, uint64_t src_offset,
+                                     uint64_t bytes) {
+  if (bytes == 0) return CUBE_OK;
+  CUBE_RETURN_IF_ERROR(cube__cuda_check_rows(d, "copy from", src, src_offset, bytes, bytes, 1));
+  CUBE_RETURN_IF_ERROR(cube__cuda_check_rows(d, "copy to", dst, dst_offset, bytes, bytes, 1));
+  CUBE__CUDA_SCOPE(d->ctx);
+  CUdeviceptr from = (CUdeviceptr)(uintptr_t)src->ptr + src_offset;
+  CUdeviceptr to = (CUdeviceptr)(uintptr_t)dst->ptr + dst_offset;
+  CUresult r = d->cu->MemcpyDtoDAsync(to, from, (size_t)bytes, cube__cuda_s(stream));
+  if (r != CUDA_SUCCESS)
+    return cube__cuda_error(r, CUBE_STATUS_OK,
+                            "cuda:%u: device-to-device copy of %" PRIu64 " bytes from storage %"
+                            PRIu64 " (offset %" PRIu64 ") to storage %" PRIu64 " (offset %" PRIu64
+                            ")",
+                            d->index, bytes, src->id, src_offset, dst->id, dst_offset);
+  return CUBE_OK;
 }

@@ -261,6 +261,28 @@ static cube_status_t cube__null_read(cube__backend_device_t* d, void* stream, vo
   return CUBE_OK;
 }
 
+/* Optional: |bytes| from |src| at |src_offset| into |dst| at |dst_offset|,
+ * both storage of this device, ordered on |stream| (a real backend queues
+ * its driver's device-to-device copy and returns). The ranges never overlap
+ * (the server refuses that). NULL slot: the wrapper reads the bytes into host
+ * memory and writes them back, piece by piece. */
+static cube_status_t cube__null_copy(cube__backend_device_t* d, void* stream,
+                                     const cube__storage_t* dst, uint64_t dst_offset,
+                                     const cube__storage_t* src, uint64_t src_offset,
+                                     uint64_t bytes) {
+  (void)stream;
+  if (src_offset > src->size || bytes > src->size - src_offset || dst_offset > dst->size ||
+      bytes > dst->size - dst_offset)
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "null:%u: copy of %" PRIu64 " bytes from storage %" PRIu64
+                             " (%" PRIu64 " bytes) at %" PRIu64 " to storage %" PRIu64 " (%" PRIu64
+                             " bytes) at %" PRIu64 " overruns one of them",
+                             d->index, bytes, src->id, src->size, src_offset, dst->id, dst->size,
+                             dst_offset);
+  if (bytes) memcpy((char*)dst->ptr + dst_offset, (const char*)src->ptr + src_offset, (size_t)bytes);
+  return CUBE_OK;
+}
+
 /* Optional: waits for everything queued on |stream| (NULL slot: work is done
  * when the slot that queued it returns, as here). */
 static cube_status_t cube__null_sync(cube__backend_device_t* d, void* stream) {
@@ -434,4 +456,5 @@ const cube__backend_vtable_t cube__backend_null = {
     .graph_update = NULL,
     .graph_launch = NULL,
     .graph_destroy = NULL,
+    .copy = cube__null_copy,
 };

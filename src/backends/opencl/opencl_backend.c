@@ -20,7 +20,8 @@
  *   for a marker of that previous queue, so the device's work keeps the
  *   submission order of the runner across streams (the CPU backend's
  *   semantics). Writes and reads are blocking (the server frees a write's
- *   source once write returns; a read's bytes are handed out at once).
+ *   source once write returns; a read's bytes are handed out at once);
+ *   copies between two buffers (clEnqueueCopyBuffer) are asynchronous.
  * - Kernels (opencl_kernel.c): the dialect's OpenCL unit built with clBuildProgram; the program
  *   binary (CL_PROGRAM_BINARIES) is stored in the kernel cache on disk and
  *   loaded with clCreateProgramWithBinary, keyed by runtime version, platform,
@@ -31,7 +32,7 @@
  *
  * Threading (backend.h): availability, device_count, device_create, alloc,
  * dealloc, host_alloc, host_dealloc and prepare are thread-safe; launch,
- * write, read and sync run on the device's runner (one at a time).
+ * write, read, copy and sync run on the device's runner (one at a time).
  */
 #include "backends/backend.h"
 #include "backends/opencl/opencl_backend_internal.h"
@@ -59,4 +60,5 @@ const cube__backend_vtable_t cube__backend_opencl = {
     .prepare = cube__ocl_prepare,
     .kernel_limits = cube__ocl_kernel_limits,
     .sync = cube__ocl_sync,
+    .copy = cube__ocl_copy,
 };

@@ -130,6 +130,10 @@ cube_status_t cube__ocl_write(cube__backend_device_t* dev, void* stream,
 cube_status_t cube__ocl_read(cube__backend_device_t* dev, void* stream, void* dst,
                              const cube__storage_t* src, uint64_t src_offset, uint64_t pitch,
                              uint64_t width, uint64_t height);
+/* A copy between two buffers of the device, enqueued on the stream's queue. */
+cube_status_t cube__ocl_copy(cube__backend_device_t* dev, void* stream,
+                             const cube__storage_t* dst, uint64_t dst_offset,
+                             const cube__storage_t* src, uint64_t src_offset, uint64_t bytes);
 cube_status_t cube__ocl_sync(cube__backend_device_t* dev, void* stream);
 
 //===----------------------------------------------------------------------===//

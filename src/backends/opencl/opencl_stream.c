@@ -4,7 +4,8 @@
  * one, it waits for a marker of that previous queue, so the device's work
  * keeps the submission order of the runner across streams (the CPU
  * backend's semantics). Writes and reads are blocking (the server frees a
- * write's source once write returns; a read's bytes are handed out at once).
+ * write's source once write returns; a read's bytes are handed out at once);
+ * copies between two buffers are not (clEnqueueCopyBuffer, as a launch).
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -144,6 +145,30 @@ cube_status_t cube__ocl_read(cube__backend_device_t* dev, void* stream, void* ds
                            "opencl read of %" PRIu64 " rows of %" PRIu64
                            " bytes from storage %" PRIu64 " at offset %" PRIu64,
                            height, width, src->id, src_offset);
+  return CUBE_OK;
+}
+
+/* Asynchronous, as a launch is (in order on the stream's queue); a failure
+ * the driver reports later comes back from clFinish at the next sync. */
+cube_status_t cube__ocl_copy(cube__backend_device_t* dev, void* stream,
+                             const cube__storage_t* dst, uint64_t dst_offset,
+                             const cube__storage_t* src, uint64_t src_offset, uint64_t bytes) {
+  if (bytes == 0) return CUBE_OK;
+  CUBE_RETURN_IF_ERROR(cube__ocl_check_rows("copy from", src, src_offset, bytes, bytes, 1));
+  CUBE_RETURN_IF_ERROR(cube__ocl_check_rows("copy to", dst, dst_offset, bytes, bytes, 1));
+  cube__ocl_stream_t* s = stream;
+  cl_event wait;
+  CUBE_RETURN_IF_ERROR(cube__ocl_order(dev, s, &wait));
+  cl_int err = dev->cl->EnqueueCopyBuffer(s->queue, (cl_mem)src->backend_data,
+                                          (cl_mem)dst->backend_data, (size_t)src_offset,
+                                          (size_t)dst_offset, (size_t)bytes, wait ? 1 : 0,
+                                          wait ? &wait : NULL, NULL);
+  if (wait) dev->cl->ReleaseEvent(wait);
+  if (err != CL_SUCCESS)
+    return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                           "opencl copy of %" PRIu64 " bytes from storage %" PRIu64
+                           " at offset %" PRIu64 " to storage %" PRIu64 " at offset %" PRIu64,
+                           bytes, src->id, src_offset, dst->id, dst_offset);
   return CUBE_OK;
 }
 
