@@ -45,7 +45,7 @@ cube_status_t cube_client_to_client(cube_client_t* src, cube_handle_t handle, cu
     cube__handle_info_t info;
     st = cube__client_handle(src, handle, "handle", &info);
     if (st) return cube__status_annotate(st, "%s", fn);
-    cube_handle_t out;
+    cube_handle_t out = CUBE_HANDLE_NULL; /* released on failure: empty may not set it */
     st = cube_client_empty(dst, (size_t)cube__handle_view_size(&info), &out);
     if (!st) st = cube__to_client_p2p(src, handle, dst, out);
     if (st) {
