@@ -26,6 +26,14 @@
  * operation fails with DEADLINE_EXCEEDED naming the devices (and ranks) that
  * did not join, on every participant, and the clients stay usable.
  *
+ * Graphs (cube/graph.h, docs/graphs.md). On a stream that captures,
+ * all_reduce, send, recv and sync_collective are checked as always and
+ * recorded instead of queued; each replay runs this participant's part again
+ * at that place, on the replay's stream, with the replay's buffers. Every
+ * participant captures and replays its own graph, and the replays must be
+ * issued on every participant, in the same order of operations, as the eager
+ * calls must. ensure_init_collective is refused in a capture.
+ *
  * Every operation taking a client fails with INVALID_ARGUMENT for a NULL
  * client and FAILED_PRECONDITION for a client from before cube_shutdown.
  *
@@ -120,16 +128,21 @@ typedef struct cube_collective_record {
  * twice, the client's device not in the set), NOT_FOUND (a device that does
  * not exist), UNIMPLEMENTED (a backend without a collective transport),
  * UNAVAILABLE (a set spanning processes whose transport needs MPI, without
- * MPI), OUT_OF_MEMORY. */
+ * MPI), FAILED_PRECONDITION (the client's stream is capturing a graph: the
+ * set-up is done once, before the capture, not by each replay),
+ * OUT_OF_MEMORY. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_ensure_init_collective(
     cube_client_t* client, size_t device_count, const cube_device_id_t* devices);
 
 /* Makes the calling stream's later work wait for the collectives this client's
  * stream queued before; their failures go to the stream's deferred errors.
  * Returns at once in threaded mode (the wait is queued); in inline mode it
- * waits on the calling thread. Fails with UNIMPLEMENTED on a backend without
- * a collective transport, INVALID_ARGUMENT for a malformed
- * CUBE_COLLECTIVE_TIMEOUT. */
+ * waits on the calling thread. In a capture it is recorded: a replay waits
+ * at that node for what the replay's stream has pending (in inline mode on
+ * the replaying thread: one thread that drives several devices replays
+ * their graphs' parts before any of their waits, so keep the wait out of
+ * such graphs). Fails with UNIMPLEMENTED on a backend without a collective
+ * transport, INVALID_ARGUMENT for a malformed CUBE_COLLECTIVE_TIMEOUT. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_sync_collective(cube_client_t* client);
 
 /* Reduces |src| over |devices| into |dst| with |op|: every participant's dst

@@ -1,19 +1,30 @@
 /* cube/graph.h: capture a sequence of work on a stream once, replay it.
  *
  * cube_client_capture_begin puts the client's stream into capture: from then
- * on, launches, cube_client_write calls and cube_client_copy calls on that
- * stream are recorded instead of queued (they are checked as they would be,
- * and return at once). cube_client_capture_end ends the capture into a
- * graph. cube_client_replay queues the whole graph on a stream as one task:
- * on the runner, the recorded launches, writes and copies run in capture
- * order with their arguments as captured, each buffer resolved once per
- * replay.
+ * on, launches, cube_client_write and cube_client_copy calls and collectives
+ * (all_reduce, send, recv, sync_collective: cube/collective.h) on that stream
+ * are recorded instead of queued (they are checked as they would be, and
+ * return at once). cube_client_capture_end ends the capture into a graph.
+ * cube_client_replay queues the whole graph on a stream as one task: on the
+ * runner, the recorded launches, writes, copies and collectives run in
+ * capture order with their arguments as captured, each buffer resolved once
+ * per replay.
  *
  * What a capture refuses, with FAILED_PRECONDITION naming the call: reads
  * (their result would belong to the capture, not to a replay), syncs and
  * flushes (a graph cannot wait for itself), allocation from the stream's
- * pools (a replay would reuse a buffer the capture saw free), collectives.
- * Allocate and upload before cube_client_capture_begin.
+ * pools (a replay would reuse a buffer the capture saw free), the set-up of
+ * a communicator (cube_client_ensure_init_collective). Allocate, upload and
+ * set up before cube_client_capture_begin.
+ *
+ * Collectives. A captured all_reduce, send or recv is this participant's
+ * part, run again by each replay at its place in the node order, on the
+ * replay's stream (its failures are deferred there), with its buffers as
+ * slots like a launch's; a captured sync_collective waits there for what the
+ * replay's stream has pending, as the eager call does. Every participant
+ * captures and replays its own graph, and each replay must be matched by the
+ * other participants' (replays, or eager calls), in the same order, as
+ * eager collectives must. A graph with a collective replays node by node.
  *
  * Buffers. A graph holds a binding reference on every buffer it uses: the
  * handles may be released after the capture and the graph still replays on
@@ -35,9 +46,9 @@
  * parameters of the nodes it changes, it does not build the graph again
  * (cube_graph_is_native says whether a graph runs so; CUBE_GRAPHS_NATIVE=0
  * turns it off). Elsewhere (CPU, OpenCL), and for graphs a native graph
- * cannot express (a dynamic count, a Validate-mode launch), a replay runs
- * the recorded nodes one after the other on the runner, each argument
- * resolved once per replay. Both give the same results.
+ * cannot express (a dynamic count, a Validate-mode launch, a collective), a
+ * replay runs the recorded nodes one after the other on the runner, each
+ * argument resolved once per replay. Both give the same results.
  *
  * Thread safety: capture is per stream (the calling thread's stream, or the
  * client's pinned one); the other calls are thread-safe, and one graph may
@@ -73,7 +84,7 @@ typedef struct cube_graph_binding {
 /* A new value for one scalar argument of one recorded launch, for one
  * replay. */
 typedef struct cube_graph_scalar {
-  uint32_t node;    /* the node, in capture order (0: the first launch, write or copy) */
+  uint32_t node;    /* the node, in capture order (0: the first one recorded) */
   uint32_t arg;     /* the launch's argument index */
   cube_arg_t value; /* a scalar of the argument's kind (CUBE_ARG_U32 ...) */
 } cube_graph_scalar_t;
@@ -109,9 +120,9 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_replay(cube_client_t* client, cub
 /* cube_client_replay with |scalar_count| scalar substitutes as well
  * (|scalars| may be NULL when the count is 0). Fails as cube_client_replay
  * does, and with INVALID_ARGUMENT for a node the graph does not have or that
- * is not a launch (a write, a copy), an argument index beyond the launch's,
- * an argument that is a buffer, a value of another kind than the argument's,
- * or one (node, arg) named twice. */
+ * is not a launch (a write, a copy, a collective), an argument index beyond
+ * the launch's, an argument that is a buffer, a value of another kind than
+ * the argument's, or one (node, arg) named twice. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_replay_with(cube_client_t* client,
                                                            cube_graph_t* graph,
                                                            size_t binding_count,
@@ -124,8 +135,8 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_replay_with(cube_client_t* client
  * node by node). Thread-safe. */
 bool cube_graph_is_native(const cube_graph_t* graph);
 
-/* Nodes (recorded launches, writes and copies) and slots (distinct buffer
- * views) of |graph|; 0 for NULL. Thread-safe. */
+/* Nodes (recorded launches, writes, copies and collectives) and slots
+ * (distinct buffer views) of |graph|; 0 for NULL. Thread-safe. */
 size_t cube_graph_node_count(const cube_graph_t* graph);
 size_t cube_graph_slot_count(const cube_graph_t* graph);
 

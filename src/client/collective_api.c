@@ -45,7 +45,7 @@ cube_status_t cube_client_to_client(cube_client_t* src, cube_handle_t handle, cu
     cube__handle_info_t info;
     st = cube__client_handle(src, handle, "handle", &info);
     if (st) return cube__status_annotate(st, "%s", fn);
-    cube_handle_t out;
+    cube_handle_t out = CUBE_HANDLE_NULL; /* released on failure: empty may not set it */
     st = cube_client_empty(dst, (size_t)cube__handle_view_size(&info), &out);
     if (!st) st = cube__to_client_p2p(src, handle, dst, out);
     if (st) {
@@ -138,6 +138,13 @@ cube_status_t cube_client_ensure_init_collective(cube_client_t* c, size_t device
                                                  const cube_device_id_t* devices) {
   const char* fn = "cube_client_ensure_init_collective";
   CUBE__CHECK_CLIENT(c, fn);
+  CUBE_RETURN_IF_ERROR(cube__check_devices(fn, device_count, devices));
+  /* Set-up, not work a replay repeats (a transport with a comm_init would
+   * queue it on the device once): before the capture. */
+  cube__stream_t* stream;
+  CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  if (cube__stream_capturing(stream))
+    return cube__stream_capture_refusal(stream, fn, "the set-up of a communicator");
   cube__comm_t* comm;
   uint32_t rank;
   CUBE_RETURN_IF_ERROR(cube__client_comm(c, fn, device_count, devices, &comm, &rank));
@@ -155,13 +162,12 @@ cube_status_t cube_client_sync_collective(cube_client_t* c) {
   if (st) return cube__status_annotate(st, "%s", fn);
   cube__stream_t* stream;
   st = cube__client_stream(c, &stream);
-  if (!st && cube__stream_capturing(stream))
-    return cube__stream_capture_refusal(stream, fn, "a collective");
-  if (!st) st = cube__coll_submit_sync(stream, timeout);
+  if (!st) st = cube__coll_submit_sync(stream, timeout); /* recorded when the stream captures */
   return st ? cube__status_annotate(st, "%s", fn) : CUBE_OK;
 }
 
-/* Queues this participant's part; takes binding references on the buffers. */
+/* Queues this participant's part (or records it, when the stream captures);
+ * takes binding references on the buffers. */
 static cube_status_t cube__coll_queue(cube_client_t* c, const char* fn, cube__comm_t* comm,
                                       cube_collective_kind_t kind, cube__coll_part_t* part,
                                       const cube__handle_info_t* src,
@@ -172,8 +178,6 @@ static cube_status_t cube__coll_queue(cube_client_t* c, const char* fn, cube__co
   cube__stream_t* stream;
   st = cube__client_stream(c, &stream);
   if (st) return cube__status_annotate(st, "%s", fn);
-  if (cube__stream_capturing(stream))
-    return cube__stream_capture_refusal(stream, fn, "a collective");
   if (src) {
     part->src_mem = src->mem;
     part->src_offset = src->offset_start;

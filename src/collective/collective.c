@@ -12,6 +12,8 @@
  */
 #include "collective/collective.h"
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -272,8 +274,24 @@ cube_status_t cube__coll_submit(cube__stream_t* stream, cube__comm_t* comm,
   t.part = *part;
   t.part.stream = stream;
   _Static_assert(sizeof(cube__coll_task_t) <= CUBE__TASK_INLINE_BYTES, "task fits a queue cell");
-  return cube__submit(stream->server->service, stream->id, cube__coll_task_run, &t, sizeof(t),
-                      cube__coll_task_drop);
+  /* Queued, or recorded as a task node when the stream captures: a replay
+   * runs this task again on a copy, with the replay's stream and the slots
+   * of src and dst (substitutes applied). */
+  cube__graph_task_view_t views[2];
+  uint32_t nv = 0;
+  if (t.part.src_mem)
+    views[nv++] = (cube__graph_task_view_t){offsetof(cube__coll_task_t, part.src_mem),
+                                            offsetof(cube__coll_task_t, part.src_offset),
+                                            t.part.bytes};
+  if (t.part.dst_mem)
+    views[nv++] = (cube__graph_task_view_t){offsetof(cube__coll_task_t, part.dst_mem),
+                                            offsetof(cube__coll_task_t, part.dst_offset),
+                                            t.part.bytes};
+  const char* what = kind == CUBE_COLLECTIVE_ALL_REDUCE ? "cube_client_all_reduce"
+                     : kind == CUBE_COLLECTIVE_SEND     ? "cube_client_send"
+                                                        : "cube_client_recv";
+  return cube__graph_record_task(stream, cube__coll_task_run, &t, sizeof(t), cube__coll_task_drop,
+                                 offsetof(cube__coll_task_t, part.stream), nv, views, what);
 }
 
 typedef struct cube__coll_sync_task {
@@ -295,8 +313,12 @@ static cube_status_t cube__coll_sync_run(void* state, void* payload) {
 
 cube_status_t cube__coll_submit_sync(cube__stream_t* stream, uint64_t timeout_ns) {
   cube__coll_sync_task_t t = {stream, timeout_ns};
-  return cube__submit(stream->server->service, stream->id, cube__coll_sync_run, &t, sizeof(t),
-                      NULL);
+  /* In a capture, a node: a replay waits there for what its stream has
+   * pending (the graph's collectives before it, and any queued before the
+   * replay), as this call would. */
+  return cube__graph_record_task(stream, cube__coll_sync_run, &t, sizeof(t), NULL,
+                                 offsetof(cube__coll_sync_task_t, stream), 0, NULL,
+                                 "cube_client_sync_collective");
 }
 
 //===----------------------------------------------------------------------===//

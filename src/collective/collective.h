@@ -169,11 +169,17 @@ void cube__coll_shutdown(void);
 
 /* Queues participant |part| of a collective of |kind| on |stream| (the
  * client's, cube__client_stream; part->stream is set to it); |part|'s memory
- * references move into the task (also on failure). */
+ * references move into the task (also on failure). When |stream| captures,
+ * the task is recorded into its graph instead (cube__graph_record_task, its
+ * src and dst as the node's slots): each replay runs it again, as queued
+ * here, with the replay's stream and buffers. The communicator is not
+ * referenced: it lives until cube__coll_shutdown, and graphs are released
+ * before cube_shutdown. */
 cube_status_t cube__coll_submit(cube__stream_t* stream, cube__comm_t* comm,
                                 cube_collective_kind_t kind, const cube__coll_part_t* part,
                                 uint64_t timeout_ns);
-/* Queues the sync_collective task on |stream|. */
+/* Queues the sync_collective task on |stream| (recorded, as above, when it
+ * captures: a replay waits at that node). */
 cube_status_t cube__coll_submit_sync(cube__stream_t* stream, uint64_t timeout_ns);
 
 /* Host buffers for large temporaries (staging blocks, partial results, MPI

@@ -1,5 +1,7 @@
-/* Graphs (cube/graph.h): the capture state of a stream, the recorded nodes,
- * and the replay task that runs them on the runner. */
+/* Graphs (cube/graph.h): the capture state of a stream, the recorded nodes
+ * (launches, writes, and task nodes: work of a layer above that the server
+ * runs without knowing it, the collectives' parts), and the replay task that
+ * runs them on the runner. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,24 @@ typedef struct cube__graph_slot {
   uint64_t len;        /* the view's size */
 } cube__graph_slot_t;
 
+/* The kind of a task node, apart from the kinds above. */
+enum { CUBE__NODE_TASK = 3 };
+
+/* A task of a layer above the server (cube__graph_record_task): run as the
+ * queue would run it, on a copy of |payload| with the replay's stream and
+ * slots. */
+typedef struct cube__graph_task {
+  cube__task_fn fn;
+  cube__payload_drop_fn drop;   /* run on |payload| when the graph is freed */
+  const char* what;             /* names the node in messages */
+  size_t size;
+  size_t stream_at;             /* SIZE_MAX: no stream in the payload */
+  uint32_t view_count;
+  cube__graph_task_view_t* views;
+  uint32_t* view_slots;         /* the slot of each view, UINT32_MAX where its memory is NULL */
+  unsigned char* payload;       /* |size| bytes, 64-byte aligned; owns its references */
+} cube__graph_task_t;
+
 typedef struct cube__graph_node {
   uint32_t kind;
   uint32_t slot;                /* write, copy: the slot written */
@@ -30,6 +50,7 @@ typedef struct cube__graph_node {
   uint32_t* arg_slots;          /* launch: the slot of each argument, UINT32_MAX for scalars */
   cube__write_task_t write;     /* write: bytes owned; mem's reference is the slot's */
   cube__copy_task_t copy;       /* copy: both references are the slots' */
+  cube__graph_task_t* task;     /* task: owned */
 } cube__graph_node_t;
 
 /* Where a slot's view is in device storage, as a native graph's nodes use it. */
@@ -64,6 +85,15 @@ struct cube_graph_s {
   atomic_bool ran_native;
 };
 
+static void cube__graph_task_free(cube__graph_task_t* t) {
+  if (!t) return;
+  if (t->payload && t->drop) t->drop(t->payload);
+  cube__aligned_free(t->payload);
+  free(t->views);
+  free(t->view_slots);
+  free(t);
+}
+
 static void cube__graph_free(cube_graph_t* g) {
   for (size_t i = 0; i < g->node_count; ++i) {
     cube__graph_node_t* n = &g->nodes[i];
@@ -71,6 +101,8 @@ static void cube__graph_free(cube_graph_t* g) {
       cube__launch_task_drop(n->launch);
       free(n->launch);
       free(n->arg_slots);
+    } else if (n->kind == CUBE__NODE_TASK) {
+      cube__graph_task_free(n->task);
     } else if (n->kind == CUBE__NODE_WRITE) {
       cube_bytes_release(n->write.bytes);
     }
@@ -284,6 +316,61 @@ cube_status_t cube__graph_record_copy(cube__stream_t* st, cube__memory_t* src,
   return CUBE_OK;
 }
 
+cube_status_t cube__graph_record_task(cube__stream_t* st, cube__task_fn fn, const void* payload,
+                                      size_t size, cube__payload_drop_fn drop, size_t stream_at,
+                                      uint32_t view_count, const cube__graph_task_view_t* views,
+                                      const char* what) {
+  cube_graph_t* g = atomic_load_explicit(&st->capture, memory_order_acquire);
+  if (!g) return cube__submit(st->server->service, st->id, fn, payload, size, drop);
+  cube__graph_task_t* t = calloc(1, sizeof(*t));
+  if (t) {
+    t->payload = cube__aligned_alloc(size ? size : 1, 64);
+    if (view_count) {
+      t->views = malloc(view_count * sizeof(*t->views));
+      t->view_slots = malloc(view_count * sizeof(*t->view_slots));
+    }
+  }
+  cube_status_t status = CUBE_OK;
+  if (!t || !t->payload || (view_count && (!t->views || !t->view_slots)))
+    status = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "capture: no host memory for %s", what);
+  pthread_mutex_lock(&g->lock);
+  for (uint32_t i = 0; !status && i < view_count; ++i) {
+    cube__memory_t* mem;
+    uint64_t offset;
+    memcpy(&mem, (const unsigned char*)payload + views[i].mem_at, sizeof(mem));
+    memcpy(&offset, (const unsigned char*)payload + views[i].offset_at, sizeof(offset));
+    t->views[i] = views[i];
+    t->view_slots[i] = UINT32_MAX;
+    if (mem) status = cube__graph_slot_add(g, mem, offset, views[i].len, &t->view_slots[i]);
+  }
+  cube__graph_node_t* n = status ? NULL : cube__graph_node_add(g);
+  if (!status && !n)
+    status = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "capture: no host memory for %s", what);
+  if (status) {
+    cube__graph_fail(g, status);
+    pthread_mutex_unlock(&g->lock);
+    if (t) {
+      cube__aligned_free(t->payload);
+      t->payload = NULL;
+    }
+    cube__graph_task_free(t);
+    if (drop) drop((void*)payload); /* as a refused submit */
+    return status;
+  }
+  memcpy(t->payload, payload, size);
+  t->fn = fn;
+  t->drop = drop;
+  t->what = what;
+  t->size = size;
+  t->stream_at = stream_at;
+  t->view_count = view_count;
+  n->kind = CUBE__NODE_TASK;
+  n->task = t;
+  g->node_count++;
+  pthread_mutex_unlock(&g->lock);
+  return CUBE_OK;
+}
+
 /* Replay ------------------------------------------------------------------- */
 
 bool cube__graph_is_native(const cube_graph_t* g) {
@@ -296,6 +383,9 @@ cube_status_t cube__graph_scalar_kind(const cube_graph_t* g, uint32_t node, uint
     return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
                              "node %u: the graph has %zu nodes", node, g->node_count);
   const cube__graph_node_t* n = &g->nodes[node];
+  if (n->kind == CUBE__NODE_TASK)
+    return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
+                             "node %u is %s, not a launch: it has no scalars", node, n->task->what);
   if (n->kind != CUBE__NODE_LAUNCH)
     return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
                              "node %u is a %s, not a launch: it has no scalars", node,
@@ -368,10 +458,42 @@ static bool cube__graph_copy_onto_itself(const cube_graph_t* g) {
 
 /* Node by node ----------------------------------------------------------- */
 
+/* A task node: its function on a copy of the payload with the replay's
+ * stream and slots, each view with a binding reference of its own, then its
+ * drop, as the queue runs a submitted task. */
+static cube_status_t cube__replay_task(cube__server_t* s, cube__stream_t* st,
+                                       const cube__graph_sub_t* subs,
+                                       const cube__graph_task_t* t) {
+  _Alignas(64) unsigned char local[CUBE__TASK_INLINE_BYTES];
+  unsigned char* p = t->size <= sizeof(local) ? local : cube__aligned_alloc(t->size, 64);
+  if (!p)
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory for the task",
+                             t->what);
+  memcpy(p, t->payload, t->size);
+  if (t->stream_at != SIZE_MAX) memcpy(p + t->stream_at, &st, sizeof(st));
+  for (uint32_t i = 0; i < t->view_count; ++i) {
+    uint32_t k = t->view_slots[i];
+    if (k == UINT32_MAX) continue;
+    const cube__graph_task_view_t* v = &t->views[i];
+    if (subs && subs[k].mem) {
+      memcpy(p + v->mem_at, &subs[k].mem, sizeof(subs[k].mem));
+      memcpy(p + v->offset_at, &subs[k].offset, sizeof(subs[k].offset));
+    }
+    cube__memory_t* mem;
+    memcpy(&mem, p + v->mem_at, sizeof(mem));
+    cube__memory_ref(mem);
+  }
+  cube_status_t status = t->fn(s, p);
+  if (t->drop) t->drop(p);
+  if (p != local) cube__aligned_free(p);
+  return status ? cube__status_annotate(status, "%s", t->what) : CUBE_OK;
+}
+
 static cube_status_t cube__replay_node(cube__server_t* s, cube__stream_t* st,
                                        const cube__graph_sub_t* subs,
                                        const cube__graph_scalar_sub_t* sc, size_t sc_count,
                                        cube__graph_node_t* n, unsigned char* scratch) {
+  if (n->kind == CUBE__NODE_TASK) return cube__replay_task(s, st, subs, n->task);
   if (n->kind == CUBE__NODE_LAUNCH) {
     cube__launch_task_t* t = (cube__launch_task_t*)(void*)scratch;
     memcpy(t, n->launch, cube__launch_task_size(n->launch->arg_count));
@@ -441,10 +563,12 @@ static void cube__replay_list(cube__server_t* s, cube__stream_t* st, const cube_
 
 /* Native ------------------------------------------------------------------ */
 
-/* Whether the nodes can be one native graph: static counts, no Validate mode. */
+/* Whether the nodes can be one native graph: static counts, no Validate mode,
+ * no task of a layer above (a collective: the driver's graph cannot hold it). */
 static bool cube__graph_native_fits(const cube_graph_t* g) {
   for (size_t i = 0; i < g->node_count; ++i) {
     const cube__graph_node_t* n = &g->nodes[i];
+    if (n->kind == CUBE__NODE_TASK) return false;
     if (n->kind == CUBE__NODE_LAUNCH &&
         (n->launch->dyn_mem || n->launch->mode == CUBE_EXEC_VALIDATE))
       return false;

@@ -158,6 +158,39 @@ cube_status_t cube__graph_record_copy(cube__stream_t* stream, cube__memory_t* sr
                                       uint64_t src_offset, cube__memory_t* dst,
                                       uint64_t dst_offset, uint64_t bytes);
 
+/* A buffer view inside the payload of a task recorded with
+ * cube__graph_record_task: where its memory pointer and its start are. */
+typedef struct cube__graph_task_view {
+  size_t mem_at;    /* offset in the payload of a cube__memory_t* (NULL there: no view) */
+  size_t offset_at; /* offset in the payload of the uint64_t start of the view in it */
+  uint64_t len;     /* the view's size */
+} cube__graph_task_view_t;
+
+/* As cube__submit(stream's service, stream id, |fn|, |payload|, |size|,
+ * |drop|), recorded into the stream's graph instead when it is capturing: a
+ * task of a layer above the server (a collective's part), which the server
+ * runs without knowing what it is. The payload owns one binding reference on
+ * the memory of each of its |view_count| |views| (|fn| may take them, setting
+ * the pointer to NULL; |drop| releases what is left); the views are slots of
+ * the graph like a launch's buffers. |stream_at| is the offset of the
+ * payload's cube__stream_t* (SIZE_MAX: none). |what| (a static string) names
+ * the node in messages ("cube_client_all_reduce").
+ *
+ * The graph keeps the payload until it is freed (then |drop| runs). A
+ * replay runs |fn|(server, copy) at the node's place in the order, on a copy
+ * of the payload whose stream is the replay's and whose views are the
+ * replay's slots (substitutes applied), each with a binding reference of its
+ * own, then |drop|(copy): exactly what the queue does with a submitted task.
+ * A non-OK return of |fn| is deferred to the stream, naming the node. A graph
+ * with such a node replays node by node (a native graph cannot hold it).
+ * Fails as cube__submit does, or, capturing, with OUT_OF_MEMORY (no host
+ * memory for the record: the capture keeps the failure for capture_end);
+ * |drop| has then run on |payload|. */
+cube_status_t cube__graph_record_task(cube__stream_t* stream, cube__task_fn fn, const void* payload,
+                                      size_t size, cube__payload_drop_fn drop, size_t stream_at,
+                                      uint32_t view_count, const cube__graph_task_view_t* views,
+                                      const char* what);
+
 /* A new value for scalar argument |arg| of launch node |node|, checked. */
 typedef struct cube__graph_scalar_sub {
   uint32_t node, arg;
@@ -178,7 +211,7 @@ cube_status_t cube__graph_check_copies(const struct cube_graph_s* graph,
 /* True once a replay ran as one native graph. */
 bool cube__graph_is_native(const struct cube_graph_s* graph);
 /* The kind of scalar argument |arg| of launch node |node| (INVALID_ARGUMENT
- * naming what is wrong: no such node, a write or a copy, no such argument, a
+ * naming what is wrong: no such node, a write, a copy or a task, no such argument, a
  * buffer). */
 cube_status_t cube__graph_scalar_kind(const struct cube_graph_s* graph, uint32_t node,
                                       uint32_t arg, cube_arg_kind_t* out_kind);

@@ -1,5 +1,5 @@
 /* Conformance: graphs (cube/graph.h): capture, replay, rebinding, what a
- * capture refuses, lifetimes, several threads. */
+ * capture refuses, lifetimes, several threads, collectives in a capture. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -235,6 +235,16 @@ CUBE_TEST(graph_capture_refusals) {
                CUBE_STATUS_FAILED_PRECONDITION, "cube_client_create_from_slice", "allocation");
   CHECK_STATUS(cube_client_memory_cleanup(c), CUBE_STATUS_FAILED_PRECONDITION,
                "cube_client_memory_cleanup", "cleanup");
+  /* Collectives are recorded (graph_collectives_*); the set-up of a
+   * communicator is not. */
+  cube_device_id_t devs[1] = {cts_device(0)};
+  CHECK_STATUS(cube_client_ensure_init_collective(c, 1, devs), CUBE_STATUS_FAILED_PRECONDITION,
+               "cube_client_ensure_init_collective", "capturing a graph",
+               "the set-up of a communicator");
+  /* to_client allocates on the destination (and reads without a transport). */
+  cube_handle_t moved = CUBE_HANDLE_NULL;
+  CHECK_STATUS(cube_client_to_client(c, h, c, &moved), CUBE_STATUS_FAILED_PRECONDITION,
+               "cube_client_to_client", "capturing a graph");
   /* A write is captured, not run. */
   CHECK_OK(cube_client_write(c, h, b, sizeof(b)));
   CHECK_STATUS(cube_client_replay(c, g, 0, NULL), CUBE_STATUS_INVALID_ARGUMENT,
@@ -737,5 +747,483 @@ CUBE_TEST(graph_copy_between_launches) {
   cube_handle_t hs[6] = {hin, hx, hy, hz, hin2, hy2};
   for (int i = 0; i < 6; ++i) cube_handle_release(hs[i]);
   cube_kernel_release(add);
+  CTS_END(c);
+}
+/* Collectives in a capture ------------------------------------------------ */
+
+/* Each participant is a thread with a client of its own device: it captures
+ * its own graph and replays it, as every participant of an eager collective
+ * calls it. At most GC_MAX participants (CPU: CUBE_CPU_DEVICES=3). */
+enum { GC_MAX = 3, GC_ROUNDS = 6 };
+
+typedef struct gc_part {
+  uint32_t rank, n;
+  cube_device_id_t devs[GC_MAX];
+  pthread_barrier_t* barrier;
+  cube_kernel_t* add; /* graph_collectives_between_launches */
+  int failures;
+} gc_part_t;
+
+/* In a participant's thread (the harness's CHECKs count without a lock). */
+#define GC_OK(p, expr)                                                                   \
+  do {                                                                                   \
+    cube_status_t gc_s_ = (expr);                                                        \
+    if (gc_s_) {                                                                         \
+      fprintf(stderr, "%s:%d: participant %u: %s failed: %s\n", __FILE__, __LINE__,      \
+              (p)->rank, #expr, cube_status_message(gc_s_));                             \
+      cube_status_free(gc_s_);                                                           \
+      (p)->failures++;                                                                   \
+    }                                                                                    \
+  } while (0)
+#define GC_CHECK(p, cond)                                                                \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      fprintf(stderr, "%s:%d: participant %u: CHECK failed: %s\n", __FILE__, __LINE__,   \
+              (p)->rank, #cond);                                                         \
+      (p)->failures++;                                                                   \
+    }                                                                                    \
+  } while (0)
+
+/* The random data participant |rank| writes in round |round|. */
+static void gc_data(uint32_t* out, uint32_t round, uint32_t rank) {
+  cube_test_fill_random(out, GN * sizeof(uint32_t), 9100 + 16 * (uint64_t)round + rank);
+}
+
+/* The sum over every participant's data of |round| (u32 wraps, as the
+ * reduction does). */
+static void gc_sum(uint32_t* out, uint32_t round, uint32_t n) {
+  uint32_t d[GN];
+  memset(out, 0, GN * sizeof(uint32_t));
+  for (uint32_t j = 0; j < n; ++j) {
+    gc_data(d, round, j);
+    for (int i = 0; i < GN; ++i) out[i] += d[i];
+  }
+}
+
+/* Runs |fn| on n participants and adds their failures to the case's. */
+static void gc_run(uint32_t n, void* (*fn)(void*), cube_kernel_t* add) {
+  pthread_t th[GC_MAX];
+  gc_part_t p[GC_MAX];
+  pthread_barrier_t barrier;
+  pthread_barrier_init(&barrier, NULL, n);
+  for (uint32_t i = 0; i < n; ++i) {
+    memset(&p[i], 0, sizeof(p[i]));
+    p[i].rank = i;
+    p[i].n = n;
+    p[i].barrier = &barrier;
+    p[i].add = add;
+    for (uint32_t j = 0; j < n; ++j) p[i].devs[j] = cts_device(n - 1 - j); /* any order */
+    if (pthread_create(&th[i], NULL, fn, &p[i]) != 0) {
+      fprintf(stderr, "gc_run: no thread\n");
+      exit(1);
+    }
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    pthread_join(th[i], NULL);
+    cube_test_failures += p[i].failures;
+  }
+  pthread_barrier_destroy(&barrier);
+}
+
+/* The participants of this backend (2 or 3) into |n|; skips without two
+ * devices or without collectives. */
+#define GC_PARTICIPANTS(n)                                                     \
+  setenv("CUBE_CPU_DEVICES", "3", 1);                                          \
+  CTS_REQUIRE_DEVICES(2);                                                      \
+  CTS_CLIENT(c);                                                               \
+  if (!(cube_client_features(c)->bits & CUBE_FEATURE_COLLECTIVES)) {           \
+    CTS_END(c);                                                                \
+    CUBE_SKIP("no collectives");                                               \
+  }                                                                            \
+  size_t gc_have_ = cube_test_device_count(cts_backend()->backend);            \
+  uint32_t n = gc_have_ < GC_MAX ? (uint32_t)gc_have_ : GC_MAX
+
+static void* gc_all_reduce_main(void* arg) {
+  gc_part_t* p = arg;
+  cube_client_t* c = NULL;
+  GC_OK(p, cube_client_load(cts_device(p->rank), &c));
+  if (!c) return NULL;
+  uint32_t data[GN], before[GN], poison[GN], want[GN];
+  uint8_t mark[64], zeros[64];
+  memset(poison, CTS_POISON, sizeof(poison));
+  memset(zeros, 0, sizeof(zeros));
+  cube_test_fill_random(before, sizeof(before), 9000 + p->rank);
+  cube_test_fill_random(mark, sizeof(mark), 9010 + p->rank);
+  cube_handle_t src = CUBE_HANDLE_NULL, dst = CUBE_HANDLE_NULL, mk = CUBE_HANDLE_NULL;
+  GC_OK(p, cube_client_create_from_slice(c, before, sizeof(before), &src));
+  GC_OK(p, cube_client_create_from_slice(c, before, sizeof(before), &dst));
+  GC_OK(p, cube_client_create_from_slice(c, zeros, sizeof(zeros), &mk));
+  /* dst is poisoned first: a replay that ran the all_reduce before the write
+   * would leave the poison. The mark is written after the sync. */
+  cube_graph_t* g = NULL;
+  GC_OK(p, cube_client_capture_begin(c));
+  GC_OK(p, cube_client_write(c, dst, poison, sizeof(poison)));
+  GC_OK(p, cube_client_all_reduce(c, src, dst, CUBE_DTYPE_U32, p->n, p->devs, CUBE_REDUCE_SUM));
+  GC_OK(p, cube_client_sync_collective(c));
+  GC_OK(p, cube_client_write(c, mk, mark, sizeof(mark)));
+  GC_OK(p, cube_client_capture_end(c, &g));
+  GC_CHECK(p, cube_graph_node_count(g) == 4);
+  GC_CHECK(p, cube_graph_slot_count(g) == 3);
+  uint32_t s_dst = 9, s_src = 9, s_mk = 9;
+  GC_OK(p, cube_graph_slot_of(g, c, dst, &s_dst));
+  GC_OK(p, cube_graph_slot_of(g, c, src, &s_src));
+  GC_OK(p, cube_graph_slot_of(g, c, mk, &s_mk));
+  GC_CHECK(p, s_dst == 0 && s_src == 1 && s_mk == 2); /* order of first use */
+  /* Nothing ran at capture, on any participant. */
+  pthread_barrier_wait(p->barrier);
+  GC_CHECK(p, cts_read_equals(c, dst, before, sizeof(before)));
+  cube_collective_record_t r = {0};
+  cube_status_t none = cube_client_last_collective(c, &r);
+  GC_CHECK(p, cube_status_code(none) == CUBE_STATUS_NOT_FOUND);
+  cube_status_free(none);
+  pthread_barrier_wait(p->barrier);
+  for (uint32_t round = 0; round < GC_ROUNDS && g; ++round) {
+    gc_data(data, round, p->rank);
+    GC_OK(p, cube_client_write(c, src, data, sizeof(data)));
+    GC_OK(p, cube_client_write(c, mk, zeros, sizeof(zeros)));
+    GC_OK(p, cube_client_replay(c, g, 0, NULL));
+    gc_sum(want, round, p->n);
+    GC_CHECK(p, cts_read_equals(c, dst, want, sizeof(want)));
+    GC_CHECK(p, cts_read_equals(c, mk, mark, sizeof(mark)));
+    GC_CHECK(p, cts_read_equals(c, src, data, sizeof(data)));
+  }
+  GC_CHECK(p, !cube_graph_is_native(g));
+  memset(&r, 0, sizeof(r));
+  GC_OK(p, cube_client_last_collective(c, &r));
+  GC_CHECK(p, r.kind == CUBE_COLLECTIVE_ALL_REDUCE && r.participants == p->n &&
+                  r.sequence == GC_ROUNDS - 1 && r.bytes == sizeof(data));
+  GC_OK(p, cube_client_sync(c));
+  cube_graph_release(g);
+  cube_handle_release(src);
+  cube_handle_release(dst);
+  cube_handle_release(mk);
+  cube_client_release(c);
+  return NULL;
+}
+
+/* An all_reduce captured between writes, with the sync_collective that
+ * orders the write after it, on every participant; replayed with new data
+ * written between replays, against the host's sum. The graph runs node by
+ * node on every backend (a native graph cannot hold the collective). */
+CUBE_TEST(graph_collectives_all_reduce_replays) {
+  GC_PARTICIPANTS(n);
+  graph_mock_stats_t m0, m1;
+  bool mock = graph_mock_stats(&m0);
+  gc_run(n, gc_all_reduce_main, NULL);
+  if (mock && graph_mock_stats(&m1)) {
+    CHECK_EQ_U64(m1.instantiates - m0.instantiates, 0);
+    CHECK_EQ_U64(m1.live, m0.live);
+  }
+  CTS_END(c);
+}
+
+static void* gc_rebinding_main(void* arg) {
+  gc_part_t* p = arg;
+  cube_client_t* c = NULL;
+  GC_OK(p, cube_client_load(cts_device(p->rank), &c));
+  if (!c) return NULL;
+  uint32_t data[GN], other[GN], poison[GN], want[GN];
+  memset(poison, CTS_POISON, sizeof(poison));
+  cube_handle_t src = CUBE_HANDLE_NULL, dst = CUBE_HANDLE_NULL, src2 = CUBE_HANDLE_NULL,
+                dst2 = CUBE_HANDLE_NULL, x = CUBE_HANDLE_NULL, x2 = CUBE_HANDLE_NULL;
+  GC_OK(p, cts_poisoned(c, sizeof(data), &src));
+  GC_OK(p, cts_poisoned(c, sizeof(data), &dst));
+  GC_OK(p, cts_poisoned(c, sizeof(data), &src2));
+  GC_OK(p, cts_poisoned(c, sizeof(data), &dst2));
+  GC_OK(p, cts_poisoned(c, sizeof(data), &x));
+  GC_OK(p, cts_poisoned(c, sizeof(data), &x2));
+  /* src -> dst, and x in place (one slot for both of its views). */
+  cube_graph_t* g = NULL;
+  GC_OK(p, cube_client_capture_begin(c));
+  GC_OK(p, cube_client_all_reduce(c, src, dst, CUBE_DTYPE_U32, p->n, p->devs, CUBE_REDUCE_SUM));
+  GC_OK(p, cube_client_all_reduce(c, x, x, CUBE_DTYPE_U32, p->n, p->devs, CUBE_REDUCE_SUM));
+  GC_OK(p, cube_client_sync_collective(c));
+  GC_OK(p, cube_client_capture_end(c, &g));
+  GC_CHECK(p, cube_graph_node_count(g) == 3 && cube_graph_slot_count(g) == 3);
+  for (uint32_t round = 0; round < GC_ROUNDS && g; ++round) {
+    /* Participants rebind in different rounds: the buffers are each one's own. */
+    uint32_t mode = (round + p->rank) % 3; /* 0: as captured, 1: src and x, 2: dst */
+    cube_handle_t s_used = mode == 1 ? src2 : src, s_other = mode == 1 ? src : src2;
+    cube_handle_t d_used = mode == 2 ? dst2 : dst, d_other = mode == 2 ? dst : dst2;
+    cube_handle_t x_used = mode == 1 ? x2 : x, x_other = mode == 1 ? x : x2;
+    gc_data(data, round, p->rank);
+    gc_data(other, round + 100, p->rank);
+    GC_OK(p, cube_client_write(c, s_used, data, sizeof(data)));
+    GC_OK(p, cube_client_write(c, s_other, other, sizeof(other)));
+    GC_OK(p, cube_client_write(c, d_used, poison, sizeof(poison)));
+    GC_OK(p, cube_client_write(c, d_other, poison, sizeof(poison)));
+    gc_data(data, round + 200, p->rank);
+    GC_OK(p, cube_client_write(c, x_used, data, sizeof(data)));
+    GC_OK(p, cube_client_write(c, x_other, poison, sizeof(poison)));
+    cube_graph_binding_t b[2];
+    size_t nb = 0;
+    if (mode == 1) {
+      b[nb++] = (cube_graph_binding_t){0, src2};
+      b[nb++] = (cube_graph_binding_t){2, x2};
+    } else if (mode == 2) {
+      b[nb++] = (cube_graph_binding_t){1, dst2};
+    }
+    GC_OK(p, cube_client_replay(c, g, nb, b));
+    gc_sum(want, round, p->n);
+    GC_CHECK(p, cts_read_equals(c, d_used, want, sizeof(want)));
+    GC_CHECK(p, cts_read_equals(c, d_other, poison, sizeof(poison)));
+    GC_CHECK(p, cts_read_equals(c, s_other, other, sizeof(other)));
+    gc_sum(want, round + 200, p->n);
+    GC_CHECK(p, cts_read_equals(c, x_used, want, sizeof(want)));
+    GC_CHECK(p, cts_read_equals(c, x_other, poison, sizeof(poison)));
+  }
+  GC_OK(p, cube_client_sync(c));
+  cube_graph_release(g);
+  cube_handle_t hs[] = {src, dst, src2, dst2, x, x2};
+  for (size_t i = 0; i < 6; ++i) cube_handle_release(hs[i]);
+  cube_client_release(c);
+  return NULL;
+}
+
+/* A captured all_reduce's src and dst are slots: substitutes for either (and
+ * for an in-place all_reduce's one slot) take their place in that replay
+ * only; the participants rebind independently of each other. */
+CUBE_TEST(graph_collectives_rebinding) {
+  GC_PARTICIPANTS(n);
+  gc_run(n, gc_rebinding_main, NULL);
+  CTS_END(c);
+}
+
+static void* gc_send_recv_main(void* arg) {
+  gc_part_t* p = arg;
+  cube_client_t* c = NULL;
+  GC_OK(p, cube_client_load(cts_device(p->rank), &c));
+  if (!c) return NULL;
+  uint32_t to = (p->rank + 1) % p->n, from = (p->rank + p->n - 1) % p->n;
+  uint32_t data[GN], poison[GN], want[GN];
+  memset(poison, CTS_POISON, sizeof(poison));
+  cube_handle_t src = CUBE_HANDLE_NULL, dst = CUBE_HANDLE_NULL, dst2 = CUBE_HANDLE_NULL;
+  GC_OK(p, cts_poisoned(c, sizeof(data), &src));
+  GC_OK(p, cts_poisoned(c, sizeof(data), &dst));
+  GC_OK(p, cts_poisoned(c, sizeof(data), &dst2));
+  /* A ring: each sends to the next and receives from the one before. */
+  cube_graph_t* g = NULL;
+  GC_OK(p, cube_client_capture_begin(c));
+  GC_OK(p, cube_client_send(c, src, cts_device(to)));
+  GC_OK(p, cube_client_recv(c, dst, cts_device(from)));
+  GC_OK(p, cube_client_sync_collective(c));
+  GC_OK(p, cube_client_capture_end(c, &g));
+  GC_CHECK(p, cube_graph_node_count(g) == 3 && cube_graph_slot_count(g) == 2);
+  pthread_barrier_wait(p->barrier);
+  GC_CHECK(p, cts_read_equals(c, dst, poison, sizeof(poison))); /* nothing ran */
+  pthread_barrier_wait(p->barrier);
+  for (uint32_t round = 0; round < GC_ROUNDS && g; ++round) {
+    bool sub = round % 2 == 1;
+    gc_data(data, round, p->rank);
+    GC_OK(p, cube_client_write(c, src, data, sizeof(data)));
+    GC_OK(p, cube_client_write(c, dst, poison, sizeof(poison)));
+    GC_OK(p, cube_client_write(c, dst2, poison, sizeof(poison)));
+    cube_graph_binding_t b[1] = {{1, dst2}};
+    GC_OK(p, cube_client_replay(c, g, sub ? 1 : 0, b));
+    gc_data(want, round, from);
+    GC_CHECK(p, cts_read_equals(c, sub ? dst2 : dst, want, sizeof(want)));
+    GC_CHECK(p, cts_read_equals(c, sub ? dst : dst2, poison, sizeof(poison)));
+  }
+  cube_collective_record_t r = {0};
+  GC_OK(p, cube_client_last_collective(c, &r));
+  GC_CHECK(p, (r.kind == CUBE_COLLECTIVE_SEND || r.kind == CUBE_COLLECTIVE_RECV) &&
+                  r.bytes == sizeof(data));
+  GC_OK(p, cube_client_sync(c));
+  cube_graph_release(g);
+  cube_handle_release(src);
+  cube_handle_release(dst);
+  cube_handle_release(dst2);
+  cube_client_release(c);
+  return NULL;
+}
+
+/* send and recv captured on every participant of a ring and replayed, with
+ * new data between replays and the receive buffer rebound every other one. */
+CUBE_TEST(graph_collectives_send_recv) {
+  GC_PARTICIPANTS(n);
+  gc_run(n, gc_send_recv_main, NULL);
+  CTS_END(c);
+}
+
+static void* gc_launches_main(void* arg) {
+  gc_part_t* p = arg;
+  cube_client_t* c = NULL;
+  GC_OK(p, cube_client_load(cts_device(p->rank), &c));
+  if (!c) return NULL;
+  uint32_t data[GN], want[GN], d[GN];
+  cube_handle_t in = CUBE_HANDLE_NULL, src = CUBE_HANDLE_NULL, dst = CUBE_HANDLE_NULL,
+                out = CUBE_HANDLE_NULL;
+  GC_OK(p, cts_poisoned(c, sizeof(data), &in));
+  GC_OK(p, cts_poisoned(c, sizeof(data), &src));
+  GC_OK(p, cts_poisoned(c, sizeof(data), &dst));
+  GC_OK(p, cts_poisoned(c, sizeof(data), &out));
+  /* src = in + (rank + 1); dst = all_reduce(src); out = dst + 5. */
+  cube_arg_t a1[4] = {cube_arg_buffer(in), cube_arg_buffer(src), cube_arg_u32(p->rank + 1),
+                      cube_arg_u32(GN)};
+  cube_arg_t a2[4] = {cube_arg_buffer(dst), cube_arg_buffer(out), cube_arg_u32(5),
+                      cube_arg_u32(GN)};
+  cube_graph_t* g = NULL;
+  GC_OK(p, cube_client_capture_begin(c));
+  GC_OK(p, cube_client_launch(c, p->add, graph_count(), 4, a1));
+  GC_OK(p, cube_client_all_reduce(c, src, dst, CUBE_DTYPE_U32, p->n, p->devs, CUBE_REDUCE_SUM));
+  GC_OK(p, cube_client_sync_collective(c));
+  GC_OK(p, cube_client_launch(c, p->add, graph_count(), 4, a2));
+  GC_OK(p, cube_client_capture_end(c, &g));
+  GC_CHECK(p, cube_graph_node_count(g) == 4);
+  /* A collective node has no scalars. */
+  cube_graph_scalar_t bad[1] = {{1, 0, cube_arg_u32(1)}};
+  cube_status_t s = cube_client_replay_with(c, g, 0, NULL, 1, bad);
+  GC_CHECK(p, cube_status_code(s) == CUBE_STATUS_INVALID_ARGUMENT &&
+                  cts_contains(cube_status_message(s), "node 1 is cube_client_all_reduce",
+                               "not a launch", (const char*)NULL));
+  cube_status_free(s);
+  bad[0].node = 2;
+  s = cube_client_replay_with(c, g, 0, NULL, 1, bad);
+  GC_CHECK(p, cube_status_code(s) == CUBE_STATUS_INVALID_ARGUMENT &&
+                  cts_contains(cube_status_message(s), "cube_client_sync_collective",
+                               (const char*)NULL));
+  cube_status_free(s);
+  for (uint32_t round = 0; round < GC_ROUNDS && g; ++round) {
+    /* Odd rounds give the first launch's addend a new value on every
+     * participant: the sum then has every participant's. */
+    bool sc = round % 2 == 1;
+    gc_data(data, round, p->rank);
+    GC_OK(p, cube_client_write(c, in, data, sizeof(data)));
+    cube_graph_scalar_t s1[1] = {{0, 2, cube_arg_u32(1000 * round + p->rank)}};
+    GC_OK(p, cube_client_replay_with(c, g, 0, NULL, sc ? 1 : 0, s1));
+    memset(want, 0, sizeof(want));
+    for (uint32_t j = 0; j < p->n; ++j) {
+      gc_data(d, round, j);
+      uint32_t add = sc ? 1000 * round + j : j + 1;
+      for (int i = 0; i < GN; ++i) want[i] += d[i] + add;
+    }
+    GC_CHECK(p, cts_read_equals(c, dst, want, sizeof(want)));
+    for (int i = 0; i < GN; ++i) want[i] += 5;
+    GC_CHECK(p, cts_read_equals(c, out, want, sizeof(want)));
+  }
+  GC_OK(p, cube_client_sync(c));
+  cube_graph_release(g);
+  cube_handle_t hs[] = {in, src, dst, out};
+  for (size_t i = 0; i < 4; ++i) cube_handle_release(hs[i]);
+  cube_client_release(c);
+  return NULL;
+}
+
+/* An all_reduce captured between launches: the first computes its source,
+ * the second (after the captured sync_collective) reads its result; scalar
+ * substitutes of the launches still apply, a collective node takes none. */
+CUBE_TEST(graph_collectives_between_launches) {
+  GC_PARTICIPANTS(n);
+  cube_kernel_t* add = graph_add_kernel();
+  REQUIRE(add);
+  gc_run(n, gc_launches_main, add);
+  cube_kernel_release(add);
+  CTS_END(c);
+}
+
+/* One device alone (every backend with a transport): all_reduce, send and
+ * recv to itself and sync_collective, captured and replayed. */
+CUBE_TEST(graph_collectives_single_device) {
+  CTS_CLIENT(c);
+  if (!(cube_client_features(c)->bits & CUBE_FEATURE_COLLECTIVES)) {
+    CTS_END(c);
+    CUBE_SKIP("no collectives");
+  }
+  cube_device_id_t devs[1] = {cts_device(0)};
+  float v[257], poison[257];
+  memset(poison, CTS_POISON, sizeof(poison));
+  cube_handle_t src, dst, copy;
+  REQUIRE_OK(cts_poisoned(c, sizeof(v), &src));
+  REQUIRE_OK(cts_poisoned(c, sizeof(v), &dst));
+  REQUIRE_OK(cts_poisoned(c, sizeof(v), &copy));
+  REQUIRE_OK(cube_client_capture_begin(c));
+  CHECK_OK(cube_client_all_reduce(c, src, dst, CUBE_DTYPE_F32, 1, devs, CUBE_REDUCE_MEAN));
+  CHECK_OK(cube_client_send(c, src, devs[0]));
+  CHECK_OK(cube_client_recv(c, copy, devs[0]));
+  CHECK_OK(cube_client_sync_collective(c));
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(cube_client_capture_end(c, &g));
+  CHECK_EQ_U64(cube_graph_node_count(g), 4);
+  CHECK_EQ_U64(cube_graph_slot_count(g), 3);
+  CHECK(cts_read_equals(c, dst, poison, sizeof(poison)));
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 257; ++i) v[i] = (float)(round * 1000 + i) * 0.5f;
+    CHECK_OK(cube_client_write(c, src, v, sizeof(v)));
+    CHECK_OK(cube_client_replay(c, g, 0, NULL));
+    CHECK(cts_read_equals(c, dst, v, sizeof(v)));
+    CHECK(cts_read_equals(c, copy, v, sizeof(v)));
+  }
+  CHECK(!cube_graph_is_native(g));
+  CHECK_OK(cube_client_sync(c));
+  cube_graph_release(g);
+  cube_handle_release(src);
+  cube_handle_release(dst);
+  cube_handle_release(copy);
+  CTS_END(c);
+}
+
+typedef struct gc_replayer {
+  cube_graph_t* g;
+  cube_status_t sync_collective, sync;
+} gc_replayer_t;
+
+static void* gc_replay_elsewhere(void* arg) {
+  gc_replayer_t* r = arg;
+  cube_client_t* c = NULL;
+  r->sync = cube_client_load(cts_device(0), &c);
+  if (r->sync) return NULL;
+  r->sync = cube_client_replay(c, r->g, 0, NULL);
+  if (!r->sync) {
+    r->sync_collective = cube_client_sync_collective(c);
+    r->sync = cube_client_sync(c);
+  }
+  cube_client_release(c);
+  return NULL;
+}
+
+/* A replay's collective is the replaying stream's: a graph captured on one
+ * thread's stream and replayed on another's defers the failure of its
+ * collective (participants that disagree on the size) to the stream of the
+ * replay, whose sync returns it; the capturing stream has none. */
+CUBE_TEST(graph_collectives_errors_on_the_replay_stream) {
+  GC_PARTICIPANTS(n);
+  (void)n;
+  cube_client_t* c1 = NULL;
+  REQUIRE_OK(cube_client_load(cts_device(1), &c1));
+  const cube_device_id_t devs[2] = {cts_device(0), cts_device(1)};
+  uint8_t bytes[600];
+  cube_test_fill_random(bytes, sizeof(bytes), 9200);
+  cube_handle_t s0, d0, s1, d1;
+  REQUIRE_OK(cube_client_create_from_slice(c, bytes, 400, &s0));
+  REQUIRE_OK(cts_poisoned(c, 400, &d0));
+  REQUIRE_OK(cube_client_create_from_slice(c1, bytes, 600, &s1));
+  REQUIRE_OK(cts_poisoned(c1, 600, &d1));
+  REQUIRE_OK(cube_client_capture_begin(c));
+  CHECK_OK(cube_client_all_reduce(c, s0, d0, CUBE_DTYPE_F32, 2, devs, CUBE_REDUCE_SUM));
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(cube_client_capture_end(c, &g));
+  CHECK_OK(cube_client_all_reduce(c1, s1, d1, CUBE_DTYPE_F32, 2, devs, CUBE_REDUCE_SUM));
+  gc_replayer_t r = {g, NULL, NULL};
+  pthread_t th;
+  REQUIRE(pthread_create(&th, NULL, gc_replay_elsewhere, &r) == 0);
+  pthread_join(th, NULL);
+  cube_status_t e = r.sync_collective ? r.sync_collective : r.sync;
+  CHECK(cube_status_code(e) == CUBE_STATUS_INVALID_ARGUMENT &&
+        cts_contains(cube_status_message(e), "400", "600", (const char*)NULL));
+  if (r.sync_collective) cube_status_free(r.sync);
+  cube_status_free(e);
+  CHECK_OK(cube_client_sync_collective(c)); /* the capturing stream: nothing pending */
+  CHECK_OK(cube_client_sync(c));
+  cube_status_t e1 = cube_client_sync_collective(c1);
+  if (!e1) e1 = cube_client_sync(c1);
+  CHECK(cube_status_code(e1) == CUBE_STATUS_INVALID_ARGUMENT);
+  cube_status_free(e1);
+  uint8_t poison[400];
+  memset(poison, CTS_POISON, sizeof(poison));
+  CHECK(cts_read_equals(c, d0, poison, sizeof(poison))); /* nothing was written */
+  cube_graph_release(g);
+  cube_handle_t hs[] = {s0, d0, s1, d1};
+  for (size_t i = 0; i < 4; ++i) cube_handle_release(hs[i]);
+  cube_client_release(c1);
   CTS_END(c);
 }

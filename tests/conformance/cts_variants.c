@@ -39,7 +39,8 @@ static const cts_unsupported_t cts_unsupported[] = {
      "exclusive_nested_calls exclusive_no_interleaving write_ordered_with_launches "
      "graph_replay_matches_eager graph_captured_write graph_rebinding "
      "graph_outlives_handles graph_replay_several_threads profile_graph_replay_one_row "
-     "graph_scalar_rebinding copy_ordered_with_launches graph_copy_between_launches",
+     "graph_scalar_rebinding copy_ordered_with_launches graph_copy_between_launches "
+     "graph_collectives_between_launches",
      "the null backend compiles and runs no kernels (its launch slot is UNIMPLEMENTED)"},
 };
 
