@@ -108,7 +108,11 @@
   X(NCCL_ID_FILE, PATH, PROCESS, AT_USE, NULL, "none", 0, 480, 0, NULL, NULL,                     \
     "without MPI, processes sharing a communicator exchange NCCL's id through <path>.<hash>.<n>")\
   X(NCCL_BLOCKING, BOOL, PROCESS, AT_USE, "0", "0", 0, 0, 0, NULL, NULL,                          \
-    "1: blocking NCCL communicators (0: nonblocking, every wait has the collective timeout)")
+    "1: blocking NCCL communicators (0: nonblocking, every wait has the collective timeout)")     \
+  X(GRAPHS, ENUM, DEVICE, AT_DEVICE_CREATION, "off", "off", 0, 0, 0, "off|auto", NULL,            \
+    "auto: a stream's repeated steps of launches are captured and replayed (graphs)")             \
+  X(GRAPHS_WARMUP, U32, DEVICE, AT_DEVICE_CREATION, "2", "2", 1, 1000, 0, NULL, NULL,             \
+    "auto graphs: eager steps alike before the next is replayed (graphs_warmup)")
 
 /* CUBE__OPT_<ID>: the same numbers as the public CUBE_OPTION_<ID>. */
 typedef enum cube__option_id {

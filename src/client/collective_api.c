@@ -157,6 +157,7 @@ cube_status_t cube_client_sync_collective(cube_client_t* c) {
   st = cube__client_stream(c, &stream);
   if (!st && cube__stream_capturing(stream))
     return cube__stream_capture_refusal(stream, fn, "a collective");
+  if (!st && cube__stream_auto(stream)) cube__auto_step_end(stream, "a collective");
   if (!st) st = cube__coll_submit_sync(stream, timeout);
   return st ? cube__status_annotate(st, "%s", fn) : CUBE_OK;
 }
@@ -174,6 +175,11 @@ static cube_status_t cube__coll_queue(cube_client_t* c, const char* fn, cube__co
   if (st) return cube__status_annotate(st, "%s", fn);
   if (cube__stream_capturing(stream))
     return cube__stream_capture_refusal(stream, fn, "a collective");
+  if (cube__stream_auto(stream)) {
+    cube__auto_step_end(stream, "a collective");
+    if (src) cube__auto_touch(stream, src->mem);
+    if (dst) cube__auto_touch(stream, dst->mem);
+  }
   if (src) {
     part->src_mem = src->mem;
     part->src_offset = src->offset_start;

@@ -112,6 +112,7 @@ bool cube__server_sweep_orphans(void) {
 
 void cube__stream_destroy(cube__stream_t* st) {
   if (!st) return;
+  cube__auto_destroy(st->auto_state); /* first: its graph holds buffers of the pools */
   if (st->holds_head) cube__stream_release_holds(st, true);
   if (st->mm) cube__mm_destroy(st->mm);
   if (st->pinned) {
@@ -167,6 +168,7 @@ static cube_status_t cube__stream_create(cube__server_t* s, uint64_t id, uint32_
     status = cube__mm_create(&o, &st->host_ops, &st->pinned);
   }
   if (!status) status = cube__backend_stream_create(&s->be, id, &st->backend_stream);
+  if (!status && cube__server_auto(s)) status = cube__auto_create(st, &st->auto_state);
   if (status) {
     cube__stream_destroy(st);
     return cube__status_annotate(status, "creating stream %" PRIu64, id);
@@ -333,14 +335,24 @@ cube_status_t cube__stream_alloc(cube__stream_t* st, uint64_t size, const char* 
   cube__memory_t* m = NULL;
   if (cube__stream_capturing(st))
     return cube__stream_capture_refusal(st, what, "allocation from the stream's pools");
-  pthread_mutex_lock(&st->lock);
-  cube_status_t status = cube__mm_reserve(st->mm, size, &m);
-  if (!status) {
-    /* Nobody else can see |m| yet (the pool only reads its counts). */
-    m->owner = st;
-    atomic_store_explicit(&m->last_use, st, memory_order_relaxed);
+  cube_status_t status = CUBE_OK;
+  for (int attempt = 0;; ++attempt) {
+    pthread_mutex_lock(&st->lock);
+    status = cube__mm_reserve(st->mm, size, &m);
+    if (!status) {
+      /* Nobody else can see |m| yet (the pool only reads its counts). */
+      m->owner = st;
+      atomic_store_explicit(&m->last_use, st, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&st->lock);
+    /* Automatic capture never refuses what eager launches allow: memory it
+     * kept (a held step, its graph) is let go and the queue waited for. */
+    if (!status || attempt || cube_status_code(status) != CUBE_STATUS_OUT_OF_MEMORY ||
+        !st->auto_state || !cube__auto_yield_memory(st))
+      break;
+    cube_status_free(status);
+    cube_status_free(cube__server_barrier(st));
   }
-  pthread_mutex_unlock(&st->lock);
   if (status) {
     if (cube_status_code(status) == CUBE_STATUS_OUT_OF_MEMORY) {
       char where[96];
