@@ -329,44 +329,60 @@ static const char* cube__stream_where(const cube__stream_t* st, char* buf, size_
   return buf;
 }
 
-cube_status_t cube__stream_alloc(cube__stream_t* st, uint64_t size, const char* what,
-                                 cube__memory_t** out_mem) {
+/* A failed reservation of cube__stream_alloc, out of its path (which a pool
+ * hit takes): the report of an out-of-memory failure, and automatic
+ * capture's second chance. Automatic capture never refuses what eager
+ * launches allow: when an allocation of a stream under it runs out of
+ * memory, the launches it held are queued, the queue is waited for, and the
+ * allocation is tried again. */
+__attribute__((noinline, cold)) static cube_status_t cube__stream_alloc_failed(
+    cube__stream_t* st, uint64_t size, const char* what, cube_status_t status,
+    cube__memory_t** out_mem) {
   cube__server_t* s = st->server;
-  cube__memory_t* m = NULL;
-  if (cube__stream_capturing(st))
-    return cube__stream_capture_refusal(st, what, "allocation from the stream's pools");
-  cube_status_t status = CUBE_OK;
-  for (int attempt = 0;; ++attempt) {
+  if (st->auto_state && cube_status_code(status) == CUBE_STATUS_OUT_OF_MEMORY &&
+      cube__auto_yield_memory(st)) {
+    cube_status_free(status);
+    cube_status_free(cube__server_barrier(st));
+    cube__memory_t* m = NULL;
     pthread_mutex_lock(&st->lock);
     status = cube__mm_reserve(st->mm, size, &m);
     if (!status) {
-      /* Nobody else can see |m| yet (the pool only reads its counts). */
       m->owner = st;
       atomic_store_explicit(&m->last_use, st, memory_order_relaxed);
     }
     pthread_mutex_unlock(&st->lock);
-    /* Automatic capture never refuses what eager launches allow: memory it
-     * kept (a held step, its graph) is let go and the queue waited for. */
-    if (!status || attempt || cube_status_code(status) != CUBE_STATUS_OUT_OF_MEMORY ||
-        !st->auto_state || !cube__auto_yield_memory(st))
-      break;
-    cube_status_free(status);
-    cube_status_free(cube__server_barrier(st));
-  }
-  if (status) {
-    if (cube_status_code(status) == CUBE_STATUS_OUT_OF_MEMORY) {
-      char where[96];
-      status =
-          cube__mm_oom_locate(st->mm, status, what, cube__stream_where(st, where, sizeof(where)));
-      cube_memory_report_t* r = cube__status_oom_report_mut(status);
-      if (r) {
-        r->device_reserved = atomic_load(&s->device_reserved);
-        r->memory_limit = s->memory_limit;
-      }
-      return status;
+    if (!status) {
+      *out_mem = m;
+      return CUBE_OK;
     }
-    return cube__status_annotate(status, "%s", what);
   }
+  if (cube_status_code(status) == CUBE_STATUS_OUT_OF_MEMORY) {
+    char where[96];
+    status = cube__mm_oom_locate(st->mm, status, what, cube__stream_where(st, where, sizeof(where)));
+    cube_memory_report_t* r = cube__status_oom_report_mut(status);
+    if (r) {
+      r->device_reserved = atomic_load(&s->device_reserved);
+      r->memory_limit = s->memory_limit;
+    }
+    return status;
+  }
+  return cube__status_annotate(status, "%s", what);
+}
+
+cube_status_t cube__stream_alloc(cube__stream_t* st, uint64_t size, const char* what,
+                                 cube__memory_t** out_mem) {
+  cube__memory_t* m = NULL;
+  if (cube__stream_capturing(st))
+    return cube__stream_capture_refusal(st, what, "allocation from the stream's pools");
+  pthread_mutex_lock(&st->lock);
+  cube_status_t status = cube__mm_reserve(st->mm, size, &m);
+  if (!status) {
+    /* Nobody else can see |m| yet (the pool only reads its counts). */
+    m->owner = st;
+    atomic_store_explicit(&m->last_use, st, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&st->lock);
+  if (status) return cube__stream_alloc_failed(st, size, what, status, out_mem);
   *out_mem = m;
   return CUBE_OK;
 }

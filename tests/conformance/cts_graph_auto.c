@@ -375,6 +375,48 @@ CUBE_TEST(graph_auto_aliasing_is_part_of_the_step) {
   cts_log_free(&log);
 }
 
+/* Automatic capture never refuses an allocation eager launches allow: with
+ * room for two 32 KiB pages, a step releases a temporary its held launch
+ * uses and allocates another buffer in its place. Eagerly (an inline queue)
+ * the temporary is free by then; held, it is not, until the allocation that
+ * ran out of memory queues what was held and tries again. */
+CUBE_TEST(graph_auto_out_of_memory_as_eager) {
+  CTS_REQUIRE_BACKEND();
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.graphs = CUBE_GRAPHS_AUTO;
+  o.queue_mode = CUBE_QUEUE_INLINE;
+  o.memory_config = CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES;
+  o.memory_limit = 64 * 1024;
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_init(cts_device(0), &o, &c));
+  cube_kernel_t* k = auto_add_kernel("auto_add");
+  REQUIRE(k);
+  enum { BN = 32 * 1024 / 4 };
+  static uint32_t in[BN], want[BN];
+  cube_handle_t hin;
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hin));
+  for (int step = 0; step < 8; ++step) {
+    cube_test_fill_random(in, sizeof(in), 9550 + (uint64_t)step);
+    CHECK_OK(cube_client_write(c, hin, in, sizeof(in)));
+    cube_handle_t tmp, out;
+    REQUIRE_OK(cube_client_empty(c, sizeof(in), &tmp));
+    CHECK_OK(auto_add(c, k, hin, tmp, 1, BN));
+    cube_handle_release(tmp);
+    cube_status_t st = cube_client_empty(c, sizeof(in), &out);
+    if (st) fprintf(stderr, "step %d: %s\n", step, cube_status_message(st));
+    REQUIRE_OK(st);
+    CHECK_OK(auto_add(c, k, hin, out, 2, BN));
+    for (int i = 0; i < BN; ++i) want[i] = in[i] + 2;
+    CHECK(cts_read_equals(c, out, want, sizeof(want)));
+    cube_handle_release(out);
+  }
+  CHECK_OK(cube_client_sync(c));
+  cube_handle_release(hin);
+  cube_kernel_release(k);
+  CTS_END(c);
+}
+
 //===----------------------------------------------------------------------===//
 // Errors, other streams, other calls
 //===----------------------------------------------------------------------===//
