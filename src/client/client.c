@@ -104,8 +104,10 @@ void cube_client_release(cube_client_t* c) {
   if (!c || atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1) return;
   /* A step held on the client's stream is queued now rather than at the
    * stream's next use or at cube_shutdown. */
-  if (cube__client_live(c) && cube__server_auto(c->server))
-    cube__auto_end_stream_id(c->server, cube__client_stream_id(c), "cube_client_release");
+  uint64_t id = c->stream;
+  if (cube__client_live(c) && cube__server_auto(c->server) &&
+      (c->pinned || cube__stream_current_id_peek(&id)))
+    cube__auto_end_stream_id(c->server, id, "cube_client_release");
   free(c);
 }
 

@@ -469,7 +469,8 @@ CUBE_TEST(graph_auto_errors_as_eager) {
 
 /* A held step whose buffer another stream reads: the read sees the held
  * launches' results (the order of the calls), the rest of that step runs
- * eagerly, and the next step is replayed with the graph kept. */
+ * eagerly, and the next step is replayed with the graph kept. The same for
+ * a write on the other stream, an exclusive call and a client's release. */
 CUBE_TEST(graph_auto_other_stream_sees_held_work) {
   AUTO_CLIENT(c, CUBE_GRAPHS_AUTO, NULL);
   cube_client_t* other = NULL;
@@ -524,6 +525,20 @@ CUBE_TEST(graph_auto_other_stream_sees_held_work) {
   CHECK_OK(auto_add(c, f.add, f.in, f.x, 3, AN));
   CHECK_OK(cube_client_exclusive(c, auto_noop, NULL));
   CHECK_EQ_U64(auto_stats(c).interruptions, 3);
+  CHECK_OK(auto_add(c, f.add, f.x, f.y, 4, AN));
+  for (int i = 0; i < AN; ++i) want[i] = f.data[i] + 7;
+  CHECK(cts_read_equals(c, f.y, want, sizeof(want)));
+  /* Releasing a client (here a clone's last reference) queues what its
+   * stream holds. */
+  auto_chain_step(&f, 9660, 4, f.add, f.y);
+  CHECK_EQ_U64(auto_stats(c).steps_replayed, 4);
+  cube_test_fill_random(f.data, sizeof(f.data), 9670);
+  CHECK_OK(cube_client_write(c, f.in, f.data, sizeof(f.data)));
+  CHECK_OK(auto_add(c, f.add, f.in, f.x, 3, AN));
+  cube_client_t* clone = NULL;
+  REQUIRE_OK(cube_client_clone(c, &clone));
+  cube_client_release(clone);
+  CHECK_EQ_U64(auto_stats(c).interruptions, 4);
   CHECK_OK(auto_add(c, f.add, f.x, f.y, 4, AN));
   for (int i = 0; i < AN; ++i) want[i] = f.data[i] + 7;
   CHECK(cts_read_equals(c, f.y, want, sizeof(want)));
