@@ -4,6 +4,8 @@
  *
  *   bench_pool_calls [pairs [bytes]]     (defaults: 100000 pairs of 1 MiB)
  *   bench_pool_calls launch [launches]   (default 100000)
+ *   bench_pool_calls steps [steps]       (default 1000)
+ *   bench_pool_calls held [steps]        (default 1000)
  *
  * "launch" counts a launch instead: cube_client_launch of a native kernel of
  * four arguments (three buffers and a u32, the most a queue cell holds
@@ -11,6 +13,13 @@
  * (client checks, the queued record, the server's task, the backend) runs on
  * the measured thread; the kernel's body is one store. A sync after the loop
  * is outside the counted region.
+ *
+ * "steps" launches the same kernel in steps of 100 launches, each ended by
+ * cube_client_flush (a boundary of automatic capture), and counts all of it;
+ * "held" counts launches 1 to 99 of each step only (not the 100th, which
+ * completes an automatic step and runs its replay, nor the flush). Run them
+ * with CUBE_GRAPHS=auto and without: per launch, the whole path and the held
+ * launch against the eager one.
  *
  * The device is CUBE_BACKEND's device 0 (the CPU by default; CUDA over the
  * mock driver with CUBE_BACKEND=cuda CUBE_CUDA_DRIVER=.../libcube_mock_cuda.so).
@@ -95,7 +104,34 @@ __attribute__((noinline)) static int launch_loop(cube_client_t* c, cube_kernel_t
   return 0;
 }
 
-static int launch_main(uint64_t launches) {
+enum { STEP_LAUNCHES = 100 };
+
+/* Steps of STEP_LAUNCHES launches ended by a flush; |held_only|: launches 1
+ * to STEP_LAUNCHES - 1 of each step are collected, the rest is not. */
+__attribute__((noinline)) static int steps_loop(cube_client_t* c, cube_kernel_t* k,
+                                                const cube_arg_t* args, uint64_t steps,
+                                                bool held_only) {
+  for (uint64_t i = 0; i < steps; ++i) {
+    for (int j = 0; j < STEP_LAUNCHES; ++j) {
+      if (held_only && j == STEP_LAUNCHES - 1) CALLGRIND_TOGGLE_COLLECT;
+      cube_status_t s = cube_client_launch(c, k, cube_count_static(1, 1, 1), 4, args);
+      if (s) {
+        fail_status("cube_client_launch", s);
+        return 1;
+      }
+    }
+    cube_status_t s = cube_client_flush(c);
+    if (held_only) CALLGRIND_TOGGLE_COLLECT;
+    if (s) {
+      fail_status("cube_client_flush", s);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* mode 0: launch; 1: steps; 2: held. */
+static int launch_main(uint64_t launches, int mode) {
   setenv("CUBE_DEVICE_QUEUE", "inline", 1);
   cube_client_t* c = NULL;
   cube_status_t s = cube_client_load((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &c);
@@ -129,18 +165,22 @@ static int launch_main(uint64_t launches) {
   cube_arg_t args[4] = {cube_arg_buffer(h[0]), cube_arg_buffer(h[1]), cube_arg_buffer(h[2]),
                         cube_arg_u32(7)};
   if (launch_loop(c, k, args, 1)) return 1; /* first use: streams, the kernel */
+  /* Steps: the warm-up of automatic capture (two steps seen, one replayed). */
+  if (mode && steps_loop(c, k, args, 3, false)) return 1;
   CALLGRIND_TOGGLE_COLLECT;
   uint64_t t0 = now_ns();
-  int rc = launch_loop(c, k, args, launches);
+  int rc = mode ? steps_loop(c, k, args, launches, mode == 2) : launch_loop(c, k, args, launches);
   uint64_t t1 = now_ns();
   CALLGRIND_TOGGLE_COLLECT;
+  if (mode) launches *= STEP_LAUNCHES; /* per launch */
   s = cube_client_sync(c);
   if (s) {
     fail_status("cube_client_sync", s);
     rc = 1;
   }
-  printf("%s: %" PRIu64 " launches of 4 arguments on %s (inline queue): %.3f us per launch%s\n",
+  printf("%s: %" PRIu64 " launches of 4 arguments on %s (inline queue%s): %.3f us per launch%s\n",
          BENCH_NAME, launches, cube_client_info(c)->name,
+         mode == 1 ? ", steps of 100 and a flush" : mode == 2 ? ", steps: launches 1-99" : "",
          launches ? (double)(t1 - t0) / 1e3 / (double)launches : 0.0,
          RUNNING_ON_VALGRIND ? " (under valgrind)" : "");
   for (int i = 0; i < 3; ++i) cube_handle_release(h[i]);
@@ -152,7 +192,9 @@ static int launch_main(uint64_t launches) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "launch") == 0)
-    return launch_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 100000);
+    return launch_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 100000, 0);
+  if (argc > 1 && (strcmp(argv[1], "steps") == 0 || strcmp(argv[1], "held") == 0))
+    return launch_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 1000, argv[1][0] == 's' ? 1 : 2);
   uint64_t pairs = argc > 1 ? strtoull(argv[1], NULL, 10) : 100000;
   size_t bytes = argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : (size_t)1 << 20;
   cube_client_t* c = NULL;

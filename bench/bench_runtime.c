@@ -8,12 +8,15 @@
  *   3. launch + sync round trip of an empty kernel
  *   4. launch + read back of a 4-byte result
  *   5. upload (create_from_slice) and download (read_one) of 64 MiB vs memcpy
- *   7. graph replay of 100 empty kernels vs the same eager launches
+ *   7. graph replay of 100 empty kernels vs the same eager launches, and
+ *      automatic capture (CUBE_GRAPHS=auto) of steps of 100 launches vs the
+ *      same steps launched eagerly
  *   6. saxpy over 16M floats: native kernel vs a plain C loop (vs OpenMP when
  *      built with -fopenmp)
  *
- * Two CPU devices: cpu:0 runs with the threaded queue, cpu:1 with the inline
- * queue (CUBE_CPU_DEVICES=2 is set here before the first cube call).
+ * Four CPU devices: cpu:0 runs with the threaded queue, cpu:1 with the inline
+ * queue, cpu:2 and cpu:3 the same with automatic capture on (graphs auto);
+ * CUBE_CPU_DEVICES=4 is set here before the first cube call.
  *
  * Every figure is the median and the minimum over repeated trials after
  * warm-up trials, timed with CLOCK_MONOTONIC. On time lines "ratio vs B" =
@@ -143,6 +146,8 @@ static cube_kernel_t* make_kernel(const char* name, uint32_t dim, const cube_arg
 
 static cube_client_t* g_threaded; /* cpu:0 */
 static cube_client_t* g_inline;   /* cpu:1 */
+static cube_client_t* g_auto_threaded; /* cpu:2, graphs auto */
+static cube_client_t* g_auto_inline;   /* cpu:3, graphs auto */
 static cube_kernel_t* g_k_empty;
 static cube_kernel_t* g_k_result;
 static cube_kernel_t* g_k_saxpy;
@@ -459,6 +464,73 @@ static uint64_t trial_replay_call(void* p, uint64_t iters) {
   return t1 - t0;
 }
 
+/* Steps of GRAPH_NODES launches of an empty kernel of (buffer, buffer, u32)
+ * over STEP_BUFFERS buffers, each step ended by a 4-byte cube_client_write
+ * into another buffer (a boundary that waits for nothing, as a loop's next
+ * input would be), one sync at the end: the same on an eager device and on
+ * one with automatic capture. */
+enum { STEP_BUFFERS = 4 };
+
+typedef struct step_ctx {
+  cube_client_t* client;
+  cube_kernel_t* kernel;
+  cube_handle_t buf[STEP_BUFFERS];
+  cube_handle_t mark; /* written at each step's end */
+  /* The caller's cost of a launch: only launches 1 to GRAPH_NODES - 1 of
+   * each step are timed (the last one completes an automatic step and queues
+   * its replay; on an inline device the replay runs in that call). */
+  bool time_launches_only;
+} step_ctx_t;
+
+static void step_launch(step_ctx_t* g, int k) {
+  cube_arg_t a[3] = {cube_arg_buffer(g->buf[k % STEP_BUFFERS]),
+                     cube_arg_buffer(g->buf[(k + 1) % STEP_BUFFERS]), cube_arg_u32((uint32_t)k)};
+  TRY("cube_client_launch", cube_client_launch(g->client, g->kernel, cube_count_static(1, 1, 1),
+                                               3, a));
+}
+
+static void step_end(step_ctx_t* g, uint64_t i) {
+  uint32_t v = (uint32_t)i;
+  TRY("cube_client_write", cube_client_write(g->client, g->mark, &v, sizeof(v)));
+}
+
+/* iters = kernels (a multiple of GRAPH_NODES); per-kernel time, the final
+ * sync included. */
+static uint64_t trial_steps(void* p, uint64_t iters) {
+  step_ctx_t* g = p;
+  uint64_t steps = iters / GRAPH_NODES, total = 0;
+  if (!g->time_launches_only) {
+    uint64_t t0 = now_ns();
+    for (uint64_t i = 0; i < steps; ++i) {
+      for (int k = 0; k < GRAPH_NODES; ++k) step_launch(g, k);
+      step_end(g, i);
+    }
+    TRY("cube_client_sync", cube_client_sync(g->client));
+    return now_ns() - t0;
+  }
+  for (uint64_t i = 0; i < steps; ++i) {
+    uint64_t t0 = now_ns();
+    for (int k = 0; k < GRAPH_NODES - 1; ++k) step_launch(g, k);
+    total += now_ns() - t0;
+    step_launch(g, GRAPH_NODES - 1);
+    step_end(g, i);
+  }
+  TRY("cube_client_sync", cube_client_sync(g->client));
+  return total * GRAPH_NODES / (GRAPH_NODES - 1); /* per timed launch */
+}
+
+static step_ctx_t make_steps(cube_client_t* c, cube_kernel_t* k) {
+  step_ctx_t g = {c, k, {CUBE_HANDLE_NULL}, CUBE_HANDLE_NULL, false};
+  for (int i = 0; i < STEP_BUFFERS; ++i) TRY("cube_client_empty", cube_client_empty(c, 4096, &g.buf[i]));
+  TRY("cube_client_empty", cube_client_empty(c, 4, &g.mark));
+  return g;
+}
+
+static void free_steps(step_ctx_t* g) {
+  for (int i = 0; i < STEP_BUFFERS; ++i) cube_handle_release(g->buf[i]);
+  cube_handle_release(g->mark);
+}
+
 static cube_graph_t* capture_empty_graph(cube_client_t* c) {
   cube_count_t one = cube_count_static(1, 1, 1);
   TRY("cube_client_capture_begin", cube_client_capture_begin(c));
@@ -538,7 +610,8 @@ static void print_header(void) {
 #else
   printf(", no OpenMP (built without -fopenmp)\n");
 #endif
-  printf("devices: cpu:0 threaded queue, cpu:1 inline queue; %s\n",
+  printf("devices: cpu:0 threaded queue, cpu:1 inline queue, cpu:2/cpu:3 the same with graphs "
+         "auto; %s\n",
          cube_client_info(g_threaded)->version);
   printf("each line: median and min per operation over trials after warm-up;\n"
          "ratio vs B = time / B's time, or on lines ending \"(of GB/s)\" GB/s / B's GB/s\n"
@@ -550,7 +623,7 @@ static void print_header(void) {
 //===----------------------------------------------------------------------===//
 
 int main(void) {
-  if (setenv("CUBE_CPU_DEVICES", "2", 1) != 0) return 1;
+  if (setenv("CUBE_CPU_DEVICES", "4", 1) != 0) return 1;
 
   cube_server_options_t o;
   cube_server_options_initialize(&o);
@@ -566,6 +639,17 @@ int main(void) {
   if (s) {
     fail_status("cube_client_init cpu:1 (inline)", s);
     return 1;
+  }
+  for (int i = 0; i < 2; ++i) {
+    cube_server_options_initialize(&o);
+    o.queue_mode = i ? CUBE_QUEUE_INLINE : CUBE_QUEUE_THREADED;
+    o.graphs = CUBE_GRAPHS_AUTO;
+    s = cube_client_init((cube_device_id_t){CUBE_BACKEND_CPU, 2u + (uint32_t)i}, &o,
+                         i ? &g_auto_inline : &g_auto_threaded);
+    if (s) {
+      fail_status("cube_client_init cpu:2/3 (graphs auto)", s);
+      return 1;
+    }
   }
   if (cube_client_is_blocking(g_threaded) || !cube_client_is_blocking(g_inline)) {
     fprintf(stderr, "bench_runtime: queue modes were not applied (threaded blocking %d, inline "
@@ -828,6 +912,63 @@ int main(void) {
            r_inl.median_us <= 0.25 * e_inl.median_us ? "met" : "NOT met");
     cube_graph_release(thr.graph);
     cube_graph_release(inl.graph);
+
+    /* Automatic capture: the same steps on eager devices (cpu:0, cpu:1) and
+     * on devices with graphs auto (cpu:2, cpu:3). */
+    printf("  automatic capture: steps of %d launches of an empty native kernel (buffer, buffer, "
+           "u32; %d buffers), each ended by a 4-byte cube_client_write, a sync after the last; "
+           "per kernel\n",
+           GRAPH_NODES, STEP_BUFFERS);
+    static const cube_arg_kind_t step_kinds[3] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_U32};
+    cube_kernel_t* k3 = make_kernel("empty3", 1, step_kinds, 3, k_empty);
+    step_ctx_t se_thr = make_steps(g_threaded, k3), se_inl = make_steps(g_inline, k3);
+    step_ctx_t sa_thr = make_steps(g_auto_threaded, k3), sa_inl = make_steps(g_auto_inline, k3);
+    const uint64_t step_kernels = 100 * GRAPH_NODES;
+    stats_t es_thr = measure(trial_steps, &se_thr, step_kernels, 1, 7);
+    stats_t as_thr = measure(trial_steps, &sa_thr, step_kernels, 1, 7);
+    stats_t es_inl = measure(trial_steps, &se_inl, step_kernels, 1, 7);
+    stats_t as_inl = measure(trial_steps, &sa_inl, step_kernels, 1, 7);
+    se_thr.time_launches_only = sa_thr.time_launches_only = true;
+    se_inl.time_launches_only = sa_inl.time_launches_only = true;
+    stats_t ec_thr = measure(trial_steps, &se_thr, step_kernels, 1, 7);
+    stats_t ac_thr = measure(trial_steps, &sa_thr, step_kernels, 1, 7);
+    stats_t ec_inl = measure(trial_steps, &se_inl, step_kernels, 1, 7);
+    stats_t ac_inl = measure(trial_steps, &sa_inl, step_kernels, 1, 7);
+    line_base("eager steps, per kernel, threaded:", es_thr);
+    line_time("auto graphs steps, per kernel, threaded:", as_thr, "eager", es_thr);
+    line_base("eager steps, per kernel, inline:", es_inl);
+    line_time("auto graphs steps, per kernel, inline:", as_inl, "eager", es_inl);
+    line_base("launch in a step (caller), eager, threaded:", ec_thr);
+    line_time("launch in a step (caller), auto: held, threaded:", ac_thr, "eager", ec_thr);
+    line_base("launch in a step (caller, runs it), eager, inline:", ec_inl);
+    line_time("launch in a step (caller), auto: held, inline:", ac_inl, "eager", ec_inl);
+    /* The auto lines measured replays: every step after the warm-up. */
+    const uint64_t steps = 16 * (step_kernels / GRAPH_NODES); /* 2 x (1 warm-up + 7) trials */
+    for (int i = 0; i < 2; ++i) {
+      cube_client_t* c = i ? g_auto_inline : g_auto_threaded;
+      cube_graph_auto_stats_t st;
+      memset(&st, 0, sizeof(st));
+      st.struct_size = sizeof(st);
+      TRY("cube_client_graph_auto_stats", cube_client_graph_auto_stats(c, &st));
+      printf("  auto, %s: %llu of %llu steps replayed (%llu launches), %llu fallbacks, %llu "
+             "interruptions\n",
+             i ? "inline" : "threaded", (unsigned long long)st.steps_replayed,
+             (unsigned long long)steps, (unsigned long long)st.launches_replayed,
+             (unsigned long long)st.fallbacks, (unsigned long long)st.interruptions);
+      if (st.steps_replayed + 2 != steps || st.fallbacks) {
+        fprintf(stderr, "bench_runtime: automatic capture did not replay every step after the "
+                        "warm-up\n");
+        g_failures++;
+      }
+    }
+    printf("  target: a held launch cheaper than an eager one -> threaded %s, inline %s\n\n",
+           ac_thr.median_us < ec_thr.median_us ? "met" : "NOT met",
+           ac_inl.median_us < ec_inl.median_us ? "met" : "NOT met");
+    free_steps(&se_thr);
+    free_steps(&se_inl);
+    free_steps(&sa_thr);
+    free_steps(&sa_inl);
+    cube_kernel_release(k3);
     fflush(stdout);
   }
 
@@ -836,6 +977,8 @@ int main(void) {
   cube_kernel_release(g_k_saxpy);
   cube_client_release(g_threaded);
   cube_client_release(g_inline);
+  cube_client_release(g_auto_threaded);
+  cube_client_release(g_auto_inline);
   cube_shutdown();
   if (g_failures) {
     printf("\n%d failures (see stderr)\n", g_failures);

@@ -58,7 +58,7 @@
  *
  *   Output structs (the library writes them):
  *   cube_memory_report_t, cube_kernel_cache_stats_t,
- *   cube_collective_record_t.
+ *   cube_collective_record_t, cube_graph_auto_stats_t.
  *    - The caller sets struct_size before the call (0 = this header's
  *      layout): zero-initialise the struct (`cube_memory_report_t r = {0};`),
  *      never pass one with an indeterminate struct_size.

@@ -57,6 +57,25 @@
  * Ownership: the caller owns a graph and releases it with
  * cube_graph_release, before cube_shutdown. A replay keeps the graph alive
  * until it ran.
+ *
+ * Automatic capture (CUBE_GRAPHS=auto, or cube_server_options_t.graphs; off
+ * by default). A step is the launches queued on a stream between two of its
+ * boundaries: a read, a write, a sync, a flush, a memory usage, a replay, a
+ * capture_begin, a collective. A stream whose step repeats (the same kernels,
+ * counts, modes and scalars, views of the same sizes used in the same
+ * pattern; the buffers may differ) runs it eagerly graphs_warmup times, then
+ * holds the launches of each next step, compares them with it as they come,
+ * and queues the step as one replay of a graph with the step's buffers
+ * substituted once its last launch matched. A launch that differs, or a
+ * boundary before the step is complete, queues what was held eagerly at once
+ * (in order) and the stream learns again. Nothing else changes: every call
+ * is checked and allowed as without it, results and deferred errors are the
+ * eager ones, and work on other streams that uses a buffer of a held step
+ * (or cube_client_exclusive, cube_client_profile, cube_shutdown) queues the
+ * held launches first. A capture in progress turns it off for its stream.
+ * With a profile level of exec or more, the log says when a stream starts
+ * replaying and when it falls back ("graph auto: stream N: ..."). The design
+ * is docs/graphs.md, "Automatic capture".
  */
 #ifndef CUBE_GRAPH_H_
 #define CUBE_GRAPH_H_
@@ -153,6 +172,27 @@ CUBE_MUST_USE_RESULT cube_status_t cube_graph_slot_of(const cube_graph_t* graph,
  * graph (cube_graph_is_native) waits for its replays still running on the
  * device, whose copies read memory the native graph owns. Thread-safe. */
 void cube_graph_release(cube_graph_t* graph);
+
+/* What automatic capture did on a device, since its server was created,
+ * summed over its streams (an output struct: cube/cube.h, "Struct sizes"). */
+typedef struct cube_graph_auto_stats {
+  size_t struct_size;
+  uint64_t graphs;            /* steps learned: graphs made */
+  uint64_t steps_replayed;    /* steps queued as one replay */
+  uint64_t launches_replayed; /* launches those replays ran */
+  uint64_t fallbacks;         /* held steps that went back to eager launches because the
+                                 sequence changed (the graph was dropped) */
+  uint64_t interruptions;     /* held steps queued eagerly for a reason outside the step
+                                 (another stream used a buffer, exclusive, shutdown); the
+                                 graph was kept */
+} cube_graph_auto_stats_t;
+
+/* Writes automatic capture's counts for |client|'s device into |out_stats|
+ * (all zero when its graphs option is off). Fails with INVALID_ARGUMENT (NULL
+ * arguments) or UNSUPPORTED (a struct_size this library does not know).
+ * Thread-safe; the counts are those of the moment of the call. */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_graph_auto_stats(cube_client_t* client,
+                                                                cube_graph_auto_stats_t* out_stats);
 
 #ifdef __cplusplus
 }

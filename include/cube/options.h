@@ -6,8 +6,8 @@
  * cube_client_load of that device; its options are fixed from then on.
  * Every option left zero takes its value from the environment (CUBE_DEVICE_
  * QUEUE, CUBE_PROFILE, CUBE_CHECK_MODE, CUBE_MEMORY_LIMIT, CUBE_MAX_STREAMS,
- * CUBE_LOG_FILE), else the built-in default, so a zeroed struct (or NULL) is
- * "defaults".
+ * CUBE_LOG_FILE, CUBE_GRAPHS, CUBE_GRAPHS_WARMUP), else the built-in
+ * default, so a zeroed struct (or NULL) is "defaults".
  *
  * cube_server_options_t is an input struct (cube/cube.h, "Struct sizes"):
  * fill it with cube_server_options_initialize, or zero it (struct_size 0
@@ -50,6 +50,13 @@ typedef enum cube_check_mode_e {
   CUBE_CHECK_VALIDATE = 2, /* launch_unchecked runs Validate */
 } cube_check_mode_t;
 
+typedef enum cube_graphs_mode_e {
+  CUBE_GRAPHS_DEFAULT = 0, /* CUBE_GRAPHS, else off */
+  CUBE_GRAPHS_OFF = 1,     /* launches are queued as they come (eager) */
+  CUBE_GRAPHS_AUTO = 2,    /* automatic capture: a step of launches that repeats is replayed as
+                              a graph (cube/graph.h, docs/graphs.md "Automatic capture") */
+} cube_graphs_mode_t;
+
 typedef struct cube_server_options {
   size_t struct_size;                 /* 0 or sizeof(cube_server_options_t) */
   cube_queue_mode_t queue_mode;
@@ -67,6 +74,9 @@ typedef struct cube_server_options {
    * backend tag, both checked). Borrowed for the call. NULL: the option
    * table's values (the environment unless set with cube_option_set). */
   const void* backend_params;
+  cube_graphs_mode_t graphs;          /* CUBE_GRAPHS when left DEFAULT */
+  uint32_t graphs_warmup;             /* auto: steps seen alike (run eagerly) before the next
+                                         one is replayed; 0 = CUBE_GRAPHS_WARMUP or 2 */
 } cube_server_options_t;
 
 /* Fills |options| with the defaults (every option zero: take the environment)
@@ -153,6 +163,8 @@ typedef enum cube_option_e {
   CUBE_OPTION_NCCL_ID_FILE,
   CUBE_OPTION_NCCL_BLOCKING,
   CUBE_OPTION_GRAPHS_NATIVE,
+  CUBE_OPTION_GRAPHS,
+  CUBE_OPTION_GRAPHS_WARMUP,
 } cube_option_t;
 
 typedef enum cube_option_type_e {

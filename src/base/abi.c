@@ -25,6 +25,7 @@ CUBE__STRUCT(cube__struct_layout_desc, cube_layout_desc_t);
 CUBE__STRUCT(cube__struct_memory_report, cube_memory_report_t);
 CUBE__STRUCT(cube__struct_kernel_cache_stats, cube_kernel_cache_stats_t);
 CUBE__STRUCT(cube__struct_collective_record, cube_collective_record_t);
+CUBE__STRUCT(cube__struct_graph_auto_stats, cube_graph_auto_stats_t);
 
 /* struct_size is the first member of each, so that it can be read before
  * anything else is known about the caller's layout. */
@@ -34,6 +35,7 @@ _Static_assert(offsetof(cube_layout_desc_t, struct_size) == 0, "struct_size firs
 _Static_assert(offsetof(cube_memory_report_t, struct_size) == 0, "struct_size first");
 _Static_assert(offsetof(cube_kernel_cache_stats_t, struct_size) == 0, "struct_size first");
 _Static_assert(offsetof(cube_collective_record_t, struct_size) == 0, "struct_size first");
+_Static_assert(offsetof(cube_graph_auto_stats_t, struct_size) == 0, "struct_size first");
 _Static_assert(offsetof(cube_device_properties_t, struct_size) == 0, "struct_size first");
 _Static_assert(offsetof(cube_backend_info_t, struct_size) == 0, "struct_size first");
 

@@ -110,7 +110,11 @@
   X(NCCL_BLOCKING, BOOL, PROCESS, AT_USE, "0", "0", 0, 0, 0, NULL, NULL,                          \
     "1: blocking NCCL communicators (0: nonblocking, every wait has the collective timeout)")     \
   X(GRAPHS_NATIVE, BOOL, PROCESS, AT_USE, "1", "1", 0, 0, 0, NULL, NULL,                         \
-    "0: replay graphs node by node even where the driver has graphs of its own (CUDA)")
+    "0: replay graphs node by node even where the driver has graphs of its own (CUDA)")     \
+  X(GRAPHS, ENUM, DEVICE, AT_DEVICE_CREATION, "off", "off", 0, 0, 0, "off|auto", NULL,            \
+    "auto: a stream's repeated steps of launches are captured and replayed (graphs)")             \
+  X(GRAPHS_WARMUP, U32, DEVICE, AT_DEVICE_CREATION, "2", "2", 1, 1000, 0, NULL, NULL,             \
+    "auto graphs: eager steps alike before the next is replayed (graphs_warmup)")
 
 /* CUBE__OPT_<ID>: the same numbers as the public CUBE_OPTION_<ID>. */
 typedef enum cube__option_id {

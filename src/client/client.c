@@ -63,11 +63,17 @@ cube_status_t cube_client_init(cube_device_id_t device, const cube_server_option
   if (options && ((unsigned)options->queue_mode > CUBE_QUEUE_INLINE ||
                   (unsigned)options->profile_level > CUBE_PROFILE_FULL ||
                   (unsigned)options->memory_config > CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES ||
-                  (unsigned)options->check_mode > CUBE_CHECK_VALIDATE))
+                  (unsigned)options->check_mode > CUBE_CHECK_VALIDATE ||
+                  (unsigned)options->graphs > CUBE_GRAPHS_AUTO))
     return CUBE_INVALID("cube_client_init: options hold an out-of-range enum value "
-                        "(queue_mode %d, profile_level %d, memory_config %d, check_mode %d)",
+                        "(queue_mode %d, profile_level %d, memory_config %d, check_mode %d, "
+                        "graphs %d)",
                         (int)options->queue_mode, (int)options->profile_level,
-                        (int)options->memory_config, (int)options->check_mode);
+                        (int)options->memory_config, (int)options->check_mode,
+                        (int)options->graphs);
+  if (options && options->graphs_warmup)
+    CUBE_RETURN_IF_ERROR(cube__option_check_value(CUBE__OPT_GRAPHS_WARMUP, options->graphs_warmup,
+                                                  "cube_client_init: options->graphs_warmup"));
   CUBE_RETURN_IF_ERROR(cube__options_check("cube_client_init"));
   if (options) {
     cube_status_t hs = cube__backend_params_check_header(options->backend_params, device);
@@ -95,7 +101,14 @@ cube_client_t* cube_client_retain(cube_client_t* c) {
 }
 
 void cube_client_release(cube_client_t* c) {
-  if (c && atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) free(c);
+  if (!c || atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1) return;
+  /* A step held on the client's stream is queued now rather than at the
+   * stream's next use or at cube_shutdown. */
+  uint64_t id = c->stream;
+  if (cube__client_live(c) && cube__server_auto(c->server) &&
+      (c->pinned || cube__stream_current_id_peek(&id)))
+    cube__auto_end_stream_id(c->server, id, "cube_client_release");
+  free(c);
 }
 
 cube_device_id_t cube_client_device(const cube_client_t* c) {
@@ -202,6 +215,8 @@ void cube_resource_release(cube_resource_t* r) {
 cube_status_t cube_client_exclusive(cube_client_t* c, cube_task_fn fn, void* user) {
   CUBE__CHECK_CLIENT(c, "cube_client_exclusive");
   if (!fn) return CUBE_INVALID("cube_client_exclusive: fn is NULL");
+  /* The device to itself after everything called before: held steps too. */
+  if (cube__server_auto(c->server)) cube__auto_end_device(c->server, "cube_client_exclusive");
   return cube__server_exclusive(c->server, cube__client_stream_id(c), fn, user);
 }
 
@@ -260,6 +275,7 @@ cube_status_t cube_client_memory_usage(cube_client_t* c, cube_memory_usage_t* ou
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &st));
   /* As CubeCL (a blocking call): after the work queued before it, so that a
    * failure of that work is seen. */
+  if (cube__stream_auto(st)) cube__auto_step_end(st, "a memory usage");
   CUBE_RETURN_IF_ERROR(cube__server_barrier(st));
   return cube__stream_usage(st, fn, true, out_usage);
 }
@@ -300,6 +316,7 @@ cube_status_t cube_client_flush(cube_client_t* c) {
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
   if (cube__stream_capturing(stream))
     return cube__stream_capture_refusal(stream, "cube_client_flush", "a flush");
+  if (cube__stream_auto(stream)) cube__auto_step_end(stream, "a flush");
 
   cube_status_t st = cube__server_flush(stream);
   return st ? cube__status_annotate(st, "cube_client_flush") : CUBE_OK;
@@ -311,6 +328,7 @@ cube_status_t cube_client_sync(cube_client_t* c) {
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
   if (cube__stream_capturing(stream))
     return cube__stream_capture_refusal(stream, "cube_client_sync", "a sync");
+  if (cube__stream_auto(stream)) cube__auto_step_end(stream, "a sync");
   cube_status_t st = cube__server_sync(stream);
   return st ? cube__status_annotate(st, "cube_client_sync") : CUBE_OK;
 }
@@ -322,6 +340,7 @@ cube_status_t cube_client_sync_async(cube_client_t* c, cube_future_t** out_futur
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
   if (cube__stream_capturing(stream))
     return cube__stream_capture_refusal(stream, "cube_client_sync_async", "a sync");
+  if (cube__stream_auto(stream)) cube__auto_step_end(stream, "a sync");
   return cube__server_sync_async(stream, out_future);
 }
 
@@ -333,6 +352,7 @@ cube_status_t cube_client_profile(cube_client_t* c, cube_task_fn fn, void* user,
   uint64_t sid = cube__client_stream_id(c);
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__server_stream(c->server, sid, &stream));
+  if (cube__server_auto(c->server)) cube__auto_end_device(c->server, "cube_client_profile");
   return cube__server_profile(stream, sid, fn, user, name, out_duration);
 }
 

@@ -162,6 +162,8 @@ cube_status_t cube_client_sync_collective(cube_client_t* c) {
   if (st) return cube__status_annotate(st, "%s", fn);
   cube__stream_t* stream;
   st = cube__client_stream(c, &stream);
+  if (!st && !cube__stream_capturing(stream) && cube__stream_auto(stream))
+    cube__auto_step_end(stream, "a collective");
   if (!st) st = cube__coll_submit_sync(stream, timeout); /* recorded when the stream captures */
   return st ? cube__status_annotate(st, "%s", fn) : CUBE_OK;
 }
@@ -178,6 +180,11 @@ static cube_status_t cube__coll_queue(cube_client_t* c, const char* fn, cube__co
   cube__stream_t* stream;
   st = cube__client_stream(c, &stream);
   if (st) return cube__status_annotate(st, "%s", fn);
+  if (!cube__stream_capturing(stream) && cube__stream_auto(stream)) {
+    cube__auto_step_end(stream, "a collective");
+    if (src) cube__auto_touch(stream, src->mem);
+    if (dst) cube__auto_touch(stream, dst->mem);
+  }
   if (src) {
     part->src_mem = src->mem;
     part->src_offset = src->offset_start;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/abi.h"
 #include "client/client_internal.h"
 #include "cube/graph.h"
 
@@ -12,6 +13,8 @@ cube_status_t cube_client_capture_begin(cube_client_t* c) {
   CUBE__CHECK_CLIENT(c, fn);
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  if (cube__stream_auto(stream) && !cube__stream_capturing(stream))
+    cube__auto_step_end(stream, "cube_client_capture_begin");
   cube_status_t st = cube__stream_capture_begin(stream);
   return st ? cube__status_annotate(st, "%s", fn) : CUBE_OK;
 }
@@ -139,6 +142,12 @@ cube_status_t cube_client_replay_with(cube_client_t* c, cube_graph_t* g, size_t 
     free(subs);
     return st;
   }
+  if (cube__stream_auto(stream)) {
+    cube__auto_step_end(stream, "a replay");
+    for (size_t k = 0; k < slots; ++k)
+      cube__auto_touch(stream, subs && subs[k].mem ? subs[k].mem
+                                                   : cube__graph_slot_mem(g, (uint32_t)k));
+  }
   st = cube__server_replay(stream, g, subs, sc, scalar_count);
   return st ? cube__status_annotate(st, "%s", fn) : CUBE_OK;
 }
@@ -166,3 +175,14 @@ cube_status_t cube_graph_slot_of(const cube_graph_t* g, cube_client_t* c, cube_h
 }
 
 void cube_graph_release(cube_graph_t* g) { cube__graph_unref(g); }
+
+cube_status_t cube_client_graph_auto_stats(cube_client_t* c, cube_graph_auto_stats_t* out) {
+  static const char fn[] = "cube_client_graph_auto_stats";
+  CUBE__CHECK_CLIENT(c, fn);
+  CUBE__CHECK_OUT(out, fn, "out_stats");
+  uint64_t n[5];
+  cube__auto_stats(c->server, n);
+  cube_graph_auto_stats_t stats = {sizeof(stats), n[0], n[1], n[2], n[3], n[4]};
+  return cube__struct_write(fn, "out_stats->struct_size", &cube__struct_graph_auto_stats, out,
+                            &stats);
+}

@@ -157,6 +157,9 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
   if (cube__stream_capturing(stream))
     return cube__graph_record_launch(stream, kernel, xyz, dyn_mem, dyn_offset, mode,
                                      (uint32_t)arg_count, targs);
+  if (cube__stream_auto(stream))
+    return cube__auto_launch(stream, kernel, xyz, dyn_mem, dyn_offset, mode, (uint32_t)arg_count,
+                             targs);
   return cube__server_launch(stream, kernel, xyz, dyn_mem, dyn_offset, mode, (uint32_t)arg_count,
                              targs);
 }

@@ -17,6 +17,10 @@ static cube_status_t cube__read_queue(cube_client_t* c, const char* fn, size_t c
   cube_status_t st = cube__client_stream(c, &stream);
   if (!st && cube__stream_capturing(stream))
     st = cube__stream_capture_refusal(stream, fn, "a read");
+  if (!st && cube__stream_auto(stream)) {
+    cube__auto_step_end(stream, "a read");
+    for (size_t j = 0; j < count; ++j) cube__auto_touch(stream, r[j].mem);
+  }
   if (st) {
     for (size_t j = 0; j < count; ++j) cube__memory_unref(r[j].mem);
   } else {
@@ -90,6 +94,10 @@ cube_status_t cube_client_read_into(cube_client_t* c, cube_handle_t handle, void
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
   if (cube__stream_capturing(stream)) return cube__stream_capture_refusal(stream, fn, "a read");
+  if (cube__stream_auto(stream)) {
+    cube__auto_step_end(stream, "a read");
+    cube__auto_touch(stream, info.mem);
+  }
   cube__memory_ref(info.mem);
   cube__read_region_t r = {info.mem, info.offset_start, n, 1, n, dst};
   cube_future_t* f;

@@ -8,6 +8,9 @@ atomic_uint_fast64_t cube__client_epoch_counter;
 
 void cube_shutdown(void) {
   atomic_fetch_add(&cube__client_epoch_counter, 1);
+  /* Steps held by automatic capture are queued first: what was called
+   * before the shutdown runs, as eager launches would. */
+  cube__auto_shutdown();
   /* Every device runs what was queued before any is destroyed (a device's
    * task may use another's memory: the last participant of a collective),
    * then NCCL work in flight ends (or is aborted). */

@@ -20,6 +20,10 @@ cube_status_t cube_client_write(cube_client_t* c, cube_handle_t handle, const vo
   if (!data) return CUBE_INVALID("%s: data is NULL (%zu bytes to write)", fn, size);
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  if (cube__stream_auto(stream) && !cube__stream_capturing(stream)) {
+    cube__auto_step_end(stream, "a write");
+    cube__auto_touch(stream, info.mem);
+  }
   cube_status_t st =
       cube__stream_capturing(stream)
           ? cube__graph_record_write(stream, info.mem, info.offset_start, n, n, data, n, 1)
@@ -63,6 +67,10 @@ cube_status_t cube_client_write_tensor(cube_client_t* c, const cube_tensor_t* t,
   if (!data) return CUBE_INVALID("%s: data is NULL (%zu bytes to write)", fn, size);
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  if (cube__stream_auto(stream) && !cube__stream_capturing(stream)) {
+    cube__auto_step_end(stream, "a write");
+    cube__auto_touch(stream, info.mem);
+  }
   st = cube__stream_capturing(stream)
            ? cube__graph_record_write(stream, info.mem, info.offset_start, view, p, data, w, h)
            : cube__server_write_ordered(stream, info.mem, info.offset_start, p, data, w, h);

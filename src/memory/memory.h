@@ -67,6 +67,8 @@ typedef struct cube__memory {
   cube__mm_t* mm;          /* manager owning the slice, NULL while unbound */
   void* owner;             /* free for the user of the module (the server's stream) */
   _Atomic(void*) last_use; /* the server's: the stream that used it last (device streams) */
+  atomic_uint_fast64_t auto_tag; /* the server's: the held step of automatic capture that
+                                    used it last (src/server/graph_auto.c), 0: none */
   struct cube__memory* next_spare; /* the manager's: its list of descriptors to reuse */
 } cube__memory_t;
 

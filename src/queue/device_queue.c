@@ -56,6 +56,11 @@ uint64_t cube__stream_current_id(void) {
   return tl_stream;
 }
 
+bool cube__stream_current_id_peek(uint64_t* out_id) {
+  *out_id = tl_stream;
+  return tl_stream_set;
+}
+
 uint64_t cube__stream_new_id(void) {
   return atomic_fetch_add_explicit(&g_stream_counter, 1, memory_order_relaxed);
 }

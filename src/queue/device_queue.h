@@ -139,6 +139,9 @@ bool cube__device_is_current(const cube__device_t* d);
 /* The calling thread's stream id: the id of the task being run on a runner,
  * else the thread's own id (0, 1, 2 ... in order of first use). */
 uint64_t cube__stream_current_id(void);
+/* As cube__stream_current_id, without giving the thread an id when it has
+ * none yet: false then. */
+bool cube__stream_current_id_peek(uint64_t* out_id);
 /* A fresh id never handed to a thread. */
 uint64_t cube__stream_new_id(void);
 

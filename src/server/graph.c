@@ -66,6 +66,8 @@ struct cube_graph_s {
   cube__server_t* server;
   pthread_mutex_t lock; /* recording (several threads may share a pinned stream) */
   cube_status_t failure; /* the first failure while recording */
+  bool automatic;        /* made by automatic capture (graph_auto.c): node failures are
+                            deferred as the eager launch's would be, unannotated */
   cube__graph_node_t* nodes;
   size_t node_count, node_cap;
   cube__graph_slot_t* slots;
@@ -131,6 +133,31 @@ cube__server_t* cube__graph_server(const cube_graph_t* g) { return g->server; }
 size_t cube__graph_node_count(const cube_graph_t* g) { return g->node_count; }
 size_t cube__graph_slot_count(const cube_graph_t* g) { return g->slot_count; }
 uint64_t cube__graph_slot_len(const cube_graph_t* g, uint32_t slot) { return g->slots[slot].len; }
+cube__memory_t* cube__graph_slot_mem(const cube_graph_t* g, uint32_t slot) {
+  return g->slots[slot].mem;
+}
+void cube__graph_set_automatic(cube_graph_t* g) { g->automatic = true; }
+
+void cube__graph_forget_buffers(cube_graph_t* g) {
+  pthread_mutex_lock(&g->lock);
+  for (size_t i = 0; i < g->node_count; ++i) {
+    cube__graph_node_t* n = &g->nodes[i];
+    if (n->kind == CUBE__NODE_LAUNCH) {
+      cube__memory_t** mems = cube__launch_mems(n->launch);
+      for (uint32_t k = 0; k < n->launch->arg_count; ++k) {
+        cube__memory_unref(mems[k]);
+        mems[k] = NULL;
+      }
+    } else {
+      n->write.mem = NULL; /* its reference is the slot's */
+    }
+  }
+  for (size_t i = 0; i < g->slot_count; ++i) {
+    cube__memory_unref(g->slots[i].mem);
+    g->slots[i].mem = NULL;
+  }
+  pthread_mutex_unlock(&g->lock);
+}
 
 bool cube__graph_slot_find(const cube_graph_t* g, const cube__memory_t* mem, uint64_t offset,
                            uint64_t len, uint32_t* out_slot) {
@@ -169,14 +196,20 @@ static cube__graph_node_t* cube__graph_node_add(cube_graph_t* g) {
 
 /* Capture ------------------------------------------------------------------ */
 
-cube_status_t cube__stream_capture_begin(cube__stream_t* st) {
+cube_graph_t* cube__graph_create(cube__server_t* s) {
   cube_graph_t* g = calloc(1, sizeof(*g));
-  if (!g) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "capture: no host memory");
+  if (!g) return NULL;
   atomic_init(&g->refs, 1);
-  g->server = st->server;
+  g->server = s;
   pthread_mutex_init(&g->lock, NULL);
   pthread_mutex_init(&g->native_lock, NULL);
   atomic_init(&g->ran_native, false);
+  return g;
+}
+
+cube_status_t cube__stream_capture_begin(cube__stream_t* st) {
+  cube_graph_t* g = cube__graph_create(st->server);
+  if (!g) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "capture: no host memory");
   cube_graph_t* none = NULL;
   if (!atomic_compare_exchange_strong_explicit(&st->capture, &none, g, memory_order_acq_rel,
                                                memory_order_acquire)) {
@@ -227,6 +260,13 @@ cube_status_t cube__graph_record_launch(cube__stream_t* st, cube_kernel_t* kerne
                                         uint32_t arg_count, const cube__task_arg_t* args) {
   cube_graph_t* g = atomic_load_explicit(&st->capture, memory_order_acquire);
   if (!g) return cube__server_launch(st, kernel, count, dyn_mem, dyn_offset, mode, arg_count, args);
+  return cube__graph_add_launch(g, st, kernel, count, dyn_mem, dyn_offset, mode, arg_count, args);
+}
+
+cube_status_t cube__graph_add_launch(cube_graph_t* g, cube__stream_t* st, cube_kernel_t* kernel,
+                                     const uint32_t count[3], cube__memory_t* dyn_mem,
+                                     uint64_t dyn_offset, cube_execution_mode_t mode,
+                                     uint32_t arg_count, const cube__task_arg_t* args) {
   pthread_mutex_lock(&g->lock);
   cube_status_t status = CUBE_OK;
   cube__graph_node_t* n = cube__graph_node_add(g);
@@ -554,7 +594,9 @@ static void cube__replay_list(cube__server_t* s, cube__stream_t* st, const cube_
     while (next < r->scalar_count && r->scalars[next].node == i) ++next;
     cube_status_t status = cube__replay_node(s, st, r->subs, r->scalars + first, next - first,
                                              &g->nodes[i], scratch);
-    if (status)
+    if (status && g->automatic)
+      cube__stream_push_error(st, status); /* as the eager launch's failure */
+    else if (status)
       cube__stream_push_error(st, cube__status_annotate(status, "replay of a graph of %zu nodes: "
                                                                 "node %zu",
                                                         g->node_count, i));

@@ -48,6 +48,15 @@ static cube_status_t cube__server_create(cube__device_key_t key, void* arg, void
     status = cube__option_status(CUBE__OPT_CHECK_MODE);
     s->options.check_mode = (cube_check_mode_t)cube__option_enum(CUBE__OPT_CHECK_MODE);
   }
+  /* CUBE_GRAPHS's words are off, auto: cube_graphs_mode_t minus one. */
+  if (!status && s->options.graphs == CUBE_GRAPHS_DEFAULT) {
+    status = cube__option_status(CUBE__OPT_GRAPHS);
+    s->options.graphs = (cube_graphs_mode_t)(cube__option_enum(CUBE__OPT_GRAPHS) + 1);
+  }
+  if (!status && !s->options.graphs_warmup) {
+    status = cube__option_status(CUBE__OPT_GRAPHS_WARMUP);
+    s->options.graphs_warmup = cube__option_u32(CUBE__OPT_GRAPHS_WARMUP);
+  }
   if (!status)
     status = cube__profiler_init(&s->profiler, s->options.profile_level, s->options.log_fn,
                                  s->options.log_user);

@@ -215,14 +215,87 @@ bool cube__graph_is_native(const struct cube_graph_s* graph);
  * buffer). */
 cube_status_t cube__graph_scalar_kind(const struct cube_graph_s* graph, uint32_t node,
                                       uint32_t arg, cube_arg_kind_t* out_kind);
+/* A graph of no nodes on |s|, made outside a capture (automatic capture,
+ * graph_auto.c); NULL when out of host memory. */
+struct cube_graph_s* cube__graph_create(cube__server_t* s);
+/* Appends a launch to |graph| as a capture on |stream| records it (the same
+ * references); a failure is also kept as the graph's recording failure. */
+cube_status_t cube__graph_add_launch(struct cube_graph_s* graph, cube__stream_t* stream,
+                                     cube_kernel_t* kernel, const uint32_t count[3],
+                                     cube__memory_t* dyn_mem, uint64_t dyn_offset,
+                                     cube_execution_mode_t mode, uint32_t arg_count,
+                                     const cube__task_arg_t* args);
+/* Marks a graph made by automatic capture: a failing node is deferred as the
+ * eager launch's failure is, without the replay's annotation. */
+void cube__graph_set_automatic(struct cube_graph_s* graph);
+/* Lets go of the buffers |graph| recorded (kept: their view sizes): every
+ * replay of it must then bind every slot. Automatic capture's graphs hold
+ * no memory between steps this way. */
+void cube__graph_forget_buffers(struct cube_graph_s* graph);
 void cube__graph_ref(struct cube_graph_s* graph);
 void cube__graph_unref(struct cube_graph_s* graph);
 cube__server_t* cube__graph_server(const struct cube_graph_s* graph);
 size_t cube__graph_node_count(const struct cube_graph_s* graph);
 size_t cube__graph_slot_count(const struct cube_graph_s* graph);
 uint64_t cube__graph_slot_len(const struct cube_graph_s* graph, uint32_t slot);
+cube__memory_t* cube__graph_slot_mem(const struct cube_graph_s* graph, uint32_t slot);
 bool cube__graph_slot_find(const struct cube_graph_s* graph, const cube__memory_t* mem,
                            uint64_t offset, uint64_t len, uint32_t* out_slot);
+
+/* Automatic capture (CUBE_GRAPHS=auto: src/server/graph_auto.c) ---------- */
+
+/* Whether |stream| is under automatic capture (its server's graphs option is
+ * auto). One load of a field next to |capture|: the eager paths test it and
+ * nothing else. */
+static inline bool cube__stream_auto(const cube__stream_t* stream) {
+  return stream->auto_state != NULL;
+}
+static inline bool cube__server_auto(const cube__server_t* s) {
+  return s->options.graphs == CUBE_GRAPHS_AUTO;
+}
+
+/* An allocation of |stream| ran out of memory: what automatic capture keeps
+ * (a held step, the graph and its buffers) is let go, and true is returned
+ * when there was some (the caller waits for the queue and tries again). */
+bool cube__auto_yield_memory(cube__stream_t* stream);
+
+/* As cube__server_launch, on a stream under automatic capture: learned,
+ * queued eagerly, or held as a launch of a step that is replayed. The same
+ * references are taken and the same failures returned. */
+cube_status_t cube__auto_launch(cube__stream_t* stream, cube_kernel_t* kernel,
+                                const uint32_t count[3], cube__memory_t* dyn_mem,
+                                uint64_t dyn_offset, cube_execution_mode_t mode,
+                                uint32_t arg_count, const cube__task_arg_t* args);
+
+/* A boundary of |stream|'s steps (|what|: "a read", "a sync"): the held step,
+ * if any, is queued (as a replay when complete, eagerly otherwise) before the
+ * caller queues its own work. Call it after the capture refusals. */
+void cube__auto_step_end(cube__stream_t* stream, const char* what);
+
+/* |stream| is about to use |mem| (a read, a write, a replay's buffer, a
+ * collective's): a step of another stream that holds it is queued first,
+ * eagerly, so that the order of the calls is the order on the device. */
+void cube__auto_touch(cube__stream_t* stream, cube__memory_t* mem);
+
+/* Ends the held steps of every stream of |s| (|what| names the call:
+ * cube_client_exclusive, cube_client_profile), queued eagerly. */
+void cube__auto_end_device(cube__server_t* s, const char* what);
+
+/* Ends the held step of the stream |stream_id| maps to, if it exists. */
+void cube__auto_end_stream_id(cube__server_t* s, uint64_t stream_id, const char* what);
+
+/* cube_shutdown, first: every held step of the process is queued, and the
+ * graphs automatic capture made are let go (their replays hold them). */
+void cube__auto_shutdown(void);
+
+/* The state of a stream under automatic capture: created with the stream
+ * when its server's graphs option is auto, destroyed with it. */
+cube_status_t cube__auto_create(cube__stream_t* stream, struct cube__auto** out);
+void cube__auto_destroy(struct cube__auto* state);
+
+/* The counts of cube_graph_auto_stats_t (graphs, steps replayed, launches
+ * replayed, fallbacks, interruptions), summed over |s|'s streams. */
+void cube__auto_stats(cube__server_t* s, uint64_t out[5]);
 
 /* Compiles |kernel| for |mode| on the server's device now (a no-op where the
  * backend compiles nothing). */

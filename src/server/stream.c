@@ -112,6 +112,7 @@ bool cube__server_sweep_orphans(void) {
 
 void cube__stream_destroy(cube__stream_t* st) {
   if (!st) return;
+  cube__auto_destroy(st->auto_state); /* first: its graph holds buffers of the pools */
   if (st->holds_head) cube__stream_release_holds(st, true);
   if (st->mm) cube__mm_destroy(st->mm);
   if (st->pinned) {
@@ -167,6 +168,7 @@ static cube_status_t cube__stream_create(cube__server_t* s, uint64_t id, uint32_
     status = cube__mm_create(&o, &st->host_ops, &st->pinned);
   }
   if (!status) status = cube__backend_stream_create(&s->be, id, &st->backend_stream);
+  if (!status && cube__server_auto(s)) status = cube__auto_create(st, &st->auto_state);
   if (status) {
     cube__stream_destroy(st);
     return cube__status_annotate(status, "creating stream %" PRIu64, id);
@@ -327,9 +329,48 @@ static const char* cube__stream_where(const cube__stream_t* st, char* buf, size_
   return buf;
 }
 
+/* A failed reservation of cube__stream_alloc, out of its path (which a pool
+ * hit takes): the report of an out-of-memory failure, and automatic
+ * capture's second chance. Automatic capture never refuses what eager
+ * launches allow: when an allocation of a stream under it runs out of
+ * memory, the launches it held are queued, the queue is waited for, and the
+ * allocation is tried again. */
+__attribute__((noinline, cold)) static cube_status_t cube__stream_alloc_failed(
+    cube__stream_t* st, uint64_t size, const char* what, cube_status_t status,
+    cube__memory_t** out_mem) {
+  cube__server_t* s = st->server;
+  if (st->auto_state && cube_status_code(status) == CUBE_STATUS_OUT_OF_MEMORY &&
+      cube__auto_yield_memory(st)) {
+    cube_status_free(status);
+    cube_status_free(cube__server_barrier(st));
+    cube__memory_t* m = NULL;
+    pthread_mutex_lock(&st->lock);
+    status = cube__mm_reserve(st->mm, size, &m);
+    if (!status) {
+      m->owner = st;
+      atomic_store_explicit(&m->last_use, st, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (!status) {
+      *out_mem = m;
+      return CUBE_OK;
+    }
+  }
+  if (cube_status_code(status) == CUBE_STATUS_OUT_OF_MEMORY) {
+    char where[96];
+    status = cube__mm_oom_locate(st->mm, status, what, cube__stream_where(st, where, sizeof(where)));
+    cube_memory_report_t* r = cube__status_oom_report_mut(status);
+    if (r) {
+      r->device_reserved = atomic_load(&s->device_reserved);
+      r->memory_limit = s->memory_limit;
+    }
+    return status;
+  }
+  return cube__status_annotate(status, "%s", what);
+}
+
 cube_status_t cube__stream_alloc(cube__stream_t* st, uint64_t size, const char* what,
                                  cube__memory_t** out_mem) {
-  cube__server_t* s = st->server;
   cube__memory_t* m = NULL;
   if (cube__stream_capturing(st))
     return cube__stream_capture_refusal(st, what, "allocation from the stream's pools");
@@ -341,20 +382,7 @@ cube_status_t cube__stream_alloc(cube__stream_t* st, uint64_t size, const char* 
     atomic_store_explicit(&m->last_use, st, memory_order_relaxed);
   }
   pthread_mutex_unlock(&st->lock);
-  if (status) {
-    if (cube_status_code(status) == CUBE_STATUS_OUT_OF_MEMORY) {
-      char where[96];
-      status =
-          cube__mm_oom_locate(st->mm, status, what, cube__stream_where(st, where, sizeof(where)));
-      cube_memory_report_t* r = cube__status_oom_report_mut(status);
-      if (r) {
-        r->device_reserved = atomic_load(&s->device_reserved);
-        r->memory_limit = s->memory_limit;
-      }
-      return status;
-    }
-    return cube__status_annotate(status, "%s", what);
-  }
+  if (status) return cube__stream_alloc_failed(st, size, what, status, out_mem);
   *out_mem = m;
   return CUBE_OK;
 }

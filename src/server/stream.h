@@ -40,6 +40,9 @@ typedef struct cube__stream {
   /* The graph being captured on this stream (cube/graph.h), NULL when none:
    * set and cleared by capture begin/end, read by every launch and write. */
   _Atomic(struct cube_graph_s*) capture;
+  /* Automatic capture (CUBE_GRAPHS=auto, graph_auto.c): NULL when off. Set
+   * at creation; the state has its own lock. */
+  struct cube__auto* auto_state;
   /* Written on every sync and error: a cache line of their own, so that the
    * runner taking |lock| does not evict the fields above from the caller's
    * cache (every launch and sync reads them). */
