@@ -6,6 +6,7 @@
  *   bench_pool_calls launch [launches]   (default 100000)
  *   bench_pool_calls steps [steps]       (default 1000)
  *   bench_pool_calls held [steps]        (default 1000)
+ *   bench_pool_calls read [rounds]       (default 100000)
  *
  * "launch" counts a launch instead: cube_client_launch of a native kernel of
  * four arguments (three buffers and a u32, the most a queue cell holds
@@ -20,6 +21,10 @@
  * completes an automatic step and runs its replay, nor the flush). Run them
  * with CUBE_GRAPHS=auto and without: per launch, the whole path and the held
  * launch against the eager one.
+ * "read" counts the round trip of bench_runtime's section [4] on the same
+ * inline-queue CPU device: a launch of a kernel that stores a u32, then
+ * cube_client_read_one of those 4 bytes (checked) and the release of the
+ * result.
  *
  * The device is CUBE_BACKEND's device 0 (the CPU by default; CUDA over the
  * mock driver with CUBE_BACKEND=cuda CUBE_CUDA_DRIVER=.../libcube_mock_cuda.so).
@@ -190,7 +195,81 @@ static int launch_main(uint64_t launches, int mode) {
   return rc || g_failures;
 }
 
+static int bench_result_kernel(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args,
+                               uint32_t n) {
+  (void)cube;
+  (void)n;
+  uint32_t v = args[1].u32 + 1;
+  memcpy(args[0].buffer.data, &v, 4);
+  return 0;
+}
+
+__attribute__((noinline)) static int read_loop(cube_client_t* c, cube_kernel_t* k,
+                                               cube_handle_t out, uint64_t rounds) {
+  for (uint64_t i = 0; i < rounds; ++i) {
+    cube_arg_t args[2] = {cube_arg_buffer(out), cube_arg_u32((uint32_t)i)};
+    cube_status_t s = cube_client_launch(c, k, cube_count_static(1, 1, 1), 2, args);
+    cube_bytes_t* b = NULL;
+    if (!s) s = cube_client_read_one(c, out, &b);
+    if (s) {
+      fail_status("launch + cube_client_read_one", s);
+      return 1;
+    }
+    uint32_t v;
+    memcpy(&v, cube_bytes_const_data(b), 4);
+    cube_bytes_release(b);
+    if (v != (uint32_t)i + 1) {
+      fprintf(stderr, "%s: read back %u, expected %u\n", BENCH_NAME, v, (uint32_t)i + 1);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int read_main(uint64_t rounds) {
+  setenv("CUBE_DEVICE_QUEUE", "inline", 1);
+  cube_client_t* c = NULL;
+  cube_status_t s = cube_client_load((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &c);
+  if (s) {
+    fail_status("cube_client_load", s);
+    return 1;
+  }
+  static const cube_arg_kind_t kinds[2] = {CUBE_ARG_BUFFER, CUBE_ARG_U32};
+  cube_kernel_desc_t d;
+  memset(&d, 0, sizeof(d));
+  d.name = "result";
+  d.cube_dim = (cube_dim_t){1, 1, 1};
+  d.arg_kinds = kinds;
+  d.arg_count = 2;
+  d.cpu_fn = bench_result_kernel;
+  cube_kernel_t* k = NULL;
+  cube_handle_t out = CUBE_HANDLE_NULL;
+  s = cube_kernel_create(&d, &k);
+  if (!s) s = cube_client_empty(c, 4, &out);
+  if (s) {
+    fail_status("setup", s);
+    return 1;
+  }
+  if (read_loop(c, k, out, 10)) return 1; /* first use: streams, staging pages */
+  CALLGRIND_TOGGLE_COLLECT;
+  uint64_t t0 = now_ns();
+  int rc = read_loop(c, k, out, rounds);
+  uint64_t t1 = now_ns();
+  CALLGRIND_TOGGLE_COLLECT;
+  printf("%s: %" PRIu64 " launches + 4-byte read_one on %s (inline queue): %.3f us per round%s\n",
+         BENCH_NAME, rounds, cube_client_info(c)->name,
+         rounds ? (double)(t1 - t0) / 1e3 / (double)rounds : 0.0,
+         RUNNING_ON_VALGRIND ? " (under valgrind)" : "");
+  cube_handle_release(out);
+  cube_kernel_release(k);
+  cube_client_release(c);
+  cube_shutdown();
+  return rc || g_failures;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "read") == 0)
+    return read_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 100000);
   if (argc > 1 && strcmp(argv[1], "launch") == 0)
     return launch_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 100000, 0);
   if (argc > 1 && (strcmp(argv[1], "steps") == 0 || strcmp(argv[1], "held") == 0))

@@ -312,7 +312,10 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_copy(cube_client_t* client, cube_
 /* Reading memory ------------------------------------------------------------- */
 
 /* Reads every handle (its whole view) into new host buffers, after all work
- * queued before on the stream, and waits for them. out_bytes[i] is owned by
+ * queued before on the stream, and waits for them. The copy runs on the
+ * calling thread when the device's queue has nothing left before it (at once,
+ * or after a short wait of at most about 20 us for the work ahead), else on
+ * the device's runner. out_bytes[i] is owned by
  * the caller (PINNED buffers where the device has staging memory). Returns
  * the stream's deferred errors if any (and clears them; writes nothing
  * then). Fails at once with INVALID_ARGUMENT for count 0, NULL handles or a
@@ -323,7 +326,10 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_read(cube_client_t* client, size_
 
 /* As cube_client_read but returns at once with a future (the caller's; see
  * cube/future.h) whose wait hands over the buffers or the deferred errors.
- * Bad input fails here, as for cube_client_read. */
+ * When the device has no work queued or running before it (right after a
+ * sync, say), the read runs during the call on the calling thread and the
+ * future is ready when it returns; otherwise it runs in its turn on the
+ * device's queue. Bad input fails here, as for cube_client_read. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_read_async(cube_client_t* client, size_t count,
                                                           const cube_handle_t* handles,
                                                           cube_future_t** out_future);

@@ -1,6 +1,7 @@
 /* The client API: reading memory (read, read_async, read_one, read_into,
- * read_tensor). Validation and the regions here; the read task is the
- * server's (cube__server_read). */
+ * read_tensor). Validation and the regions here; the read itself is the
+ * server's (cube__server_read, cube__server_read_wait): on the calling thread
+ * when the device has nothing queued before it, else a task on the runner. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,10 +10,12 @@
 #include "base/bytes.h"
 #include "client/client_internal.h"
 
-/* Queues the read of the |count| regions |r| (heap, freed here; each holds a
- * binding reference, given back on failure) on the client's stream. */
+/* Reads the |count| regions |r| (heap, freed here; each holds a binding
+ * reference, given back on failure) on the client's stream: into a future
+ * when |out| is not NULL, else waiting, into |out_bytes|. */
 static cube_status_t cube__read_queue(cube_client_t* c, const char* fn, size_t count,
-                                      cube__read_region_t* r, cube_future_t** out) {
+                                      cube__read_region_t* r, cube_future_t** out,
+                                      cube_bytes_t** out_bytes) {
   cube__stream_t* stream;
   cube_status_t st = cube__client_stream(c, &stream);
   if (!st && cube__stream_capturing(stream))
@@ -23,15 +26,18 @@ static cube_status_t cube__read_queue(cube_client_t* c, const char* fn, size_t c
   }
   if (st) {
     for (size_t j = 0; j < count; ++j) cube__memory_unref(r[j].mem);
-  } else {
+  } else if (out) {
     st = cube__server_read(stream, count, r, out);
+  } else {
+    st = cube__server_read_wait(stream, count, r, out_bytes);
   }
   free(r);
   return st;
 }
 
 static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t count,
-                                        const cube_handle_t* handles, cube_future_t** out) {
+                                        const cube_handle_t* handles, cube_future_t** out,
+                                        cube_bytes_t** out_bytes) {
   CUBE__CHECK_CLIENT(c, fn);
   if (count == 0) return CUBE_INVALID("%s: count is 0", fn);
   if (!handles) return CUBE_INVALID("%s: handles is NULL", fn);
@@ -49,35 +55,25 @@ static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t
     uint64_t n = cube__handle_view_size(&info);
     r[i] = (cube__read_region_t){info.mem, info.offset_start, n, 1, n, NULL};
   }
-  return cube__read_queue(c, fn, count, r, out);
+  return cube__read_queue(c, fn, count, r, out, out_bytes);
 }
 
 cube_status_t cube_client_read_async(cube_client_t* c, size_t count, const cube_handle_t* handles,
                                      cube_future_t** out_future) {
   CUBE__CHECK_OUT(out_future, "cube_client_read_async", "out_future");
-  return cube__read_handles(c, "cube_client_read_async", count, handles, out_future);
-}
-
-static cube_status_t cube__wait_future(cube_future_t* f, cube_bytes_t** out) {
-  cube_status_t st = cube_future_wait(f, UINT64_MAX, out);
-  cube_future_release(f);
-  return st;
+  return cube__read_handles(c, "cube_client_read_async", count, handles, out_future, NULL);
 }
 
 cube_status_t cube_client_read(cube_client_t* c, size_t count, const cube_handle_t* handles,
                                cube_bytes_t** out_bytes) {
   CUBE__CHECK_OUT(out_bytes, "cube_client_read", "out_bytes");
-  cube_future_t* f;
-  CUBE_RETURN_IF_ERROR(cube__read_handles(c, "cube_client_read", count, handles, &f));
-  return cube__wait_future(f, out_bytes);
+  return cube__read_handles(c, "cube_client_read", count, handles, NULL, out_bytes);
 }
 
 cube_status_t cube_client_read_one(cube_client_t* c, cube_handle_t handle,
                                    cube_bytes_t** out_bytes) {
   CUBE__CHECK_OUT(out_bytes, "cube_client_read_one", "out_bytes");
-  cube_future_t* f;
-  CUBE_RETURN_IF_ERROR(cube__read_handles(c, "cube_client_read_one", 1, &handle, &f));
-  return cube__wait_future(f, out_bytes);
+  return cube__read_handles(c, "cube_client_read_one", 1, &handle, NULL, out_bytes);
 }
 
 cube_status_t cube_client_read_into(cube_client_t* c, cube_handle_t handle, void* dst,
@@ -100,16 +96,15 @@ cube_status_t cube_client_read_into(cube_client_t* c, cube_handle_t handle, void
   }
   cube__memory_ref(info.mem);
   cube__read_region_t r = {info.mem, info.offset_start, n, 1, n, dst};
-  cube_future_t* f;
-  CUBE_RETURN_IF_ERROR(cube__server_read(stream, 1, &r, &f));
-  cube_bytes_t* empty = NULL;
-  cube_status_t st = cube__wait_future(f, &empty);
-  cube_bytes_release(empty);
+  cube_bytes_t* none = NULL; /* a read into the caller's memory has no buffer */
+  cube_status_t st = cube__server_read_wait(stream, 1, &r, &none);
+  cube_bytes_release(none);
   return st;
 }
 
 static cube_status_t cube__read_tensors(cube_client_t* c, const char* fn, size_t count,
-                                        const cube_tensor_t* tensors, cube_future_t** out) {
+                                        const cube_tensor_t* tensors, cube_future_t** out,
+                                        cube_bytes_t** out_bytes) {
   CUBE__CHECK_CLIENT(c, fn);
   if (count == 0) return CUBE_INVALID("%s: count is 0", fn);
   if (!tensors) return CUBE_INVALID("%s: tensors is NULL", fn);
@@ -163,20 +158,19 @@ static cube_status_t cube__read_tensors(cube_client_t* c, const char* fn, size_t
     free(r);
     return st;
   }
-  return cube__read_queue(c, fn, count, r, out);
+  return cube__read_queue(c, fn, count, r, out, out_bytes);
 }
 
 cube_status_t cube_client_read_tensor_async(cube_client_t* c, size_t count,
                                             const cube_tensor_t* tensors,
                                             cube_future_t** out_future) {
   CUBE__CHECK_OUT(out_future, "cube_client_read_tensor_async", "out_future");
-  return cube__read_tensors(c, "cube_client_read_tensor_async", count, tensors, out_future);
+  return cube__read_tensors(c, "cube_client_read_tensor_async", count, tensors, out_future,
+                            NULL);
 }
 
 cube_status_t cube_client_read_tensor(cube_client_t* c, size_t count, const cube_tensor_t* tensors,
                                       cube_bytes_t** out_bytes) {
   CUBE__CHECK_OUT(out_bytes, "cube_client_read_tensor", "out_bytes");
-  cube_future_t* f;
-  CUBE_RETURN_IF_ERROR(cube__read_tensors(c, "cube_client_read_tensor", count, tensors, &f));
-  return cube__wait_future(f, out_bytes);
+  return cube__read_tensors(c, "cube_client_read_tensor", count, tensors, NULL, out_bytes);
 }

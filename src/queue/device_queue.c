@@ -242,36 +242,51 @@ static void cube__ring_publish(cube__device_t* d, cube__cell_t* c, size_t pos) {
   cube__wake_runner(d);
 }
 
-/* Runner side: true if the next cell is published. */
-static inline bool cube__ring_ready(const cube__device_t* d) {
-  const cube__cell_t* c = &d->cells[d->dequeue_pos & CUBE__RING_MASK];
-  return atomic_load_explicit((atomic_size_t*)&c->seq, memory_order_acquire) ==
-         d->dequeue_pos + 1;
+/* A cell's sequence number, seen from position |pos| (Vyukov's ring, plus
+ * cells that ran where they were claimed):
+ *   pos            claimed for |pos|, not published yet (or not claimed);
+ *   pos + 1        published for |pos|: the runner runs it;
+ *   >= pos + CELLS released: run by the runner, or by the thread that
+ *                  claimed it (cube__submit_here), which released it itself;
+ *                  a later producer may own the cell already.
+ * Differences are taken as signed: the counters wrap. */
+static inline bool cube__seq_released(size_t seq, size_t pos) {
+  return (intptr_t)(seq - (pos + CUBE__RING_CELLS)) >= 0;
 }
 
-static void cube__execute_cell(cube__cell_t* c) {
+/* Runner side: true if the cell at the runner's position is published, or
+ * ran where it was claimed (the runner then steps over it). */
+static inline bool cube__ring_ready(const cube__device_t* d) {
+  size_t pos = d->dequeue_pos;
+  const cube__cell_t* c = &d->cells[pos & CUBE__RING_MASK];
+  size_t seq = atomic_load_explicit((atomic_size_t*)&c->seq, memory_order_acquire);
+  return seq == pos + 1 || cube__seq_released(seq, pos);
+}
+
+/* Runs the cell; for a call whose caller waits, returns the event to set
+ * once the cell is released (so that the caller's next submission finds the
+ * queue drained: cube__submit_here runs it at once then). */
+static cube__event_t* cube__execute_cell(cube__cell_t* c) {
   switch (c->kind) {
     case CUBE__CELL_NORMAL:
       cube__run_detached(c->service, c->stream_id, c->fn, c->payload, c->drop);
-      break;
+      return NULL;
     case CUBE__CELL_HEAP:
       cube__run_detached(c->service, c->stream_id, c->fn, c->ptr, c->drop);
       cube__aligned_free(c->ptr);
-      break;
+      return NULL;
     case CUBE__CELL_BLOCKING: {
       cube__sync_call_t* r = (cube__sync_call_t*)c->ptr;
       r->result = cube__run_borrowed(c->service, c->stream_id, r->fn, r->arg);
-      cube__event_set(&r->done); /* |r| may be gone after this */
-      break;
+      return &r->done; /* |r| lives until that is set */
     }
     case CUBE__CELL_EXCLUSIVE: {
       cube__sync_call_t* r = (cube__sync_call_t*)c->ptr;
       r->result = cube__run_exclusive(c->stream_id, r->xfn, r->arg);
-      cube__event_set(&r->done);
-      break;
+      return &r->done;
     }
     default:
-      break;
+      return NULL;
   }
 }
 
@@ -299,14 +314,22 @@ static void cube__discard_cell(cube__device_t* d, cube__cell_t* c) {
   }
 }
 
-/* Runs the next cell if it is published. Runner thread only. */
+/* Runs the next cell if it is published, or steps over it if it ran where
+ * it was claimed (without touching it: a later producer may own it); false
+ * when there is nothing to do yet. Runner thread only. */
 static bool cube__ring_run_one(cube__device_t* d) {
   size_t pos = d->dequeue_pos;
   cube__cell_t* c = &d->cells[pos & CUBE__RING_MASK];
-  if (atomic_load_explicit(&c->seq, memory_order_acquire) != pos + 1) return false;
-  cube__execute_cell(c);
+  size_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
+  if (seq != pos + 1) {
+    if (!cube__seq_released(seq, pos)) return false;
+    d->dequeue_pos = pos + 1;
+    return true;
+  }
+  cube__event_t* done = cube__execute_cell(c);
   d->dequeue_pos = pos + 1;
   atomic_store_explicit(&c->seq, pos + CUBE__RING_CELLS, memory_order_release);
+  if (done) cube__event_set(done);
   return true;
 }
 
@@ -536,6 +559,102 @@ cube_status_t cube__exclusive(cube__device_t* d, uint64_t stream_id, cube_status
   return cube__call_on_runner(d, CUBE__CELL_EXCLUSIVE, NULL, stream_id, NULL, fn, user);
 }
 
+/* ---------------------------------------------------------------------------
+ * Work run where it is submitted (THREADED mode)
+ * ------------------------------------------------------------------------- */
+
+/* True once every cell before |pos| has run (on the runner, or where it was
+ * claimed), polling for at most |wait_ns|. The runner runs cells in order
+ * and a claimer runs its own only when this holds, so the cell just before
+ * |pos| being released says it for all of them. */
+static bool cube__ring_before_done(const cube__device_t* d, size_t pos, uint64_t wait_ns) {
+  const cube__cell_t* prev = &d->cells[(pos - 1) & CUBE__RING_MASK];
+  if (cube__seq_released(atomic_load_explicit((atomic_size_t*)&prev->seq, memory_order_acquire),
+                         pos - 1))
+    return true;
+  if (!wait_ns) return false;
+  uint64_t start = cube__now_ns();
+  for (unsigned i = 1;; ++i) {
+    cube__cpu_relax();
+    if (cube__seq_released(
+            atomic_load_explicit((atomic_size_t*)&prev->seq, memory_order_acquire), pos - 1))
+      return true;
+    if ((i & 63) == 0 && cube__now_ns() - start > wait_ns) return false;
+  }
+}
+
+/* Releases the cell claimed at |pos| without publishing it: its work ran on
+ * this thread (or there is none). The runner steps over it when it gets
+ * there. A runner asleep at this cell is woken when something was claimed
+ * after it (it would not see that publish otherwise: it watches this cell),
+ * and every CUBE__RUNNER_CATCH_UP positions, so that it never has more than
+ * that many cells to step over when it wakes. The fence orders the release
+ * before the reads of |enqueue_pos| and |sleeping|, against the runner's
+ * fence between setting |sleeping| and looking at the ring. */
+static void cube__ring_release_here(cube__device_t* d, cube__cell_t* c, size_t pos) {
+  atomic_store_explicit(&c->seq, pos + CUBE__RING_CELLS, memory_order_release);
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&d->enqueue_pos, memory_order_relaxed) == pos + 1 &&
+      ((pos + 1) & (CUBE__RUNNER_CATCH_UP - 1)) != 0)
+    return;
+  if (atomic_load_explicit(&d->sleeping, memory_order_relaxed) != 0 &&
+      atomic_exchange(&d->sleeping, 0) != 0) {
+    atomic_fetch_add(&d->wake_seq, 1);
+    cube__futex_wake(&d->wake_seq, 1);
+  }
+}
+
+cube_status_t cube__submit_here(cube__service_t* s, uint64_t stream_id, const cube__here_task_t* t,
+                                bool* out_here) {
+  if (out_here) *out_here = false;
+  if (!s || !t || !t->here || !t->fn || !t->prepare || !out_here)
+    return CUBE_INVALID("cube__submit_here: %s is NULL",
+                        !s ? "service" : !t ? "task" : !t->here ? "here function"
+                                                   : !t->fn ? "task function"
+                                                   : !t->prepare ? "prepare function"
+                                                                 : "out_here");
+  if (t->size > CUBE__TASK_INLINE_BYTES)
+    return CUBE_INVALID("cube__submit_here: a %zu-byte payload is over the cell's %d bytes",
+                        t->size, CUBE__TASK_INLINE_BYTES);
+  CUBE_RETURN_IF_ERROR(cube__check_usable(s));
+  cube__device_t* d = s->device;
+  if (d->is_inline || tl_runner == d) {
+    /* Inline mode, or nested on the runner: the work runs now anyway. */
+    if (d->is_inline) cube__exec_lock(d);
+    cube_status_t st = cube__run_borrowed(s, stream_id, t->here, t->here_arg);
+    if (d->is_inline) cube__exec_unlock(d);
+    *out_here = true;
+    return st;
+  }
+  /* The next place in the queue, as any submission takes it: what was
+   * submitted before is ahead, what is submitted from now on is behind. */
+  size_t pos = 0;
+  cube__cell_t* c = cube__ring_claim(d, &pos);
+  if (!tl_runner && cube__ring_before_done(d, pos, t->wait_ns)) {
+    /* Everything ahead ran and the runner cannot pass the unpublished cell:
+     * this thread has the device to itself, as the runner would. */
+    tl_runner = d;
+    cube_status_t st = cube__run_borrowed(s, stream_id, t->here, t->here_arg);
+    tl_runner = NULL;
+    cube__ring_release_here(d, c, pos);
+    *out_here = true;
+    return st;
+  }
+  cube_status_t st = t->prepare(c->payload, t->prepare_arg);
+  if (st) {
+    cube__ring_release_here(d, c, pos); /* nothing taken, nothing queued */
+    return st;
+  }
+  c->kind = CUBE__CELL_NORMAL;
+  c->fn = t->fn;
+  c->drop = t->drop;
+  c->service = s;
+  c->stream_id = stream_id;
+  c->ptr = NULL;
+  cube__ring_publish(d, c, pos);
+  return CUBE_OK;
+}
+
 void cube__device_flush(cube__device_t* d) {
   if (!d || d->is_inline) return;
   cube__wake_runner(d);
@@ -573,8 +692,10 @@ void cube__queue_shutdown(cube__device_key_t key) {
      * shutdown); dispose of whatever a late producer published. */
     while (cube__ring_ready(d)) {
       cube__cell_t* c = &d->cells[d->dequeue_pos & CUBE__RING_MASK];
-      cube__discard_cell(d, c);
-      atomic_store_explicit(&c->seq, d->dequeue_pos + CUBE__RING_CELLS, memory_order_release);
+      if (atomic_load_explicit(&c->seq, memory_order_acquire) == d->dequeue_pos + 1) {
+        cube__discard_cell(d, c);
+        atomic_store_explicit(&c->seq, d->dequeue_pos + CUBE__RING_CELLS, memory_order_release);
+      }
       ++d->dequeue_pos;
     }
   }

@@ -12,7 +12,11 @@
  *    lock-free multi-producer queue of fixed-size cells (payloads up to
  *    CUBE__TASK_INLINE_BYTES are copied into the cell, larger ones go to the
  *    heap). submit() returns at once and wakes the runner only if it sleeps;
- *    the runner spins briefly before sleeping on a futex.
+ *    the runner spins briefly before sleeping on a futex. Work submitted with
+ *    cube__submit_here may run on the submitting thread instead, when nothing
+ *    is ahead of it: that thread then holds its (unpublished) cell, so the
+ *    runner starts nothing behind it until it is done, and tasks still never
+ *    run concurrently on one device.
  *  - INLINE: tasks run on the calling thread under the device lock.
  *
  * Re-entrancy: a call made from inside a task or an exclusive function
@@ -121,6 +125,51 @@ cube_status_t cube__submit_fill(cube__service_t* s, uint64_t stream_id, cube__ta
  * status. |payload| stays on the caller's side (borrowed). */
 cube_status_t cube__submit_blocking(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,
                                     void* payload);
+
+/* Work that runs on the submitting thread when the device has nothing else
+ * to run (cube__submit_here), or else is queued as a task. */
+typedef struct cube__here_task {
+  /* The work, run on the calling thread: here(state, here_arg). */
+  cube__task_fn here;
+  void* here_arg;
+  /* The same work as a queued task: fn(state, payload), where |prepare|
+   * wrote the payload (|size| bytes at most, CUBE__TASK_INLINE_BYTES at
+   * most, 64-byte aligned) into the queue's cell from |prepare_arg|. A
+   * failing |prepare| must have taken nothing: the status is returned and
+   * nothing is queued. |drop| (may be NULL) as for cube__submit. */
+  cube__task_fn fn;
+  size_t size;
+  cube_status_t (*prepare)(void* payload, void* prepare_arg);
+  void* prepare_arg;
+  cube__payload_drop_fn drop;
+  /* How long to poll for the tasks queued before to finish before queueing
+   * instead (0: run here only if they have finished already). */
+  uint64_t wait_ns;
+} cube__here_task_t;
+
+/* Runs |t|'s work on the calling thread when it can run there at once, else
+ * queues it; either way in submission order, as cube__submit.
+ *
+ * THREADED mode: the call takes the next place in the device's queue, as a
+ * submission does. When every task queued before it has run (at once, or
+ * within t->wait_ns of polling) and the calling thread is not a runner,
+ * t->here runs on the calling thread with the device to itself: the runner
+ * starts nothing queued after it (by any thread, for any stream or service)
+ * until it returned, and calls into the device from inside it run at once,
+ * as on the runner; |s| is borrowed and |stream_id| current as for a task.
+ * Its status is returned and *out_here is true. Otherwise the task is
+ * queued in that place (t->prepare fills it), the call returns OK at once
+ * and *out_here is false.
+ * INLINE mode, or a call from inside a task of the device: t->here runs at
+ * once on this thread (under the device lock), as cube__submit would run the
+ * task; *out_here is true.
+ *
+ * Fails without running or queueing anything (*out_here false) as cube__submit
+ * (re-entrant use of |s|, destroyed service), with INVALID_ARGUMENT for a
+ * NULL argument or function or a payload over CUBE__TASK_INLINE_BYTES, or
+ * with t->prepare's status. Thread-safe. */
+cube_status_t cube__submit_here(cube__service_t* s, uint64_t stream_id, const cube__here_task_t* t,
+                                bool* out_here);
 
 /* Runs |fn|(user) with the device to itself (no service state borrowed); calls
  * into any service of this device from inside run at once. Returns |fn|'s

@@ -25,6 +25,8 @@
 #define CUBE__PRODUCER_SPINS 4096     /* ring full: cpu_relax retries */
 #define CUBE__PRODUCER_YIELDS 64      /* then sched_yield retries */
 #define CUBE__PRODUCER_SLEEP_NS 50000 /* then 50 us sleeps */
+#define CUBE__RUNNER_CATCH_UP 256u    /* cells run where claimed before a sleeping
+                                         runner is woken to step over them */
 
 /* ---------------------------------------------------------------------------
  * Types
@@ -51,6 +53,9 @@ typedef struct cube__cell {
 _Static_assert(offsetof(cube__cell_t, payload) == 64, "cell header must fit in 64 bytes");
 _Static_assert(sizeof(cube__cell_t) % 64 == 0, "cells must be 64-byte multiples");
 _Static_assert((CUBE__RING_CELLS & CUBE__RING_MASK) == 0, "ring size must be a power of two");
+_Static_assert((CUBE__RUNNER_CATCH_UP & (CUBE__RUNNER_CATCH_UP - 1)) == 0 &&
+                   CUBE__RUNNER_CATCH_UP < CUBE__RING_CELLS,
+               "the catch-up period is a power of two below the ring's size");
 
 /* A blocking call or an exclusive call waiting on the caller's stack. */
 typedef struct cube__sync_call {

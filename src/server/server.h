@@ -17,6 +17,11 @@
  *  - Launches, reads, flush and sync are tasks on the device queue, in
  *    submission order; their failures go to the stream's error list. A task
  *    carries its stream: the runner does not look it up again.
+ *  - A read takes its place in that order too, but runs on the calling
+ *    thread when everything queued before it on the device has run (the
+ *    device's runner is idle and cannot start later work meanwhile:
+ *    cube__submit_here), so that a read after finished work costs no hand-off
+ *    to the runner and back.
  *
  * Every entry point takes the stream object the client found
  * (cube__server_stream) and is thread-safe.
@@ -97,10 +102,25 @@ typedef struct cube__read_region {
                           a staging buffer, returned through the future */
 } cube__read_region_t;
 
-/* Queues a read of |count| regions (the future takes over their binding
- * references, also on failure) and returns the future. */
+/* Reads |count| regions after all work queued before on |stream| and
+ * returns the future of the result. The read takes over the regions' binding
+ * references (also on failure) and may change |regions| (the caller frees the
+ * array after the call). When the device's queue has nothing to run before
+ * it, the read runs during the call on the calling thread (cube__submit_here;
+ * the future is complete when this returns), else it is queued as a task.
+ * Fails at once with OUT_OF_MEMORY or the queue's refusal; the read's own
+ * failure (the stream's deferred errors, a backend error) is the future's. */
 cube_status_t cube__server_read(cube__stream_t* stream, size_t count,
-                                const cube__read_region_t* regions, cube_future_t** out_future);
+                                cube__read_region_t* regions, cube_future_t** out_future);
+
+/* As cube__server_read, but waits: on success out_bytes[i] is the result of
+ * region i (NULL for a region read into the caller's memory); on failure the
+ * status is the read's (deferred errors included) and nothing is written.
+ * It runs on the calling thread when the work queued before it on the device
+ * has finished, at once or after a short poll (about 20 us), else it waits on
+ * the queued task. */
+cube_status_t cube__server_read_wait(cube__stream_t* stream, size_t count,
+                                     cube__read_region_t* regions, cube_bytes_t** out_bytes);
 
 /* A launch argument as the client checked it. */
 typedef struct cube__task_arg {

@@ -223,15 +223,18 @@ typedef struct cube__read_task {
   cube__read_region_t* regions; /* heap, owned */
 } cube__read_task_t;
 
-static cube_status_t cube__read_task_run(void* state, void* payload) {
-  (void)state;
-  cube__read_task_t* t = payload;
-  cube__stream_t* st = t->stream;
+/* The read itself, on the runner or on a caller with the device to itself
+ * (cube__submit_here): the stream's deferred errors if there are any (taken),
+ * else each region into results[i] (a new buffer; NULL for a region read into
+ * the caller's memory). Gives back every region's binding reference (set to
+ * NULL) before it returns: once a read returns, it holds no memory. On
+ * failure the results are released and NULL. */
+static cube_status_t cube__read_exec(cube__stream_t* st, size_t count,
+                                     cube__read_region_t* regions, cube_bytes_t** results) {
   cube__server_t* s = st->server;
-  cube_bytes_t** results = cube__future_results(t->future);
   cube_status_t status = cube__stream_take_errors(st);
-  for (size_t i = 0; !status && i < t->count; ++i) {
-    cube__read_region_t* r = &t->regions[i];
+  for (size_t i = 0; !status && i < count; ++i) {
+    cube__read_region_t* r = &regions[i];
     const cube__storage_t* storage;
     uint64_t off, sz;
     if (!cube__memory_resolve(r->mem, &storage, &off, &sz)) {
@@ -244,10 +247,7 @@ static cube_status_t cube__read_task_run(void* state, void* payload) {
      * reads, where fresh heap memory costs a page fault per 4 KiB. */
     size_t n = (size_t)(r->width * r->height);
     void* dst = r->into;
-    if (dst) {
-      /* Into the caller's memory: the future's result is empty. */
-      status = cube__bytes_allocate_uninit(0, &results[i]);
-    } else {
+    if (!dst) {
       status = st->pinned ? cube__stream_staging(st, n, &results[i])
                           : cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "no staging");
       if (status) {
@@ -261,12 +261,19 @@ static cube_status_t cube__read_task_run(void* state, void* payload) {
                                 r->pitch, r->width, r->height);
     if (status) status = cube__status_annotate(status, "read of handles[%zu]", i);
   }
-  /* Let go of the buffers before the caller can see the result: once a read
-   * returns, it holds no memory. */
-  for (size_t i = 0; i < t->count; ++i) {
-    cube__memory_unref(t->regions[i].mem);
-    t->regions[i].mem = NULL;
+  for (size_t i = 0; i < count; ++i) {
+    cube__memory_unref(regions[i].mem);
+    regions[i].mem = NULL;
   }
+  if (status) cube_bytes_release_array(results, count);
+  return status;
+}
+
+static cube_status_t cube__read_task_run(void* state, void* payload) {
+  (void)state;
+  cube__read_task_t* t = payload;
+  cube_status_t status =
+      cube__read_exec(t->stream, t->count, t->regions, cube__future_results(t->future));
   cube__future_complete(t->future, status);
   t->future = NULL;
   return CUBE_OK;
@@ -282,28 +289,101 @@ static void cube__read_task_drop(void* payload) {
   free(t->regions);
 }
 
-cube_status_t cube__server_read(cube__stream_t* st, size_t count,
-                                const cube__read_region_t* regions, cube_future_t** out_future) {
-  cube__read_task_t t = {st, NULL, count, NULL};
-  t.future = cube__future_create(count);
-  t.regions = malloc((count ? count : 1) * sizeof(*regions));
-  if (!t.future || !t.regions) {
-    cube__future_discard(t.future);
-    free(t.regions);
+/* A read on its way to the queue: run on the calling thread when the device
+ * has nothing before it (cube__read_here), else queued as a task whose record
+ * cube__read_prepare writes. */
+typedef struct cube__read_call {
+  cube__stream_t* stream;
+  size_t count;
+  cube__read_region_t* regions; /* the caller's; their references are the call's */
+  cube_bytes_t** results;       /* here: count slots, NULL */
+  cube_future_t* future;        /* the future to complete, or NULL: the task makes one */
+} cube__read_call_t;
+
+static cube_status_t cube__read_here(void* state, void* arg) {
+  (void)state;
+  cube__read_call_t* r = arg;
+  return cube__read_exec(r->stream, r->count, r->regions, r->results);
+}
+
+static cube_status_t cube__read_prepare(void* payload, void* arg) {
+  cube__read_call_t* r = arg;
+  cube__read_task_t* t = payload;
+  t->stream = r->stream;
+  t->count = r->count;
+  t->future = r->future ? r->future : cube__future_create(r->count);
+  t->regions = malloc((r->count ? r->count : 1) * sizeof(*r->regions));
+  if (!t->future || !t->regions) {
+    if (!r->future) cube__future_discard(t->future);
+    free(t->regions);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "read: no host memory");
+  }
+  memcpy(t->regions, r->regions, r->count * sizeof(*r->regions));
+  r->future = t->future;
+  return CUBE_OK;
+}
+
+/* How long a synchronous read polls for the work queued before it to finish,
+ * so that it runs on the calling thread (it would wait for that work anyway):
+ * about as long as a future's wait spins before it sleeps. A define, so that
+ * other values can be measured (docs/benchmarks.md). */
+#ifndef CUBE__READ_WAIT_NS
+#define CUBE__READ_WAIT_NS 20000
+#endif
+
+/* Runs or queues the read (the regions' references are taken over, also on
+ * failure). *out_here: it ran here, its status is returned and its results
+ * are in r->results; else, when OK, r->future is the queued task's. */
+static cube_status_t cube__read_submit(cube__read_call_t* r, uint64_t wait_ns, bool* out_here) {
+  cube__here_task_t t = {cube__read_here,     r, cube__read_task_run, sizeof(cube__read_task_t),
+                         cube__read_prepare,  r, cube__read_task_drop, wait_ns};
+  cube__stream_t* st = r->stream;
+  cube_status_t status = cube__submit_here(st->server->service, st->id, &t, out_here);
+  if (status && !*out_here)
+    for (size_t i = 0; i < r->count; ++i) cube__memory_unref(r->regions[i].mem);
+  return status;
+}
+
+cube_status_t cube__server_read(cube__stream_t* st, size_t count, cube__read_region_t* regions,
+                                cube_future_t** out_future) {
+  cube_future_t* f = cube__future_create(count);
+  if (!f) {
     for (size_t i = 0; i < count; ++i) cube__memory_unref(regions[i].mem);
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "read: no host memory");
   }
-  memcpy(t.regions, regions, count * sizeof(*regions));
-  cube_future_t* f = t.future;
-  cube_status_t status =
-      cube__submit(st->server->service, st->id, cube__read_task_run, &t, sizeof(t),
-                   cube__read_task_drop);
-  if (status) {
-    cube__future_unref(f);
+  /* An asynchronous read does not wait for earlier work: it runs here only
+   * when there is none, and then its future is complete when it returns. */
+  cube__read_call_t r = {st, count, regions, cube__future_results(f), f};
+  bool here = false;
+  cube_status_t status = cube__read_submit(&r, 0, &here);
+  if (here) {
+    cube__future_complete(f, status); /* drops the task's reference */
+  } else if (status) {
+    cube__future_discard(f);
     return status;
   }
   *out_future = f;
   return CUBE_OK;
+}
+
+cube_status_t cube__server_read_wait(cube__stream_t* st, size_t count,
+                                     cube__read_region_t* regions, cube_bytes_t** out_bytes) {
+  cube_bytes_t* small[4] = {NULL, NULL, NULL, NULL};
+  cube_bytes_t** results = count <= 4 ? small : calloc(count, sizeof(*results));
+  if (!results) {
+    for (size_t i = 0; i < count; ++i) cube__memory_unref(regions[i].mem);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "read: no host memory");
+  }
+  cube__read_call_t r = {st, count, regions, results, NULL};
+  bool here = false;
+  cube_status_t status = cube__read_submit(&r, CUBE__READ_WAIT_NS, &here);
+  if (!here && !status) {
+    status = cube_future_wait(r.future, UINT64_MAX, results);
+    cube_future_release(r.future);
+  }
+  if (!status) memcpy(out_bytes, results, count * sizeof(*results));
+  if (results != small) free(results);
+  return status;
 }
 
 //===----------------------------------------------------------------------===//

@@ -46,7 +46,8 @@ static const cts_unsupported_t cts_unsupported[] = {
      "graph_auto_errors_as_eager graph_auto_other_stream_sees_held_work "
      "graph_auto_leaves_explicit_capture_alone graph_auto_several_threads "
      "graph_auto_threads_share_a_pinned_stream graph_auto_off_by_default "
-     "graph_auto_out_of_memory_as_eager",
+     "graph_auto_out_of_memory_as_eager "
+     "read_order_races_launches_pinned_stream read_order_error_after_finished_launch",
      "the null backend compiles and runs no kernels (its launch slot is UNIMPLEMENTED)"},
 };
 

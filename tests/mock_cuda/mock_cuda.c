@@ -593,9 +593,18 @@ static CUresult m_cuPointerGetAttributes(unsigned int n, CUpointer_attribute* at
 
 /* Host-to-device: a pageable source is staged now (the driver copies it
  * before returning), a pinned one is read when the copy runs. */
+/* As the driver: a copy or a wait needs a current context, and the stream
+ * must be one of that context's (the default stream NULL is any's). */
+static CUresult mock_check_context(CUstream s) {
+  if (mock_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (s && ((mock_stream_t*)s)->device != mock_current) return CUDA_ERROR_INVALID_HANDLE;
+  return CUDA_SUCCESS;
+}
 static CUresult mock_h2d(void* dst, const void* src, size_t n, size_t spitch, size_t dpitch,
                          size_t width, size_t height, CUstream s) {
   MOCK_FAULT("h2d", CUDA_ERROR_UNKNOWN);
+  CUresult cr = mock_check_context(s);
+  if (cr != CUDA_SUCCESS) return cr;
   mock_op_t* op = mock_op(height > 1 ? OP_COPY2D : OP_COPY);
   if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
   size_t span = height > 1 ? (height - 1) * spitch + width : n;
@@ -616,6 +625,8 @@ static CUresult mock_h2d(void* dst, const void* src, size_t n, size_t spitch, si
 static CUresult mock_d2h(void* dst, const void* src, size_t n, size_t spitch, size_t dpitch,
                          size_t width, size_t height, CUstream s) {
   MOCK_FAULT("d2h", CUDA_ERROR_UNKNOWN);
+  CUresult cr = mock_check_context(s);
+  if (cr != CUDA_SUCCESS) return cr;
   mock_op_t* op = mock_op(height > 1 ? OP_COPY2D : OP_COPY);
   if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
   op->dst = dst; op->src = src; op->n = n;

@@ -7,10 +7,12 @@
  * where installed, still compiles them. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend.h"
 #include "check.h"
 #include "read_check.h"
 #include "cube/backends/cuda.h"
@@ -311,6 +313,73 @@ CUBE_TEST(device_copy_stays_on_the_device) {
   free(data);
   cube_client_release(c);
   cube_shutdown();
+}
+
+/* Backend reads made on the calling thread / elsewhere (the trace hook). */
+static pthread_t g_reader;
+static atomic_int g_reads_here, g_reads_elsewhere;
+static void count_reads(void* user, const cube__backend_call_t* call) {
+  (void)user;
+  if (call->slot != CUBE__SLOT_READ || call->status >= 0) return;
+  atomic_fetch_add(pthread_equal(pthread_self(), g_reader) ? &g_reads_here : &g_reads_elsewhere, 1);
+}
+
+/* A read with no task queued before it runs on the calling thread, with the
+ * device's context pushed there, on the stream's CUDA stream: after device
+ * work still in flight on it (uploads the mock lands 20 ms late), whether the
+ * work came from the caller (create_from_slice) or from a queued write that
+ * the runner issued; a read into the caller's memory as well. */
+CUBE_TEST(read_on_caller_after_work_in_flight) {
+  MOCK_SETUP("0");
+  MOCK_LATE_UPLOADS("20000");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  REQUIRE(!cube_client_is_blocking(c));
+  size_t sizes[2] = {4, (1u << 20) + 3};
+  for (int k = 0; k < 2; ++k) {
+    size_t n = sizes[k];
+    unsigned char* a = malloc(n);
+    unsigned char* b = malloc(n);
+    unsigned char* into = malloc(n);
+    REQUIRE(a && b && into);
+    fill_random(a, n, 300 + (unsigned)k);
+    fill_random(b, n, 310 + (unsigned)k);
+    g_reader = pthread_self();
+    atomic_store(&g_reads_here, 0);
+    atomic_store(&g_reads_elsewhere, 0);
+    cube__backend_set_trace(count_reads, NULL);
+    cube_handle_t h;
+    REQUIRE_OK(cube_client_create_from_slice(c, a, n, &h));
+    CHECK(cube_test_read_equals(c, h, a, n)); /* nothing queued: here */
+    CHECK_EQ_U64(atomic_load(&g_reads_here), 1);
+    CHECK_OK(cube_client_write(c, h, b, n)); /* queued: the runner issues it */
+    memset(into, 0, n);
+    CHECK_OK(cube_client_read_into(c, h, into, n));
+    CHECK(memcmp(into, b, n) == 0);
+    CHECK_OK(cube_client_sync(c));
+    cube_future_t* f = NULL;
+    REQUIRE_OK(cube_client_read_async(c, 1, &h, &f));
+    CHECK(cube_future_is_ready(f));
+    cube_bytes_t* out = NULL;
+    CHECK_OK(cube_future_wait(f, 0, &out));
+    CHECK(out && cube_bytes_size(out) == n && memcmp(cube_bytes_const_data(out), b, n) == 0);
+    cube_bytes_release(out);
+    cube_future_release(f);
+    cube__backend_set_trace(NULL, NULL);
+    /* The first and the last read ran here (the middle one ran where the
+     * write's task left it). */
+    CHECK(atomic_load(&g_reads_here) >= 2);
+    CHECK_EQ_U64(atomic_load(&g_reads_here) + atomic_load(&g_reads_elsewhere), 3);
+    cube_handle_release(h);
+    free(a);
+    free(b);
+    free(into);
+  }
+  cube_client_release(c);
+  cube_shutdown();
+  mock_stats_t st;
+  mock_stats(&st);
+  CHECK_EQ_U64(st.context_pushes_outstanding, 0);
 }
 
 /* Memory given back by cleanup reaches the driver (cuMemFreeAsync), and an

@@ -1371,3 +1371,351 @@ CUBE_TEST(submit_wakes_sleeping_runner_threaded) {
   }
   cube__queue_shutdown(key);
 }
+
+/* ---------------------------------------------------------------------------
+ * cube__submit_here: work that runs on the submitting thread when the device
+ * has nothing before it, else is queued in the same place
+ * ------------------------------------------------------------------------- */
+
+/* What one here-task saw, wherever it ran. */
+typedef struct here_probe {
+  pthread_t caller;
+  int ran;               /* times it ran (here or queued) */
+  int on_caller;         /* ran on |caller| */
+  int current;           /* cube__device_is_current held inside */
+  uint64_t value;        /* the counter's value when it ran */
+  uint64_t stream;       /* the current stream id inside */
+  int prepared;          /* prepare ran */
+  cube_status_t ret;     /* what here returns (consumed by the queue) */
+  cube__service_t* other; /* a service of the same device to call inside, or NULL */
+  cube__service_t* self;  /* this service, to call (refused) inside, or NULL */
+  cube_status_t nested_other, nested_self;
+  long sleep_us;         /* inside, before returning */
+  atomic_int* entered;   /* set once inside, or NULL */
+} here_probe_t;
+
+static cube_status_t here_probe_run(void* state, here_probe_t* p) {
+  counter_t* c = state;
+  if (p->entered) atomic_store(p->entered, 1);
+  p->ran++;
+  p->on_caller = pthread_equal(pthread_self(), p->caller);
+  p->value = c->value;
+  p->stream = cube__stream_current_id();
+  if (p->self) p->current = cube__device_is_current(cube__service_device(p->self));
+  if (p->other) p->nested_other = cube__submit_blocking(p->other, p->stream, task_inc, NULL);
+  if (p->self) p->nested_self = cube__submit_blocking(p->self, p->stream, task_inc, NULL);
+  if (p->sleep_us) sleep_us(p->sleep_us);
+  cube_status_t r = p->ret;
+  p->ret = CUBE_OK;
+  return r;
+}
+
+static cube_status_t here_fn(void* state, void* arg) { return here_probe_run(state, arg); }
+
+/* The queued form: the payload holds the probe's address. */
+static cube_status_t here_task_fn(void* state, void* payload) {
+  return here_probe_run(state, *(here_probe_t**)payload);
+}
+
+static cube_status_t here_prepare(void* payload, void* arg) {
+  here_probe_t* p = arg;
+  p->prepared++;
+  *(here_probe_t**)payload = p;
+  return CUBE_OK;
+}
+
+static cube_status_t here_prepare_fail(void* payload, void* arg) {
+  (void)payload;
+  ((here_probe_t*)arg)->prepared++;
+  return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "prepare: no memory (test)");
+}
+
+static cube__here_task_t here_task(here_probe_t* p, uint64_t wait_ns) {
+  cube__here_task_t t = {here_fn, p, here_task_fn, sizeof(here_probe_t*), here_prepare, p, NULL,
+                         wait_ns};
+  return t;
+}
+
+static void here_probe_init(here_probe_t* p) {
+  memset(p, 0, sizeof(*p));
+  p->caller = pthread_self();
+}
+
+/* Nothing queued (a blocking call just returned: its cell is released before
+ * the caller wakes): the work runs here, at once, with the device to itself
+ * (calls into another service run inline, into its own are refused), its
+ * status is the call's, and later work runs after it. */
+static void submit_here_idle(cube_queue_mode_t mode) {
+  cube__device_key_t key = key_for(mode, 30);
+  cube__service_t* s = get_service(key, mode, &counter_vt);
+  cube__service_t* o = get_service(key, mode, &other_vt);
+  REQUIRE(s && o);
+  uint64_t sid = cube__stream_new_id();
+  for (int round = 0; round < 200; ++round) {
+    for (int i = 0; i < 3; ++i) CHECK_OK(cube__submit(s, sid, task_inc, NULL, 0, NULL));
+    CHECK_EQ_U64(read_value(s), (uint64_t)round * 3 + 3);
+    here_probe_t p;
+    here_probe_init(&p);
+    p.other = o;
+    p.self = s;
+    if (round % 2) p.ret = cube__status_make(CUBE_STATUS_ABORTED, "here failed (test)");
+    cube__here_task_t t = here_task(&p, 0);
+    bool here = false;
+    cube_status_t st = cube__submit_here(s, sid, &t, &here);
+    CHECK(here);
+    CHECK(p.ran == 1 && p.on_caller && p.prepared == 0 && p.current);
+    CHECK_EQ_U64(p.value, (uint64_t)round * 3 + 3);
+    CHECK_EQ_U64(p.stream, sid);
+    CHECK_OK(p.nested_other);
+    CHECK_STATUS(p.nested_self, CUBE_STATUS_FAILED_PRECONDITION, "re-entrant");
+    if (round % 2)
+      CHECK_STATUS(st, CUBE_STATUS_ABORTED, "here failed");
+    else
+      CHECK_OK(st);
+    CHECK(!cube__device_is_current(cube__service_device(s)));
+  }
+  counter_t* c = cube__service_state_unsafe(s);
+  CHECK_EQ_U64(c->failures, 0); /* here's failures are the caller's, not task_failed's */
+  cube__queue_shutdown(key);
+}
+
+CUBE_TEST(submit_here_idle_runs_on_caller_threaded) { submit_here_idle(CUBE_QUEUE_THREADED); }
+CUBE_TEST(submit_here_idle_runs_on_caller_inline) { submit_here_idle(CUBE_QUEUE_INLINE); }
+
+/* Threaded: with the runner busy, the work is queued in the call's place:
+ * after what was queued before, before what is queued after. A wait shorter
+ * than the busy task queues too; a wait that outlasts it runs the work here
+ * once the task finished. */
+CUBE_TEST(submit_here_queues_behind_busy_runner_threaded) {
+  cube__device_key_t key = key_for(CUBE_QUEUE_THREADED, 31);
+  cube__service_t* s = get_service(key, CUBE_QUEUE_THREADED, &counter_vt);
+  REQUIRE(s);
+  uint64_t sid = cube__stream_current_id();
+  atomic_store(&g_gate, 0);
+  CHECK_OK(cube__submit(s, sid, task_inc, NULL, 0, NULL));
+  CHECK_OK(cube__submit(s, sid, task_gated, NULL, 0, NULL));
+  here_probe_t p[2];
+  here_probe_init(&p[0]);
+  here_probe_init(&p[1]);
+  cube__here_task_t t0 = here_task(&p[0], 0), t1 = here_task(&p[1], 2000000 /* 2 ms */);
+  bool here = true;
+  uint64_t t_start = cube__now_ns();
+  CHECK_OK(cube__submit_here(s, sid, &t0, &here));
+  CHECK(!here && p[0].prepared == 1);
+  here = true;
+  CHECK_OK(cube__submit_here(s, sid, &t1, &here));
+  CHECK(!here && p[1].prepared == 1);
+  CHECK(cube__now_ns() - t_start >= 2000000); /* it did wait */
+  CHECK_OK(cube__submit(s, sid, task_inc, NULL, 0, NULL));
+  CHECK(p[0].ran == 0 && p[1].ran == 0); /* behind the gate */
+  atomic_store(&g_gate, 1);
+  CHECK_EQ_U64(read_value(s), 2);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(p[i].ran == 1 && !p[i].on_caller);
+    CHECK_EQ_U64(p[i].value, 1); /* after the first inc, before the last */
+    CHECK_EQ_U64(p[i].stream, sid);
+  }
+  /* A wait that outlasts the busy task: here, after it. */
+  atomic_store(&g_gate, 0);
+  CHECK_OK(cube__submit(s, sid, task_gated, NULL, 0, NULL));
+  CHECK_OK(cube__submit(s, sid, task_inc, NULL, 0, NULL));
+  pthread_t th;
+  REQUIRE(pthread_create(&th, NULL, open_gate_later, NULL) == 0); /* after 20 ms */
+  here_probe_t q;
+  here_probe_init(&q);
+  cube__here_task_t tq = here_task(&q, 10000000000ull /* 10 s */);
+  here = false;
+  CHECK_OK(cube__submit_here(s, sid, &tq, &here));
+  pthread_join(th, NULL);
+  CHECK(here && q.ran == 1 && q.on_caller && q.prepared == 0);
+  CHECK_EQ_U64(q.value, 3);
+  CHECK_EQ_U64(read_value(s), 3);
+  cube__queue_shutdown(key);
+}
+
+/* Threaded: a failing prepare returns its status and queues nothing; the
+ * place it took is stepped over and later work runs. */
+CUBE_TEST(submit_here_prepare_failure_threaded) {
+  cube__device_key_t key = key_for(CUBE_QUEUE_THREADED, 32);
+  cube__service_t* s = get_service(key, CUBE_QUEUE_THREADED, &counter_vt);
+  REQUIRE(s);
+  uint64_t sid = cube__stream_current_id();
+  atomic_store(&g_gate, 0);
+  CHECK_OK(cube__submit(s, sid, task_gated, NULL, 0, NULL));
+  here_probe_t p;
+  here_probe_init(&p);
+  cube__here_task_t t = here_task(&p, 0);
+  t.prepare = here_prepare_fail;
+  bool here = true;
+  CHECK_STATUS(cube__submit_here(s, sid, &t, &here), CUBE_STATUS_OUT_OF_MEMORY, "prepare");
+  CHECK(!here && p.prepared == 1);
+  CHECK_OK(cube__submit(s, sid, task_inc, NULL, 0, NULL));
+  atomic_store(&g_gate, 1);
+  CHECK_EQ_U64(read_value(s), 1);
+  CHECK(p.ran == 0);
+  /* Refusals: a payload over a cell, NULL functions. */
+  t = here_task(&p, 0);
+  t.size = CUBE__TASK_INLINE_BYTES + 1;
+  CHECK_STATUS(cube__submit_here(s, sid, &t, &here), CUBE_STATUS_INVALID_ARGUMENT, "payload");
+  t = here_task(&p, 0);
+  t.here = NULL;
+  CHECK_STATUS(cube__submit_here(s, sid, &t, &here), CUBE_STATUS_INVALID_ARGUMENT, "here");
+  CHECK_STATUS(cube__submit_here(NULL, sid, &t, &here), CUBE_STATUS_INVALID_ARGUMENT, "service");
+  CHECK(p.ran == 0 && !here);
+  CHECK_EQ_U64(read_value(s), 1);
+  cube__queue_shutdown(key);
+}
+
+typedef struct {
+  cube__service_t* s;
+  atomic_int* entered;
+  atomic_int* flag;
+} here_sleeper_t;
+
+static void* submit_while_here(void* arg) {
+  here_sleeper_t* h = arg;
+  while (!atomic_load(h->entered)) sched_yield();
+  flag_payload_t p = {h->flag};
+  cube_status_free(cube__submit(h->s, cube__stream_current_id(), task_set_flag, &p, sizeof(p),
+                                NULL));
+  return NULL;
+}
+
+/* Threaded: a runner that is asleep meanwhile. Thousands of here-runs (more
+ * than the ring has cells) leave it nothing to do; it steps over their cells
+ * when it wakes. A task queued while a slow here-run holds the device runs
+ * once that returns, with no further submission to wake the runner. */
+CUBE_TEST(submit_here_sleeping_runner_threaded) {
+  cube__device_key_t key = key_for(CUBE_QUEUE_THREADED, 33);
+  cube__service_t* s = get_service(key, CUBE_QUEUE_THREADED, &counter_vt);
+  REQUIRE(s);
+  uint64_t sid = cube__stream_current_id();
+  sleep_us(20000); /* the runner sleeps */
+  enum { N = 3000 };
+  int here_runs = 0;
+  for (int i = 0; i < N; ++i) {
+    here_probe_t p;
+    here_probe_init(&p);
+    cube__here_task_t t = here_task(&p, 0);
+    bool here = false;
+    CHECK_OK(cube__submit_here(s, sid, &t, &here));
+    here_runs += here && p.on_caller && p.ran == 1;
+    if (i == N / 2) sleep_us(5000);
+  }
+  CHECK_EQ_U64(here_runs, N);
+  CHECK_OK(cube__submit(s, sid, task_inc, NULL, 0, NULL));
+  CHECK_EQ_U64(read_value(s), 1);
+
+  for (int round = 0; round < 3; ++round) {
+    sleep_us(20000);
+    atomic_int entered, flag;
+    atomic_init(&entered, 0);
+    atomic_init(&flag, 0);
+    here_sleeper_t hs = {s, &entered, &flag};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, submit_while_here, &hs) == 0);
+    here_probe_t p;
+    here_probe_init(&p);
+    p.entered = &entered;
+    p.sleep_us = 20000; /* long enough for the runner to fall asleep again */
+    cube__here_task_t t = here_task(&p, 0);
+    bool here = false;
+    CHECK_OK(cube__submit_here(s, sid, &t, &here));
+    CHECK(here);
+    pthread_join(th, NULL);
+    uint64_t deadline = cube__now_ns() + 1000000000ull;
+    while (!atomic_load(&flag) && cube__now_ns() < deadline) sleep_us(100);
+    CHECK(atomic_load(&flag) == 1);
+  }
+  cube__queue_shutdown(key);
+}
+
+/* Several threads submit tasks and here-work to one device at once: each
+ * here-work, wherever it ran, sees exactly the tasks its thread queued
+ * before it (and none it queued after); every one runs once. */
+typedef struct {
+  cube__service_t* s;
+  int index;
+  int here_runs, queued_runs;
+  here_probe_t* probes; /* one per check */
+} here_thread_t;
+
+enum { HERE_THREADS = 4, HERE_ROUNDS = 3000, HERE_EVERY = 3 };
+
+static cube_status_t task_inc_producer(void* state, void* payload) {
+  ((counter_t*)state)->expected[*(int*)payload]++;
+  return CUBE_OK;
+}
+
+static cube_status_t here_check_fn(void* state, void* arg) {
+  here_probe_t* p = arg;
+  p->ran++;
+  p->value = ((counter_t*)state)->expected[p->stream]; /* |stream| holds the thread index */
+  return CUBE_OK;
+}
+
+static cube_status_t here_check_task(void* state, void* payload) {
+  return here_check_fn(state, *(here_probe_t**)payload);
+}
+
+static void* here_thread_main(void* arg) {
+  here_thread_t* h = arg;
+  uint64_t sid = cube__stream_current_id();
+  int k = 0;
+  for (int i = 0; i < HERE_ROUNDS; ++i) {
+    cube_status_free(cube__submit(h->s, sid, task_inc_producer, &h->index, sizeof(int), NULL));
+    if (i % HERE_EVERY) continue;
+    here_probe_t* p = &h->probes[k++];
+    p->stream = (uint64_t)h->index;
+    p->sleep_us = i + 1; /* the count it must see */
+    cube__here_task_t t = {here_check_fn, p, here_check_task, sizeof(p), here_prepare, p, NULL,
+                           (uint64_t)(i % 2) * 20000};
+    bool here = false;
+    cube_status_t st = cube__submit_here(h->s, sid, &t, &here);
+    if (st) p->ran = -1000;
+    cube_status_free(st);
+    if (here)
+      h->here_runs++;
+    else
+      h->queued_runs++;
+  }
+  return NULL;
+}
+
+static void submit_here_many_threads(cube_queue_mode_t mode) {
+  cube__device_key_t key = key_for(mode, 34);
+  cube__service_t* s = get_service(key, mode, &counter_vt);
+  REQUIRE(s);
+  here_thread_t h[HERE_THREADS];
+  pthread_t th[HERE_THREADS];
+  enum { CHECKS = (HERE_ROUNDS + HERE_EVERY - 1) / HERE_EVERY };
+  for (int i = 0; i < HERE_THREADS; ++i) {
+    h[i] = (here_thread_t){s, i, 0, 0, calloc(CHECKS, sizeof(here_probe_t))};
+    REQUIRE(h[i].probes);
+  }
+  for (int i = 0; i < HERE_THREADS; ++i)
+    REQUIRE(pthread_create(&th[i], NULL, here_thread_main, &h[i]) == 0);
+  for (int i = 0; i < HERE_THREADS; ++i) pthread_join(th[i], NULL);
+  CHECK_OK(cube__submit_blocking(s, cube__stream_current_id(), task_read, &(uint64_t){0}));
+  int here_total = 0;
+  for (int i = 0; i < HERE_THREADS; ++i) {
+    int bad = 0;
+    for (int k = 0; k < CHECKS; ++k) {
+      here_probe_t* p = &h[i].probes[k];
+      bad += p->ran != 1 || p->value != (uint64_t)p->sleep_us;
+    }
+    CHECK_EQ_U64(bad, 0);
+    CHECK_EQ_U64(h[i].here_runs + h[i].queued_runs, CHECKS);
+    here_total += h[i].here_runs;
+    free(h[i].probes);
+  }
+  counter_t* c = cube__service_state_unsafe(s);
+  for (int i = 0; i < HERE_THREADS; ++i) CHECK_EQ_U64(c->expected[i], HERE_ROUNDS);
+  if (mode == CUBE_QUEUE_INLINE) CHECK_EQ_U64(here_total, HERE_THREADS * CHECKS);
+  fprintf(stderr, "%d of %d here-tasks ran on their caller\n", here_total,
+          HERE_THREADS * (int)CHECKS);
+  cube__queue_shutdown(key);
+}
+
+CUBE_TEST(submit_here_many_threads_threaded) { submit_here_many_threads(CUBE_QUEUE_THREADED); }
+CUBE_TEST(submit_here_many_threads_inline) { submit_here_many_threads(CUBE_QUEUE_INLINE); }
