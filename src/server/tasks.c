@@ -562,13 +562,60 @@ static cube_status_t cube__sync_exec(cube__stream_t* st) {
   return cube__stream_take_errors(st);
 }
 
-static cube_status_t cube__sync_task_run(void* state, void* payload) {
+/* A sync runs on the calling thread when the work queued before it has run
+ * (at once, or within CUBE__READ_WAIT_NS of polling, as a read): the
+ * backend's wait for the device is then the caller's own (a CUDA stream
+ * sync on this thread), and no hand-off wakes it afterwards. Else it is
+ * queued in that place and the caller waits for it, then for a blocking
+ * no-op behind it: the runner releases a blocking cell before it wakes its
+ * caller, so that once the sync returns nothing it waited for is still in
+ * the queue (an asynchronous read right after it finds the device idle). */
+typedef struct cube__sync_wait {
+  cube__stream_t* stream;
+  cube__event_t done; /* set by the queued task, or by its drop */
+  cube_status_t result;
+} cube__sync_wait_t;
+
+static cube_status_t cube__sync_here(void* state, void* arg) {
   (void)state;
-  return cube__sync_exec((cube__stream_t*)payload);
+  return cube__sync_exec(((cube__sync_wait_t*)arg)->stream);
+}
+
+static cube_status_t cube__sync_wait_prepare(void* payload, void* arg) {
+  *(cube__sync_wait_t**)payload = arg;
+  return CUBE_OK;
+}
+
+static cube_status_t cube__sync_wait_run(void* state, void* payload) {
+  (void)state;
+  cube__sync_wait_t* w = *(cube__sync_wait_t**)payload;
+  *(cube__sync_wait_t**)payload = NULL;
+  w->result = cube__sync_exec(w->stream);
+  cube__event_set(&w->done);
+  return CUBE_OK;
+}
+
+static void cube__sync_wait_drop(void* payload) {
+  cube__sync_wait_t* w = *(cube__sync_wait_t**)payload;
+  if (!w) return;
+  w->result = cube__status_make(CUBE_STATUS_ABORTED, "sync: the device was shut down");
+  cube__event_set(&w->done);
 }
 
 cube_status_t cube__server_sync(cube__stream_t* st) {
-  return cube__submit_blocking(st->server->service, st->id, cube__sync_task_run, st);
+  cube__sync_wait_t w;
+  w.stream = st;
+  w.result = CUBE_OK;
+  cube__event_init(&w.done);
+  cube__here_task_t t = {cube__sync_here,         &w, cube__sync_wait_run, sizeof(cube__sync_wait_t*),
+                         cube__sync_wait_prepare, &w, cube__sync_wait_drop, CUBE__READ_WAIT_NS};
+  bool here = false;
+  cube_status_t status = cube__submit_here(st->server->service, st->id, &t, &here);
+  if (here || status) return status;
+  /* Queued: its task (or its drop) sets |done|; |w| lives until then. */
+  cube__event_wait(&w.done, UINT64_MAX);
+  cube_status_free(cube__submit_blocking(st->server->service, st->id, cube__noop_task_run, NULL));
+  return w.result;
 }
 
 typedef struct cube__sync_async_task {
