@@ -165,6 +165,7 @@ typedef enum cube_option_e {
   CUBE_OPTION_GRAPHS_NATIVE,
   CUBE_OPTION_GRAPHS,
   CUBE_OPTION_GRAPHS_WARMUP,
+  CUBE_OPTION_CALLER_RUNS,
 } cube_option_t;
 
 typedef enum cube_option_type_e {

@@ -114,7 +114,9 @@
   X(GRAPHS, ENUM, DEVICE, AT_DEVICE_CREATION, "off", "off", 0, 0, 0, "off|auto", NULL,            \
     "auto: a stream's repeated steps of launches are captured and replayed (graphs)")             \
   X(GRAPHS_WARMUP, U32, DEVICE, AT_DEVICE_CREATION, "2", "2", 1, 1000, 0, NULL, NULL,             \
-    "auto graphs: eager steps alike before the next is replayed (graphs_warmup)")
+    "auto graphs: eager steps alike before the next is replayed (graphs_warmup)")                \
+  X(CALLER_RUNS, BOOL, PROCESS, AT_USE, "1", "1", 0, 0, 0, NULL, NULL,                           \
+    "0: reads and syncs always run on the device's runner, never on the calling thread")
 
 /* CUBE__OPT_<ID>: the same numbers as the public CUBE_OPTION_<ID>. */
 typedef enum cube__option_id {

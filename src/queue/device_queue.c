@@ -630,7 +630,8 @@ cube_status_t cube__submit_here(cube__service_t* s, uint64_t stream_id, const cu
    * submitted before is ahead, what is submitted from now on is behind. */
   size_t pos = 0;
   cube__cell_t* c = cube__ring_claim(d, &pos);
-  if (!tl_runner && cube__ring_before_done(d, pos, t->wait_ns)) {
+  if (!tl_runner && cube__option_bool(CUBE__OPT_CALLER_RUNS) &&
+      cube__ring_before_done(d, pos, t->wait_ns)) {
     /* Everything ahead ran and the runner cannot pass the unpublished cell:
      * this thread has the device to itself, as the runner would. */
     tl_runner = d;

@@ -611,7 +611,14 @@ cube_status_t cube__server_sync(cube__stream_t* st) {
                          cube__sync_wait_prepare, &w, cube__sync_wait_drop, CUBE__READ_WAIT_NS};
   bool here = false;
   cube_status_t status = cube__submit_here(st->server->service, st->id, &t, &here);
-  if (here || status) return status;
+  if (here) {
+    /* The runner may have slept through the device's wait: wake it now, so
+     * that the next submission of a loop (replay, sync) finds it polling
+     * instead of paying for its wake-up. */
+    if (cube__backend_has_events(&st->server->be)) cube__device_flush(st->server->device);
+    return status;
+  }
+  if (status) return status;
   /* Queued: its task (or its drop) sets |done|; |w| lives until then. */
   cube__event_wait(&w.done, UINT64_MAX);
   cube_status_free(cube__submit_blocking(st->server->service, st->id, cube__noop_task_run, NULL));
