@@ -241,11 +241,18 @@ CUBE_TEST(busy_device_reads_on_runner_threaded) {
   CHECK(r.out && cube_bytes_size(r.out) == sizeof(data) &&
         (memcmp(cube_bytes_const_data(r.out), data, sizeof(data)) == 0 ||
          memcmp(cube_bytes_const_data(r.out), other, sizeof(other)) == 0));
-  cube_bytes_release(r.out);
   trace_stop();
-  /* Both reads were queued: they ran on the runner, neither on its caller. */
-  CHECK_EQ_U64(atomic_load(&g_trace.on_caller) + atomic_load(&g_trace.elsewhere), 0);
-  CHECK_EQ_U64(atomic_load(&g_trace.on_runner), 2);
+  /* The asynchronous read was queued behind the held runner: it ran there.
+   * The other thread's read ran there too when it reached the queue before
+   * the gate opened; on a loaded machine (2 cores, sanitizers) that thread
+   * may only get there after everything drained, and then it runs on its
+   * own thread, after the write (and must see it). Never elsewhere. */
+  CHECK_EQ_U64(atomic_load(&g_trace.elsewhere), 0);
+  CHECK(atomic_load(&g_trace.on_runner) >= 1);
+  CHECK_EQ_U64(atomic_load(&g_trace.on_runner) + atomic_load(&g_trace.on_caller), 2);
+  if (atomic_load(&g_trace.on_caller) == 1)
+    CHECK(r.out && memcmp(cube_bytes_const_data(r.out), other, sizeof(other)) == 0);
+  cube_bytes_release(r.out);
   b = NULL;
   CHECK_OK(cube_client_read_one(c, h, &b));
   CHECK(b && memcmp(cube_bytes_const_data(b), other, sizeof(other)) == 0);
