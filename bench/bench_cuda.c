@@ -16,7 +16,10 @@
  *   2. sustained launches per second: N launches + sync, both sides.
  *   3. launch + read back of 4 bytes (kernel writes v + 1; read_one), median
  *      of per-iteration times; raw: launch + cuMemcpyDtoHAsync into pinned +
- *      cuStreamSynchronize.
+ *      cuStreamSynchronize. Then "where the time goes": 400 more iterations
+ *      of each with the backend trace hook timing every backend call (cube:
+ *      which thread made the launch and the read, the time before, in and
+ *      after each driver call; raw: each driver call), medians.
  *   4. cube_client_empty(1 MiB) + cube_handle_release (pool hit) vs
  *      cuMemAllocAsync + cuMemFreeAsync (default pool, release threshold high).
  *   5. create_from_slice of 1 GiB of random pageable data, call -> sync
@@ -28,6 +31,10 @@
  *      and module, a new server loads the entry from disk) vs an in-process
  *      hit (new kernel object of the same source); beside raw NVRTC compiling
  *      the very unit cube compiles (cube__dialect_generate) + cuModuleLoadData.
+ *   8. saxpy (12 B/element) and copy (8 B/element) dialect kernels over 1 GiB
+ *      arrays timed with cube_client_profile (device events), vs raw
+ *      cuMemcpyDtoDAsync (read + written), and raw saxpy / copy / add kernels
+ *      timed with events. The saxpy and copy outputs are checked.
  *   9. graphs: 1000 empty kernels captured once and replayed, per kernel and
  *      the caller-side cost of one replay (also of a 10-node graph), beside
  *      the same chain as a raw CUDA graph; 9d-9f: the step of
@@ -35,10 +42,10 @@
  *      replayed + synced, beside the raw graph, cube's eager launches and
  *      (CUBE_BENCH_TORCH_GRAPH_STEP_US, set by scripts/gpu-check.sh from the
  *      peer's output) PyTorch's CUDA graph. The step's result is checked.
- *   8. saxpy (12 B/element) and copy (8 B/element) dialect kernels over 1 GiB
- *      arrays timed with cube_client_profile (device events), vs raw
- *      cuMemcpyDtoDAsync (read + written), and raw saxpy / copy / add kernels
- *      timed with events. The saxpy and copy outputs are checked.
+ *      Then where the step's time goes (traced as for figure 3), and raw
+ *      graphs that differ from the raw step in one way each: an event after
+ *      each launch, the kernel code cube generates (NVRTC'd here), cube's
+ *      buffer.
  *
  * Output: one line per figure "name: cube X | raw Y | ratio R | target T |
  * met|MISSED" (ratio = cube / raw, for times lower is better, for rates higher
@@ -70,6 +77,9 @@ int main(void) {
 
 #else /* CUBE_HAVE_CUDA */
 
+#include <stdatomic.h>
+
+#include "backends/backend.h"
 #include "backends/cuda/cuda_api.h"
 #include "kernel/dialect.h"
 
@@ -600,6 +610,72 @@ static void fig_launch(void) {
 }
 
 //===----------------------------------------------------------------------===//
+// Where the time goes: backend calls timed through the trace hook
+//===----------------------------------------------------------------------===//
+
+/* Each backend call (slot entry and exit) of a traced iteration, with the
+ * time and whether the bench's own thread made it (else cube's runner).
+ * Used after a figure's own measurement, in a loop of its own, so that the
+ * hook's cost is not in the figure. */
+typedef struct phase_ev {
+  uint64_t t;
+  int slot;
+  int status; /* -1: entry */
+  bool caller;
+} phase_ev_t;
+
+#define PHASE_EVS 64
+static phase_ev_t g_pev[PHASE_EVS];
+static atomic_uint g_pev_n;
+static pthread_t g_pev_caller;
+
+static void phase_hook(void* user, const cube__backend_call_t* call) {
+  (void)user;
+  unsigned i = atomic_fetch_add_explicit(&g_pev_n, 1, memory_order_relaxed);
+  if (i >= PHASE_EVS) return;
+  g_pev[i] = (phase_ev_t){now_ns(), (int)call->slot, call->status,
+                          pthread_equal(pthread_self(), g_pev_caller) != 0};
+}
+
+static void phase_begin(void) {
+  g_pev_caller = pthread_self();
+  atomic_store(&g_pev_n, 0);
+  cube__backend_set_trace(phase_hook, NULL);
+}
+
+static void phase_end(void) { cube__backend_set_trace(NULL, NULL); }
+
+/* The first entry (|status| -1) or exit (0) of |slot| in this iteration's
+ * events, at or after |from|; 0 when absent. *caller: whose thread. */
+static uint64_t phase_at(int slot, bool entry, uint64_t from, bool* caller) {
+  unsigned n = atomic_load(&g_pev_n);
+  if (n > PHASE_EVS) n = PHASE_EVS;
+  for (unsigned i = 0; i < n; ++i) {
+    const phase_ev_t* e = &g_pev[i];
+    if (e->slot == slot && (entry ? e->status < 0 : e->status >= 0) && e->t >= from) {
+      if (caller) *caller = e->caller;
+      return e->t;
+    }
+  }
+  return 0;
+}
+
+/* Prints "name median us" for each of |n| phases over |iters| iterations
+ * (columns of v[iter * n + phase]). */
+static void phase_print(const char* title, const char* const* names, int n, double* v,
+                        int iters) {
+  printf("  where the time goes, %s (medians of %d traced iterations, us):\n", title, iters);
+  double* col = xmalloc(sizeof(double) * (size_t)iters);
+  for (int p = 0; p < n; ++p) {
+    int m = 0;
+    for (int i = 0; i < iters; ++i)
+      if (v[i * n + p] >= 0) col[m++] = v[i * n + p];
+    if (m) printf("    %-62s %8.3f (%d)\n", names[p], median_of(col, m) / 1e3, m);
+  }
+  free(col);
+}
+
+//===----------------------------------------------------------------------===//
 // 9. Graphs: replay per kernel, caller-side cost of a replay, a decode step
 //===----------------------------------------------------------------------===//
 
@@ -687,6 +763,145 @@ static double step_synced(cube_graph_t* g, int k, cube_handle_t x, uint32_t n, i
   double m = median_of(t, steps);
   free(t);
   return m;
+}
+
+/* The step again, |steps| replays + syncs with the trace hook on, then the
+ * raw graph's: the parts of a step. Returns the steps it applied to the
+ * graph's buffer. */
+static int step_variants(cube_handle_t hx, CUgraphExec raw, CUdeviceptr rx, int steps);
+
+static int step_phases(cube_graph_t* g, cube_handle_t hx, CUgraphExec raw, CUdeviceptr rx,
+                       int steps) {
+  enum { P = 7 };
+  static const char* const names[P] = {
+      "cube_client_replay returns (caller)",
+      "call -> cuGraphLaunch entered (graph_launch slot)",
+      "graph_launch slot (cuGraphLaunch)",
+      "graph_launch exit -> sync slot entry",
+      "sync slot (cuStreamSynchronize)",
+      "sync slot exit -> cube_client_sync returns",
+      "whole step (traced)"};
+  double* v = xmalloc(sizeof(double) * (size_t)steps * P);
+  int sync_on_caller = 0, launch_on_caller = 0;
+  for (int i = 0; i < steps; ++i) {
+    phase_begin();
+    uint64_t t0 = now_ns();
+    CHECK("cube_client_replay (step)", cube_client_replay(C.c, g, 0, NULL));
+    uint64_t t1 = now_ns();
+    CHECK("cube_client_sync (step)", cube_client_sync(C.c));
+    uint64_t t6 = now_ns();
+    phase_end();
+    bool sc = false, lc = false;
+    uint64_t li = phase_at(CUBE__SLOT_GRAPH_LAUNCH, true, t0, &lc);
+    uint64_t lo = phase_at(CUBE__SLOT_GRAPH_LAUNCH, false, t0, NULL);
+    uint64_t si = phase_at(CUBE__SLOT_SYNC, true, t0, &sc);
+    uint64_t so = phase_at(CUBE__SLOT_SYNC, false, t0, NULL);
+    double* r = v + (size_t)i * P;
+    r[0] = (double)(t1 - t0);
+    r[1] = li ? (double)(li - t0) : -1;
+    r[2] = li && lo ? (double)(lo - li) : -1;
+    r[3] = lo && si ? (double)si - (double)lo : -1;
+    r[4] = si && so ? (double)(so - si) : -1;
+    r[5] = so ? (double)(t6 - so) : -1;
+    r[6] = (double)(t6 - t0);
+    sync_on_caller += sc;
+    launch_on_caller += lc;
+  }
+  phase_print("cube step", names, P, v, steps);
+  printf("    cuGraphLaunch on the calling thread in %d of %d, the sync in %d of %d\n",
+         launch_on_caller, steps, sync_on_caller, steps);
+  enum { Q = 3 };
+  static const char* const rnames[Q] = {"cuGraphLaunch", "cuStreamSynchronize", "whole step"};
+  for (int i = 0; i < steps; ++i) {
+    uint64_t t0 = now_ns();
+    CK(cu->GraphLaunch(raw, R.s));
+    uint64_t t1 = now_ns();
+    CK(cu->StreamSynchronize(R.s));
+    uint64_t t2 = now_ns();
+    double* r = v + (size_t)i * Q;
+    r[0] = (double)(t1 - t0);
+    r[1] = (double)(t2 - t1);
+    r[2] = (double)(t2 - t0);
+  }
+  phase_print("raw step", rnames, Q, v, steps);
+  free(v);
+  return steps + step_variants(hx, raw, rx, steps);
+}
+
+/* The raw graph's step beside raw graphs that differ from it in one way
+ * each, to tell where a difference between cube's replay and the raw graph
+ * comes from: an event recorded after each launch (as cube's native graph
+ * does), the kernel code cube generates for the same kernel (NVRTC'd here,
+ * run on the raw buffer), the raw kernel on cube's buffer. Median of |steps|
+ * launches + syncs each, 3 alternating rounds. Returns the steps applied to
+ * cube's buffer |hx|. */
+static int step_variants(cube_handle_t hx, CUgraphExec raw, CUdeviceptr rx, int steps) {
+  const int k = 200;
+  const uint32_t n = 4096;
+  static const char* k_addc = "CUBE_KERNEL(addc, CUBE_ARRAY(float, x), float v)\n"
+                              "{\n"
+                              "    uint32_t i = ABSOLUTE_POS;\n"
+                              "    if (i < CUBE_LEN(x))\n"
+                              "        CUBE_STORE(x, i, CUBE_LOAD(x, i) + v);\n"
+                              "}\n";
+  cube__signature_t sig;
+  CHECK("cube__dialect_parse (addc)", cube__dialect_parse(k_addc, "addc", &sig));
+  char* text = NULL;
+  CHECK("cube__dialect_generate (addc)",
+        cube__dialect_generate(CUBE__TARGET_CUDA, &sig, k_addc, NULL, 0, CUBE_EXEC_CHECKED, &text));
+  char* cubin = NULL;
+  size_t size = 0;
+  (void)raw_nvrtc(text, "addc.cu", &cubin, &size);
+  free(text);
+  CK(cu->CtxSetCurrent(R.ctx));
+  CUmodule m;
+  CUfunction f;
+  CK(cu->ModuleLoadData(&m, cubin));
+  CK(cu->ModuleGetFunction(&f, m, "cube_kernel_entry"));
+  free(cubin);
+  unsigned long long xb = n * 4;
+  float v = 1e-4f;
+  void* args_raw[] = {&rx, &xb, &v};
+  CUgraphExec cubecode = raw_graph(f, args_raw, (n + 255) / 256, 256, k);
+  cube_resource_t* res = NULL;
+  CHECK("cube_client_get_resource (step)", cube_client_get_resource(C.c, hx, &res));
+  CUdeviceptr cx = (CUdeviceptr)(uintptr_t)cube_resource_ptr(res);
+  void* args_cube[] = {&cx, &xb, &v};
+  CUgraphExec onbuf = raw_graph(R.f_addc, args_cube, (n + 255) / 256, 256, k);
+  CUevent ev;
+  CK(cu->EventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+  enum { VARIANTS = 4, ROUNDS = 3 };
+  static const char* const names[VARIANTS] = {
+      "raw graph", "raw graph + cuEventRecord after it", "raw graph of cube's generated kernel",
+      "raw graph on cube's buffer"};
+  CUgraphExec execs[VARIANTS] = {raw, raw, cubecode, onbuf};
+  double* t = xmalloc(sizeof(double) * (size_t)steps);
+  double med[VARIANTS][ROUNDS];
+  int on_hx = 0;
+  for (int r = 0; r < ROUNDS; ++r) {
+    for (int vi = 0; vi < VARIANTS; ++vi) {
+      for (int i = 0; i < steps; ++i) {
+        uint64_t t0 = now_ns();
+        CK(cu->GraphLaunch(execs[vi], R.s));
+        if (vi == 1) CK(cu->EventRecord(ev, R.s));
+        CK(cu->StreamSynchronize(R.s));
+        t[i] = (double)(now_ns() - t0);
+      }
+      if (vi == 3) on_hx += steps;
+      med[vi][r] = median_of(t, steps) / 1e3;
+    }
+  }
+  printf("  raw variants of the step (medians of %d steps, %d alternating rounds, us):\n", steps,
+         ROUNDS);
+  for (int vi = 0; vi < VARIANTS; ++vi)
+    printf("    %-62s %8.2f %8.2f %8.2f\n", names[vi], med[vi][0], med[vi][1], med[vi][2]);
+  free(t);
+  CK(cu->EventDestroy(ev));
+  CK(cu->GraphExecDestroy(cubecode));
+  CK(cu->GraphExecDestroy(onbuf));
+  CK(cu->ModuleUnload(m));
+  cube_resource_release(res);
+  return on_hx;
 }
 
 static void fig_graph(void) {
@@ -777,6 +992,7 @@ static void fig_graph(void) {
     rs[i] = median_of(t, steps);
     free(t);
   }
+  done_steps += step_phases(sg, hx, se, rx, steps);
   /* Check: every add happened, in order (float adds, the same on the host). */
   float* got = xmalloc(n * sizeof(float));
   cube_bytes_t* b = NULL;
@@ -810,6 +1026,82 @@ static void fig_graph(void) {
   CK(cu->MemFree(rx));
   free(x0);
   free(got);
+}
+
+/* Figure 3 again, |iters| iterations with the trace hook on: the parts of a
+ * round trip, cube's and raw's. */
+static void roundtrip_phases(cube_handle_t out, int iters) {
+  enum { P = 7 };
+  static const char* const names[P] = {
+      "cube_client_launch returns (caller)",
+      "call -> runner enters the launch slot",
+      "launch slot (cuLaunchKernel)",
+      "launch slot exit -> read slot entry",
+      "read slot (cuMemcpyDtoHAsync + cuStreamSynchronize)",
+      "read slot exit -> cube_client_read_one returns",
+      "whole round trip (traced)"};
+  double* v = xmalloc(sizeof(double) * (size_t)iters * P);
+  cube_count_t one = cube_count_static(1, 1, 1);
+  int on_caller = 0;
+  for (int i = -20; i < iters; ++i) {
+    cube_arg_t args[2] = {cube_arg_buffer(out), cube_arg_u32((uint32_t)i)};
+    phase_begin();
+    uint64_t t0 = now_ns();
+    CHECK("cube_client_launch (write4)", cube_client_launch(C.c, C.k_write4, one, 2, args));
+    uint64_t t1 = now_ns();
+    cube_bytes_t* b = NULL;
+    CHECK("cube_client_read_one (4 bytes)", cube_client_read_one(C.c, out, &b));
+    uint64_t t6 = now_ns();
+    phase_end();
+    cube_bytes_release(b);
+    if (i < 0) continue;
+    bool rc = false;
+    uint64_t li = phase_at(CUBE__SLOT_LAUNCH, true, t0, NULL);
+    uint64_t lo = phase_at(CUBE__SLOT_LAUNCH, false, t0, NULL);
+    uint64_t ri = phase_at(CUBE__SLOT_READ, true, t0, &rc);
+    uint64_t ro = phase_at(CUBE__SLOT_READ, false, t0, NULL);
+    double* r = v + (size_t)i * P;
+    r[0] = (double)(t1 - t0);
+    r[1] = li ? (double)(li - t0) : -1;
+    r[2] = li && lo ? (double)(lo - li) : -1;
+    r[3] = lo && ri ? (double)ri - (double)lo : -1;
+    r[4] = ri && ro ? (double)(ro - ri) : -1;
+    r[5] = ro ? (double)(t6 - ro) : -1;
+    r[6] = (double)(t6 - t0);
+    on_caller += rc;
+  }
+  phase_print("cube", names, P, v, iters);
+  printf("    the read ran on the calling thread in %d of %d\n", on_caller, iters);
+
+  enum { Q = 4 };
+  static const char* const rnames[Q] = {"cuLaunchKernel", "cuMemcpyDtoHAsync (4 bytes, pinned)",
+                                        "cuStreamSynchronize", "whole round trip"};
+  CUdeviceptr d;
+  CK(cu->MemAlloc(&d, 256));
+  uint32_t* pin = NULL;
+  CK(cu->MemHostAlloc((void**)&pin, 4096, 0));
+  unsigned long long bytes = 4;
+  for (int i = -20; i < iters; ++i) {
+    unsigned x = (unsigned)i;
+    void* a[] = {&d, &bytes, &x};
+    uint64_t t0 = now_ns();
+    CK(cu->LaunchKernel(R.f_write4, 1, 1, 1, 32, 1, 1, 0, R.s, a, NULL));
+    uint64_t t1 = now_ns();
+    CK(cu->MemcpyDtoHAsync(pin, d, 4, R.s));
+    uint64_t t2 = now_ns();
+    CK(cu->StreamSynchronize(R.s));
+    uint64_t t3 = now_ns();
+    if (i < 0) continue;
+    double* r = v + (size_t)i * Q;
+    r[0] = (double)(t1 - t0);
+    r[1] = (double)(t2 - t1);
+    r[2] = (double)(t3 - t2);
+    r[3] = (double)(t3 - t0);
+  }
+  phase_print("raw", rnames, Q, v, iters);
+  CK(cu->MemFree(d));
+  CK(cu->MemFreeHost(pin));
+  free(v);
 }
 
 //===----------------------------------------------------------------------===//
@@ -875,6 +1167,7 @@ static void fig_roundtrip(void) {
     if (i >= 0) t[i] = (double)(t1 - t0);
   }
   if (bad) wrong("cube 4-byte round trip: %" PRIu64 " wrong values", bad);
+  roundtrip_phases(out, iters < 400 ? iters : 400);
   cube_handle_release(out);
   double cube = median_of(t, iters) / 1e3;
   double cube_p99 = t[(int)(0.99 * (iters - 1))] / 1e3;

@@ -316,7 +316,9 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_copy(cube_client_t* client, cube_
  * calling thread when the device's queue has nothing left before it (at once,
  * or after a short wait of at most about 20 us for the work ahead), else on
  * the device's runner. out_bytes[i] is owned by
- * the caller (PINNED buffers where the device has staging memory). Returns
+ * the caller (PINNED buffers where the device has staging memory, except
+ * results of at most 256 bytes: those are read through the stream's own
+ * pinned slice and copied into NATIVE heap buffers). Returns
  * the stream's deferred errors if any (and clears them; writes nothing
  * then). Fails at once with INVALID_ARGUMENT for count 0, NULL handles or a
  * null handle entry (naming handles[i]). */

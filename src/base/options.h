@@ -116,7 +116,7 @@
   X(GRAPHS_WARMUP, U32, DEVICE, AT_DEVICE_CREATION, "2", "2", 1, 1000, 0, NULL, NULL,             \
     "auto graphs: eager steps alike before the next is replayed (graphs_warmup)")                \
   X(CALLER_RUNS, BOOL, PROCESS, AT_USE, "1", "1", 0, 0, 0, NULL, NULL,                           \
-    "0: reads and syncs always run on the device's runner, never on the calling thread")
+    "0: reads, syncs and the launch or replay after one always run on the device's runner")
 
 /* CUBE__OPT_<ID>: the same numbers as the public CUBE_OPTION_<ID>. */
 typedef enum cube__option_id {

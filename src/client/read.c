@@ -13,8 +13,9 @@
 /* Reads the |count| regions |r| (heap, freed here; each holds a binding
  * reference, given back on failure) on the client's stream: into a future
  * when |out| is not NULL, else waiting, into |out_bytes|. */
+/* Queues (or runs) the read of |count| regions |r| (freed here when |heap|). */
 static cube_status_t cube__read_queue(cube_client_t* c, const char* fn, size_t count,
-                                      cube__read_region_t* r, cube_future_t** out,
+                                      cube__read_region_t* r, bool heap, cube_future_t** out,
                                       cube_bytes_t** out_bytes) {
   cube__stream_t* stream;
   cube_status_t st = cube__client_stream(c, &stream);
@@ -31,7 +32,7 @@ static cube_status_t cube__read_queue(cube_client_t* c, const char* fn, size_t c
   } else {
     st = cube__server_read_wait(stream, count, r, out_bytes);
   }
-  free(r);
+  if (heap) free(r);
   return st;
 }
 
@@ -41,21 +42,23 @@ static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t
   CUBE__CHECK_CLIENT(c, fn);
   if (count == 0) return CUBE_INVALID("%s: count is 0", fn);
   if (!handles) return CUBE_INVALID("%s: handles is NULL", fn);
-  cube__read_region_t* r = calloc(count, sizeof(*r));
+  cube__read_region_t small[4];
+  bool heap = count > sizeof(small) / sizeof(small[0]);
+  cube__read_region_t* r = heap ? calloc(count, sizeof(*r)) : small;
   if (!r) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", fn);
   for (size_t i = 0; i < count; ++i) {
     cube__handle_info_t info;
     cube_status_t st = cube__client_handle_f(c, handles[i], &info, "%s: handles[%zu]", fn, i);
     if (st) {
       for (size_t j = 0; j < i; ++j) cube__memory_unref(r[j].mem);
-      free(r);
+      if (heap) free(r);
       return st;
     }
     cube__memory_ref(info.mem);
     uint64_t n = cube__handle_view_size(&info);
     r[i] = (cube__read_region_t){info.mem, info.offset_start, n, 1, n, NULL};
   }
-  return cube__read_queue(c, fn, count, r, out, out_bytes);
+  return cube__read_queue(c, fn, count, r, heap, out, out_bytes);
 }
 
 cube_status_t cube_client_read_async(cube_client_t* c, size_t count, const cube_handle_t* handles,
@@ -158,7 +161,7 @@ static cube_status_t cube__read_tensors(cube_client_t* c, const char* fn, size_t
     free(r);
     return st;
   }
-  return cube__read_queue(c, fn, count, r, out, out_bytes);
+  return cube__read_queue(c, fn, count, r, true, out, out_bytes);
 }
 
 cube_status_t cube_client_read_tensor_async(cube_client_t* c, size_t count,

@@ -36,6 +36,9 @@ static atomic_uint_fast64_t g_stream_counter;
 
 static _Thread_local char tl_token;            /* its address identifies the thread */
 static _Thread_local cube__device_t* tl_runner; /* device whose runner this thread is */
+/* The device whose blocking call (a read, a sync) this thread ran on its own
+ * thread as its last submission (cube__submit_here); cleared by every claim. */
+_Thread_local cube__device_t* cube__tl_after_blocking;
 static _Thread_local cube__borrow_t* tl_borrows;
 static _Thread_local uint64_t tl_stream;
 static _Thread_local bool tl_stream_set;
@@ -206,6 +209,7 @@ static void cube__wake_runner(cube__device_t* d) {
  * Never fails. */
 static cube__cell_t* cube__ring_claim(cube__device_t* d, size_t* out_pos) {
   unsigned spins = 0, yields = 0;
+  cube__tl_after_blocking = NULL;
   size_t pos = atomic_load_explicit(&d->enqueue_pos, memory_order_relaxed);
   for (;;) {
     cube__cell_t* c = &d->cells[pos & CUBE__RING_MASK];
@@ -314,23 +318,27 @@ static void cube__discard_cell(cube__device_t* d, cube__cell_t* c) {
   }
 }
 
-/* Runs the next cell if it is published, or steps over it if it ran where
- * it was claimed (without touching it: a later producer may own it); false
- * when there is nothing to do yet. Runner thread only. */
-static bool cube__ring_run_one(cube__device_t* d) {
+/* What cube__ring_run_one did. */
+enum { CUBE__RAN_NOTHING = 0, CUBE__RAN_CELL = 1, CUBE__STEPPED_OVER = 2 };
+
+/* Runs the next cell if it is published (CUBE__RAN_CELL), or steps over it
+ * if it ran where it was claimed (CUBE__STEPPED_OVER, without touching it: a
+ * later producer may own it); CUBE__RAN_NOTHING when there is nothing to do
+ * yet. Runner thread only. */
+static int cube__ring_run_one(cube__device_t* d) {
   size_t pos = d->dequeue_pos;
   cube__cell_t* c = &d->cells[pos & CUBE__RING_MASK];
   size_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
   if (seq != pos + 1) {
-    if (!cube__seq_released(seq, pos)) return false;
+    if (!cube__seq_released(seq, pos)) return CUBE__RAN_NOTHING;
     d->dequeue_pos = pos + 1;
-    return true;
+    return CUBE__STEPPED_OVER;
   }
   cube__event_t* done = cube__execute_cell(c);
   d->dequeue_pos = pos + 1;
   atomic_store_explicit(&c->seq, pos + CUBE__RING_CELLS, memory_order_release);
   if (done) cube__event_set(done);
-  return true;
+  return CUBE__RAN_CELL;
 }
 
 /* ---------------------------------------------------------------------------
@@ -357,8 +365,13 @@ static void cube__destroy_services(cube__device_t* d) {
 void* cube__queue_runner_main(void* arg) {
   cube__device_t* d = (cube__device_t*)arg;
   tl_runner = d;
+  int last = CUBE__RAN_NOTHING;
   for (;;) {
-    if (cube__ring_run_one(d)) continue;
+    int ran = cube__ring_run_one(d);
+    if (ran) {
+      last = ran;
+      continue;
+    }
     if (atomic_load_explicit(&d->stop, memory_order_acquire)) {
       /* Look again after reading |stop|: what was published before the
        * shutdown request is visible now. */
@@ -366,10 +379,15 @@ void* cube__queue_runner_main(void* arg) {
       break;
     }
 
-    /* Idle: spin, then yield, then sleep. */
+    /* Idle: spin, then yield, then sleep. A runner whose last cell was run
+     * by its caller (a read, a sync, the launch or replay after one) does not
+     * spin: that caller issues its own work, and a spinning runner would
+     * only pull the ring's lines away from it; the next queued submission
+     * wakes it. */
     bool work = false;
     uint64_t spin_start = cube__now_ns();
-    for (int i = 0; i < CUBE__RUNNER_SPINS && !work; ++i) {
+    const int spins = last == CUBE__STEPPED_OVER ? 0 : CUBE__RUNNER_SPINS;
+    for (int i = 0; i < spins && !work; ++i) {
       cube__cpu_relax();
       work = cube__ring_ready(d);
       if ((i & 63) == 63 && cube__now_ns() - spin_start > CUBE__RUNNER_SPIN_NS) break;
@@ -380,6 +398,7 @@ void* cube__queue_runner_main(void* arg) {
     }
     if (work) continue;
 
+    last = CUBE__RAN_NOTHING;
     unsigned w = atomic_load(&d->wake_seq);
     atomic_store(&d->sleeping, 1);
     atomic_thread_fence(memory_order_seq_cst);
@@ -626,18 +645,21 @@ cube_status_t cube__submit_here(cube__service_t* s, uint64_t stream_id, const cu
     *out_here = true;
     return st;
   }
+  /* Work that follows a blocking call may run here only right after it. */
+  bool may = !tl_runner && (!t->after_blocking || cube__tl_after_blocking == d) &&
+             cube__option_bool(CUBE__OPT_CALLER_RUNS);
   /* The next place in the queue, as any submission takes it: what was
    * submitted before is ahead, what is submitted from now on is behind. */
   size_t pos = 0;
   cube__cell_t* c = cube__ring_claim(d, &pos);
-  if (!tl_runner && cube__option_bool(CUBE__OPT_CALLER_RUNS) &&
-      cube__ring_before_done(d, pos, t->wait_ns)) {
+  if (may && cube__ring_before_done(d, pos, t->after_blocking ? 0 : t->wait_ns)) {
     /* Everything ahead ran and the runner cannot pass the unpublished cell:
      * this thread has the device to itself, as the runner would. */
     tl_runner = d;
     cube_status_t st = cube__run_borrowed(s, stream_id, t->here, t->here_arg);
     tl_runner = NULL;
     cube__ring_release_here(d, c, pos);
+    if (!t->after_blocking) cube__tl_after_blocking = d;
     *out_here = true;
     return st;
   }

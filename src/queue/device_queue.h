@@ -145,14 +145,34 @@ typedef struct cube__here_task {
   /* How long to poll for the tasks queued before to finish before queueing
    * instead (0: run here only if they have finished already). */
   uint64_t wait_ns;
+  /* false: a blocking call (a read, a sync), which runs here when the work
+   * ahead of it has run (after polling |wait_ns|); the calling thread's next
+   * submission to the device then "follows a blocking call".
+   * true: work the caller does not wait for (a launch, a replay), which runs
+   * here only when it follows a blocking call that ran here and the work
+   * ahead has run (no poll, |wait_ns| is ignored): a thread that alternates
+   * work and waits (launch, read; replay, sync) then issues both from its
+   * own thread, as the driver runs them fastest, while a burst of work after
+   * a wait goes to the runner from its second submission on. */
+  bool after_blocking;
 } cube__here_task_t;
+
+/* The device of the blocking call this thread ran on its own thread as its
+ * last submission (see above), or NULL. For a quick test before building a
+ * cube__here_task_t on a hot path; not for use across threads. */
+extern _Thread_local cube__device_t* cube__tl_after_blocking;
+static inline bool cube__follows_blocking(const cube__device_t* d) {
+  return cube__tl_after_blocking == d;
+}
 
 /* Runs |t|'s work on the calling thread when it can run there at once, else
  * queues it; either way in submission order, as cube__submit.
  *
  * THREADED mode: the call takes the next place in the device's queue, as a
  * submission does. When every task queued before it has run (at once, or
- * within t->wait_ns of polling) and the calling thread is not a runner,
+ * within t->wait_ns of polling), the calling thread is not a runner, the
+ * task is a blocking call or follows one (t->after_blocking) and
+ * CUBE_CALLER_RUNS is on,
  * t->here runs on the calling thread with the device to itself: the runner
  * starts nothing queued after it (by any thread, for any stream or service)
  * until it returned, and calls into the device from inside it run at once,

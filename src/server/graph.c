@@ -869,10 +869,26 @@ static void cube__replay_task_drop(void* payload) {
   cube__graph_unref(r->graph);
 }
 
+static cube_status_t cube__replay_prepare(void* payload, void* arg) {
+  memcpy(payload, arg, sizeof(cube__replay_task_t));
+  return CUBE_OK;
+}
+
 cube_status_t cube__server_replay(cube__stream_t* st, cube_graph_t* g, cube__graph_sub_t* subs,
                                   cube__graph_scalar_sub_t* scalars, size_t scalar_count) {
   cube__graph_ref(g);
   cube__replay_task_t r = {st, g, subs, scalars, scalar_count};
+  if (cube__follows_blocking(st->server->device) && cube__server_async(st->server)) {
+    /* Right after a read or sync that ran on this thread (a loop of replay,
+     * sync): the replay runs here when nothing is queued ahead of it, as the
+     * driver's own graph launch would (cube__submit_here). */
+    cube__here_task_t t = {cube__replay_task_run, &r, cube__replay_task_run, sizeof(r),
+                           cube__replay_prepare,  &r, cube__replay_task_drop, 0, true};
+    bool here = false;
+    cube_status_t status = cube__submit_here(st->server->service, st->id, &t, &here);
+    if (here || status) cube__replay_task_drop(&r);
+    return status;
+  }
   return cube__submit(st->server->service, st->id, cube__replay_task_run, &r, sizeof(r),
                       cube__replay_task_drop);
 }

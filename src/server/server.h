@@ -63,6 +63,15 @@ struct cube__server {
 cube_status_t cube__server_get(cube_device_id_t device, const cube_server_options_t* options,
                                bool insert, cube__server_t** out_server);
 
+/* Whether the device runs work after the call that issued it returned (its
+ * memory is not the host's: CUDA, OpenCL): issuing a launch or a replay
+ * costs the caller only the driver's call, so after a blocking call it may
+ * be issued from the caller's thread (cube__submit_here). The CPU backend
+ * runs a launch to its end inside the call: never from the caller there. */
+static inline bool cube__server_async(const cube__server_t* s) {
+  return (s->be.vt->caps & CUBE__CAP_HOST_MEMORY) == 0;
+}
+
 /* Writes |height| rows of |width| bytes from |src| into |mem| at |offset|,
  * rows |pitch| bytes apart on the device. |owner| (may be NULL) owns |src| and
  * is consumed. Failures are deferred to |stream|. */

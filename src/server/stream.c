@@ -115,6 +115,7 @@ void cube__stream_destroy(cube__stream_t* st) {
   cube__auto_destroy(st->auto_state); /* first: its graph holds buffers of the pools */
   if (st->holds_head) cube__stream_release_holds(st, true);
   if (st->mm) cube__mm_destroy(st->mm);
+  if (st->small_read) cube__memory_unref(st->small_read);
   if (st->pinned) {
     if (!cube__mm_in_use(st->pinned)) {
       cube__mm_destroy(st->pinned);
@@ -204,13 +205,20 @@ void cube__stream_push_error(cube__stream_t* st, cube_status_t status) {
     st->profile_errors = cube__status_join(st->profile_errors, status);
   else
     st->errors = cube__status_join(st->errors, status);
+  atomic_store_explicit(&st->errors_pending, st->errors != NULL, memory_order_relaxed);
   pthread_mutex_unlock(&st->lock);
 }
 
 cube_status_t cube__stream_take_errors(cube__stream_t* st) {
+  /* An error pushed by work that ran before this call (on the runner, or on
+   * a caller with the device to itself) is seen here: the queue's hand-over
+   * orders that push before this load. One pushed concurrently by another
+   * thread is taken by the next call, as if it had come after this one. */
+  if (!atomic_load_explicit(&st->errors_pending, memory_order_relaxed)) return CUBE_OK;
   pthread_mutex_lock(&st->lock);
   cube_status_t e = st->errors;
   st->errors = NULL;
+  atomic_store_explicit(&st->errors_pending, false, memory_order_relaxed);
   pthread_mutex_unlock(&st->lock);
   if (e)
     e = cube__status_annotate(e, "stream %" PRIu64 " has %zu deferred error%s", st->id,
@@ -425,6 +433,25 @@ cube_status_t cube__stream_staging(cube__stream_t* st, size_t size, cube_bytes_t
 //===----------------------------------------------------------------------===//
 
 bool cube__stream_has_staging(const cube__stream_t* st) { return st->pinned != NULL; }
+
+void* cube__stream_small_read(cube__stream_t* st) {
+  if (st->small_read_ptr || !st->pinned) return st->small_read_ptr;
+  cube__memory_t* m = NULL;
+  pthread_mutex_lock(&st->lock);
+  cube_status_t status = cube__mm_reserve(st->pinned, CUBE__SMALL_READ_BYTES, &m);
+  pthread_mutex_unlock(&st->lock);
+  if (status) {
+    cube_status_free(status);
+    return NULL;
+  }
+  const cube__storage_t* storage;
+  uint64_t off, sz;
+  cube__memory_resolve(m, &storage, &off, &sz);
+  cube__memory_handle_to_binding(m); /* as a staging buffer's: released by unref */
+  st->small_read = m;
+  st->small_read_ptr = (char*)storage->ptr + off;
+  return st->small_read_ptr;
+}
 
 cube_allocation_mode_t cube__stream_set_mode(cube__stream_t* st, cube_allocation_mode_t mode) {
   pthread_mutex_lock(&st->lock);

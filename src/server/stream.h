@@ -48,6 +48,9 @@ typedef struct cube__stream {
    * cache (every launch and sync reads them). */
   _Alignas(64) pthread_mutex_t lock; /* guards the pools and every field below */
   cube_status_t errors; /* deferred errors, joined */
+  /* |errors| != NULL, also readable without the lock: a read or sync that
+   * finds it false takes no lock (set and cleared under |lock|). */
+  atomic_bool errors_pending;
   cube_status_t profile_errors; /* launch failures while a profile is active */
   uint32_t profile_depth;
   /* Buffers of other streams used by this one, held until the event recorded
@@ -56,12 +59,29 @@ typedef struct cube__stream {
   struct cube__hold* holds_head;
   struct cube__hold* holds_tail;
   atomic_size_t hold_count; /* read without the lock: 0 = nothing to release */
+  /* A slice of the pinned pool that small reads land in before they are
+   * copied into a heap buffer (cube__stream_small_read): reserved on first
+   * use, kept until the stream is destroyed. Used only by a read, which has
+   * the device to itself. */
+  cube__memory_t* small_read;
+  void* small_read_ptr;
 } cube__stream_t;
 
 /* The stream that |stream_id| maps to (slot id % max_streams), created on
  * first use. The stream lives as long as its server. */
 cube_status_t cube__server_stream(cube__server_t* s, uint64_t stream_id,
                                   cube__stream_t** out_stream);
+
+/* The bytes of read results up to this size are read into the stream's
+ * small-read slice and copied into a buffer of the heap: a few bytes cost
+ * less to copy than a slice of the pinned pool costs to reserve and give
+ * back. */
+#define CUBE__SMALL_READ_BYTES 256u
+
+/* The pinned slice of CUBE__SMALL_READ_BYTES for small reads (see above), or
+ * NULL when the stream has no pinned pool or none is left (the read then
+ * takes the usual path). Only from a read running with the device to itself. */
+void* cube__stream_small_read(cube__stream_t* stream);
 
 /* Destroys a stream (its server's destruction only). */
 void cube__stream_destroy(cube__stream_t* stream);

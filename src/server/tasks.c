@@ -247,18 +247,26 @@ static cube_status_t cube__read_exec(cube__stream_t* st, size_t count,
      * reads, where fresh heap memory costs a page fault per 4 KiB. */
     size_t n = (size_t)(r->width * r->height);
     void* dst = r->into;
+    void* small = NULL; /* the stream's small-read slice, copied into the result after */
     if (!dst) {
-      status = st->pinned ? cube__stream_staging(st, n, &results[i])
-                          : cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "no staging");
-      if (status) {
-        cube_status_free(status);
+      if (n <= CUBE__SMALL_READ_BYTES && st->pinned) small = cube__stream_small_read(st);
+      if (small) {
         status = cube__bytes_allocate_uninit(n, &results[i]);
+        dst = small;
+      } else {
+        status = st->pinned ? cube__stream_staging(st, n, &results[i])
+                            : cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "no staging");
+        if (status) {
+          cube_status_free(status);
+          status = cube__bytes_allocate_uninit(n, &results[i]);
+        }
+        if (!status) dst = cube_bytes_data(results[i]);
       }
-      if (!status) dst = cube_bytes_data(results[i]);
     }
     if (!status && r->width != 0 && r->height != 0)
       status = cube__backend_read(&s->be, st->backend_stream, dst, storage, off + r->offset,
                                 r->pitch, r->width, r->height);
+    if (!status && small) memcpy(cube_bytes_data(results[i]), small, n);
     if (status) status = cube__status_annotate(status, "read of handles[%zu]", i);
   }
   for (size_t i = 0; i < count; ++i) {
@@ -336,7 +344,7 @@ static cube_status_t cube__read_prepare(void* payload, void* arg) {
  * are in r->results; else, when OK, r->future is the queued task's. */
 static cube_status_t cube__read_submit(cube__read_call_t* r, uint64_t wait_ns, bool* out_here) {
   cube__here_task_t t = {cube__read_here,     r, cube__read_task_run, sizeof(cube__read_task_t),
-                         cube__read_prepare,  r, cube__read_task_drop, wait_ns};
+                         cube__read_prepare,  r, cube__read_task_drop, wait_ns, false};
   cube__stream_t* st = r->stream;
   cube_status_t status = cube__submit_here(st->server->service, st->id, &t, out_here);
   if (status && !*out_here)
@@ -519,14 +527,38 @@ void cube__launch_fill(void* payload, const void* arg) {
   }
 }
 
+/* A launch run on the calling thread (cube__submit_here): the record built
+ * on the stack, run and dropped as the queue would. */
+static cube_status_t cube__launch_here(void* state, void* arg) {
+  _Alignas(64) unsigned char record[CUBE__TASK_INLINE_BYTES];
+  cube__launch_fill(record, arg);
+  cube_status_t status = cube__launch_task_run(state, record);
+  cube__launch_task_drop(record);
+  return status;
+}
+
+static cube_status_t cube__launch_prepare(void* payload, void* arg) {
+  cube__launch_fill(payload, arg);
+  return CUBE_OK;
+}
+
 cube_status_t cube__server_launch(cube__stream_t* st, cube_kernel_t* kernel,
                                   const uint32_t count[3], cube__memory_t* dyn_mem,
                                   uint64_t dyn_offset, cube_execution_mode_t mode,
                                   uint32_t arg_count, const cube__task_arg_t* args) {
   cube__launch_fill_t f = {st, kernel, count, dyn_mem, dyn_offset, mode, arg_count, args};
+  size_t size = cube__launch_task_size(arg_count);
+  if (__builtin_expect(cube__follows_blocking(st->server->device), 0) &&
+      cube__server_async(st->server) && size <= CUBE__TASK_INLINE_BYTES) {
+    /* Right after a read or sync that ran on this thread: the launch runs
+     * here too when nothing is queued ahead of it (cube__submit_here). */
+    cube__here_task_t t = {cube__launch_here,    &f, cube__launch_task_run, size,
+                           cube__launch_prepare, &f, cube__launch_task_drop, 0, true};
+    bool here = false;
+    return cube__submit_here(st->server->service, st->id, &t, &here);
+  }
   return cube__submit_fill(st->server->service, st->id, cube__launch_task_run,
-                           cube__launch_task_size(arg_count), cube__launch_fill, &f,
-                           cube__launch_task_drop);
+                           size, cube__launch_fill, &f, cube__launch_task_drop);
 }
 
 //===----------------------------------------------------------------------===//
@@ -608,17 +640,11 @@ cube_status_t cube__server_sync(cube__stream_t* st) {
   w.result = CUBE_OK;
   cube__event_init(&w.done);
   cube__here_task_t t = {cube__sync_here,         &w, cube__sync_wait_run, sizeof(cube__sync_wait_t*),
-                         cube__sync_wait_prepare, &w, cube__sync_wait_drop, CUBE__READ_WAIT_NS};
+                         cube__sync_wait_prepare, &w, cube__sync_wait_drop, CUBE__READ_WAIT_NS,
+                         false};
   bool here = false;
   cube_status_t status = cube__submit_here(st->server->service, st->id, &t, &here);
-  if (here) {
-    /* The runner may have slept through the device's wait: wake it now, so
-     * that the next submission of a loop (replay, sync) finds it polling
-     * instead of paying for its wake-up. */
-    if (cube__backend_has_events(&st->server->be)) cube__device_flush(st->server->device);
-    return status;
-  }
-  if (status) return status;
+  if (here || status) return status;
   /* Queued: its task (or its drop) sets |done|; |w| lives until then. */
   cube__event_wait(&w.done, UINT64_MAX);
   cube_status_free(cube__submit_blocking(st->server->service, st->id, cube__noop_task_run, NULL));

@@ -1432,7 +1432,7 @@ static cube_status_t here_prepare_fail(void* payload, void* arg) {
 
 static cube__here_task_t here_task(here_probe_t* p, uint64_t wait_ns) {
   cube__here_task_t t = {here_fn, p, here_task_fn, sizeof(here_probe_t*), here_prepare, p, NULL,
-                         wait_ns};
+                         wait_ns, false};
   return t;
 }
 
@@ -1669,7 +1669,7 @@ static void* here_thread_main(void* arg) {
     p->stream = (uint64_t)h->index;
     p->sleep_us = i + 1; /* the count it must see */
     cube__here_task_t t = {here_check_fn, p, here_check_task, sizeof(p), here_prepare, p, NULL,
-                           (uint64_t)(i % 2) * 20000};
+                           (uint64_t)(i % 2) * 20000, false};
     bool here = false;
     cube_status_t st = cube__submit_here(h->s, sid, &t, &here);
     if (st) p->ran = -1000;
