@@ -7,6 +7,7 @@
  *   bench_pool_calls steps [steps]       (default 1000)
  *   bench_pool_calls held [steps]        (default 1000)
  *   bench_pool_calls read [rounds]       (default 100000)
+ *   bench_pool_calls replay [replays]    (default 1000)
  *
  * "launch" counts a launch instead: cube_client_launch of a native kernel of
  * four arguments (three buffers and a u32, the most a queue cell holds
@@ -21,6 +22,8 @@
  * completes an automatic step and runs its replay, nor the flush). Run them
  * with CUBE_GRAPHS=auto and without: per launch, the whole path and the held
  * launch against the eager one.
+ * "replay" captures one such step of 100 launches as a graph and counts its
+ * replays (per launch: the graph's share of one node).
  * "read" counts the round trip of bench_runtime's section [4] on the same
  * inline-queue CPU device: a launch of a kernel that stores a u32, then
  * cube_client_read_one of those 4 bytes (checked) and the release of the
@@ -135,7 +138,20 @@ __attribute__((noinline)) static int steps_loop(cube_client_t* c, cube_kernel_t*
   return 0;
 }
 
-/* mode 0: launch; 1: steps; 2: held. */
+/* Replays of |g| (STEP_LAUNCHES launches captured once). */
+__attribute__((noinline)) static int replay_loop(cube_client_t* c, cube_graph_t* g,
+                                                 uint64_t replays) {
+  for (uint64_t i = 0; i < replays; ++i) {
+    cube_status_t s = cube_client_replay(c, g, 0, NULL);
+    if (s) {
+      fail_status("cube_client_replay", s);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* mode 0: launch; 1: steps; 2: held; 3: replays of a captured step. */
 static int launch_main(uint64_t launches, int mode) {
   setenv("CUBE_DEVICE_QUEUE", "inline", 1);
   cube_client_t* c = NULL;
@@ -172,12 +188,26 @@ static int launch_main(uint64_t launches, int mode) {
   if (launch_loop(c, k, args, 1)) return 1; /* first use: streams, the kernel */
   /* Steps: the warm-up of automatic capture (two steps seen, one replayed). */
   if (mode && steps_loop(c, k, args, 3, false)) return 1;
+  cube_graph_t* g = NULL;
+  if (mode == 3) {
+    s = cube_client_capture_begin(c);
+    if (!s && launch_loop(c, k, args, STEP_LAUNCHES)) return 1;
+    if (!s) s = cube_client_capture_end(c, &g);
+    if (s) {
+      fail_status("capture", s);
+      return 1;
+    }
+    if (replay_loop(c, g, 2)) return 1; /* the first replay prepares the graph */
+  }
   CALLGRIND_TOGGLE_COLLECT;
   uint64_t t0 = now_ns();
-  int rc = mode ? steps_loop(c, k, args, launches, mode == 2) : launch_loop(c, k, args, launches);
+  int rc = mode == 3 ? replay_loop(c, g, launches)
+           : mode    ? steps_loop(c, k, args, launches, mode == 2)
+                     : launch_loop(c, k, args, launches);
   uint64_t t1 = now_ns();
   CALLGRIND_TOGGLE_COLLECT;
   if (mode) launches *= STEP_LAUNCHES; /* per launch */
+  if (g) cube_graph_release(g);
   s = cube_client_sync(c);
   if (s) {
     fail_status("cube_client_sync", s);
@@ -185,7 +215,10 @@ static int launch_main(uint64_t launches, int mode) {
   }
   printf("%s: %" PRIu64 " launches of 4 arguments on %s (inline queue%s): %.3f us per launch%s\n",
          BENCH_NAME, launches, cube_client_info(c)->name,
-         mode == 1 ? ", steps of 100 and a flush" : mode == 2 ? ", steps: launches 1-99" : "",
+         mode == 1   ? ", steps of 100 and a flush"
+         : mode == 2 ? ", steps: launches 1-99"
+         : mode == 3 ? ", replays of a captured step of 100"
+                     : "",
          launches ? (double)(t1 - t0) / 1e3 / (double)launches : 0.0,
          RUNNING_ON_VALGRIND ? " (under valgrind)" : "");
   for (int i = 0; i < 3; ++i) cube_handle_release(h[i]);
@@ -272,6 +305,8 @@ int main(int argc, char** argv) {
     return read_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 100000);
   if (argc > 1 && strcmp(argv[1], "launch") == 0)
     return launch_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 100000, 0);
+  if (argc > 1 && strcmp(argv[1], "replay") == 0)
+    return launch_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 1000, 3);
   if (argc > 1 && (strcmp(argv[1], "steps") == 0 || strcmp(argv[1], "held") == 0))
     return launch_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 1000, argv[1][0] == 's' ? 1 : 2);
   uint64_t pairs = argc > 1 ? strtoull(argv[1], NULL, 10) : 100000;

@@ -337,10 +337,11 @@ cube_status_t cube__backend_graph_update(const cube__backend_t* be, void* graph,
              "%s:%u: updating node %zu of a native graph failed", be->vt->name, be->index, index);
 }
 
-cube_status_t cube__backend_graph_launch(const cube__backend_t* be, void* stream, void* graph) {
+cube_status_t cube__backend_graph_launch(const cube__backend_t* be, void* stream, void* graph,
+                                         cube__graph_node_failed_fn node_failed, void* user) {
   if (!be->vt->graph_launch) return cube__no_graphs(be, "graph_launch");
   CUBE__CALL(be, CUBE__SLOT_GRAPH_LAUNCH, CUBE_STATUS_LAUNCH_FAILED,
-             be->vt->graph_launch(be->device, stream, graph),
+             be->vt->graph_launch(be->device, stream, graph, node_failed, user),
              "%s:%u: launching a native graph failed", be->vt->name, be->index);
 }
 

@@ -30,7 +30,7 @@
 /* The version of the table below; a table with another version is refused by
  * the registry (the backend is then UNAVAILABLE, naming both versions). New
  * slots are appended and bump the version. */
-#define CUBE__BACKEND_API_VERSION 3u
+#define CUBE__BACKEND_API_VERSION 4u
 
 typedef struct cube__backend_device cube__backend_device_t;
 
@@ -95,6 +95,10 @@ typedef enum cube__graph_node_kind {
   CUBE__GRAPH_NODE_WRITE = 1,  /* write: host bytes into device storage */
   CUBE__GRAPH_NODE_COPY = 2,   /* copy: device storage into device storage, 1-D */
 } cube__graph_node_kind_t;
+
+/* A node of a native graph that failed while graph_launch ran it: |status|
+ * (owned by the callee) as its launch, write or copy would have failed. */
+typedef void (*cube__graph_node_failed_fn)(void* user, size_t node, cube_status_t status);
 
 typedef struct cube__graph_node_desc {
   cube__graph_node_kind_t kind;
@@ -280,14 +284,19 @@ typedef struct cube__backend_vtable {
    * the call; launches already queued keep theirs (UNIMPLEMENTED: this node
    * cannot be updated in place; the server then destroys the graph and
    * creates it again with the new parameters). graph_launch queues the
-   * whole graph on |stream|. Not thread-safe on one graph: the server holds the
-   * graph's lock around update + launch. */
+   * whole graph on |stream|; a backend that runs the nodes before it returns
+   * (the CPU) gives each node that fails to |node_failed| (the status is the
+   * callee's) and runs on with the next node, as separate launches would,
+   * then returns OK; its own failure to launch at all is returned. Not
+   * thread-safe on one graph: the server holds the graph's lock around
+   * update + launch. */
   cube_status_t (*graph_create)(cube__backend_device_t* device,
                                 const cube__graph_node_desc_t* nodes, size_t count,
                                 void** out_graph);
   cube_status_t (*graph_update)(cube__backend_device_t* device, void* graph, size_t index,
                                 const cube__graph_node_desc_t* node);
-  cube_status_t (*graph_launch)(cube__backend_device_t* device, void* stream, void* graph);
+  cube_status_t (*graph_launch)(cube__backend_device_t* device, void* stream, void* graph,
+                                cube__graph_node_failed_fn node_failed, void* user);
   void (*graph_destroy)(cube__backend_device_t* device, void* graph);
 
   /* The escape hatch: answers |op| (cube__backend_ctl_op_t) with |arg|;
@@ -467,7 +476,8 @@ cube_status_t cube__backend_graph_create(const cube__backend_t* be,
                                          void** out_graph);
 cube_status_t cube__backend_graph_update(const cube__backend_t* be, void* graph, size_t index,
                                          const cube__graph_node_desc_t* node);
-cube_status_t cube__backend_graph_launch(const cube__backend_t* be, void* stream, void* graph);
+cube_status_t cube__backend_graph_launch(const cube__backend_t* be, void* stream, void* graph,
+                                         cube__graph_node_failed_fn node_failed, void* user);
 void cube__backend_graph_destroy(const cube__backend_t* be, void* graph);
 
 /* UNIMPLEMENTED (naming the backend and the operation) without a ctl slot or

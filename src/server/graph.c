@@ -583,6 +583,29 @@ static cube_status_t cube__replay_node(cube__server_t* s, cube__stream_t* st,
   return CUBE_OK;
 }
 
+/* Node |i| of a replay of |g| on |st| failed: its error is deferred to the
+ * stream, as its own launch's would be in an automatic graph (a replayed
+ * step must fail as its eager launches did), else naming the node. */
+static void cube__replay_node_error(cube__stream_t* st, const cube_graph_t* g, size_t i,
+                                    cube_status_t status) {
+  if (g->automatic)
+    cube__stream_push_error(st, status);
+  else
+    cube__stream_push_error(st, cube__status_annotate(status, "replay of a graph of %zu nodes: "
+                                                              "node %zu",
+                                                      g->node_count, i));
+}
+
+typedef struct cube__replay_failed_ctx {
+  cube__stream_t* stream;
+  const cube_graph_t* graph;
+} cube__replay_failed_ctx_t;
+
+static void cube__replay_node_failed(void* user, size_t node, cube_status_t status) {
+  const cube__replay_failed_ctx_t* f = user;
+  cube__replay_node_error(f->stream, f->graph, node, status);
+}
+
 static void cube__replay_list(cube__server_t* s, cube__stream_t* st, const cube__replay_task_t* r) {
   cube_graph_t* g = r->graph;
   _Alignas(64) unsigned char scratch[sizeof(cube__launch_task_t) +
@@ -594,12 +617,7 @@ static void cube__replay_list(cube__server_t* s, cube__stream_t* st, const cube_
     while (next < r->scalar_count && r->scalars[next].node == i) ++next;
     cube_status_t status = cube__replay_node(s, st, r->subs, r->scalars + first, next - first,
                                              &g->nodes[i], scratch);
-    if (status && g->automatic)
-      cube__stream_push_error(st, status); /* as the eager launch's failure */
-    else if (status)
-      cube__stream_push_error(st, cube__status_annotate(status, "replay of a graph of %zu nodes: "
-                                                                "node %zu",
-                                                        g->node_count, i));
+    if (status) cube__replay_node_error(st, g, i, status);
   }
 }
 
@@ -818,7 +836,9 @@ static bool cube__replay_native(cube__server_t* s, cube__stream_t* st,
       status = cube__stream_order(st, g->want_mems[k]);
   }
   if (!status) {
-    status = cube__backend_graph_launch(&s->be, st->backend_stream, g->native);
+    cube__replay_failed_ctx_t failed = {st, g};
+    status = cube__backend_graph_launch(&s->be, st->backend_stream, g->native,
+                                        cube__replay_node_failed, &failed);
     /* Held whatever the launch said: part of it may have been queued. */
     if (events) cube__stream_hold(st, g->want_mems, (uint32_t)g->slot_count);
   }

@@ -456,10 +456,96 @@ static bool graph_mock_stats(graph_mock_stats_t* out) {
 #endif
 }
 
+/* Whether this backend replays graphs natively (the graph slots of its
+ * table): CUDA (a CUDA graph) and the CPU (the nodes resolved once). */
+static bool graph_native_backend(void) {
+  return cts_backend()->backend == CUBE_BACKEND_CUDA ||
+         cts_backend()->backend == CUBE_BACKEND_CPU;
+}
+
+/* Nodes that fail in a replay: each failure is deferred to the stream on its
+ * own, naming the graph and the node, and every other node runs, as their
+ * eager launches would. The failing kernel is the native cts_k_fail in
+ * Checked mode where the backend runs native kernels (then the CPU's graph
+ * is native), else its dialect twin in Validate mode (node by node). */
+static void graph_failures_round(cube_client_t* c, bool native_expected) {
+  static const cube_arg_kind_t kinds[5] = {CUBE_ARG_BUFFER, CUBE_ARG_U32, CUBE_ARG_U32,
+                                           CUBE_ARG_U32, CUBE_ARG_I32};
+  cube_kernel_t* fail = NULL;
+  REQUIRE_OK(cts_kernel_create("graph_fail", cts_k_fail, ((cube_dim_t){1, 1, 1}), 0, 5, kinds,
+                               &fail));
+  cube_kernel_t* add = graph_add_kernel();
+  REQUIRE(add);
+  uint32_t in[GN], want[GN];
+  cube_handle_t hin, hx, hy, hz, hb;
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hin));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hx));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hy));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hz));
+  REQUIRE_OK(cts_poisoned(c, 64, &hb));
+  cube_arg_t a0[4] = {cube_arg_buffer(hin), cube_arg_buffer(hx), cube_arg_u32(3),
+                      cube_arg_u32(GN)};
+  cube_arg_t a2[4] = {cube_arg_buffer(hx), cube_arg_buffer(hy), cube_arg_u32(4), cube_arg_u32(GN)};
+  cube_arg_t a4[4] = {cube_arg_buffer(hy), cube_arg_buffer(hz), cube_arg_u32(5), cube_arg_u32(GN)};
+  /* Node 1 fails at cube (1, 0, 0) with code 7, node 3 at (0, 1, 0) with 9. */
+  cube_arg_t f1[5] = {cube_arg_buffer(hb), cube_arg_u32(1), cube_arg_u32(0), cube_arg_u32(0),
+                      cube_arg_i32(7)};
+  cube_arg_t f3[5] = {cube_arg_buffer(hb), cube_arg_u32(0), cube_arg_u32(1), cube_arg_u32(0),
+                      cube_arg_i32(9)};
+  bool native_kernel = cts_native_kernels();
+  cube_count_t fc = cube_count_static(2, 2, 1);
+  REQUIRE_OK(cube_client_capture_begin(c));
+  CHECK_OK(cube_client_launch(c, add, graph_count(), 4, a0));
+  CHECK_OK(native_kernel ? cube_client_launch(c, fail, fc, 5, f1) : cts_launch_fail(c, fail, fc, 5, f1));
+  CHECK_OK(cube_client_launch(c, add, graph_count(), 4, a2));
+  CHECK_OK(native_kernel ? cube_client_launch(c, fail, fc, 5, f3) : cts_launch_fail(c, fail, fc, 5, f3));
+  CHECK_OK(cube_client_launch(c, add, graph_count(), 4, a4));
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(cube_client_capture_end(c, &g));
+  CHECK_EQ_U64(cube_graph_node_count(g), 5);
+  for (int round = 0; round < 3; ++round) {
+    cube_test_fill_random(in, sizeof(in), 8900 + (uint64_t)round);
+    CHECK_OK(cube_client_write(c, hin, in, sizeof(in)));
+    CHECK_OK(cube_client_replay(c, g, 0, NULL));
+    cube_status_t st = cube_client_flush(c);
+    CHECK(cube_status_code(st) == CUBE_STATUS_LAUNCH_FAILED);
+    CHECK_EQ_U64(cube_status_count(st), 2);
+    const char* m = cube_status_message(st);
+    CHECK(cts_contains(m, "replay of a graph of 5 nodes: node 1", "node 3", "graph_fail",
+                       (const char*)NULL));
+    if (native_kernel) CHECK(cts_contains(m, "cube (1, 0, 0)", "error 7", "cube (0, 1, 0)",
+                                          "error 9", (const char*)NULL));
+    cube_status_free(st);
+    graph_plus(in, 3, want);
+    CHECK(cts_read_equals(c, hx, want, sizeof(want)));
+    graph_plus(in, 7, want);
+    CHECK(cts_read_equals(c, hy, want, sizeof(want)));
+    graph_plus(in, 12, want);
+    CHECK(cts_read_equals(c, hz, want, sizeof(want)));
+  }
+  CHECK(cube_graph_is_native(g) == (native_expected && native_kernel));
+  CHECK_OK(cube_client_sync(c));
+  cube_graph_release(g);
+  cube_handle_t hs[] = {hin, hx, hy, hz, hb};
+  for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); ++i) cube_handle_release(hs[i]);
+  cube_kernel_release(add);
+  cube_kernel_release(fail);
+}
+
+CUBE_TEST(graph_node_failures_deferred) {
+  CTS_CLIENT(c);
+  graph_failures_round(c, graph_native_backend());
+  REQUIRE_OK(cube_option_set_u64(CUBE_OPTION_GRAPHS_NATIVE, 0));
+  graph_failures_round(c, false);
+  REQUIRE_OK(cube_option_set_u64(CUBE_OPTION_GRAPHS_NATIVE, 1));
+  CTS_END(c);
+}
+
 /* A graph of writes (a 1-D buffer and a pitched 2-D tensor), replayed as
  * captured and with substitutes, back and forth: the same contents on every
- * backend, natively where the driver has graphs (CUDA: instantiated once,
- * rebinding updates its copy nodes) and node by node elsewhere, or when
+ * backend, natively where the backend has graphs (CUDA: instantiated once,
+ * rebinding updates its copy nodes; the CPU: resolved once, rebinding
+ * resolves the nodes it changes) and node by node elsewhere, or when
  * CUBE_GRAPHS_NATIVE is 0. */
 static void graph_writes_round(cube_client_t* c, bool native_expected) {
   const uint64_t shape[2] = {7, 45};
@@ -529,7 +615,7 @@ static void graph_writes_round(cube_client_t* c, bool native_expected) {
 
 CUBE_TEST(graph_native_writes_rebinding) {
   CTS_CLIENT(c);
-  bool native = cts_backend()->backend == CUBE_BACKEND_CUDA;
+  bool native = graph_native_backend();
   graph_writes_round(c, native);
   REQUIRE_OK(cube_option_set_u64(CUBE_OPTION_GRAPHS_NATIVE, 0));
   graph_writes_round(c, false);
@@ -688,7 +774,7 @@ static void graph_copy_round(cube_client_t* c, bool native_expected) {
 
 CUBE_TEST(graph_copy_replay_and_substitutes) {
   CTS_CLIENT(c);
-  bool native = cts_backend()->backend == CUBE_BACKEND_CUDA;
+  bool native = graph_native_backend();
   graph_copy_round(c, native);
   REQUIRE_OK(cube_option_set_u64(CUBE_OPTION_GRAPHS_NATIVE, 0));
   graph_copy_round(c, false);

@@ -40,7 +40,7 @@ static const cts_unsupported_t cts_unsupported[] = {
      "graph_replay_matches_eager graph_captured_write graph_rebinding "
      "graph_outlives_handles graph_replay_several_threads profile_graph_replay_one_row "
      "graph_scalar_rebinding copy_ordered_with_launches graph_copy_between_launches "
-     "graph_collectives_between_launches "
+     "graph_collectives_between_launches graph_node_failures_deferred "
      "graph_auto_random_steps_match_eager graph_auto_falls_back_when_the_sequence_changes "
      "graph_auto_new_buffers_each_step graph_auto_aliasing_is_part_of_the_step "
      "graph_auto_errors_as_eager graph_auto_other_stream_sees_held_work "

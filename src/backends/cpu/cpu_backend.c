@@ -13,6 +13,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_compiler.h"
+#include "backends/cpu/cpu_internal.h"
 #include "backends/params.h"
 #include "platform/worker_pool.h"
 #include "base/options.h"
@@ -310,10 +311,9 @@ static cube_status_t cube__cpu_check_rows(const char* op, const cube__storage_t*
   return CUBE_OK;
 }
 
-static cube_status_t cube__cpu_write(cube__backend_device_t* dev, void* stream,
-                                     const cube__storage_t* dst, uint64_t dst_offset,
-                                     uint64_t pitch, const void* src, uint64_t width,
-                                     uint64_t height) {
+cube_status_t cube__cpu_write(cube__backend_device_t* dev, void* stream,
+                              const cube__storage_t* dst, uint64_t dst_offset, uint64_t pitch,
+                              const void* src, uint64_t width, uint64_t height) {
   (void)dev;
   (void)stream;
   if (width == 0 || height == 0) return CUBE_OK;
@@ -347,10 +347,9 @@ static cube_status_t cube__cpu_read(cube__backend_device_t* dev, void* stream, v
 
 /* On the runner, in stream order, like every slot taking a stream; the
  * server never hands it overlapping ranges. */
-static cube_status_t cube__cpu_copy(cube__backend_device_t* dev, void* stream,
-                                    const cube__storage_t* dst, uint64_t dst_offset,
-                                    const cube__storage_t* src, uint64_t src_offset,
-                                    uint64_t bytes) {
+cube_status_t cube__cpu_copy(cube__backend_device_t* dev, void* stream, const cube__storage_t* dst,
+                             uint64_t dst_offset, const cube__storage_t* src, uint64_t src_offset,
+                             uint64_t bytes) {
   (void)dev;
   (void)stream;
   if (bytes == 0) return CUBE_OK;
@@ -466,8 +465,12 @@ static int cube__cpu_run_cubes(void* p, uint64_t begin, uint64_t end, uint32_t p
   cube.bounds = ctx->bounds;
 
   const uint64_t cx = ctx->count[0], cy = ctx->count[1], cxy = cx * cy;
-  uint32_t x = (uint32_t)(begin % cx), y = (uint32_t)((begin / cx) % cy),
-           z = (uint32_t)(begin / cxy);
+  uint32_t x = 0, y = 0, z = 0;
+  if (begin) { /* a chunk after the first: three divisions (64-bit, slow) */
+    x = (uint32_t)(begin % cx);
+    y = (uint32_t)((begin / cx) % cy);
+    z = (uint32_t)(begin / cxy);
+  }
 
   const uint64_t shared_part = cube__round_up(ctx->shared_size, CUBE__CPU_ALIGNMENT);
   const uint64_t need = shared_part + ctx->scratch_size;
@@ -518,9 +521,8 @@ static int cube__cpu_run_cubes(void* p, uint64_t begin, uint64_t end, uint32_t p
   return 0;
 }
 
-static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
-                                      const cube__launch_t* l) {
-  (void)stream;
+cube_status_t cube__cpu_prepare_launch(cube__backend_device_t* dev, const cube__launch_t* l,
+                                       cube_cpu_arg_t* args, cube__cpu_prepared_t* out) {
   const cube_kernel_t* k = l->kernel;
   const char* name = l->name ? l->name : (k && k->name ? k->name : "?");
   if (!k) return CUBE_INVALID("launch of kernel '%s': no kernel object", name);
@@ -528,7 +530,7 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
   CUBE_RETURN_IF_ERROR(cube__cpu_kernel_function(k, l->mode, &kernel_fn));
 
   /* The server checked these against the same properties; a launch record
-   * from elsewhere (a test, a graph later) gets the same answer here. */
+   * from elsewhere (a test, a graph) gets the same answer here. */
   const uint32_t* max_dim = dev->props.hardware.max_cube_dim;
   const uint32_t max_units = dev->props.hardware.max_units_per_cube;
   const uint64_t max_shared = dev->props.hardware.max_shared_memory_size;
@@ -568,10 +570,8 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
                              "launch of kernel '%s': cube count (%u, %u, %u) is more than 2^64 "
                              "cubes",
                              name, l->count[0], l->count[1], l->count[2]);
-  if (total == 0) return CUBE_OK;
 
   /* The native kernel ABI: a buffer is its host address and length. */
-  cube_cpu_arg_t args[CUBE_MAX_KERNEL_ARGS];
   for (uint32_t i = 0; i < l->arg_count; ++i) {
     if (l->kinds[i] == CUBE_ARG_BUFFER) {
       args[i].buffer.data = cube__launch_arg_host_ptr(&l->args[i]);
@@ -580,46 +580,84 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
       memcpy(&args[i], &l->args[i], sizeof(uint64_t)); /* scalars sit at offset 0 of both */
     }
   }
+  out->kernel = k;
+  out->name = name;
+  out->fn = kernel_fn;
+  out->args = args;
+  out->arg_count = l->arg_count;
+  memcpy(out->count, l->count, sizeof(out->count));
+  memcpy(out->dim, dim, sizeof(out->dim));
+  out->mode = l->mode;
+  out->shared_size = k->shared_memory_size;
+  out->scratch_size = total && k->signature
+                          ? cube__dialect_cpu_scratch_size(k->signature, units, k->defines,
+                                                           k->define_count)
+                          : 0;
+  out->total = total;
+  uint64_t min_chunk = CUBE__CPU_MIN_CHUNK_UNITS / units;
+  out->min_chunk = min_chunk < 1 ? 1 : min_chunk;
+  return CUBE_OK;
+}
+
+cube_status_t cube__cpu_run_prepared(cube__backend_device_t* dev, const cube__cpu_prepared_t* p) {
+  if (p->total == 0) return CUBE_OK;
   cube__cpu_launch_ctx_t ctx;
-  memset(&ctx, 0, sizeof(ctx));
   ctx.dev = dev;
-  ctx.fn = kernel_fn;
-  ctx.args = args;
-  ctx.arg_count = l->arg_count;
-  memcpy(ctx.count, l->count, sizeof(ctx.count));
-  memcpy(ctx.dim, dim, sizeof(ctx.dim));
-  ctx.mode = l->mode;
-  ctx.shared_size = k->shared_memory_size;
-  ctx.scratch_size = k->signature ? cube__dialect_cpu_scratch_size(k->signature, units, k->defines,
-                                                                    k->define_count)
-                                  : 0;
+  ctx.fn = p->fn;
+  ctx.args = p->args;
+  ctx.arg_count = p->arg_count;
+  memcpy(ctx.count, p->count, sizeof(ctx.count));
+  memcpy(ctx.dim, p->dim, sizeof(ctx.dim));
+  ctx.mode = p->mode;
+  ctx.shared_size = p->shared_size;
+  ctx.scratch_size = p->scratch_size;
+  ctx.bounds = NULL;
+  ctx.fail_kind = 0;
+  ctx.fail_code = 0;
   cube_bounds_error_t bounds;
-  memset(&bounds, 0, sizeof(bounds));
-  if (l->mode == CUBE_EXEC_VALIDATE) ctx.bounds = &bounds;
+  if (p->mode == CUBE_EXEC_VALIDATE) {
+    memset(&bounds, 0, sizeof(bounds));
+    ctx.bounds = &bounds;
+  }
   atomic_init(&ctx.failed, 0);
 
-  uint64_t min_chunk = CUBE__CPU_MIN_CHUNK_UNITS / units;
-  if (min_chunk < 1) min_chunk = 1;
-  int rc = cube__worker_pool_run_at_most(dev->pool, total, min_chunk, dev->threads,
-                                         cube__cpu_run_cubes, &ctx);
+  /* A launch of one chunk runs here (as the pool would run it), without
+   * the call. */
+  int rc = p->total <= p->min_chunk
+               ? cube__cpu_run_cubes(&ctx, 0, p->total, 0)
+               : cube__worker_pool_run_at_most(dev->pool, p->total, p->min_chunk, dev->threads,
+                                               cube__cpu_run_cubes, &ctx);
   if (rc == 0 && !atomic_load(&ctx.failed)) {
-    if (bounds.flag) return cube__kernel_bounds_status(k, name, &bounds);
+    if (ctx.bounds && bounds.flag) return cube__kernel_bounds_status(p->kernel, p->name, &bounds);
     return CUBE_OK;
   }
   if (ctx.fail_kind == CUBE__CPU_RANGE_NO_SCRATCH) {
     char buf[32];
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
-                             "launch of kernel '%s': no memory for %s of cube-local scratch", name,
-                             cube__format_bytes(ctx.shared_size, buf, sizeof(buf)));
+                             "launch of kernel '%s': no memory for %s of cube-local scratch",
+                             p->name, cube__format_bytes(ctx.shared_size, buf, sizeof(buf)));
   }
-  if (k->signature)
+  return cube__cpu_kernel_failed(p, ctx.fail_pos, ctx.fail_code);
+}
+
+cube_status_t cube__cpu_kernel_failed(const cube__cpu_prepared_t* p, const uint32_t pos[3],
+                                      int code) {
+  if (p->kernel->signature)
     return cube__status_make(CUBE_STATUS_LAUNCH_FAILED,
-                             "launch of kernel '%s': cube (%u, %u, %u): %s (code %d)", name,
-                             ctx.fail_pos[0], ctx.fail_pos[1], ctx.fail_pos[2],
-                             cube__dialect_cpu_entry_error(ctx.fail_code), ctx.fail_code);
+                             "launch of kernel '%s': cube (%u, %u, %u): %s (code %d)", p->name,
+                             pos[0], pos[1], pos[2], cube__dialect_cpu_entry_error(code), code);
   return cube__status_make(CUBE_STATUS_LAUNCH_FAILED,
-                           "launch of kernel '%s': cube (%u, %u, %u) returned error %d", name,
-                           ctx.fail_pos[0], ctx.fail_pos[1], ctx.fail_pos[2], ctx.fail_code);
+                           "launch of kernel '%s': cube (%u, %u, %u) returned error %d", p->name,
+                           pos[0], pos[1], pos[2], code);
+}
+
+static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
+                                      const cube__launch_t* l) {
+  (void)stream;
+  cube_cpu_arg_t args[CUBE_MAX_KERNEL_ARGS];
+  cube__cpu_prepared_t p;
+  CUBE_RETURN_IF_ERROR(cube__cpu_prepare_launch(dev, l, args, &p));
+  return cube__cpu_run_prepared(dev, &p);
 }
 
 static const char* const cube__cpu_transports[] = {"host", NULL};
@@ -647,4 +685,8 @@ const cube__backend_vtable_t cube__backend_cpu = {
     .prepare = cube__cpu_prepare,
     .sync = cube__cpu_sync,
     .copy = cube__cpu_copy,
+    .graph_create = cube__cpu_graph_create,
+    .graph_update = cube__cpu_graph_update,
+    .graph_launch = cube__cpu_graph_launch,
+    .graph_destroy = cube__cpu_graph_destroy,
 };

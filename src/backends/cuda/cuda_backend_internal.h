@@ -265,7 +265,8 @@ cube_status_t cube__cuda_graph_create(cube__backend_device_t* d,
                                       void** out_graph);
 cube_status_t cube__cuda_graph_update(cube__backend_device_t* d, void* graph, size_t index,
                                       const cube__graph_node_desc_t* node);
-cube_status_t cube__cuda_graph_launch(cube__backend_device_t* d, void* stream, void* graph);
+cube_status_t cube__cuda_graph_launch(cube__backend_device_t* d, void* stream, void* graph,
+                                      cube__graph_node_failed_fn node_failed, void* user);
 void cube__cuda_graph_destroy(cube__backend_device_t* d, void* graph);
 
 #endif /* CUBE_BACKENDS_CUDA_CUDA_BACKEND_INTERNAL_H_ */

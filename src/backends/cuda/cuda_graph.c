@@ -229,7 +229,10 @@ cube_status_t cube__cuda_graph_update(cube__backend_device_t* d, void* graph, si
   return CUBE_OK;
 }
 
-cube_status_t cube__cuda_graph_launch(cube__backend_device_t* d, void* stream, void* graph) {
+cube_status_t cube__cuda_graph_launch(cube__backend_device_t* d, void* stream, void* graph,
+                                      cube__graph_node_failed_fn node_failed, void* user) {
+  (void)node_failed; /* the nodes run on the device after the call: failures come later */
+  (void)user;
   cube__cuda_graph_t* g = graph;
   CUBE__CUDA_SCOPE(d->ctx);
   CUstream s = cube__cuda_s(stream);
