@@ -579,6 +579,160 @@ CUBE_TEST(kernels_compile_and_fail_cleanly) {
   cube_shutdown();
 }
 
+/* Where launches and replays run (docs/architecture.md, "How a call
+ * travels"): the launch or replay right after a read or sync that ran on the
+ * calling thread runs there too when nothing is queued ahead; the next one of
+ * a burst is queued to the runner; another thread's blocking call does not
+ * count for this thread; CUBE_CALLER_RUNS=0 sends everything to the runner.
+ * The trace hook tells the thread of each launch and graph launch. */
+static pthread_t g_launcher;
+static atomic_int g_launches_here, g_launches_elsewhere;
+static void count_launches(void* user, const cube__backend_call_t* call) {
+  (void)user;
+  if ((call->slot != CUBE__SLOT_LAUNCH && call->slot != CUBE__SLOT_GRAPH_LAUNCH) ||
+      call->status >= 0)
+    return;
+  atomic_fetch_add(pthread_equal(pthread_self(), g_launcher) ? &g_launches_here
+                                                              : &g_launches_elsewhere,
+                   1);
+}
+
+/* Runs |n| launches of |k| then a sync, and says where the launches ran. */
+static void launches_where(cube_client_t* c, cube_kernel_t* k, const cube_arg_t* args, int n,
+                           int* here, int* elsewhere) {
+  atomic_store(&g_launches_here, 0);
+  atomic_store(&g_launches_elsewhere, 0);
+  for (int i = 0; i < n; ++i) CHECK_OK(cube_client_launch(c, k, cube_count_static(4, 1, 1), 3, args));
+  CHECK_OK(cube_client_sync(c));
+  *here = atomic_load(&g_launches_here);
+  *elsewhere = atomic_load(&g_launches_elsewhere);
+}
+
+/* Waits for everything queued, then syncs once more: that second sync finds
+ * nothing ahead of it, so it runs on this thread (the first may have been
+ * queued behind work still on the runner). */
+static void settle(cube_client_t* c) {
+  CHECK_OK(cube_client_sync(c));
+  CHECK_OK(cube_client_sync(c));
+}
+
+static void* sync_on_other_thread(void* p) {
+  cube_client_t* c = p;
+  cube_status_t s = cube_client_sync(c); /* runs there: this thread's blocking call */
+  cube_status_free(s);
+  return NULL;
+}
+
+CUBE_TEST(launch_and_replay_after_a_blocking_call_on_caller) {
+  MOCK_SETUP("0");
+  setenv("CUBE_MOCK_CUDA_LAUNCH_OK", "1", 1); /* launches succeed (and run nothing) */
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  REQUIRE(!cube_client_is_blocking(c));
+  cube_kernel_desc_t d;
+  memset(&d, 0, sizeof(d));
+  d.name = "saxpy";
+  d.source = saxpy_src;
+  d.entry = "saxpy";
+  d.cube_dim = (cube_dim_t){256, 1, 1};
+  cube_kernel_t* k = NULL;
+  REQUIRE_OK(cube_kernel_create(&d, &k));
+  cube_status_t pre = cube_client_precompile(c, 1, &k, CUBE_EXEC_CHECKED);
+  if (pre) {
+    fprintf(stderr, "no NVRTC: %s\n", cube_status_message(pre));
+    cube_status_free(pre);
+    cube_kernel_release(k);
+    cube_client_release(c);
+    cube_shutdown();
+    unsetenv("CUBE_MOCK_CUDA_LAUNCH_OK");
+    CUBE_SKIP("NVRTC is not available: no dialect kernel to launch");
+  }
+  float xs[1000];
+  fill_random(xs, sizeof(xs), 11);
+  cube_handle_t x, y;
+  REQUIRE_OK(cube_client_create_from_slice(c, xs, sizeof(xs), &x));
+  REQUIRE_OK(cube_client_create_from_slice(c, xs, sizeof(xs), &y));
+  cube_arg_t args[3] = {cube_arg_buffer(x), cube_arg_buffer(y), cube_arg_f32(2.0f)};
+  g_launcher = pthread_self();
+  cube__backend_set_trace(count_launches, NULL);
+  int here = 0, elsewhere = 0;
+
+  /* After a sync that ran here: the first launch here, the other three on
+   * the runner. */
+  settle(c);
+  launches_where(c, k, args, 4, &here, &elsewhere);
+  CHECK_EQ_U64(here, 1);
+  CHECK_EQ_U64(elsewhere, 3);
+  /* After a read that ran here: the same. */
+  settle(c);
+  CHECK(cube_test_read_equals(c, x, xs, sizeof(xs)));
+  launches_where(c, k, args, 2, &here, &elsewhere);
+  CHECK_EQ_U64(here, 1);
+  CHECK_EQ_U64(elsewhere, 1);
+  /* A launch then a read, over and over: every launch here (each read finds
+   * nothing ahead: the launch before it ran here). */
+  settle(c);
+  atomic_store(&g_launches_here, 0);
+  atomic_store(&g_launches_elsewhere, 0);
+  for (int i = 0; i < 20; ++i) {
+    CHECK_OK(cube_client_launch(c, k, cube_count_static(4, 1, 1), 3, args));
+    cube_bytes_t* b = NULL;
+    CHECK_OK(cube_client_read_one(c, y, &b));
+    cube_bytes_release(b);
+  }
+  CHECK_EQ_U64(atomic_load(&g_launches_here), 20);
+  CHECK_EQ_U64(atomic_load(&g_launches_elsewhere), 0);
+  /* Another thread's sync is not this thread's blocking call. */
+  CHECK_OK(cube_client_flush(c)); /* a queued blocking call: nothing follows it here */
+  pthread_t th;
+  REQUIRE(pthread_create(&th, NULL, sync_on_other_thread, c) == 0);
+  pthread_join(th, NULL);
+  launches_where(c, k, args, 1, &here, &elsewhere);
+  CHECK_EQ_U64(here, 0);
+  CHECK_EQ_U64(elsewhere, 1);
+  /* Replays: a loop of replay, sync replays on this thread; a burst after
+   * a sync, its first replay only. */
+  REQUIRE_OK(cube_client_capture_begin(c));
+  CHECK_OK(cube_client_launch(c, k, cube_count_static(4, 1, 1), 3, args));
+  CHECK_OK(cube_client_launch(c, k, cube_count_static(4, 1, 1), 3, args));
+  cube_graph_t* g = NULL;
+  REQUIRE_OK(cube_client_capture_end(c, &g));
+  settle(c);
+  atomic_store(&g_launches_here, 0);
+  atomic_store(&g_launches_elsewhere, 0);
+  for (int i = 0; i < 5; ++i) {
+    CHECK_OK(cube_client_replay(c, g, 0, NULL));
+    CHECK_OK(cube_client_sync(c));
+  }
+  int replay_here = atomic_load(&g_launches_here);
+  CHECK_EQ_U64(atomic_load(&g_launches_elsewhere), 0);
+  CHECK(replay_here >= 5); /* natively one graph launch a replay, else two launches */
+  settle(c);
+  atomic_store(&g_launches_here, 0);
+  for (int i = 0; i < 3; ++i) CHECK_OK(cube_client_replay(c, g, 0, NULL));
+  CHECK_OK(cube_client_sync(c));
+  CHECK_EQ_U64(atomic_load(&g_launches_here), replay_here / 5); /* the first replay */
+  CHECK_EQ_U64(atomic_load(&g_launches_elsewhere), 2 * (replay_here / 5));
+  /* CUBE_CALLER_RUNS=0: everything on the runner. */
+  REQUIRE_OK(cube_option_set_u64(CUBE_OPTION_CALLER_RUNS, 0));
+  settle(c);
+  launches_where(c, k, args, 2, &here, &elsewhere);
+  CHECK_EQ_U64(here, 0);
+  CHECK_EQ_U64(elsewhere, 2);
+  REQUIRE_OK(cube_option_set_u64(CUBE_OPTION_CALLER_RUNS, 1));
+  cube__backend_set_trace(NULL, NULL);
+  cube_graph_release(g);
+  cube_handle_release(x);
+  cube_handle_release(y);
+  cube_kernel_release(k);
+  cube_client_release(c);
+  cube_shutdown();
+  unsetenv("CUBE_MOCK_CUDA_LAUNCH_OK");
+  mock_stats_t st;
+  mock_stats(&st);
+  CHECK_EQ_U64(st.context_pushes_outstanding, 0);
+}
+
 /* cube puts back the calling thread's context after every call: a program's
  * own CUDA code on the same thread keeps its context (here: none at all, and
  * one of its own). */

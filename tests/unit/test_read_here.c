@@ -13,6 +13,7 @@
 
 #include "backends/backend.h"
 #include "check.h"
+#include "read_check.h"
 #include "cube/cube.h"
 
 /* Backend reads seen by the hook, by thread. Set before the calls it counts,
@@ -263,6 +264,63 @@ CUBE_TEST(busy_device_reads_on_runner_threaded) {
   CHECK(b && memcmp(cube_bytes_const_data(b), other, sizeof(other)) == 0);
   cube_bytes_release(b);
   cube_handle_release(h);
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+/* Launches of the hook's counting: on the calling thread or elsewhere. */
+static atomic_int g_launch_here, g_launch_elsewhere;
+static void trace_launches(void* user, const cube__backend_call_t* call) {
+  (void)user;
+  if (call->slot != CUBE__SLOT_LAUNCH || call->status >= 0) return;
+  atomic_fetch_add(pthread_equal(pthread_self(), g_trace.caller) ? &g_launch_here
+                                                                  : &g_launch_elsewhere,
+                   1);
+}
+
+static int store_one(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
+  (void)cube;
+  (void)n;
+  uint32_t v = args[1].u32;
+  memcpy(args[0].buffer.data, &v, sizeof(v));
+  return 0;
+}
+
+/* On the CPU backend a launch runs to its end inside the backend's call, so
+ * a launch right after a read that ran on the calling thread still goes to
+ * the runner (on device backends it would run on the caller:
+ * unit.cuda_mock.launch_and_replay_after_a_blocking_call_on_caller). */
+CUBE_TEST(cpu_launch_after_read_stays_on_runner) {
+  cube_client_t* c = client(CUBE_QUEUE_THREADED);
+  REQUIRE(c);
+  static const cube_arg_kind_t kinds[2] = {CUBE_ARG_BUFFER, CUBE_ARG_U32};
+  cube_kernel_desc_t d;
+  cube_kernel_desc_initialize(&d);
+  d.name = "store_one";
+  d.arg_kinds = kinds;
+  d.arg_count = 2;
+  d.cpu_fn = store_one;
+  cube_kernel_t* k = NULL;
+  REQUIRE_OK(cube_kernel_create(&d, &k));
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_empty(c, 4, &h));
+  CHECK_OK(cube_client_sync(c));
+  g_trace.caller = pthread_self();
+  atomic_store(&g_launch_here, 0);
+  atomic_store(&g_launch_elsewhere, 0);
+  cube__backend_set_trace(trace_launches, NULL);
+  for (uint32_t i = 0; i < 50; ++i) {
+    cube_arg_t a[2] = {cube_arg_buffer(h), cube_arg_u32(i * 7u + 1u)};
+    CHECK_OK(cube_client_launch(c, k, cube_count_static(1, 1, 1), 2, a));
+    uint32_t want = i * 7u + 1u;
+    CHECK(cube_test_read_equals(c, h, &want, sizeof(want)));
+  }
+  CHECK_OK(cube_client_sync(c));
+  cube__backend_set_trace(NULL, NULL);
+  CHECK_EQ_U64(atomic_load(&g_launch_here), 0);
+  CHECK_EQ_U64(atomic_load(&g_launch_elsewhere), 50);
+  cube_handle_release(h);
+  cube_kernel_release(k);
   cube_client_release(c);
   cube_shutdown();
 }
