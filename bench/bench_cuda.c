@@ -1034,7 +1034,7 @@ static void roundtrip_phases(cube_handle_t out, int iters) {
   enum { P = 7 };
   static const char* const names[P] = {
       "cube_client_launch returns (caller)",
-      "call -> runner enters the launch slot",
+      "call -> launch slot entered",
       "launch slot (cuLaunchKernel)",
       "launch slot exit -> read slot entry",
       "read slot (cuMemcpyDtoHAsync + cuStreamSynchronize)",
@@ -1042,7 +1042,7 @@ static void roundtrip_phases(cube_handle_t out, int iters) {
       "whole round trip (traced)"};
   double* v = xmalloc(sizeof(double) * (size_t)iters * P);
   cube_count_t one = cube_count_static(1, 1, 1);
-  int on_caller = 0;
+  int on_caller = 0, launch_on_caller = 0;
   for (int i = -20; i < iters; ++i) {
     cube_arg_t args[2] = {cube_arg_buffer(out), cube_arg_u32((uint32_t)i)};
     phase_begin();
@@ -1055,8 +1055,8 @@ static void roundtrip_phases(cube_handle_t out, int iters) {
     phase_end();
     cube_bytes_release(b);
     if (i < 0) continue;
-    bool rc = false;
-    uint64_t li = phase_at(CUBE__SLOT_LAUNCH, true, t0, NULL);
+    bool rc = false, lc = false;
+    uint64_t li = phase_at(CUBE__SLOT_LAUNCH, true, t0, &lc);
     uint64_t lo = phase_at(CUBE__SLOT_LAUNCH, false, t0, NULL);
     uint64_t ri = phase_at(CUBE__SLOT_READ, true, t0, &rc);
     uint64_t ro = phase_at(CUBE__SLOT_READ, false, t0, NULL);
@@ -1069,9 +1069,11 @@ static void roundtrip_phases(cube_handle_t out, int iters) {
     r[5] = ro ? (double)(t6 - ro) : -1;
     r[6] = (double)(t6 - t0);
     on_caller += rc;
+    launch_on_caller += lc;
   }
   phase_print("cube", names, P, v, iters);
-  printf("    the read ran on the calling thread in %d of %d\n", on_caller, iters);
+  printf("    the launch ran on the calling thread in %d of %d, the read in %d of %d\n",
+         launch_on_caller, iters, on_caller, iters);
 
   enum { Q = 4 };
   static const char* const rnames[Q] = {"cuLaunchKernel", "cuMemcpyDtoHAsync (4 bytes, pinned)",

@@ -161,6 +161,7 @@ typedef struct cube__here_task {
  * last submission (see above), or NULL. For a quick test before building a
  * cube__here_task_t on a hot path; not for use across threads. */
 extern _Thread_local cube__device_t* cube__tl_after_blocking;
+static inline bool cube__follows_blocking_any(void) { return cube__tl_after_blocking != NULL; }
 static inline bool cube__follows_blocking(const cube__device_t* d) {
   return cube__tl_after_blocking == d;
 }

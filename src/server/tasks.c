@@ -542,21 +542,28 @@ static cube_status_t cube__launch_prepare(void* payload, void* arg) {
   return CUBE_OK;
 }
 
+/* Right after a read or sync that ran on this thread: the launch runs here
+ * too when nothing is queued ahead of it (cube__submit_here). Out of line:
+ * the queued launch is the hot path. */
+__attribute__((noinline)) static cube_status_t cube__launch_submit_here(
+    cube__stream_t* st, cube__launch_fill_t* f, size_t size) {
+  cube__here_task_t t = {cube__launch_here,    f, cube__launch_task_run, size,
+                         cube__launch_prepare, f, cube__launch_task_drop, 0, true};
+  bool here = false;
+  return cube__submit_here(st->server->service, st->id, &t, &here);
+}
+
 cube_status_t cube__server_launch(cube__stream_t* st, cube_kernel_t* kernel,
                                   const uint32_t count[3], cube__memory_t* dyn_mem,
                                   uint64_t dyn_offset, cube_execution_mode_t mode,
                                   uint32_t arg_count, const cube__task_arg_t* args) {
   cube__launch_fill_t f = {st, kernel, count, dyn_mem, dyn_offset, mode, arg_count, args};
   size_t size = cube__launch_task_size(arg_count);
-  if (__builtin_expect(cube__follows_blocking(st->server->device), 0) &&
-      cube__server_async(st->server) && size <= CUBE__TASK_INLINE_BYTES) {
-    /* Right after a read or sync that ran on this thread: the launch runs
-     * here too when nothing is queued ahead of it (cube__submit_here). */
-    cube__here_task_t t = {cube__launch_here,    &f, cube__launch_task_run, size,
-                           cube__launch_prepare, &f, cube__launch_task_drop, 0, true};
-    bool here = false;
-    return cube__submit_here(st->server->service, st->id, &t, &here);
-  }
+  /* The thread-local test first: it is false on every launch of a burst. */
+  if (__builtin_expect(cube__follows_blocking_any(), 0) &&
+      cube__follows_blocking(st->server->device) && cube__server_async(st->server) &&
+      size <= CUBE__TASK_INLINE_BYTES)
+    return cube__launch_submit_here(st, &f, size);
   return cube__submit_fill(st->server->service, st->id, cube__launch_task_run,
                            size, cube__launch_fill, &f, cube__launch_task_drop);
 }

@@ -427,14 +427,7 @@ static cube_status_t cube__cpu_prepare(cube__backend_device_t* dev, const cube_k
 
 typedef struct cube__cpu_launch_ctx {
   cube__backend_device_t* dev;
-  cube_cpu_kernel_fn fn;
-  const cube_cpu_arg_t* args;
-  uint32_t arg_count;
-  uint32_t count[3];
-  uint32_t dim[3];
-  cube_execution_mode_t mode;
-  uint64_t shared_size;  /* user cube-local memory (native kernels) */
-  uint64_t scratch_size; /* runtime scratch (fiber stacks of dialect kernels) */
+  const cube__cpu_prepared_t* p; /* the launch */
   cube_bounds_error_t* bounds;
   /* The first failure: claimed by CAS, its details written by the winner
    * and read after the pool run returned (which orders them). */
@@ -458,13 +451,14 @@ static int cube__cpu_run_cubes(void* p, uint64_t begin, uint64_t end, uint32_t p
   cube__cpu_launch_ctx_t* ctx = p;
   cube_cpu_cube_t cube;
   memset(&cube, 0, sizeof(cube));
-  memcpy(cube.cube_count, ctx->count, sizeof(cube.cube_count));
-  memcpy(cube.cube_dim, ctx->dim, sizeof(cube.cube_dim));
-  cube.mode = ctx->mode;
+  const cube__cpu_prepared_t* pl = ctx->p;
+  memcpy(cube.cube_count, pl->count, sizeof(cube.cube_count));
+  memcpy(cube.cube_dim, pl->dim, sizeof(cube.cube_dim));
+  cube.mode = pl->mode;
   cube.worker = participant;
   cube.bounds = ctx->bounds;
 
-  const uint64_t cx = ctx->count[0], cy = ctx->count[1], cxy = cx * cy;
+  const uint64_t cx = pl->count[0], cy = pl->count[1], cxy = cx * cy;
   uint32_t x = 0, y = 0, z = 0;
   if (begin) { /* a chunk after the first: three divisions (64-bit, slow) */
     x = (uint32_t)(begin % cx);
@@ -472,8 +466,8 @@ static int cube__cpu_run_cubes(void* p, uint64_t begin, uint64_t end, uint32_t p
     z = (uint32_t)(begin / cxy);
   }
 
-  const uint64_t shared_part = cube__round_up(ctx->shared_size, CUBE__CPU_ALIGNMENT);
-  const uint64_t need = shared_part + ctx->scratch_size;
+  const uint64_t shared_part = cube__round_up(pl->shared_size, CUBE__CPU_ALIGNMENT);
+  const uint64_t need = shared_part + pl->scratch_size;
   if (need) {
     cube__cpu_scratch_t* scratch = &ctx->dev->scratch[participant];
     if (scratch->size < need) {
@@ -488,22 +482,22 @@ static int cube__cpu_run_cubes(void* p, uint64_t begin, uint64_t end, uint32_t p
       scratch->ptr = mem;
       scratch->size = size;
     }
-    if (ctx->shared_size) {
+    if (pl->shared_size) {
       cube.shared = scratch->ptr;
-      cube.shared_size = ctx->shared_size;
+      cube.shared_size = pl->shared_size;
     }
-    if (ctx->scratch_size) {
+    if (pl->scratch_size) {
       cube.scratch = (char*)scratch->ptr + shared_part;
-      cube.scratch_size = ctx->scratch_size;
+      cube.scratch_size = pl->scratch_size;
     }
   }
 
-  const cube_cpu_kernel_fn fn = ctx->fn;
+  const cube_cpu_kernel_fn fn = pl->fn;
   for (uint64_t i = begin; i < end; ++i) {
     cube.cube_pos[0] = x;
     cube.cube_pos[1] = y;
     cube.cube_pos[2] = z;
-    int rc = fn(&cube, ctx->args, ctx->arg_count);
+    int rc = fn(&cube, pl->args, pl->arg_count);
     if (rc != 0) {
       cube__cpu_launch_fail(ctx, CUBE__CPU_RANGE_KERNEL_FAILED, rc, cube.cube_pos);
       return CUBE__CPU_RANGE_KERNEL_FAILED;
@@ -521,8 +515,26 @@ static int cube__cpu_run_cubes(void* p, uint64_t begin, uint64_t end, uint32_t p
   return 0;
 }
 
+/* The launch slot calls these two inlined (one launch, one call: the eager
+ * path's cost), cpu_graph.c through the functions of cpu_internal.h. */
+static inline __attribute__((always_inline)) cube_status_t cube__cpu_launch_prepare(
+    cube__backend_device_t* dev, const cube__launch_t* l, cube_cpu_arg_t* args,
+    cube__cpu_prepared_t* out);
+static inline __attribute__((always_inline)) cube_status_t cube__cpu_launch_run(
+    cube__backend_device_t* dev, const cube__cpu_prepared_t* p);
+
 cube_status_t cube__cpu_prepare_launch(cube__backend_device_t* dev, const cube__launch_t* l,
                                        cube_cpu_arg_t* args, cube__cpu_prepared_t* out) {
+  return cube__cpu_launch_prepare(dev, l, args, out);
+}
+
+cube_status_t cube__cpu_run_prepared(cube__backend_device_t* dev, const cube__cpu_prepared_t* p) {
+  return cube__cpu_launch_run(dev, p);
+}
+
+static inline __attribute__((always_inline)) cube_status_t cube__cpu_launch_prepare(
+    cube__backend_device_t* dev, const cube__launch_t* l, cube_cpu_arg_t* args,
+    cube__cpu_prepared_t* out) {
   const cube_kernel_t* k = l->kernel;
   const char* name = l->name ? l->name : (k && k->name ? k->name : "?");
   if (!k) return CUBE_INVALID("launch of kernel '%s': no kernel object", name);
@@ -599,18 +611,12 @@ cube_status_t cube__cpu_prepare_launch(cube__backend_device_t* dev, const cube__
   return CUBE_OK;
 }
 
-cube_status_t cube__cpu_run_prepared(cube__backend_device_t* dev, const cube__cpu_prepared_t* p) {
+static inline __attribute__((always_inline)) cube_status_t cube__cpu_launch_run(
+    cube__backend_device_t* dev, const cube__cpu_prepared_t* p) {
   if (p->total == 0) return CUBE_OK;
   cube__cpu_launch_ctx_t ctx;
   ctx.dev = dev;
-  ctx.fn = p->fn;
-  ctx.args = p->args;
-  ctx.arg_count = p->arg_count;
-  memcpy(ctx.count, p->count, sizeof(ctx.count));
-  memcpy(ctx.dim, p->dim, sizeof(ctx.dim));
-  ctx.mode = p->mode;
-  ctx.shared_size = p->shared_size;
-  ctx.scratch_size = p->scratch_size;
+  ctx.p = p;
   ctx.bounds = NULL;
   ctx.fail_kind = 0;
   ctx.fail_code = 0;
@@ -635,7 +641,7 @@ cube_status_t cube__cpu_run_prepared(cube__backend_device_t* dev, const cube__cp
     char buf[32];
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
                              "launch of kernel '%s': no memory for %s of cube-local scratch",
-                             p->name, cube__format_bytes(ctx.shared_size, buf, sizeof(buf)));
+                             p->name, cube__format_bytes(p->shared_size, buf, sizeof(buf)));
   }
   return cube__cpu_kernel_failed(p, ctx.fail_pos, ctx.fail_code);
 }
@@ -656,8 +662,8 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
   (void)stream;
   cube_cpu_arg_t args[CUBE_MAX_KERNEL_ARGS];
   cube__cpu_prepared_t p;
-  CUBE_RETURN_IF_ERROR(cube__cpu_prepare_launch(dev, l, args, &p));
-  return cube__cpu_run_prepared(dev, &p);
+  CUBE_RETURN_IF_ERROR(cube__cpu_launch_prepare(dev, l, args, &p));
+  return cube__cpu_launch_run(dev, &p);
 }
 
 static const char* const cube__cpu_transports[] = {"host", NULL};
