@@ -45,7 +45,8 @@
  *      Then where the step's time goes (traced as for figure 3), and raw
  *      graphs that differ from the raw step in one way each: an event after
  *      each launch, the kernel code cube generates (NVRTC'd here), cube's
- *      buffer.
+ *      buffer, and cube's kernel code with the 1-D position in place of the
+ *      prelude's 3-D ABSOLUTE_POS.
  *
  * Output: one line per figure "name: cube X | raw Y | ratio R | target T |
  * met|MISSED" (ratio = cube / raw, for times lower is better, for rates higher
@@ -849,20 +850,38 @@ static int step_variants(cube_handle_t hx, CUgraphExec raw, CUdeviceptr rx, int 
   char* text = NULL;
   CHECK("cube__dialect_generate (addc)",
         cube__dialect_generate(CUBE__TARGET_CUDA, &sig, k_addc, NULL, 0, CUBE_EXEC_CHECKED, &text));
-  char* cubin = NULL;
-  size_t size = 0;
-  (void)raw_nvrtc(text, "addc.cu", &cubin, &size);
+  /* The same unit with the kernel's ABSOLUTE_POS replaced by the 1-D
+   * position (the launch is 1-D: the same value), to see what the 3-D
+   * formula of the prelude costs. */
+  const char* pos = strstr(text, "uint32_t i = ABSOLUTE_POS;");
+  if (!pos) {
+    fprintf(stderr, BENCH_NAME ": the generated addc unit has no 'uint32_t i = ABSOLUTE_POS;'\n");
+    exit(1);
+  }
+  static const char one_d[] = "uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;";
+  size_t head = (size_t)(pos - text), tail_at = head + strlen("uint32_t i = ABSOLUTE_POS;");
+  char* text1 = xmalloc(strlen(text) + sizeof(one_d));
+  memcpy(text1, text, head);
+  strcpy(text1 + head, one_d);
+  strcat(text1, text + tail_at);
+  CUmodule m, m1;
+  CUfunction f, f1;
+  for (int u = 0; u < 2; ++u) {
+    char* cubin = NULL;
+    size_t size = 0;
+    (void)raw_nvrtc(u ? text1 : text, "addc.cu", &cubin, &size);
+    CK(cu->CtxSetCurrent(R.ctx));
+    CK(cu->ModuleLoadData(u ? &m1 : &m, cubin));
+    CK(cu->ModuleGetFunction(u ? &f1 : &f, u ? m1 : m, "cube_kernel_entry"));
+    free(cubin);
+  }
   free(text);
-  CK(cu->CtxSetCurrent(R.ctx));
-  CUmodule m;
-  CUfunction f;
-  CK(cu->ModuleLoadData(&m, cubin));
-  CK(cu->ModuleGetFunction(&f, m, "cube_kernel_entry"));
-  free(cubin);
+  free(text1);
   unsigned long long xb = n * 4;
   float v = 1e-4f;
   void* args_raw[] = {&rx, &xb, &v};
   CUgraphExec cubecode = raw_graph(f, args_raw, (n + 255) / 256, 256, k);
+  CUgraphExec cubecode1 = raw_graph(f1, args_raw, (n + 255) / 256, 256, k);
   cube_resource_t* res = NULL;
   CHECK("cube_client_get_resource (step)", cube_client_get_resource(C.c, hx, &res));
   CUdeviceptr cx = (CUdeviceptr)(uintptr_t)cube_resource_ptr(res);
@@ -870,11 +889,11 @@ static int step_variants(cube_handle_t hx, CUgraphExec raw, CUdeviceptr rx, int 
   CUgraphExec onbuf = raw_graph(R.f_addc, args_cube, (n + 255) / 256, 256, k);
   CUevent ev;
   CK(cu->EventCreate(&ev, CU_EVENT_DISABLE_TIMING));
-  enum { VARIANTS = 4, ROUNDS = 3 };
+  enum { VARIANTS = 5, ROUNDS = 3 };
   static const char* const names[VARIANTS] = {
       "raw graph", "raw graph + cuEventRecord after it", "raw graph of cube's generated kernel",
-      "raw graph on cube's buffer"};
-  CUgraphExec execs[VARIANTS] = {raw, raw, cubecode, onbuf};
+      "raw graph on cube's buffer", "cube's generated kernel, 1-D ABSOLUTE_POS"};
+  CUgraphExec execs[VARIANTS] = {raw, raw, cubecode, onbuf, cubecode1};
   double* t = xmalloc(sizeof(double) * (size_t)steps);
   double med[VARIANTS][ROUNDS];
   int on_hx = 0;
@@ -898,8 +917,10 @@ static int step_variants(cube_handle_t hx, CUgraphExec raw, CUdeviceptr rx, int 
   free(t);
   CK(cu->EventDestroy(ev));
   CK(cu->GraphExecDestroy(cubecode));
+  CK(cu->GraphExecDestroy(cubecode1));
   CK(cu->GraphExecDestroy(onbuf));
   CK(cu->ModuleUnload(m));
+  CK(cu->ModuleUnload(m1));
   cube_resource_release(res);
   return on_hx;
 }
