@@ -519,6 +519,17 @@ static const char* saxpy_src =
     "  if (i < CUBE_LEN(y)) CUBE_STORE(y, i, a * CUBE_LOAD(x, i) + CUBE_LOAD(y, i));\n"
     "}\n";
 
+/* A dialect kernel of saxpy_src (cube dim 256). */
+static cube_status_t saxpy_kernel(cube_kernel_t** out) {
+  cube_kernel_desc_t d;
+  cube_kernel_desc_initialize(&d);
+  d.name = "saxpy";
+  d.source = saxpy_src;
+  d.entry = "saxpy";
+  d.cube_dim = (cube_dim_t){256, 1, 1};
+  return cube_kernel_create(&d, out);
+}
+
 /* Kernels: the dialect unit compiles with NVRTC (when installed) and the
  * launch the mock refuses is a deferred LAUNCH_FAILED naming the kernel; a
  * syntax error is COMPILATION_FAILED with NVRTC's log at the user's line; a
@@ -629,14 +640,8 @@ CUBE_TEST(launch_and_replay_after_a_blocking_call_on_caller) {
   cube_client_t* c = NULL;
   REQUIRE_OK(cube_client_load(cuda0, &c));
   REQUIRE(!cube_client_is_blocking(c));
-  cube_kernel_desc_t d;
-  memset(&d, 0, sizeof(d));
-  d.name = "saxpy";
-  d.source = saxpy_src;
-  d.entry = "saxpy";
-  d.cube_dim = (cube_dim_t){256, 1, 1};
   cube_kernel_t* k = NULL;
-  REQUIRE_OK(cube_kernel_create(&d, &k));
+  REQUIRE_OK(saxpy_kernel(&k));
   cube_status_t pre = cube_client_precompile(c, 1, &k, CUBE_EXEC_CHECKED);
   if (pre) {
     fprintf(stderr, "no NVRTC: %s\n", cube_status_message(pre));
