@@ -318,23 +318,31 @@ static void cube__discard_cell(cube__device_t* d, cube__cell_t* c) {
   }
 }
 
-/* Runs the next cell if it is published, or steps over it if it ran where
- * it was claimed (without touching it: a later producer may own it); false
- * when there is nothing to do yet. Runner thread only. */
-static bool cube__ring_run_one(cube__device_t* d) {
+/* What cube__ring_run_one did. */
+enum { CUBE__RAN_NOTHING = 0, CUBE__RAN_CELL = 1, CUBE__STEPPED_OVER = 2 };
+
+/* Runs the next cell if it is published (CUBE__RAN_CELL), or steps over it
+ * if it ran where it was claimed (CUBE__STEPPED_OVER, without touching it: a
+ * later producer may own it); CUBE__RAN_NOTHING when there is nothing to do
+ * yet. Runner thread only. */
+static int cube__ring_run_one(cube__device_t* d) {
   size_t pos = d->dequeue_pos;
   cube__cell_t* c = &d->cells[pos & CUBE__RING_MASK];
   size_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
   if (seq != pos + 1) {
-    if (!cube__seq_released(seq, pos)) return false;
+    if (!cube__seq_released(seq, pos)) return CUBE__RAN_NOTHING;
     d->dequeue_pos = pos + 1;
-    return true;
+    return CUBE__STEPPED_OVER;
   }
   cube__event_t* done = cube__execute_cell(c);
   d->dequeue_pos = pos + 1;
   atomic_store_explicit(&c->seq, pos + CUBE__RING_CELLS, memory_order_release);
   if (done) cube__event_set(done);
-  return true;
+  return CUBE__RAN_CELL;
+}
+
+void cube__device_set_caller_issues(cube__device_t* d, bool on) {
+  if (d) atomic_store_explicit(&d->caller_issues, on, memory_order_relaxed);
 }
 
 /* ---------------------------------------------------------------------------
@@ -361,8 +369,13 @@ static void cube__destroy_services(cube__device_t* d) {
 void* cube__queue_runner_main(void* arg) {
   cube__device_t* d = (cube__device_t*)arg;
   tl_runner = d;
+  int last = CUBE__RAN_NOTHING;
   for (;;) {
-    if (cube__ring_run_one(d)) continue;
+    int ran = cube__ring_run_one(d);
+    if (ran) {
+      last = ran;
+      continue;
+    }
     if (atomic_load_explicit(&d->stop, memory_order_acquire)) {
       /* Look again after reading |stop|: what was published before the
        * shutdown request is visible now. */
@@ -370,10 +383,17 @@ void* cube__queue_runner_main(void* arg) {
       break;
     }
 
-    /* Idle: spin, then yield, then sleep. */
+    /* Idle: spin, then yield, then sleep; no spin after a cell the caller
+     * ran on a device whose callers issue their own work after one
+     * (cube__device_set_caller_issues). */
     bool work = false;
     uint64_t spin_start = cube__now_ns();
-    for (int i = 0; i < CUBE__RUNNER_SPINS && !work; ++i) {
+    const int spins =
+        last == CUBE__STEPPED_OVER && atomic_load_explicit(&d->caller_issues, memory_order_relaxed)
+            ? 0
+            : CUBE__RUNNER_SPINS;
+    last = CUBE__RAN_NOTHING;
+    for (int i = 0; i < spins && !work; ++i) {
       cube__cpu_relax();
       work = cube__ring_ready(d);
       if ((i & 63) == 63 && cube__now_ns() - spin_start > CUBE__RUNNER_SPIN_NS) break;

@@ -198,6 +198,17 @@ cube_status_t cube__submit_here(cube__service_t* s, uint64_t stream_id, const cu
 cube_status_t cube__exclusive(cube__device_t* d, uint64_t stream_id, cube_status_t (*fn)(void*),
                               void* user);
 
+/* Says that the callers of |d| issue their own work after a blocking call
+ * (cube__here_task_t.after_blocking: launches and replays of a device backend
+ * run on the calling thread right after a read or sync that ran there). The
+ * runner then does not spin after it stepped over a cell its caller ran: the
+ * next work of that caller most likely runs on the caller too, and a
+ * spinning runner would only pull the ring's lines away from it; the next
+ * queued submission wakes it. Without it the runner spins as after any
+ * cell, so that a device whose launches are always queued (the CPU) finds it
+ * awake. Thread-safe. */
+void cube__device_set_caller_issues(cube__device_t* d, bool on);
+
 /* Makes sure everything queued so far will run without further submissions
  * (our runner never waits for a batch to fill, so this only wakes it). */
 void cube__device_flush(cube__device_t* d);

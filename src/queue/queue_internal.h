@@ -86,6 +86,7 @@ struct cube__device {
   /* Runner's line. */
   _Alignas(64) size_t dequeue_pos;
   atomic_bool stop;
+  atomic_bool caller_issues; /* cube__device_set_caller_issues */
   /* Cold. */
   _Alignas(64) cube__device_key_t key;
   bool is_inline;

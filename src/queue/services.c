@@ -80,6 +80,7 @@ static cube_status_t cube__device_new(cube__device_key_t key, bool is_inline,
   atomic_init(&d->sleeping, 0);
   atomic_init(&d->wake_seq, 0);
   atomic_init(&d->stop, false);
+  atomic_init(&d->caller_issues, false);
   atomic_init(&d->owner, 0);
   d->key = key;
   d->is_inline = is_inline;

@@ -142,6 +142,9 @@ cube_status_t cube__server_get(cube_device_id_t device, const cube_server_option
   cube__server_t* s = cube__service_state_unsafe(svc);
   atomic_store_explicit(&s->service, svc, memory_order_relaxed);
   atomic_store_explicit(&s->device, cube__service_device(svc), memory_order_relaxed);
+  /* On a device backend the caller issues its launch or replay after a read
+   * or sync itself (tasks.c, graph.c): its runner need not spin then. */
+  cube__device_set_caller_issues(cube__service_device(svc), cube__server_async(s));
   *out_server = s;
   return CUBE_OK;
 }

@@ -1630,6 +1630,54 @@ CUBE_TEST(submit_here_sleeping_runner_threaded) {
   cube__queue_shutdown(key);
 }
 
+/* A device whose callers issue their own work after a blocking call
+ * (cube__device_set_caller_issues): work of the after_blocking kind runs on
+ * the caller right after a blocking here-run, and only then (not after a
+ * queued submission); the runner, which does not spin after stepping over
+ * such cells, is woken by every queued task that follows: none is lost,
+ * whether it comes at once or after the runner fell asleep. */
+CUBE_TEST(submit_here_after_blocking_caller_issues_threaded) {
+  cube__device_key_t key = key_for(CUBE_QUEUE_THREADED, 36);
+  cube__service_t* s = get_service(key, CUBE_QUEUE_THREADED, &counter_vt);
+  REQUIRE(s);
+  cube__device_set_caller_issues(cube__service_device(s), true);
+  uint64_t sid = cube__stream_current_id();
+  enum { N = 400 };
+  int after_here = 0, after_queued = 0;
+  for (int i = 0; i < N; ++i) {
+    here_probe_t b;
+    here_probe_init(&b);
+    cube__here_task_t tb = here_task(&b, 20000); /* a blocking call: polls the work ahead */
+    bool here = false;
+    CHECK_OK(cube__submit_here(s, sid, &tb, &here));
+    CHECK(here && b.on_caller);
+    /* The work after it runs here. */
+    here_probe_t w;
+    here_probe_init(&w);
+    cube__here_task_t tw = here_task(&w, 0);
+    tw.after_blocking = true;
+    here = false;
+    CHECK_OK(cube__submit_here(s, sid, &tw, &here));
+    after_here += here && w.on_caller && w.ran == 1;
+    /* A queued task, then after_blocking work: not after a blocking call,
+     * so queued behind it. */
+    CHECK_OK(cube__submit(s, sid, task_inc, NULL, 0, NULL));
+    here_probe_t q;
+    here_probe_init(&q);
+    cube__here_task_t tq = here_task(&q, 0);
+    tq.after_blocking = true;
+    here = false;
+    CHECK_OK(cube__submit_here(s, sid, &tq, &here));
+    after_queued += here;
+    if (i % 100 == 99) sleep_us(2000); /* let the runner fall asleep */
+    CHECK_EQ_U64(read_value(s), (uint64_t)i + 1); /* the queued task ran */
+    CHECK(q.ran == 1);
+  }
+  CHECK_EQ_U64(after_here, N);
+  CHECK_EQ_U64(after_queued, 0);
+  cube__queue_shutdown(key);
+}
+
 /* Several threads submit tasks and here-work to one device at once: each
  * here-work, wherever it ran, sees exactly the tasks its thread queued
  * before it (and none it queued after); every one runs once. */
