@@ -149,6 +149,15 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_dlpack_device(cube_client_t* clie
                                                              int32_t* out_device_type,
                                                              int32_t* out_device_id);
 
+/* The stream value cube passes as a consumer (the |stream| of a producer's
+ * __dlpack__): the native stream of |client|'s calling stream (CUDA: its
+ * CUstream, which cube's work on imported memory runs on), or 0 where the
+ * device has none (CPU, OpenCL: a producer's work must then be complete,
+ * DLPack's stream=None). Fails with UNIMPLEMENTED where the memory cannot
+ * be exchanged at all (null). */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_dlpack_stream(cube_client_t* client,
+                                                             int64_t* out_stream);
+
 /* Exports |desc| as a DLPack 1.x tensor (version CUBE_DLPACK_MAJOR_VERSION.
  * CUBE_DLPACK_MINOR_VERSION, flags from desc->flags), owned by the caller,
  * who hands it to a consumer or calls its deleter (exactly once, any

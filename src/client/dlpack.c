@@ -134,6 +134,23 @@ cube_status_t cube_client_dlpack_device(cube_client_t* c, int32_t* out_type, int
   return CUBE_OK;
 }
 
+cube_status_t cube_client_dlpack_stream(cube_client_t* c, int64_t* out_stream) {
+  const char* fn = "cube_client_dlpack_stream";
+  CUBE__CHECK_CLIENT(c, fn);
+  CUBE__CHECK_OUT(out_stream, fn, "out_stream");
+  int32_t dev[3];
+  CUBE_RETURN_IF_ERROR(cube__dlpack_device_of(c->server, fn, dev));
+  cube__stream_t* stream;
+  CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  void* native = NULL;
+  cube_status_t st = cube__server_native_stream(stream, &native);
+  if (st && cube_status_code(st) != CUBE_STATUS_UNIMPLEMENTED)
+    return cube__status_annotate(st, "%s", fn);
+  cube_status_free(st);
+  *out_stream = (int64_t)(intptr_t)native;
+  return CUBE_OK;
+}
+
 /* Checks |d| against the handle's view (|view| bytes) and gives element 0's
  * byte in the view. */
 static cube_status_t cube__dlpack_check_export(const char* fn, const cube_dlpack_export_t* d,

@@ -350,6 +350,10 @@ cube_status_t cube__server_dlpack_device(cube__server_t* s, int32_t out[3]);
  * Thread-safe. */
 cube_status_t cube__server_external_storage(cube__server_t* s, cube__backend_external_t* x);
 
+/* The native stream of |stream| (CUBE__CTL_NATIVE_STREAM: a CUstream on
+ * CUDA); UNIMPLEMENTED where the backend has none. Thread-safe. */
+cube_status_t cube__server_native_stream(cube__stream_t* stream, void** out);
+
 /* Waits until the work queued before on the stream has run (no error taken). */
 cube_status_t cube__server_barrier(cube__stream_t* stream);
 /* Pushes queued work and returns (and clears) the stream's deferred errors. */

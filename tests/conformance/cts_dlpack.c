@@ -29,6 +29,16 @@ static int cts_dl_device(cube_client_t* c, int32_t* type, int32_t* id) {
   int32_t type = -1, id = -1;      \
   REQUIRE(cts_dl_device((c), &type, &id))
 
+/* Skips (after releasing |c| and shutting down) where the device's memory is
+ * not host memory. */
+#define CTS_DL_REQUIRE_HOST(c, type, why)                     \
+  do {                                                        \
+    if ((type) != kDLCPU) {                                   \
+      CTS_END(c);                                             \
+      CUBE_SKIP("%s: %s", cts_backend()->name, (why));        \
+    }                                                         \
+  } while (0)
+
 /* The address (or handle + offset) a tensor's element 0 is at. */
 static uintptr_t cts_dl_at(const DLTensor* t) { return (uintptr_t)t->data + t->byte_offset; }
 
@@ -121,6 +131,10 @@ CUBE_TEST(dlpack_device_names_the_backend) {
   t->deleter(t);
   CHECK_STATUS(cube_client_dlpack_device(c, NULL, &id), CUBE_STATUS_INVALID_ARGUMENT,
                "out_device_type");
+  /* As a consumer: CUDA names its stream, devices without streams 0. */
+  int64_t stream = -5;
+  CHECK_OK(cube_client_dlpack_stream(c, &stream));
+  CHECK(type == kDLCUDA ? stream != 0 : stream == 0);
   cube_handle_release(h);
   CTS_END(c);
 }
@@ -419,7 +433,7 @@ CUBE_TEST(dlpack_export_threads) {
 CUBE_TEST(dlpack_export_after_queued_launch) {
   CTS_CLIENT(c);
   CTS_DL_DEVICE(c, type, id);
-  if (type != kDLCPU) CUBE_SKIP("%s: reads the tensor through its host pointer", cts_backend()->name);
+  CTS_DL_REQUIRE_HOST(c, type, "reads the tensor through its host pointer");
   enum { N = (1 << 20) + 3 };
   uint32_t* in = malloc(N * 4);
   REQUIRE(in);
@@ -516,7 +530,7 @@ static void* cts_dl_release_handle(void* arg) {
 CUBE_TEST(dlpack_import_host_memory_zero_copy) {
   CTS_CLIENT(c);
   CTS_DL_DEVICE(c, type, id);
-  if (type != kDLCPU) CUBE_SKIP("%s: makes tensors of host memory", cts_backend()->name);
+  CTS_DL_REQUIRE_HOST(c, type, "makes tensors of host memory");
   enum { N = 100003 };
   uint32_t* in = malloc(N * 4);
   uint32_t* out = malloc(N * 4);
@@ -577,7 +591,7 @@ CUBE_TEST(dlpack_import_host_memory_zero_copy) {
 CUBE_TEST(dlpack_import_deleter_once_any_thread) {
   CTS_CLIENT(c);
   CTS_DL_DEVICE(c, type, id);
-  if (type != kDLCPU) CUBE_SKIP("%s: makes tensors of host memory", cts_backend()->name);
+  CTS_DL_REQUIRE_HOST(c, type, "makes tensors of host memory");
   double a[333], b[17];
   cube_test_fill_random(a, sizeof(a), 7700);
   cube_test_fill_random(b, sizeof(b), 7701);
@@ -610,7 +624,7 @@ CUBE_TEST(dlpack_import_deleter_once_any_thread) {
 CUBE_TEST(dlpack_import_layouts) {
   CTS_CLIENT(c);
   CTS_DL_DEVICE(c, type, id);
-  if (type != kDLCPU) CUBE_SKIP("%s: makes tensors of host memory", cts_backend()->name);
+  CTS_DL_REQUIRE_HOST(c, type, "makes tensors of host memory");
   float m[6 * 4 * 2];
   cube_test_fill_random(m, sizeof(m), 7800);
   cts_host_tensor_t t;
