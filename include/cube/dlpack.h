@@ -222,6 +222,20 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_from_dlpack_legacy(cube_client_t*
                                                                   cube_dlpack_flags_t flags,
                                                                   cube_handle_t* out_handle);
 
+/* For bindings that wrap exports in Python capsules without linking Python
+ * (python/src/cube/_dlpack.py): a PyCapsule destructor (its type is
+ * void(PyObject*)) that deletes the tensor of a capsule still named
+ * "dltensor" or "dltensor_versioned" (a consumer that took the tensor over
+ * renamed the capsule: then it does nothing). It reads the capsule as memory
+ * (CPython's PyCapsule: the object header, then the pointer and the name)
+ * and calls no Python function, so it is safe while the interpreter has an
+ * exception pending, as when a consumer refused the tensor and drops the
+ * capsule. |header_size| is the size of the object header
+ * (object.__basicsize__: 16 on the usual 64-bit builds), set once with
+ * cube_dlpack_capsule_layout before the first capsule goes. Thread-safe. */
+void cube_dlpack_capsule_layout(size_t header_size);
+void cube_dlpack_capsule_destructor(void* capsule);
+
 #ifdef __cplusplus
 }
 #endif

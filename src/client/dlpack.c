@@ -12,6 +12,7 @@
  * another library: an external descriptor (src/memory) whose last reference
  * calls the producer's deleter. */
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -482,4 +483,31 @@ cube_status_t cube_client_from_dlpack_legacy(cube_client_t* c, struct DLManagedT
                                              cube_handle_t* out_handle) {
   return cube__from_dlpack(c, "cube_client_from_dlpack_legacy", tensor,
                            tensor ? &tensor->dl_tensor : NULL, false, 0, flags, out_handle);
+}
+
+//===----------------------------------------------------------------------===//
+// Python capsules (for bindings that do not link Python)
+//===----------------------------------------------------------------------===//
+
+static atomic_size_t cube__capsule_header = 2 * sizeof(void*);
+
+void cube_dlpack_capsule_layout(size_t header_size) {
+  if (header_size) atomic_store_explicit(&cube__capsule_header, header_size, memory_order_relaxed);
+}
+
+void cube_dlpack_capsule_destructor(void* capsule) {
+  if (!capsule) return;
+  size_t at = atomic_load_explicit(&cube__capsule_header, memory_order_relaxed);
+  void* pointer;
+  const char* name;
+  memcpy(&pointer, (char*)capsule + at, sizeof(pointer));
+  memcpy(&name, (char*)capsule + at + sizeof(void*), sizeof(name));
+  if (!pointer || !name) return;
+  if (strcmp(name, "dltensor_versioned") == 0) {
+    DLManagedTensorVersioned* t = pointer;
+    if (t->deleter) t->deleter(t);
+  } else if (strcmp(name, "dltensor") == 0) {
+    DLManagedTensor* t = pointer;
+    if (t->deleter) t->deleter(t);
+  }
 }

@@ -778,3 +778,40 @@ CUBE_TEST(dlpack_import_own_export) {
   cube_handle_release(back);
   CTS_END(c);
 }
+
+/* The capsule destructor for bindings: deletes the tensor of a capsule still
+ * named "dltensor"/"dltensor_versioned", once, and leaves a renamed one
+ * alone (the layout: a header of the size set, then pointer and name). */
+CUBE_TEST(dlpack_capsule_destructor) {
+  CTS_CLIENT(c);
+  CTS_DL_DEVICE(c, type, id);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_empty(c, 1 << 16, &h));
+  cube_memory_usage_t before, after;
+  REQUIRE_OK(cube_client_memory_usage(c, &before));
+  int64_t n = 1 << 16;
+  cube_dlpack_export_t d;
+  REQUIRE_OK(cube_dlpack_export_initialize(h, cube_dlpack_dtype(CUBE_DLPACK_UINT, 8), 1, &n, &d));
+  DLManagedTensorVersioned* v = NULL;
+  DLManagedTensor* l = NULL;
+  REQUIRE_OK(cube_client_to_dlpack(c, &d, &v));
+  REQUIRE_OK(cube_client_to_dlpack_legacy(c, &d, &l));
+  cube_handle_release(h);
+  struct {
+    uint64_t header[3]; /* a header of 24 bytes */
+    void* pointer;
+    const char* name;
+  } cap_v = {{0, 0, 0}, v, "dltensor_versioned"}, cap_l = {{0, 0, 0}, l, "used_dltensor"};
+  cube_dlpack_capsule_layout(24);
+  cube_dlpack_capsule_destructor(&cap_v); /* deletes v */
+  cube_dlpack_capsule_destructor(&cap_l); /* consumed: leaves l */
+  cube_dlpack_capsule_destructor(NULL);
+  REQUIRE_OK(cube_client_memory_usage(c, &after));
+  CHECK_EQ_U64(after.bytes_in_use, before.bytes_in_use); /* l still holds the buffer */
+  cap_l.name = "dltensor";
+  cube_dlpack_capsule_destructor(&cap_l);
+  REQUIRE_OK(cube_client_memory_usage(c, &after));
+  CHECK(after.bytes_in_use + (1 << 16) <= before.bytes_in_use);
+  cube_dlpack_capsule_layout(16);
+  CTS_END(c);
+}

@@ -17,14 +17,14 @@ Example::
 """
 
 from ._core import (Buffer, Client, CubeError, DeviceProperties, Kernel, MemoryUsage, StatusCode,
-                    Tensor, backend_available, backend_status, current_stream, default_client,
+                    Tensor, aligned_empty, backend_available, backend_status, current_stream, default_client,
                     devices, dtype_of, new_stream, numpy_dtype, shutdown, version)
 from ._dlpack import from_dlpack
 from ._lib import LIBRARY_PATH
 
 __all__ = [
     "Buffer", "Client", "CubeError", "DeviceProperties", "Kernel", "MemoryUsage", "StatusCode",
-    "Tensor", "backend_available", "backend_status", "current_stream", "default_client",
+    "Tensor", "aligned_empty", "backend_available", "backend_status", "current_stream", "default_client",
     "devices", "dtype_of", "from_dlpack", "new_stream", "numpy_dtype", "shutdown", "version",
     "LIBRARY_PATH",
 ]

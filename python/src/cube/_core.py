@@ -210,6 +210,19 @@ def _itemsize(dtype: DType) -> int:
     return dtype[1] // 8 * dtype[2]
 
 
+def aligned_empty(nbytes: int, alignment: int = 4096):
+    """An uninitialised NumPy uint8 array of ``nbytes`` whose data starts on
+    a page. Copies between it and cube's (page-aligned) buffers keep the
+    source and destination at the same offset in their pages: glibc's memcpy
+    is several times slower when the destination is a few bytes past the
+    source modulo 4 KiB, which is where NumPy's own large arrays start
+    (docs/benchmarks.md, "DLPack and Python")."""
+    np = _np()
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    off = (-raw.ctypes.data) % alignment
+    return raw[off:off + nbytes]
+
+
 # --------------------------------------------------------------------------
 # Host memory of Python objects (the buffer protocol)
 # --------------------------------------------------------------------------
@@ -400,7 +413,7 @@ class Tensor:
         """A NumPy copy of the elements (a read after the queued work)."""
         np = _np()
         dt = numpy_dtype(self.dtype)
-        raw = np.empty(self.buffer.size, dtype=np.uint8)
+        raw = aligned_empty(self.buffer.size)
         self.buffer.read_into(raw)
         if self.is_contiguous() and self.buffer.size == self.nbytes:
             return raw.view(dt).reshape(self.shape)

@@ -45,24 +45,14 @@ _BACKEND_OF_DEVICE = {_CPU: "cpu", _CUDA_HOST: "cpu", _CUDA: "cuda", _OPENCL: "o
 READ_ONLY = 1
 
 
-def _capsule_destructor(capsule: Optional[int]) -> None:
-    """Runs when a capsule is destroyed: deletes the tensor unless a consumer
-    took it (renamed the capsule)."""
-    if not capsule:
-        return
-    if _api.PyCapsule_IsValid(capsule, _VERSIONED):
-        p = _api.PyCapsule_GetPointer(capsule, _VERSIONED)
-        t = ctypes.cast(p, ctypes.POINTER(_lib.DLManagedTensorVersioned))
-        if t.contents.deleter:
-            t.contents.deleter(t)
-    elif _api.PyCapsule_IsValid(capsule, _LEGACY):
-        p = _api.PyCapsule_GetPointer(capsule, _LEGACY)
-        t = ctypes.cast(p, ctypes.POINTER(_lib.DLManagedTensor))
-        if t.contents.deleter:
-            t.contents.deleter(t)
-
-
-_DESTRUCTOR_FN = _DESTRUCTOR(_capsule_destructor)  # kept for the life of the module
+# The capsules' destructor is libcube's (cube_dlpack_capsule_destructor): a
+# consumer may drop a capsule with its own exception pending (NumPy refusing
+# a device), and Python code (a ctypes callback) cannot run then; the C
+# function reads the capsule as memory and calls no Python function.
+_lib.lib.cube_dlpack_capsule_layout.argtypes = [ctypes.c_size_t]
+_lib.lib.cube_dlpack_capsule_layout.restype = None
+_lib.lib.cube_dlpack_capsule_layout(object.__basicsize__)
+_DESTRUCTOR_FN = ctypes.cast(_lib.lib.cube_dlpack_capsule_destructor, _DESTRUCTOR)
 
 
 def _stream_value(device_type: int, stream: Optional[int]) -> int:
