@@ -135,6 +135,20 @@ CUBE_TEST(dlpack_device_names_the_backend) {
   int64_t stream = -5;
   CHECK_OK(cube_client_dlpack_stream(c, &stream));
   CHECK(type == kDLCUDA ? stream != 0 : stream == 0);
+  if (stream) {
+    /* A consumer on a native stream (here cube's own, the one a consumer
+     * that is cube would pass): ordered by an event, no host wait. */
+    uint8_t bytes[64];
+    cube_test_fill_random(bytes, sizeof(bytes), 7050);
+    CHECK_OK(cube_client_write(c, h, bytes, sizeof(bytes)));
+    d.stream = stream;
+    DLManagedTensor* lt = NULL;
+    REQUIRE_OK(cube_client_to_dlpack_legacy(c, &d, &lt));
+    cube_handle_t back;
+    REQUIRE_OK(cube_client_from_dlpack_legacy(c, lt, 0, &back));
+    CHECK(cts_read_equals(c, back, bytes, sizeof(bytes)));
+    cube_handle_release(back);
+  }
   cube_handle_release(h);
   CTS_END(c);
 }
