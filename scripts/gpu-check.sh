@@ -9,6 +9,10 @@
 #   scripts/gpu-check.sh tests      build + conformance (cuda, cpu) + unit tests
 #   scripts/gpu-check.sh memcheck   build + compute-sanitizer over cts.cuda
 #   scripts/gpu-check.sh bench      build + bench_cuda + raw peers
+#   scripts/gpu-check.sh python     build + the DLPack conformance cases on cuda + the pytest
+#                                   suite (PyTorch and CuPy on CUDA, where installed) +
+#                                   bench/bench_dlpack.py (the launch against CuPy's RawKernel,
+#                                   the 1 GiB PyTorch exchange)
 #   scripts/gpu-check.sh nccl       build + the CUDA collectives on the GPU through NCCL
 #                                   (CTS, the staged fallback, the mock cases) + bench_nccl
 #                                   (cube's nccl transport beside raw NCCL, 1 MiB .. 4 GiB)
@@ -39,6 +43,19 @@ export CUBE_CACHE_DIR=${CUBE_CACHE_DIR:-/tmp/cube-kernel-cache}
   echo "build: $(( $(date +%s) - t0 )) s"
   ./build-gpu/cube info 2>&1 | sed -n '/backend cuda/,/backend opencl/p'
 } 2>&1 | tee "$OUT/build.log"
+
+if has python; then
+  {
+    echo "== DLPack conformance on cuda"
+    ctest --test-dir build-gpu -R '^cts\.cuda\.dlpack' -j 4 --timeout 120 --output-on-failure 2>&1 | tail -20
+    echo "== pytest (python/tests) with this build's libcube"
+    CUBE_LIBRARY=$PWD/build-gpu/libcube.so PYTHONPATH=$PWD/python/src \
+      python3 python/tests/run.py -q -rs -p no:cacheprovider --rootdir=python python/tests 2>&1 | tail -20
+    echo "== bench_dlpack"
+    CUBE_LIBRARY=$PWD/build-gpu/libcube.so PYTHONPATH=$PWD/python/src \
+      python3 bench/bench_dlpack.py --gib 1 --runs 5 --launches 20000 2>&1
+  } 2>&1 | tee "$OUT/python.log"
+fi
 
 if has tests; then
   {

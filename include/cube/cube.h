@@ -7,6 +7,7 @@
  *   client.h      the compute client: create, read, launch, sync, profile
  *   future.h      results of asynchronous reads and syncs
  *   resource.h    the backend memory behind a handle
+ *   dlpack.h      DLPack export and import (dlpack_types.h: the structs)
  *   collective.h  all_reduce, send/recv and their records
  *   handle.h      handles, tensors, layouts
  *   kernel.h      kernels, arguments, counts and dimensions
@@ -39,7 +40,8 @@
  * header.
  *
  *   Input structs (the caller fills them, the library reads them):
- *   cube_server_options_t, cube_kernel_desc_t, cube_layout_desc_t.
+ *   cube_server_options_t, cube_kernel_desc_t, cube_layout_desc_t,
+ *   cube_dlpack_export_t.
  *    - struct_size 0 means "this header's layout", so zero-initialised and
  *      designated-initialised structs keep working. Each has a
  *      <type>_initialize() that fills the defaults and sets struct_size to
@@ -95,6 +97,7 @@
 #include "cube/client.h"
 #include "cube/collective.h"
 #include "cube/device.h"
+#include "cube/dlpack.h"
 #include "cube/future.h"
 #include "cube/graph.h"
 #include "cube/handle.h"

@@ -219,6 +219,11 @@ cube_dim_t cube_kernel_cube_dim(const cube_kernel_t* kernel);
  * NULL. */
 uint32_t cube_kernel_arg_count(const cube_kernel_t* kernel);
 
+/* The kind of argument |index| (from desc->arg_kinds, or the dialect
+ * source), for bindings that convert their values to the kernel's
+ * signature; -1 for NULL or an index past cube_kernel_arg_count. */
+int cube_kernel_arg_kind(const cube_kernel_t* kernel, uint32_t index);
+
 /* CubeCL's CubeCountSelection and CubeDim::new --------------------------- */
 
 /* Spreads |num_cubes| over (x,y,z) under |max_count| (CubeCL's

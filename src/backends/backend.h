@@ -157,7 +157,35 @@ typedef enum cube__backend_ctl_op {
    * points by name at the ABI the backend uses (CUDA: cuGetProcAddress at
    * version 12000); NULL answers mean "absent". */
   CUBE__CTL_DRIVER_PROC = 4,
+  /* DLPack (src/client/dlpack.c). arg: int32_t[3] <- the device as DLPack
+   * names it: its DLDeviceType (kDLCPU 1, kDLCUDA 2, kDLOpenCL 4), device_id,
+   * and 1 when storage pointers are handles rather than addresses (OpenCL's
+   * cl_mem: a DLPack tensor then carries the handle and a byte offset), else
+   * 0. UNIMPLEMENTED: the backend's memory cannot be exchanged. */
+  CUBE__CTL_DLPACK_DEVICE = 5,
+  /* |stream| given; arg: void** -> a native stream of the device's own API
+   * (CUDA: a CUstream, 0x1 and 0x2 the legacy and per-thread default
+   * streams): makes it wait for the work given to |stream| so far, without
+   * waiting on the host (CUDA: an event recorded on |stream| and
+   * cuStreamWaitEvent). UNIMPLEMENTED where the backend has no native
+   * streams: the caller then syncs |stream|. */
+  CUBE__CTL_ORDER_NATIVE_STREAM = 6,
+  /* arg: cube__backend_external_t* -> whether memory someone else allocated
+   * (a DLPack tensor) can be storage of this device: CUBE_OK, filling in
+   * |storage| (ptr, size, backend_data; the id is the caller's), or a status
+   * naming why not (another device, memory the device cannot address).
+   * Thread-safe. UNIMPLEMENTED: the backend imports nothing. */
+  CUBE__CTL_EXTERNAL_STORAGE = 7,
 } cube__backend_ctl_op_t;
+
+/* The argument of CUBE__CTL_EXTERNAL_STORAGE. */
+typedef struct cube__backend_external {
+  int32_t dl_device_type; /* the tensor's DLDeviceType */
+  int32_t dl_device_id;
+  void* ptr;              /* the first byte of the range (data + byte_offset + lowest element) */
+  uint64_t size;          /* bytes of the range */
+  cube__storage_t storage; /* out */
+} cube__backend_external_t;
 
 typedef void* (*cube__backend_proc_fn)(const char* name);
 
@@ -195,7 +223,10 @@ typedef struct cube__backend_vtable {
                                  cube_features_t* out_features, cube_backend_info_t* out_info);
   void (*device_destroy)(cube__backend_device_t* device);
 
-  /* Device storage. Thread-safe. No room -> CUBE_STATUS_OUT_OF_MEMORY. */
+  /* Device storage. Thread-safe. No room -> CUBE_STATUS_OUT_OF_MEMORY.
+   * dealloc (and dealloc_on, with stream NULL) must accept device NULL: it is
+   * called so, after device_destroy, for device memory that views lent out
+   * (DLPack exports) kept past cube_shutdown. */
   cube_status_t (*alloc)(cube__backend_device_t* device, uint64_t size, cube__storage_t* out);
   void (*dealloc)(cube__backend_device_t* device, const cube__storage_t* storage);
 

@@ -267,6 +267,10 @@ uint32_t cube_kernel_arg_count(const cube_kernel_t* kernel) {
   return kernel ? kernel->arg_count : 0;
 }
 
+int cube_kernel_arg_kind(const cube_kernel_t* kernel, uint32_t index) {
+  return kernel && index < kernel->arg_count ? (int)kernel->arg_kinds[index] : -1;
+}
+
 /* Launch shapes (docs/cubecl.md, "CubeCount and CubeDim helpers") ----------- */
 
 /* CubeCL's CubeCountSelection: x starts at |num_cubes|; while x > max_x,

@@ -26,9 +26,15 @@ void cube__memory_ref(cube__memory_t* m) {
   if (m) atomic_fetch_add_explicit(&m->counts, CUBE__MEMORY_REF, memory_order_relaxed);
 }
 
+static void cube__external_free(cube__memory_t* m);
+
 static void cube__memory_drop(cube__memory_t* m, uint64_t what) {
   uint64_t before = atomic_fetch_sub_explicit(&m->counts, what, memory_order_acq_rel);
-  if ((uint32_t)before == 1) free(m);
+  if ((uint32_t)before != 1) return;
+  if (m->external)
+    cube__external_free(m);
+  else
+    free(m);
 }
 
 void cube__memory_unref(cube__memory_t* m) {
@@ -60,4 +66,53 @@ bool cube__memory_resolve(const cube__memory_t* m, const cube__storage_t** out_s
   if (out_offset) *out_offset = s->offset;
   if (out_size) *out_size = s->size;
   return true;
+}
+
+//===----------------------------------------------------------------------===//
+// External memory: one block holds the descriptor, a page of its own (no
+// pool) and the slice that covers it.
+//===----------------------------------------------------------------------===//
+
+typedef struct cube__external {
+  cube__memory_t mem; /* first: the block is freed through it */
+  cube__page_t page;
+  cube__slice_t slice;
+  cube__external_release_fn release;
+  void* user;
+} cube__external_t;
+
+/* Storage ids of external memory: apart from every backend's (which count
+ * up from 1), so that a key made of a storage id never mixes the two. */
+static atomic_uint_fast64_t cube__external_next_id = 1;
+
+cube__memory_t* cube__memory_create_external(const cube__storage_t* storage,
+                                             cube__external_release_fn release, void* user) {
+  cube__external_t* e = calloc(1, sizeof(*e));
+  if (!e) return NULL;
+  e->page.storage = *storage;
+  e->page.storage.id = (UINT64_C(1) << 63) |
+                       atomic_fetch_add_explicit(&cube__external_next_id, 1, memory_order_relaxed);
+  e->page.first = &e->slice;
+  e->page.slice_count = 1;
+  e->slice.page = &e->page;
+  e->slice.length = storage->size;
+  e->slice.size = storage->size;
+  e->slice.memory = &e->mem;
+  e->release = release;
+  e->user = user;
+  atomic_init(&e->mem.counts, CUBE__MEMORY_HANDLE_REF);
+  e->mem.id = cube__memory_take_ids(1);
+  e->mem.external = true;
+  e->mem.slice = &e->slice;
+  return &e->mem;
+}
+
+void cube__memory_external_forget(cube__memory_t* m) {
+  if (m && m->external) ((cube__external_t*)m)->release = NULL;
+}
+
+static void cube__external_free(cube__memory_t* m) {
+  cube__external_t* e = (cube__external_t*)m;
+  if (e->release) e->release(e->user);
+  free(e);
 }

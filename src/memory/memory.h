@@ -70,6 +70,7 @@ typedef struct cube__memory {
   atomic_uint_fast64_t auto_tag; /* the server's: the held step of automatic capture that
                                     used it last (src/server/graph_auto.c), 0: none */
   struct cube__memory* next_spare; /* the manager's: its list of descriptors to reuse */
+  bool external; /* memory cube did not allocate (cube__memory_create_external) */
 } cube__memory_t;
 
 /* A new unbound descriptor with refs = 1, handle_refs = 1 (one handle). NULL
@@ -110,6 +111,29 @@ bool cube__memory_is_free(const cube__memory_t* m);
  * holds a reference (a bound slice's fields never change). */
 bool cube__memory_resolve(const cube__memory_t* m, const cube__storage_t** out_storage,
                           uint64_t* out_offset, uint64_t* out_size);
+
+/* External memory ---------------------------------------------------------
+ *
+ * Memory that someone else allocated and owns (a DLPack tensor of another
+ * library), seen by the layers above as a bound descriptor like any other:
+ * it resolves to a storage of its own, in no pool and no manager, so memory
+ * usage, cleanup and the pools never see it. Its life is its references:
+ * when the last one goes (a handle, a binding of queued work, a resource, a
+ * graph, a hold), |release|(user) runs once, on the thread that dropped it,
+ * and the descriptor frees itself. */
+typedef void (*cube__external_release_fn)(void* user);
+
+/* A new descriptor over |storage| (copied: ptr, size and backend_data are the
+ * backend's view of the memory; its id is replaced by a process-unique one)
+ * with refs 1 and handle_refs 1 (the caller's handle reference), resolving
+ * to offset 0 and |storage->size| bytes. NULL when out of host memory: then
+ * |release| does not run. Thread-safe. */
+cube__memory_t* cube__memory_create_external(const cube__storage_t* storage,
+                                             cube__external_release_fn release, void* user);
+/* Drops the release of external |m| (its creator failed to hand it out and
+ * still owns the memory): the last reference then only frees the
+ * descriptor. Only before |m| was shared. */
+void cube__memory_external_forget(cube__memory_t* m);
 
 /* Manager configuration (docs/cubecl.md, "Memory: the page ladder and configuration") ---- */
 

@@ -154,3 +154,16 @@ void cube_server_options_initialize(cube_server_options_t* o) {
   memset(o, 0, sizeof(*o));
   o->struct_size = sizeof(*o);
 }
+cube_status_t cube__server_dlpack_device(cube__server_t* s, int32_t out[3]) {
+  return cube__backend_ctl(&s->be, NULL, CUBE__CTL_DLPACK_DEVICE, out);
+}
+
+cube_status_t cube__server_external_storage(cube__server_t* s, cube__backend_external_t* x) {
+  return cube__backend_ctl(&s->be, NULL, CUBE__CTL_EXTERNAL_STORAGE, x);
+}
+
+cube_status_t cube__server_native_stream(cube__stream_t* stream, void** out) {
+  *out = NULL;
+  return cube__backend_ctl(&stream->server->be, stream->backend_stream, CUBE__CTL_NATIVE_STREAM,
+                           out);
+}

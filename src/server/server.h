@@ -339,6 +339,30 @@ bool cube__server_has_kernel_limits(const cube__server_t* s);
 cube_status_t cube__server_kernel_limits(cube__server_t* s, const cube_kernel_t* kernel,
                                          cube_execution_mode_t mode, cube__kernel_limits_t* out);
 
+/* Orders the use of |mem| by code outside the runtime after the work queued
+ * on |stream| before this call (the stream protocol of a DLPack export):
+ * with |consumer| (a native stream of the backend's own API: a CUstream on
+ * CUDA), that stream is made to wait for it where the backend can
+ * (CUBE__CTL_ORDER_NATIVE_STREAM: an event, nobody waits on the host;
+ * INVALID_ARGUMENT where the device has no native streams); with |consumer|
+ * NULL, the call returns once that work completed on the device. |mem| is first ordered after its last use on
+ * another stream. Runs on the device's queue in submission order and waits
+ * for it; the stream's deferred errors are left in place. */
+cube_status_t cube__server_lend_order(cube__stream_t* stream, cube__memory_t* mem, void* consumer);
+
+/* The device as DLPack names it ({DLDeviceType, device_id, storage pointers
+ * are handles}: the backend's CUBE__CTL_DLPACK_DEVICE); UNIMPLEMENTED where
+ * its memory cannot be exchanged. Thread-safe. */
+cube_status_t cube__server_dlpack_device(cube__server_t* s, int32_t out[3]);
+/* Whether memory of another library can be storage of this device
+ * (CUBE__CTL_EXTERNAL_STORAGE: fills x->storage, or says why not).
+ * Thread-safe. */
+cube_status_t cube__server_external_storage(cube__server_t* s, cube__backend_external_t* x);
+
+/* The native stream of |stream| (CUBE__CTL_NATIVE_STREAM: a CUstream on
+ * CUDA); UNIMPLEMENTED where the backend has none. Thread-safe. */
+cube_status_t cube__server_native_stream(cube__stream_t* stream, void** out);
+
 /* Waits until the work queued before on the stream has run (no error taken). */
 cube_status_t cube__server_barrier(cube__stream_t* stream);
 /* Pushes queued work and returns (and clears) the stream's deferred errors. */

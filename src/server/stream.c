@@ -64,10 +64,14 @@ static void cube__stream_host_dealloc(void* self, const cube__storage_t* storage
  * results, staging buffers): they are host memory the caller owns, so they
  * stay valid; the pools are destroyed once every buffer is released (checked
  * at the next shutdown). */
+/* Device pools whose buffers are lent out at shutdown (DLPack exports,
+ * cube__server_lend) are kept the same way, and their storage is given back
+ * through the backend's dealloc with no device (backend.h allows that). */
 typedef struct cube__orphan {
   struct cube__orphan* next;
   cube__mm_t* mm;
   cube__backend_t be; /* the table only: the device is gone */
+  bool device_memory; /* device pools (dealloc), else pinned ones (host_dealloc) */
 } cube__orphan_t;
 
 static cube_status_t cube__orphan_alloc(void* self, uint64_t size, cube__storage_t* out) {
@@ -79,10 +83,23 @@ static cube_status_t cube__orphan_alloc(void* self, uint64_t size, cube__storage
 
 static void cube__orphan_dealloc(void* self, const cube__storage_t* storage) {
   cube__orphan_t* o = self;
-  cube__backend_host_dealloc(&o->be, storage);
+  if (o->device_memory)
+    cube__backend_dealloc(&o->be, NULL, storage);
+  else
+    cube__backend_host_dealloc(&o->be, storage);
 }
 static pthread_mutex_t cube__orphans_lock = PTHREAD_MUTEX_INITIALIZER;
 static cube__orphan_t* cube__orphans;
+
+/* Views lent outside the runtime now (cube__server_lend). */
+static atomic_size_t cube__server_lent;
+
+void cube__server_lend(void) { atomic_fetch_add_explicit(&cube__server_lent, 1, memory_order_relaxed); }
+
+void cube__server_unlend(bool after_shutdown) {
+  atomic_fetch_sub_explicit(&cube__server_lent, 1, memory_order_acq_rel);
+  if (after_shutdown) cube__server_sweep_orphans();
+}
 
 static bool cube__mm_in_use(cube__mm_t* mm) {
   cube__mm_cleanup(mm, true);
@@ -110,31 +127,50 @@ bool cube__server_sweep_orphans(void) {
   return empty;
 }
 
+/* Destroys |mm|, or keeps it as an orphan while buffers of it are in use
+ * (|device_memory|: a device pool, with |alignment|). */
+static void cube__stream_retire_mm(cube__stream_t* st, cube__mm_t* mm, bool device_memory,
+                                   uint64_t alignment) {
+  if (!cube__mm_in_use(mm)) {
+    cube__mm_destroy(mm);
+    return;
+  }
+  cube__orphan_t* o = calloc(1, sizeof(*o));
+  if (!o) {
+    cube__mm_destroy(mm);
+    return;
+  }
+  /* The pool's storage ops point at this stream, which goes away: they now
+   * point at the orphan, which frees through the backend table with no
+   * device (backend.h allows that). */
+  o->mm = mm;
+  o->be = (cube__backend_t){st->server->be.vt, NULL, st->server->be.index};
+  o->device_memory = device_memory;
+  cube__storage_ops_t ops = {o, alignment, cube__orphan_alloc, cube__orphan_dealloc};
+  cube__mm_rebind_storage(o->mm, &ops);
+  pthread_mutex_lock(&cube__orphans_lock);
+  o->next = cube__orphans;
+  cube__orphans = o;
+  pthread_mutex_unlock(&cube__orphans_lock);
+}
+
 void cube__stream_destroy(cube__stream_t* st) {
   if (!st) return;
   cube__auto_destroy(st->auto_state); /* first: its graph holds buffers of the pools */
   if (st->holds_head) cube__stream_release_holds(st, true);
-  if (st->mm) cube__mm_destroy(st->mm);
+  if (st->mm) {
+    /* With views lent out (DLPack exports), device pools still in use are
+     * kept: cube_shutdown sweeps those that its handles' release freed, the
+     * last export's deleter the rest. */
+    if (atomic_load_explicit(&cube__server_lent, memory_order_acquire) > 0)
+      cube__stream_retire_mm(st, st->mm, true, st->device_ops.alignment);
+    else
+      cube__mm_destroy(st->mm);
+    st->mm = NULL;
+  }
   if (st->small_read) cube__memory_unref(st->small_read);
   if (st->pinned) {
-    if (!cube__mm_in_use(st->pinned)) {
-      cube__mm_destroy(st->pinned);
-    } else {
-      cube__orphan_t* o = calloc(1, sizeof(*o));
-      if (o) {
-        /* The pool's storage ops point at this stream, which goes away: they
-         * now point at the orphan, which frees through the backend table with
-         * no device (backend.h allows that for host storage). */
-        o->mm = st->pinned;
-        o->be = (cube__backend_t){st->server->be.vt, NULL, st->server->be.index};
-        cube__storage_ops_t ops = {o, 64, cube__orphan_alloc, cube__orphan_dealloc};
-        cube__mm_rebind_storage(o->mm, &ops);
-        pthread_mutex_lock(&cube__orphans_lock);
-        o->next = cube__orphans;
-        cube__orphans = o;
-        pthread_mutex_unlock(&cube__orphans_lock);
-      }
-    }
+    cube__stream_retire_mm(st, st->pinned, false, 64);
     st->pinned = NULL;
   }
   cube__backend_stream_destroy(&st->server->be, st->backend_stream);

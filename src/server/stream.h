@@ -155,10 +155,22 @@ void cube__stream_hold(cube__stream_t* stream, cube__memory_t* const* mems, uint
 /* Releases the holds whose events completed (|wait|: waits for all first). */
 void cube__stream_release_holds(cube__stream_t* stream, bool wait);
 
-/* Pinned pools kept past a shutdown ---------------------------------------- */
+/* Pools kept past a shutdown ----------------------------------------------- */
 
-/* Destroys pinned pools kept past a shutdown once their buffers are all
- * released; true if none is left. */
+/* Destroys the pools kept past a shutdown (pinned pools holding read results,
+ * device pools holding lent views) once their buffers are all released; true
+ * if none is left. Thread-safe. */
 bool cube__server_sweep_orphans(void);
+
+/* Counts a view of device memory lent outside the runtime that may outlive
+ * cube_shutdown (a DLPack export holding a binding reference). While any is
+ * out, a stream destroyed by cube_shutdown keeps its device pools that still
+ * hold buffers (as orphans, freed through the backend with no device) instead
+ * of freeing memory under the borrower. Thread-safe. */
+void cube__server_lend(void);
+/* Ends one lend, after its binding reference was dropped; |after_shutdown|
+ * (the runtime was shut down since the lend) sweeps the orphans, so that the
+ * last borrower frees the memory. Thread-safe. */
+void cube__server_unlend(bool after_shutdown);
 
 #endif /* CUBE_SERVER_STREAM_H_ */

@@ -583,6 +583,35 @@ static cube_status_t cube__noop_task_run(void* state, void* payload) {
   return CUBE_OK;
 }
 
+/* A lend's ordering (cube__server_lend_order), on the runner. */
+typedef struct cube__lend_order {
+  cube__stream_t* stream;
+  cube__memory_t* mem;
+  void* consumer; /* the consumer's native stream, or NULL: wait */
+} cube__lend_order_t;
+
+static cube_status_t cube__lend_order_run(void* state, void* payload) {
+  (void)state;
+  cube__lend_order_t* o = payload;
+  cube__stream_t* st = o->stream;
+  const cube__backend_t* be = &st->server->be;
+  CUBE_RETURN_IF_ERROR(cube__stream_order(st, o->mem));
+  if (!o->consumer) return cube__backend_sync(be, st->backend_stream);
+  cube_status_t r = cube__backend_ctl(be, st->backend_stream, CUBE__CTL_ORDER_NATIVE_STREAM,
+                                      &o->consumer);
+  if (cube_status_code(r) == CUBE_STATUS_UNIMPLEMENTED) {
+    cube_status_free(r);
+    return CUBE_INVALID("stream %p was given, but %s has no native streams to order (pass 0 "
+                        "to wait, or -1)", o->consumer, st->server->props.name);
+  }
+  return r;
+}
+
+cube_status_t cube__server_lend_order(cube__stream_t* st, cube__memory_t* mem, void* consumer) {
+  cube__lend_order_t o = {st, mem, consumer};
+  return cube__submit_blocking(st->server->service, st->id, cube__lend_order_run, &o);
+}
+
 cube_status_t cube__server_barrier(cube__stream_t* st) {
   return cube__submit_blocking(st->server->service, st->id, cube__noop_task_run, NULL);
 }

@@ -49,6 +49,9 @@ static const cts_unsupported_t cts_unsupported[] = {
      "graph_auto_out_of_memory_as_eager "
      "read_order_races_launches_pinned_stream read_order_error_after_finished_launch",
      "the null backend compiles and runs no kernels (its launch slot is UNIMPLEMENTED)"},
+    {"null", "dlpack_*",
+     "the null backend's memory has no DLPack device (its ctl does not answer "
+     "CUBE__CTL_DLPACK_DEVICE)"},
 };
 
 /* True if |name| matches |pattern| (exact, or prefix* ). */

@@ -666,6 +666,38 @@ static cube_status_t cube__cpu_launch(cube__backend_device_t* dev, void* stream,
   return cube__cpu_launch_run(dev, &p);
 }
 
+/* ctl: what DLPack needs (src/client/dlpack.c). Every CPU device is the
+ * host's memory: DLPack's kDLCPU, device 0. Memory of another library is
+ * storage here when the host can address it: CPU memory, or pinned host
+ * memory of a GPU driver (kDLCUDAHost, kDLROCMHost). */
+static cube_status_t cube__cpu_ctl(cube__backend_device_t* dev, void* stream, uint32_t op,
+                                   void* arg) {
+  (void)stream;
+  if (!arg) return CUBE_INVALID("cpu:%u: control operation %u without an argument", dev->index, op);
+  if (op == CUBE__CTL_DLPACK_DEVICE) {
+    ((int32_t*)arg)[0] = 1; /* kDLCPU */
+    ((int32_t*)arg)[1] = 0;
+    ((int32_t*)arg)[2] = 0; /* addresses */
+    return CUBE_OK;
+  }
+  if (op == CUBE__CTL_EXTERNAL_STORAGE) {
+    cube__backend_external_t* x = arg;
+    if (x->dl_device_type != 1 && x->dl_device_type != 3 && x->dl_device_type != 11)
+      return CUBE_INVALID("cpu:%u takes host memory (DLPack device types 1 CPU, 3 CUDA host, "
+                          "11 ROCm host), not device type %d",
+                          dev->index, (int)x->dl_device_type);
+    if (x->dl_device_type == 1 && x->dl_device_id != 0)
+      return CUBE_INVALID("cpu:%u: DLPack CPU memory has device id 0, not %d", dev->index,
+                          (int)x->dl_device_id);
+    x->storage.ptr = x->ptr;
+    x->storage.size = x->size;
+    x->storage.backend_data = NULL; /* never deallocated by cube */
+    return CUBE_OK;
+  }
+  return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
+                           "cpu:%u: control operation %u is not implemented", dev->index, op);
+}
+
 static const char* const cube__cpu_transports[] = {"host", NULL};
 
 const cube__backend_vtable_t cube__backend_cpu = {
@@ -695,4 +727,5 @@ const cube__backend_vtable_t cube__backend_cpu = {
     .graph_update = cube__cpu_graph_update,
     .graph_launch = cube__cpu_graph_launch,
     .graph_destroy = cube__cpu_graph_destroy,
+    .ctl = cube__cpu_ctl,
 };

@@ -175,6 +175,9 @@ cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_options
                                        cube_features_t* out_features,
                                        cube_backend_info_t* out_info);
 void cube__cuda_device_destroy(cube__backend_device_t* d);
+/* The primary context of device |index| once a device of it was created
+ * (retained for the process), else NULL. Thread-safe. */
+CUcontext cube__cuda_primary_context(uint32_t index);
 
 //===----------------------------------------------------------------------===//
 // Storage, streams and events (cuda_memory.c)

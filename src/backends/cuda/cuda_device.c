@@ -31,6 +31,14 @@ static CUcontext cube__cuda_ctxs[CUBE__CUDA_MAX_DEVICES];
 // Devices
 //===----------------------------------------------------------------------===//
 
+CUcontext cube__cuda_primary_context(uint32_t index) {
+  if (index >= CUBE__CUDA_MAX_DEVICES) return NULL;
+  pthread_mutex_lock(&cube__cuda_ctx_lock);
+  CUcontext ctx = cube__cuda_ctxs[index];
+  pthread_mutex_unlock(&cube__cuda_ctx_lock);
+  return ctx;
+}
+
 cube_status_t cube__cuda_availability(void) {
   const cube__cuda_driver_t* cu;
   CUBE_RETURN_IF_ERROR(cube__cuda_driver(&cu));

@@ -140,6 +140,61 @@ cube_status_t cube__cuda_ctl(cube__backend_device_t* d, void* stream, uint32_t o
     case CUBE__CTL_DRIVER_PROC:
       *(cube__backend_proc_fn*)arg = cube__cuda_proc;
       return CUBE_OK;
+    case CUBE__CTL_DLPACK_DEVICE:
+      ((int32_t*)arg)[0] = 2; /* kDLCUDA */
+      ((int32_t*)arg)[1] = (int32_t)d->index;
+      ((int32_t*)arg)[2] = 0; /* addresses */
+      return CUBE_OK;
+    case CUBE__CTL_ORDER_NATIVE_STREAM: {
+      /* The consumer's stream waits for an event recorded after the work
+       * given to |stream| so far; the event may go at once (the driver keeps
+       * the wait's dependency). */
+      CUstream consumer = *(CUstream*)arg;
+      void* ev = NULL;
+      CUBE_RETURN_IF_ERROR(cube__cuda_event_record(d, stream, &ev));
+      CUresult r;
+      {
+        CUBE__CUDA_SCOPE(d->ctx);
+        r = d->cu->StreamWaitEvent(consumer, (CUevent)ev, 0);
+      }
+      cube__cuda_event_destroy(d, ev);
+      if (r != CUDA_SUCCESS)
+        return cube__cuda_error(r, CUBE_STATUS_INVALID_ARGUMENT,
+                                "cuda:%u: making the consumer's stream %p wait for stream %p "
+                                "(cuStreamWaitEvent)",
+                                d->index, (void*)consumer, (void*)cube__cuda_s(stream));
+      return CUBE_OK;
+    }
+    case CUBE__CTL_EXTERNAL_STORAGE: {
+      cube__backend_external_t* x = arg;
+      if (x->dl_device_type != 2 /* kDLCUDA */)
+        return CUBE_INVALID("cuda:%u takes CUDA device memory (DLPack device type 2), not "
+                            "device type %d", d->index, (int)x->dl_device_type);
+      if (x->dl_device_id != (int32_t)d->index)
+        return CUBE_INVALID("the tensor lives on CUDA device %d, this client's device is cuda:%u",
+                            (int)x->dl_device_id, d->index);
+      unsigned int type = 0;
+      int ordinal = -1;
+      CUpointer_attribute attrs[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+      void* data[2] = {&type, &ordinal};
+      CUresult r;
+      {
+        CUBE__CUDA_SCOPE(d->ctx);
+        r = d->cu->PointerGetAttributes(2, attrs, data, (CUdeviceptr)(uintptr_t)x->ptr);
+      }
+      if (r != CUDA_SUCCESS)
+        return cube__cuda_error(r, CUBE_STATUS_INVALID_ARGUMENT,
+                                "cuda:%u: the driver does not know address %p "
+                                "(cuPointerGetAttributes)", d->index, x->ptr);
+      if (type != CU_MEMORYTYPE_DEVICE || ordinal != (int)d->index)
+        return CUBE_INVALID("cuda:%u: address %p is not device memory of this device (memory "
+                            "type %u, device %d)", d->index, x->ptr, type, ordinal);
+      x->storage.ptr = x->ptr;
+      x->storage.size = x->size;
+      x->storage.backend_data = NULL; /* never deallocated by cube */
+      return CUBE_OK;
+    }
     default:
       return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
                                "cuda:%u: control operation %u is not implemented",

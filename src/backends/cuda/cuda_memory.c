@@ -60,16 +60,32 @@ cube_status_t cube__cuda_alloc_on(cube__backend_device_t* d, void* stream, uint6
   out->id = atomic_fetch_add_explicit(&cube__cuda_next_storage_id, 1, memory_order_relaxed);
   out->ptr = (void*)(uintptr_t)p;
   out->size = size;
-  out->backend_data = async ? (void*)(uintptr_t)1 : NULL;
+  /* (device index + 1) << 1 | stream-ordered: enough to free it with no
+   * device object (memory a DLPack export kept past cube_shutdown). */
+  out->backend_data = (void*)(((uintptr_t)d->index + 1) << 1 | (async ? 1u : 0u));
   return CUBE_OK;
 }
 
 void cube__cuda_dealloc_on(cube__backend_device_t* d, void* stream,
                            const cube__storage_t* s) {
   if (!s || !s->ptr) return;
-  CUBE__CUDA_SCOPE(d->ctx);
   CUdeviceptr p = (CUdeviceptr)(uintptr_t)s->ptr;
-  if (s->backend_data && stream)
+  uintptr_t tag = (uintptr_t)s->backend_data;
+  if (!d) {
+    /* After device_destroy: the primary context is retained for the process. */
+    const cube__cuda_driver_t* cu;
+    cube_status_t st = cube__cuda_driver(&cu);
+    CUcontext ctx = (tag >> 1) ? cube__cuda_primary_context((uint32_t)((tag >> 1) - 1)) : NULL;
+    if (st || !ctx) {
+      cube_status_free(st);
+      return;
+    }
+    CUBE__CUDA_SCOPE(ctx);
+    cu->MemFree(p);
+    return;
+  }
+  CUBE__CUDA_SCOPE(d->ctx);
+  if ((tag & 1u) && stream)
     d->cu->MemFreeAsync(p, cube__cuda_s(stream));
   else
     d->cu->MemFree(p);

@@ -61,4 +61,5 @@ const cube__backend_vtable_t cube__backend_opencl = {
     .kernel_limits = cube__ocl_kernel_limits,
     .sync = cube__ocl_sync,
     .copy = cube__ocl_copy,
+    .ctl = cube__ocl_ctl,
 };

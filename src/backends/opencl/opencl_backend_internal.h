@@ -108,6 +108,7 @@ cube_status_t cube__ocl_device_create(uint32_t index, const cube_server_options_
 void cube__ocl_device_destroy(cube__backend_device_t* dev);
 cube_status_t cube__ocl_alloc(cube__backend_device_t* dev, uint64_t size, cube__storage_t* out);
 void cube__ocl_dealloc(cube__backend_device_t* dev, const cube__storage_t* storage);
+cube_status_t cube__ocl_ctl(cube__backend_device_t* dev, void* stream, uint32_t op, void* arg);
 cube_status_t cube__ocl_host_alloc(cube__backend_device_t* dev, uint64_t size,
                                    cube__storage_t* out);
 void cube__ocl_host_dealloc(cube__backend_device_t* dev, const cube__storage_t* storage);

@@ -267,9 +267,46 @@ cube_status_t cube__ocl_alloc(cube__backend_device_t* dev, uint64_t size,
   return CUBE_OK;
 }
 
+/* |dev| may be NULL (after device_destroy, for memory a DLPack export kept
+ * past cube_shutdown): the buffer holds its context, the library is loaded. */
 void cube__ocl_dealloc(cube__backend_device_t* dev, const cube__storage_t* storage) {
+  if (!storage || !storage->backend_data) return;
+  const cube__ocl_api_t* cl = dev ? dev->cl : NULL;
+  if (!cl) {
+    cube_status_t st = cube__ocl_load(&cl);
+    if (st) {
+      cube_status_free(st);
+      return;
+    }
+  }
   /* Queued commands keep the object alive until they finish (OpenCL rule). */
-  if (storage && storage->backend_data) dev->cl->ReleaseMemObject((cl_mem)storage->backend_data);
+  cl->ReleaseMemObject((cl_mem)storage->backend_data);
+}
+
+/* ctl: what DLPack needs (src/client/dlpack.c): the device as DLPack names
+ * it (kDLOpenCL, its index). A cl_mem of another context cannot be a
+ * buffer here: only cube's own exports come back (the client sees those
+ * itself), so EXTERNAL_STORAGE is not answered. */
+cube_status_t cube__ocl_ctl(cube__backend_device_t* dev, void* stream, uint32_t op, void* arg) {
+  (void)stream;
+  if (op == CUBE__CTL_DLPACK_DEVICE && arg) {
+    ((int32_t*)arg)[0] = 4; /* kDLOpenCL */
+    ((int32_t*)arg)[1] = (int32_t)dev->index;
+    ((int32_t*)arg)[2] = 1; /* a cl_mem */
+    return CUBE_OK;
+  }
+  if (op == CUBE__CTL_EXTERNAL_STORAGE && arg &&
+      ((cube__backend_external_t*)arg)->dl_device_type != 4 /* kDLOpenCL */)
+    return CUBE_INVALID("opencl:%u (%s) takes OpenCL memory (DLPack device type 4), not device "
+                        "type %d", dev->index, dev->name,
+                        (int)((cube__backend_external_t*)arg)->dl_device_type);
+  if (op == CUBE__CTL_EXTERNAL_STORAGE)
+    return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
+                             "opencl:%u (%s) cannot use a cl_mem of another OpenCL context; only "
+                             "tensors cube exported come back without a copy",
+                             dev->index, dev->name);
+  return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
+                           "opencl:%u: control operation %u is not implemented", dev->index, op);
 }
 
 cube_status_t cube__ocl_host_alloc(cube__backend_device_t* dev, uint64_t size,
