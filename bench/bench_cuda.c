@@ -44,9 +44,9 @@
  *      peer's output) PyTorch's CUDA graph. The step's result is checked.
  *      Then where the step's time goes (traced as for figure 3), and raw
  *      graphs that differ from the raw step in one way each: an event after
- *      each launch, the kernel code cube generates (NVRTC'd here), cube's
- *      buffer, and cube's kernel code with the 1-D position in place of the
- *      prelude's 3-D ABSOLUTE_POS.
+ *      each launch, the kernel code cube generates in its form for any
+ *      launch (NVRTC'd here), cube's buffer, and the 1-D form cube compiles
+ *      for launches of 1 in y and z (the one cube's step runs).
  *
  * Output: one line per figure "name: cube X | raw Y | ratio R | target T |
  * met|MISSED" (ratio = cube / raw, for times lower is better, for rates higher
@@ -850,20 +850,13 @@ static int step_variants(cube_handle_t hx, CUgraphExec raw, CUdeviceptr rx, int 
   char* text = NULL;
   CHECK("cube__dialect_generate (addc)",
         cube__dialect_generate(CUBE__TARGET_CUDA, &sig, k_addc, NULL, 0, CUBE_EXEC_CHECKED, &text));
-  /* The same unit with the kernel's ABSOLUTE_POS replaced by the 1-D
-   * position (the launch is 1-D: the same value), to see what the 3-D
-   * formula of the prelude costs. */
-  const char* pos = strstr(text, "uint32_t i = ABSOLUTE_POS;");
-  if (!pos) {
-    fprintf(stderr, BENCH_NAME ": the generated addc unit has no 'uint32_t i = ABSOLUTE_POS;'\n");
-    exit(1);
-  }
-  static const char one_d[] = "uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;";
-  size_t head = (size_t)(pos - text), tail_at = head + strlen("uint32_t i = ABSOLUTE_POS;");
+  /* The same unit in the 1-D form the backend compiles for launches of 1 in y
+   * and z (CUBE_LAUNCH_1D ahead of it, as cuda_kernel.c does), to see what
+   * the 3-D form's positions cost. */
+  static const char one_d[] = "#define CUBE_LAUNCH_1D 1\n";
   char* text1 = xmalloc(strlen(text) + sizeof(one_d));
-  memcpy(text1, text, head);
-  strcpy(text1 + head, one_d);
-  strcat(text1, text + tail_at);
+  strcpy(text1, one_d);
+  strcat(text1, text);
   CUmodule m, m1;
   CUfunction f, f1;
   for (int u = 0; u < 2; ++u) {
@@ -891,8 +884,9 @@ static int step_variants(cube_handle_t hx, CUgraphExec raw, CUdeviceptr rx, int 
   CK(cu->EventCreate(&ev, CU_EVENT_DISABLE_TIMING));
   enum { VARIANTS = 5, ROUNDS = 3 };
   static const char* const names[VARIANTS] = {
-      "raw graph", "raw graph + cuEventRecord after it", "raw graph of cube's generated kernel",
-      "raw graph on cube's buffer", "cube's generated kernel, 1-D ABSOLUTE_POS"};
+      "raw graph", "raw graph + cuEventRecord after it",
+      "raw graph of cube's generated kernel, 3-D form", "raw graph on cube's buffer",
+      "raw graph of cube's generated kernel, 1-D form (cube's)"};
   CUgraphExec execs[VARIANTS] = {raw, raw, cubecode, onbuf, cubecode1};
   double* t = xmalloc(sizeof(double) * (size_t)steps);
   double med[VARIANTS][ROUNDS];
