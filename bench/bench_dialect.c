@@ -12,6 +12,9 @@
  *   4. kernel cache: cold compile vs disk hit (a child process) vs memory hit
  *   5. empty launch + sync of a dialect kernel, 1 cube, threaded queue
  *
+ * CUBE_BENCH_ONLY=saxpy,reduce,matmul,cache,empty (a comma-separated subset)
+ * runs only those sections.
+ *
  * Sections 1-3 and 5 also run the same kernel objects through cube's own
  * opencl backend (opencl:0, PoCL here), beside the cpu backend, in the same
  * run: "cube opencl vs cube cpu" and "cube opencl vs PoCL direct" (the cost
@@ -1742,6 +1745,21 @@ static void print_header(void) {
          "time lines: \"ratio vs B\" = time / B's time (lower is better). GB = 1e9 bytes.\n\n");
 }
 
+/* Whether CUBE_BENCH_ONLY (unset: every section) names |section|. */
+static bool bench_wanted(const char* section) {
+  const char* only = getenv("CUBE_BENCH_ONLY");
+  if (!only || !*only) return true;
+  size_t n = strlen(section);
+  for (const char* p = only; *p;) {
+    const char* comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == n && strncmp(p, section, n) == 0) return true;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return false;
+}
+
 int main(void) {
   /* A fresh kernel cache directory, before any cube call: the first compile
    * of each kernel is cold. */
@@ -1790,11 +1808,12 @@ int main(void) {
   print_header();
   fflush(stdout);
 
-  bench_saxpy();
-  bench_reduce();
-  bench_matmul();
-  bench_cache();
-  bench_empty();
+  /* CUBE_BENCH_ONLY=saxpy,reduce,matmul,cache,empty runs those sections alone. */
+  if (bench_wanted("saxpy")) bench_saxpy();
+  if (bench_wanted("reduce")) bench_reduce();
+  if (bench_wanted("matmul")) bench_matmul();
+  if (bench_wanted("cache")) bench_cache();
+  if (bench_wanted("empty")) bench_empty();
 
   cache_child_stop();
   ocl_fini();
