@@ -183,7 +183,7 @@ typedef struct cube_kernel_desc {
   /* The buffer arguments the kernel only reads: bit i for argument i. When a
    * launch fails (or is not run because a buffer it uses holds no valid
    * contents), its other buffer arguments are marked as holding no valid
-   * contents (taint: docs/reliability.md); these keep theirs. A native
+   * contents (taint: docs/failures.md); these keep theirs. A native
    * kernel's buffers are all taken as written unless marked here; a dialect
    * kernel's CUBE_ARRAY(const T, x) parameters are read-only already (the
    * bits add to them). A bit of an argument that is not a buffer, or past

@@ -75,7 +75,7 @@ typedef enum cube_status_code_e {
   CUBE_STATUS_INTERNAL = 14,
   CUBE_STATUS_DATA_LOST = 15,          /* a buffer's contents are not valid: the work that should
                                           have written them failed or was not run (the message
-                                          names the failure; docs/reliability.md) */
+                                          names the failure; docs/failures.md) */
 } cube_status_code_t;
 
 /* A new status with |code| and the printf-style message |fmt| (NULL = "").
