@@ -878,7 +878,13 @@ static cube_status_t load_try(cube_device_id_t d) {
   X("E285", "cube_client_to_client_tensor", "src NULL", INV,                                     \
     cube_client_to_client_tensor(NULL, &t0, c1, &t), "cube_client_to_client_tensor", "src", "client is NULL") \
   X("E286", "cube_client_to_client_tensor", "tensor with unreadable strides", UNSUP,             \
-    cube_client_to_client_tensor(c, &t0_transposed, c1, &t), "cube_client_to_client_tensor", "strides [1, 4]")
+    cube_client_to_client_tensor(c, &t0_transposed, c1, &t), "cube_client_to_client_tensor", "strides [1, 4]") \
+  X("E320", "cube_client_accept_contents", "client NULL", INV,                                   \
+    cube_client_accept_contents(NULL, h0), "cube_client_accept_contents", "client is NULL")      \
+  X("E321", "cube_client_accept_contents", "released handle", NOTF,                              \
+    cube_client_accept_contents(c, released), "cube_client_accept_contents", "handle", "released") \
+  X("E322", "cube_client_accept_contents", "handle of cpu:1 on a client of cpu:0", INV,          \
+    cube_client_accept_contents(c, h1), "cube_client_accept_contents", "handle", "lives on")
 
 /* Collectives (the CPU backend has the host transport). */
 #define G_COLLECTIVES(X, V)                                                                       \
