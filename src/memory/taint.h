@@ -10,9 +10,9 @@
  * (sorted by when they failed), at most CUBE__TAINT_ROOTS of them, the
  * others counted. A taint never changes once it is made; buffers share one
  * by reference, and a buffer's taint is replaced as a whole
- * (cube__memory_set_taint). A descriptor with no taint has a NULL pointer:
- * the only thing a launch that nothing failed before pays is one load of it
- * per buffer.
+ * (cube__memory_set_taint). A descriptor with no taint has a NULL pointer,
+ * and the process counts the descriptors with one (cube__tainted_buffers):
+ * while none has, a launch pays one load of that counter.
  *
  * Thread safety: roots and taints are reference counted (atomically) and
  * may be released from any thread; a root's chain has a lock of its own.
