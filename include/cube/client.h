@@ -309,6 +309,33 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_write_tensor(cube_client_t* clien
 CUBE_MUST_USE_RESULT cube_status_t cube_client_copy(cube_client_t* client, cube_handle_t src,
                                                     cube_handle_t dst);
 
+/* Buffers whose contents a failure spoiled ------------------------------------
+ *
+ * A launch, write or copy that fails leaves the buffers it should have
+ * written without valid contents: they are tainted (docs/failures.md).
+ * Later work that uses a tainted buffer is not run and taints what it would
+ * have written; a read of a tainted buffer returns CUBE_STATUS_DATA_LOST
+ * naming the failure (its work, stream and time) and the work not run
+ * because of it (the first 8 named, all counted); the distinct failures
+ * behind one read are joined in one status (cube_status_count). A write or
+ * copy that succeeds over the whole buffer makes it valid again. Taint is
+ * per buffer: the views of one buffer (cube_handle_offset_view, packed
+ * tensors) share it. A launch's buffers are all taken as written except
+ * those marked read-only (cube_kernel_desc_t.read_only_args, the dialect's
+ * CUBE_ARRAY(const T, x)). cube_client_get_resource and DLPack exports hand
+ * out the memory as it is, without this check. */
+
+/* Declares the contents of the buffer of |handle| valid as they are: the
+ * taint a failure left on it is dropped, so that reads return its bytes
+ * again (what a failed kernel left there: for a program that inspects or
+ * repairs them itself). Ordered on the client's stream as a write is: work
+ * queued before the call still sees the taint. Thread-safe. Fails at once
+ * with INVALID_ARGUMENT (a NULL client, a handle of another device),
+ * NOT_FOUND (a released handle), FAILED_PRECONDITION on a capturing stream
+ * (a capture does not record it). */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_accept_contents(cube_client_t* client,
+                                                               cube_handle_t handle);
+
 /* Reading memory ------------------------------------------------------------- */
 
 /* Reads every handle (its whole view) into new host buffers, after all work

@@ -48,8 +48,9 @@
  *      sizeof(<type>).
  *    - A smaller size that is the size of an earlier released layout of the
  *      struct is read as that layout: only the bytes it holds, the fields
- *      after them take their defaults (zero). Every struct here is still in
- *      its first layout, so no smaller size is accepted yet.
+ *      after them take their defaults (zero). cube_kernel_desc_t is in its
+ *      second layout (read_only_args appended; its first was 96 bytes on
+ *      LP64), every other struct here still in its first.
  *    - A larger size (a program built against a newer header) is accepted
  *      when every byte past what this library knows is zero, i.e. the newer
  *      fields are left at their defaults; those bytes are read.

@@ -180,6 +180,16 @@ typedef struct cube_kernel_desc {
   const char* entry;                /* the CUBE_KERNEL to run */
   const cube_define_t* defines;     /* compile-time defines (copied) */
   uint32_t define_count;
+  /* The buffer arguments the kernel only reads: bit i for argument i. When a
+   * launch fails (or is not run because a buffer it uses holds no valid
+   * contents), its other buffer arguments are marked as holding no valid
+   * contents (taint: docs/failures.md); these keep theirs. A native
+   * kernel's buffers are all taken as written unless marked here; a dialect
+   * kernel's CUBE_ARRAY(const T, x) parameters are read-only already (the
+   * bits add to them). A bit of an argument that is not a buffer, or past
+   * the arguments, is INVALID_ARGUMENT. Appended in the second layout of
+   * this struct (0 in the first: every buffer written). */
+  uint64_t read_only_args;
 } cube_kernel_desc_t;
 
 /* Fills |desc| with the defaults (every field zero: no name, cube_dim

@@ -73,6 +73,9 @@ typedef enum cube_status_code_e {
                                           this library does not know */
   CUBE_STATUS_ABORTED = 13,            /* a task failed on the device runner */
   CUBE_STATUS_INTERNAL = 14,
+  CUBE_STATUS_DATA_LOST = 15,          /* a buffer's contents are not valid: the work that should
+                                          have written them failed or was not run (the message
+                                          names the failure; docs/failures.md) */
 } cube_status_code_t;
 
 /* A new status with |code| and the printf-style message |fmt| (NULL = "").

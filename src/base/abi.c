@@ -13,14 +13,23 @@
 // The structs
 //===----------------------------------------------------------------------===//
 
-/* Every struct below is in its first layout with a struct_size: no earlier
- * sizes yet. When a field is appended to one, its old sizeof goes into an
+/* Every struct below but cube_kernel_desc_t is in its first layout with a
+ * struct_size. When a field is appended to one, its old sizeof goes into an
  * `older` array here. */
 #define CUBE__STRUCT(var, type) \
   const cube__struct_info_t var = {#type, sizeof(type), NULL, 0}
 
 CUBE__STRUCT(cube__struct_server_options, cube_server_options_t);
-CUBE__STRUCT(cube__struct_kernel_desc, cube_kernel_desc_t);
+/* cube_kernel_desc_t: read_only_args was appended to the first layout (it
+ * ended with define_count, 96 bytes on LP64 with its tail padding). */
+static const size_t cube__kernel_desc_older[] = {offsetof(cube_kernel_desc_t, read_only_args)};
+const cube__struct_info_t cube__struct_kernel_desc = {"cube_kernel_desc_t",
+                                                      sizeof(cube_kernel_desc_t),
+                                                      cube__kernel_desc_older, 1};
+#if UINTPTR_MAX == UINT64_MAX
+_Static_assert(offsetof(cube_kernel_desc_t, read_only_args) == 96,
+               "the first layout of cube_kernel_desc_t was 96 bytes");
+#endif
 CUBE__STRUCT(cube__struct_layout_desc, cube_layout_desc_t);
 CUBE__STRUCT(cube__struct_memory_report, cube_memory_report_t);
 CUBE__STRUCT(cube__struct_kernel_cache_stats, cube_kernel_cache_stats_t);

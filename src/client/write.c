@@ -31,6 +31,23 @@ cube_status_t cube_client_write(cube_client_t* c, cube_handle_t handle, const vo
   return st ? cube__status_annotate(st, "%s: handle 0x%" PRIx64, fn, handle.id) : CUBE_OK;
 }
 
+cube_status_t cube_client_accept_contents(cube_client_t* c, cube_handle_t handle) {
+  static const char fn[] = "cube_client_accept_contents";
+  CUBE__CHECK_CLIENT(c, fn);
+  cube__handle_info_t info;
+  CUBE_RETURN_IF_ERROR(cube__client_handle_f(c, handle, &info, "%s: handle", fn));
+  cube__stream_t* stream;
+  CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  if (cube__stream_capturing(stream))
+    return cube__stream_capture_refusal(stream, fn, "accepting a buffer's contents");
+  if (cube__stream_auto(stream)) {
+    cube__auto_step_end(stream, "accepting a buffer's contents");
+    cube__auto_touch(stream, info.mem);
+  }
+  cube_status_t st = cube__server_accept(stream, info.mem);
+  return st ? cube__status_annotate(st, "%s: handle 0x%" PRIx64, fn, handle.id) : CUBE_OK;
+}
+
 cube_status_t cube_client_write_tensor(cube_client_t* c, const cube_tensor_t* t, const void* data,
                                        size_t size) {
   static const char fn[] = "cube_client_write_tensor";

@@ -12,6 +12,7 @@
  */
 #include "collective/collective.h"
 
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "collective/coll_internal.h"
 #include "platform/platform.h"
 #include "server/server.h"
+#include "server/tasks_internal.h"
 
 /* An operation that a stream's next sync_collective waits for. */
 typedef struct cube__coll_pending {
@@ -246,14 +248,32 @@ static cube_status_t cube__coll_task_run(void* state, void* payload) {
   cube__coll_task_t* t = payload;
   cube__coll_op_t* op = NULL;
   g_perform_timeout_ns = t->timeout_ns;
+  /* Taint (server/taint.c): what the part writes follows its own input; the
+   * transport may take the references over, so these are the task's own. */
+  cube__memory_t* dst = t->part.dst_mem;
+  cube__stream_t* stream = t->part.stream;
+  uint64_t dst_offset = t->part.dst_offset, bytes = t->part.bytes;
+  cube__taint_t* in =
+      t->part.src_mem ? cube__taint_ref(cube__memory_taint(t->part.src_mem)) : NULL;
+  if (dst) cube__memory_ref(dst);
   cube_status_t st;
   switch (t->kind) {
     case CUBE_COLLECTIVE_ALL_REDUCE: st = t->transport->all_reduce(t->comm, &t->part, &op); break;
     case CUBE_COLLECTIVE_SEND: st = t->transport->send(t->comm, &t->part, &op); break;
     default: st = t->transport->recv(t->comm, &t->part, &op); break;
   }
-  if (op) cube__coll_pending_add(t->part.stream, t->comm, op);
-  if (st) cube__stream_push_error(t->part.stream, st);
+  if (dst) {
+    if (__builtin_expect(st != NULL || in != NULL || cube__memory_taint(dst) != NULL, 0)) {
+      char what[96];
+      snprintf(what, sizeof(what), "%s of %" PRIu64 " bytes into memory %" PRIu64,
+               t->kind == CUBE_COLLECTIVE_ALL_REDUCE ? "all_reduce" : "recv", bytes, dst->id);
+      cube__taint_collective(stream, dst, dst_offset, bytes, in, what, st);
+    }
+    cube__memory_unref(dst);
+  }
+  cube__taint_unref(in);
+  if (op) cube__coll_pending_add(stream, t->comm, op);
+  if (st) cube__stream_push_error(stream, st);
   return CUBE_OK;
 }
 

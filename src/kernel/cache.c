@@ -23,6 +23,7 @@
 #include "base/fault.h"
 #include "base/options.h"
 #include "base/status.h"
+#include "platform/private_file.h"
 
 /* Disk format ---------------------------------------------------------- */
 
@@ -468,17 +469,30 @@ cube_status_t cube__cache_disk_load(cube__cache_key_t key, const char* kind, voi
   char path[PATH_MAX];
   CUBE_RETURN_IF_ERROR(cube__kc_entry_path(&d, key, kind, path, sizeof(path)));
 
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  /* Only an entry this user wrote is loaded: a link, a file of another
+   * user or one that others may write is refused (on the opened descriptor,
+   * platform/private_file.h), said once on stderr, and rebuilt: the store
+   * renames a fresh entry over it. */
+  cube__file_refusal_t refusal;
+  char refused[160];
+  int fd = cube__file_open_trusted(path, &refusal, refused, sizeof(refused));
   if (fd < 0) {
-    int e = errno;
-    return cube__status_make(CUBE_STATUS_NOT_FOUND, "cube kernel cache: no entry '%s'%s%s", path,
-                             e == ENOENT ? "" : ": ", e == ENOENT ? "" : strerror(e));
+    if (refusal == CUBE__FILE_ABSENT)
+      return cube__status_make(CUBE_STATUS_NOT_FOUND, "cube kernel cache: no entry '%s'", path);
+    if (refusal == CUBE__FILE_UNREADABLE)
+      return cube__status_make(CUBE_STATUS_NOT_FOUND, "cube kernel cache: no entry '%s': %s",
+                               path, refused);
+    fprintf(stderr, "cube: kernel cache entry '%s' is not used: %s; it is rebuilt\n", path,
+            refused);
+    return cube__status_make(CUBE_STATUS_NOT_FOUND,
+                             "cube kernel cache: entry '%s' is refused (%s); to be rebuilt", path,
+                             refused);
   }
   struct stat fst;
-  if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode)) {
+  if (fstat(fd, &fst) != 0) {
     close(fd);
-    return cube__status_make(CUBE_STATUS_NOT_FOUND,
-                             "cube kernel cache: '%s' is not a regular file", path);
+    return cube__status_make(CUBE_STATUS_NOT_FOUND, "cube kernel cache: cannot stat '%s': %s",
+                             path, strerror(errno));
   }
   char why[160];
   uint64_t file_size = (uint64_t)fst.st_size;

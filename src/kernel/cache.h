@@ -6,7 +6,10 @@
  * the same directory, fsync'd, then rename()d into place: readers never see a
  * partial entry, and two processes storing the same key both succeed. A file
  * whose header, length or checksum is wrong counts as corrupt: it is deleted
- * and the caller rebuilds.
+ * and the caller rebuilds. An entry that another user could have written (a
+ * link, a file of another owner, one its group or others may write) is not
+ * read (platform/private_file.h): one line on stderr, a miss, and the
+ * caller's store replaces it.
  *
  * Thread-safe.
  */
@@ -30,7 +33,8 @@ cube__cache_key_t cube__cache_key(const char* const* parts);
 void cube__cache_key_hex(cube__cache_key_t key, char out[33]);
 
 /* Disk: |kind| is a file suffix ("so", "cubin", "clbin"). Load returns
- * NOT_FOUND on a miss (and on a corrupt entry, which it deletes and counts);
+ * NOT_FOUND on a miss (and on a corrupt entry, which it deletes and counts,
+ * and on an entry it does not trust, which it leaves for the store);
  * the payload is malloc'd for the caller. Store never fails the caller's
  * operation for want of a writable directory: it returns the reason, which
  * the caller may ignore. */

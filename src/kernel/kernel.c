@@ -178,6 +178,26 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t* in_desc, cube_kernel_
     for (uint32_t i = 0; i < desc->arg_count; ++i) kinds[i] = desc->arg_kinds[i];
   }
 
+  uint64_t written = 0;
+  for (uint32_t i = 0; i < arg_count; ++i) {
+    uint64_t bit = UINT64_C(1) << i;
+    bool is_buffer = kinds[i] == CUBE_ARG_BUFFER;
+    if ((desc->read_only_args & bit) && !is_buffer) {
+      free(sig);
+      return CUBE_INVALID("%s: kernel '%s': desc->read_only_args has bit %" PRIu32
+                          " set, but argument %" PRIu32 " is %s, not a buffer",
+                          fn, name, i, i, cube_arg_kind_name(kinds[i]));
+    }
+    bool read_only = (desc->read_only_args & bit) || (sig && sig->params[i].is_const);
+    if (is_buffer && !read_only) written |= bit;
+  }
+  if (arg_count < 64 && (desc->read_only_args >> arg_count) != 0) {
+    free(sig);
+    return CUBE_INVALID("%s: kernel '%s': desc->read_only_args 0x%" PRIx64
+                        " has bits past its %" PRIu32 " arguments",
+                        fn, name, desc->read_only_args, arg_count);
+  }
+
   /* 64-byte aligned: the reference count has a cache line of its own. */
   cube_kernel_t* k = cube__aligned_calloc(sizeof(*k), 64);
   size_t name_len = strlen(name);
@@ -196,6 +216,7 @@ cube_status_t cube_kernel_create(const cube_kernel_desc_t* in_desc, cube_kernel_
   k->cube_dim = dim;
   k->arg_count = arg_count;
   for (uint32_t i = 0; i < arg_count; ++i) k->arg_kinds[i] = kinds[i];
+  k->written_args = written;
   k->shared_memory_size = desc->shared_memory_size;
   k->cpu_fn = desc->cpu_fn;
   k->signature = sig;

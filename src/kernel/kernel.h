@@ -34,6 +34,10 @@ struct cube_kernel_s {
   cube_dim_t cube_dim;         /* normalised: no zero component */
   uint32_t arg_count;
   cube_arg_kind_t arg_kinds[CUBE_MAX_KERNEL_ARGS];
+  /* The buffer arguments a launch may write (bit i: argument i): every buffer
+   * but the dialect's CUBE_ARRAY(const T, x) and desc->read_only_args. A
+   * failed or skipped launch taints these (src/server/taint.c). */
+  uint64_t written_args;
   uint64_t shared_memory_size;
   cube_cpu_kernel_fn cpu_fn;
   /* Dialect kernels (source != NULL, cpu_fn == NULL). */

@@ -12,6 +12,7 @@
 #include "memory/memory.h"
 #include "platform/platform.h"
 #include "memory/pool_internal.h"
+#include "memory/taint.h"
 
 struct cube__mm {
   char* name;
@@ -130,9 +131,26 @@ void cube__mm_destroy(cube__mm_t* mm) {
   free(mm);
 }
 
-void cube__mm_recycle(cube__mm_t* mm, cube__memory_t* m) {
+/* cube__mm_recycle's other cases, out of line so that its usual one (onto
+ * the spare list) calls nothing. */
+static __attribute__((noinline)) void cube__mm_recycle_slow(cube__mm_t* mm, cube__memory_t* m) {
+  /* Its contents go with it: a new buffer starts valid. */
+  if (atomic_load_explicit(&m->taint, memory_order_relaxed) != NULL)
+    cube__memory_set_taint(m, NULL);
   if (mm->spare_count >= CUBE__MM_SPARE_DESCRIPTORS) {
     free(m); /* refs was 1 (the pool's): nobody else holds it */
+    return;
+  }
+  m->next_spare = mm->spare;
+  mm->spare = m;
+  mm->spare_count++;
+}
+
+void cube__mm_recycle(cube__mm_t* mm, cube__memory_t* m) {
+  if (__builtin_expect(atomic_load_explicit(&m->taint, memory_order_relaxed) != NULL ||
+                           mm->spare_count >= CUBE__MM_SPARE_DESCRIPTORS,
+                       0)) {
+    cube__mm_recycle_slow(mm, m);
     return;
   }
   m->next_spare = mm->spare;

@@ -3,6 +3,7 @@
 
 #include "memory/memory.h"
 #include "memory/pool_internal.h"
+#include "memory/taint.h"
 
 static atomic_uint_fast64_t cube__memory_next_id = 1;
 
@@ -31,6 +32,8 @@ static void cube__external_free(cube__memory_t* m);
 static void cube__memory_drop(cube__memory_t* m, uint64_t what) {
   uint64_t before = atomic_fetch_sub_explicit(&m->counts, what, memory_order_acq_rel);
   if ((uint32_t)before != 1) return;
+  if (__builtin_expect(atomic_load_explicit(&m->taint, memory_order_relaxed) != NULL, 0))
+    cube__memory_set_taint(m, NULL);
   if (m->external)
     cube__external_free(m);
   else

@@ -64,6 +64,10 @@ typedef struct cube__memory {
   atomic_uint_fast64_t counts; /* refs (low 32 bits) and handle_refs (high 32) */
   uint64_t id;             /* process-unique */
   cube__slice_t* slice;    /* bound slice or NULL; changed only by the owning manager */
+  /* Why the contents are not valid (memory/taint.h), NULL when they are:
+   * set by the server on the device's runner, released when the descriptor
+   * is recycled or freed. */
+  _Atomic(struct cube__taint*) taint;
   cube__mm_t* mm;          /* manager owning the slice, NULL while unbound */
   void* owner;             /* free for the user of the module (the server's stream) */
   _Atomic(void*) last_use; /* the server's: the stream that used it last (device streams) */

@@ -1,12 +1,16 @@
 #include "profile/profiler.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/options.h"
 #include "base/status.h"
 #include "platform/platform.h"
+#include "platform/private_file.h"
 
 cube_status_t cube__profiler_init(cube__profiler_t* p, cube_profile_level_t level,
                                   cube_log_fn log_fn, void* log_user) {
@@ -22,10 +26,19 @@ cube_status_t cube__profiler_init(cube__profiler_t* p, cube_profile_level_t leve
   p->log_fn = log_fn;
   p->log_user = log_user;
   if (!log_fn && (env = cube__option_str(CUBE__OPT_LOG_FILE)) != NULL) {
-    p->file = fopen(env, "a");
-    if (!p->file)
+    /* Not through a link, and not into another user's file: a log named in
+     * a shared directory (/tmp) cannot be planted (platform/private_file.h). */
+    char why[160];
+    int fd = cube__file_open_append_private(env, why, sizeof(why));
+    p->file = fd >= 0 ? fdopen(fd, "a") : NULL;
+    if (!p->file) {
+      if (fd >= 0) {
+        snprintf(why, sizeof(why), "fdopen: %s", strerror(errno));
+        close(fd);
+      }
       return cube__status_make(CUBE_STATUS_INVALID_ARGUMENT,
-                               "CUBE_LOG_FILE: cannot open '%s' for appending", env);
+                               "CUBE_LOG_FILE: cannot open '%s' for appending: %s", env, why);
+    }
   }
   return CUBE_OK;
 }

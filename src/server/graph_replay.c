@@ -102,12 +102,14 @@ static cube_status_t cube__replay_task(cube__server_t* s, cube__stream_t* st,
 static cube_status_t cube__replay_node(cube__server_t* s, cube__stream_t* st,
                                        const cube__graph_sub_t* subs,
                                        const cube__graph_scalar_sub_t* sc, size_t sc_count,
-                                       cube__graph_node_t* n, unsigned char* scratch) {
+                                       cube__graph_node_t* n, size_t index,
+                                       unsigned char* scratch) {
   if (n->kind == CUBE__NODE_TASK) return cube__replay_task(s, st, subs, n->task);
   if (n->kind == CUBE__NODE_LAUNCH) {
     cube__launch_task_t* t = (cube__launch_task_t*)(void*)scratch;
     memcpy(t, n->launch, cube__launch_task_size(n->launch->arg_count));
     t->stream = st;
+    t->graph_node = (uint32_t)index + 1;
     if (subs) {
       cube__memory_t** mems = cube__launch_mems(t);
       for (uint32_t i = 0; i < t->arg_count; ++i) {
@@ -144,7 +146,14 @@ static cube_status_t cube__replay_node(cube__server_t* s, cube__stream_t* st,
   bool events = cube__backend_has_events(&s->be);
   if (events) {
     cube__stream_release_holds(st, false);
-    CUBE_RETURN_IF_ERROR(cube__stream_order(st, mem));
+    cube_status_t order = cube__stream_order(st, mem);
+    if (order) {
+      char what[96];
+      snprintf(what, sizeof(what), "write of %" PRIu64 " bytes into memory %" PRIu64,
+               n->write.width * n->write.height, mem->id);
+      cube__taint_fail(st, &mem, 1, NULL, order, what);
+      return order;
+    }
   }
   CUBE_RETURN_IF_ERROR(cube__write_exec(st, mem, offset, n->write.pitch,
                                         cube_bytes_const_data(n->write.bytes), n->write.width,
@@ -166,14 +175,111 @@ static void cube__replay_node_error(cube__stream_t* st, const cube_graph_t* g, s
                                                       g->node_count, i));
 }
 
+/* Taint in native replays ---------------------------------------------------
+ *
+ * A native replay runs only when no slot is tainted (else it goes node by
+ * node, where each node is checked as its eager work would be). A node that
+ * fails inside it taints what it writes; the nodes after it already ran, so
+ * afterwards each that used a tainted buffer passes the taint on ("ran on
+ * invalid contents"), and a whole write or copy of a clean source clears
+ * it, as the same work run eagerly would have left the buffers. */
+
+/* The buffers node |i| of |g| may write in this replay (g->want_mems), at
+ * most CUBE_MAX_KERNEL_ARGS, into |out|; returns how many. native_lock held. */
+static uint32_t cube__native_node_outputs(const cube_graph_t* g, size_t i, cube__memory_t** out) {
+  const cube__graph_node_t* n = &g->nodes[i];
+  if (n->kind == CUBE__NODE_WRITE || n->kind == CUBE__NODE_COPY) {
+    out[0] = g->want_mems[n->slot];
+    return 1;
+  }
+  if (n->kind != CUBE__NODE_LAUNCH) return 0;
+  uint32_t k = 0;
+  uint64_t written = n->launch->kernel->written_args;
+  for (uint32_t a = 0; a < n->launch->arg_count; ++a)
+    if (n->arg_slots[a] != UINT32_MAX && (written & (UINT64_C(1) << a)))
+      out[k++] = g->want_mems[n->arg_slots[a]];
+  return k;
+}
+
+/* "launch of kernel 'k' (node 3 of a graph)", or the write or copy of node
+ * 3, as a node of a replay node by node is named. */
+static void cube__native_node_what(const cube_graph_t* g, size_t i, char* buf, size_t n) {
+  const cube__graph_node_t* node = &g->nodes[i];
+  if (node->kind == CUBE__NODE_LAUNCH)
+    snprintf(buf, n, "launch of kernel '%s' (node %zu of a graph)", node->launch->kernel->name, i);
+  else if (node->kind == CUBE__NODE_WRITE)
+    snprintf(buf, n, "write of %" PRIu64 " bytes (node %zu of a graph)",
+             node->write.width * node->write.height, i);
+  else
+    snprintf(buf, n, "copy of %" PRIu64 " bytes (node %zu of a graph)", node->copy.bytes, i);
+}
+
+static void cube__native_taint_forward(cube__stream_t* st, cube_graph_t* g,
+                                       const cube__replay_task_t* r, size_t first) {
+  for (size_t j = first + 1; j < g->node_count; ++j) {
+    const cube__graph_node_t* n = &g->nodes[j];
+    uint64_t view = 0, src_view = 0;
+    if (n->kind == CUBE__NODE_WRITE) {
+      cube__memory_t* m = cube__replay_slot(g, r->subs, n->slot, &view);
+      cube__taint_after_write(st, m, view, n->write.pitch, n->write.width, n->write.height, NULL);
+    } else if (n->kind == CUBE__NODE_COPY) {
+      cube__memory_t* src = cube__replay_slot(g, r->subs, n->src_slot, &src_view);
+      cube__memory_t* dst = cube__replay_slot(g, r->subs, n->slot, &view);
+      if (!cube__taint_copy_skip(st, src, dst, n->copy.bytes, "ran on invalid contents"))
+        cube__taint_after_copy(st, src, dst, view, n->copy.bytes, NULL);
+    } else if (n->kind == CUBE__NODE_LAUNCH) {
+      cube__taint_t* in = NULL;
+      for (uint32_t a = 0; a < n->launch->arg_count; ++a) {
+        if (n->arg_slots[a] == UINT32_MAX) continue;
+        cube__taint_t* u = cube__taint_union(in, cube__memory_taint(g->want_mems[n->arg_slots[a]]));
+        cube__taint_unref(in);
+        in = u;
+      }
+      if (!in) continue;
+      char where[64], what[256];
+      snprintf(what, sizeof(what), "launch of kernel '%s' (node %zu of a graph) on %s "
+               "(ran on invalid contents)", n->launch->kernel->name, j,
+               cube__stream_where(st, where, sizeof(where)));
+      cube__taint_note(in, what);
+      cube__memory_t* out[CUBE_MAX_KERNEL_ARGS];
+      uint32_t k = cube__native_node_outputs(g, j, out);
+      for (uint32_t o = 0; o < k; ++o)
+        cube__memory_set_taint(out[o], cube__taint_union(cube__memory_taint(out[o]), in));
+      cube__taint_unref(in);
+    }
+  }
+}
+
 typedef struct cube__replay_failed_ctx {
   cube__stream_t* stream;
   const cube_graph_t* graph;
+  size_t first_failed; /* SIZE_MAX: none */
 } cube__replay_failed_ctx_t;
 
 static void cube__replay_node_failed(void* user, size_t node, cube_status_t status) {
-  const cube__replay_failed_ctx_t* f = user;
+  cube__replay_failed_ctx_t* f = user;
+  if (node < f->graph->node_count) {
+    cube__memory_t* out[CUBE_MAX_KERNEL_ARGS];
+    uint32_t k = cube__native_node_outputs(f->graph, node, out);
+    char what[256];
+    cube__native_node_what(f->graph, node, what, sizeof(what));
+    cube__taint_fail(f->stream, out, k, NULL, status, what);
+    if (node < f->first_failed) f->first_failed = node;
+  }
   cube__replay_node_error(f->stream, f->graph, node, status);
+}
+
+/* The whole native replay failed: every buffer a node may write is tainted
+ * by that failure. */
+static void cube__native_taint_all(cube__stream_t* st, const cube_graph_t* g,
+                                   cube_status_t status) {
+  char what[96];
+  snprintf(what, sizeof(what), "replay of a graph of %zu nodes", g->node_count);
+  for (size_t i = 0; i < g->node_count; ++i) {
+    cube__memory_t* out[CUBE_MAX_KERNEL_ARGS];
+    uint32_t k = cube__native_node_outputs(g, i, out);
+    cube__taint_fail(st, out, k, NULL, status, what);
+  }
 }
 
 static void cube__replay_list(cube__server_t* s, cube__stream_t* st, const cube__replay_task_t* r) {
@@ -186,7 +292,7 @@ static void cube__replay_list(cube__server_t* s, cube__stream_t* st, const cube_
     size_t first = next;
     while (next < r->scalar_count && r->scalars[next].node == i) ++next;
     cube_status_t status = cube__replay_node(s, st, r->subs, r->scalars + first, next - first,
-                                             &g->nodes[i], scratch);
+                                             &g->nodes[i], i, scratch);
     if (status) cube__replay_node_error(st, g, i, status);
   }
 }
@@ -305,9 +411,11 @@ static bool cube__replay_native(cube__server_t* s, cube__stream_t* st,
     }
   }
   /* Where each slot is for this replay. */
+  bool any_taint = cube__taint_any(), tainted = false;
   for (size_t k = 0; !status && k < g->slot_count; ++k) {
     uint64_t view;
     cube__memory_t* m = cube__replay_slot(g, r->subs, k, &view);
+    if (__builtin_expect(any_taint, 0)) tainted |= cube__memory_taint(m) != NULL;
     const cube__storage_t* storage;
     uint64_t off, sz;
     if (!cube__memory_resolve(m, &storage, &off, &sz))
@@ -317,6 +425,12 @@ static bool cube__replay_native(cube__server_t* s, cube__stream_t* st,
                                  g->node_count, k, m->id);
     g->want[k] = (cube__graph_bound_t){storage, off + view};
     g->want_mems[k] = m;
+  }
+  if (!status && tainted) {
+    /* A buffer without valid contents: node by node, each node checked as
+     * its own work would be (skipped, passing the taint on). */
+    pthread_mutex_unlock(&g->native_lock);
+    return false;
   }
   if (!status && cube__graph_copy_onto_itself(g)) {
     /* A substitute made a copy's source its destination: a copy that does
@@ -406,11 +520,15 @@ static bool cube__replay_native(cube__server_t* s, cube__stream_t* st,
       status = cube__stream_order(st, g->want_mems[k]);
   }
   if (!status) {
-    cube__replay_failed_ctx_t failed = {st, g};
+    cube__replay_failed_ctx_t failed = {st, g, SIZE_MAX};
     status = cube__backend_graph_launch(&s->be, st->backend_stream, g->native,
                                         cube__replay_node_failed, &failed);
     /* Held whatever the launch said: part of it may have been queued. */
     if (events) cube__stream_hold(st, g->want_mems, (uint32_t)g->slot_count);
+    if (status)
+      cube__native_taint_all(st, g, status);
+    else if (failed.first_failed != SIZE_MAX)
+      cube__native_taint_forward(st, g, r, failed.first_failed);
   }
   pthread_mutex_unlock(&g->native_lock);
   if (status)

@@ -100,6 +100,10 @@ cube_status_t cube__server_write_ordered(cube__stream_t* stream, cube__memory_t*
 cube_status_t cube__server_copy(cube__stream_t* stream, cube__memory_t* src, uint64_t src_offset,
                                 cube__memory_t* dst, uint64_t dst_offset, uint64_t bytes);
 
+/* Drops the taint of |mem| (memory/taint.h) in |stream|'s order: a task
+ * holding its own binding reference. Returns the queue's refusal at once. */
+cube_status_t cube__server_accept(cube__stream_t* stream, cube__memory_t* mem);
+
 /* One region to read. */
 typedef struct cube__read_region {
   cube__memory_t* mem; /* a binding reference owned by the request */

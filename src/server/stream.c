@@ -366,7 +366,7 @@ void cube__stream_release_holds(cube__stream_t* st, bool wait) {
 //===----------------------------------------------------------------------===//
 
 /* "cpu:0 stream 3": where an allocation failed. */
-static const char* cube__stream_where(const cube__stream_t* st, char* buf, size_t n) {
+const char* cube__stream_where(const cube__stream_t* st, char* buf, size_t n) {
   const cube_device_id_t id = st->server->id;
   const char* b = cube_backend_name(id.backend);
   snprintf(buf, n, "%s:%u stream %" PRIu64, b ? b : "?", id.index, st->id);

@@ -83,6 +83,9 @@ cube_status_t cube__server_stream(cube__server_t* s, uint64_t stream_id,
  * takes the usual path). Only from a read running with the device to itself. */
 void* cube__stream_small_read(cube__stream_t* stream);
 
+/* "cpu:0 stream 3" into |buf| (|n| bytes); returns |buf|. */
+const char* cube__stream_where(const cube__stream_t* stream, char* buf, size_t n);
+
 /* Destroys a stream (its server's destruction only). */
 void cube__stream_destroy(cube__stream_t* stream);
 

@@ -23,11 +23,17 @@ cube_status_t cube__write_exec(cube__stream_t* st, cube__memory_t* mem, uint64_t
   cube__server_t* s = st->server;
   const cube__storage_t* storage;
   uint64_t slice_off, slice_size;
+  cube_status_t status;
   if (!cube__memory_resolve(mem, &storage, &slice_off, &slice_size))
-    return cube__status_make(CUBE_STATUS_NOT_FOUND, "write: memory %" PRIu64 " is not bound",
-                             mem->id);
-  return cube__backend_write(&s->be, st->backend_stream, storage, slice_off + offset, pitch, src,
-                             width, height);
+    status = cube__status_make(CUBE_STATUS_NOT_FOUND, "write: memory %" PRIu64 " is not bound",
+                               mem->id);
+  else
+    status = cube__backend_write(&s->be, st->backend_stream, storage, slice_off + offset, pitch,
+                                 src, width, height);
+  /* A failure taints the buffer; a whole write clears its taint. */
+  if (__builtin_expect(status != NULL, 0) || cube__memory_taint(mem))
+    cube__taint_after_write(st, mem, offset, pitch, width, height, status);
+  return status;
 }
 
 static cube_status_t cube__write_task_run(void* state, void* payload) {
@@ -38,6 +44,16 @@ static cube_status_t cube__write_task_run(void* state, void* payload) {
                                                cube_bytes_const_data(t->bytes), t->width,
                                                t->height));
   return CUBE_OK;
+}
+
+/* A write into |mem| that could not run: deferred, and |mem| tainted (its
+ * contents are not what the caller wrote). */
+static void cube__write_failed(cube__stream_t* st, cube__memory_t* mem, uint64_t bytes,
+                               cube_status_t status) {
+  char what[96];
+  snprintf(what, sizeof(what), "write of %" PRIu64 " bytes into memory %" PRIu64, bytes, mem->id);
+  cube__taint_fail(st, &mem, 1, NULL, status, what);
+  cube__stream_push_error(st, cube__status_annotate(status, "write of %" PRIu64 " bytes", bytes));
 }
 
 static void cube__write_task_drop(void* payload) {
@@ -69,8 +85,7 @@ void cube__server_write(cube__stream_t* st, cube__memory_t* mem, uint64_t offset
     cube_bytes_release(owner);
     if (status) {
       cube_bytes_release(copy);
-      cube__stream_push_error(st, cube__status_annotate(status, "write of %" PRIu64 " bytes",
-                                                        width * height));
+      cube__write_failed(st, mem, width * height, status);
       return;
     }
     owner = copy;
@@ -95,13 +110,13 @@ void cube__server_write(cube__stream_t* st, cube__memory_t* mem, uint64_t offset
     status = cube_bytes_from_copy(src, (size_t)(width * height), &t.bytes);
   if (t.bytes != owner) cube_bytes_release(owner);
   if (status) {
-    cube__stream_push_error(st, status);
+    cube__write_failed(st, mem, width * height, status);
     return;
   }
   cube__memory_ref(mem);
   status = cube__submit(s->service, st->id, cube__write_task_run, &t, sizeof(t),
                         cube__write_task_drop);
-  if (status) cube__stream_push_error(st, status);
+  if (status) cube__write_failed(st, mem, width * height, status);
 }
 
 /* A write into a buffer that queued work may use (cube_client_write): it runs
@@ -118,6 +133,12 @@ static cube_status_t cube__write_ordered_task_run(void* state, void* payload) {
   if (events) {
     cube__stream_release_holds(st, false);
     status = cube__stream_order(st, t->mem);
+    if (status) {
+      char what[96];
+      snprintf(what, sizeof(what), "write of %" PRIu64 " bytes into memory %" PRIu64,
+               t->width * t->height, t->mem->id);
+      cube__taint_fail(st, &t->mem, 1, NULL, status, what);
+    }
   }
   if (!status)
     status = cube__write_exec(st, t->mem, t->offset, t->pitch, cube_bytes_const_data(t->bytes),
@@ -142,12 +163,51 @@ cube_status_t cube__server_write_ordered(cube__stream_t* st, cube__memory_t* mem
                       cube__write_task_drop);
 }
 
+typedef struct cube__accept_task {
+  cube__memory_t* mem;
+} cube__accept_task_t;
+
+static cube_status_t cube__accept_task_run(void* state, void* payload) {
+  (void)state;
+  cube__memory_set_taint(((cube__accept_task_t*)payload)->mem, NULL);
+  return CUBE_OK;
+}
+
+static void cube__accept_task_drop(void* payload) {
+  cube__memory_unref(((cube__accept_task_t*)payload)->mem);
+}
+
+cube_status_t cube__server_accept(cube__stream_t* st, cube__memory_t* mem) {
+  cube__accept_task_t t = {mem};
+  cube__memory_ref(mem);
+  return cube__submit(st->server->service, st->id, cube__accept_task_run, &t, sizeof(t),
+                      cube__accept_task_drop);
+}
+
 //===----------------------------------------------------------------------===//
 // Copies
 //===----------------------------------------------------------------------===//
 
+static cube_status_t cube__copy_run(cube__stream_t* st, cube__memory_t* src,
+                                    uint64_t src_offset, cube__memory_t* dst, uint64_t dst_offset,
+                                    uint64_t bytes);
+
 cube_status_t cube__copy_exec(cube__stream_t* st, cube__memory_t* src, uint64_t src_offset,
                               cube__memory_t* dst, uint64_t dst_offset, uint64_t bytes) {
+  /* A source without valid contents: not run, the destination takes its
+   * taint. A failure taints the destination; a whole copy clears it. */
+  if (__builtin_expect(cube__memory_taint(src) != NULL, 0) && bytes != 0 &&
+      (src != dst || src_offset != dst_offset) && cube__taint_copy_skip(st, src, dst, bytes, "not run"))
+    return CUBE_OK;
+  cube_status_t status = cube__copy_run(st, src, src_offset, dst, dst_offset, bytes);
+  if (__builtin_expect(status != NULL, 0) || cube__memory_taint(dst))
+    cube__taint_after_copy(st, src, dst, dst_offset, bytes, status);
+  return status;
+}
+
+static cube_status_t cube__copy_run(cube__stream_t* st, cube__memory_t* src,
+                                    uint64_t src_offset, cube__memory_t* dst, uint64_t dst_offset,
+                                    uint64_t bytes) {
   cube__server_t* s = st->server;
   if (src == dst) {
     if (src_offset == dst_offset) return CUBE_OK;
@@ -233,6 +293,9 @@ static cube_status_t cube__read_exec(cube__stream_t* st, size_t count,
                                      cube__read_region_t* regions, cube_bytes_t** results) {
   cube__server_t* s = st->server;
   cube_status_t status = cube__stream_take_errors(st);
+  /* A buffer whose contents a failure spoiled: the failure, not the bytes. */
+  if (!status && __builtin_expect(cube__taint_any(), 0))
+    status = cube__taint_read_status(regions, count);
   for (size_t i = 0; !status && i < count; ++i) {
     cube__read_region_t* r = &regions[i];
     const cube__storage_t* storage;
@@ -400,12 +463,17 @@ cube_status_t cube__server_read_wait(cube__stream_t* st, size_t count,
 
 /* The queued record: a header, the arguments as the backend gets them
  * (resolved in place on the runner), then the buffers they bind. With four
- * arguments it fits a queue cell. */
-cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st, cube__launch_task_t* t,
-                               bool profiled) {
+ * arguments it fits a queue cell. A launch one of whose buffers holds no
+ * valid contents (a taint) is not run, and passes the taint on. */
+static inline __attribute__((always_inline)) cube_status_t cube__launch_run(
+    cube__server_t* s, cube__stream_t* st, cube__launch_task_t* t, bool profiled) {
   cube_kernel_t* k = t->kernel;
   cube__memory_t** mems = cube__launch_mems(t);
   uint32_t count[3] = {t->count[0], t->count[1], t->count[2]};
+  /* A buffer (or the count's) without valid contents: not run, the taint
+   * passed on. While no buffer of the process is tainted, one load. */
+  if (__builtin_expect(cube__taint_any(), 0) && cube__taint_launch_skip(st, t, "not run"))
+    return CUBE_OK;
   if (t->dyn_mem) {
     const cube__storage_t* storage;
     uint64_t off, sz;
@@ -490,6 +558,14 @@ cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st, cube__lau
   return status;
 }
 
+cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st, cube__launch_task_t* t,
+                               bool profiled) {
+  cube_status_t status = cube__launch_run(s, st, t, profiled);
+  /* Its buffers hold no valid contents now: taint them. */
+  if (__builtin_expect(status != NULL, 0)) cube__taint_launch_failed(st, t, status);
+  return status;
+}
+
 static cube_status_t cube__launch_task_run(void* state, void* payload) {
   (void)state;
   cube__launch_task_t* t = payload;
@@ -519,6 +595,7 @@ void cube__launch_fill(void* payload, const void* arg) {
   memcpy(t->count, f->count, sizeof(t->count));
   t->mode = f->mode;
   t->arg_count = f->arg_count;
+  t->graph_node = 0;
   cube__memory_t** mems = cube__launch_mems(t);
   for (uint32_t i = 0; i < f->arg_count; ++i) {
     t->args[i] = f->args[i].value;

@@ -4,6 +4,7 @@
 #ifndef CUBE_SERVER_TASKS_INTERNAL_H_
 #define CUBE_SERVER_TASKS_INTERNAL_H_
 
+#include "memory/taint.h"
 #include "server/server.h"
 
 typedef struct cube__write_task {
@@ -33,6 +34,7 @@ typedef struct cube__launch_task {
   uint32_t count[3];
   cube_execution_mode_t mode;
   uint32_t arg_count;
+  uint32_t graph_node; /* a graph replay's node: its index + 1 (messages only); 0 otherwise */
   cube__launch_arg_t args[]; /* arg_count, then cube__memory_t* mems[arg_count] */
 } cube__launch_task_t;
 
@@ -86,5 +88,64 @@ cube_status_t cube__write_exec(cube__stream_t* st, cube__memory_t* mem, uint64_t
  * callers refuse them before). Returns the copy's status. */
 cube_status_t cube__copy_exec(cube__stream_t* st, cube__memory_t* src, uint64_t src_offset,
                               cube__memory_t* dst, uint64_t dst_offset, uint64_t bytes);
+
+/* Taint (src/server/taint.c; memory/taint.h) ----------------------------------
+ *
+ * Where work runs (the device's runner, a caller with the device to
+ * itself, or the caller of an upload into a fresh buffer), after or before
+ * it runs. */
+
+/* |t| failed with |failure| (borrowed): a new root, and every buffer its
+ * kernel may write (cube_kernel_t.written_args) gets it with the taints of
+ * the launch's other buffers. */
+void cube__taint_launch_failed(cube__stream_t* stream, cube__launch_task_t* t,
+                               cube_status_t failure);
+
+/* When a buffer of |t| (or its dynamic count) is tainted: the written
+ * buffers take the union of those taints, the launch is noted in the chain
+ * of each root as "launch of kernel '<k>' on <where> (<how>)", and true
+ * (the caller does not run it). False, nothing done, when none is. */
+bool cube__taint_launch_skip(cube__stream_t* stream, cube__launch_task_t* t, const char* how);
+
+/* A new root of |failure| (borrowed) for "<what> on <where>", given with
+ * |with| (borrowed, may be NULL) to each of |mems| (NULL entries skipped). */
+void cube__taint_fail(cube__stream_t* stream, cube__memory_t* const* mems, uint32_t n,
+                      cube__taint_t* with, cube_status_t failure, const char* what);
+
+/* True when |span| bytes from |offset| cover the whole of |m|: a write or
+ * copy that succeeded over it clears its taint. */
+bool cube__taint_covers(const cube__memory_t* m, uint64_t offset, uint64_t span);
+
+/* After a write of |height| rows of |width| bytes at |offset| (|pitch| apart)
+ * into |mem| that returned |status| (borrowed): a failure taints |mem|, a
+ * success that covered all of it clears its taint. */
+void cube__taint_after_write(cube__stream_t* stream, cube__memory_t* mem, uint64_t offset,
+                             uint64_t pitch, uint64_t width, uint64_t height,
+                             cube_status_t status);
+
+/* Before a copy: when |src| is tainted, |dst| takes its taint, the copy is
+ * noted in the chain ("... (<how>)"), and true (the copy is not run). */
+bool cube__taint_copy_skip(cube__stream_t* stream, cube__memory_t* src, cube__memory_t* dst,
+                           uint64_t bytes, const char* how);
+
+/* After a copy that returned |status| (borrowed): a failure taints |dst|, a
+ * success that covered all of |dst| clears its taint. */
+void cube__taint_after_copy(cube__stream_t* stream, cube__memory_t* src, cube__memory_t* dst,
+                            uint64_t dst_offset, uint64_t bytes, cube_status_t status);
+
+/* After a collective's part wrote (or should have written) |bytes| at
+ * |dst_offset| of |dst|: a failure |status| (borrowed) taints |dst| with a
+ * new root for |what| ("all_reduce of 4096 bytes") and |in|; else |in|, the
+ * taint of the part's own input (borrowed, may be NULL), passes to |dst|
+ * (the collective ran on it: the other participants would wait for it), and
+ * a clean part that covered all of |dst| clears its taint. The taint of
+ * other participants' inputs is not seen (docs/failures.md). */
+void cube__taint_collective(cube__stream_t* stream, cube__memory_t* dst, uint64_t dst_offset,
+                            uint64_t bytes, cube__taint_t* in, const char* what,
+                            cube_status_t status);
+
+/* The DATA_LOST status of reading |regions| when any is tainted (every root
+ * of them, joined), else CUBE_OK. */
+cube_status_t cube__taint_read_status(const cube__read_region_t* regions, size_t count);
 
 #endif /* CUBE_SERVER_TASKS_INTERNAL_H_ */

@@ -66,6 +66,12 @@ cube_device_id_t cts_device(uint32_t index);
 /* Reads |h| and compares it with |expect| (|n| bytes). */
 int cts_read_equals(cube_client_t* c, cube_handle_t h, const void* expect, size_t n);
 
+/* Reads |h|, which must hold no valid contents (a failure spoiled them:
+ * taint, docs/failures.md): 1 when the read is DATA_LOST and its message
+ * holds every listed word (NULL-terminated); else prints what it got and
+ * returns 0. */
+int cts_read_lost(cube_client_t* c, cube_handle_t h, ...);
+
 
 /* Helpers shared by the cases (cts_kernels.c) ------------------------------ */
 
@@ -88,7 +94,9 @@ int cts_read_equals(cube_client_t* c, cube_handle_t h, const void* expect, size_
  * ...) with the same parameters, semantics and outputs. cts_kernel_create and
  * CTS_KERNEL pick the native kernel when cts_native_kernels() is true, the
  * twin otherwise (then |shared| is ignored: a twin declares its CUBE_SHARED).
- * The kernel keeps |name| either way (errors and profiles name it). A kernel
+ * The kernel keeps |name| either way (errors and profiles name it); the
+ * native kernel's read_only_args are the twin's CUBE_ARRAY(const ...)
+ * parameters, so that a failure taints the same buffers on both. A kernel
  * without a twin does not compile here: give it one, or create it with
  * cube_kernel_create in a case that skips without native kernels. */
 cube_status_t cts_kernel_create_twin(const char* name, cube_cpu_kernel_fn fn, const char* source,

@@ -1252,7 +1252,12 @@ CUBE_TEST(dialect_oob_validate) {
     if (!cts_contains(msg, "oob_probe", "'x'", "read", NULL) || !(idx >= 37 && idx < 53))
       fprintf(stderr, "validate (read): %s\n", msg);
     cube_status_free(s);
+    /* x is const: still valid. y, which the failed launch should have
+     * written, holds no valid contents until accepted (what the launch
+     * left there is checked below). */
     guarded_read(c, &x, "validate read: x", NULL);
+    CHECK(cts_read_lost(c, y.whole, "oob_probe", (const char*)NULL));
+    CHECK_OK(cube_client_accept_contents(c, y.view));
     float* yv = NULL;
     guarded_read(c, &y, "validate read: y", &yv);
     if (yv) {
@@ -1287,6 +1292,8 @@ CUBE_TEST(dialect_oob_validate) {
     cube_status_free(s);
     if (b) cube_bytes_release(b);
     /* The writes were dropped: the 40 guard floats after y are intact. */
+    CHECK(cts_read_lost(c, y.view, "oob_probe", (const char*)NULL));
+    CHECK_OK(cube_client_accept_contents(c, y.whole));
     guarded_read(c, &y, "validate write: y", NULL);
     guarded_free(&x);
     guarded_free(&y);
@@ -1309,6 +1316,7 @@ CUBE_TEST(dialect_oob_validate) {
       CHECK(!"names the kernel and an index past the end");
     }
     cube_status_free(s);
+    CHECK_OK(cube_client_accept_contents(c, sy.view));
     guarded_read(c, &sy, "validate shifted: y", NULL);
     guarded_free(&sx);
     guarded_free(&sy);
@@ -1324,6 +1332,14 @@ CUBE_TEST(dialect_oob_validate) {
     CHECK_STATUS(cube_client_flush(c), CUBE_STATUS_LAUNCH_FAILED, "oob_probe", "index");
     CHECK_OK(cube_client_sync(c)); /* taken by the flush */
     args[2] = cube_arg_u32(10);
+    /* y holds no valid contents: a launch using it is not run (no error of
+     * its own), and y still says why. */
+    CHECK_OK(cube_client_launch_mode(c, k, cube_count_static(1, 1, 1), 3, args, CUBE_EXEC_VALIDATE));
+    CHECK_OK(cube_client_sync(c));
+    CHECK(cts_read_lost(c, y.view, "oob_probe", "index", "spoiled by it",
+                        "launch of kernel 'oob_probe'", "(not run)", (const char*)NULL));
+    /* Accepted, the same launch runs. */
+    CHECK_OK(cube_client_accept_contents(c, y.view));
     CHECK_OK(cube_client_launch_mode(c, k, cube_count_static(1, 1, 1), 3, args, CUBE_EXEC_VALIDATE));
     CHECK_OK(cube_client_sync(c));
     float e[10];
@@ -1502,7 +1518,8 @@ CUBE_TEST(dialect_compile_error) {
   REQUIRE_OK(cts_poisoned(c, 64 * 4, &hy));
   cube_arg_t args[1] = {cube_arg_buffer(hy)};
   cube_status_t s = cube_client_launch(c, k, cube_count_static(8, 1, 1), 1, args);
-  if (cube_status_code(s) == CUBE_STATUS_OK) s = cube_client_sync(c); /* deferred */
+  bool deferred = cube_status_code(s) == CUBE_STATUS_OK; /* the CPU compiles on the runner */
+  if (deferred) s = cube_client_sync(c);
   CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_COMPILATION_FAILED);
   const char* msg = cube_status_message(s);
   /* The compiler's own message, at the user's line 4 (cc and clang write
@@ -1516,9 +1533,15 @@ CUBE_TEST(dialect_compile_error) {
   CHECK_OK(cube_client_sync(c)); /* reported once */
   cube_kernel_cache_stats_t s1 = dk_stats();
   CHECK(s1.compile_failures > s0.compile_failures);
-  /* The buffer was not touched. */
+  /* A launch that failed on the runner leaves the buffer it should have
+   * written without valid contents (taint) until it is written whole again;
+   * one the launch call refused itself was never queued. */
   uint8_t poison[64 * 4];
   memset(poison, CTS_POISON, sizeof(poison));
+  if (deferred) {
+    CHECK(cts_read_lost(c, hy, "broken_k", "no valid contents", (const char*)NULL));
+    CHECK_OK(cube_client_write(c, hy, poison, sizeof(poison)));
+  }
   CHECK(cts_read_equals(c, hy, poison, sizeof(poison)));
 
   /* Precompile reports it at once, also in another mode. */

@@ -1,6 +1,8 @@
 /* Deferred (stream) errors (docs/cubecl.md, "Deferred errors"): a failing launch returns OK and
  * its failure comes back from the next flush, sync or read on the stream,
- * once. */
+ * once. The buffer a failed launch should have written holds no valid
+ * contents afterwards (taint: cts_taint.c has its cases), so a case that
+ * fails launches on one buffer again and again writes it whole in between. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,7 +68,11 @@ CUBE_TEST(errors_deferred_to_read) {
   cube_bytes_t* b = NULL;
   CHECK_STATUS(cube_client_read_one(c, h, &b), CUBE_STATUS_LAUNCH_FAILED, "cts_failing_read");
   CHECK(b == NULL);
-  CHECK(cts_read_equals(c, h, data, sizeof(data))); /* cleared: the next read works */
+  /* The error was taken; the buffer says why it holds nothing valid until
+   * it is written whole. */
+  CHECK(cts_read_lost(c, h, "cts_failing_read", (const char*)NULL));
+  CHECK_OK(cube_client_write(c, h, data, sizeof(data)));
+  CHECK(cts_read_equals(c, h, data, sizeof(data))); /* the next read works */
   /* read_async: the future carries the error. */
   CHECK_OK(cts_fail_at(c, k, h, 3, 2, 1, 5));
   cube_future_t* f = NULL;
@@ -76,12 +82,14 @@ CUBE_TEST(errors_deferred_to_read) {
   CHECK(b == NULL);
   cube_future_release(f);
   CHECK_OK(cube_client_flush(c));
+  CHECK_OK(cube_client_write(c, h, data, sizeof(data)));
   /* sync_async too. */
   CHECK_OK(cts_fail_at(c, k, h, 1, 0, 0, 5));
   REQUIRE_OK(cube_client_sync_async(c, &f));
   CHECK_STATUS(cube_future_wait(f, UINT64_MAX, NULL), CUBE_STATUS_LAUNCH_FAILED, "cts_failing_read");
   cube_future_release(f);
   CHECK_OK(cube_client_sync(c));
+  CHECK_OK(cube_client_write(c, h, data, sizeof(data)));
   /* read_into: the error, and the caller's memory untouched. */
   CHECK_OK(cts_fail_at(c, k, h, 0, 0, 0, -1));
   uint8_t into[33];
@@ -89,12 +97,18 @@ CUBE_TEST(errors_deferred_to_read) {
   CHECK_STATUS(cube_client_read_into(c, h, into, sizeof(into)), CUBE_STATUS_LAUNCH_FAILED,
                "cts_failing_read");
   for (size_t i = 0; i < sizeof(into); ++i) CHECK(into[i] == CTS_POISON);
+  CHECK_STATUS(cube_client_read_into(c, h, into, sizeof(into)), CUBE_STATUS_DATA_LOST,
+               "cts_failing_read", "no valid contents");
+  for (size_t i = 0; i < sizeof(into); ++i) CHECK(into[i] == CTS_POISON);
+  CHECK_OK(cube_client_write(c, h, data, sizeof(data)));
   CHECK_OK(cube_client_read_into(c, h, into, sizeof(into)));
   CHECK(memcmp(into, data, sizeof(data)) == 0);
   /* read_tensor as well. */
   const uint64_t shape[1] = {33};
   cube_tensor_t t;
   REQUIRE_OK(cube_client_create_tensor_from_slice(c, data, sizeof(data), 1, shape, 1, &t));
+  /* A failure on h: the stream's deferred error comes back from a read of
+   * another buffer, which the failure did not spoil. */
   CHECK_OK(cts_fail_at(c, k, h, 0, 1, 0, 5));
   CHECK_STATUS(cube_client_read_tensor(c, 1, &t, &b), CUBE_STATUS_LAUNCH_FAILED, "cts_failing_read");
   CHECK(b == NULL);
@@ -110,10 +124,11 @@ CUBE_TEST(errors_two_failures_one_status) {
   CTS_CLIENT(c);
   CTS_FAIL_KERNEL(k1, "cts_fail_one");
   CTS_FAIL_KERNEL(k2, "cts_fail_two");
-  cube_handle_t h;
+  cube_handle_t h, h2;
   REQUIRE_OK(cube_client_empty(c, 8, &h));
+  REQUIRE_OK(cube_client_empty(c, 8, &h2));
   CHECK_OK(cts_fail_at(c, k1, h, 1, 1, 1, 1));
-  CHECK_OK(cts_fail_at(c, k2, h, 3, 2, 0, 2));
+  CHECK_OK(cts_fail_at(c, k2, h2, 3, 2, 0, 2)); /* another buffer: h holds nothing valid */
   cube_status_t s = cube_client_sync(c);
   CHECK(cube_status_code(s) == CUBE_STATUS_LAUNCH_FAILED);
   CHECK_EQ_U64(cube_status_count(s), 2);
@@ -127,6 +142,7 @@ CUBE_TEST(errors_two_failures_one_status) {
   cube_status_free(s);
   CHECK_EQ_U64(cube_status_count(CUBE_OK), 0);
   cube_handle_release(h);
+  cube_handle_release(h2);
   cube_kernel_release(k1);
   cube_kernel_release(k2);
   CTS_END(c);
@@ -218,23 +234,27 @@ CUBE_TEST(errors_dynamic_count_too_small) {
   CTS_END(c);
 }
 
+/* Work that does not use the failed launch's buffers still runs. */
 CUBE_TEST(errors_work_after_failure_still_runs) {
   CTS_CLIENT(c);
   CTS_FAIL_KERNEL(k, "cts_fail_then_work");
   CTS_KERNEL(add, "add", cts_k_add_u32, 8, 0, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_U32, CUBE_ARG_U32);
   uint32_t in[40];
   cube_test_fill_random(in, sizeof(in), 6100);
-  cube_handle_t hi, ho;
+  cube_handle_t hi, ho, hf;
   REQUIRE_OK(cube_client_create_from_slice(c, in, sizeof(in), &hi));
   REQUIRE_OK(cts_poisoned(c, sizeof(in), &ho));
-  CHECK_OK(cts_fail_at(c, k, hi, 0, 0, 0, 9));
+  REQUIRE_OK(cts_poisoned(c, sizeof(in), &hf));
+  CHECK_OK(cts_fail_at(c, k, hf, 0, 0, 0, 9));
   cube_arg_t args[4] = {cube_arg_buffer(hi), cube_arg_buffer(ho), cube_arg_u32(2), cube_arg_u32(40)};
   CHECK_OK(cube_client_launch(c, add, cube_count_static(5, 1, 1), 4, args));
   CHECK_STATUS(cube_client_sync(c), CUBE_STATUS_LAUNCH_FAILED, "cts_fail_then_work");
   for (int i = 0; i < 40; ++i) in[i] += 2;
   CHECK(cts_read_equals(c, ho, in, sizeof(in)));
+  CHECK(cts_read_lost(c, hf, "cts_fail_then_work", (const char*)NULL));
   cube_handle_release(hi);
   cube_handle_release(ho);
+  cube_handle_release(hf);
   cube_kernel_release(k);
   cube_kernel_release(add);
   CTS_END(c);

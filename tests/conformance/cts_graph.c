@@ -477,12 +477,17 @@ static void graph_failures_round(cube_client_t* c, bool native_expected) {
   cube_kernel_t* add = graph_add_kernel();
   REQUIRE(add);
   uint32_t in[GN], want[GN];
-  cube_handle_t hin, hx, hy, hz, hb;
+  cube_handle_t hin, hx, hy, hz, hb, hb3;
   REQUIRE_OK(cts_poisoned(c, sizeof(in), &hin));
   REQUIRE_OK(cts_poisoned(c, sizeof(in), &hx));
   REQUIRE_OK(cts_poisoned(c, sizeof(in), &hy));
   REQUIRE_OK(cts_poisoned(c, sizeof(in), &hz));
+  /* A buffer for each failing node: a failed node leaves its buffer without
+   * valid contents, and a node using such a buffer is not run. */
   REQUIRE_OK(cts_poisoned(c, 64, &hb));
+  REQUIRE_OK(cts_poisoned(c, 64, &hb3));
+  uint8_t poison[64];
+  memset(poison, CTS_POISON, sizeof(poison));
   cube_arg_t a0[4] = {cube_arg_buffer(hin), cube_arg_buffer(hx), cube_arg_u32(3),
                       cube_arg_u32(GN)};
   cube_arg_t a2[4] = {cube_arg_buffer(hx), cube_arg_buffer(hy), cube_arg_u32(4), cube_arg_u32(GN)};
@@ -490,7 +495,7 @@ static void graph_failures_round(cube_client_t* c, bool native_expected) {
   /* Node 1 fails at cube (1, 0, 0) with code 7, node 3 at (0, 1, 0) with 9. */
   cube_arg_t f1[5] = {cube_arg_buffer(hb), cube_arg_u32(1), cube_arg_u32(0), cube_arg_u32(0),
                       cube_arg_i32(7)};
-  cube_arg_t f3[5] = {cube_arg_buffer(hb), cube_arg_u32(0), cube_arg_u32(1), cube_arg_u32(0),
+  cube_arg_t f3[5] = {cube_arg_buffer(hb3), cube_arg_u32(0), cube_arg_u32(1), cube_arg_u32(0),
                       cube_arg_i32(9)};
   bool native_kernel = cts_native_kernels();
   cube_count_t fc = cube_count_static(2, 2, 1);
@@ -522,11 +527,19 @@ static void graph_failures_round(cube_client_t* c, bool native_expected) {
     CHECK(cts_read_equals(c, hy, want, sizeof(want)));
     graph_plus(in, 12, want);
     CHECK(cts_read_equals(c, hz, want, sizeof(want)));
+    /* The failed nodes' buffers name their own failures; written whole,
+     * they are valid for the next round. */
+    CHECK(cts_read_lost(c, hb, "launch of kernel 'graph_fail' (node 1 of a graph)",
+                        native_kernel ? "error 7" : "", (const char*)NULL));
+    CHECK(cts_read_lost(c, hb3, "launch of kernel 'graph_fail' (node 3 of a graph)",
+                        native_kernel ? "error 9" : "", (const char*)NULL));
+    CHECK_OK(cube_client_write(c, hb, poison, sizeof(poison)));
+    CHECK_OK(cube_client_write(c, hb3, poison, sizeof(poison)));
   }
   CHECK(cube_graph_is_native(g) == (native_expected && native_kernel));
   CHECK_OK(cube_client_sync(c));
   cube_graph_release(g);
-  cube_handle_t hs[] = {hin, hx, hy, hz, hb};
+  cube_handle_t hs[] = {hin, hx, hy, hz, hb, hb3};
   for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); ++i) cube_handle_release(hs[i]);
   cube_kernel_release(add);
   cube_kernel_release(fail);

@@ -441,7 +441,12 @@ CUBE_TEST(graph_auto_errors_as_eager) {
   REQUIRE_OK(cts_poisoned(c, 64, &hb));
   REQUIRE_OK(cts_poisoned(c, sizeof(uint32_t) * AN, &hx));
   char first[1024] = "";
+  uint8_t poison[64];
+  memset(poison, CTS_POISON, sizeof(poison));
   for (int step = 0; step < 6; ++step) {
+    /* hb holds no valid contents after each failure (a launch on it would
+     * not run): written whole before the step. */
+    CHECK_OK(cube_client_write(c, hb, poison, sizeof(poison)));
     CHECK_OK(auto_add(c, k, hx, hx, 1, AN));
     cube_arg_t a[5] = {cube_arg_buffer(hb), cube_arg_u32(1), cube_arg_u32(0), cube_arg_u32(0),
                        cube_arg_i32(42)};

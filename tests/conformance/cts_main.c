@@ -1,3 +1,4 @@
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,23 @@ int cts_read_equals(cube_client_t* c, cube_handle_t h, const void* expect, size_
   if (!ok)
     fprintf(stderr, "cts_read_equals: %zu bytes read, %zu expected, contents %s\n",
             cube_bytes_size(b), n, cube_bytes_size(b) == n ? "differ" : "-");
+  cube_bytes_release(b);
+  return ok;
+}
+
+int cts_read_lost(cube_client_t* c, cube_handle_t h, ...) {
+  cube_bytes_t* b = NULL;
+  cube_status_t s = cube_client_read_one(c, h, &b);
+  const char* m = cube_status_message(s);
+  int ok = cube_status_code(s) == CUBE_STATUS_DATA_LOST && b == NULL;
+  va_list ap;
+  va_start(ap, h);
+  for (const char* w; ok && (w = va_arg(ap, const char*)) != NULL;) ok = strstr(m, w) != NULL;
+  va_end(ap);
+  if (!ok)
+    fprintf(stderr, "cts_read_lost: expected DATA_LOST, got %s: %s\n",
+            cube_status_code_name(cube_status_code(s)), s ? m : "(the read succeeded)");
+  cube_status_free(s);
   cube_bytes_release(b);
   return ok;
 }

@@ -139,16 +139,22 @@ CUBE_TEST(streams_pinned_stream_errors_separate) {
              CUBE_ARG_U32, CUBE_ARG_I32);
   cube_handle_t h;
   REQUIRE_OK(cube_client_empty(c, 64, &h));
+  /* Each failure leaves h without valid contents (taint): written whole
+   * again before the next failing launch, which would not run on it. */
+  static const uint8_t zeros[64] = {0};
   /* An error on the pinned stream is not the thread stream's. */
   cts_launch_failing(p, fail, h, 5);
   CHECK_OK(cube_client_sync(c));
   CHECK_STATUS(cube_client_sync(p), CUBE_STATUS_LAUNCH_FAILED, "cts_fail_pinned");
   CHECK_OK(cube_client_sync(p));
+  CHECK_OK(cube_client_write(c, h, zeros, sizeof(zeros)));
   /* And the other way round. */
   cts_launch_failing(c, fail, h, 6);
   CHECK_OK(cube_client_sync(p));
   CHECK_STATUS(cube_client_sync(c), CUBE_STATUS_LAUNCH_FAILED, "cts_fail_pinned");
   CHECK_OK(cube_client_flush(c));
+  CHECK_OK(cube_client_write(c, h, zeros, sizeof(zeros)));
+  CHECK_OK(cube_client_sync(c));
   /* A clone made after pinning shares the stream; earlier clones do not. */
   cube_client_t* q = NULL;
   REQUIRE_OK(cube_client_clone(p, &q));

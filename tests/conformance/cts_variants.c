@@ -48,7 +48,10 @@ static const cts_unsupported_t cts_unsupported[] = {
      "graph_auto_leaves_explicit_capture_alone graph_auto_several_threads "
      "graph_auto_threads_share_a_pinned_stream graph_auto_off_by_default "
      "graph_auto_out_of_memory_as_eager "
-     "read_order_races_launches_pinned_stream read_order_error_after_finished_launch",
+     "read_order_races_launches_pinned_stream read_order_error_after_finished_launch "
+     "taint_chain_names_the_root taint_cleared_by_whole_write_or_copy "
+     "taint_read_only_buffers_stay_valid taint_two_failures_reported_together "
+     "taint_diamond_across_streams_and_threads taint_graph_replay_like_eager",
      "the null backend compiles and runs no kernels (its launch slot is UNIMPLEMENTED)"},
     {"null", "dlpack_*",
      "the null backend's memory has no DLPack device (its ctl does not answer "

@@ -303,8 +303,13 @@ CUBE_TEST(device_copy_stays_on_the_device) {
   cube_bytes_t* b = NULL;
   CHECK_STATUS(cube_client_read_one(c, dst, &b), CUBE_STATUS_INTERNAL, "deferred error",
                "copy of 5242883 bytes", "device-to-device copy", "CUDA_ERROR_UNKNOWN");
+  /* The copy's destination holds no valid contents now (taint), until a
+   * copy over all of it succeeds. */
+  CHECK_STATUS(cube_client_read_one(c, dst, &b), CUBE_STATUS_DATA_LOST, "no valid contents",
+               "copy of 5242883 bytes", "CUDA_ERROR_UNKNOWN");
   fail("", 0);
   dlclose(lib);
+  CHECK_OK(cube_client_copy(c, src, dst));
 #endif
   CHECK(cube_test_read_equals(c, dst, data, n));
   cube_handle_release(src);
@@ -571,7 +576,16 @@ CUBE_TEST(kernels_compile_and_fail_cleanly) {
     CHECK_STATUS(cube_client_launch(c, k, count, 3, args), CUBE_STATUS_UNAVAILABLE, "saxpy");
   }
   CHECK_OK(cube_client_sync(c)); /* the errors were taken */
-  /* The buffers were not touched by the refused launch. */
+  /* x (CUBE_ARRAY(const float, x): read-only) keeps its contents; y, which
+   * the failed launch should have written, holds no valid contents (taint)
+   * until written whole. */
+  CHECK(cube_test_read_equals(c, x, xs, sizeof(xs)));
+  if (nvrtc) {
+    cube_bytes_t* b = NULL;
+    CHECK_STATUS(cube_client_read_one(c, y, &b), CUBE_STATUS_DATA_LOST, "saxpy",
+                 "CUDA_ERROR_NOT_SUPPORTED");
+    CHECK_OK(cube_client_write(c, y, ys, sizeof(ys)));
+  }
   CHECK(cube_test_read_equals(c, y, ys, sizeof(ys)));
   cube_kernel_release(k);
 

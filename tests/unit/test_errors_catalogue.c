@@ -183,6 +183,8 @@ static cube_kernel_desc_t kd_both(void) { cube_kernel_desc_t d = kdesc(); d.sour
 static cube_kernel_desc_t kd_dim_y0(void) { cube_kernel_desc_t d = kdesc(); d.cube_dim = (cube_dim_t){4, 0, 1}; return d; }
 static cube_kernel_desc_t kd_dim_huge(void) { cube_kernel_desc_t d = kdesc(); d.cube_dim = (cube_dim_t){65536, 65536, 2}; return d; }
 static cube_kernel_desc_t kd_too_many_args(void) { cube_kernel_desc_t d = kdesc(); d.arg_count = CUBE_MAX_KERNEL_ARGS + 1; d.arg_kinds = k_buf_u32; return d; }
+static cube_kernel_desc_t kd_read_only_scalar(void) { cube_kernel_desc_t d = kdesc(); d.arg_count = 2; d.arg_kinds = k_buf_u32; d.read_only_args = 3; return d; }
+static cube_kernel_desc_t kd_read_only_past(void) { cube_kernel_desc_t d = kdesc(); d.arg_count = 2; d.arg_kinds = k_buf_u32; d.read_only_args = 1u << 5; return d; }
 static cube_kernel_desc_t kd_kinds_null(void) { cube_kernel_desc_t d = kdesc(); d.arg_count = 2; return d; }
 static cube_kernel_desc_t kd_bad_kind(void) { cube_kernel_desc_t d = kdesc(); d.arg_count = 1; d.arg_kinds = k_bad_kind; return d; }
 static cube_kernel_desc_t kd_dialect(void) { cube_kernel_desc_t d = kdesc(); d.cpu_fn = NULL; d.name = NULL; d.source = k_src; d.entry = "fill"; return d; }
@@ -283,8 +285,8 @@ static cube_status_t load_try(cube_device_id_t d) {
     strcmp(cube_bytes_property_name((cube_bytes_property_t)9), "unknown") == 0)                  \
   V("E011", "cube_profile_level_name", "level out of range (9)", "\"unknown\"",                  \
     strcmp(cube_profile_level_name((cube_profile_level_t)9), "unknown") == 0)                    \
-  V("E012", "cube_status_code_name", "code out of range (15)", "\"UNKNOWN\"", \
-    strcmp(cube_status_code_name((cube_status_code_t)15), "UNKNOWN") == 0)                       \
+  V("E012", "cube_status_code_name", "code out of range (16)", "\"UNKNOWN\"", \
+    strcmp(cube_status_code_name((cube_status_code_t)16), "UNKNOWN") == 0)                       \
   V("E013", "cube_status_message", "status NULL (CUBE_OK)", "\"\"",                              \
     strcmp(cube_status_message(CUBE_OK), "") == 0)                                               \
   V("E014", "cube_status_oom_report", "status that is not OUT_OF_MEMORY", "false",               \
@@ -433,7 +435,11 @@ static cube_status_t load_try(cube_device_id_t d) {
   V("E081", "cube_kernel_name", "kernel NULL", "\"\"", strcmp(cube_kernel_name(NULL), "") == 0)  \
   V("E082", "cube_kernel_cube_dim", "kernel NULL", "(0, 0, 0)", cube_kernel_cube_dim(NULL).x == 0) \
   V("E083", "cube_kernel_arg_count", "kernel NULL", "0", cube_kernel_arg_count(NULL) == 0)       \
-  V("E084", "cube_kernel_retain", "kernel NULL", "NULL", cube_kernel_retain(NULL) == NULL)
+  V("E084", "cube_kernel_retain", "kernel NULL", "NULL", cube_kernel_retain(NULL) == NULL)     \
+  X("E318", "cube_kernel_create", "read_only_args bit of a u32 argument", INV,                  \
+    kernel_try(kd_read_only_scalar()), "cube_kernel_create", "read_only_args", "bit 1", "u32")  \
+  X("E319", "cube_kernel_create", "read_only_args bit past the arguments", INV,                 \
+    kernel_try(kd_read_only_past()), "cube_kernel_create", "read_only_args", "0x20", "2 arguments")
 
 /* Cube count selection. */
 #define G_COUNT_SELECT(X, V)                                                                      \
@@ -874,7 +880,13 @@ static cube_status_t load_try(cube_device_id_t d) {
   X("E285", "cube_client_to_client_tensor", "src NULL", INV,                                     \
     cube_client_to_client_tensor(NULL, &t0, c1, &t), "cube_client_to_client_tensor", "src", "client is NULL") \
   X("E286", "cube_client_to_client_tensor", "tensor with unreadable strides", UNSUP,             \
-    cube_client_to_client_tensor(c, &t0_transposed, c1, &t), "cube_client_to_client_tensor", "strides [1, 4]")
+    cube_client_to_client_tensor(c, &t0_transposed, c1, &t), "cube_client_to_client_tensor", "strides [1, 4]") \
+  X("E320", "cube_client_accept_contents", "client NULL", INV,                                   \
+    cube_client_accept_contents(NULL, h0), "cube_client_accept_contents", "client is NULL")      \
+  X("E321", "cube_client_accept_contents", "released handle", NOTF,                              \
+    cube_client_accept_contents(c, released), "cube_client_accept_contents", "handle", "released") \
+  X("E322", "cube_client_accept_contents", "handle of cpu:1 on a client of cpu:0", INV,          \
+    cube_client_accept_contents(c, h1), "cube_client_accept_contents", "handle", "lives on")
 
 /* Collectives (the CPU backend has the host transport). */
 #define G_COLLECTIVES(X, V)                                                                       \

@@ -25,6 +25,7 @@
 
 #include "base/fault.h"
 #include "check.h"
+#include "read_check.h"
 #include "client/handles.h"
 #include "server/server.h"
 #include "cube/cube.h"
@@ -103,6 +104,7 @@ static cube_status_t native_kernel(cube_kernel_t** out) {
   d.arg_kinds = kinds;
   d.arg_count = 2;
   d.cpu_fn = k_native;
+  d.read_only_args = 1; /* x is only read: a failed launch leaves it valid */
   return cube_kernel_create(&d, out);
 }
 
@@ -829,8 +831,13 @@ CUBE_TEST(cpu_launch_inside_profile) {
                "launch of kernel 'fault_native'", "injected fault");
   CHECK_EQ_U64(cube__fault_injected(CUBE__FAULT_CPU_LAUNCH), 1);
   CHECK_OK(cube_client_sync(c));
-  CHECK_OK(cube_client_profile(c, profiled_launch, &p, "fine", &dur));
+  /* Its output holds no valid contents (taint) until accepted or written. */
   cube_bytes_t* out = NULL;
+  CHECK_STATUS(cube_client_read(c, 1, &p.b, &out), CUBE_STATUS_DATA_LOST, "fault_native",
+               "injected fault");
+  CHECK_OK(cube_client_accept_contents(c, p.b));
+  CHECK(cube_test_read_equals(c, p.a, x, sizeof(x))); /* read-only: still valid */
+  CHECK_OK(cube_client_profile(c, profiled_launch, &p, "fine", &dur));
   CHECK_OK(cube_client_read(c, 1, &p.b, &out));
   if (out) {
     const uint32_t* y = cube_bytes_data(out);

@@ -2,6 +2,7 @@
 /* The kernel cache's storage: keys, the disk format and its atomic writes,
  * corrupt entries, the memory map, counters, stats and clear. Every case uses
  * its own cache directory (CUBE_CACHE_DIR). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -457,6 +458,112 @@ CUBE_TEST(disk_discard_counts_and_deletes) {
   done_with_cache();
 }
 
+/* Entries another user could have planted (docs/reliability.md, "Files
+ * others can touch"): each is refused with one line on stderr, loads as a
+ * miss, and the next store replaces it with this user's private file. */
+
+/* Runs |fn| with stderr going to a file; the text written, in |out|. */
+static void capture_stderr(void (*fn)(void*), void* arg, char* out, size_t size) {
+  char path[1100];
+  snprintf(path, sizeof(path), "%s-stderr", g_dir);
+  fflush(stderr);
+  int saved = dup(2);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (saved < 0 || fd < 0) {
+    out[0] = '\0';
+    fn(arg);
+    return;
+  }
+  dup2(fd, 2);
+  close(fd);
+  fn(arg);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  FILE* f = fopen(path, "r");
+  size_t n = f ? fread(out, 1, size - 1, f) : 0;
+  if (f) fclose(f);
+  out[n] = '\0';
+  unlink(path);
+}
+
+typedef struct {
+  cube__cache_key_t key;
+  cube_status_t status;
+} load_call_t;
+
+static void load_into_call(void* arg) {
+  load_call_t* c = arg;
+  void* data = (void*)1;
+  size_t size = 7;
+  c->status = cube__cache_disk_load(c->key, "so", &data, &size);
+  if (!c->status) free(data);
+}
+
+/* |plant| turns the stored entry at |path| into something this process must
+ * not trust; the load refuses it naming |why|, and a store rebuilds it. */
+static void check_refused_entry(const char* name, void (*plant)(const char* path),
+                                const char* why) {
+  use_fresh_cache(name);
+  cube__cache_key_t k = key_of("refused", name);
+  CHECK_OK(cube__cache_disk_store(k, "so", "planted", 7));
+  char path[2048];
+  entry_path(k, "so", path, sizeof(path));
+  plant(path);
+  load_call_t call = {k, CUBE_OK};
+  char err[4096];
+  capture_stderr(load_into_call, &call, err, sizeof(err));
+  CHECK_STATUS(call.status, CUBE_STATUS_NOT_FOUND, "refused", path, why);
+  int lines = 0;
+  for (const char* c = err; *c; ++c) lines += *c == '\n';
+  CHECK_EQ_U64(lines, 1);
+  CHECK(strstr(err, path) && strstr(err, why) && strstr(err, "rebuilt"));
+  CHECK_EQ_U64(corrupt_count(), 0);
+  /* Rebuilt: the store renames this user's entry over it. */
+  CHECK_OK(cube__cache_disk_store(k, "so", "rebuilt", 7));
+  void* data = NULL;
+  size_t size = 0;
+  CHECK_OK(cube__cache_disk_load(k, "so", &data, &size));
+  CHECK(size == 7 && data && memcmp(data, "rebuilt", 7) == 0);
+  free(data);
+  struct stat st;
+  REQUIRE(lstat(path, &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  CHECK_EQ_U64(st.st_uid, geteuid());
+  CHECK_EQ_U64(st.st_mode & 0777, 0600);
+  done_with_cache();
+}
+
+static void plant_link(const char* path) {
+  /* A well-formed entry elsewhere, reached through a link. */
+  char target[2100];
+  snprintf(target, sizeof(target), "%s.elsewhere", path);
+  if (rename(path, target) != 0 || symlink(target, path) != 0) perror("plant_link");
+}
+static void plant_other_owner(const char* path) {
+  if (chown(path, 65534, 65534) != 0) perror("chown");
+}
+static void plant_world_writable(const char* path) {
+  if (chmod(path, 0606) != 0) perror("chmod");
+}
+static void plant_group_writable(const char* path) {
+  if (chmod(path, 0620) != 0) perror("chmod");
+}
+
+CUBE_TEST(disk_entry_through_a_link_is_refused) {
+  check_refused_entry("link", plant_link, "symbolic link");
+}
+CUBE_TEST(disk_entry_of_another_user_is_refused) {
+  if (geteuid() != 0) CUBE_SKIP("giving a file to another user needs root");
+  check_refused_entry("owner", plant_other_owner, "belongs to uid 65534");
+}
+CUBE_TEST(disk_entry_writable_by_others_is_refused) {
+  check_refused_entry("others", plant_world_writable, "writable by others (mode 0606)");
+}
+CUBE_TEST(disk_entry_writable_by_its_group_is_refused) {
+  check_refused_entry("group", plant_group_writable, "writable by its group (mode 0620)");
+}
+
 CUBE_TEST(disk_off_disables) {
   use_fresh_cache("off");
   env_cache_dir("off");
@@ -788,6 +895,107 @@ static int compile_and_run_kernels(int count) {
   cube_client_release(c);
   cube_shutdown();
   return bad ? 20 : 0;
+}
+
+
+/* Runs the fill kernel with VALUE |value| on the CPU; mismatches (or 1000 on
+ * an error). */
+static int run_fill(int value) {
+  cube_client_t* c = NULL;
+  if (cube_status_consume(cube_client_load((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &c)))
+    return 1000;
+  enum { N = 1000 };
+  char text[16];
+  snprintf(text, sizeof(text), "%d", value);
+  cube_define_t def = {"VALUE", text};
+  cube_kernel_desc_t d = {.cube_dim = {64, 1, 1}, .source = fill_source, .entry = "fill",
+                          .defines = &def, .define_count = 1};
+  cube_kernel_t* k = NULL;
+  cube_handle_t h = CUBE_HANDLE_NULL;
+  cube_bytes_t* out = NULL;
+  cube_status_t st = cube_kernel_create(&d, &k);
+  if (!st) st = cube_client_empty(c, N * sizeof(float), &h);
+  cube_arg_t arg = cube_arg_buffer(h);
+  if (!st) st = cube_client_launch(c, k, cube_count_static((N + 63) / 64, 1, 1), 1, &arg);
+  if (!st) st = cube_client_read_one(c, h, &out);
+  int bad = 0;
+  if (st) {
+    fprintf(stderr, "fill %d: %s\n", value, cube_status_message(st));
+    cube_status_free(st);
+    bad = 1000;
+  } else {
+    const float* f = cube_bytes_const_data(out);
+    for (int i = 0; i < N; ++i) bad += f[i] != (float)value + 0.5f * (float)i;
+  }
+  cube_bytes_release(out);
+  cube_handle_release(h);
+  cube_kernel_release(k);
+  cube_client_release(c);
+  return bad;
+}
+
+/* The one "*.so" entry of <dir>/v1 that is not |except|, in |out|. */
+static bool find_so_entry(const char* except, char* out, size_t size) {
+  char v1[1100];
+  snprintf(v1, sizeof(v1), "%s/v1", g_dir);
+  DIR* d = opendir(v1);
+  if (!d) return false;
+  bool found = false;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL) {
+    size_t n = strlen(e->d_name);
+    if (e->d_name[0] == '.' || n < 4 || strcmp(e->d_name + n - 3, ".so") != 0) continue;
+    snprintf(out, size, "%s/%s", v1, e->d_name);
+    if (except && strcmp(out, except) == 0) continue;
+    found = true;
+    break;
+  }
+  closedir(d);
+  return found;
+}
+
+/* A well-formed entry of another kernel copied over a kernel's own entry,
+ * left writable by others: the kernel is compiled again, not loaded from
+ * it (the entry would run VALUE 1 where VALUE 2 was asked). */
+CUBE_TEST(planted_kernel_entry_is_not_run) {
+  use_fresh_cache("planted_kernel");
+  const char* cc = NULL;
+  cube_status_t cst = cube__cpu_compiler(&cc, NULL);
+  if (cst) {
+    cube_status_free(cst);
+    CUBE_SKIP("no C compiler");
+  }
+  CHECK_EQ_U64(run_fill(1), 0);
+  char one[2048], two[2048];
+  REQUIRE(find_so_entry(NULL, one, sizeof(one)));
+  cube_shutdown();
+  CHECK_EQ_U64(run_fill(2), 0);
+  REQUIRE(find_so_entry(one, two, sizeof(two)));
+  cube_shutdown();
+  /* Plant: the bytes of VALUE 1's entry at VALUE 2's path, mode 0666. */
+  FILE* in = fopen(one, "rb");
+  REQUIRE(in);
+  static char bytes[1 << 22];
+  size_t n = fread(bytes, 1, sizeof(bytes), in);
+  fclose(in);
+  REQUIRE(n > 28 && n < sizeof(bytes));
+  REQUIRE(unlink(two) == 0);
+  int fd = open(two, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, bytes, n) == (ssize_t)n);
+  REQUIRE(fchmod(fd, 0666) == 0);
+  close(fd);
+  cube_kernel_cache_stats_t before = {0}, after = {0};
+  CHECK_OK(cube_kernel_cache_stats(&before));
+  CHECK_EQ_U64(run_fill(2), 0);
+  CHECK_OK(cube_kernel_cache_stats(&after));
+  CHECK_EQ_U64(after.disk_hits - before.disk_hits, 0);
+  CHECK_EQ_U64(after.misses - before.misses, 1);
+  struct stat st;
+  REQUIRE(stat(two, &st) == 0);
+  CHECK_EQ_U64(st.st_mode & 0777, 0600); /* rebuilt */
+  cube_shutdown();
+  done_with_cache();
 }
 
 CUBE_TEST(unusable_dir_reported_once_over_compiles) {

@@ -12,9 +12,10 @@
  * NCCL operation that never ends (the communicator is aborted, the next
  * operation works), buffers released before sync_collective (kept alive until
  * NCCL is done), the records, shutdown with work in flight, two stream ids
- * of one stream (nccl and staged), and processes that exchange the unique id
- * through CUBE_NCCL_ID_FILE. */
+ * of one stream (nccl and staged), processes that exchange the unique id
+ * through CUBE_NCCL_ID_FILE, and id files planted by someone else. */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -910,4 +911,189 @@ CUBE_TEST(id_file_that_never_appears_times_out) {
   SETUP("1");
   REQUIRE(make_dir() == 0);
   CHECK_EQ_U64(run_children(1, id_file_alone_child, 30), 0);
+}
+
+/* Files others can touch (docs/reliability.md): the id decides whom the
+ * ranks connect to, so a reader takes it only from a regular file of its
+ * own user that nobody else may write, and the writer's temporary file
+ * follows no link and replaces nothing. */
+
+/* The id file's full path (<base>.<hash>.<generation>), learned from the
+ * message of a process that waits for it alone: the hash is the
+ * communicator's, the same in every process for cuda:0 + cuda:1. */
+static char g_id_path[700];
+
+static int learn_id_path_child(int rank) {
+  (void)rank;
+  char base[600];
+  setenv("CUBE_COLLECTIVE_RANK", "1", 1);
+  setenv("CUBE_COLLECTIVE_RANKS", "2", 1);
+  snprintf(base, sizeof(base), "%s/id", g_dir);
+  setenv("CUBE_NCCL_ID_FILE", base, 1);
+  setenv("CUBE_COLLECTIVE_TIMEOUT", "0.2", 1);
+  cube_client_t* c = NULL;
+  if (cube_client_load(cuda(0), &c)) return 2;
+  cube_device_id_t ids[2] = {cuda(0), cuda(1)};
+  cube_handle_t h;
+  float v[4] = {1, 2, 3, 4};
+  if (cube_client_create_from_slice(c, v, sizeof(v), &h)) return 3;
+  cube_status_t st = cube_client_all_reduce(c, h, h, CUBE_DTYPE_F32, 2, ids, CUBE_REDUCE_SUM);
+  if (!st) st = cube_client_sync_collective(c);
+  if (!st) st = cube_client_sync(c);
+  const char* m = cube_status_message(st);
+  const char* a = strstr(m, " appear in ");
+  const char* b = a ? strstr(a, " (CUBE_NCCL_ID_FILE)") : NULL;
+  int rc = 4;
+  if (a && b) {
+    a += strlen(" appear in ");
+    char path[700];
+    snprintf(path, sizeof(path), "%.*s", (int)(b - a), a);
+    FILE* f = fopen(getenv("ID_PATH_OUT"), "w");
+    if (f) {
+      fputs(path, f);
+      fclose(f);
+      rc = 0;
+    }
+  } else {
+    fprintf(stderr, "learn: %s\n", m);
+  }
+  cube_status_free(st);
+  cube_handle_release(h);
+  cube_client_release(c);
+  cube_shutdown();
+  return rc;
+}
+
+static bool learn_id_path(void) {
+  char out[600];
+  snprintf(out, sizeof(out), "%s/id-path", g_dir);
+  setenv("ID_PATH_OUT", out, 1);
+  if (run_children(1, learn_id_path_child, 30) != 0) return false;
+  FILE* f = fopen(out, "r");
+  if (!f) return false;
+  size_t n = fread(g_id_path, 1, sizeof(g_id_path) - 1, f);
+  fclose(f);
+  g_id_path[n] = '\0';
+  unlink(out);
+  return n > 0;
+}
+
+/* A reader (process 1) finds a planted id file: refused at once (well before
+ * the 20 s deadline), naming the path and why. */
+static const char* g_refusal;
+
+static int planted_id_reader_child(int rank) {
+  (void)rank;
+  char base[600];
+  setenv("CUBE_COLLECTIVE_RANK", "1", 1);
+  setenv("CUBE_COLLECTIVE_RANKS", "2", 1);
+  snprintf(base, sizeof(base), "%s/id", g_dir);
+  setenv("CUBE_NCCL_ID_FILE", base, 1);
+  setenv("CUBE_COLLECTIVE_TIMEOUT", "20", 1);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int rc = one_all_reduce_fails(CUBE_STATUS_FAILED_PRECONDITION, g_id_path, g_refusal);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (t1.tv_sec - t0.tv_sec > 10) rc = 5;
+  return rc;
+}
+
+/* An id file of the right size that another user could have written. */
+static void plant_id(const char* path, mode_t mode) {
+  unsigned char id[128];
+  cube_test_fill_random(id, sizeof(id), 7);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0 || write(fd, id, sizeof(id)) != (ssize_t)sizeof(id) || fchmod(fd, mode) != 0)
+    perror(path);
+  if (fd >= 0) close(fd);
+}
+
+CUBE_TEST(id_file_through_a_link_is_refused) {
+  SETUP("1");
+  REQUIRE(make_dir() == 0);
+  REQUIRE(learn_id_path());
+  char target[800];
+  snprintf(target, sizeof(target), "%s/elsewhere", g_dir);
+  plant_id(target, 0600);
+  REQUIRE(symlink(target, g_id_path) == 0);
+  g_refusal = "symbolic link";
+  CHECK_EQ_U64(run_children(1, planted_id_reader_child, 30), 0);
+}
+
+CUBE_TEST(id_file_of_another_user_is_refused) {
+  SETUP("1");
+  if (geteuid() != 0) CUBE_SKIP("giving a file to another user needs root");
+  REQUIRE(make_dir() == 0);
+  REQUIRE(learn_id_path());
+  plant_id(g_id_path, 0644);
+  REQUIRE(chown(g_id_path, 65534, 65534) == 0);
+  g_refusal = "belongs to uid 65534";
+  CHECK_EQ_U64(run_children(1, planted_id_reader_child, 30), 0);
+}
+
+CUBE_TEST(id_file_writable_by_others_is_refused) {
+  SETUP("1");
+  REQUIRE(make_dir() == 0);
+  REQUIRE(learn_id_path());
+  plant_id(g_id_path, 0666);
+  g_refusal = "writable by others (mode 0666)";
+  CHECK_EQ_U64(run_children(1, planted_id_reader_child, 30), 0);
+}
+
+/* The writer (process 0) finds a link, then a file, where its temporary file
+ * used to be named (<path>.tmp.<pid>): neither is followed or replaced, and
+ * the id is still published (the process then waits for process 1, which
+ * never comes: the deadline, not a failed write). */
+static int g_plant_file;
+
+static int planted_tmp_writer_child(int rank) {
+  (void)rank;
+  char base[600], tmp[800], victim[800];
+  snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", g_id_path, (long)getpid());
+  snprintf(victim, sizeof(victim), "%s/victim", g_dir);
+  if (g_plant_file) {
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, "planted", 7) != 7) return 10;
+    close(fd);
+  } else if (symlink(victim, tmp) != 0) {
+    return 11;
+  }
+  setenv("CUBE_COLLECTIVE_RANK", "0", 1);
+  setenv("CUBE_COLLECTIVE_RANKS", "2", 1);
+  snprintf(base, sizeof(base), "%s/id", g_dir);
+  setenv("CUBE_NCCL_ID_FILE", base, 1);
+  setenv("CUBE_COLLECTIVE_TIMEOUT", "0.3", 1);
+  int rc = one_all_reduce_fails(CUBE_STATUS_DEADLINE_EXCEEDED, "deadline", "cuda:1");
+  /* What was planted is still there, as it was. */
+  struct stat st;
+  if (lstat(tmp, &st) != 0) return 12;
+  if (g_plant_file ? !S_ISREG(st.st_mode) || st.st_size != 7 : !S_ISLNK(st.st_mode)) return 13;
+  char text[64] = "";
+  FILE* f = fopen(g_plant_file ? tmp : victim, "r");
+  size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+  if (f) fclose(f);
+  text[n] = '\0';
+  if (strcmp(text, g_plant_file ? "planted" : "victim") != 0) return 14;
+  unlink(tmp);
+  return rc;
+}
+
+CUBE_TEST(id_file_temporary_clobbers_nothing) {
+  SETUP("1");
+  REQUIRE(make_dir() == 0);
+  REQUIRE(learn_id_path());
+  char victim[800];
+  snprintf(victim, sizeof(victim), "%s/victim", g_dir);
+  FILE* f = fopen(victim, "w");
+  REQUIRE(f);
+  fputs("victim", f);
+  fclose(f);
+  g_plant_file = 0;
+  CHECK_EQ_U64(run_children(1, planted_tmp_writer_child, 30), 0);
+  g_plant_file = 1;
+  CHECK_EQ_U64(run_children(1, planted_tmp_writer_child, 30), 0);
+  /* No temporary file of the writer is left behind. */
+  char cmd[1000];
+  snprintf(cmd, sizeof(cmd), "ls '%s' | grep -q '\\.tmp\\.'", g_dir);
+  CHECK(system(cmd) != 0);
 }

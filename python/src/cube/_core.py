@@ -40,6 +40,7 @@ class StatusCode(enum.IntEnum):
     UNSUPPORTED = 12
     ABORTED = 13
     INTERNAL = 14
+    DATA_LOST = 15
 
 
 class CubeError(Exception):

@@ -64,7 +64,8 @@ class KernelDesc(Structure):
     _fields_ = [("struct_size", c_size_t), ("name", c_char_p), ("cube_dim", Dim),
                 ("arg_kinds", POINTER(c_int)), ("arg_count", c_uint32),
                 ("shared_memory_size", c_uint64), ("cpu_fn", c_void_p), ("source", c_char_p),
-                ("entry", c_char_p), ("defines", POINTER(Define)), ("define_count", c_uint32)]
+                ("entry", c_char_p), ("defines", POINTER(Define)), ("define_count", c_uint32),
+                ("read_only_args", c_uint64)]
 
 
 class _Memory(Structure):

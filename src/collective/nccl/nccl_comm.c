@@ -18,6 +18,7 @@
 #include "base/options.h"
 #include "base/status.h"
 #include "collective/nccl/nccl_internal.h"
+#include "platform/private_file.h"
 
 //===----------------------------------------------------------------------===//
 // Communicator state
@@ -124,21 +125,25 @@ static void cube__nccl_sleep_ms(unsigned ms) {
   nanosleep(&ts, NULL);
 }
 
-/* Through the file |base|.<hash>.<generation>. */
+/* Through the file |base|.<hash>.<generation>. The root writes it as a new
+ * private temporary file (a fresh name, O_EXCL: nothing that is there is
+ * followed or overwritten) renamed into place; the others read it only when
+ * it is a regular file of their own user that nobody else may write
+ * (platform/private_file.h): the id decides whom the ranks connect to. */
 static cube_status_t cube__nccl_id_file(cube__comm_t* c, cube__nccl_state_t* ns,
                                         const char* base, bool root, cube__nccl_uid_t* id,
                                         uint64_t deadline, const char* what) {
   char path[512], tmp[560];
   snprintf(path, sizeof(path), "%s.%016" PRIx64 ".%u", base, c->hash, ns->generation);
   if (root) {
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld.XXXXXX", path, (long)getpid());
+    int fd = cube__file_create_private_temp(tmp);
     ssize_t w = fd >= 0 ? write(fd, id, sizeof(*id)) : -1;
     int e = errno;
     if (fd >= 0 && close(fd) != 0 && w == (ssize_t)sizeof(*id)) w = -1;
     if (w != (ssize_t)sizeof(*id) || rename(tmp, path) != 0) {
       if (w == (ssize_t)sizeof(*id)) e = errno;
-      unlink(tmp);
+      if (fd >= 0) unlink(tmp);
       return cube__status_make(
           CUBE_STATUS_UNAVAILABLE,
           "%s: writing the NCCL unique id to %s (CUBE_NCCL_ID_FILE) failed: %s", what, path,
@@ -148,11 +153,19 @@ static cube_status_t cube__nccl_id_file(cube__comm_t* c, cube__nccl_state_t* ns,
     return CUBE_OK;
   }
   for (;;) {
-    int fd = open(path, O_RDONLY);
+    cube__file_refusal_t refusal;
+    char why[160];
+    int fd = cube__file_open_trusted(path, &refusal, why, sizeof(why));
     if (fd >= 0) {
       ssize_t r = read(fd, id, sizeof(*id));
       close(fd);
       if (r == (ssize_t)sizeof(*id)) return CUBE_OK;
+    } else if (refusal != CUBE__FILE_ABSENT) {
+      return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
+                               "%s: the NCCL unique id file %s (CUBE_NCCL_ID_FILE) is refused: "
+                               "%s; only a regular file of this user that nobody else may write "
+                               "is read (process %u writes it)",
+                               what, path, why, c->rank_of[0]);
     }
     if (cube__now_ns() >= deadline) {
       char remote[256];

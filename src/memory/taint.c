@@ -1,0 +1,195 @@
+/* Taint roots and sets (memory/taint.h). */
+#include "memory/taint.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/status.h"
+
+static atomic_uint_fast64_t cube__taint_serial = 1;
+
+static char* cube__taint_strdup(const char* s) {
+  size_t n = strlen(s);
+  char* c = malloc(n + 1);
+  if (c) memcpy(c, s, n + 1);
+  return c;
+}
+
+static void cube__taint_root_unref(cube__taint_root_t* r) {
+  if (!r || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1) return;
+  cube_status_free(r->status);
+  free(r->what);
+  for (int i = 0; i < CUBE__TAINT_CHAIN; ++i) free(r->chain[i]);
+  pthread_mutex_destroy(&r->lock);
+  free(r);
+}
+
+static cube__taint_t* cube__taint_alloc(void) {
+  cube__taint_t* t = calloc(1, sizeof(*t));
+  if (t) atomic_init(&t->refs, 1);
+  return t;
+}
+
+/* "2026-12-20T17:06:43.123456Z": now, in UTC, computed here rather than by
+ * gmtime_r, which takes glibc's time-zone lock (invisible to ThreadSanitizer,
+ * which then reports its strdup of TZ racing another thread's tzset). Days to
+ * a civil date: H. Hinnant's days_from_civil, inverted. */
+static void cube__taint_now(char* buf, size_t n) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t secs = (int64_t)ts.tv_sec;
+  int64_t days = secs >= 0 ? secs / 86400 : (secs - 86399) / 86400;
+  int64_t sod = secs - days * 86400;
+  int64_t z = days + 719468;
+  int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+  int64_t doe = z - era * 146097;
+  int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  int64_t mp = (5 * doy + 2) / 153;
+  int64_t day = doy - (153 * mp + 2) / 5 + 1;
+  int64_t month = mp < 10 ? mp + 3 : mp - 9;
+  int64_t year = yoe + era * 400 + (month <= 2);
+  /* The bounds (% ...) say how wide each field is; they change no value
+   * between the years 0 and 9999. */
+  snprintf(buf, n, "%04u-%02u-%02uT%02u:%02u:%02u.%06uZ", (unsigned)(year % 10000),
+           (unsigned)(month % 100), (unsigned)(day % 100), (unsigned)(sod / 3600 % 100),
+           (unsigned)(sod / 60 % 60), (unsigned)(sod % 60),
+           (unsigned)(ts.tv_nsec / 1000 % 1000000));
+}
+
+cube__taint_t* cube__taint_create(cube_status_t failure, const char* what) {
+  cube__taint_root_t* r = calloc(1, sizeof(*r));
+  cube__taint_t* t = cube__taint_alloc();
+  char* w = cube__taint_strdup(what ? what : "work");
+  cube_status_t s = cube__status_clone(failure);
+  if (!r || !t || !w || !s || cube_status_code(s) != cube_status_code(failure)) {
+    free(r);
+    free(t);
+    free(w);
+    cube_status_free(s);
+    return NULL;
+  }
+  atomic_init(&r->refs, 1);
+  r->serial = atomic_fetch_add_explicit(&cube__taint_serial, 1, memory_order_relaxed);
+  r->status = s;
+  r->what = w;
+  cube__taint_now(r->when, sizeof(r->when));
+  pthread_mutex_init(&r->lock, NULL);
+  t->roots[0] = r;
+  t->count = 1;
+  return t;
+}
+
+cube__taint_t* cube__taint_ref(cube__taint_t* t) {
+  if (t) atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+  return t;
+}
+
+void cube__taint_unref(cube__taint_t* t) {
+  if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
+  for (uint32_t i = 0; i < t->count; ++i) cube__taint_root_unref(t->roots[i]);
+  free(t);
+}
+
+bool cube__taint_has(const cube__taint_t* t, const cube__taint_root_t* r) {
+  for (uint32_t i = 0; t && i < t->count; ++i)
+    if (t->roots[i] == r) return true;
+  return false;
+}
+
+/* True when every root of |b| is in |a| (and |a| counts at least as many
+ * dropped ones). */
+static bool cube__taint_covers(const cube__taint_t* a, const cube__taint_t* b) {
+  if (b->dropped > a->dropped) return false;
+  for (uint32_t i = 0; i < b->count; ++i)
+    if (!cube__taint_has(a, b->roots[i])) return false;
+  return true;
+}
+
+cube__taint_t* cube__taint_union(cube__taint_t* a, cube__taint_t* b) {
+  if (!a) return cube__taint_ref(b);
+  if (!b || a == b || cube__taint_covers(a, b)) return cube__taint_ref(a);
+  if (cube__taint_covers(b, a)) return cube__taint_ref(b);
+  cube__taint_t* u = cube__taint_alloc();
+  if (!u) return cube__taint_ref(a->count >= b->count ? a : b);
+  /* Merge by serial: the earliest failures are the ones kept. */
+  uint32_t i = 0, j = 0;
+  uint64_t extra = 0;
+  while (i < a->count || j < b->count) {
+    cube__taint_root_t* next;
+    if (j == b->count || (i < a->count && a->roots[i]->serial < b->roots[j]->serial)) {
+      next = a->roots[i++];
+    } else if (i == a->count || b->roots[j]->serial < a->roots[i]->serial) {
+      next = b->roots[j++];
+    } else {
+      next = a->roots[i++];
+      ++j;
+    }
+    if (u->count < CUBE__TAINT_ROOTS) {
+      atomic_fetch_add_explicit(&next->refs, 1, memory_order_relaxed);
+      u->roots[u->count++] = next;
+    } else {
+      ++extra;
+    }
+  }
+  u->dropped = (a->dropped > b->dropped ? a->dropped : b->dropped) + extra;
+  return u;
+}
+
+void cube__taint_note(cube__taint_t* t, const char* what) {
+  for (uint32_t i = 0; t && i < t->count; ++i) {
+    cube__taint_root_t* r = t->roots[i];
+    pthread_mutex_lock(&r->lock);
+    if (r->spoiled < CUBE__TAINT_CHAIN) r->chain[r->spoiled] = cube__taint_strdup(what);
+    r->spoiled++;
+    pthread_mutex_unlock(&r->lock);
+  }
+}
+
+cube_status_t cube__taint_status(const cube__taint_t* t, const char* where) {
+  if (!t || !t->count)
+    return cube__status_make(CUBE_STATUS_DATA_LOST, "%s: no valid contents", where);
+  cube_status_t all = CUBE_OK;
+  for (uint32_t i = 0; i < t->count; ++i) {
+    cube__taint_root_t* r = t->roots[i];
+    char chain[1024];
+    size_t o = 0;
+    chain[0] = '\0';
+    pthread_mutex_lock(&r->lock);
+    uint64_t n = r->spoiled;
+    for (uint64_t k = 0; k < n && k < CUBE__TAINT_CHAIN && o < sizeof(chain); ++k)
+      o += (size_t)snprintf(chain + o, sizeof(chain) - o, "%s%s", k ? ", " : "",
+                            r->chain[k] ? r->chain[k] : "(no memory to say)");
+    pthread_mutex_unlock(&r->lock);
+    cube_status_t s;
+    if (n == 0)
+      s = cube__status_make(CUBE_STATUS_DATA_LOST, "%s: no valid contents: %s failed at %s: %s",
+                            where, r->what, r->when, cube_status_message(r->status));
+    else
+      s = cube__status_make(CUBE_STATUS_DATA_LOST,
+                            "%s: no valid contents: %s failed at %s: %s; spoiled by it: %s%s "
+                            "(%" PRIu64 " in all)",
+                            where, r->what, r->when, cube_status_message(r->status), chain,
+                            n > CUBE__TAINT_CHAIN ? ", ..." : "", n);
+    all = cube__status_join(all, s);
+  }
+  if (t->dropped)
+    all = cube__status_join(all, cube__status_make(CUBE_STATUS_DATA_LOST,
+                                                   "%s: and %" PRIu64 " more failures", where,
+                                                   t->dropped));
+  return all;
+}
+
+atomic_uint_fast64_t cube__tainted_buffers = 0;
+
+void cube__memory_set_taint(cube__memory_t* m, cube__taint_t* t) {
+  /* Counted before the pointer is set, uncounted after it is cleared: a
+   * launch that sees the count 0 finds no taint set before it. */
+  if (t) atomic_fetch_add_explicit(&cube__tainted_buffers, 1, memory_order_acq_rel);
+  cube__taint_t* old = atomic_exchange_explicit(&m->taint, t, memory_order_acq_rel);
+  if (old) atomic_fetch_sub_explicit(&cube__tainted_buffers, 1, memory_order_acq_rel);
+  cube__taint_unref(old);
+}
