@@ -51,6 +51,7 @@ extern const cube__struct_info_t cube__struct_kernel_cache_stats;
 extern const cube__struct_info_t cube__struct_collective_record;
 extern const cube__struct_info_t cube__struct_graph_auto_stats;
 extern const cube__struct_info_t cube__struct_dlpack_export;
+extern const cube__struct_info_t cube__struct_kernel_cache_prune_report;
 
 /* The struct_size of the struct at |p| (the first member of every such
  * struct). */

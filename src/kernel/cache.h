@@ -1,12 +1,16 @@
 /* The kernel cache's storage: a process-wide key -> artifact map in memory and
  * a directory of integrity-checked blobs on disk.
  *
- * Disk entry layout: "CUBEKC01" magic, u32 format version, u64 payload length,
- * u64 XXH3-64 of the payload, then the payload. Written to a temporary file in
+ * Disk entry layout (kernel/cache_internal.h): "CUBEKC02" magic, u32 format
+ * version, u32 metadata length, u64 payload length, u64 XXH3-64 of metadata
+ * and payload, the metadata ("key=value" lines), the payload. Written to a temporary file in
  * the same directory, fsync'd, then rename()d into place: readers never see a
  * partial entry, and two processes storing the same key both succeed. A file
  * whose header, length or checksum is wrong counts as corrupt: it is deleted
- * and the caller rebuilds.
+ * and the caller rebuilds. A file that is not a regular file of this user, or
+ * that the group or others may write, is never read (a miss). A load marks
+ * the entry used (its modification time), the clock of the least recently
+ * used eviction that keeps the directory within CUBE_CACHE_MAX.
  *
  * Thread-safe.
  */
@@ -29,6 +33,16 @@ cube__cache_key_t cube__cache_key(const char* const* parts);
 /* 32 hex digits + NUL. */
 void cube__cache_key_hex(cube__cache_key_t key, char out[33]);
 
+/* What an entry says about itself (cube cache list, bundles, prune): the
+ * kernel or operation it holds, the backend and the device identity it was
+ * made for. The library's version is added by the store. Strings are
+ * borrowed for the call; a newline in one is stored as a space. */
+typedef struct cube__cache_meta {
+  const char* name;    /* kernel name, or a tuned operation's name */
+  const char* backend; /* "cpu", "opencl", "cuda" */
+  const char* device;  /* the device identity (cube_client_device_identity) */
+} cube__cache_meta_t;
+
 /* Disk: |kind| is a file suffix ("so", "cubin", "clbin"). Load returns
  * NOT_FOUND on a miss (and on a corrupt entry, which it deletes and counts);
  * the payload is malloc'd for the caller. Store never fails the caller's
@@ -38,8 +52,24 @@ cube_status_t cube__cache_disk_load(cube__cache_key_t key, const char* kind, voi
                                     size_t* out_size);
 cube_status_t cube__cache_disk_store(cube__cache_key_t key, const char* kind, const void* data,
                                      size_t size);
+/* As cube__cache_disk_store, with the entry's metadata (NULL: none). */
+cube_status_t cube__cache_disk_store_meta(cube__cache_key_t key, const char* kind,
+                                          const cube__cache_meta_t* meta, const void* data,
+                                          size_t size);
 
-/* Where the entry of |key| and |kind| lives ("<dir>/v1/<hex>.<kind>"), for
+/* A lock of |key| shared by every process using the cache directory (an
+ * flock on "<dir>/v2/locks/<hex>", created O_EXCL|O_NOFOLLOW 0600 or opened
+ * after checking it is ours): held while one process tunes a key so that
+ * another waits and then finds the result. Blocks. UNAVAILABLE when the
+ * disk cache is off or its directory is unusable (the caller goes on
+ * without). */
+typedef struct cube__cache_lock {
+  int fd;
+} cube__cache_lock_t;
+cube_status_t cube__cache_lock(cube__cache_key_t key, cube__cache_lock_t* out);
+void cube__cache_unlock(cube__cache_lock_t* lock);
+
+/* Where the entry of |key| and |kind| lives ("<dir>/v2/<hex>.<kind>"), for
  * tools and tests. UNAVAILABLE when the disk cache is off. */
 cube_status_t cube__cache_entry_path(cube__cache_key_t key, const char* kind, char* out,
                                      size_t size);

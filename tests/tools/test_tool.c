@@ -214,7 +214,7 @@ CUBE_TEST(command_help_does_not_run_the_command) {
   CHECK(!exists(dir));
   /* `cache clear --help` clears nothing; `cache clear` does. */
   char sub[1300], entry[1400];
-  snprintf(sub, sizeof(sub), "%s/v1", dir);
+  snprintf(sub, sizeof(sub), "%s/v2", dir);
   mkdir(dir, 0700);
   mkdir(sub, 0700);
   snprintf(entry, sizeof(entry), "%s/0123456789abcdef0123456789abcdef.so", sub);

@@ -624,7 +624,10 @@ static cube_status_t cube__cc_build(const char* text, cube__cache_key_t key,
   if (!st) st = cube__cc_compile_text(cc, text, display_name, entry, source, &bytes, &size);
   cube__cache_count_miss(cube__now_ns() - t1, st != CUBE_OK);
   if (st) return st;
-  cube_status_t store = cube__cache_disk_store(key, "so", bytes, size);
+  char identity[1024];
+  cube__cpu_identity(identity, sizeof(identity));
+  const cube__cache_meta_t meta = {display_name, "cpu", identity};
+  cube_status_t store = cube__cache_disk_store_meta(key, "so", &meta, bytes, size);
   cube_status_free(store); /* the disk cache is an optimisation */
   cube__cpu_module_t* m = NULL;
   st = cube__cc_load(bytes, size, display_name, &m);
@@ -738,4 +741,15 @@ static void cube__cc_machine_read(void) {
 const char* cube__cpu_machine_id(void) {
   pthread_once(&cube__cc_machine_once, cube__cc_machine_read);
   return cube__cc_machine;
+}
+
+void cube__cpu_identity(char* out, size_t size) {
+  if (!size) return;
+  const char* identity = NULL;
+  cube_status_t st = cube__cpu_compiler(NULL, &identity);
+  if (st)
+    snprintf(out, size, "cpu | %s | cc: none (%s)", cube__cpu_machine_id(), cube_status_message(st));
+  else
+    snprintf(out, size, "cpu | %s | cc: %s", cube__cpu_machine_id(), identity);
+  cube_status_free(st);
 }

@@ -90,6 +90,17 @@ static cube_status_t cube__cuda_nvrtc_compile(cube__backend_device_t* d, const c
   return st;
 }
 
+void cube__cuda_identity(const cube__backend_device_t* d, char* out, size_t size) {
+  if (!size) return;
+  const cube__nvrtc_t* nv = NULL;
+  cube_status_t st = cube__cuda_nvrtc(&nv);
+  char nvv[32] = "none";
+  if (!st) snprintf(nvv, sizeof(nvv), "%d.%d", nv->major, nv->minor);
+  cube_status_free(st);
+  snprintf(out, size, "cuda | %s | %s | driver %d | nvrtc %s", d->name, d->arch, d->cu->version,
+           nvv);
+}
+
 /* The cubin of |key| from the kernel cache (memory, then disk), or compiled
  * and stored. The blob belongs to the cache. */
 static cube_status_t cube__cuda_cubin(cube__backend_device_t* d, cube__cache_key_t key,
@@ -124,7 +135,10 @@ static cube_status_t cube__cuda_cubin(cube__backend_device_t* d, cube__cache_key
   st = cube__cuda_nvrtc_compile(d, text, k, &b);
   cube__cache_count_miss(cube__now_ns() - t1, st != CUBE_OK);
   if (st) return st;
-  cube_status_free(cube__cache_disk_store(key, "cubin", b->data, b->size));
+  char identity[512];
+  cube__cuda_identity(d, identity, sizeof(identity));
+  const cube__cache_meta_t meta = {k->name, "cuda", identity};
+  cube_status_free(cube__cache_disk_store_meta(key, "cubin", &meta, b->data, b->size));
   *out = cube__cache_memory_put(key, b, cube__cuda_blob_destroy);
   return CUBE_OK;
 }

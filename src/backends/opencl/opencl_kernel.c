@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,7 +74,7 @@ static cl_program cube__ocl_program_from_disk(cube__backend_device_t* dev, cube_
 /* Stores the binary of |p| in the disk cache (failures ignored: the cache is
  * an optimisation). */
 static void cube__ocl_program_to_disk(cube__backend_device_t* dev, cl_program p,
-                                      cube__cache_key_t key) {
+                                      cube__cache_key_t key, const char* name) {
   size_t size = 0;
   if (dev->cl->GetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof(size), &size, NULL) !=
           CL_SUCCESS ||
@@ -82,7 +83,12 @@ static void cube__ocl_program_to_disk(cube__backend_device_t* dev, cl_program p,
   unsigned char* bin = malloc(size);
   if (!bin) return;
   if (dev->cl->GetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof(bin), &bin, NULL) == CL_SUCCESS)
-    cube_status_free(cube__cache_disk_store(key, "clbin", bin, size));
+  {
+    char identity[600];
+    snprintf(identity, sizeof(identity), "opencl | %s", dev->identity);
+    const cube__cache_meta_t meta = {name, "opencl", identity};
+    cube_status_free(cube__cache_disk_store_meta(key, "clbin", &meta, bin, size));
+  }
   free(bin);
 }
 
@@ -181,7 +187,7 @@ static cube_status_t cube__ocl_entry(cube__backend_device_t* dev, const cube_ker
       st = cube__ocl_program_from_source(dev, k, text, mode, &program);
       cube__cache_count_miss(cube__now_ns() - t0, st != CUBE_OK);
       if (st) goto done;
-      cube__ocl_program_to_disk(dev, program, key);
+      cube__ocl_program_to_disk(dev, program, key, k->name);
     }
   }
   cl_int err = CL_SUCCESS;
