@@ -28,6 +28,7 @@
 #include "base/status.h"
 #include "cube/cube.h"
 #include "kernel/cache_internal.h"
+#include "kernel/compile_limit.h"
 
 /* Counters -------------------------------------------------------------- */
 
@@ -885,6 +886,9 @@ cube_status_t cube_kernel_cache_dir_status(void) {
 }
 
 void cube__cache_shutdown(void) {
+  /* Compiles left running past CUBE_COMPILE_TIMEOUT store into the cache
+   * when they end: nothing of the library runs after the shutdown. */
+  cube__compile_limit_drain();
   cube__cache_memory_clear();
 
   pthread_mutex_lock(&cube__kc_strings_lock);

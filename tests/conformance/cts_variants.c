@@ -49,6 +49,10 @@ static const cts_unsupported_t cts_unsupported[] = {
      "graph_auto_out_of_memory_as_eager "
      "read_order_races_launches_pinned_stream read_order_error_after_finished_launch",
      "the null backend compiles and runs no kernels (its launch slot is UNIMPLEMENTED)"},
+    {"null",
+     "compile_limit_fails_the_launch_and_the_device_goes_on "
+     "compile_limit_status_names_kernel_and_limit compile_limit_background_build_fills_the_cache",
+     "the null backend compiles no kernels: there is no compile to stop"},
     {"null", "dlpack_*",
      "the null backend's memory has no DLPack device (its ctl does not answer "
      "CUBE__CTL_DLPACK_DEVICE)"},

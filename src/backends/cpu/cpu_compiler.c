@@ -18,6 +18,8 @@
 #include <sys/types.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -25,6 +27,7 @@
 #include "base/fault.h"
 #include "base/options.h"
 #include "base/status.h"
+#include "kernel/compile_limit.h"
 #include "kernel/dialect.h"
 #include "platform/platform.h"
 
@@ -154,35 +157,69 @@ static char* cube__cc_log_excerpt(const char* log, size_t size) {
 
 /* Runs |argv| (argv[0] a path) with stdin from |in_fd| (-1: /dev/null) and
  * stdout+stderr into |out_fd|; waits. *out_spawn_errno is set when it could
- * not start. */
-static void cube__cc_run(char* const argv[], int in_fd, int out_fd, int* out_wstatus,
-                         int* out_spawn_errno) {
+ * not start. With a |limit| (seconds, 0: none) the child runs in a process
+ * group of its own, and the whole group (the compiler driver and what it
+ * started: cc1, as, ld) is killed when the limit passes; *out_timed_out
+ * says so. */
+static void cube__cc_run(char* const argv[], int in_fd, int out_fd, double limit,
+                         int* out_wstatus, int* out_spawn_errno, bool* out_timed_out) {
   *out_wstatus = 0;
   *out_spawn_errno = 0;
+  *out_timed_out = false;
   posix_spawn_file_actions_t fa;
   int e = posix_spawn_file_actions_init(&fa);
   if (e) {
     *out_spawn_errno = e;
     return;
   }
-  if (in_fd >= 0)
-    e = posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
-  else
-    e = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawnattr_t attr;
+  e = posix_spawnattr_init(&attr);
+  if (e) {
+    posix_spawn_file_actions_destroy(&fa);
+    *out_spawn_errno = e;
+    return;
+  }
+  if (limit > 0) {
+    e = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    if (!e) e = posix_spawnattr_setpgroup(&attr, 0);
+  }
+  if (!e) {
+    if (in_fd >= 0)
+      e = posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
+    else
+      e = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  }
   if (!e) e = posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
   if (!e) e = posix_spawn_file_actions_adddup2(&fa, out_fd, 2);
   pid_t pid = -1;
-  if (!e) e = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+  if (!e) e = posix_spawn(&pid, argv[0], &fa, &attr, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
   if (e) {
     *out_spawn_errno = e;
     return;
   }
   int ws = 0;
+  uint64_t start = cube__now_ns();
+  uint64_t sleep_ns = 200000; /* 0.2 ms, doubling up to 20 ms */
   for (;;) {
-    pid_t r = waitpid(pid, &ws, 0);
+    pid_t r = waitpid(pid, &ws, limit > 0 ? WNOHANG : 0);
     if (r == pid) break;
     if (r < 0 && errno == EINTR) continue;
+    if (r == 0) {
+      /* Still compiling. */
+      if ((double)(cube__now_ns() - start) >= limit * 1e9) {
+        (void)kill(-pid, SIGKILL);
+        *out_timed_out = true;
+        while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+        }
+        break;
+      }
+      struct timespec ts = {0, (long)sleep_ns};
+      nanosleep(&ts, NULL);
+      if (sleep_ns < 20000000) sleep_ns *= 2;
+      continue;
+    }
     /* ECHILD: SIGCHLD is ignored and the child was reaped for us; its
      * result is unknown, the caller looks at the output. */
     ws = -1;
@@ -505,11 +542,18 @@ static cube_status_t cube__cc_compile_text(const char* cc, const char* text,
   argv[a++] = out_path;
   argv[a] = NULL;
   int ws = 0, spawn_errno = 0;
-  cube__cc_run(argv, in, log, &ws, &spawn_errno);
+  bool timed_out = false;
+  double limit = cube__compile_limit_seconds();
+  cube__cc_run(argv, in, log, limit, &ws, &spawn_errno, &timed_out);
   if (spawn_errno) {
     st = cube__status_make(CUBE_STATUS_UNAVAILABLE,
                            "compiling kernel '%s': cannot start the compiler %s: %s",
                            display_name, cc, strerror(spawn_errno));
+    goto done;
+  }
+  if (timed_out) {
+    st = cube__compile_limit_status(display_name, cc, limit,
+                                    "; the compiler and the processes it started were killed");
     goto done;
   }
   int so = open(out_path, O_RDONLY | O_CLOEXEC);
