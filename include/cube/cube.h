@@ -98,6 +98,7 @@
 #include "cube/collective.h"
 #include "cube/device.h"
 #include "cube/dlpack.h"
+#include "cube/execution.h"
 #include "cube/future.h"
 #include "cube/graph.h"
 #include "cube/handle.h"

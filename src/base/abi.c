@@ -28,6 +28,7 @@ CUBE__STRUCT(cube__struct_collective_record, cube_collective_record_t);
 CUBE__STRUCT(cube__struct_graph_auto_stats, cube_graph_auto_stats_t);
 CUBE__STRUCT(cube__struct_dlpack_export, cube_dlpack_export_t);
 CUBE__STRUCT(cube__struct_kernel_cache_prune_report, cube_kernel_cache_prune_report_t);
+CUBE__STRUCT(cube__struct_execution_stats, cube_execution_stats_t);
 
 /* struct_size is the first member of each, so that it can be read before
  * anything else is known about the caller's layout. */

@@ -52,6 +52,7 @@ extern const cube__struct_info_t cube__struct_collective_record;
 extern const cube__struct_info_t cube__struct_graph_auto_stats;
 extern const cube__struct_info_t cube__struct_dlpack_export;
 extern const cube__struct_info_t cube__struct_kernel_cache_prune_report;
+extern const cube__struct_info_t cube__struct_execution_stats;
 
 /* The struct_size of the struct at |p| (the first member of every such
  * struct). */

@@ -108,6 +108,7 @@ void cube_client_release(cube_client_t* c) {
   if (cube__client_live(c) && cube__server_auto(c->server) &&
       (c->pinned || cube__stream_current_id_peek(&id)))
     cube__auto_end_stream_id(c->server, id, "cube_client_release");
+  cube__client_overrides_free(c);
   free(c);
 }
 

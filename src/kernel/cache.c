@@ -47,17 +47,34 @@ static uint64_t cube__kc_get(atomic_uint_fast64_t* c) {
   return atomic_load_explicit(c, memory_order_relaxed);
 }
 
-void cube__cache_count_memory_hit(void) { cube__kc_add(&cube__kc_memory_hits, 1); }
+static _Thread_local cube__cache_outcome_t* cube__kc_outcome;
+
+void cube__cache_outcome_begin(cube__cache_outcome_t* record) {
+  memset(record, 0, sizeof(*record));
+  cube__kc_outcome = record;
+}
+
+void cube__cache_outcome_end(void) { cube__kc_outcome = NULL; }
+
+void cube__cache_count_memory_hit(void) {
+  cube__kc_add(&cube__kc_memory_hits, 1);
+  if (cube__kc_outcome) cube__kc_outcome->memory_hits++;
+}
 
 void cube__cache_count_disk_hit(uint64_t load_ns) {
   cube__kc_add(&cube__kc_disk_hits, 1);
   cube__kc_add(&cube__kc_load_ns, load_ns);
+  if (cube__kc_outcome) cube__kc_outcome->disk_hits++;
 }
 
 void cube__cache_count_miss(uint64_t compile_ns, bool failed) {
   cube__kc_add(&cube__kc_misses, 1);
   cube__kc_add(&cube__kc_compile_ns, compile_ns);
   if (failed) cube__kc_add(&cube__kc_compile_failures, 1);
+  if (cube__kc_outcome) {
+    cube__kc_outcome->misses++;
+    if (failed) cube__kc_outcome->failures++;
+  }
 }
 
 /* Keys -------------------------------------------------------------------- */

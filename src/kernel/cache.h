@@ -86,6 +86,16 @@ void* cube__cache_memory_get(cube__cache_key_t key);
  * existing one if another thread won, then |artifact| is destroyed). */
 void* cube__cache_memory_put(cube__cache_key_t key, void* artifact, void (*destroy)(void*));
 
+/* What the kernel cache did for the compiles made on the calling thread
+ * between cube__cache_outcome_begin and _end (execution overrides count
+ * kernels compiled and loaded with it). The counting functions below add to
+ * the calling thread's record when one is open. */
+typedef struct cube__cache_outcome {
+  uint32_t memory_hits, disk_hits, misses, failures;
+} cube__cache_outcome_t;
+void cube__cache_outcome_begin(cube__cache_outcome_t* record);
+void cube__cache_outcome_end(void);
+
 /* Counters. */
 void cube__cache_count_memory_hit(void);
 void cube__cache_count_disk_hit(uint64_t load_ns);

@@ -53,6 +53,10 @@ static const cts_unsupported_t cts_unsupported[] = {
      "compile_limit_fails_the_launch_and_the_device_goes_on "
      "compile_limit_status_names_kernel_and_limit compile_limit_background_build_fills_the_cache",
      "the null backend compiles no kernels: there is no compile to stop"},
+    {"null",
+     "execution_compile_only_compiles_and_runs_nothing "
+     "execution_compile_only_reports_a_compile_error execution_run_override_counts_and_runs",
+     "the null backend compiles and runs no kernels"},
     {"null", "dlpack_*",
      "the null backend's memory has no DLPack device (its ctl does not answer "
      "CUBE__CTL_DLPACK_DEVICE)"},
