@@ -108,6 +108,7 @@
 #include "cube/profile.h"
 #include "cube/resource.h"
 #include "cube/status.h"
+#include "cube/tune.h"
 
 #ifdef __cplusplus
 extern "C" {

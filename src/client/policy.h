@@ -51,6 +51,11 @@ cube_status_t cube__client_launch_direct(cube_client_t* c, cube_kernel_t* kernel
                                          cube_count_t count, size_t arg_count,
                                          const cube_arg_t* args, cube_execution_mode_t mode);
 
+/* cube_client_read_one that reads even under an override that reads nothing
+ * back (the tuner compares its candidates' outputs under compile-and-tune). */
+cube_status_t cube__client_read_direct(cube_client_t* c, cube_handle_t handle,
+                                       cube_bytes_t** out_bytes);
+
 /* Reads under an override that reads nothing back (launch.c, read.c). */
 bool cube__override_skips_work(const cube_execution_override_t* o);
 

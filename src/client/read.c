@@ -52,8 +52,8 @@ static cube_status_t cube__read_zeros(cube_client_t* c, const char* fn, size_t c
 
 static cube_status_t cube__read_queue(cube_client_t* c, const char* fn, size_t count,
                                       cube__read_region_t* r, bool heap, cube_future_t** out,
-                                      cube_bytes_t** out_bytes) {
-  if (cube__override_skips_work(cube__client_override(c)))
+                                      cube_bytes_t** out_bytes, bool direct) {
+  if (!direct && cube__override_skips_work(cube__client_override(c)))
     return cube__read_zeros(c, fn, count, r, heap, out, out_bytes);
   cube__stream_t* stream;
   cube_status_t st = cube__client_stream(c, &stream);
@@ -76,7 +76,7 @@ static cube_status_t cube__read_queue(cube_client_t* c, const char* fn, size_t c
 
 static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t count,
                                         const cube_handle_t* handles, cube_future_t** out,
-                                        cube_bytes_t** out_bytes) {
+                                        cube_bytes_t** out_bytes, bool direct) {
   CUBE__CHECK_CLIENT(c, fn);
   if (count == 0) return CUBE_INVALID("%s: count is 0", fn);
   if (!handles) return CUBE_INVALID("%s: handles is NULL", fn);
@@ -96,25 +96,32 @@ static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t
     uint64_t n = cube__handle_view_size(&info);
     r[i] = (cube__read_region_t){info.mem, info.offset_start, n, 1, n, NULL};
   }
-  return cube__read_queue(c, fn, count, r, heap, out, out_bytes);
+  return cube__read_queue(c, fn, count, r, heap, out, out_bytes, direct);
 }
 
 cube_status_t cube_client_read_async(cube_client_t* c, size_t count, const cube_handle_t* handles,
                                      cube_future_t** out_future) {
   CUBE__CHECK_OUT(out_future, "cube_client_read_async", "out_future");
-  return cube__read_handles(c, "cube_client_read_async", count, handles, out_future, NULL);
+  return cube__read_handles(c, "cube_client_read_async", count, handles, out_future, NULL, false);
 }
 
 cube_status_t cube_client_read(cube_client_t* c, size_t count, const cube_handle_t* handles,
                                cube_bytes_t** out_bytes) {
   CUBE__CHECK_OUT(out_bytes, "cube_client_read", "out_bytes");
-  return cube__read_handles(c, "cube_client_read", count, handles, NULL, out_bytes);
+  return cube__read_handles(c, "cube_client_read", count, handles, NULL, out_bytes, false);
 }
 
 cube_status_t cube_client_read_one(cube_client_t* c, cube_handle_t handle,
                                    cube_bytes_t** out_bytes) {
   CUBE__CHECK_OUT(out_bytes, "cube_client_read_one", "out_bytes");
-  return cube__read_handles(c, "cube_client_read_one", 1, &handle, NULL, out_bytes);
+  return cube__read_handles(c, "cube_client_read_one", 1, &handle, NULL, out_bytes, false);
+}
+
+cube_status_t cube__client_read_direct(cube_client_t* c, cube_handle_t handle,
+                                       cube_bytes_t** out_bytes) {
+  CUBE__CHECK_OUT(out_bytes, "cube_tune_op_launch", "out_bytes");
+  return cube__read_handles(c, "cube_tune_op_launch: reading an output", 1, &handle, NULL,
+                            out_bytes, true);
 }
 
 cube_status_t cube_client_read_into(cube_client_t* c, cube_handle_t handle, void* dst,
@@ -205,7 +212,7 @@ static cube_status_t cube__read_tensors(cube_client_t* c, const char* fn, size_t
     free(r);
     return st;
   }
-  return cube__read_queue(c, fn, count, r, true, out, out_bytes);
+  return cube__read_queue(c, fn, count, r, true, out, out_bytes, false);
 }
 
 cube_status_t cube_client_read_tensor_async(cube_client_t* c, size_t count,
