@@ -82,7 +82,7 @@ typedef struct cube_kernel_cache_entry {
   char kind[16];     /* "so" (CPU), "clbin" (OpenCL), "cubin" (CUDA), "tune" */
   char name[128];    /* the kernel, or the tuned operation; "" when not recorded */
   char backend[16];  /* "cpu", "opencl", "cuda"; "" when not recorded */
-  char device[256];  /* the device identity it was made for */
+  char device[512];  /* the device identity it was made for */
   char version[32];  /* the cube version that wrote it */
   uint64_t size;     /* bytes on disk */
   int64_t last_use;  /* seconds since the epoch: its last store or load */

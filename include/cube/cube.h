@@ -92,6 +92,7 @@
 #define CUBE_VERSION_STRING "0.1.0"
 
 #include "cube/backends/cpu.h"
+#include "cube/bundle.h"
 #include "cube/bytes.h"
 #include "cube/cache.h"
 #include "cube/client.h"

@@ -55,6 +55,7 @@ extern const cube__struct_info_t cube__struct_kernel_cache_prune_report;
 extern const cube__struct_info_t cube__struct_execution_stats;
 extern const cube__struct_info_t cube__struct_tune_op_desc;
 extern const cube__struct_info_t cube__struct_tune_record;
+extern const cube__struct_info_t cube__struct_bundle_info;
 
 /* The struct_size of the struct at |p| (the first member of every such
  * struct). */

@@ -692,17 +692,22 @@ cube_status_t cube__cache_disk_load(cube__cache_key_t key, const char* kind, voi
   return CUBE_OK;
 }
 
-cube_status_t cube__kc_store_raw(const cube__kc_dir_t* d, cube__cache_key_t key,
-                                 const char* kind, const char* meta, size_t meta_len,
-                                 const void* data, size_t size) {
-  char sub[PATH_MAX], path[PATH_MAX], tmp[PATH_MAX];
+cube_status_t cube__kc_stage(const cube__kc_dir_t* d, cube__cache_key_t key, const char* kind,
+                             const char* meta, size_t meta_len, const void* data, size_t size,
+                             cube__kc_staged_t* out) {
+  char sub[PATH_MAX];
+  char* path = out->path;
+  char* tmp = out->tmp;
+  out->tmp[0] = out->path[0] = '\0';
   CUBE_RETURN_IF_ERROR(cube__kc_subdir(d, sub, sizeof(sub)));
-  CUBE_RETURN_IF_ERROR(cube__kc_entry_path(d, key, kind, path, sizeof(path)));
+  CUBE_RETURN_IF_ERROR(cube__kc_entry_path(d, key, kind, path, sizeof(out->path)));
   char hex[33];
   cube__cache_key_hex(key, hex);
-  int n = snprintf(tmp, sizeof(tmp), "%s/.%s.%s.XXXXXX", sub, hex, kind);
-  if (n < 0 || (size_t)n >= sizeof(tmp))
+  int n = snprintf(tmp, sizeof(out->tmp), "%s/.%s.%s.XXXXXX", sub, hex, kind);
+  if (n < 0 || (size_t)n >= sizeof(out->tmp)) {
+    tmp[0] = '\0';
     return CUBE_INVALID("cube kernel cache: temporary path under '%s' is too long", sub);
+  }
   cube_status_t st = cube__kc_mkdirs(sub);
   if (!st) st = cube__kc_check_private(d);
   int fd = -1;
@@ -715,6 +720,7 @@ cube_status_t cube__kc_store_raw(const cube__kc_dir_t* d, cube__cache_key_t key,
                              strerror(errno));
   }
   if (st) {
+    tmp[0] = '\0';
     cube__kc_report(d, st);
     return st;
   }
@@ -742,22 +748,47 @@ cube_status_t cube__kc_store_raw(const cube__kc_dir_t* d, cube__cache_key_t key,
     step = "close";
     e = errno;
   }
-  if (!step && rename(tmp, path) != 0) {
-    step = "rename";
-    e = errno;
-  }
   if (step) {
     (void)unlink(tmp);
+    tmp[0] = '\0';
     return cube__status_make(CUBE_STATUS_UNAVAILABLE,
                              "cube kernel cache: storing %zu bytes as '%s' failed at %s: %s", size,
                              path, step, strerror(e));
   }
+  return CUBE_OK;
+}
+
+cube_status_t cube__kc_commit(cube__kc_staged_t* s) {
+  if (!s->tmp[0]) return CUBE_OK;
+  if (rename(s->tmp, s->path) != 0) {
+    int e = errno;
+    (void)unlink(s->tmp);
+    s->tmp[0] = '\0';
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                             "cube kernel cache: storing '%s' failed at rename: %s", s->path,
+                             strerror(e));
+  }
+  s->tmp[0] = '\0';
+  return CUBE_OK;
+}
+
+void cube__kc_unstage(cube__kc_staged_t* s) {
+  if (s->tmp[0]) (void)unlink(s->tmp);
+  s->tmp[0] = '\0';
+}
+
+cube_status_t cube__kc_store_raw(const cube__kc_dir_t* d, cube__cache_key_t key,
+                                 const char* kind, const char* meta, size_t meta_len,
+                                 const void* data, size_t size) {
+  cube__kc_staged_t s;
+  CUBE_RETURN_IF_ERROR(cube__kc_stage(d, key, kind, meta, meta_len, data, size, &s));
+  CUBE_RETURN_IF_ERROR(cube__kc_commit(&s));
   cube__kc_report_ok(d);
   uint64_t max = cube__option_size(CUBE__OPT_CACHE_MAX);
   if (max) {
     /* The entry just stored stays, even alone above the limit. */
-    const char* keep = strrchr(path, '/');
-    cube_status_free(cube__kc_evict(d, max, keep ? keep + 1 : path, NULL, NULL));
+    const char* keep = strrchr(s.path, '/');
+    cube_status_free(cube__kc_evict(d, max, keep ? keep + 1 : s.path, NULL, NULL));
   }
   return CUBE_OK;
 }

@@ -78,6 +78,25 @@ cube_status_t cube__cache_entry_path(cube__cache_key_t key, const char* kind, ch
  * load). */
 void cube__cache_disk_discard(cube__cache_key_t key, const char* kind);
 
+/* Bundles (cube/bundle.h; cache_bundle.c). What a bundle's header says. */
+typedef struct cube__bundle_head {
+  char version[32];
+  char backend[16];
+  char device[512];
+  uint64_t entries, kernels, tunings, bytes;
+} cube__bundle_head_t;
+
+/* Writes the entries of the cache directory whose metadata names this cube
+ * version and |device| (made on |backend|) into the bundle |path|.
+ * FAILED_PRECONDITION when there is none. */
+cube_status_t cube__bundle_export(const char* path, const char* backend, const char* device,
+                                  cube__bundle_head_t* out_head);
+/* Checks the bundle |path| (file, format, checksum) and fills |out_head|;
+ * with |device| (may be NULL: describe only) also refuses another cube
+ * version or another device, then stores every entry. */
+cube_status_t cube__bundle_import(const char* path, const char* device,
+                                  cube__bundle_head_t* out_head);
+
 /* Memory: an artifact (e.g. a loaded module) per key, owned by the cache;
  * |destroy| runs at cube__cache_shutdown (cube_kernel_cache_clear keeps
  * loaded artifacts). */

@@ -93,6 +93,20 @@ cube_status_t cube__kc_store_raw(const cube__kc_dir_t* d, cube__cache_key_t key,
                                  const char* kind, const char* meta, size_t meta_len,
                                  const void* data, size_t size);
 
+/* A store in two steps, for bundles (all entries or none): cube__kc_stage
+ * writes the entry into a temporary file of the directory (fsync'd),
+ * cube__kc_commit renames it into place, cube__kc_unstage deletes it. A
+ * failed stage or commit leaves no temporary file. */
+typedef struct cube__kc_staged {
+  char tmp[PATH_MAX];  /* "" once committed or removed */
+  char path[PATH_MAX];
+} cube__kc_staged_t;
+cube_status_t cube__kc_stage(const cube__kc_dir_t* d, cube__cache_key_t key, const char* kind,
+                             const char* meta, size_t meta_len, const void* data, size_t size,
+                             cube__kc_staged_t* out);
+cube_status_t cube__kc_commit(cube__kc_staged_t* s);
+void cube__kc_unstage(cube__kc_staged_t* s);
+
 /* Deletes least recently used entries of |d| (oldest modification time
  * first: a load marks an entry used) until their bytes are at most
  * |max_bytes|; |keep| (a file name, may be NULL) is never deleted. Counts

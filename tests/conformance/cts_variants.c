@@ -65,6 +65,9 @@ static const cts_unsupported_t cts_unsupported[] = {
      "tune_record_keyed_by_operation_version_and_candidates tune_off_launches_the_default "
      "tune_budget_stops_the_measuring tune_policies_warm_a_cache tune_record_names_the_timing",
      "the null backend runs no kernels: no candidate can be measured"},
+    {"null", "bundle_second_directory_compiles_and_tunes_nothing bundle_refusals "
+             "bundle_import_is_all_or_none",
+     "the null backend runs no kernels: there is nothing to bundle"},
     {"null", "dlpack_*",
      "the null backend's memory has no DLPack device (its ctl does not answer "
      "CUBE__CTL_DLPACK_DEVICE)"},
