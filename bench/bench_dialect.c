@@ -1740,7 +1740,7 @@ static void bench_tune_on(const char* backend) {
   printf("  %s: shape MxNxK (bucket)      tuning    default   best alone (which)   tuned "
          "(which)     tuned/best  speedup vs default\n",
          backend);
-  int met = 0, measured = 0;
+  int met = 0, measured = 0, choice_met = 0;
   for (int s = 0; s < 6; ++s) {
     const tune_shape_t* sh = &k_tune_shapes[s];
     size_t na = (size_t)sh->m * sh->k, nb = (size_t)sh->k * sh->n, nc = (size_t)sh->m * sh->n;
@@ -1807,8 +1807,12 @@ static void bench_tune_on(const char* backend) {
     }
     const int T = TUNED_MATMUL_CANDIDATES, D = TUNED_MATMUL_DEFAULT;
     double ratio = med[T] / med[best];
+    /* The same question without the tuned launches' own noise: the chosen
+     * candidate's median alone against the best one's. */
+    double choice = runs[rec.winner] ? med[rec.winner] / med[best] : 0;
     measured++;
     met += ratio <= 1.03;
+    choice_met += choice <= 1.03;
     char shape[48];
     snprintf(shape, sizeof(shape), "%ux%ux%u (%llux%llux%llu)", sh->m, sh->n, sh->k,
              (unsigned long long)rec.key.values[0], (unsigned long long)rec.key.values[1],
@@ -1817,9 +1821,9 @@ static void bench_tune_on(const char* backend) {
            tuning_s, med[D] / 1e3, med[best] / 1e3, tuned_matmul_variants[best].name,
            med[T] / 1e3, tuned_matmul_variants[rec.winner].name, ratio,
            ratio <= 1.03 ? "ok  " : "OVER", med[D] / med[T]);
-    printf("  %-34s spread (min-max over %d rounds of %d launches): tuned %.3f-%.3f ms, best "
-           "%.3f-%.3f ms; every candidate:",
-           "", ROUNDS, iters, lo[T] / 1e3, hi[T] / 1e3, lo[best] / 1e3, hi[best] / 1e3);
+    printf("  %-34s choice alone / best alone %.3f; spread (min-max over %d rounds of %d "
+           "launches): tuned %.3f-%.3f ms, best %.3f-%.3f ms; every candidate:",
+           "", choice, ROUNDS, iters, lo[T] / 1e3, hi[T] / 1e3, lo[best] / 1e3, hi[best] / 1e3);
     for (int c = 0; c < T; ++c)
       if (runs[c])
         printf(" %s %.3f", tuned_matmul_variants[c].name, med[c] / 1e3);
@@ -1834,8 +1838,9 @@ static void bench_tune_on(const char* backend) {
     free(a);
     free(b);
   }
-  printf("  target: tuned within 3 %% of the best candidate alone -> %d of %d shapes\n", met,
-         measured);
+  printf("  target: tuned within 3 %% of the best candidate alone -> %d of %d shapes (the "
+         "chosen candidate alone within 3 %%: %d of %d)\n",
+         met, measured, choice_met, measured);
   cube_tune_op_release(op);
 }
 
