@@ -44,9 +44,9 @@
  *      peer's output) PyTorch's CUDA graph. The step's result is checked.
  *      Then where the step's time goes (traced as for figure 3), and raw
  *      graphs that differ from the raw step in one way each: an event after
- *      each launch, the kernel code cube generates (NVRTC'd here), cube's
- *      buffer, and cube's kernel code with the 1-D position in place of the
- *      prelude's 3-D ABSOLUTE_POS.
+ *      each launch, the kernel code cube generates in its form for any
+ *      launch (NVRTC'd here), cube's buffer, and the 1-D form cube compiles
+ *      for launches of 1 in y and z (the one cube's step runs).
  *  10. tuning (docs/autotune.md): the tuned matmul of examples/tuned_matmul.h
  *      over six shapes from 64 to 4096 (square and not): the time of the
  *      tuning's choice vs the best candidate measured alone, in alternating
@@ -857,20 +857,13 @@ static int step_variants(cube_handle_t hx, CUgraphExec raw, CUdeviceptr rx, int 
   char* text = NULL;
   CHECK("cube__dialect_generate (addc)",
         cube__dialect_generate(CUBE__TARGET_CUDA, &sig, k_addc, NULL, 0, CUBE_EXEC_CHECKED, &text));
-  /* The same unit with the kernel's ABSOLUTE_POS replaced by the 1-D
-   * position (the launch is 1-D: the same value), to see what the 3-D
-   * formula of the prelude costs. */
-  const char* pos = strstr(text, "uint32_t i = ABSOLUTE_POS;");
-  if (!pos) {
-    fprintf(stderr, BENCH_NAME ": the generated addc unit has no 'uint32_t i = ABSOLUTE_POS;'\n");
-    exit(1);
-  }
-  static const char one_d[] = "uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;";
-  size_t head = (size_t)(pos - text), tail_at = head + strlen("uint32_t i = ABSOLUTE_POS;");
+  /* The same unit in the 1-D form the backend compiles for launches of 1 in y
+   * and z (CUBE_LAUNCH_1D ahead of it, as cuda_kernel.c does), to see what
+   * the 3-D form's positions cost. */
+  static const char one_d[] = "#define CUBE_LAUNCH_1D 1\n";
   char* text1 = xmalloc(strlen(text) + sizeof(one_d));
-  memcpy(text1, text, head);
-  strcpy(text1 + head, one_d);
-  strcat(text1, text + tail_at);
+  strcpy(text1, one_d);
+  strcat(text1, text);
   CUmodule m, m1;
   CUfunction f, f1;
   for (int u = 0; u < 2; ++u) {
@@ -898,8 +891,9 @@ static int step_variants(cube_handle_t hx, CUgraphExec raw, CUdeviceptr rx, int 
   CK(cu->EventCreate(&ev, CU_EVENT_DISABLE_TIMING));
   enum { VARIANTS = 5, ROUNDS = 3 };
   static const char* const names[VARIANTS] = {
-      "raw graph", "raw graph + cuEventRecord after it", "raw graph of cube's generated kernel",
-      "raw graph on cube's buffer", "cube's generated kernel, 1-D ABSOLUTE_POS"};
+      "raw graph", "raw graph + cuEventRecord after it",
+      "raw graph of cube's generated kernel, 3-D form", "raw graph on cube's buffer",
+      "raw graph of cube's generated kernel, 1-D form (cube's)"};
   CUgraphExec execs[VARIANTS] = {raw, raw, cubecode, onbuf, cubecode1};
   double* t = xmalloc(sizeof(double) * (size_t)steps);
   double med[VARIANTS][ROUNDS];
@@ -1111,24 +1105,54 @@ static void roundtrip_phases(cube_handle_t out, int iters) {
   uint32_t* pin = NULL;
   CK(cu->MemHostAlloc((void**)&pin, 4096, 0));
   unsigned long long bytes = 4;
-  for (int i = -20; i < iters; ++i) {
-    unsigned x = (unsigned)i;
-    void* a[] = {&d, &bytes, &x};
-    uint64_t t0 = now_ns();
-    CK(cu->LaunchKernel(R.f_write4, 1, 1, 1, 32, 1, 1, 0, R.s, a, NULL));
-    uint64_t t1 = now_ns();
-    CK(cu->MemcpyDtoHAsync(pin, d, 4, R.s));
-    uint64_t t2 = now_ns();
-    CK(cu->StreamSynchronize(R.s));
-    uint64_t t3 = now_ns();
-    if (i < 0) continue;
-    double* r = v + (size_t)i * Q;
-    r[0] = (double)(t1 - t0);
-    r[1] = (double)(t2 - t1);
-    r[2] = (double)(t3 - t2);
-    r[3] = (double)(t3 - t0);
+  /* The raw loop twice: with the raw module's write4, then with the unit cube
+   * generates for write4 (its 1-D form, NVRTC'd here), to tell the cost of
+   * cube's kernel from the cost of cube's path to it. */
+  cube__signature_t sig;
+  CHECK("cube__dialect_parse (write4)", cube__dialect_parse(k_cube_src, "write4", &sig));
+  char* text = NULL;
+  CHECK("cube__dialect_generate (write4)",
+        cube__dialect_generate(CUBE__TARGET_CUDA, &sig, k_cube_src, NULL, 0, CUBE_EXEC_CHECKED,
+                               &text));
+  static const char one_d[] = "#define CUBE_LAUNCH_1D 1\n";
+  char* text1 = xmalloc(strlen(text) + sizeof(one_d));
+  strcpy(text1, one_d);
+  strcat(text1, text);
+  free(text);
+  char* cubin = NULL;
+  size_t size = 0;
+  (void)raw_nvrtc(text1, "write4.cu", &cubin, &size);
+  free(text1);
+  CUmodule m;
+  CUfunction fc;
+  CK(cu->CtxSetCurrent(R.ctx));
+  CK(cu->ModuleLoadData(&m, cubin));
+  CK(cu->ModuleGetFunction(&fc, m, "cube_kernel_entry"));
+  free(cubin);
+  for (int variant = 0; variant < 2; ++variant) {
+    CUfunction f = variant ? fc : R.f_write4;
+    for (int i = -20; i < iters; ++i) {
+      unsigned x = (unsigned)i;
+      void* a[] = {&d, &bytes, &x};
+      uint64_t t0 = now_ns();
+      CK(cu->LaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, R.s, a, NULL));
+      uint64_t t1 = now_ns();
+      CK(cu->MemcpyDtoHAsync(pin, d, 4, R.s));
+      uint64_t t2 = now_ns();
+      CK(cu->StreamSynchronize(R.s));
+      uint64_t t3 = now_ns();
+      if (*pin != x + 1u) wrong("raw round trip (%s): %u, expected %u", variant ? "cube's unit" : "raw", *pin, x + 1u);
+      if (i < 0) continue;
+      double* r = v + (size_t)i * Q;
+      r[0] = (double)(t1 - t0);
+      r[1] = (double)(t2 - t1);
+      r[2] = (double)(t3 - t2);
+      r[3] = (double)(t3 - t0);
+    }
+    phase_print(variant ? "raw, launching cube's generated write4 (1-D form)" : "raw", rnames, Q,
+                v, iters);
   }
-  phase_print("raw", rnames, Q, v, iters);
+  CK(cu->ModuleUnload(m));
   CK(cu->MemFree(d));
   CK(cu->MemFreeHost(pin));
   free(v);
@@ -1138,73 +1162,92 @@ static void roundtrip_phases(cube_handle_t out, int iters) {
 // 3. Launch + 4-byte read back
 //===----------------------------------------------------------------------===//
 
+/* One round trip through the raw driver: launch write4(v), copy the 4 bytes
+ * into pinned memory, synchronize. Returns the nanoseconds; counts a wrong
+ * value in |bad|. */
+static double raw_round_trip(CUdeviceptr d, uint32_t* pin, uint32_t v, uint64_t* bad) {
+  unsigned long long bytes = 4;
+  void* args[] = {&d, &bytes, &v};
+  uint64_t t0 = now_ns();
+  CK(cu->LaunchKernel(R.f_write4, 1, 1, 1, 32, 1, 1, 0, R.s, args, NULL));
+  CK(cu->MemcpyDtoHAsync(pin, d, 4, R.s));
+  CK(cu->StreamSynchronize(R.s));
+  uint64_t t1 = now_ns();
+  if (*pin != v + 1u) (*bad)++;
+  return (double)(t1 - t0);
+}
+
+/* The same through cube: cube_client_launch + cube_client_read_one. */
+static double cube_round_trip(cube_handle_t out, uint32_t v, uint64_t* bad) {
+  cube_arg_t args[2] = {cube_arg_buffer(out), cube_arg_u32(v)};
+  uint64_t t0 = now_ns();
+  cube_status_t s = cube_client_launch(C.c, C.k_write4, cube_count_static(1, 1, 1), 2, args);
+  if (s) {
+    fail_status("cube_client_launch (write4)", s);
+    exit(1);
+  }
+  cube_bytes_t* b = NULL;
+  s = cube_client_read_one(C.c, out, &b);
+  uint64_t t1 = now_ns();
+  if (s) {
+    fail_status("cube_client_read_one (4 bytes)", s);
+    exit(1);
+  }
+  uint32_t got = 0;
+  if (cube_bytes_size(b) != 4) (*bad)++;
+  else memcpy(&got, cube_bytes_const_data(b), 4);
+  if (got != v + 1u) (*bad)++;
+  cube_bytes_release(b);
+  return (double)(t1 - t0);
+}
+
 static void fig_roundtrip(void) {
   int warm = g_rt_warm, iters = g_rt_iters;
+  enum { BLOCKS = 10 };
+  const int per = iters / BLOCKS > 0 ? iters / BLOCKS : 1;
+  iters = per * BLOCKS;
   printf("\n## [3] launch (kernel writes v + 1 into 4 bytes) + read back of the 4 bytes; median of "
-         "%d after %d warm-up\n",
-         iters, warm);
-  double* t = xmalloc(sizeof(double) * (size_t)iters);
-  /* Raw. */
+         "%d each after %d warm-up, in %d alternating blocks of %d (raw, cube; then cube, raw)\n",
+         iters, warm, BLOCKS, per);
+  double* tr = xmalloc(sizeof(double) * (size_t)iters);
+  double* tc = xmalloc(sizeof(double) * (size_t)iters);
   CUdeviceptr d;
   CK(cu->MemAlloc(&d, 256));
   uint32_t* pin = NULL;
   CK(cu->MemHostAlloc((void**)&pin, 4096, 0));
-  unsigned long long bytes = 4;
-  uint64_t bad = 0;
-  for (int i = -warm; i < iters; ++i) {
-    unsigned v = (unsigned)(i + warm);
-    void* args[] = {&d, &bytes, &v};
-    uint64_t t0 = now_ns();
-    CK(cu->LaunchKernel(R.f_write4, 1, 1, 1, 32, 1, 1, 0, R.s, args, NULL));
-    CK(cu->MemcpyDtoHAsync(pin, d, 4, R.s));
-    CK(cu->StreamSynchronize(R.s));
-    uint64_t t1 = now_ns();
-    if (*pin != v + 1u) bad++;
-    if (i >= 0) t[i] = (double)(t1 - t0);
-  }
-  if (bad) wrong("raw 4-byte round trip: %" PRIu64 " wrong values", bad);
-  double raw = median_of(t, iters) / 1e3;
-  double raw_p99 = t[(int)(0.99 * (iters - 1))] / 1e3;
-  CK(cu->MemFree(d));
-  CK(cu->MemFreeHost(pin));
-
-  /* cube. */
   cube_handle_t out;
   CHECK("cube_client_empty (4 bytes)", cube_client_empty(C.c, 4, &out));
-  cube_count_t one = cube_count_static(1, 1, 1);
-  bad = 0;
-  for (int i = -warm; i < iters; ++i) {
-    uint32_t v = (uint32_t)(i + warm);
-    cube_arg_t args[2] = {cube_arg_buffer(out), cube_arg_u32(v)};
-    uint64_t t0 = now_ns();
-    cube_status_t s = cube_client_launch(C.c, C.k_write4, one, 2, args);
-    if (s) {
-      fail_status("cube_client_launch (write4)", s);
-      exit(1);
-    }
-    cube_bytes_t* b = NULL;
-    s = cube_client_read_one(C.c, out, &b);
-    uint64_t t1 = now_ns();
-    if (s) {
-      fail_status("cube_client_read_one (4 bytes)", s);
-      exit(1);
-    }
-    uint32_t got = 0;
-    if (cube_bytes_size(b) != 4) bad++;
-    else memcpy(&got, cube_bytes_const_data(b), 4);
-    if (got != v + 1u) bad++;
-    cube_bytes_release(b);
-    if (i >= 0) t[i] = (double)(t1 - t0);
+  uint64_t bad_raw = 0, bad_cube = 0;
+  uint32_t v = 0;
+  for (int i = 0; i < warm; ++i) {
+    (void)raw_round_trip(d, pin, v++, &bad_raw);
+    (void)cube_round_trip(out, v++, &bad_cube);
   }
-  if (bad) wrong("cube 4-byte round trip: %" PRIu64 " wrong values", bad);
+  int nr = 0, nc = 0;
+  for (int b = 0; b < BLOCKS; ++b) {
+    for (int side = 0; side < 2; ++side) {
+      bool raw_now = (side == 0) == (b % 2 == 0);
+      for (int i = 0; i < per; ++i) {
+        if (raw_now) tr[nr++] = raw_round_trip(d, pin, v++, &bad_raw);
+        else tc[nc++] = cube_round_trip(out, v++, &bad_cube);
+      }
+    }
+  }
+  if (bad_raw) wrong("raw 4-byte round trip: %" PRIu64 " wrong values", bad_raw);
+  if (bad_cube) wrong("cube 4-byte round trip: %" PRIu64 " wrong values", bad_cube);
+  CK(cu->MemFree(d));
+  CK(cu->MemFreeHost(pin));
   roundtrip_phases(out, iters < 400 ? iters : 400);
   cube_handle_release(out);
-  double cube = median_of(t, iters) / 1e3;
-  double cube_p99 = t[(int)(0.99 * (iters - 1))] / 1e3;
+  double raw = median_of(tr, iters) / 1e3;
+  double raw_p99 = tr[(int)(0.99 * (iters - 1))] / 1e3;
+  double cube = median_of(tc, iters) / 1e3;
+  double cube_p99 = tc[(int)(0.99 * (iters - 1))] / 1e3;
   add_row("3", "launch + 4-byte read back", cube, "us", raw, true, NULL, T_RATIO_LE, 1.15, NULL);
   printf("  (p99: cube %.3f us, raw %.3f us)\n", cube_p99, raw_p99);
-  add_check("4-byte round trip values (cube and raw)", bad == 0);
-  free(t);
+  add_check("4-byte round trip values (cube and raw)", bad_raw == 0 && bad_cube == 0);
+  free(tr);
+  free(tc);
 }
 
 //===----------------------------------------------------------------------===//

@@ -53,6 +53,8 @@ def test_torch_cuda_stream_ordering_and_zero_copy():
 
 def test_torch_cuda_import_without_copy():
     cc = _cuda_client()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
     free0, _ = torch.cuda.mem_get_info()
     x = torch.arange(1 << 26, device="cuda", dtype=torch.float32)  # 256 MiB
     t = cube.from_dlpack(x, cc)
@@ -62,4 +64,7 @@ def test_torch_cuda_import_without_copy():
     assert back.data_ptr() == x.data_ptr()
     torch.cuda.synchronize()
     del back, t, x
+    # PyTorch's caching allocator keeps x's block until empty_cache; the block
+    # goes back to the driver only if cube let go of x (its deleter ran).
+    torch.cuda.empty_cache()
     assert torch.cuda.mem_get_info()[0] >= free0 - (64 << 20)

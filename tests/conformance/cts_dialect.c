@@ -954,11 +954,12 @@ static const char* const pos_names[POS_VALUES] = {
     "CUBE_COUNT",   "ABSOLUTE_POS_X", "ABSOLUTE_POS_Y", "ABSOLUTE_POS_Z", "ABSOLUTE_POS",
     "PLANE_DIM",    "UNIT_POS_PLANE"};
 
-static void check_positions(const uint32_t dim[3], const uint32_t count[3]) {
+/* Each kernel object is launched with every count of |counts| in turn (a
+ * backend may compile a form of it per shape of launch: CUDA's 1-D form). */
+static void check_positions_counts(const uint32_t dim[3], const uint32_t (*counts)[3],
+                                   size_t ncounts) {
   CTS_CLIENT(c);
   const cube_device_properties_t* props = cube_client_properties(c);
-  const uint64_t units = (uint64_t)dim[0] * dim[1] * dim[2] * count[0] * count[1] * count[2];
-  const size_t len = (size_t)(units + 1) * POS_VALUES; /* one unit's worth of guard */
   /* 0: a plain unit loop; 1: with a barrier (the backend's choice of entry);
    * 2: with a barrier, fibers forced. */
   static const char* const variants[3] = {"loop", "barrier", "fibers"};
@@ -967,57 +968,71 @@ static void check_positions(const uint32_t dim[3], const uint32_t count[3]) {
     snprintf(src, sizeof(src), k_positions_fmt, variant ? "  sync_cube();\n" : "");
     cube_define_t fdefs[] = {{"CUBE_CPU_FIBERS", "1"}};
     DK(k, src, "positions", dim[0], dim[1], dim[2], fdefs, variant == 2 ? 1 : 0);
-    cube_handle_t ho;
-    REQUIRE_OK(cts_poisoned(c, len * 4, &ho));
-    cube_arg_t args[1] = {cube_arg_buffer(ho)};
-    CHECK_OK(cube_client_launch(c, k, cube_count_static(count[0], count[1], count[2]), 1, args));
-    uint32_t* got = NULL;
-    size_t size = 0;
-    CHECK_OK(cts_read_alloc(c, ho, (void**)&got, &size));
-    CHECK_EQ_U64(size, (uint64_t)len * 4);
-    if (got && size == len * 4) {
-      size_t bad = 0;
-      uint32_t plane = got[20];
-      CHECK(plane >= props->hardware.plane_size_min && plane <= props->hardware.plane_size_max);
-      if (plane == 0) plane = 1;
-      const uint64_t gx = (uint64_t)count[0] * dim[0], gy = (uint64_t)count[1] * dim[1];
-      for (uint32_t cz = 0; cz < count[2]; ++cz)
-        for (uint32_t cy = 0; cy < count[1]; ++cy)
-          for (uint32_t cx = 0; cx < count[0]; ++cx)
-            for (uint32_t uz = 0; uz < dim[2]; ++uz)
-              for (uint32_t uy = 0; uy < dim[1]; ++uy)
-                for (uint32_t ux = 0; ux < dim[0]; ++ux) {
-                  uint64_t ax = (uint64_t)cx * dim[0] + ux, ay = (uint64_t)cy * dim[1] + uy,
-                           az = (uint64_t)cz * dim[2] + uz;
-                  uint64_t abs = ax + gx * (ay + gy * az);
-                  uint32_t unit = ux + dim[0] * (uy + dim[1] * uz);
-                  uint32_t e[POS_VALUES] = {
-                      ux, uy, uz, unit,
-                      cx, cy, cz, cx + count[0] * (cy + count[1] * cz),
-                      dim[0], dim[1], dim[2], dim[0] * dim[1] * dim[2],
-                      count[0], count[1], count[2], count[0] * count[1] * count[2],
-                      (uint32_t)ax, (uint32_t)ay, (uint32_t)az, (uint32_t)abs,
-                      plane, unit % plane};
-                  const uint32_t* g = got + abs * POS_VALUES;
-                  for (int v = 0; v < POS_VALUES; ++v)
-                    if (g[v] != e[v] && bad++ < 8)
-                      fprintf(stderr,
-                              "%s: cube (%u,%u,%u) unit (%u,%u,%u): %s = %u, expected %u\n",
-                              variants[variant], cx, cy, cz, ux, uy, uz, pos_names[v],
-                              g[v], e[v]);
-                }
-      for (size_t i = (size_t)units * POS_VALUES; i < len; ++i)
-        if (got[i] != poison_u32() && bad++ < 8)
-          fprintf(stderr, "%s: out[%zu] past the last unit was written\n",
-                  variants[variant], i);
-      CHECK(bad == 0);
+    for (size_t ci = 0; ci < ncounts; ++ci) {
+      const uint32_t* count = counts[ci];
+      const uint64_t units = (uint64_t)dim[0] * dim[1] * dim[2] * count[0] * count[1] * count[2];
+      const size_t len = (size_t)(units + 1) * POS_VALUES; /* one unit's worth of guard */
+      cube_handle_t ho;
+      REQUIRE_OK(cts_poisoned(c, len * 4, &ho));
+      cube_arg_t args[1] = {cube_arg_buffer(ho)};
+      CHECK_OK(cube_client_launch(c, k, cube_count_static(count[0], count[1], count[2]), 1, args));
+      uint32_t* got = NULL;
+      size_t size = 0;
+      CHECK_OK(cts_read_alloc(c, ho, (void**)&got, &size));
+      CHECK_EQ_U64(size, (uint64_t)len * 4);
+      if (got && size == len * 4) {
+        size_t bad = 0;
+        uint32_t plane = got[20];
+        CHECK(plane >= props->hardware.plane_size_min && plane <= props->hardware.plane_size_max);
+        if (plane == 0) plane = 1;
+        const uint64_t gx = (uint64_t)count[0] * dim[0], gy = (uint64_t)count[1] * dim[1];
+        for (uint32_t cz = 0; cz < count[2]; ++cz)
+          for (uint32_t cy = 0; cy < count[1]; ++cy)
+            for (uint32_t cx = 0; cx < count[0]; ++cx)
+              for (uint32_t uz = 0; uz < dim[2]; ++uz)
+                for (uint32_t uy = 0; uy < dim[1]; ++uy)
+                  for (uint32_t ux = 0; ux < dim[0]; ++ux) {
+                    uint64_t ax = (uint64_t)cx * dim[0] + ux, ay = (uint64_t)cy * dim[1] + uy,
+                             az = (uint64_t)cz * dim[2] + uz;
+                    uint64_t abs = ax + gx * (ay + gy * az);
+                    uint32_t unit = ux + dim[0] * (uy + dim[1] * uz);
+                    uint32_t e[POS_VALUES] = {ux,           uy,
+                                              uz,           unit,
+                                              cx,           cy,
+                                              cz,           cx + count[0] * (cy + count[1] * cz),
+                                              dim[0],       dim[1],
+                                              dim[2],       dim[0] * dim[1] * dim[2],
+                                              count[0],     count[1],
+                                              count[2],     count[0] * count[1] * count[2],
+                                              (uint32_t)ax, (uint32_t)ay,
+                                              (uint32_t)az, (uint32_t)abs,
+                                              plane,        unit % plane};
+                    const uint32_t* g = got + abs * POS_VALUES;
+                    for (int v = 0; v < POS_VALUES; ++v)
+                      if (g[v] != e[v] && bad++ < 8)
+                        fprintf(stderr,
+                                "%s, count (%u,%u,%u): cube (%u,%u,%u) unit (%u,%u,%u): %s = %u, "
+                                "expected %u\n",
+                                variants[variant], count[0], count[1], count[2], cx, cy, cz, ux, uy,
+                                uz, pos_names[v], g[v], e[v]);
+                  }
+        for (size_t i = (size_t)units * POS_VALUES; i < len; ++i)
+          if (got[i] != poison_u32() && bad++ < 8)
+            fprintf(stderr, "%s: out[%zu] past the last unit was written\n", variants[variant], i);
+        CHECK(bad == 0);
+      }
+      free(got);
+      cube_handle_release(ho);
     }
-    free(got);
-    cube_handle_release(ho);
     cube_kernel_release(k);
   }
   CHECK_OK(cube_client_sync(c));
   CTS_END(c);
+}
+
+static void check_positions(const uint32_t dim[3], const uint32_t count[3]) {
+  const uint32_t counts[1][3] = {{count[0], count[1], count[2]}};
+  check_positions_counts(dim, counts, 1);
 }
 
 CUBE_TEST(dialect_positions_1d) {
@@ -1033,6 +1048,14 @@ CUBE_TEST(dialect_positions_2d) {
 CUBE_TEST(dialect_positions_3d) {
   const uint32_t dim[3] = {3, 5, 2}, count[3] = {4, 3, 2};
   check_positions(dim, count);
+}
+
+/* One kernel of a 1-D cube dim launched 1-D, then with counts in y and z, then
+ * 1-D again: each launch sees its own positions whichever form runs it. */
+CUBE_TEST(dialect_positions_count_shapes) {
+  const uint32_t dim[3] = {7, 1, 1};
+  const uint32_t counts[4][3] = {{5, 1, 1}, {2, 3, 2}, {3, 1, 4}, {6, 1, 1}};
+  check_positions_counts(dim, counts, 4);
 }
 
 //===----------------------------------------------------------------------===//

@@ -20,7 +20,8 @@ static const cts_unsupported_t cts_unsupported[] = {
     {"null",
      "dialect_saxpy dialect_reduce_sync_cube dialect_sync_cube_shapes dialect_matmul_tiled "
      "dialect_atomic_histogram dialect_defines_specialise dialect_dynamic_count "
-     "dialect_positions_1d dialect_positions_2d dialect_positions_3d dialect_oob_checked "
+     "dialect_positions_1d dialect_positions_2d dialect_positions_3d dialect_positions_count_shapes "
+     "dialect_oob_checked "
      "dialect_oob_validate dialect_unchecked_in_bounds dialect_compile_error "
      "dialect_cache_disk_hit_in_child dialect_cache_corrupt_entry_rebuilt "
      "dialect_cache_concurrent_processes dialect_cache_precompile_no_recompile "

@@ -1375,10 +1375,23 @@ CUBE_TEST(cuda_nvrtc_compiles_every_kernel) {
   for (size_t i = 0; i < nk; ++i) {
     cube__signature_t sig;
     REQUIRE_OK(cube__dialect_parse(ks[i].source, ks[i].entry, &sig));
-    for (int m = 0; m < 3; ++m) {
+    /* Each mode in both forms the backend compiles: any launch, and launches of 1
+     * in y and z (CUBE_LAUNCH_1D ahead of the text, as cuda_kernel.c puts it). */
+    for (int v = 0; v < 6; ++v) {
+      const int m = v % 3;
       char* text = NULL;
       REQUIRE_OK(cube__dialect_generate(CUBE__TARGET_CUDA, &sig, ks[i].source, ks[i].defines,
                                         ks[i].define_count, (cube_execution_mode_t)m, &text));
+      if (v >= 3) {
+        static const char def[] = "#define CUBE_LAUNCH_1D 1\n";
+        size_t tn = strlen(text);
+        char* with = malloc(sizeof def + tn);
+        REQUIRE(with != NULL);
+        memcpy(with, def, sizeof def - 1);
+        memcpy(with + sizeof def - 1, text, tn + 1);
+        free(text);
+        text = with;
+      }
       char name[160];
       snprintf(name, sizeof name, "%s.cu", ks[i].entry);
       nvrtc_program_t prog = NULL;
@@ -1396,8 +1409,8 @@ CUBE_TEST(cuda_nvrtc_compiles_every_kernel) {
           log[n] = '\0';
         }
         if (rc != 0 || (log && strstr(log, "warning")))
-          fprintf(stderr, "NVRTC: kernel '%s' mode %d (%d):\n%s\n", ks[i].entry, m, rc,
-                  log ? log : "");
+          fprintf(stderr, "NVRTC: kernel '%s' mode %d%s (%d):\n%s\n", ks[i].entry, m,
+                  v >= 3 ? " 1-D" : "", rc, log ? log : "");
         CHECK_EQ_U64(rc, 0);
         CHECK(log == NULL || strstr(log, "warning") == NULL); /* warning-free */
         free(log);

@@ -25,6 +25,8 @@
 #include <sys/stat.h>
 
 #include "cube/cube.h"
+#include "cube/dlpack.h"
+#include "cube/dlpack_types.h"
 
 #define INV CUBE_STATUS_INVALID_ARGUMENT
 #define NOTF CUBE_STATUS_NOT_FOUND
@@ -983,6 +985,63 @@ static cube_status_t load_try(cube_device_id_t d) {
   X("E315", "cube_status_make", "code 99 (not a cube_status_code_t)", CUBE_STATUS_INTERNAL,      \
     cube_status_make((cube_status_code_t)99, "step %d", 3), "cube_status_make", "code 99", "step 3")
 
+/* DLPack export and import (include/cube/dlpack.h). The import rows build a
+ * tensor of host memory with dl_*() below; a refused import leaves it the
+ * caller's (its deleter is not called: the case checks). */
+#define G_DLPACK(X, V)                                                                            \
+  X("E400", "cube_client_to_dlpack", "desc->handle NULL", INV,                                   \
+    cube_client_to_dlpack(c, export_of(CUBE_HANDLE_NULL, 16, 0, 0), &vt), "cube_client_to_dlpack", "desc->handle") \
+  X("E401", "cube_dlpack_export_initialize", "rank 13 > CUBE_MAX_RANK", INV,                     \
+    cube_dlpack_export_initialize(h64, f32, 13, shape1, &ex), "cube_dlpack_export_initialize", "rank 13") \
+  X("E402", "cube_dlpack_export_initialize", "shape NULL with rank 2", INV,                      \
+    cube_dlpack_export_initialize(h64, f32, 2, NULL, &ex), "cube_dlpack_export_initialize", "shape is NULL", "rank 2") \
+  X("E403", "cube_dlpack_export_initialize", "shape[0] = -1", INV,                               \
+    cube_dlpack_export_initialize(h64, f32, 1, neg1, &ex), "cube_dlpack_export_initialize", "shape[0] is -1") \
+  X("E404", "cube_dlpack_export_initialize", "out_export NULL", INV,                             \
+    cube_dlpack_export_initialize(h64, f32, 1, shape1, NULL), "cube_dlpack_export_initialize", "out_export") \
+  X("E405", "cube_client_to_dlpack", "desc NULL", INV, cube_client_to_dlpack(c, NULL, &vt),      \
+    "cube_client_to_dlpack", "desc is NULL")                                                     \
+  X("E406", "cube_client_to_dlpack", "out_tensor NULL", INV,                                     \
+    cube_client_to_dlpack(c, export_of(h64, 16, 0, 0), NULL), "cube_client_to_dlpack", "out_tensor") \
+  X("E407", "cube_client_to_dlpack", "17 floats of a 64-byte handle", INV,                       \
+    cube_client_to_dlpack(c, export_of(h64, 17, 0, 0), &vt), "cube_client_to_dlpack", "68", "64") \
+  X("E408", "cube_client_to_dlpack", "byte_offset 128 of a 64-byte handle", INV,                 \
+    cube_client_to_dlpack(c, export_of(h64, 1, 128, 0), &vt), "cube_client_to_dlpack", "byte_offset 128") \
+  X("E409", "cube_client_to_dlpack", "stream 7 on the CPU (no native streams)", INV,             \
+    cube_client_to_dlpack(c, export_of(h64, 16, 0, 7), &vt), "cube_client_to_dlpack", "stream 0x7", "no native streams") \
+  X("E410", "cube_client_to_dlpack_legacy", "desc NULL", INV,                                    \
+    cube_client_to_dlpack_legacy(c, NULL, &lt), "cube_client_to_dlpack_legacy", "desc is NULL")  \
+  X("E411", "cube_client_dlpack_device", "out_device_type NULL", INV,                            \
+    cube_client_dlpack_device(c, NULL, &dev_id), "cube_client_dlpack_device", "out_device_type") \
+  X("E412", "cube_client_from_dlpack", "tensor NULL", INV, cube_client_from_dlpack(c, NULL, 0, &h), \
+    "cube_client_from_dlpack", "tensor is NULL")                                                 \
+  X("E413", "cube_client_from_dlpack", "out_handle NULL", INV,                                   \
+    cube_client_from_dlpack(c, dl_f32(8), 0, NULL), "cube_client_from_dlpack", "out_handle")     \
+  X("E414", "cube_client_from_dlpack", "a CUDA tensor on a CPU client", INV,                     \
+    cube_client_from_dlpack(c, dl_device(kDLCUDA, 0), 0, &h), "cube_client_from_dlpack", "device type") \
+  X("E415", "cube_client_from_dlpack", "device id 3 on cpu:0", INV,                              \
+    cube_client_from_dlpack(c, dl_device(kDLCPU, 3), 0, &h), "cube_client_from_dlpack", "device id 0, not 3") \
+  X("E416", "cube_client_from_dlpack", "dtype float32 x 4 lanes", UNSUP,                         \
+    cube_client_from_dlpack(c, dl_dtype(kDLFloat, 32, 4), 0, &h), "cube_client_from_dlpack", "dtype", "4 lanes") \
+  X("E417", "cube_client_from_dlpack", "dtype int of 4 bits", UNSUP,                             \
+    cube_client_from_dlpack(c, dl_dtype(kDLInt, 4, 1), 0, &h), "cube_client_from_dlpack", "dtype", "4 bits") \
+  X("E418", "cube_client_from_dlpack", "no elements (shape 0)", UNSUP,                           \
+    cube_client_from_dlpack(c, dl_f32(0), 0, &h), "cube_client_from_dlpack", "no elements")      \
+  X("E419", "cube_client_from_dlpack", "ndim 13", UNSUP,                                         \
+    cube_client_from_dlpack(c, dl_ndim(13), 0, &h), "cube_client_from_dlpack", "ndim 13")        \
+  X("E420", "cube_client_from_dlpack", "data NULL", INV,                                         \
+    cube_client_from_dlpack(c, dl_null_data(), 0, &h), "cube_client_from_dlpack", "data is NULL") \
+  X("E421", "cube_client_from_dlpack", "float64 at byte_offset 4 (misaligned)", INV,             \
+    cube_client_from_dlpack(c, dl_misaligned(), 0, &h), "cube_client_from_dlpack", "not aligned to 8 bytes") \
+  X("E422", "cube_client_from_dlpack", "DLPack version 2.0", UNSUP,                              \
+    cube_client_from_dlpack(c, dl_version(2), 0, &h), "cube_client_from_dlpack", "DLPack 2.0")   \
+  X("E423", "cube_client_from_dlpack", "read-only tensor without CUBE_DLPACK_READ_ONLY", PRECOND, \
+    cube_client_from_dlpack(c, dl_read_only(), 0, &h), "cube_client_from_dlpack", "read-only", "CUBE_DLPACK_READ_ONLY") \
+  X("E424", "cube_client_from_dlpack", "strides with gaps (shape 6x4x2, strides 16,4,2)", UNSUP, \
+    cube_client_from_dlpack(c, dl_gaps(), 0, &h), "cube_client_from_dlpack", "strides", "gaps") \
+  X("E425", "cube_client_from_dlpack_legacy", "tensor NULL", INV,                                \
+    cube_client_from_dlpack_legacy(c, NULL, 0, &h), "cube_client_from_dlpack_legacy", "tensor is NULL")
+
 //===----------------------------------------------------------------------===//
 // The table
 //===----------------------------------------------------------------------===//
@@ -1074,6 +1133,9 @@ static const row_t k_rows[] = {
 #undef group_name_
 #define group_name_ "tune"
     G_TUNE(TABLE_X, TABLE_V)
+#undef group_name_
+#define group_name_ "dlpack"
+    G_DLPACK(TABLE_X, TABLE_V)
 #undef group_name_
 };
 #define ROW_COUNT (sizeof(k_rows) / sizeof(k_rows[0]))
@@ -1725,6 +1787,127 @@ CUBE_TEST(tune) {
   remove(path);
   cube_client_release(c);
   group_done("tune");
+}
+
+/* The DLPack rows' tensors: one static DLPack 1.0 tensor of host floats,
+ * remade by each dl_*(); its deleter counts (a refused import must not call
+ * it). */
+static float g_dl_data[64];
+static int64_t g_dl_shape[CUBE_MAX_RANK + 1], g_dl_strides[CUBE_MAX_RANK + 1];
+static DLManagedTensorVersioned g_dl;
+static int g_dl_deleted;
+
+static void dl_deleter(DLManagedTensorVersioned* t) {
+  (void)t;
+  g_dl_deleted++;
+}
+
+static DLManagedTensorVersioned* dl_f32(int64_t n) {
+  memset(&g_dl, 0, sizeof(g_dl));
+  g_dl.version.major = 1;
+  g_dl.version.minor = 0;
+  g_dl.deleter = dl_deleter;
+  g_dl_shape[0] = n;
+  g_dl_strides[0] = 1;
+  g_dl.dl_tensor.data = g_dl_data;
+  g_dl.dl_tensor.device.device_type = kDLCPU;
+  g_dl.dl_tensor.ndim = 1;
+  g_dl.dl_tensor.dtype.code = kDLFloat;
+  g_dl.dl_tensor.dtype.bits = 32;
+  g_dl.dl_tensor.dtype.lanes = 1;
+  g_dl.dl_tensor.shape = g_dl_shape;
+  g_dl.dl_tensor.strides = g_dl_strides;
+  return &g_dl;
+}
+
+static DLManagedTensorVersioned* dl_device(int32_t type, int32_t id) {
+  dl_f32(8)->dl_tensor.device.device_type = (DLDeviceType)type;
+  g_dl.dl_tensor.device.device_id = id;
+  return &g_dl;
+}
+
+static DLManagedTensorVersioned* dl_dtype(uint8_t code, uint8_t bits, uint16_t lanes) {
+  DLDataType d = {code, bits, lanes};
+  dl_f32(8)->dl_tensor.dtype = d;
+  return &g_dl;
+}
+
+static DLManagedTensorVersioned* dl_ndim(int32_t ndim) {
+  for (int i = 0; i < CUBE_MAX_RANK + 1; ++i) g_dl_shape[i] = 1;
+  dl_f32(1)->dl_tensor.ndim = ndim;
+  g_dl.dl_tensor.strides = NULL;
+  for (int i = 0; i < CUBE_MAX_RANK + 1; ++i) g_dl_shape[i] = 1;
+  return &g_dl;
+}
+
+static DLManagedTensorVersioned* dl_null_data(void) {
+  dl_f32(8)->dl_tensor.data = NULL;
+  return &g_dl;
+}
+
+static DLManagedTensorVersioned* dl_misaligned(void) {
+  dl_f32(4)->dl_tensor.dtype.bits = 64;
+  g_dl.dl_tensor.byte_offset = 4;
+  return &g_dl;
+}
+
+static DLManagedTensorVersioned* dl_version(uint32_t major) {
+  dl_f32(8)->version.major = major;
+  return &g_dl;
+}
+
+static DLManagedTensorVersioned* dl_read_only(void) {
+  dl_f32(8)->flags = DLPACK_FLAG_BITMASK_READ_ONLY;
+  return &g_dl;
+}
+
+static DLManagedTensorVersioned* dl_gaps(void) {
+  dl_f32(6)->dl_tensor.ndim = 3;
+  g_dl_shape[1] = 4;
+  g_dl_shape[2] = 2;
+  g_dl_strides[0] = 16;
+  g_dl_strides[1] = 4;
+  g_dl_strides[2] = 2;
+  return &g_dl;
+}
+
+/* An export of |n| floats of |h| from byte |offset|, with |stream|. */
+static cube_dlpack_export_t g_export;
+
+static const cube_dlpack_export_t* export_of(cube_handle_t h, int64_t n, uint64_t offset,
+                                             int64_t stream) {
+  cube_status_t s = cube_dlpack_export_initialize(h, cube_dlpack_dtype(CUBE_DLPACK_FLOAT, 32), 1,
+                                                  &n, &g_export);
+  if (s) {
+    fprintf(stderr, "cube_dlpack_export_initialize: %s\n", cube_status_message(s));
+    cube_status_free(s);
+    cube_test_failures++;
+  }
+  g_export.byte_offset = offset;
+  g_export.stream = stream;
+  return &g_export;
+}
+
+CUBE_TEST(dlpack) {
+  cube_client_t* c = client_or_null(cpu0());
+  REQUIRE(c != NULL);
+  cube_handle_t h64 = CUBE_HANDLE_NULL, h = CUBE_HANDLE_NULL;
+  REQUIRE_OK(cube_client_empty(c, 64, &h64));
+  const cube_dlpack_dtype_t f32 = cube_dlpack_dtype(CUBE_DLPACK_FLOAT, 32);
+  const int64_t shape1[CUBE_MAX_RANK + 1] = {16, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  const int64_t neg1[1] = {-1};
+  cube_dlpack_export_t ex;
+  DLManagedTensorVersioned* vt = NULL;
+  DLManagedTensor* lt = NULL;
+  int32_t dev_id = 0;
+  g_dl_deleted = 0;
+  G_DLPACK(CHECK_X, CHECK_V)
+  CHECK(vt == NULL && lt == NULL);    /* no tensor made by a refused export */
+  CHECK(cube_handle_is_null(h));      /* no handle made by a refused import */
+  CHECK_EQ_U64(g_dl_deleted, 0);      /* nor a refused tensor's deleter run */
+  cube_handle_release(h64);
+  cube_client_release(c);
+  group_done("dlpack");
 }
 
 //===----------------------------------------------------------------------===//

@@ -52,7 +52,7 @@ typedef struct cube__cuda_slot {
 
 typedef struct cube__cuda_fn {
   uint64_t kernel_id;
-  uint32_t mode;
+  uint32_t mode; /* the variant: the execution mode, bit 2 the 1-D form */
   CUfunction fn;
   int max_threads;
 } cube__cuda_fn_t;
@@ -232,9 +232,10 @@ cube_status_t cube__cuda_device_copy(cube__backend_device_t* d, void* stream,
 // Kernels (cuda_kernel.c) and launches (cuda_launch.c)
 //===----------------------------------------------------------------------===//
 
-/* The function of (|k|, |mode|) on |d|, compiled and loaded on first use. */
+/* The function of (|k|, |mode|) on |d|, compiled and loaded on first use;
+ * |one_d| picks the form compiled for launches that are 1 in y and z. */
 cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t* k,
-                                  cube_execution_mode_t mode, cube__cuda_fn_t* out);
+                                  cube_execution_mode_t mode, bool one_d, cube__cuda_fn_t* out);
 cube_status_t cube__cuda_prepare(cube__backend_device_t* d, const cube_kernel_t* k,
                                  cube_execution_mode_t mode);
 /* The compiled function's limits (the kernel_limits slot), compiling it first. */

@@ -198,9 +198,22 @@ static cube_status_t cube__cuda_cubin(cube__backend_device_t* d, cube__cache_key
   return CUBE_OK;
 }
 
-/* The function map: open addressing on (kernel id, mode); the table is at
- * most half full. Guarded by fn_lock. */
-static uint64_t cube__cuda_fn_key(uint64_t id, uint32_t mode) { return (id << 2) | mode; }
+/* |text| with CUBE_LAUNCH_1D defined ahead of it (the prelude's 1-D positions);
+ * NULL when out of memory. The caller frees it. */
+static char* cube__cuda_one_d_text(const char* text) {
+  static const char def[] = "#define CUBE_LAUNCH_1D 1\n";
+  size_t n = strlen(text);
+  char* out = malloc(sizeof(def) - 1 + n + 1);
+  if (!out) return NULL;
+  memcpy(out, def, sizeof(def) - 1);
+  memcpy(out + sizeof(def) - 1, text, n + 1);
+  return out;
+}
+
+/* The function map: open addressing on (kernel id, variant), the variant being
+ * the execution mode and, in bit 2, the 1-D form; the table is at most half
+ * full. Guarded by fn_lock. */
+static uint64_t cube__cuda_fn_key(uint64_t id, uint32_t variant) { return (id << 3) | variant; }
 
 static bool cube__cuda_fn_find(cube__backend_device_t* d, uint64_t id, uint32_t mode,
                                cube__cuda_fn_t* out) {
@@ -240,9 +253,14 @@ static bool cube__cuda_fn_insert(cube__backend_device_t* d, const cube__cuda_fn_
   return true;
 }
 
-/* The function of (|k|, |mode|) on |d|, compiled and loaded on first use. */
+/* The function of (|k|, |mode|) on |d|, compiled and loaded on first use. The
+ * 1-D form (|one_d|) is compiled with CUBE_LAUNCH_1D defined: the prelude then
+ * makes every y and z position 0 and every y and z size 1 at compile time, so
+ * ABSOLUTE_POS costs no reads of the y and z registers (about 45 ns a kernel on
+ * the H200 in a graph of small kernels). It serves launches whose cube dim and
+ * cube count are 1 in y and z; the two forms are separate modules. */
 cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t* k,
-                                  cube_execution_mode_t mode, cube__cuda_fn_t* out) {
+                                  cube_execution_mode_t mode, bool one_d, cube__cuda_fn_t* out) {
   if (!k->source || !k->signature)
     return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
                              "kernel '%s' has no dialect source: native CPU kernels cannot run on "
@@ -250,8 +268,9 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
                              k->name, d->index);
   if ((unsigned)mode > CUBE_EXEC_UNCHECKED)
     return CUBE_INVALID("kernel '%s': execution mode %d is invalid", k->name, (int)mode);
+  const uint32_t variant = (uint32_t)mode | (one_d ? 4u : 0u);
   pthread_mutex_lock(&d->fn_lock);
-  bool found = cube__cuda_fn_find(d, k->id, (uint32_t)mode, out);
+  bool found = cube__cuda_fn_find(d, k->id, variant, out);
   pthread_mutex_unlock(&d->fn_lock);
   if (found) return CUBE_OK;
 
@@ -259,6 +278,13 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
   cube_status_t st = cube__dialect_generate(CUBE__TARGET_CUDA, k->signature, k->source, k->defines,
                                             k->define_count, mode, &text);
   if (st) return cube__status_annotate(st, "kernel '%s'", k->name);
+  if (one_d) {
+    char* with = cube__cuda_one_d_text(text);
+    free(text);
+    if (!with) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "kernel '%s': no host memory",
+                                        k->name);
+    text = with;
+  }
   static const char* const mode_names[3] = {"checked", "validate", "unchecked"};
   const cube__nvrtc_t* nv = NULL;
   st = cube__cuda_nvrtc(&nv);
@@ -275,7 +301,7 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
   /* Serialise per device: a second thread asking for the same kernel waits
    * and finds it loaded. */
   pthread_mutex_lock(&d->fn_lock);
-  if (cube__cuda_fn_find(d, k->id, (uint32_t)mode, out)) {
+  if (cube__cuda_fn_find(d, k->id, variant, out)) {
     pthread_mutex_unlock(&d->fn_lock);
     free(text);
     return CUBE_OK;
@@ -323,7 +349,7 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
     }
   }
   if (!st) {
-    cube__cuda_fn_t e = {k->id, (uint32_t)mode, mod->fn, mod->max_threads};
+    cube__cuda_fn_t e = {k->id, variant, mod->fn, mod->max_threads};
     if (!cube__cuda_fn_insert(d, &e))
       st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "kernel '%s': no host memory", k->name);
     else
@@ -337,7 +363,7 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
 cube_status_t cube__cuda_prepare(cube__backend_device_t* d, const cube_kernel_t* k,
                                  cube_execution_mode_t mode) {
   cube__cuda_fn_t f;
-  return cube__cuda_function(d, k, mode, &f);
+  return cube__cuda_function(d, k, mode, true, &f);
 }
 
 cube_status_t cube__cuda_kernel_limits(cube__backend_device_t* d, const cube_kernel_t* k,
@@ -345,7 +371,7 @@ cube_status_t cube__cuda_kernel_limits(cube__backend_device_t* d, const cube_ker
   memset(out, 0, sizeof(*out));
   if (!k->source || !k->signature) return CUBE_OK; /* refused at launch by name */
   cube__cuda_fn_t f;
-  CUBE_RETURN_IF_ERROR(cube__cuda_function(d, k, mode, &f));
+  CUBE_RETURN_IF_ERROR(cube__cuda_function(d, k, mode, true, &f));
   /* Static shared memory beyond the device's is ptxas's compile error. */
   out->max_units = f.max_threads > 0 ? (uint32_t)f.max_threads : 0;
   return CUBE_OK;

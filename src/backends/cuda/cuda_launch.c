@@ -15,7 +15,9 @@ cube_status_t cube__cuda_launch_check(cube__backend_device_t* d, const cube__lau
   const cube_kernel_t* k = l->kernel;
   const char* name = l->name ? l->name : (k && k->name ? k->name : "?");
   if (!k) return CUBE_INVALID("launch of kernel '%s': no kernel object", name);
-  CUBE_RETURN_IF_ERROR(cube__cuda_function(d, k, l->mode, out_fn));
+  /* The 1-D form where y and z are 1 in both the cube dim and the count. */
+  const bool one_d = l->dim.y == 1 && l->dim.z == 1 && l->count[1] == 1 && l->count[2] == 1;
+  CUBE_RETURN_IF_ERROR(cube__cuda_function(d, k, l->mode, one_d, out_fn));
   const uint32_t dim[3] = {l->dim.x, l->dim.y, l->dim.z};
   for (int i = 0; i < 3; ++i) {
     if (dim[i] == 0 || dim[i] > d->max_block[i])

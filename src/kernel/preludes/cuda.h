@@ -103,17 +103,31 @@ typedef uint64_t CUBE__U64;
 /* Positions (uint32_t) per axis; common.h makes UNIT_POS, ABSOLUTE_POS and
  * the others of them. */
 #define UNIT_POS_X ((uint32_t)threadIdx.x)
+#define CUBE_POS_X ((uint32_t)blockIdx.x)
+#define CUBE_DIM_X ((uint32_t)blockDim.x)
+#define CUBE_COUNT_X ((uint32_t)gridDim.x)
+#if defined(CUBE_LAUNCH_1D)
+/* The form the backend compiles for launches of 1 in y and z (cube dim and
+ * count): those positions and sizes are constants, so no y or z register is
+ * read. */
+#define UNIT_POS_Y 0u
+#define UNIT_POS_Z 0u
+#define CUBE_POS_Y 0u
+#define CUBE_POS_Z 0u
+#define CUBE_DIM_Y 1u
+#define CUBE_DIM_Z 1u
+#define CUBE_COUNT_Y 1u
+#define CUBE_COUNT_Z 1u
+#else
 #define UNIT_POS_Y ((uint32_t)threadIdx.y)
 #define UNIT_POS_Z ((uint32_t)threadIdx.z)
-#define CUBE_POS_X ((uint32_t)blockIdx.x)
 #define CUBE_POS_Y ((uint32_t)blockIdx.y)
 #define CUBE_POS_Z ((uint32_t)blockIdx.z)
-#define CUBE_DIM_X ((uint32_t)blockDim.x)
 #define CUBE_DIM_Y ((uint32_t)blockDim.y)
 #define CUBE_DIM_Z ((uint32_t)blockDim.z)
-#define CUBE_COUNT_X ((uint32_t)gridDim.x)
 #define CUBE_COUNT_Y ((uint32_t)gridDim.y)
 #define CUBE_COUNT_Z ((uint32_t)gridDim.z)
+#endif
 #define PLANE_DIM ((uint32_t)warpSize)
 #define UNIT_POS_PLANE (UNIT_POS % (uint32_t)warpSize)
 
