@@ -15,7 +15,10 @@
  * (cube_client_profile: events on GPUs and OpenCL devices with profiling,
  * the host clock around launch and sync on the CPU), candidates clearly
  * slower than the fastest are eliminated early, and the measuring stops at
- * the time budget. The winner is launched on the caller's arguments. Later
+ * the time budget. The first round always completes (every candidate that
+ * passed its checks has one sample before the budget is looked at), so a
+ * tuning lasts at least one sample of each candidate even when that is
+ * longer than the budget. The winner is launched on the caller's arguments. Later
  * launches of the key cost the key function and a lookup.
  *
  * Results persist in the kernel cache directory (CUBE_CACHE_DIR; entries of
@@ -175,7 +178,9 @@ typedef enum cube_tune_outcome_e {
   CUBE_TUNE_WRONG = 2,        /* its output differs from the reference's (the first element) */
   CUBE_TUNE_FAILED = 3,       /* its compile or launch failed (the status) */
   CUBE_TUNE_ELIMINATED = 4,   /* measured, clearly slower than the fastest, dropped early */
-  CUBE_TUNE_NOT_MEASURED = 5, /* the budget ran out before its turn */
+  CUBE_TUNE_NOT_MEASURED = 5, /* the budget ran out before its turn (not made by this
+                                 version's tuner, whose first round always completes;
+                                 kept for records and programs that name it) */
 } cube_tune_outcome_t;
 
 /* "measured", "invalid", "wrong", "failed", "eliminated", "not measured";

@@ -15,7 +15,8 @@
  *     after each round a candidate whose fastest sample is more than 3x (after
  *     one sample) or 1.5x (after two or more) the fastest candidate's is
  *     eliminated; the rounds stop after CUBE__TUNE_SAMPLES samples or at the
- *     budget.
+ *     budget, which is checked from the second round on (every candidate
+ *     left after the checks has at least one sample).
  * The winner is the candidate with the fastest sample. */
 #include <inttypes.h>
 #include <math.h>
@@ -275,7 +276,11 @@ cube_status_t cube__tune_measure(cube_tune_op_t* op, cube_client_t* c, size_t n,
     uint32_t left = 0;
     for (uint32_t i = 0; i < op->count && !out_of_time; ++i) {
       if (!s->alive[i]) continue;
-      if (any_sample && (double)(cube__now_ns() - t0) > budget * 1e9) {
+      /* The first round always completes: a winner chosen from part of the
+       * candidates (the ones measured before a budget shorter than one
+       * sample ran out) can be several times slower than the best, and it
+       * is kept on disk. The budget stops the later rounds. */
+      if (round > 0 && any_sample && (double)(cube__now_ns() - t0) > budget * 1e9) {
         out_of_time = true;
         break;
       }
