@@ -850,7 +850,7 @@ static int cmd_cache_list(void) {
 static bool parse_size(const char* text, uint64_t* out) {
   char* end = NULL;
   double v = strtod(text, &end);
-  if (end == text || v < 0) return false;
+  if (end == text || !(v >= 0)) return false; /* also NaN */
   double mult = 1;
   switch (*end) {
     case 'k': case 'K': mult = 1024.0, ++end; break;
@@ -861,7 +861,7 @@ static bool parse_size(const char* text, uint64_t* out) {
   }
   if (mult > 1 && (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0)) end += strlen(end);
   if (*end == 'B' && end[1] == '\0' && mult == 1) ++end;
-  if (*end != '\0' || v * mult > 1.8e19) return false;
+  if (*end != '\0' || !(v * mult < 1.8e19)) return false; /* also inf */
   *out = (uint64_t)(v * mult);
   return true;
 }
@@ -971,11 +971,15 @@ int main(int argc, char** argv) {
   if (strcmp(cmd->name, "cache") == 0) {
     if (rest >= 1 && strcmp(args[0], "prune") == 0) {
       uint64_t max = 0;
+      bool have_max = false;
       for (int i = 1; i < rest; ++i) {
         if (is_help(args[i])) return fputs(cmd->usage, stdout), 0;
       }
       for (int i = 1; i < rest; ++i) {
-        if (strcmp(args[i], "--max") == 0 && i + 1 < rest && max == 0) {
+        if (strcmp(args[i], "--max") == 0 && have_max)
+          return usage_error(cmd->name, "'%s' given twice", "--max");
+        if (strcmp(args[i], "--max") == 0 && i + 1 < rest) {
+          have_max = true;
           if (!parse_size(args[i + 1], &max) || max == 0)
             return usage_error(cmd->name, "--max takes a size above 0 (bytes, or 64M, 2G), not '%s'",
                                args[i + 1]);

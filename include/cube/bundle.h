@@ -20,8 +20,14 @@
  * Files are written through a temporary file in the same directory, created
  * O_EXCL with mode 0600, and renamed into place.
  *
+ * Ownership: nothing is retained; |client| and |path| are borrowed for the
+ * call, |out_info| is the caller's struct (output-struct rules, cube/cube.h
+ * "Struct sizes").
+ *
  * Thread safety: every function here is thread-safe (concurrent imports into
- * one directory are safe: each entry is an atomic store).
+ * one directory are safe: each entry is an atomic store; an export while
+ * another process stores leaves out, or fails on, an entry that changed
+ * while it was written: nothing half-written reaches the file).
  */
 #ifndef CUBE_BUNDLE_H_
 #define CUBE_BUNDLE_H_

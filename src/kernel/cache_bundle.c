@@ -365,7 +365,8 @@ cube_status_t cube__bundle_import(const char* path, const char* device, cube__bu
     XXH128_hash_t h = XXH3_128bits(p, size - 16);
     if (h.high64 != cube__kc_get_u64(p + size - 16) || h.low64 != cube__kc_get_u64(p + size - 8)) {
       st = cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
-                             "bundle '%s' is damaged: its checksum does not match its %zu bytes",
+                             "bundle '%s' is damaged (truncated or altered): its checksum does not "
+                             "match its %zu bytes",
                              path, size);
       goto done;
     }
