@@ -19,7 +19,9 @@
  *      plain launch of the same kernel (target: <= 0.1 us)
  *
  * Arguments name the sections to run (saxpy reduce matmul cache empty tune
- * tune_hit); none runs all of them.
+ * tune_hit); none runs all of them. CUBE_BENCH_ONLY=saxpy,reduce,... (a
+ * comma-separated subset of the same names) runs only those sections too;
+ * with both, a section runs when both name it.
  *
  * Sections 1-3 and 5 also run the same kernel objects through cube's own
  * opencl backend (opencl:0, PoCL here), beside the cpu backend, in the same
@@ -2061,6 +2063,21 @@ static void print_header(void) {
          "time lines: \"ratio vs B\" = time / B's time (lower is better). GB = 1e9 bytes.\n\n");
 }
 
+/* Whether CUBE_BENCH_ONLY (unset: every section) names |section|. */
+static bool bench_wanted(const char* section) {
+  const char* only = getenv("CUBE_BENCH_ONLY");
+  if (!only || !*only) return true;
+  size_t n = strlen(section);
+  for (const char* p = only; *p;) {
+    const char* comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == n && strncmp(p, section, n) == 0) return true;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return false;
+}
+
 int main(int argc, char** argv) {
   /* A fresh kernel cache directory, before any cube call: the first compile
    * of each kernel is cold. */
@@ -2121,6 +2138,8 @@ int main(int argc, char** argv) {
   print_header();
   fflush(stdout);
 
+  /* Sections named on the command line (none: every one), and in
+   * CUBE_BENCH_ONLY when it is set. */
   static const struct {
     const char* name;
     void (*run)(void);
@@ -2130,7 +2149,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); ++i) {
     bool run = argc < 2;
     for (int a = 1; a < argc; ++a) run |= strcmp(argv[a], sections[i].name) == 0;
-    if (run) sections[i].run();
+    if (run && bench_wanted(sections[i].name)) sections[i].run();
   }
 
   cache_child_stop();

@@ -70,7 +70,9 @@ static const command_t commands[] = {
     {"info",
      "usage: cube info [--options] [--json]\n"
      "  Lists every backend (available or not, and why not), the kernel cache\n"
-     "  directory, and for each device its properties and features.\n"
+     "  directory, the CPU backend's C compiler (its version, its flags, and\n"
+     "  whether it vectorised the unit loop of a probe kernel, by its own report),\n"
+     "  and for each device its properties and features.\n"
      "  --options  instead, list every option, one line each:\n"
      "               NAME=VALUE  (SOURCE)  scope, what is accepted\n"
      "             SOURCE is default, environment or API (cube_option_set); a\n"
@@ -466,7 +468,28 @@ static int cmd_info(bool json) {
     printf(",\"disk\":\"%s\",\"reason\":",
            cache_st ? "unusable" : !cache_dir[0] ? "off" : "usable");
     json_string(cache_st ? cube_status_message(cache_st) : NULL);
-    printf("},\"backends\":[");
+    printf("},\"cpu_compiler\":");
+    cube_cpu_compiler_info_t cc;
+    memset(&cc, 0, sizeof(cc));
+    cc.struct_size = sizeof(cc);
+    cube_status_t cs = cube_cpu_compiler_info(&cc);
+    if (cs) {
+      printf("{\"error\":");
+      json_string(cube_status_message(cs));
+      printf("}");
+    } else {
+      printf("{\"command\":");
+      json_string(cc.command);
+      printf(",\"version\":");
+      json_string(cc.version);
+      printf(",\"flags\":");
+      json_string(cc.flags);
+      printf(",\"unit_loop_vectorised\":%s,\"report\":", cc.unit_loop_vectorised ? "true" : "false");
+      json_string(cc.report);
+      printf("}");
+    }
+    cube_status_free(cs);
+    printf(",\"backends\":[");
   } else {
     printf("cube %s\n", cube_version());
     printf("default backend: %s\n", cube_backend_name(cube_backend_default()));
@@ -477,6 +500,18 @@ static int cmd_info(bool json) {
       printf("kernel cache: off (CUBE_CACHE_DIR=off)\n");
     else
       printf("kernel cache: %s\n", cache_dir);
+    cube_cpu_compiler_info_t cc;
+    memset(&cc, 0, sizeof(cc));
+    cc.struct_size = sizeof(cc);
+    cube_status_t cs = cube_cpu_compiler_info(&cc);
+    if (cs) {
+      printf("CPU kernel compiler: unavailable: %s\n", cube_status_message(cs));
+    } else {
+      printf("CPU kernel compiler: %s (%s)\n  flags: %s\n", cc.command, cc.version, cc.flags);
+      printf("  unit loop: %s: %s\n", cc.unit_loop_vectorised ? "vectorised" : "NOT vectorised",
+             cc.report);
+    }
+    cube_status_free(cs);
   }
   cube_status_free(cache_st);
   /* Every backend this library knows: cube_backend_name ends the list. */

@@ -122,6 +122,32 @@ typedef struct cube_kernel_cache_prune_report {
 CUBE_MUST_USE_RESULT cube_status_t cube_kernel_cache_prune(
     uint64_t max_bytes, cube_kernel_cache_prune_report_t* out_report);
 
+/* The C compiler the CPU backend compiles dialect kernels with, and what it
+ * does with a unit loop (an output struct, see cube/cube.h, "Struct sizes").
+ * The strings are NUL-terminated and cut to fit. */
+typedef struct cube_cpu_compiler_info {
+  size_t struct_size;
+  char command[256]; /* the program run: CUBE_CC, else clang, else cc, resolved on PATH */
+  char version[256]; /* the first line of its --version */
+  char flags[256];   /* the flags of every compile, space-separated */
+  /* 1 when the compiler vectorised the unit loop of a probe kernel (a guarded
+   * saxpy in Checked mode, generated as any dialect kernel is), by its own
+   * vectorisation report (gcc: -fopt-info-vec-optimized; clang:
+   * -Rpass=loop-vectorize); 0 when it did not, or gives no such report. */
+  int32_t unit_loop_vectorised;
+  char report[512]; /* the report's line about that loop, or why there is none */
+} cube_cpu_compiler_info_t;
+
+/* Fills |out_info| for the compiler CUBE_CC (or the default) names now. The
+ * first call for a compiler runs it twice (its --version, and the probe's
+ * compile: about 0.1-0.5 s); later calls return what the first found.
+ * Thread-safe. Fails with INVALID_ARGUMENT for a NULL |out_info| or a
+ * struct_size smaller than the struct_size field, with UNAVAILABLE when no
+ * compiler can be found or started (the struct is then left as it was). A
+ * probe that does not compile is not a failure: unit_loop_vectorised is 0 and
+ * |report| holds the first line of the compiler's messages. */
+CUBE_MUST_USE_RESULT cube_status_t cube_cpu_compiler_info(cube_cpu_compiler_info_t* out_info);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,6 +24,7 @@ CUBE__STRUCT(cube__struct_kernel_desc, cube_kernel_desc_t);
 CUBE__STRUCT(cube__struct_layout_desc, cube_layout_desc_t);
 CUBE__STRUCT(cube__struct_memory_report, cube_memory_report_t);
 CUBE__STRUCT(cube__struct_kernel_cache_stats, cube_kernel_cache_stats_t);
+CUBE__STRUCT(cube__struct_cpu_compiler_info, cube_cpu_compiler_info_t);
 CUBE__STRUCT(cube__struct_collective_record, cube_collective_record_t);
 CUBE__STRUCT(cube__struct_graph_auto_stats, cube_graph_auto_stats_t);
 CUBE__STRUCT(cube__struct_dlpack_export, cube_dlpack_export_t);

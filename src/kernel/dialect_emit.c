@@ -253,19 +253,43 @@ static bool cube__uses_tls(const char* v, size_t n) {
  * or "cube__p->"). |pos| is the unit's position and |dim| the cube's
  * dimensions ("x, y, z"; NULL: those of |obj|), |sched| the fiber scheduler;
  * at |indent|. */
+/* The call of the user's kernel for one unit: |pos| its three positions, |dim|
+ * the cube dim (NULL: |obj|'s), |abs| its ABSOLUTE_POS (NULL: the formula of
+ * the axes, of |pos| and |obj|'s fields, evaluated in uint32_t as the
+ * prelude's). */
 static void cube__emit_kernel_call(cube__sb_t* sb, const cube__signature_t* sig,
                                    const char* indent, const char* obj, const char* pos,
-                                   const char* dim, const char* sched) {
-  cube__sb_printf(sb, "%scube__kernel_%s(%s, %scube__cx, %scube__cy, %scube__cz,\n", indent,
-                  sig->entry, pos, obj, obj, obj);
+                                   const char* dim, const char* sched, const char* abs) {
+  cube__sb_printf(sb, "%s{\n%s  const uint32_t cube__ux_ = ", indent, indent);
+  /* The three positions, named, so that the formula below can use them. */
+  const char* comma1 = strchr(pos, ',');
+  const char* comma2 = comma1 ? strchr(comma1 + 1, ',') : NULL;
+  if (!comma1 || !comma2) {
+    sb->failed = true;
+    return;
+  }
+  cube__sb_put(sb, pos, (size_t)(comma1 - pos));
+  cube__sb_printf(sb, ";\n%s  const uint32_t cube__uy_ = ", indent);
+  cube__sb_put(sb, comma1 + 1, (size_t)(comma2 - comma1 - 1));
+  cube__sb_printf(sb, ";\n%s  const uint32_t cube__uz_ = %s;\n", indent, comma2 + 1);
+  cube__sb_printf(sb, "%s  cube__kernel_%s(cube__ux_, cube__uy_, cube__uz_, %scube__cx, %scube__cy, "
+                  "%scube__cz,\n", indent, sig->entry, obj, obj, obj);
   if (dim)
-    cube__sb_printf(sb, "%s    %s,\n", indent, dim);
+    cube__sb_printf(sb, "%s      %s,\n", indent, dim);
   else
-    cube__sb_printf(sb, "%s    %scube__dx, %scube__dy, %scube__dz,\n", indent, obj, obj, obj);
-  cube__sb_printf(sb, "%s    %scube__nx, %scube__ny, %scube__nz, %scube__bounds, %s", indent, obj,
-                  obj, obj, obj, sched);
+    cube__sb_printf(sb, "%s      %scube__dx, %scube__dy, %scube__dz,\n", indent, obj, obj, obj);
+  cube__sb_printf(sb, "%s      %scube__nx, %scube__ny, %scube__nz, %scube__bounds, %s, ", indent,
+                  obj, obj, obj, obj, sched);
+  if (abs)
+    cube__sb_puts(sb, abs);
+  else
+    cube__sb_printf(sb,
+                    "(%scube__cx * %scube__dx + cube__ux_) + %scube__nx * %scube__dx * "
+                    "((%scube__cy * %scube__dy + cube__uy_) + %scube__ny * %scube__dy * "
+                    "(%scube__cz * %scube__dz + cube__uz_))",
+                    obj, obj, obj, obj, obj, obj, obj, obj, obj, obj);
   cube__emit_call_params(sb, sig, obj);
-  cube__sb_puts(sb, ");\n");
+  cube__sb_printf(sb, ");\n%s}\n", indent);
 }
 
 static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, bool uses_tls,
@@ -307,7 +331,7 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                   "  uint32_t cube__yz = cube__u / cube__p->cube__dx;\n");
     cube__emit_kernel_call(sb, sig, "  ", "cube__p->",
                            "cube__x, cube__yz % cube__p->cube__dy, cube__yz / cube__p->cube__dy",
-                           NULL, "cube__s");
+                           NULL, "cube__s", NULL);
     cube__sb_puts(sb, "  cube__fiber_exit(cube__s);\n}\n\n");
   }
 
@@ -367,7 +391,7 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                   "  if (cube__units > 0xffffffffu) return 4;\n"
                   "  if (cube__units == 1) {\n");
     cube__emit_kernel_call(sb, sig, "    ", "cube__a.", "0, 0, 0", "1, 1, 1",
-                           "(cube__sched_t*)0");
+                           "(cube__sched_t*)0", NULL);
     cube__sb_puts(sb,
                   "    return 0;\n"
                   "  }\n");
@@ -389,11 +413,14 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                   "}\n");
   } else {
     /* Interior cubes. When every unit's ABSOLUTE_POS (the largest is the last
-     * unit's, checked in 64 bits and without 32-bit wrap) is below every
-     * array's length, the unit loop states that fact to the compiler: the
-     * kernel's own guards and the checked accessors then fold away and the
-     * loop vectorises without masked loads and stores (5x on saxpy with
-     * AVX-512). The assumption is checked before it is made, so behaviour is
+     * unit's, checked in 64 bits and below 2^32 - 1) is below every array's
+     * length, the unit loop states that fact to the compiler: the kernel's own
+     * guards and the checked accessors then fold away and the loop vectorises
+     * without masked loads and stores (5x on saxpy with AVX-512). The loop's
+     * counter is ABSOLUTE_POS itself, from the row's first to one past its
+     * last (which fits in 32 bits: the check above), so that the addresses
+     * are affine in it without a 32-bit wrap in between: gcc vectorises only
+     * such loops. The assumption is checked before it is made, so behaviour is
      * unchanged; edge cubes take the plain loop. */
     uint32_t arrays = 0;
     for (uint32_t i = 0; i < sig->count; ++i) arrays += sig->params[i].kind == CUBE_ARG_BUFFER;
@@ -409,7 +436,7 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                     "cube__a.cube__dy - 1) +\n"
                     "                    cube__gy * ((uint64_t)cube__a.cube__cz * "
                     "cube__a.cube__dz + cube__a.cube__dz - 1));\n"
-                    "    int cube__interior = cube__last <= 0xffffffffu");
+                    "    int cube__interior = cube__last < 0xffffffffu");
       for (uint32_t i = 0; i < sig->count; ++i)
         if (sig->params[i].kind == CUBE_ARG_BUFFER)
           cube__sb_printf(sb, " && cube__last < cube__a.%s__len", sig->params[i].name);
@@ -419,23 +446,25 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                       "      for (uint32_t cube__z = 0; cube__z < cube__a.cube__dz; ++cube__z) {\n"
                       "        for (uint32_t cube__y = 0; cube__y < cube__a.cube__dy; ++cube__y)"
                       " {\n"
+                      "          /* ABSOLUTE_POS of the row's first unit, as the prelude computes"
+                      " it. */\n"
+                      "          const uint32_t cube__row =\n"
+                      "              cube__a.cube__cx * cube__a.cube__dx +\n"
+                      "              cube__a.cube__nx * cube__a.cube__dx *\n"
+                      "                  ((cube__a.cube__cy * cube__a.cube__dy + cube__y) +\n"
+                      "                   cube__a.cube__ny * cube__a.cube__dy *\n"
+                      "                       (cube__a.cube__cz * cube__a.cube__dz + cube__z));\n"
+                      "          const uint32_t cube__end = cube__row + cube__a.cube__dx;\n"
                       "#pragma omp simd\n"
-                      "          for (uint32_t cube__x = 0; cube__x < cube__a.cube__dx; ++cube__x)"
-                      " {\n"
-                      "            /* ABSOLUTE_POS exactly as the prelude computes it. */\n"
-                      "            const uint32_t cube__p =\n"
-                      "                (cube__a.cube__cx * cube__a.cube__dx + cube__x) +\n"
-                      "                cube__a.cube__nx * cube__a.cube__dx *\n"
-                      "                    ((cube__a.cube__cy * cube__a.cube__dy + cube__y) +\n"
-                      "                     cube__a.cube__ny * cube__a.cube__dy *\n"
-                      "                         (cube__a.cube__cz * cube__a.cube__dz + cube__z));\n"
-                      "            (void)cube__p;\n");
+                      "          for (uint32_t cube__p = cube__row; cube__p < cube__end; "
+                      "++cube__p) {\n");
       for (uint32_t i = 0; i < sig->count; ++i)
         if (sig->params[i].kind == CUBE_ARG_BUFFER)
           cube__sb_printf(sb, "            CUBE__ASSUME((uint64_t)cube__p < cube__a.%s__len);\n",
                           sig->params[i].name);
-      cube__emit_kernel_call(sb, sig, "            ", "cube__a.", "cube__x, cube__y, cube__z",
-                             NULL, "(cube__sched_t*)0");
+      cube__emit_kernel_call(sb, sig, "            ", "cube__a.",
+                             "cube__p - cube__row, cube__y, cube__z", NULL, "(cube__sched_t*)0",
+                             "cube__p");
       cube__sb_puts(sb,
                     "          }\n"
                     "        }\n"
@@ -450,7 +479,7 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                   "#pragma omp simd\n"
                   "      for (uint32_t cube__x = 0; cube__x < cube__a.cube__dx; ++cube__x) {\n");
     cube__emit_kernel_call(sb, sig, "        ", "cube__a.", "cube__x, cube__y, cube__z", NULL,
-                           "(cube__sched_t*)0");
+                           "(cube__sched_t*)0", NULL);
     cube__sb_puts(sb,
                   "      }\n"
                   "    }\n"

@@ -145,7 +145,8 @@ static void cube__split_open(cube__split_t* s) {
                 "for (uint32_t cube__uy = 0; cube__uy < cube__dy; ++cube__uy)\n"
                 "for (uint32_t cube__ux = 0; cube__ux < cube__dx; ++cube__ux) {\n"
                 "const uint32_t cube__unit CUBE__UNUSED = "
-                "cube__ux + cube__dx * (cube__uy + cube__dy * cube__uz);\n");
+                "cube__ux + cube__dx * (cube__uy + cube__dy * cube__uz);\n"
+                "const uint32_t cube__abs CUBE__UNUSED = CUBE__ABSOLUTE_POS_OF_AXES;\n");
 }
 
 static void cube__split_close(cube__split_t* s) {
@@ -476,7 +477,7 @@ static bool cube__split_checks(cube__split_t* s, const cube__signature_t* sig, s
   static const char* const unit_words[] = {
       "UNIT_POS", "UNIT_POS_X", "UNIT_POS_Y", "UNIT_POS_Z", "UNIT_POS_PLANE", "ABSOLUTE_POS",
       "ABSOLUTE_POS_X", "ABSOLUTE_POS_Y", "ABSOLUTE_POS_Z", "cube__ux", "cube__uy", "cube__uz",
-      "CUBE_UNIT_ARGS"};
+      "cube__abs", "CUBE_UNIT_ARGS"};
   for (uint32_t h = 0; h < s->nhdr; ++h) {
     size_t i = s->hdr_b[h], e = s->hdr_e[h];
     while (i < e) {

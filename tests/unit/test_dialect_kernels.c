@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -23,6 +24,7 @@
 #include "check.h"
 #include "cube/backends/cpu.h"
 #include "subprocess.h"
+#include "backends/cpu/cpu_compiler.h"
 #include "kernel/dialect.h"
 
 /* NVRTC and PoCL keep allocations until exit; not ours to report. */
@@ -1348,6 +1350,121 @@ CUBE_TEST(cpu_runtime_compiler_flags) {
   build_cc = "cc";
   build_flags = NULL;
 }
+
+/* The unit loop vectorises under each C compiler present ------------------------- */
+
+/* Kernels whose unit loop every compiler should vectorise: the guard of a
+ * scalar bound (a masked store), the guard of the array's length (folds away
+ * in an interior cube), a copy, and a kernel with several arrays and a
+ * position-dependent value. */
+static const char* const K_VEC_SAXPY_N =
+    "CUBE_KERNEL(vec_saxpy_n, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, y), float a,\n"
+    "            uint32_t n) {\n"
+    "  uint32_t i = ABSOLUTE_POS;\n"
+    "  if (i < n) CUBE_STORE(y, i, a * CUBE_LOAD(x, i) + CUBE_LOAD(y, i));\n"
+    "}\n";
+static const char* const K_VEC_COPY =
+    "CUBE_KERNEL(vec_copy, CUBE_ARRAY(const int32_t, in), CUBE_ARRAY(int32_t, out)) {\n"
+    "  uint32_t i = ABSOLUTE_POS;\n"
+    "  if (i < CUBE_LEN(out)) CUBE_STORE(out, i, CUBE_LOAD(in, i));\n"
+    "}\n";
+static const char* const K_VEC_FMA =
+    "CUBE_KERNEL(vec_fma, CUBE_ARRAY(const double, a), CUBE_ARRAY(const double, b),\n"
+    "            CUBE_ARRAY(double, c), double s) {\n"
+    "  uint32_t i = ABSOLUTE_POS;\n"
+    "  if (i < CUBE_LEN(c))\n"
+    "    CUBE_STORE(c, i, CUBE_LOAD(a, i) * CUBE_LOAD(b, i) + s * (double)i);\n"
+    "}\n";
+
+/* Generates |entry| in |mode| and compiles it with the backend's compiler
+ * and flags and the compiler's vectorisation report; true when the report
+ * names a vectorised loop (gcc: on the kernel's own line, where the unit
+ * loop's body comes from). */
+static bool unit_loop_vectorised(const char* source, const char* entry, cube_execution_mode_t mode,
+                                 bool clang, char** out_log) {
+  *out_log = NULL;
+  cube__signature_t sig;
+  if (cube__dialect_parse(source, entry, &sig)) return false;
+  char* text = NULL;
+  cube_status_t st = cube__dialect_generate(CUBE__TARGET_CPU, &sig, source, NULL, 0, mode, &text);
+  if (st) {
+    cube_status_free(st);
+    return false;
+  }
+  const char* gcc_args[] = {"-fopt-info-vec-optimized", "-S", "-x", "c", "-", "-o", "/dev/null",
+                            NULL};
+  const char* clang_args[] = {"-Rpass=loop-vectorize", "-S", "-x", "c", "-", "-o", "/dev/null",
+                              NULL};
+  bool ok = false;
+  st = cube__cpu_cc_capture(true, clang ? clang_args : gcc_args, text, out_log, &ok);
+  free(text);
+  if (st) {
+    fprintf(stderr, "%s\n", cube_status_message(st));
+    cube_status_free(st);
+    return false;
+  }
+  if (!ok || !*out_log) return false;
+  char file[96];
+  snprintf(file, sizeof file, "%s.cube:", entry);
+  for (const char* line = *out_log; line && *line;) {
+    const char* end = strchr(line, '\n');
+    size_t n = end ? (size_t)(end - line) : strlen(line);
+    char buf[512];
+    snprintf(buf, sizeof buf, "%.*s", (int)(n < 500 ? n : 500), line);
+    if (clang ? strstr(buf, "remark: vectorized loop") != NULL
+              : strstr(buf, "loop vectorized") != NULL && strstr(buf, file) != NULL)
+      return true;
+    line = end ? end + 1 : NULL;
+  }
+  return false;
+}
+
+static void check_compiler_vectorises(const char* program, bool clang) {
+  char path[PATH_MAX];
+  bool found = false;
+  const char* p = getenv("PATH");
+  for (const char* d = p ? p : "/usr/bin"; d && *d && !found;) {
+    const char* colon = strchr(d, ':');
+    size_t n = colon ? (size_t)(colon - d) : strlen(d);
+    snprintf(path, sizeof path, "%.*s/%s", (int)n, d, program);
+    found = access(path, X_OK) == 0;
+    d = colon ? colon + 1 : NULL;
+  }
+  if (!found) CUBE_SKIP("%s is not on PATH", program);
+  REQUIRE_OK(cube_option_set("CUBE_CC", program));
+  /* The public report says the same. */
+  cube_cpu_compiler_info_t info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  REQUIRE_OK(cube_cpu_compiler_info(&info));
+  CHECK(strstr(info.command, program) != NULL);
+  CHECK(strstr(info.flags, "-fno-trapping-math") != NULL);
+  CHECK_EQ_U64(info.unit_loop_vectorised, 1);
+  if (info.unit_loop_vectorised != 1)
+    fprintf(stderr, "%s (%s): %s\n", program, info.version, info.report);
+  static const struct {
+    const char* src;
+    const char* entry;
+  } ks[] = {{NULL, "saxpy"}, {NULL, "vec_saxpy_n"}, {NULL, "vec_copy"}, {NULL, "vec_fma"}};
+  const char* srcs[] = {K_SAXPY, K_VEC_SAXPY_N, K_VEC_COPY, K_VEC_FMA};
+  const cube_execution_mode_t modes[] = {CUBE_EXEC_CHECKED, CUBE_EXEC_UNCHECKED};
+  for (size_t i = 0; i < sizeof ks / sizeof ks[0]; ++i) {
+    for (size_t m = 0; m < 2; ++m) {
+      char* log = NULL;
+      bool v = unit_loop_vectorised(srcs[i], ks[i].entry, modes[m], clang, &log);
+      CHECK(v);
+      if (!v)
+        fprintf(stderr, "%s did not vectorise the unit loop of '%s' (mode %d); its report:\n%s\n",
+                program, ks[i].entry, (int)modes[m], log ? log : "(none)");
+      free(log);
+    }
+  }
+  REQUIRE_OK(cube_option_set("CUBE_CC", NULL));
+}
+
+CUBE_TEST(cpu_unit_loop_vectorises_gcc) { check_compiler_vectorises("gcc", false); }
+
+CUBE_TEST(cpu_unit_loop_vectorises_clang) { check_compiler_vectorises("clang", true); }
 
 /* CUDA through NVRTC ---------------------------------------------------------------- */
 

@@ -920,7 +920,11 @@ static cube_status_t load_try(cube_device_id_t d) {
   X("E304", "cube_kernel_cache_stats", "out_stats NULL", INV, cube_kernel_cache_stats(NULL),     \
     "cube_kernel_cache_stats", "out_stats", "NULL")                                              \
   X("E305", "cube_kernel_cache_dir_status", "CUBE_CACHE_DIR names a regular file", UNAVAIL,      \
-    cache_dir_status_with(file), "cube kernel cache", file, "is not a directory", "kept in memory only")
+    cache_dir_status_with(file), "cube kernel cache", file, "is not a directory", "kept in memory only") \
+  X("E426", "cube_cpu_compiler_info", "out_info NULL", INV, cube_cpu_compiler_info(NULL),         \
+    "cube_cpu_compiler_info", "out_info", "NULL")                                                \
+  X("E427", "cube_cpu_compiler_info", "out_info->struct_size 4", INV, cc_info_with_struct_size(4), \
+    "cube_cpu_compiler_info", "out_info->struct_size 4", "smaller")
 
 /* Files that changed under a FILE buffer (cube_bytes_map_file). */
 #define G_FILES(X, V)                                                                             \
@@ -1606,6 +1610,13 @@ CUBE_TEST(collectives) {
   cube_handle_release(live);
   cube_client_release(c);
   group_done("collectives");
+}
+
+static cube_status_t cc_info_with_struct_size(size_t size) {
+  cube_cpu_compiler_info_t info;
+  memset(&info, 0, sizeof(info));
+  info.struct_size = size;
+  return cube_cpu_compiler_info(&info);
 }
 
 CUBE_TEST(cache) {

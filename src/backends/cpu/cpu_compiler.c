@@ -40,11 +40,15 @@ extern char** environ;
 
 /* The flags of every compile, before "-x c - -o <out>" (part of the
  * compiler identity, so of every key). */
-/* -pipe: no temporary assembly files (gcc writes one per compile; a full or
+/* -fno-trapping-math: floating-point operations do not trap (as on every GPU);
+ * without it gcc does not if-convert a guarded store whose value is computed
+ * in floating point ("tree could trap"), and such a unit loop is not
+ * vectorised. clang assumes it already.
+ * -pipe: no temporary assembly files (gcc writes one per compile; a full or
  * size-limited /tmp then fails the compile, seen with RLIMIT_FSIZE). */
 static const char* const cube__cc_flags[] = {
-    "-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno", "-fopenmp-simd",
-    "-pipe", "-w", NULL};
+    "-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno",
+    "-fno-trapping-math", "-fopenmp-simd", "-pipe", "-w", NULL};
 #define CUBE__CC_NFLAGS (sizeof(cube__cc_flags) / sizeof(cube__cc_flags[0]) - 1)
 
 /* Small helpers -------------------------------------------------------- */
@@ -363,6 +367,62 @@ cube_status_t cube__cpu_compiler(const char** out_command, const char** out_iden
   if (out_identity) *out_identity = info->identity;
   return CUBE_OK;
 }
+
+/* Runs the CPU compiler with |args| (NULL-terminated; |with_flags|: the
+ * flags of every compile first) and |text| on stdin (NULL: none); its output
+ * (stdout and stderr) in *out_log (malloc'd), whether it exited with 0 in
+ * *out_ok. */
+cube_status_t cube__cpu_cc_capture(bool with_flags, const char* const* args, const char* text,
+                                   char** out_log, bool* out_ok) {
+  *out_log = NULL;
+  *out_ok = false;
+  const char* cc = NULL;
+  CUBE_RETURN_IF_ERROR(cube__cpu_compiler(&cc, NULL));
+  char* argv[CUBE__CC_NFLAGS + 24];
+  size_t a = 0;
+  argv[a++] = (char*)cc;
+  for (size_t i = 0; with_flags && i < CUBE__CC_NFLAGS; ++i) argv[a++] = (char*)cube__cc_flags[i];
+  for (size_t i = 0; args && args[i] && a + 1 < sizeof(argv) / sizeof(argv[0]); ++i)
+    argv[a++] = (char*)args[i];
+  argv[a] = NULL;
+  int in = -1;
+  if (text) {
+    in = cube__cc_anon_file("cube-cc-source");
+    size_t len = strlen(text);
+    if (in < 0 || !cube__cc_write_full(in, text, len) || lseek(in, 0, SEEK_SET) != 0) {
+      int e = errno;
+      if (in >= 0) close(in);
+      return cube__status_make(CUBE_STATUS_INTERNAL, "running %s: cannot write its input: %s", cc,
+                               strerror(e));
+    }
+  }
+  int log = cube__cc_anon_file("cube-cc-log");
+  if (log < 0) {
+    int e = errno;
+    if (in >= 0) close(in);
+    return cube__status_make(CUBE_STATUS_INTERNAL, "running %s: cannot create a temporary file: %s",
+                             cc, strerror(e));
+  }
+  int ws = 0, spawn_errno = 0;
+  bool timed_out = false; /* no limit here: the probe and --version are not kernels */
+  cube__cc_run(argv, in, log, 0, &ws, &spawn_errno, &timed_out);
+  if (in >= 0) close(in);
+  if (spawn_errno) {
+    close(log);
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "cannot start the compiler %s: %s", cc,
+                             strerror(spawn_errno));
+  }
+  size_t size = 0;
+  *out_log = cube__cc_read_all(log, &size);
+  close(log);
+  if (!*out_log)
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "running %s: no memory for its output",
+                             cc);
+  *out_ok = cube__cc_exited_ok(ws);
+  return CUBE_OK;
+}
+
+const char* const* cube__cpu_cc_flags(void) { return cube__cc_flags; }
 
 /* Modules ------------------------------------------------------------------ */
 

@@ -16,6 +16,8 @@
 #ifndef CUBE_BACKENDS_CPU_CPU_COMPILER_H_
 #define CUBE_BACKENDS_CPU_CPU_COMPILER_H_
 
+#include <stdbool.h>
+
 #include "cube/backends/cpu.h"
 #include "cube/kernel.h"
 #include "cube/status.h"
@@ -24,11 +26,23 @@
 /* The C compiler the CPU backend uses: CUBE_CC if set (a program name looked
  * up on PATH, or a path), else clang if on PATH, else cc; its identity
  * ("<path> | <first line of --version> | <flags>") for cache keys. Every
- * compile runs "<cc> -O3 -march=native -fPIC -shared -std=gnu11
- * -fno-math-errno -fopenmp-simd -w -x c - -o <tmp>.so" with the unit on stdin. The strings
+ * compile runs "<cc> <cube__cpu_cc_flags()> -x c - -o <tmp>.so" with the unit
+ * on stdin. The strings
  * stay valid for the process. Fails with UNAVAILABLE naming the program when
  * it cannot be found or run. */
 cube_status_t cube__cpu_compiler(const char** out_command, const char** out_identity);
+
+/* The flags of every compile ("-O3", "-march=native", ...), NULL-terminated;
+ * static. */
+const char* const* cube__cpu_cc_flags(void);
+
+/* Runs the compiler of cube__cpu_compiler with |args| (NULL-terminated; the
+ * flags of every compile ahead of them when |with_flags|) and |text| on its
+ * standard input (NULL: none). *out_log: its output, stdout and stderr
+ * (malloc'd, the caller frees it); *out_ok: it exited with 0. Fails with
+ * UNAVAILABLE when no compiler can be found or started. Thread-safe. */
+cube_status_t cube__cpu_cc_capture(bool with_flags, const char* const* args, const char* text,
+                                   char** out_log, bool* out_ok);
 
 typedef struct cube__cpu_module cube__cpu_module_t; /* a loaded shared object */
 

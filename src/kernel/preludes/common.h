@@ -33,9 +33,12 @@
 #define ABSOLUTE_POS_X (CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X)
 #define ABSOLUTE_POS_Y (CUBE_POS_Y * CUBE_DIM_Y + UNIT_POS_Y)
 #define ABSOLUTE_POS_Z (CUBE_POS_Z * CUBE_DIM_Z + UNIT_POS_Z)
-#define ABSOLUTE_POS                                                                         \
+/* ABSOLUTE_POS from the per-axis positions; a target may define ABSOLUTE_POS
+ * otherwise (the CPU passes the value it computed once, see cpu.h). */
+#define CUBE__ABSOLUTE_POS_OF_AXES                                                           \
   (ABSOLUTE_POS_X +                                                                          \
    CUBE_COUNT_X * CUBE_DIM_X * (ABSOLUTE_POS_Y + CUBE_COUNT_Y * CUBE_DIM_Y * ABSOLUTE_POS_Z))
+#define ABSOLUTE_POS CUBE__ABSOLUTE_POS_OF_AXES
 
 /* Bounds-checked accessors, as the execution mode says (docs/dialect.md):
  * Checked: an out-of-bounds load gives 0 and an out-of-bounds store is

@@ -340,10 +340,19 @@ CUBE__PFN int cube__fiber_run(cube__sched_t* s, uint32_t units, void* scratch,
       uint32_t cube__dx CUBE__UNUSED, uint32_t cube__dy CUBE__UNUSED,                        \
       uint32_t cube__dz CUBE__UNUSED, uint32_t cube__nx CUBE__UNUSED,                        \
       uint32_t cube__ny CUBE__UNUSED, uint32_t cube__nz CUBE__UNUSED,                        \
-      cube_bounds_error_t* cube__bounds CUBE__UNUSED, cube__sched_t* cube__sched CUBE__UNUSED
+      cube_bounds_error_t* cube__bounds CUBE__UNUSED, cube__sched_t* cube__sched CUBE__UNUSED, \
+      uint32_t cube__abs CUBE__UNUSED
 #define CUBE_UNIT_ARGS                                                                       \
   cube__ux, cube__uy, cube__uz, cube__cx, cube__cy, cube__cz, cube__dx, cube__dy, cube__dz,  \
-      cube__nx, cube__ny, cube__nz, cube__bounds, cube__sched
+      cube__nx, cube__ny, cube__nz, cube__bounds, cube__sched, cube__abs
+
+/* ABSOLUTE_POS is the unit's hidden parameter cube__abs: the same value as
+ * common.h's formula of the axes (the entry computes it so), but in the unit
+ * loop of an interior cube it is the loop's own counter, whose addresses
+ * compilers see as affine (gcc does not vectorise a loop whose index is the
+ * wrapping 32-bit formula). */
+#undef ABSOLUTE_POS
+#define ABSOLUTE_POS cube__abs
 
 /* The user's kernel: an always-inlined function of the unit (above) and the
  * user's parameters. */
@@ -465,12 +474,10 @@ CUBE__PFN int32_t cube_plane_max_i32(int32_t v) { return v; }
  * cubes: every unit's ABSOLUTE_POS is inside every array). */
 #if defined(__clang__)
 #define CUBE__ASSUME(x) __builtin_assume(x)
-#elif defined(__GNUC__)
-#define CUBE__ASSUME(x) \
-  do {                  \
-    if (!(x)) __builtin_unreachable(); \
-  } while (0)
 #else
+/* gcc has no assumption that leaves no branch behind before its vectoriser:
+ * `if (!(x)) __builtin_unreachable();` is control flow in the loop, and the
+ * loop is then not vectorised at all (gcc 12). */
 #define CUBE__ASSUME(x) ((void)0)
 #endif
 
