@@ -47,6 +47,12 @@
  *      each launch, the kernel code cube generates in its form for any
  *      launch (NVRTC'd here), cube's buffer, and the 1-D form cube compiles
  *      for launches of 1 in y and z (the one cube's step runs).
+ *  10. tuning (docs/autotune.md): the tuned matmul of examples/tuned_matmul.h
+ *      over six shapes from 64 to 4096 (square and not): the time of the
+ *      tuning's choice vs the best candidate measured alone, in alternating
+ *      rounds (target <= 1.03x), and its speedup over the untuned default;
+ *      10b: a tuned launch that hits vs a plain launch of the same kernel,
+ *      caller-side, in bursts of 32 (target: <= 0.1 us more).
  *
  * Output: one line per figure "name: cube X | raw Y | ratio R | target T |
  * met|MISSED" (ratio = cube / raw, for times lower is better, for rates higher
@@ -67,6 +73,7 @@
 #define BENCH_NAME "bench_cuda"
 #include "bench_common.h"
 #include "cube/cube.h"
+#include "../examples/tuned_matmul.h"
 
 #ifndef CUBE_HAVE_CUDA
 
@@ -1828,6 +1835,181 @@ static void fig_cache(void) {
 // Main
 //===----------------------------------------------------------------------===//
 
+//===----------------------------------------------------------------------===//
+// 10. Tuning
+//===----------------------------------------------------------------------===//
+
+typedef struct tune_shape {
+  uint32_t m, n, k;
+} tune_shape_t;
+
+/* Launch candidate |which| (or the operation when -1) |iters| times, then
+ * sync; the time in ns, 0 on failure. */
+static uint64_t tune_trial(cube_tune_op_t* op, int which, const cube_arg_t* args, int iters) {
+  uint64_t t0 = now_ns();
+  for (int i = 0; i < iters; ++i) {
+    cube_status_t st = which < 0 ? cube_tune_op_launch(op, C.c, 6, args)
+                                 : cube_tune_op_launch_candidate(op, C.c, (uint32_t)which, 6, args);
+    if (st) {
+      fail_status("tuned matmul launch", st);
+      return 0;
+    }
+  }
+  CHECK("cube_client_sync (tune)", cube_client_sync(C.c));
+  return now_ns() - t0;
+}
+
+static cube_status_t hit_count(void* user, size_t n, const cube_arg_t* args, cube_count_t* out) {
+  (void)user;
+  (void)n;
+  (void)args;
+  *out = cube_count_static(1, 1, 1);
+  return CUBE_OK;
+}
+
+static cube_status_t hit_key(void* user, const cube_device_properties_t* props, size_t n,
+                             const cube_arg_t* args, cube_tune_key_t* out) {
+  (void)user;
+  (void)props;
+  (void)n;
+  (void)args;
+  out->count = 1;
+  out->values[0] = 1;
+  return CUBE_OK;
+}
+
+static void fig_tune(void) {
+  static const tune_shape_t shapes[6] = {{64, 64, 64},     {512, 512, 512},  {1024, 1024, 1024},
+                                         {4096, 4096, 4096}, {4096, 256, 1024}, {128, 4096, 4096}};
+  printf("\n## [10] tuned matmul (examples/tuned_matmul.h: TILE 8/16/32 x VW 1/2/4, default "
+         "t16v1), budget 2 s per shape; launch + sync per launch, medians of 7 alternating "
+         "rounds\n");
+  cube_tune_op_t* op = NULL;
+  CHECK("tuned_matmul_create", tuned_matmul_create(2.0, &op, NULL));
+  if (!op) return;
+  for (int s = 0; s < (g_quick ? 3 : 6); ++s) {
+    const tune_shape_t* sh = &shapes[s];
+    size_t na = (size_t)sh->m * sh->k, nb = (size_t)sh->k * sh->n, nc = (size_t)sh->m * sh->n;
+    float* a = malloc(na * sizeof(float));
+    float* b = malloc(nb * sizeof(float));
+    if (!a || !b) {
+      free(a);
+      free(b);
+      continue;
+    }
+    fill_random(a, na * sizeof(float), 3 + (uint64_t)s);
+    fill_random(b, nb * sizeof(float), 5 + (uint64_t)s);
+    for (size_t i = 0; i < na; ++i) a[i] = (float)(((uint32_t*)a)[i] % 1000) / 1000.0f - 0.5f;
+    for (size_t i = 0; i < nb; ++i) b[i] = (float)(((uint32_t*)b)[i] % 1000) / 1000.0f - 0.5f;
+    cube_handle_t ha = CUBE_HANDLE_NULL, hb = CUBE_HANDLE_NULL, hc = CUBE_HANDLE_NULL;
+    CHECK("upload a", cube_client_create_from_slice(C.c, a, na * sizeof(float), &ha));
+    CHECK("upload b", cube_client_create_from_slice(C.c, b, nb * sizeof(float), &hb));
+    CHECK("empty c", cube_client_empty(C.c, nc * sizeof(float), &hc));
+    cube_arg_t args[6] = {cube_arg_buffer(ha), cube_arg_buffer(hb), cube_arg_buffer(hc),
+                          cube_arg_u32(sh->m), cube_arg_u32(sh->n), cube_arg_u32(sh->k)};
+    uint64_t t0 = now_ns();
+    uint64_t first = tune_trial(op, -1, args, 1);
+    double tuning_s = (double)(now_ns() - t0) / 1e9;
+    cube_tune_record_t rec;
+    memset(&rec, 0, sizeof(rec));
+    rec.struct_size = sizeof(rec);
+    cube_status_t st = cube_tune_op_record(op, C.c, 6, args, &rec);
+    if (!first || st) {
+      if (st) fail_status("cube_tune_op_record", st);
+    } else {
+      enum { N = TUNED_MATMUL_CANDIDATES, ROUNDS = 7 };
+      bool runs[N + 1];
+      for (int c = 0; c <= N; ++c)
+        runs[c] = c == N || (rec.results[c].outcome != CUBE_TUNE_INVALID &&
+                             rec.results[c].outcome != CUBE_TUNE_WRONG &&
+                             rec.results[c].outcome != CUBE_TUNE_FAILED);
+      double est_us = rec.results[rec.winner].median_ns / 1e3;
+      int iters = est_us > 0 ? (int)(20000.0 / est_us) + 1 : 1;
+      if (iters > 1000) iters = 1000;
+      for (int c = 0; c < N; ++c)
+        if (runs[c]) (void)tune_trial(op, c, args, 1);
+      double t[N + 1][ROUNDS];
+      for (int r = 0; r < ROUNDS; ++r)
+        for (int j = 0; j <= N; ++j) {
+          int c = (j + r) % (N + 1);
+          if (runs[c]) t[c][r] = (double)tune_trial(op, c == N ? -1 : c, args, iters) / 1e3 / iters;
+        }
+      double med[N + 1];
+      int best = -1;
+      for (int c = 0; c <= N; ++c) {
+        if (!runs[c]) continue;
+        qsort(t[c], ROUNDS, sizeof(double), cmp_double);
+        med[c] = median_sorted(t[c], ROUNDS);
+        if (c < N && (best < 0 || med[c] < med[best])) best = c;
+      }
+      printf("  %ux%ux%u: tuning %.2f s, winner %s; tuned %.1f us (%.1f-%.1f), best alone %s "
+             "%.1f us, default %.1f us: speedup vs default %.2fx\n",
+             sh->m, sh->n, sh->k, tuning_s, tuned_matmul_variants[rec.winner].name, med[N],
+             t[N][0], t[N][ROUNDS - 1], tuned_matmul_variants[best].name, med[best],
+             med[TUNED_MATMUL_DEFAULT], med[TUNED_MATMUL_DEFAULT] / med[N]);
+      char id[8], name[96];
+      snprintf(id, sizeof(id), "10.%d", s + 1);
+      snprintf(name, sizeof(name), "tuned matmul %ux%ux%u vs best candidate alone", sh->m, sh->n,
+               sh->k);
+      add_row(id, name, med[N], "us", med[best], true, "best", T_RATIO_LE, 1.03, NULL);
+    }
+    cube_handle_release(ha);
+    cube_handle_release(hb);
+    cube_handle_release(hc);
+    free(a);
+    free(b);
+  }
+  cube_tune_op_release(op);
+
+  /* 10b: the cost of a hit. */
+  cube_tune_candidate_t cands[2] = {{"one", C.k_empty, hit_count, NULL, NULL},
+                                    {"two", C.k_empty, hit_count, NULL, NULL}};
+  cube_tune_op_desc_t od;
+  cube_tune_op_desc_initialize(&od);
+  od.name = "bench_cuda_hit";
+  od.version = "1";
+  od.candidates = cands;
+  od.candidate_count = 2;
+  od.key = hit_key;
+  od.budget_s = 0.5;
+  cube_tune_op_t* hop = NULL;
+  CHECK("cube_tune_op_create (hit)", cube_tune_op_create(&od, &hop));
+  if (!hop) return;
+  cube_arg_t arg = cube_arg_buffer(C.h_small);
+  CHECK("tune (hit)", cube_tune_op_launch(hop, C.c, 1, &arg));
+  enum { HIT_BURST = 32, HIT_ROUNDS = 201 };
+  double plain[HIT_ROUNDS], tuned[HIT_ROUNDS];
+  for (int r = 0; r < HIT_ROUNDS; ++r) {
+    for (int side = 0; side < 2; ++side) {
+      bool tuned_side = (side + r) % 2;
+      CHECK("cube_client_sync (hit)", cube_client_sync(C.c));
+      uint64_t t0 = now_ns();
+      for (int i = 0; i < HIT_BURST; ++i) {
+        cube_status_t st = tuned_side
+                               ? cube_tune_op_launch(hop, C.c, 1, &arg)
+                               : cube_client_launch(C.c, C.k_empty, cube_count_static(1, 1, 1), 1,
+                                                    &arg);
+        if (st) {
+          fail_status("launch (hit)", st);
+          break;
+        }
+      }
+      double per = (double)(now_ns() - t0) / 1e3 / HIT_BURST;
+      if (tuned_side)
+        tuned[r] = per;
+      else
+        plain[r] = per;
+    }
+  }
+  CHECK("cube_client_sync (hit)", cube_client_sync(C.c));
+  qsort(plain, HIT_ROUNDS, sizeof(double), cmp_double);
+  qsort(tuned, HIT_ROUNDS, sizeof(double), cmp_double);
+  double p = median_sorted(plain, HIT_ROUNDS), q = median_sorted(tuned, HIT_ROUNDS);
+  add_row("10b", "tuned launch (hit) minus plain launch, caller side", q - p, "us", p, true,
+          "plain launch", T_ABS_LE, 0.1, "us");
+  cube_tune_op_release(hop);
+}
+
 static bool wanted(const char* fig) {
   const char* only = getenv("CUBE_BENCH_ONLY");
   if (!only || !only[0]) return true;
@@ -1878,13 +2060,14 @@ int main(void) {
   cube_setup();
   fflush(stdout);
 
-  /* CUBE_BENCH_ONLY=launch,roundtrip,pool,transfers,bandwidth,graph,cache runs those alone. */
+  /* CUBE_BENCH_ONLY=launch,roundtrip,pool,transfers,bandwidth,graph,tune,cache runs those alone. */
   if (wanted("launch")) fig_launch();
   if (wanted("roundtrip")) fig_roundtrip();
   if (wanted("pool")) fig_pool();
   if (wanted("transfers")) fig_transfers();
   if (wanted("bandwidth")) fig_bandwidth();
   if (wanted("graph")) fig_graph();
+  if (wanted("tune")) fig_tune();
   if (wanted("cache")) fig_cache(); /* last: shuts cube down and starts it again */
 
   if (C.c) cube_teardown();

@@ -11,9 +11,17 @@
  *      a naive C triple loop and an OpenMP loop parallel over i
  *   4. kernel cache: cold compile vs disk hit (a child process) vs memory hit
  *   5. empty launch + sync of a dialect kernel, 1 cube, threaded queue
+ *   6. tuned matmul (examples/tuned_matmul.h: 7 candidates, tiles 8-32,
+ *      vector widths 1-4) over six shapes from 64 to 4096, square and not:
+ *      the tuning's choice vs every candidate measured alone (target: within
+ *      3 % of the best), and its speedup over the untuned default (TILE 16)
+ *   7. the cost of a tuned launch that hits (key function + lookup) over a
+ *      plain launch of the same kernel (target: <= 0.1 us)
  *
- * CUBE_BENCH_ONLY=saxpy,reduce,matmul,cache,empty (a comma-separated subset)
- * runs only those sections.
+ * Arguments name the sections to run (saxpy reduce matmul cache empty tune
+ * tune_hit); none runs all of them. CUBE_BENCH_ONLY=saxpy,reduce,... (a
+ * comma-separated subset of the same names) runs only those sections too;
+ * with both, a section runs when both name it.
  *
  * Sections 1-3 and 5 also run the same kernel objects through cube's own
  * opencl backend (opencl:0, PoCL here), beside the cpu backend, in the same
@@ -64,6 +72,7 @@
 
 #define BENCH_NAME "bench_dialect"
 #include "bench_common.h"
+#include "../examples/tuned_matmul.h"
 #include "cube/cube.h"
 /* Internal: the OpenCL unit of a dialect source, and the CPU compiler. */
 #include "backends/cpu/cpu_compiler.h"
@@ -1661,6 +1670,315 @@ static void bench_empty(void) {
 }
 
 //===----------------------------------------------------------------------===//
+// 6. tuned matmul
+//===----------------------------------------------------------------------===//
+
+typedef struct tune_shape {
+  uint32_t m, n, k;
+} tune_shape_t;
+
+static const tune_shape_t k_tune_shapes[6] = {
+    {64, 64, 64}, {256, 256, 256}, {512, 512, 512}, {1024, 1024, 1024}, {4096, 64, 256},
+    {64, 4096, 512},
+};
+
+/* Launch (candidate |which|, or the operation when -1) |iters| times, then
+ * sync; the time in ns, 0 on failure. */
+static uint64_t tune_trial(cube_tune_op_t* op, int which, const cube_arg_t* args, int iters) {
+  uint64_t t0 = now_ns();
+  for (int i = 0; i < iters; ++i) {
+    cube_status_t st = which < 0 ? cube_tune_op_launch(op, g_client, 6, args)
+                                 : cube_tune_op_launch_candidate(op, g_client, (uint32_t)which, 6,
+                                                                 args);
+    if (st) {
+      fail_status("tuned matmul launch", st);
+      return 0;
+    }
+  }
+  cube_status_t st = cube_client_sync(g_client);
+  if (st) {
+    fail_status("cube_client_sync (tuned matmul)", st);
+    return 0;
+  }
+  return now_ns() - t0;
+}
+
+/* Checks 64 sampled elements of C against a double host product. */
+static void tune_check(const tune_shape_t* sh, const float* a, const float* b, cube_handle_t hc,
+                       const char* who) {
+  size_t bytes = (size_t)sh->m * sh->n * sizeof(float);
+  float* c = xmalloc(bytes);
+  if (!download(hc, c, bytes)) {
+    free(c);
+    return;
+  }
+  uint64_t seed = 11;
+  for (int s = 0; s < 64; ++s) {
+    seed ^= seed >> 12, seed ^= seed << 25, seed ^= seed >> 27;
+    uint32_t i = (uint32_t)(seed % sh->m), j = (uint32_t)((seed >> 20) % sh->n);
+    double r = 0, mag = 0;
+    for (uint32_t q = 0; q < sh->k; ++q) {
+      double t = (double)a[(size_t)i * sh->k + q] * b[(size_t)q * sh->n + j];
+      r += t;
+      mag += fabs(t);
+    }
+    double err = fabs(c[(size_t)i * sh->n + j] - r) / (mag > 0 ? mag : 1);
+    if (err > 1e-4) {
+      wrong("tuned matmul %ux%ux%u (%s): relative error %.3e at (%u, %u)", sh->m, sh->n, sh->k,
+            who, err, i, j);
+      break;
+    }
+  }
+  free(c);
+}
+
+static void bench_tune_on(const char* backend) {
+  cube_tune_op_t* op = NULL;
+  cube_status_t st = tuned_matmul_create(2.0, &op, NULL);
+  if (st) {
+    fail_status("tuned_matmul_create", st);
+    return;
+  }
+  printf("  %s: shape MxNxK (bucket)      tuning    default   best alone (which)   tuned "
+         "(which)     tuned/best  speedup vs default\n",
+         backend);
+  int met = 0, measured = 0, choice_met = 0;
+  for (int s = 0; s < 6; ++s) {
+    const tune_shape_t* sh = &k_tune_shapes[s];
+    size_t na = (size_t)sh->m * sh->k, nb = (size_t)sh->k * sh->n, nc = (size_t)sh->m * sh->n;
+    float* a = xmalloc(na * sizeof(float));
+    float* b = xmalloc(nb * sizeof(float));
+    uint64_t seed = 3 + (uint64_t)s;
+    for (size_t i = 0; i < na; ++i) a[i] = rnd(&seed);
+    for (size_t i = 0; i < nb; ++i) b[i] = rnd(&seed);
+    cube_handle_t ha = upload(a, na * sizeof(float)), hb = upload(b, nb * sizeof(float));
+    cube_handle_t hc = CUBE_HANDLE_NULL;
+    TRY("cube_client_empty (tuned matmul)", cube_client_empty(g_client, nc * sizeof(float), &hc));
+    cube_arg_t args[6] = {cube_arg_buffer(ha),   cube_arg_buffer(hb),   cube_arg_buffer(hc),
+                          cube_arg_u32(sh->m), cube_arg_u32(sh->n), cube_arg_u32(sh->k)};
+    /* The first launch tunes (the candidates compiled and measured). */
+    uint64_t t0 = now_ns();
+    uint64_t first = tune_trial(op, -1, args, 1);
+    double tuning_s = (double)(now_ns() - t0) / 1e9;
+    cube_tune_record_t rec;
+    memset(&rec, 0, sizeof(rec));
+    rec.struct_size = sizeof(rec);
+    st = cube_tune_op_record(op, g_client, 6, args, &rec);
+    if (!first || st) {
+      if (st) fail_status("cube_tune_op_record", st);
+      cube_handle_release(ha);
+      cube_handle_release(hb);
+      cube_handle_release(hc);
+      free(a);
+      free(b);
+      continue;
+    }
+    tune_check(sh, a, b, hc, "tuned");
+    /* Alternating trials: every valid candidate alone, then the operation,
+     * in a rotated order each round; each trial at least ~30 ms. */
+    bool runs[TUNED_MATMUL_CANDIDATES + 1];
+    double est_us = rec.results[rec.winner].median_ns / 1e3;
+    int iters = est_us > 0 ? (int)(30000.0 / est_us) + 1 : 1;
+    if (iters > 200) iters = 200;
+    enum { ROUNDS = 7 };
+    double t[TUNED_MATMUL_CANDIDATES + 1][ROUNDS];
+    for (int c = 0; c <= TUNED_MATMUL_CANDIDATES; ++c)
+      runs[c] = c == TUNED_MATMUL_CANDIDATES ||
+                (rec.results[c].outcome != CUBE_TUNE_INVALID &&
+                 rec.results[c].outcome != CUBE_TUNE_WRONG &&
+                 rec.results[c].outcome != CUBE_TUNE_FAILED);
+    for (int c = 0; c < TUNED_MATMUL_CANDIDATES; ++c) /* warm: compiled, caches filled */
+      if (runs[c]) (void)tune_trial(op, c, args, 1);
+    for (int r = 0; r < ROUNDS; ++r)
+      for (int j = 0; j <= TUNED_MATMUL_CANDIDATES; ++j) {
+        int c = (j + r) % (TUNED_MATMUL_CANDIDATES + 1);
+        if (!runs[c]) continue;
+        uint64_t ns = tune_trial(op, c == TUNED_MATMUL_CANDIDATES ? -1 : c, args, iters);
+        t[c][r] = (double)ns / 1e3 / iters;
+      }
+    double med[TUNED_MATMUL_CANDIDATES + 1], lo[TUNED_MATMUL_CANDIDATES + 1],
+        hi[TUNED_MATMUL_CANDIDATES + 1];
+    int best = -1;
+    for (int c = 0; c <= TUNED_MATMUL_CANDIDATES; ++c) {
+      if (!runs[c]) continue;
+      qsort(t[c], ROUNDS, sizeof(double), cmp_double);
+      med[c] = median_sorted(t[c], ROUNDS);
+      lo[c] = t[c][0];
+      hi[c] = t[c][ROUNDS - 1];
+      if (c < TUNED_MATMUL_CANDIDATES && (best < 0 || med[c] < med[best])) best = c;
+    }
+    const int T = TUNED_MATMUL_CANDIDATES, D = TUNED_MATMUL_DEFAULT;
+    double ratio = med[T] / med[best];
+    /* The same question without the tuned launches' own noise: the chosen
+     * candidate's median alone against the best one's. */
+    double choice = runs[rec.winner] ? med[rec.winner] / med[best] : 0;
+    measured++;
+    met += ratio <= 1.03;
+    choice_met += choice <= 1.03;
+    char shape[48];
+    snprintf(shape, sizeof(shape), "%ux%ux%u (%llux%llux%llu)", sh->m, sh->n, sh->k,
+             (unsigned long long)rec.key.values[0], (unsigned long long)rec.key.values[1],
+             (unsigned long long)rec.key.values[2]);
+    printf("  %-34s %6.2f s %9.3f ms %9.3f ms (%-5s) %9.3f ms (%-5s)  %5.3f %s  %5.2fx\n", shape,
+           tuning_s, med[D] / 1e3, med[best] / 1e3, tuned_matmul_variants[best].name,
+           med[T] / 1e3, tuned_matmul_variants[rec.winner].name, ratio,
+           ratio <= 1.03 ? "ok  " : "OVER", med[D] / med[T]);
+    printf("  %-34s choice alone / best alone %.3f; spread (min-max over %d rounds of %d "
+           "launches): tuned %.3f-%.3f ms, best %.3f-%.3f ms; every candidate:",
+           "", choice, ROUNDS, iters, lo[T] / 1e3, hi[T] / 1e3, lo[best] / 1e3, hi[best] / 1e3);
+    for (int c = 0; c < T; ++c)
+      if (runs[c])
+        printf(" %s %.3f", tuned_matmul_variants[c].name, med[c] / 1e3);
+      else
+        printf(" %s (%s)", tuned_matmul_variants[c].name,
+               cube_tune_outcome_name(rec.results[c].outcome));
+    printf("\n");
+    fflush(stdout);
+    cube_handle_release(ha);
+    cube_handle_release(hb);
+    cube_handle_release(hc);
+    free(a);
+    free(b);
+  }
+  printf("  target: tuned within 3 %% of the best candidate alone -> %d of %d shapes (the "
+         "chosen candidate alone within 3 %%: %d of %d)\n",
+         met, measured, choice_met, measured);
+  cube_tune_op_release(op);
+}
+
+static void bench_tune(void) {
+  printf("[6] tuned matmul (examples/tuned_matmul.h, 7 candidates: TILE 8/16/32 x VW 1/2/4; "
+         "default t16v1), budget 2 s per shape;\n    times per launch (launch + sync), medians "
+         "of 7 alternating rounds\n");
+  bench_tune_on("cpu");
+  settle();
+  if (g_cl_client) {
+    g_client = g_cl_client;
+    bench_tune_on("opencl");
+    g_client = g_cpu_client;
+    settle();
+  } else {
+    printf("  opencl: not available (%s)\n", g_cl_reason);
+  }
+  printf("\n");
+  fflush(stdout);
+}
+
+//===----------------------------------------------------------------------===//
+// 7. a tuned launch that hits vs a plain launch
+//===----------------------------------------------------------------------===//
+
+static cube_status_t hit_count(void* user, size_t n, const cube_arg_t* args, cube_count_t* out) {
+  (void)user;
+  (void)n;
+  (void)args;
+  *out = cube_count_static(1, 1, 1);
+  return CUBE_OK;
+}
+
+static cube_status_t hit_key(void* user, const cube_device_properties_t* props, size_t n,
+                             const cube_arg_t* args, cube_tune_key_t* out) {
+  (void)user;
+  (void)props;
+  (void)n;
+  out->count = 1;
+  out->values[0] = cube_tune_anchor(args[0].v.u32, 0);
+  return CUBE_OK;
+}
+
+/* Batches of |batch| launches from an idle device (synced before, untimed):
+ * the caller's time per launch, ns. */
+static double hit_batch(cube_tune_op_t* op, cube_kernel_t* k, int batch) {
+  cube_arg_t arg = cube_arg_u32(100);
+  TRY("cube_client_sync (hit)", cube_client_sync(g_client));
+  uint64_t t0 = now_ns();
+  for (int i = 0; i < batch; ++i) {
+    cube_status_t st = op ? cube_tune_op_launch(op, g_client, 1, &arg)
+                          : cube_client_launch(g_client, k, cube_count_static(1, 1, 1), 1, &arg);
+    if (st) {
+      fail_status("launch (hit)", st);
+      return 0;
+    }
+  }
+  return (double)(now_ns() - t0) / batch;
+}
+
+static void bench_tune_hit_on(const char* backend) {
+  cube_kernel_t* k[2] = {make_dialect(k_empty_src, "empty", 1, 1, NULL, 0),
+                         make_dialect(k_empty_src, "empty", 2, 1, NULL, 0)};
+  cube_tune_candidate_t cands[2] = {{"one", k[0], hit_count, NULL, NULL},
+                                    {"two", k[1], hit_count, NULL, NULL}};
+  cube_tune_op_desc_t od;
+  cube_tune_op_desc_initialize(&od);
+  od.name = "bench_hit";
+  od.version = "1";
+  od.candidates = cands;
+  od.candidate_count = 2;
+  od.key = hit_key;
+  od.budget_s = 0.5;
+  cube_tune_op_t* op = NULL;
+  TRY("cube_tune_op_create (hit)", cube_tune_op_create(&od, &op));
+  if (!op) return;
+  cube_arg_t arg = cube_arg_u32(100);
+  TRY("tune (hit)", cube_tune_op_launch(op, g_client, 1, &arg));
+  cube_tune_record_t rec;
+  memset(&rec, 0, sizeof(rec));
+  rec.struct_size = sizeof(rec);
+  TRY("cube_tune_op_record (hit)", cube_tune_op_record(op, g_client, 1, &arg, &rec));
+  cube_kernel_t* winner = k[rec.winner < 2 ? rec.winner : 0];
+  enum { BATCH = 32, ROUNDS = 41, PER = 25 };
+  double plain[ROUNDS], tuned[ROUNDS], diff[ROUNDS];
+  for (int w = 0; w < 50; ++w) (void)hit_batch(op, winner, BATCH), (void)hit_batch(NULL, winner, BATCH);
+  for (int r = 0; r < ROUNDS; ++r) {
+    /* Each round: PER batches of each, alternating; the median batch of each. */
+    double p[PER], q[PER];
+    for (int i = 0; i < PER; ++i) {
+      if ((i + r) % 2) {
+        p[i] = hit_batch(NULL, winner, BATCH);
+        q[i] = hit_batch(op, winner, BATCH);
+      } else {
+        q[i] = hit_batch(op, winner, BATCH);
+        p[i] = hit_batch(NULL, winner, BATCH);
+      }
+    }
+    qsort(p, PER, sizeof(double), cmp_double);
+    qsort(q, PER, sizeof(double), cmp_double);
+    plain[r] = median_sorted(p, PER);
+    tuned[r] = median_sorted(q, PER);
+    diff[r] = tuned[r] - plain[r];
+  }
+  TRY("cube_client_sync (hit)", cube_client_sync(g_client));
+  qsort(plain, ROUNDS, sizeof(double), cmp_double);
+  qsort(tuned, ROUNDS, sizeof(double), cmp_double);
+  qsort(diff, ROUNDS, sizeof(double), cmp_double);
+  double d = median_sorted(diff, ROUNDS);
+  printf("  %-7s plain launch %7.1f ns (%.1f-%.1f), tuned launch (hit) %7.1f ns (%.1f-%.1f): "
+         "%+.1f ns per launch (rounds' differences %+.1f to %+.1f) -> target <= 100 ns %s\n",
+         backend, median_sorted(plain, ROUNDS), plain[0], plain[ROUNDS - 1],
+         median_sorted(tuned, ROUNDS), tuned[0], tuned[ROUNDS - 1], d, diff[0],
+         diff[ROUNDS - 1], d <= 100.0 ? "met" : "NOT met");
+  cube_tune_op_release(op);
+  cube_kernel_release(k[0]);
+  cube_kernel_release(k[1]);
+}
+
+static void bench_tune_hit(void) {
+  printf("[7] tuned launch that hits vs plain launch of the same kernel (empty kernel, 1 cube; "
+         "caller's time per launch in batches of 32 from an idle device; median of 41 rounds of "
+         "25 alternating batches each)\n");
+  bench_tune_hit_on("cpu");
+  if (g_cl_client) {
+    g_client = g_cl_client;
+    bench_tune_hit_on("opencl");
+    g_client = g_cpu_client;
+  } else {
+    printf("  opencl: not available (%s)\n", g_cl_reason);
+  }
+  printf("\n");
+  fflush(stdout);
+}
+
+//===----------------------------------------------------------------------===//
 // Header, environment, main
 //===----------------------------------------------------------------------===//
 
@@ -1760,7 +2078,7 @@ static bool bench_wanted(const char* section) {
   return false;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
   /* A fresh kernel cache directory, before any cube call: the first compile
    * of each kernel is cold. */
   snprintf(g_cache_dir, sizeof(g_cache_dir), "%s/cube-bench-dialect-XXXXXX",
@@ -1770,6 +2088,18 @@ int main(void) {
     return 1;
   }
   if (setenv("CUBE_CACHE_DIR", g_cache_dir, 1) != 0) return 1;
+  for (int a = 1; a < argc; ++a) {
+    static const char* const known[] = {"saxpy", "reduce", "matmul", "cache",
+                                        "empty", "tune",   "tune_hit"};
+    bool ok = false;
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); ++i) ok |= !strcmp(argv[a], known[i]);
+    if (!ok) {
+      fprintf(stderr, "bench_dialect: unknown section '%s' (saxpy reduce matmul cache empty tune "
+                      "tune_hit)\n", argv[a]);
+      (void)rmdir(g_cache_dir);
+      return 2;
+    }
+  }
   set_pocl_cache_dir();
   /* OpenMP and cube share the cores in one run. libgomp's idle team spins for
    * a long while after each parallel region (GOMP_SPINCOUNT, default 300000
@@ -1808,12 +2138,19 @@ int main(void) {
   print_header();
   fflush(stdout);
 
-  /* CUBE_BENCH_ONLY=saxpy,reduce,matmul,cache,empty runs those sections alone. */
-  if (bench_wanted("saxpy")) bench_saxpy();
-  if (bench_wanted("reduce")) bench_reduce();
-  if (bench_wanted("matmul")) bench_matmul();
-  if (bench_wanted("cache")) bench_cache();
-  if (bench_wanted("empty")) bench_empty();
+  /* Sections named on the command line (none: every one), and in
+   * CUBE_BENCH_ONLY when it is set. */
+  static const struct {
+    const char* name;
+    void (*run)(void);
+  } sections[] = {{"saxpy", bench_saxpy}, {"reduce", bench_reduce}, {"matmul", bench_matmul},
+                  {"cache", bench_cache},  {"empty", bench_empty},   {"tune", bench_tune},
+                  {"tune_hit", bench_tune_hit}};
+  for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); ++i) {
+    bool run = argc < 2;
+    for (int a = 1; a < argc; ++a) run |= strcmp(argv[a], sections[i].name) == 0;
+    if (run && bench_wanted(sections[i].name)) sections[i].run();
+  }
 
   cache_child_stop();
   ocl_fini();

@@ -1,29 +1,16 @@
-/* matmul: C = A * B with square tiles in cube-local memory and sync_cube,
- * checked against a naive host product (relative error < 1e-5). */
+/* matmul: C = A * B with square tiles in cube-local memory and sync_cube, as a
+ * tunable operation (examples/tuned_matmul.h: tiles of 8, 16 and 32, vector
+ * widths 1, 2 and 4). The first launch of a shape tunes it (or finds the
+ * result of an earlier run in the kernel cache directory); the example prints
+ * each candidate's outcome and checks the product against a naive host one
+ * (relative error < 1e-5). CUBE_TUNE=off launches the default candidate. */
 #include <math.h>
 
 #include "example_util.h"
-
-static const char* source =
-    "CUBE_KERNEL(matmul, CUBE_ARRAY(const float, a), CUBE_ARRAY(const float, b),\n"
-    "            CUBE_ARRAY(float, c), uint32_t m, uint32_t n, uint32_t k) {\n"
-    "  CUBE_SHARED(float, ta, TILE * TILE);\n"
-    "  CUBE_SHARED(float, tb, TILE * TILE);\n"
-    "  uint32_t tx = UNIT_POS_X, ty = UNIT_POS_Y;\n"
-    "  uint32_t row = CUBE_POS_Y * TILE + ty, col = CUBE_POS_X * TILE + tx;\n"
-    "  float acc = 0.0f;\n"
-    "  for (uint32_t t = 0; t < k; t += TILE) {\n"
-    "    ta[ty * TILE + tx] = (row < m && t + tx < k) ? a[(uint64_t)row * k + t + tx] : 0.0f;\n"
-    "    tb[ty * TILE + tx] = (t + ty < k && col < n) ? b[(uint64_t)(t + ty) * n + col] : 0.0f;\n"
-    "    sync_cube();\n"
-    "    for (uint32_t q = 0; q < TILE; ++q) acc += ta[ty * TILE + q] * tb[q * TILE + tx];\n"
-    "    sync_cube();\n"
-    "  }\n"
-    "  if (row < m && col < n) CUBE_STORE(c, (uint64_t)row * n + col, acc);\n"
-    "}\n";
+#include "tuned_matmul.h"
 
 int main(void) {
-  enum { M = 129, N = 97, K = 211, TILE = 16 };
+  enum { M = 129, N = 97, K = 211 };
   float* a = malloc(M * K * sizeof(float));
   float* b = malloc(K * N * sizeof(float));
   uint64_t seed = 3;
@@ -32,19 +19,15 @@ int main(void) {
 
   cube_client_t* c;
   TRY(cube_client_load((cube_device_id_t){cube_backend_default(), 0}, &c));
-  cube_define_t defs[] = {{"TILE", "16"}};
-  cube_kernel_desc_t desc = {.cube_dim = {TILE, TILE, 1}, .source = source, .entry = "matmul",
-                             .defines = defs, .define_count = 1};
-  cube_kernel_t* kern;
-  TRY(cube_kernel_create(&desc, &kern));
+  cube_tune_op_t* op;
+  TRY(tuned_matmul_create(1.0, &op, NULL)); /* at most 1 s of measuring per shape */
   cube_handle_t ha, hb, hc;
   TRY(cube_client_create_from_slice(c, a, M * K * sizeof(float), &ha));
   TRY(cube_client_create_from_slice(c, b, K * N * sizeof(float), &hb));
   TRY(cube_client_empty(c, M * N * sizeof(float), &hc));
   cube_arg_t args[] = {cube_arg_buffer(ha), cube_arg_buffer(hb), cube_arg_buffer(hc),
                        cube_arg_u32(M), cube_arg_u32(N), cube_arg_u32(K)};
-  TRY(cube_client_launch(c, kern, cube_count_static((N + TILE - 1) / TILE, (M + TILE - 1) / TILE, 1),
-                         6, args));
+  TRY(cube_tune_op_launch(op, c, 6, args));
   cube_bytes_t* out;
   TRY(cube_client_read_one(c, hc, &out));
   const float* r = cube_bytes_const_data(out);
@@ -58,11 +41,33 @@ int main(void) {
     }
   int ok = max_rel < 1e-5;
   printf("matmul %dx%dx%d: max relative error %.2e: %s\n", M, N, K, max_rel, ok ? "ok" : "WRONG");
+
+  /* What the tuning found (NOT_FOUND with CUBE_TUNE=off: nothing was tuned). */
+  cube_tune_record_t rec;
+  rec.struct_size = sizeof(rec);
+  cube_status_t st = cube_tune_op_record(op, c, 6, args, &rec);
+  if (!st) {
+    printf("tuned for the shape bucket %llux%llux%llu (%s, %.2f s): winner %s\n",
+           (unsigned long long)rec.key.values[0], (unsigned long long)rec.key.values[1],
+           (unsigned long long)rec.key.values[2],
+           rec.origin == CUBE_TUNE_ORIGIN_DISK ? "from the cache directory" : "measured now",
+           rec.tuning_s, tuned_matmul_variants[rec.winner].name);
+    for (uint32_t i = 0; i < rec.candidate_count; ++i) {
+      const cube_tune_result_t* x = &rec.results[i];
+      printf("  %-6s %-12s", tuned_matmul_variants[i].name, cube_tune_outcome_name(x->outcome));
+      if (x->samples) printf(" median %9.1f us over %u samples", x->median_ns / 1e3, x->samples);
+      if (x->reason[0]) printf("  (%s)", x->reason);
+      printf("\n");
+    }
+  } else {
+    printf("not tuned: %s\n", cube_status_message(st));
+    cube_status_free(st);
+  }
   cube_bytes_release(out);
   cube_handle_release(ha);
   cube_handle_release(hb);
   cube_handle_release(hc);
-  cube_kernel_release(kern);
+  cube_tune_op_release(op);
   cube_client_release(c);
   cube_shutdown();
   free(a);

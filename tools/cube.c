@@ -4,6 +4,13 @@
  *                        every option (CUBE_* variable): value and source
  *   cube cache           kernel cache: directory, entries, size and counters
  *   cube cache clear     remove every disk entry
+ *   cube cache list      every entry: kernel, kind, backend, size, last use
+ *   cube cache prune [--max SIZE]
+ *                        remove corrupt, other-version and stale temporary
+ *                        entries, then least recently used ones beyond SIZE
+ *   cube bundle export FILE | import FILE | show FILE
+ *                        the cache's compiled kernels and tuning results of
+ *                        the default device in one file (cube/bundle.h)
  *   cube demo            uploads tensors (contiguous and packed), runs kernels,
  *                        reads the results back and checks them, prints memory
  *                        usage and a profile. Exit status 0 only if every check
@@ -20,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 //===----------------------------------------------------------------------===//
 // Command line
@@ -35,6 +43,13 @@ static const char* usage_text =
     "                 value and where it came from (default, environment, API)\n"
     "  cache          show the kernel cache (directory, entries, size, counters)\n"
     "  cache clear    remove every kernel cache entry on disk\n"
+    "  cache list     list the entries: kernel, kind, backend, size, last use\n"
+    "  cache prune [--max SIZE]  remove unusable entries, then the least\n"
+    "                 recently used beyond SIZE (default CUBE_CACHE_MAX)\n"
+    "  bundle export FILE  write the cache's kernels and tuning results for\n"
+    "                 the default device into FILE\n"
+    "  bundle import FILE  check FILE and add its entries to the cache\n"
+    "  bundle show FILE    check FILE and describe it\n"
     "  demo           run the demo on the default backend (CUBE_BACKEND, else cpu)\n"
     "  help [<command>]  this text, or the usage of one command\n"
     "\n"
@@ -67,10 +82,29 @@ static const command_t commands[] = {
      "  --json     print the same information as one JSON document on stdout\n"
      "  A malformed option (see --options) makes 'cube info' fail (exit 1).\n"},
     {"cache",
-     "usage: cube cache [clear]\n"
+     "usage: cube cache [clear | list | prune [--max SIZE]]\n"
      "  Shows the kernel cache directory (and why it is unusable, if it is),\n"
      "  its entries on disk and this process's counters.\n"
-     "  clear  remove every entry on disk\n"},
+     "  clear  remove every entry on disk\n"
+     "  list   one line per entry, most recently used first: the kernel (or\n"
+     "         tuned operation), kind, backend, size, last use, cube version;\n"
+     "         an entry that cannot be read says why\n"
+     "  prune  remove corrupt entries, entries of other cube versions and\n"
+     "         temporary files older than an hour, then the least recently\n"
+     "         used entries until the rest fit in SIZE (bytes, or with a\n"
+     "         K/M/G/T suffix: powers of 1024); without --max, CUBE_CACHE_MAX\n"
+     "         (0: no eviction)\n"},
+    {"bundle",
+     "usage: cube bundle export FILE | import FILE | show FILE\n"
+     "  A bundle holds the kernel cache's compiled kernels and tuning results\n"
+     "  made by this cube version for one device, checksummed\n"
+     "  (docs/autotune.md, \"Bundles\"). The device is device 0 of the default\n"
+     "  backend (CUBE_BACKEND, else cpu).\n"
+     "  export FILE  write them into FILE (replaced atomically, mode 0600)\n"
+     "  import FILE  check FILE (owner and mode, format, checksum, cube version,\n"
+     "               device) and store its entries into the cache directory,\n"
+     "               all or none; a refusal says why (exit 1)\n"
+     "  show FILE    check FILE and print its version, device and entries\n"},
     {"demo",
      "usage: cube demo\n"
      "  Runs the demo on the default backend (CUBE_BACKEND, else cpu): uploads\n"
@@ -753,6 +787,15 @@ static int cmd_demo(void) {
   DEMO_CHECK(u.number_allocs == 0 && u.bytes_reserved == 0,
              "after release and cleanup: %" PRIu64 " allocations, %" PRIu64 " bytes reserved",
              u.number_allocs, u.bytes_reserved);
+  /* 6. What the kernel cache did: a cold start compiles, a warm one (or one
+   * after `cube bundle import`) loads from disk. */
+  cube_kernel_cache_stats_t ks = {0};
+  ks.struct_size = sizeof(ks);
+  TRY(cube_kernel_cache_stats(&ks));
+  printf("  kernel cache: %llu compiled, %llu loaded from disk, %llu found in memory "
+         "(compiling took %.1f ms)\n",
+         (unsigned long long)ks.misses, (unsigned long long)ks.disk_hits,
+         (unsigned long long)ks.memory_hits, ks.compile_ns / 1e6);
   cube_kernel_release(k_saxpy);
   cube_kernel_release(k_sum);
   cube_kernel_release(k_scale);
@@ -801,6 +844,113 @@ static int cmd_cache(bool clear) {
          (unsigned long long)s.misses, (unsigned long long)s.compile_failures,
          (unsigned long long)s.corrupt_entries);
   return 0;
+}
+
+static int report_status(const char* what, cube_status_t st) {
+  if (!st) return 0;
+  fprintf(stderr, "cube %s: [%s] %s\n", what, cube_status_code_name(cube_status_code(st)),
+          cube_status_message(st));
+  cube_status_free(st);
+  return 1;
+}
+
+static int cmd_cache_list(void) {
+  cube_kernel_cache_entry_t* e = NULL;
+  size_t n = 0;
+  if (report_status("cache list", cube_kernel_cache_list(&e, &n))) return 1;
+  const char* dir = cube_kernel_cache_dir();
+  printf("kernel cache: %s, %zu entries\n", dir[0] ? dir : "(disk cache off: CUBE_CACHE_DIR=off)",
+         n);
+  if (n) printf("  %-32s  %-5s  %-7s  %10s  %-20s  %s\n", "kernel", "kind", "backend", "size",
+                "last use (UTC)", "version");
+  for (size_t i = 0; i < n; ++i) {
+    char b[32], when[32] = "?";
+    time_t t = (time_t)e[i].last_use;
+    struct tm tm;
+    if (gmtime_r(&t, &tm)) strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+    if (!e[i].readable) {
+      printf("  %-32s  %-5s  %-7s  %10s  %-20s  unreadable: %s\n", e[i].file, e[i].kind, "",
+             fmt_bytes(e[i].size, b, sizeof(b)), when, e[i].why);
+      continue;
+    }
+    printf("  %-32s  %-5s  %-7s  %10s  %-20s  %s\n", e[i].name[0] ? e[i].name : "(unnamed)",
+           e[i].kind, e[i].backend[0] ? e[i].backend : "-", fmt_bytes(e[i].size, b, sizeof(b)),
+           when, e[i].version[0] ? e[i].version : "-");
+  }
+  cube_kernel_cache_list_free(e);
+  return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
+}
+
+/* "123", "64K", "1.5G", "2MiB": bytes (suffixes are powers of 1024). */
+static bool parse_size(const char* text, uint64_t* out) {
+  char* end = NULL;
+  double v = strtod(text, &end);
+  if (end == text || !(v >= 0)) return false; /* also NaN */
+  double mult = 1;
+  switch (*end) {
+    case 'k': case 'K': mult = 1024.0, ++end; break;
+    case 'm': case 'M': mult = 1024.0 * 1024, ++end; break;
+    case 'g': case 'G': mult = 1024.0 * 1024 * 1024, ++end; break;
+    case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024, ++end; break;
+    default: break;
+  }
+  if (mult > 1 && (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0)) end += strlen(end);
+  if (*end == 'B' && end[1] == '\0' && mult == 1) ++end;
+  if (*end != '\0' || !(v * mult < 1.8e19)) return false; /* also inf */
+  *out = (uint64_t)(v * mult);
+  return true;
+}
+
+static int cmd_cache_prune(uint64_t max_bytes) {
+  cube_kernel_cache_prune_report_t r = {0};
+  r.struct_size = sizeof(r);
+  if (report_status("cache prune", cube_kernel_cache_prune(max_bytes, &r))) return 1;
+  char b1[32], b2[32];
+  printf("kernel cache pruned: %s\n", cube_kernel_cache_dir()[0] ? cube_kernel_cache_dir()
+                                                                 : "(disk cache off)");
+  printf("  removed: %llu corrupt, %llu of other cube versions, %llu temporary files, %llu least "
+         "recently used; %s\n",
+         (unsigned long long)r.corrupt, (unsigned long long)r.other_version,
+         (unsigned long long)r.temporary, (unsigned long long)r.evicted,
+         fmt_bytes(r.removed_bytes, b1, sizeof(b1)));
+  printf("  kept: %llu entries, %s\n", (unsigned long long)r.kept,
+         fmt_bytes(r.kept_bytes, b2, sizeof(b2)));
+  return 0;
+}
+
+static void print_bundle(const char* verb, const char* path, const cube_bundle_info_t* i) {
+  char b[32];
+  printf("%s %s: cube %s, %s, device '%s'\n", verb, path, i->version, i->backend, i->device);
+  printf("  %llu entries (%llu compiled kernels, %llu tuning results), %s\n",
+         (unsigned long long)i->entries, (unsigned long long)i->kernels,
+         (unsigned long long)i->tunings, fmt_bytes(i->bytes, b, sizeof(b)));
+}
+
+static int cmd_bundle(const char* verb, const char* path) {
+  cube_bundle_info_t info;
+  memset(&info, 0, sizeof(info));
+  info.struct_size = sizeof(info);
+  char what[32];
+  snprintf(what, sizeof(what), "bundle %s", verb);
+  if (strcmp(verb, "show") == 0) {
+    if (report_status(what, cube_bundle_describe(path, &info))) return 1;
+    print_bundle("bundle", path, &info);
+    return 0;
+  }
+  if (report_status(what, cube_options_check())) return 1;
+  cube_client_t* c = NULL;
+  if (report_status(what, cube_client_load((cube_device_id_t){cube_backend_default(), 0}, &c)))
+    return 1;
+  cube_status_t st = strcmp(verb, "export") == 0 ? cube_bundle_export(c, path, &info)
+                                                 : cube_bundle_import(c, path, &info);
+  cube_client_release(c);
+  int rc = report_status(what, st);
+  if (!rc) {
+    print_bundle(strcmp(verb, "export") == 0 ? "exported" : "imported", path, &info);
+    printf("  cache directory: %s\n", cube_kernel_cache_dir());
+  }
+  cube_shutdown();
+  return rc;
 }
 
 int main(int argc, char** argv) {
@@ -854,11 +1004,47 @@ int main(int argc, char** argv) {
     return seen[1] ? cmd_info_options(seen[0]) : cmd_info(seen[0]);
   }
   if (strcmp(cmd->name, "cache") == 0) {
-    static const char* const accepted[] = {"clear", NULL};
-    bool seen[1] = {false};
+    if (rest >= 1 && strcmp(args[0], "prune") == 0) {
+      uint64_t max = 0;
+      bool have_max = false;
+      for (int i = 1; i < rest; ++i) {
+        if (is_help(args[i])) return fputs(cmd->usage, stdout), 0;
+      }
+      for (int i = 1; i < rest; ++i) {
+        if (strcmp(args[i], "--max") == 0 && have_max)
+          return usage_error(cmd->name, "'%s' given twice", "--max");
+        if (strcmp(args[i], "--max") == 0 && i + 1 < rest) {
+          have_max = true;
+          if (!parse_size(args[i + 1], &max) || max == 0)
+            return usage_error(cmd->name, "--max takes a size above 0 (bytes, or 64M, 2G), not '%s'",
+                               args[i + 1]);
+          ++i;
+          continue;
+        }
+        if (strcmp(args[i], "--max") == 0)
+          return usage_error(cmd->name, "%s needs one size", "--max");
+        if (args[i][0] == '-') return usage_error(cmd->name, "unknown option '%s'", args[i]);
+        return usage_error(cmd->name, "unexpected argument '%s'", args[i]);
+      }
+      return cmd_cache_prune(max);
+    }
+    static const char* const accepted[] = {"clear", "list", NULL};
+    bool seen[2] = {false, false};
     int rc = check_args(cmd, rest, args, accepted, seen, &help);
     if (rc || help) return rc ? rc : (fputs(cmd->usage, stdout), 0);
-    return cmd_cache(seen[0]);
+    if (seen[0] && seen[1]) return usage_error(cmd->name, "'%s' and 'clear' together", "list");
+    return seen[1] ? cmd_cache_list() : cmd_cache(seen[0]);
+  }
+  if (strcmp(cmd->name, "bundle") == 0) {
+    for (int i = 0; i < rest; ++i)
+      if (is_help(args[i])) return fputs(cmd->usage, stdout), 0;
+    if (rest == 0) return usage_error(cmd->name, "%s", "export, import or show, and a FILE");
+    const char* verb = args[0];
+    if (strcmp(verb, "export") != 0 && strcmp(verb, "import") != 0 && strcmp(verb, "show") != 0)
+      return usage_error(cmd->name, "unknown action '%s' (export, import or show)", verb);
+    if (rest < 2) return usage_error(cmd->name, "'%s' needs a FILE", verb);
+    if (rest > 2) return usage_error(cmd->name, "unexpected argument '%s'", args[2]);
+    return cmd_bundle(verb, args[1]);
   }
   /* demo */
   bool none[1] = {false};

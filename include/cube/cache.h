@@ -4,7 +4,15 @@
  * source, defines, entry, execution mode, backend, device architecture,
  * compiler identity and the runtime version. Disk writes are atomic (several
  * processes may compile the same kernel at once); a corrupt or truncated entry
- * is detected and rebuilt.
+ * is detected and rebuilt. The tuning results of tunable operations
+ * (cube/tune.h) live in the same directory, as entries of kind "tune".
+ *
+ * The directory as users manage it: CUBE_CACHE_MAX caps its size (after each
+ * store, the least recently used entries are deleted until the entries fit;
+ * a load marks an entry used), cube_kernel_cache_list names each entry,
+ * cube_kernel_cache_prune removes what can never be used again. Bundles
+ * (cube/bundle.h) carry a directory's entries of one device to another
+ * machine.
  *
  * All functions are thread-safe.
  */
@@ -66,6 +74,53 @@ CUBE_MUST_USE_RESULT cube_status_t cube_kernel_cache_dir_status(void);
  * stay loaded. Fails with the first entry that could not be deleted (the
  * others are deleted still), naming it and the reason. */
 CUBE_MUST_USE_RESULT cube_status_t cube_kernel_cache_clear(void);
+
+/* One entry on disk, as cube_kernel_cache_list describes it (a plain
+ * value). */
+typedef struct cube_kernel_cache_entry {
+  char file[56];     /* "<32 hex digits>.<kind>" in "<dir>/v2" */
+  char kind[16];     /* "so" (CPU), "clbin" (OpenCL), "cubin" (CUDA), "tune" */
+  char name[128];    /* the kernel, or the tuned operation; "" when not recorded */
+  char backend[16];  /* "cpu", "opencl", "cuda"; "" when not recorded */
+  char device[512];  /* the device identity it was made for */
+  char version[32];  /* the cube version that wrote it */
+  uint64_t size;     /* bytes on disk */
+  int64_t last_use;  /* seconds since the epoch: its last store or load */
+  bool readable;     /* header and metadata well-formed (a load checks the rest) */
+  char why[128];     /* when not readable: why */
+} cube_kernel_cache_entry_t;
+
+/* Lists the disk entries, most recently used first, into a new array
+ * (*out_entries, *out_count entries; free it with
+ * cube_kernel_cache_list_free; NULL and 0 when there are none or the disk
+ * cache is off). Reads each entry's header and metadata only. Fails with
+ * INVALID_ARGUMENT for NULL outputs, UNAVAILABLE when the directory cannot be
+ * read, OUT_OF_MEMORY. */
+CUBE_MUST_USE_RESULT cube_status_t cube_kernel_cache_list(cube_kernel_cache_entry_t** out_entries,
+                                                          size_t* out_count);
+void cube_kernel_cache_list_free(cube_kernel_cache_entry_t* entries);
+
+/* What cube_kernel_cache_prune removed and kept (an output struct). */
+typedef struct cube_kernel_cache_prune_report {
+  size_t struct_size;
+  uint64_t corrupt;         /* entries whose checksum, header or metadata is wrong */
+  uint64_t other_version;   /* entries of another cube version (never used by this one) */
+  uint64_t temporary;       /* temporary files of stores that never finished (older than 1 h) */
+  uint64_t evicted;         /* entries removed, least recently used first, to fit max_bytes */
+  uint64_t removed_bytes;   /* bytes of all removed files */
+  uint64_t kept;            /* entries left */
+  uint64_t kept_bytes;      /* their bytes */
+} cube_kernel_cache_prune_report_t;
+
+/* Removes from the disk cache what can never be used again (corrupt
+ * entries, entries another cube version wrote, temporary files older than an
+ * hour), then the least recently used entries until the rest take at most
+ * |max_bytes| (0: CUBE_CACHE_MAX; when that is 0 too, nothing is evicted).
+ * Reads every entry whole (checksums). |out_report| may be NULL. Fails with
+ * UNAVAILABLE when the directory cannot be read, or with the first file that
+ * could not be deleted (the others are handled still). */
+CUBE_MUST_USE_RESULT cube_status_t cube_kernel_cache_prune(
+    uint64_t max_bytes, cube_kernel_cache_prune_report_t* out_report);
 
 /* The C compiler the CPU backend compiles dialect kernels with, and what it
  * does with a unit loop (an output struct, see cube/cube.h, "Struct sizes").

@@ -116,6 +116,17 @@ const cube_features_t* cube_client_features(const cube_client_t* client);
  * false for NULL and a dead client. */
 bool cube_client_is_blocking(const cube_client_t* client);
 
+/* The identity of the client's device, "<backend> | <name> | <architecture> |
+ * <driver>" in the backend's words (CPU: the processor model, its features
+ * and the C compiler kernels are built with; OpenCL: platform, device, driver
+ * and OpenCL versions; CUDA: the GPU, sm_XY, the driver and NVRTC versions),
+ * into |out| (at most |size| bytes with the NUL; a longer identity is cut).
+ * Tuning results and bundles are keyed by it: two machines whose devices
+ * give the same string share them. Fails with INVALID_ARGUMENT for a NULL
+ * |out| or a |size| of 0. */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_device_identity(cube_client_t* client, char* out,
+                                                               size_t size);
+
 /* Streams ------------------------------------------------------------------- */
 
 /* The calling thread's stream id (assigned on first use, 0, 1, 2 ...); it

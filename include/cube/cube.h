@@ -93,12 +93,14 @@
 #define CUBE_VERSION_STRING "0.1.0"
 
 #include "cube/backends/cpu.h"
+#include "cube/bundle.h"
 #include "cube/bytes.h"
 #include "cube/cache.h"
 #include "cube/client.h"
 #include "cube/collective.h"
 #include "cube/device.h"
 #include "cube/dlpack.h"
+#include "cube/execution.h"
 #include "cube/future.h"
 #include "cube/graph.h"
 #include "cube/handle.h"
@@ -108,6 +110,7 @@
 #include "cube/profile.h"
 #include "cube/resource.h"
 #include "cube/status.h"
+#include "cube/tune.h"
 
 #ifdef __cplusplus
 extern "C" {

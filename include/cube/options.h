@@ -166,6 +166,10 @@ typedef enum cube_option_e {
   CUBE_OPTION_GRAPHS,
   CUBE_OPTION_GRAPHS_WARMUP,
   CUBE_OPTION_CALLER_RUNS,
+  CUBE_OPTION_CACHE_MAX,
+  CUBE_OPTION_COMPILE_TIMEOUT,
+  CUBE_OPTION_TUNE,
+  CUBE_OPTION_TUNE_BUDGET,
 } cube_option_t;
 
 typedef enum cube_option_type_e {

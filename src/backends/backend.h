@@ -176,7 +176,21 @@ typedef enum cube__backend_ctl_op {
    * naming why not (another device, memory the device cannot address).
    * Thread-safe. UNIMPLEMENTED: the backend imports nothing. */
   CUBE__CTL_EXTERNAL_STORAGE = 7,
+  /* arg: cube__backend_text_t* <- the device's identity, "<name> | <architecture> |
+   * <driver>" in the backend's words: what keys tuning results and what a
+   * bundle must match (CPU: the processor, its features and the C compiler;
+   * OpenCL: platform, device, driver and versions; CUDA: the GPU, sm_XY, the
+   * driver and NVRTC versions). Thread-safe. UNIMPLEMENTED: the server uses
+   * the device's name and the backend's version. */
+  CUBE__CTL_DEVICE_IDENTITY = 8,
 } cube__backend_ctl_op_t;
+
+/* A text answer of ctl: the backend writes at most |size| bytes (with the
+ * NUL) into |buf|. */
+typedef struct cube__backend_text {
+  char* buf;
+  size_t size;
+} cube__backend_text_t;
 
 /* The argument of CUBE__CTL_EXTERNAL_STORAGE. */
 typedef struct cube__backend_external {

@@ -37,6 +37,11 @@ CUBE__STRUCT(cube__struct_cpu_compiler_info, cube_cpu_compiler_info_t);
 CUBE__STRUCT(cube__struct_collective_record, cube_collective_record_t);
 CUBE__STRUCT(cube__struct_graph_auto_stats, cube_graph_auto_stats_t);
 CUBE__STRUCT(cube__struct_dlpack_export, cube_dlpack_export_t);
+CUBE__STRUCT(cube__struct_kernel_cache_prune_report, cube_kernel_cache_prune_report_t);
+CUBE__STRUCT(cube__struct_execution_stats, cube_execution_stats_t);
+CUBE__STRUCT(cube__struct_tune_op_desc, cube_tune_op_desc_t);
+CUBE__STRUCT(cube__struct_tune_record, cube_tune_record_t);
+CUBE__STRUCT(cube__struct_bundle_info, cube_bundle_info_t);
 
 /* struct_size is the first member of each, so that it can be read before
  * anything else is known about the caller's layout. */
@@ -47,6 +52,11 @@ _Static_assert(offsetof(cube_memory_report_t, struct_size) == 0, "struct_size fi
 _Static_assert(offsetof(cube_kernel_cache_stats_t, struct_size) == 0, "struct_size first");
 _Static_assert(offsetof(cube_collective_record_t, struct_size) == 0, "struct_size first");
 _Static_assert(offsetof(cube_graph_auto_stats_t, struct_size) == 0, "struct_size first");
+_Static_assert(offsetof(cube_kernel_cache_prune_report_t, struct_size) == 0, "struct_size first");
+_Static_assert(offsetof(cube_execution_stats_t, struct_size) == 0, "struct_size first");
+_Static_assert(offsetof(cube_tune_op_desc_t, struct_size) == 0, "struct_size first");
+_Static_assert(offsetof(cube_tune_record_t, struct_size) == 0, "struct_size first");
+_Static_assert(offsetof(cube_bundle_info_t, struct_size) == 0, "struct_size first");
 _Static_assert(offsetof(cube_device_properties_t, struct_size) == 0, "struct_size first");
 _Static_assert(offsetof(cube_backend_info_t, struct_size) == 0, "struct_size first");
 

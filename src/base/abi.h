@@ -52,6 +52,11 @@ extern const cube__struct_info_t cube__struct_cpu_compiler_info;
 extern const cube__struct_info_t cube__struct_collective_record;
 extern const cube__struct_info_t cube__struct_graph_auto_stats;
 extern const cube__struct_info_t cube__struct_dlpack_export;
+extern const cube__struct_info_t cube__struct_kernel_cache_prune_report;
+extern const cube__struct_info_t cube__struct_execution_stats;
+extern const cube__struct_info_t cube__struct_tune_op_desc;
+extern const cube__struct_info_t cube__struct_tune_record;
+extern const cube__struct_info_t cube__struct_bundle_info;
 
 /* The struct_size of the struct at |p| (the first member of every such
  * struct). */

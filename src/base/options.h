@@ -116,7 +116,15 @@
   X(GRAPHS_WARMUP, U32, DEVICE, AT_DEVICE_CREATION, "2", "2", 1, 1000, 0, NULL, NULL,             \
     "auto graphs: eager steps alike before the next is replayed (graphs_warmup)")                \
   X(CALLER_RUNS, BOOL, PROCESS, AT_USE, "1", "1", 0, 0, 0, NULL, NULL,                           \
-    "0: reads, syncs and the launch or replay after one always run on the device's runner")
+    "0: reads, syncs and the launch or replay after one always run on the device's runner")     \
+  X(CACHE_MAX, SIZE, PROCESS, AT_USE, "0", "0 (no limit)", 0, 18446744073709551615.0, 0, NULL,    \
+    NULL, "the kernel cache directory's size limit; least recently used entries go first")     \
+  X(COMPILE_TIMEOUT, SECONDS, PROCESS, AT_USE, NULL, "none", 0, 1e6, 0, NULL, NULL,                \
+    "seconds a kernel compile may take; past it the compile is stopped and its launch fails")   \
+  X(TUNE, ENUM, PROCESS, AT_USE, "on", "on", 0, 0, 0, "on|off|1=on|0=off", NULL,                  \
+    "off: tunable operations launch their default candidate and tune nothing")                  \
+  X(TUNE_BUDGET, SECONDS, PROCESS, AT_USE, "10", "10", 0, 1e6, 0, NULL, NULL,                     \
+    "seconds the tuning of one key may spend measuring candidates (an operation may set less)")
 
 /* CUBE__OPT_<ID>: the same numbers as the public CUBE_OPTION_<ID>. */
 typedef enum cube__option_id {

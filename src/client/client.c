@@ -108,6 +108,7 @@ void cube_client_release(cube_client_t* c) {
   if (cube__client_live(c) && cube__server_auto(c->server) &&
       (c->pinned || cube__stream_current_id_peek(&id)))
     cube__auto_end_stream_id(c->server, id, "cube_client_release");
+  cube__client_overrides_free(c);
   free(c);
 }
 
@@ -123,6 +124,15 @@ const cube_device_properties_t* cube_client_properties(const cube_client_t* c) {
 const cube_features_t* cube_client_features(const cube_client_t* c) {
   return cube__client_live(c) ? &c->server->features : NULL;
 }
+cube_status_t cube_client_device_identity(cube_client_t* c, char* out, size_t size) {
+  static const char fn[] = "cube_client_device_identity";
+  CUBE__CHECK_CLIENT(c, fn);
+  if (!out) return CUBE_INVALID("%s: out is NULL", fn);
+  if (!size) return CUBE_INVALID("%s: size is 0", fn);
+  cube__server_device_identity(c->server, out, size);
+  return CUBE_OK;
+}
+
 bool cube_client_is_blocking(const cube_client_t* c) {
   return cube__client_live(c) && cube__device_is_blocking(c->server->device);
 }

@@ -23,7 +23,16 @@ struct cube_client_s {
   cube__server_t* server;
   bool pinned;     /* stream pinned by cube_client_set_stream */
   uint64_t stream; /* valid when pinned */
+  /* The execution override in force (cube/execution.h), NULL: none; every
+   * launch and read loads it once. */
+  _Atomic(struct cube_execution_override_s*) policy;
+  /* Every override begun on this client, kept until it is freed
+   * (client/policy.h). */
+  struct cube_execution_override_s* overrides;
 };
+
+/* Frees the overrides of a client that goes away (policy.c). */
+void cube__client_overrides_free(cube_client_t* c);
 
 /* Bumped by cube_shutdown (runtime.c): clients made before it are refused
  * afterwards (their server is gone). */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "client/client_internal.h"
+#include "client/policy.h"
 #include "kernel/dialect.h"
 #include "kernel/kernel.h"
 #include "platform/platform.h"
@@ -13,10 +14,13 @@
 // Launch
 //===----------------------------------------------------------------------===//
 
-static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_t* kernel,
-                                  cube_count_t count, size_t arg_count, const cube_arg_t* args,
-                                  cube_execution_mode_t mode) {
-  CUBE__CHECK_CLIENT(c, fn);
+/* The launch: checks, then queued. Under an execution override |o| (whose
+ * cache outcome record |rec| is open on this thread), the kernel is compiled
+ * and counted after the checks, and queued only under CUBE_EXECUTION_RUN. */
+static cube_status_t cube__launch_body(const char* fn, cube_client_t* c, cube_kernel_t* kernel,
+                                       cube_count_t count, size_t arg_count,
+                                       const cube_arg_t* args, cube_execution_mode_t mode,
+                                       cube_execution_override_t* o, cube__cache_outcome_t* rec) {
   if (!kernel) return CUBE_INVALID("%s: kernel is NULL", fn);
   const cube__server_t* s = c->server;
   if ((unsigned)mode > CUBE_EXEC_UNCHECKED)
@@ -126,7 +130,10 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
                             (int)want);
     }
   }
-  if (count.kind == CUBE_COUNT_STATIC && (!xyz[0] || !xyz[1] || !xyz[2])) return CUBE_OK;
+  if (count.kind == CUBE_COUNT_STATIC && (!xyz[0] || !xyz[1] || !xyz[2]) && !o) return CUBE_OK;
+  /* Under an override the kernel is compiled here, on this thread, and
+   * counted (client/policy.h); a compile error is this call's status. */
+  if (o && kernel->source) CUBE_RETURN_IF_ERROR(cube__override_compile(o, c, kernel, mode, rec));
   if (kernel->source && cube__server_has_kernel_limits(s)) {
     /* What only the compiled kernel knows (OpenCL's work-group size and
      * local memory, CUDA's threads per block of the function): compiled now
@@ -151,6 +158,13 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
                                s->props.name);
     }
   }
+  if (o) {
+    if (cube__override_skips_work(o)) {
+      cube__override_count(o, CUBE__EXEC_LAUNCH_SKIPPED);
+      return CUBE_OK;
+    }
+    if (count.kind == CUBE_COUNT_STATIC && (!xyz[0] || !xyz[1] || !xyz[2])) return CUBE_OK;
+  }
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
   /* All checked: the queued record takes the binding references. */
@@ -162,6 +176,29 @@ static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_
                              targs);
   return cube__server_launch(stream, kernel, xyz, dyn_mem, dyn_offset, mode, (uint32_t)arg_count,
                              targs);
+}
+
+static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_t* kernel,
+                                  cube_count_t count, size_t arg_count, const cube_arg_t* args,
+                                  cube_execution_mode_t mode) {
+  CUBE__CHECK_CLIENT(c, fn);
+  cube_execution_override_t* o = cube__client_override(c);
+  if (!o) return cube__launch_body(fn, c, kernel, count, arg_count, args, mode, NULL, NULL);
+  /* Under an override: what the kernel cache does for this launch's compile
+   * (here, or in the kernel-limits check) is counted. */
+  cube__cache_outcome_t rec;
+  cube__cache_outcome_begin(&rec);
+  cube_status_t st = cube__launch_body(fn, c, kernel, count, arg_count, args, mode, o, &rec);
+  cube__cache_outcome_end();
+  return st;
+}
+
+cube_status_t cube__client_launch_direct(cube_client_t* c, cube_kernel_t* kernel,
+                                         cube_count_t count, size_t arg_count,
+                                         const cube_arg_t* args, cube_execution_mode_t mode) {
+  const char* fn = "cube_tune_op_launch";
+  CUBE__CHECK_CLIENT(c, fn);
+  return cube__launch_body(fn, c, kernel, count, arg_count, args, mode, NULL, NULL);
 }
 
 cube_status_t cube_client_precompile(cube_client_t* c, size_t count, cube_kernel_t* const* kernels,

@@ -9,14 +9,52 @@
 
 #include "base/bytes.h"
 #include "client/client_internal.h"
+#include "client/policy.h"
+#include "server/future.h"
 
 /* Reads the |count| regions |r| (heap, freed here; each holds a binding
  * reference, given back on failure) on the client's stream: into a future
  * when |out| is not NULL, else waiting, into |out_bytes|. */
 /* Queues (or runs) the read of |count| regions |r| (freed here when |heap|). */
-static cube_status_t cube__read_queue(cube_client_t* c, const char* fn, size_t count,
+/* Under an override that reads nothing back (cube/execution.h): zeros of
+ * each region's size, the device untouched. */
+static cube_status_t cube__read_zeros(cube_client_t* c, const char* fn, size_t count,
                                       cube__read_region_t* r, bool heap, cube_future_t** out,
                                       cube_bytes_t** out_bytes) {
+  cube_execution_override_t* o = cube__client_override(c);
+  cube_status_t st = CUBE_OK;
+  cube_future_t* f = out ? cube__future_create(count) : NULL;
+  if (out && !f) st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", fn);
+  cube_bytes_t** results = f ? cube__future_results(f) : out_bytes;
+  size_t made = 0;
+  for (; !st && made < count; ++made) {
+    uint64_t n = r[made].width * r[made].height;
+    st = cube_bytes_allocate((size_t)n, &results[made]);
+    if (st) st = cube__status_annotate(st, "%s", fn);
+  }
+  for (size_t j = 0; j < count; ++j) cube__memory_unref(r[j].mem);
+  if (heap) free(r);
+  if (st) {
+    for (size_t j = 0; j + 1 < made; ++j) {
+      cube_bytes_release(results[j]);
+      results[j] = NULL;
+    }
+    cube__future_discard(f);
+    return st;
+  }
+  cube__override_count(o, CUBE__EXEC_READ_SKIPPED);
+  if (f) {
+    cube__future_complete(f, CUBE_OK);
+    *out = f;
+  }
+  return CUBE_OK;
+}
+
+static cube_status_t cube__read_queue(cube_client_t* c, const char* fn, size_t count,
+                                      cube__read_region_t* r, bool heap, cube_future_t** out,
+                                      cube_bytes_t** out_bytes, bool direct) {
+  if (!direct && cube__override_skips_work(cube__client_override(c)))
+    return cube__read_zeros(c, fn, count, r, heap, out, out_bytes);
   cube__stream_t* stream;
   cube_status_t st = cube__client_stream(c, &stream);
   if (!st && cube__stream_capturing(stream))
@@ -38,7 +76,7 @@ static cube_status_t cube__read_queue(cube_client_t* c, const char* fn, size_t c
 
 static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t count,
                                         const cube_handle_t* handles, cube_future_t** out,
-                                        cube_bytes_t** out_bytes) {
+                                        cube_bytes_t** out_bytes, bool direct) {
   CUBE__CHECK_CLIENT(c, fn);
   if (count == 0) return CUBE_INVALID("%s: count is 0", fn);
   if (!handles) return CUBE_INVALID("%s: handles is NULL", fn);
@@ -58,25 +96,32 @@ static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t
     uint64_t n = cube__handle_view_size(&info);
     r[i] = (cube__read_region_t){info.mem, info.offset_start, n, 1, n, NULL};
   }
-  return cube__read_queue(c, fn, count, r, heap, out, out_bytes);
+  return cube__read_queue(c, fn, count, r, heap, out, out_bytes, direct);
 }
 
 cube_status_t cube_client_read_async(cube_client_t* c, size_t count, const cube_handle_t* handles,
                                      cube_future_t** out_future) {
   CUBE__CHECK_OUT(out_future, "cube_client_read_async", "out_future");
-  return cube__read_handles(c, "cube_client_read_async", count, handles, out_future, NULL);
+  return cube__read_handles(c, "cube_client_read_async", count, handles, out_future, NULL, false);
 }
 
 cube_status_t cube_client_read(cube_client_t* c, size_t count, const cube_handle_t* handles,
                                cube_bytes_t** out_bytes) {
   CUBE__CHECK_OUT(out_bytes, "cube_client_read", "out_bytes");
-  return cube__read_handles(c, "cube_client_read", count, handles, NULL, out_bytes);
+  return cube__read_handles(c, "cube_client_read", count, handles, NULL, out_bytes, false);
 }
 
 cube_status_t cube_client_read_one(cube_client_t* c, cube_handle_t handle,
                                    cube_bytes_t** out_bytes) {
   CUBE__CHECK_OUT(out_bytes, "cube_client_read_one", "out_bytes");
-  return cube__read_handles(c, "cube_client_read_one", 1, &handle, NULL, out_bytes);
+  return cube__read_handles(c, "cube_client_read_one", 1, &handle, NULL, out_bytes, false);
+}
+
+cube_status_t cube__client_read_direct(cube_client_t* c, cube_handle_t handle,
+                                       cube_bytes_t** out_bytes) {
+  CUBE__CHECK_OUT(out_bytes, "cube_tune_op_launch", "out_bytes");
+  return cube__read_handles(c, "cube_tune_op_launch: reading an output", 1, &handle, NULL,
+                            out_bytes, true);
 }
 
 cube_status_t cube_client_read_into(cube_client_t* c, cube_handle_t handle, void* dst,
@@ -90,6 +135,12 @@ cube_status_t cube_client_read_into(cube_client_t* c, cube_handle_t handle, void
     return CUBE_INVALID("%s: handle 0x%" PRIx64 " views %" PRIu64 " bytes, dst_size is %zu", fn,
                         handle.id, n, dst_size);
   if (!dst && n) return CUBE_INVALID("%s: dst is NULL (%zu bytes to read)", fn, dst_size);
+  cube_execution_override_t* o = cube__client_override(c);
+  if (cube__override_skips_work(o)) {
+    if (n) memset(dst, 0, dst_size);
+    cube__override_count(o, CUBE__EXEC_READ_SKIPPED);
+    return CUBE_OK;
+  }
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
   if (cube__stream_capturing(stream)) return cube__stream_capture_refusal(stream, fn, "a read");
@@ -161,7 +212,7 @@ static cube_status_t cube__read_tensors(cube_client_t* c, const char* fn, size_t
     free(r);
     return st;
   }
-  return cube__read_queue(c, fn, count, r, true, out, out_bytes);
+  return cube__read_queue(c, fn, count, r, true, out, out_bytes, false);
 }
 
 cube_status_t cube_client_read_tensor_async(cube_client_t* c, size_t count,

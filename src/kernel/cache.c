@@ -1,6 +1,8 @@
 /* The kernel cache: XXH3-128 keys, integrity-checked disk entries written
- * atomically (temp file + fsync + rename) and the counters of cube/cache.h;
- * the process-wide key -> artifact map is cache_memory.c. */
+ * atomically (temp file + fsync + rename), the locks of tunings and the
+ * counters of cube/cache.h; the process-wide key -> artifact map is
+ * cache_memory.c, walks, stats, listing, pruning and eviction are
+ * cache_manage.c, bundles cache_bundle.c. */
 #include "kernel/cache.h"
 
 #include <dirent.h>
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -24,14 +27,9 @@
 #include "base/options.h"
 #include "base/status.h"
 #include "platform/private_file.h"
-
-/* Disk format ---------------------------------------------------------- */
-
-#define CUBE__KC_MAGIC "CUBEKC01"
-#define CUBE__KC_FORMAT_VERSION 1u
-#define CUBE__KC_SUBDIR "v1"              /* bumped with the format */
-#define CUBE__KC_HEADER_SIZE (8 + 4 + 8 + 8) /* magic, version, length, XXH3-64 */
-#define CUBE__KC_MAX_KIND 15
+#include "cube/cube.h"
+#include "kernel/cache_internal.h"
+#include "kernel/compile_limit.h"
 
 /* Counters -------------------------------------------------------------- */
 
@@ -50,17 +48,34 @@ static uint64_t cube__kc_get(atomic_uint_fast64_t* c) {
   return atomic_load_explicit(c, memory_order_relaxed);
 }
 
-void cube__cache_count_memory_hit(void) { cube__kc_add(&cube__kc_memory_hits, 1); }
+static _Thread_local cube__cache_outcome_t* cube__kc_outcome;
+
+void cube__cache_outcome_begin(cube__cache_outcome_t* record) {
+  memset(record, 0, sizeof(*record));
+  cube__kc_outcome = record;
+}
+
+void cube__cache_outcome_end(void) { cube__kc_outcome = NULL; }
+
+void cube__cache_count_memory_hit(void) {
+  cube__kc_add(&cube__kc_memory_hits, 1);
+  if (cube__kc_outcome) cube__kc_outcome->memory_hits++;
+}
 
 void cube__cache_count_disk_hit(uint64_t load_ns) {
   cube__kc_add(&cube__kc_disk_hits, 1);
   cube__kc_add(&cube__kc_load_ns, load_ns);
+  if (cube__kc_outcome) cube__kc_outcome->disk_hits++;
 }
 
 void cube__cache_count_miss(uint64_t compile_ns, bool failed) {
   cube__kc_add(&cube__kc_misses, 1);
   cube__kc_add(&cube__kc_compile_ns, compile_ns);
   if (failed) cube__kc_add(&cube__kc_compile_failures, 1);
+  if (cube__kc_outcome) {
+    cube__kc_outcome->misses++;
+    if (failed) cube__kc_outcome->failures++;
+  }
 }
 
 /* Keys -------------------------------------------------------------------- */
@@ -132,13 +147,7 @@ static const char* cube__kc_intern(const char* s) {
 
 /* The directory ----------------------------------------------------------- */
 
-typedef struct cube__kc_dir {
-  bool off;
-  bool shared_tmp; /* the /tmp fallback: must be ours (not planted by another user) */
-  char path[PATH_MAX];
-} cube__kc_dir_t;
-
-static cube_status_t cube__kc_dir_resolve(cube__kc_dir_t* d) {
+cube_status_t cube__kc_dir_resolve(cube__kc_dir_t* d) {
   d->off = false;
   d->shared_tmp = false;
   d->path[0] = '\0';
@@ -167,13 +176,13 @@ static cube_status_t cube__kc_dir_resolve(cube__kc_dir_t* d) {
     snprintf(d->path, sizeof(d->path), "/tmp/cube-cache-%lu", (unsigned long)geteuid());
     d->shared_tmp = true;
   }
-  /* Trailing slashes would double in "<dir>/v1". */
+  /* Trailing slashes would double in "<dir>/v2". */
   size_t len = strlen(d->path);
   while (len > 1 && d->path[len - 1] == '/') d->path[--len] = '\0';
   return CUBE_OK;
 }
 
-static bool cube__kc_kind_ok(const char* kind) {
+bool cube__kc_kind_ok(const char* kind) {
   if (!kind || !*kind) return false;
   size_t n = 0;
   for (const char* c = kind; *c; ++c, ++n) {
@@ -183,8 +192,8 @@ static bool cube__kc_kind_ok(const char* kind) {
   return true;
 }
 
-/* "<dir>/v1" */
-static cube_status_t cube__kc_subdir(const cube__kc_dir_t* d, char* out, size_t size) {
+/* "<dir>/v2" */
+cube_status_t cube__kc_subdir(const cube__kc_dir_t* d, char* out, size_t size) {
   int n = snprintf(out, size, "%s/%s", d->path, CUBE__KC_SUBDIR);
   if (n < 0 || (size_t)n >= size)
     return CUBE_INVALID("cube kernel cache: directory '%s' is too long", d->path);
@@ -202,18 +211,55 @@ static cube_status_t cube__kc_entry_path(const cube__kc_dir_t* d, cube__cache_ke
   return CUBE_OK;
 }
 
-/* An entry file name: 32 hex digits, '.', a kind. */
-static bool cube__kc_is_entry_name(const char* name) {
-  for (int i = 0; i < 32; ++i) {
-    char c = name[i];
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
+static int cube__kc_hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+bool cube__kc_is_entry_name(const char* name) {
+  for (int i = 0; i < 32; ++i)
+    if (cube__kc_hex_digit(name[i]) < 0) return false;
   return name[32] == '.' && cube__kc_kind_ok(name + 33);
+}
+
+bool cube__kc_is_temp_name(const char* name) {
+  return name[0] == '.' && strspn(name + 1, "0123456789abcdef") == 32 && name[33] == '.';
+}
+
+bool cube__kc_key_from_hex(const char* hex, cube__cache_key_t* out) {
+  uint64_t v[2] = {0, 0};
+  for (int i = 0; i < 32; ++i) {
+    int d = cube__kc_hex_digit(hex[i]);
+    if (d < 0) return false;
+    v[i / 16] = (v[i / 16] << 4) | (uint64_t)d;
+  }
+  out->hi = v[0];
+  out->lo = v[1];
+  return true;
+}
+
+bool cube__kc_file_trusted(const struct stat* st, char* why, size_t why_size) {
+  if (!S_ISREG(st->st_mode)) {
+    snprintf(why, why_size, "not a regular file");
+    return false;
+  }
+  if (st->st_uid != geteuid()) {
+    snprintf(why, why_size, "owned by uid %lu, not by this user (uid %lu)",
+             (unsigned long)st->st_uid, (unsigned long)geteuid());
+    return false;
+  }
+  if (st->st_mode & 022) {
+    snprintf(why, why_size, "writable by %s (mode %03o)",
+             (st->st_mode & 020) ? "its group" : "others", (unsigned)(st->st_mode & 0777));
+    return false;
+  }
+  return true;
 }
 
 /* The /tmp fallback is shared by every user: use it only when the directory
  * is ours and nobody else may write into it. */
-static cube_status_t cube__kc_check_private(const cube__kc_dir_t* d) {
+cube_status_t cube__kc_check_private(const cube__kc_dir_t* d) {
   if (!d->shared_tmp) return CUBE_OK;
   struct stat st;
   if (lstat(d->path, &st) != 0)
@@ -229,7 +275,7 @@ static cube_status_t cube__kc_check_private(const cube__kc_dir_t* d) {
 }
 
 /* mkdir -p with mode 0700 for the directories it creates. */
-static cube_status_t cube__kc_mkdirs(const char* path) {
+cube_status_t cube__kc_mkdirs(const char* path) {
   char buf[PATH_MAX];
   size_t n = strlen(path);
   if (n == 0 || n >= sizeof(buf))
@@ -259,8 +305,8 @@ static cube_status_t cube__kc_mkdirs(const char* path) {
 #define CUBE__KC_WHY (PATH_MAX + 256) /* a path and a few words */
 
 /* Why the directory of |d| cannot hold the disk cache, without creating
- * anything: the deepest existing component of "<dir>/v1" must be a
- * directory this process may write into (for "<dir>/v1" itself: to add
+ * anything: the deepest existing component of "<dir>/v2" must be a
+ * directory this process may write into (for "<dir>/v2" itself: to add
  * entries; for an ancestor: to create the rest). Empty |why| when usable. */
 static void cube__kc_probe(const cube__kc_dir_t* d, char* why, size_t why_size) {
   why[0] = '\0';
@@ -374,7 +420,7 @@ static void cube__kc_report_ok(const cube__kc_dir_t* d) {
   pthread_mutex_unlock(&cube__kc_reported_lock);
 }
 
-static size_t cube__kc_read_full(int fd, void* buf, size_t size) {
+size_t cube__kc_read_full(int fd, void* buf, size_t size) {
   size_t done = 0;
   while (done < size) {
     size_t chunk = size - done;
@@ -387,7 +433,7 @@ static size_t cube__kc_read_full(int fd, void* buf, size_t size) {
   return done;
 }
 
-static bool cube__kc_write_full(int fd, const void* buf, size_t size) {
+bool cube__kc_write_full(int fd, const void* buf, size_t size) {
   size_t done = 0;
   while (done < size) {
     size_t chunk = size - done;
@@ -403,18 +449,18 @@ static bool cube__kc_write_full(int fd, const void* buf, size_t size) {
   return true;
 }
 
-static void cube__kc_put_u32(unsigned char* p, uint32_t v) {
+void cube__kc_put_u32(unsigned char* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = (unsigned char)(v >> (8 * i));
 }
-static void cube__kc_put_u64(unsigned char* p, uint64_t v) {
+void cube__kc_put_u64(unsigned char* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = (unsigned char)(v >> (8 * i));
 }
-static uint32_t cube__kc_get_u32(const unsigned char* p) {
+uint32_t cube__kc_get_u32(const unsigned char* p) {
   uint32_t v = 0;
   for (int i = 0; i < 4; ++i) v |= (uint32_t)p[i] << (8 * i);
   return v;
 }
-static uint64_t cube__kc_get_u64(const unsigned char* p) {
+uint64_t cube__kc_get_u64(const unsigned char* p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= (uint64_t)p[i] << (8 * i);
   return v;
@@ -427,6 +473,144 @@ static void cube__kc_remove_corrupt(const char* path, const struct stat* st) {
   if (!st || (lstat(path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino))
     (void)unlink(path);
   cube__kc_add(&cube__kc_corrupt, 1);
+}
+
+/* Metadata ----------------------------------------------------------------- */
+
+/* Appends "key=value\n" with newlines and NULs of |value| as spaces. */
+static size_t cube__kc_meta_line(char* out, size_t size, size_t at, const char* key,
+                                 const char* value) {
+  if (!value) return at;
+  int n = snprintf(out + at, at < size ? size - at : 0, "%s=", key);
+  if (n < 0) return at;
+  at += (size_t)n;
+  for (const char* c = value; *c && at + 2 < size; ++c) out[at++] = (*c == '\n' || *c == '\r') ? ' ' : *c;
+  if (at + 1 < size) out[at++] = '\n';
+  if (at < size) out[at] = '\0';
+  return at;
+}
+
+size_t cube__kc_meta_format(const cube__cache_meta_t* meta, char* out, size_t size) {
+  if (size) out[0] = '\0';
+  if (!meta) return 0;
+  size_t at = 0;
+  at = cube__kc_meta_line(out, size, at, "cube", CUBE_VERSION_STRING);
+  at = cube__kc_meta_line(out, size, at, "backend", meta->backend);
+  at = cube__kc_meta_line(out, size, at, "device", meta->device);
+  at = cube__kc_meta_line(out, size, at, "name", meta->name);
+  return at < size ? at : size - 1;
+}
+
+void cube__kc_meta_get(const char* meta, size_t len, const char* key, char* out, size_t size) {
+  if (size) out[0] = '\0';
+  size_t klen = strlen(key);
+  const char* end = meta + len;
+  for (const char* line = meta; line && line < end;) {
+    const char* nl = memchr(line, '\n', (size_t)(end - line));
+    const char* stop = nl ? nl : end;
+    if ((size_t)(stop - line) > klen && memcmp(line, key, klen) == 0 && line[klen] == '=') {
+      size_t n = (size_t)(stop - line) - klen - 1;
+      if (n >= size) n = size ? size - 1 : 0;
+      if (size) {
+        memcpy(out, line + klen + 1, n);
+        out[n] = '\0';
+      }
+      return;
+    }
+    line = nl ? nl + 1 : NULL;
+  }
+}
+
+/* Entries ------------------------------------------------------------------ */
+
+void cube__kc_entry_free(cube__kc_entry_t* e) {
+  free(e->meta);
+  free(e->payload);
+  e->meta = NULL;
+  e->payload = NULL;
+}
+
+bool cube__kc_entry_read(int fd, uint64_t file_size, bool verify, cube__kc_entry_t* out,
+                         char* why, size_t why_size) {
+  memset(out, 0, sizeof(*out));
+  unsigned char header[CUBE__KC_HEADER_SIZE];
+  if (file_size < CUBE__KC_HEADER_SIZE) {
+    snprintf(why, why_size, "short file: %llu bytes, the header alone is %d",
+             (unsigned long long)file_size, CUBE__KC_HEADER_SIZE);
+    return false;
+  }
+  if (pread(fd, header, sizeof(header), 0) != (ssize_t)sizeof(header)) {
+    snprintf(why, why_size, "header read failed (file of %llu bytes)",
+             (unsigned long long)file_size);
+    return false;
+  }
+  if (memcmp(header, "CUBEKC", 6) != 0) {
+    snprintf(why, why_size, "bad magic (expected \"%s\")", CUBE__KC_MAGIC);
+    return false;
+  }
+  uint32_t version = cube__kc_get_u32(header + 8);
+  out->version = version;
+  if (version != CUBE__KC_FORMAT_VERSION || memcmp(header, CUBE__KC_MAGIC, 8) != 0) {
+    snprintf(why, why_size, "format version %u, expected %u", version, CUBE__KC_FORMAT_VERSION);
+    return false;
+  }
+  uint32_t meta_len = cube__kc_get_u32(header + 12);
+  uint64_t length = cube__kc_get_u64(header + 16);
+  uint64_t checksum = cube__kc_get_u64(header + 24);
+  if (meta_len > CUBE__KC_MAX_META) {
+    snprintf(why, why_size, "metadata length %u is more than %d", meta_len, CUBE__KC_MAX_META);
+    return false;
+  }
+  if (length != file_size - CUBE__KC_HEADER_SIZE - meta_len ||
+      file_size < (uint64_t)CUBE__KC_HEADER_SIZE + meta_len) {
+    snprintf(why, why_size, "payload length %llu in the header, the file holds %lld",
+             (unsigned long long)length,
+             (long long)file_size - CUBE__KC_HEADER_SIZE - (long long)meta_len);
+    return false;
+  }
+  if (length > (uint64_t)SIZE_MAX - 1) {
+    snprintf(why, why_size, "payload length %llu is too large", (unsigned long long)length);
+    return false;
+  }
+  out->meta = malloc((size_t)meta_len + 1);
+  if (!out->meta) {
+    snprintf(why, why_size, "no host memory for %u bytes of metadata", meta_len);
+    return false;
+  }
+  if (meta_len && pread(fd, out->meta, meta_len, CUBE__KC_HEADER_SIZE) != (ssize_t)meta_len) {
+    snprintf(why, why_size, "short read of %u metadata bytes", meta_len);
+    cube__kc_entry_free(out);
+    return false;
+  }
+  out->meta[meta_len] = '\0';
+  out->meta_len = meta_len;
+  out->payload_len = (size_t)length;
+  if (!verify) return true;
+  out->payload = malloc(length ? (size_t)length : 1);
+  if (!out->payload) {
+    snprintf(why, why_size, "no host memory for %llu payload bytes", (unsigned long long)length);
+    cube__kc_entry_free(out);
+    return false;
+  }
+  if (lseek(fd, CUBE__KC_HEADER_SIZE + (off_t)meta_len, SEEK_SET) < 0 ||
+      cube__kc_read_full(fd, out->payload, (size_t)length) != length) {
+    snprintf(why, why_size, "short read of %llu payload bytes", (unsigned long long)length);
+    cube__kc_entry_free(out);
+    return false;
+  }
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_64bits_reset(&state);
+  XXH3_64bits_update(&state, out->meta, meta_len);
+  XXH3_64bits_update(&state, out->payload, (size_t)length);
+  uint64_t actual = XXH3_64bits_digest(&state);
+  if (actual != checksum) {
+    snprintf(why, why_size, "checksum %016llx, the header says %016llx",
+             (unsigned long long)actual, (unsigned long long)checksum);
+    cube__kc_entry_free(out);
+    return false;
+  }
+  return true;
 }
 
 /* Disk -------------------------------------------------------------------- */
@@ -489,100 +673,60 @@ cube_status_t cube__cache_disk_load(cube__cache_key_t key, const char* kind, voi
                              refused);
   }
   struct stat fst;
-  if (fstat(fd, &fst) != 0) {
-    close(fd);
-    return cube__status_make(CUBE_STATUS_NOT_FOUND, "cube kernel cache: cannot stat '%s': %s",
-                             path, strerror(errno));
-  }
   char why[160];
-  uint64_t file_size = (uint64_t)fst.st_size;
-  unsigned char header[CUBE__KC_HEADER_SIZE];
-  void* data = NULL;
-  if (file_size < CUBE__KC_HEADER_SIZE) {
-    snprintf(why, sizeof(why), "short file: %llu bytes, the header alone is %d",
-             (unsigned long long)file_size, CUBE__KC_HEADER_SIZE);
-    goto corrupt;
-  }
-  if (cube__kc_read_full(fd, header, sizeof(header)) != sizeof(header)) {
-    snprintf(why, sizeof(why), "header read failed (file of %llu bytes)",
-             (unsigned long long)file_size);
-    goto corrupt;
-  }
-  if (memcmp(header, CUBE__KC_MAGIC, 8) != 0) {
-    snprintf(why, sizeof(why), "bad magic (expected \"%s\")", CUBE__KC_MAGIC);
-    goto corrupt;
-  }
-  uint32_t version = cube__kc_get_u32(header + 8);
-  uint64_t length = cube__kc_get_u64(header + 12);
-  uint64_t checksum = cube__kc_get_u64(header + 20);
-  if (version != CUBE__KC_FORMAT_VERSION) {
-    snprintf(why, sizeof(why), "format version %u, expected %u", version, CUBE__KC_FORMAT_VERSION);
-    goto corrupt;
-  }
-  if (length != file_size - CUBE__KC_HEADER_SIZE) {
-    snprintf(why, sizeof(why), "payload length %llu in the header, the file holds %llu",
-             (unsigned long long)length, (unsigned long long)(file_size - CUBE__KC_HEADER_SIZE));
-    goto corrupt;
-  }
-  if (length > (uint64_t)SIZE_MAX - 1) {
-    snprintf(why, sizeof(why), "payload length %llu is too large", (unsigned long long)length);
-    goto corrupt;
-  }
-  data = malloc(length ? (size_t)length : 1);
-  if (!data) {
+  if (fstat(fd, &fst) != 0) {
+    snprintf(why, sizeof(why), "fstat: %s", strerror(errno));
     close(fd);
-    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
-                             "cube kernel cache: cannot allocate %llu bytes to load '%s'",
-                             (unsigned long long)length, path);
+    return cube__status_make(CUBE_STATUS_NOT_FOUND, "cube kernel cache: '%s': %s", path, why);
   }
-  size_t got = cube__kc_read_full(fd, data, (size_t)length);
-  if (got != length) {
-    snprintf(why, sizeof(why), "short read: %zu of %llu payload bytes", got,
-             (unsigned long long)length);
-    goto corrupt;
+  if (!cube__kc_file_trusted(&fst, why, sizeof(why))) {
+    /* Not ours to read, nor to delete: a store replaces it (rename). */
+    close(fd);
+    return cube__status_make(CUBE_STATUS_NOT_FOUND, "cube kernel cache: '%s' is not used: %s",
+                             path, why);
   }
-  uint64_t actual = XXH3_64bits(data, (size_t)length);
-  if (actual != checksum) {
-    snprintf(why, sizeof(why), "checksum %016llx, the header says %016llx",
-             (unsigned long long)actual, (unsigned long long)checksum);
-    goto corrupt;
+  cube__kc_entry_t e;
+  if (!cube__kc_entry_read(fd, (uint64_t)fst.st_size, true, &e, why, sizeof(why))) {
+    close(fd);
+    if (strstr(why, "no host memory"))
+      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "cube kernel cache: loading '%s': %s",
+                               path, why);
+    cube__kc_remove_corrupt(path, &fst);
+    return cube__status_make(CUBE_STATUS_NOT_FOUND,
+                             "cube kernel cache: entry '%s' is corrupt (%s); deleted, to be rebuilt",
+                             path, why);
   }
+  /* Used now: the clock of the least recently used eviction. */
+  const struct timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+  (void)futimens(fd, times);
   close(fd);
-  *out_data = data;
-  *out_size = (size_t)length;
+  free(e.meta);
+  *out_data = e.payload;
+  *out_size = e.payload_len;
   return CUBE_OK;
-
-corrupt:
-  free(data);
-  close(fd);
-  cube__kc_remove_corrupt(path, &fst);
-  return cube__status_make(CUBE_STATUS_NOT_FOUND,
-                           "cube kernel cache: entry '%s' is corrupt (%s); deleted, to be rebuilt",
-                           path, why);
 }
 
-cube_status_t cube__cache_disk_store(cube__cache_key_t key, const char* kind, const void* data,
-                                     size_t size) {
-  if (!cube__kc_kind_ok(kind))
-    return CUBE_INVALID("cube kernel cache: kind '%s' is invalid (1-%d letters or digits)",
-                        kind ? kind : "(null)", CUBE__KC_MAX_KIND);
-  if (!data && size) return CUBE_INVALID("cube kernel cache: store of %zu bytes from NULL", size);
-  cube__kc_dir_t d;
-  cube_status_t st = cube__kc_dir_resolve(&d);
-  if (st) return cube__status_annotate(st, "cube kernel cache: store");
-  if (d.off) return CUBE_OK;
-  char sub[PATH_MAX], path[PATH_MAX], tmp[PATH_MAX];
-  CUBE_RETURN_IF_ERROR(cube__kc_subdir(&d, sub, sizeof(sub)));
-  CUBE_RETURN_IF_ERROR(cube__kc_entry_path(&d, key, kind, path, sizeof(path)));
+cube_status_t cube__kc_stage(const cube__kc_dir_t* d, cube__cache_key_t key, const char* kind,
+                             const char* meta, size_t meta_len, const void* data, size_t size,
+                             cube__kc_staged_t* out) {
+  char sub[PATH_MAX];
+  char* path = out->path;
+  char* tmp = out->tmp;
+  out->tmp[0] = out->path[0] = '\0';
+  CUBE_RETURN_IF_ERROR(cube__kc_subdir(d, sub, sizeof(sub)));
+  CUBE_RETURN_IF_ERROR(cube__kc_entry_path(d, key, kind, path, sizeof(out->path)));
   char hex[33];
   cube__cache_key_hex(key, hex);
-  int n = snprintf(tmp, sizeof(tmp), "%s/.%s.%s.XXXXXX", sub, hex, kind);
-  if (n < 0 || (size_t)n >= sizeof(tmp))
+  int n = snprintf(tmp, sizeof(out->tmp), "%s/.%s.%s.XXXXXX", sub, hex, kind);
+  if (n < 0 || (size_t)n >= sizeof(out->tmp)) {
+    tmp[0] = '\0';
     return CUBE_INVALID("cube kernel cache: temporary path under '%s' is too long", sub);
-  st = cube__kc_mkdirs(sub);
-  if (!st) st = cube__kc_check_private(&d);
+  }
+  cube_status_t st = cube__kc_mkdirs(sub);
+  if (!st) st = cube__kc_check_private(d);
   int fd = -1;
   if (!st) {
+    /* mkostemp: O_CREAT|O_EXCL, mode 0600. */
     fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0)
       st = cube__status_make(CUBE_STATUS_UNAVAILABLE,
@@ -590,18 +734,26 @@ cube_status_t cube__cache_disk_store(cube__cache_key_t key, const char* kind, co
                              strerror(errno));
   }
   if (st) {
-    cube__kc_report(&d, st);
+    tmp[0] = '\0';
+    cube__kc_report(d, st);
     return st;
   }
   unsigned char header[CUBE__KC_HEADER_SIZE];
   memcpy(header, CUBE__KC_MAGIC, 8);
   cube__kc_put_u32(header + 8, CUBE__KC_FORMAT_VERSION);
-  cube__kc_put_u64(header + 12, (uint64_t)size);
-  cube__kc_put_u64(header + 20, XXH3_64bits(data, size));
+  cube__kc_put_u32(header + 12, (uint32_t)meta_len);
+  cube__kc_put_u64(header + 16, (uint64_t)size);
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_64bits_reset(&state);
+  XXH3_64bits_update(&state, meta, meta_len);
+  XXH3_64bits_update(&state, data, size);
+  cube__kc_put_u64(header + 24, XXH3_64bits_digest(&state));
   const char* step = NULL;
   if (cube__fault_hit(CUBE__FAULT_CACHE_STORE))
     errno = ENOSPC, step = "write"; /* injected fault: a full disk */
-  else if (!cube__kc_write_full(fd, header, sizeof(header)) || !cube__kc_write_full(fd, data, size))
+  else if (!cube__kc_write_full(fd, header, sizeof(header)) ||
+           !cube__kc_write_full(fd, meta, meta_len) || !cube__kc_write_full(fd, data, size))
     step = "write";
   else if (fsync(fd) != 0)
     step = "fsync";
@@ -610,18 +762,70 @@ cube_status_t cube__cache_disk_store(cube__cache_key_t key, const char* kind, co
     step = "close";
     e = errno;
   }
-  if (!step && rename(tmp, path) != 0) {
-    step = "rename";
-    e = errno;
-  }
   if (step) {
     (void)unlink(tmp);
+    tmp[0] = '\0';
     return cube__status_make(CUBE_STATUS_UNAVAILABLE,
                              "cube kernel cache: storing %zu bytes as '%s' failed at %s: %s", size,
                              path, step, strerror(e));
   }
-  cube__kc_report_ok(&d);
   return CUBE_OK;
+}
+
+cube_status_t cube__kc_commit(cube__kc_staged_t* s) {
+  if (!s->tmp[0]) return CUBE_OK;
+  if (rename(s->tmp, s->path) != 0) {
+    int e = errno;
+    (void)unlink(s->tmp);
+    s->tmp[0] = '\0';
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                             "cube kernel cache: storing '%s' failed at rename: %s", s->path,
+                             strerror(e));
+  }
+  s->tmp[0] = '\0';
+  return CUBE_OK;
+}
+
+void cube__kc_unstage(cube__kc_staged_t* s) {
+  if (s->tmp[0]) (void)unlink(s->tmp);
+  s->tmp[0] = '\0';
+}
+
+cube_status_t cube__kc_store_raw(const cube__kc_dir_t* d, cube__cache_key_t key,
+                                 const char* kind, const char* meta, size_t meta_len,
+                                 const void* data, size_t size) {
+  cube__kc_staged_t s;
+  CUBE_RETURN_IF_ERROR(cube__kc_stage(d, key, kind, meta, meta_len, data, size, &s));
+  CUBE_RETURN_IF_ERROR(cube__kc_commit(&s));
+  cube__kc_report_ok(d);
+  uint64_t max = cube__option_size(CUBE__OPT_CACHE_MAX);
+  if (max) {
+    /* The entry just stored stays, even alone above the limit. */
+    const char* keep = strrchr(s.path, '/');
+    cube_status_free(cube__kc_evict(d, max, keep ? keep + 1 : s.path, NULL, NULL));
+  }
+  return CUBE_OK;
+}
+
+cube_status_t cube__cache_disk_store_meta(cube__cache_key_t key, const char* kind,
+                                          const cube__cache_meta_t* meta, const void* data,
+                                          size_t size) {
+  if (!cube__kc_kind_ok(kind))
+    return CUBE_INVALID("cube kernel cache: kind '%s' is invalid (1-%d letters or digits)",
+                        kind ? kind : "(null)", CUBE__KC_MAX_KIND);
+  if (!data && size) return CUBE_INVALID("cube kernel cache: store of %zu bytes from NULL", size);
+  cube__kc_dir_t d;
+  cube_status_t st = cube__kc_dir_resolve(&d);
+  if (st) return cube__status_annotate(st, "cube kernel cache: store");
+  if (d.off) return CUBE_OK;
+  char text[CUBE__KC_MAX_META];
+  size_t len = cube__kc_meta_format(meta, text, sizeof(text));
+  return cube__kc_store_raw(&d, key, kind, text, len, data ? data : "", size);
+}
+
+cube_status_t cube__cache_disk_store(cube__cache_key_t key, const char* kind, const void* data,
+                                     size_t size) {
+  return cube__cache_disk_store_meta(key, kind, NULL, data, size);
 }
 
 void cube__cache_disk_discard(cube__cache_key_t key, const char* kind) {
@@ -635,78 +839,81 @@ void cube__cache_disk_discard(cube__cache_key_t key, const char* kind) {
   cube__kc_remove_corrupt(path, NULL);
 }
 
-/* Public ------------------------------------------------------------------ */
+/* Locks -------------------------------------------------------------------- */
 
-typedef struct cube__kc_scan {
-  uint64_t entries, bytes;
-  uint64_t removed;
-} cube__kc_scan_t;
-
-/* Walks <dir>/v1: counts entries, or deletes entries and temporary files. */
-static cube_status_t cube__kc_walk(const cube__kc_dir_t* d, bool remove, cube__kc_scan_t* out) {
-  memset(out, 0, sizeof(*out));
-  if (d->off) return CUBE_OK;
-  char sub[PATH_MAX];
-  CUBE_RETURN_IF_ERROR(cube__kc_subdir(d, sub, sizeof(sub)));
-  DIR* dir = opendir(sub);
-  if (!dir) {
-    if (errno == ENOENT || errno == ENOTDIR) return CUBE_OK; /* nothing stored */
-    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "cube kernel cache: cannot read '%s': %s",
-                             sub, strerror(errno));
-  }
-  int dfd = dirfd(dir);
-  cube_status_t first = CUBE_OK;
-  struct dirent* de;
-  while ((de = readdir(dir)) != NULL) {
-    const char* name = de->d_name;
-    bool entry = cube__kc_is_entry_name(name);
-    /* Temporary files of stores: ".<hex>.<kind>.XXXXXX". */
-    bool temp = name[0] == '.' && strspn(name + 1, "0123456789abcdef") == 32 && name[33] == '.';
-    if (!entry && !temp) continue;
-    struct stat st;
-    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
-    if (remove) {
-      if (unlinkat(dfd, name, 0) != 0 && errno != ENOENT && !first) {
-        first = cube__status_make(CUBE_STATUS_UNAVAILABLE,
-                                  "cube_kernel_cache_clear: cannot delete '%s/%s': %s", sub, name,
-                                  strerror(errno));
-      } else {
-        out->removed++;
-      }
-    } else if (entry) {
-      out->entries++;
-      out->bytes += (uint64_t)st.st_size;
+cube_status_t cube__cache_lock(cube__cache_key_t key, cube__cache_lock_t* out) {
+  out->fd = -1;
+  cube__kc_dir_t d;
+  CUBE_RETURN_IF_ERROR(cube__kc_dir_resolve(&d));
+  if (d.off)
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                             "cube kernel cache: the disk cache is off (CUBE_CACHE_DIR=off)");
+  char dir[PATH_MAX], path[PATH_MAX], hex[33];
+  CUBE_RETURN_IF_ERROR(cube__kc_subdir(&d, dir, sizeof(dir)));
+  cube__cache_key_hex(key, hex);
+  int n = snprintf(path, sizeof(path), "%s/%s/%s", dir, CUBE__KC_LOCKDIR, hex);
+  if (n < 0 || (size_t)n >= sizeof(path))
+    return CUBE_INVALID("cube kernel cache: lock path under '%s' is too long", dir);
+  *strrchr(path, '/') = '\0';
+  cube_status_t st = cube__kc_mkdirs(path);
+  if (!st) st = cube__kc_check_private(&d);
+  if (st) return st;
+  path[strlen(path)] = '/';
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    struct stat fst;
+    char why[128];
+    if (fd >= 0 && (fstat(fd, &fst) != 0 || !cube__kc_file_trusted(&fst, why, sizeof(why)))) {
+      close(fd);
+      return cube__status_make(CUBE_STATUS_UNAVAILABLE, "cube kernel cache: lock file '%s': %s",
+                               path, why);
     }
   }
-  closedir(dir);
-  return first;
+  if (fd < 0)
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "cube kernel cache: lock file '%s': %s",
+                             path, strerror(errno));
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    int e = errno;
+    close(fd);
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "cube kernel cache: flock of '%s': %s",
+                             path, strerror(e));
+  }
+  out->fd = fd;
+  return CUBE_OK;
 }
 
-cube_status_t cube_kernel_cache_stats(cube_kernel_cache_stats_t* out_stats) {
-  const char* fn = "cube_kernel_cache_stats";
-  if (!out_stats) return CUBE_INVALID("%s: out_stats is NULL", fn);
-  CUBE_RETURN_IF_ERROR(cube__options_check(fn));
-  cube_kernel_cache_stats_t s;
-  memset(&s, 0, sizeof(s));
-  s.memory_hits = cube__kc_get(&cube__kc_memory_hits);
-  s.disk_hits = cube__kc_get(&cube__kc_disk_hits);
-  s.misses = cube__kc_get(&cube__kc_misses);
-  s.compile_failures = cube__kc_get(&cube__kc_compile_failures);
-  s.corrupt_entries = cube__kc_get(&cube__kc_corrupt);
-  s.compile_ns = cube__kc_get(&cube__kc_compile_ns);
-  s.load_ns = cube__kc_get(&cube__kc_load_ns);
-  cube__kc_dir_t d;
-  cube_status_t st = cube__kc_dir_resolve(&d);
-  if (st) return cube__status_annotate(st, "%s", fn);
-  cube__kc_scan_t scan;
-  st = cube__kc_walk(&d, false, &scan);
-  if (st) return cube__status_annotate(st, "%s", fn);
-  s.disk_entries = scan.entries;
-  s.disk_bytes = scan.bytes;
-  /* Written whole or not at all (cube/cube.h, "Struct sizes"). */
-  return cube__struct_write(fn, "out_stats->struct_size", &cube__struct_kernel_cache_stats,
-                            out_stats, &s);
+void cube__cache_unlock(cube__cache_lock_t* lock) {
+  if (!lock || lock->fd < 0) return;
+  (void)flock(lock->fd, LOCK_UN);
+  close(lock->fd);
+  lock->fd = -1;
 }
+
+/* Counters ----------------------------------------------------------------- */
+
+void cube__kc_counters_reset(void) {
+  atomic_store(&cube__kc_memory_hits, 0);
+  atomic_store(&cube__kc_disk_hits, 0);
+  atomic_store(&cube__kc_misses, 0);
+  atomic_store(&cube__kc_compile_failures, 0);
+  atomic_store(&cube__kc_corrupt, 0);
+  atomic_store(&cube__kc_compile_ns, 0);
+  atomic_store(&cube__kc_load_ns, 0);
+}
+
+void cube__kc_counters_read(cube_kernel_cache_stats_t* s) {
+  s->memory_hits = cube__kc_get(&cube__kc_memory_hits);
+  s->disk_hits = cube__kc_get(&cube__kc_disk_hits);
+  s->misses = cube__kc_get(&cube__kc_misses);
+  s->compile_failures = cube__kc_get(&cube__kc_compile_failures);
+  s->corrupt_entries = cube__kc_get(&cube__kc_corrupt);
+  s->compile_ns = cube__kc_get(&cube__kc_compile_ns);
+  s->load_ns = cube__kc_get(&cube__kc_load_ns);
+}
+
+/* Public ------------------------------------------------------------------ */
 
 const char* cube_kernel_cache_dir(void) {
   cube__kc_dir_t d;
@@ -740,23 +947,10 @@ cube_status_t cube_kernel_cache_dir_status(void) {
   return why[0] ? cube__kc_unusable(d.path, why) : CUBE_OK;
 }
 
-cube_status_t cube_kernel_cache_clear(void) {
-  CUBE_RETURN_IF_ERROR(cube__options_check("cube_kernel_cache_clear"));
-  atomic_store(&cube__kc_memory_hits, 0);
-  atomic_store(&cube__kc_disk_hits, 0);
-  atomic_store(&cube__kc_misses, 0);
-  atomic_store(&cube__kc_compile_failures, 0);
-  atomic_store(&cube__kc_corrupt, 0);
-  atomic_store(&cube__kc_compile_ns, 0);
-  atomic_store(&cube__kc_load_ns, 0);
-  cube__kc_dir_t d;
-  cube_status_t st = cube__kc_dir_resolve(&d);
-  if (st) return cube__status_annotate(st, "cube_kernel_cache_clear");
-  cube__kc_scan_t scan;
-  return cube__kc_walk(&d, true, &scan);
-}
-
 void cube__cache_shutdown(void) {
+  /* Compiles left running past CUBE_COMPILE_TIMEOUT store into the cache
+   * when they end: nothing of the library runs after the shutdown. */
+  cube__compile_limit_drain();
   cube__cache_memory_clear();
 
   pthread_mutex_lock(&cube__kc_strings_lock);

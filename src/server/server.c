@@ -162,6 +162,15 @@ cube_status_t cube__server_external_storage(cube__server_t* s, cube__backend_ext
   return cube__backend_ctl(&s->be, NULL, CUBE__CTL_EXTERNAL_STORAGE, x);
 }
 
+void cube__server_device_identity(cube__server_t* s, char* out, size_t size) {
+  if (!size) return;
+  out[0] = '\0';
+  cube__backend_text_t t = {out, size};
+  cube_status_t st = cube__backend_ctl(&s->be, NULL, CUBE__CTL_DEVICE_IDENTITY, &t);
+  if (st || !out[0]) snprintf(out, size, "%s | %s", s->props.name, s->info.version);
+  cube_status_free(st);
+}
+
 cube_status_t cube__server_native_stream(cube__stream_t* stream, void** out) {
   *out = NULL;
   return cube__backend_ctl(&stream->server->be, stream->backend_stream, CUBE__CTL_NATIVE_STREAM,

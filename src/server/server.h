@@ -363,6 +363,10 @@ cube_status_t cube__server_dlpack_device(cube__server_t* s, int32_t out[3]);
  * Thread-safe. */
 cube_status_t cube__server_external_storage(cube__server_t* s, cube__backend_external_t* x);
 
+/* The device's identity (CUBE__CTL_DEVICE_IDENTITY; where the backend has
+ * none, "<device name> | <backend version>") into |out|. Thread-safe. */
+void cube__server_device_identity(cube__server_t* s, char* out, size_t size);
+
 /* The native stream of |stream| (CUBE__CTL_NATIVE_STREAM: a CUstream on
  * CUDA); UNIMPLEMENTED where the backend has none. Thread-safe. */
 cube_status_t cube__server_native_stream(cube__stream_t* stream, void** out);

@@ -227,4 +227,34 @@ void cts_sleep_ms(unsigned ms);
 /* True if |s| contains every listed word (NULL-terminated). */
 int cts_contains(const char* s, ...);
 
+/* Cases with helper processes and a cache directory of their own
+ * (cts_proc.c) ------------------------------------------------------------ */
+
+#include <sys/types.h>
+
+/* Points CUBE_CACHE_DIR at a new, empty directory "<tmp>/<tag>-<backend>.<pid>"
+ * (written to |buf|; created by the library on first store) and shuts the
+ * library down so that the next use reads it. */
+const char* cts_cache_dir_fresh(const char* tag, char* buf, size_t size);
+/* Points CUBE_CACHE_DIR at |dir| (NULL: back to the case's start), then
+ * cube_shutdown. */
+void cts_cache_dir_use(const char* dir);
+/* Removes |dir| when the case passed (kept, and named on stderr, when not),
+ * and restores CUBE_CACHE_DIR as it was before cts_cache_dir_fresh. */
+void cts_cache_dir_done(const char* dir);
+
+/* The helper role this process was started with (CTS_ROLE=<role>), or
+ * NULL. */
+const char* cts_role(void);
+/* True when this process is a helper with role |name|. */
+int cts_role_is(const char* name);
+/* Starts this program on the same backend for |case_name| with role |role|
+ * (and, when |go_fd| >= 0, the read end of a start pipe as fd 100, which
+ * cts_wait_go reads). Returns the pid or -1. */
+pid_t cts_spawn_role(const char* case_name, const char* role, int go_fd);
+/* The exit status of |pid| (128 + signal when killed, -1 on error). */
+int cts_wait_child(pid_t pid);
+/* A helper started with a pipe waits until the parent closes it. */
+void cts_wait_go(void);
+
 #endif /* CUBE_CTS_H_ */

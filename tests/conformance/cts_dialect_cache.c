@@ -174,12 +174,12 @@ typedef struct entries {
   char path[PATH_MAX]; /* the last entry seen */
 } entries_t;
 
-/* Lists <dir>/v1. */
+/* Lists <dir>/v2. */
 static entries_t list_entries(const char* dir) {
   entries_t e;
   memset(&e, 0, sizeof(e));
   char sub[PATH_MAX];
-  snprintf(sub, sizeof(sub), "%s/v1", dir);
+  snprintf(sub, sizeof(sub), "%s/v2", dir);
   DIR* d = opendir(sub);
   if (!d) return e;
   struct dirent* de;

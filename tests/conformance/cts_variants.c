@@ -53,6 +53,25 @@ static const cts_unsupported_t cts_unsupported[] = {
      "taint_read_only_buffers_stay_valid taint_two_failures_reported_together "
      "taint_diamond_across_streams_and_threads taint_graph_replay_like_eager",
      "the null backend compiles and runs no kernels (its launch slot is UNIMPLEMENTED)"},
+    {"null",
+     "compile_limit_fails_the_launch_and_the_device_goes_on "
+     "compile_limit_status_names_kernel_and_limit compile_limit_background_build_fills_the_cache",
+     "the null backend compiles no kernels: there is no compile to stop"},
+    {"null",
+     "execution_compile_only_compiles_and_runs_nothing "
+     "execution_compile_only_reports_a_compile_error execution_run_override_counts_and_runs",
+     "the null backend compiles and runs no kernels"},
+    {"null",
+     "tune_anchoring_shares_a_key tune_rejects_a_wrong_candidate_and_skips_invalid_ones "
+     "tune_without_a_correct_candidate_fails tune_winner_invalid_for_another_shape_falls_back "
+     "tune_concurrent_first_launches_tune_once tune_two_processes_tune_once "
+     "tune_persists_across_processes tune_corrupt_or_stale_record_is_tuned_again "
+     "tune_record_keyed_by_operation_version_and_candidates tune_off_launches_the_default "
+     "tune_budget_stops_the_measuring tune_policies_warm_a_cache tune_record_names_the_timing",
+     "the null backend runs no kernels: no candidate can be measured"},
+    {"null", "bundle_second_directory_compiles_and_tunes_nothing bundle_refusals "
+             "bundle_import_is_all_or_none",
+     "the null backend runs no kernels: there is nothing to bundle"},
     {"null", "dlpack_*",
      "the null backend's memory has no DLPack device (its ctl does not answer "
      "CUBE__CTL_DLPACK_DEVICE)"},

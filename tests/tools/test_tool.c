@@ -3,6 +3,7 @@
  * command lines named, `info --json` a valid document that agrees with
  * `info`, and an unusable kernel cache directory reported. Each case runs
  * the tool in child processes (CUBE_TOOL_PATH, set by CMake). */
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <stdbool.h>
@@ -122,8 +123,10 @@ CUBE_TEST(help_on_stdout_exit_zero) {
     run_t r = tool(forms[i], NULL, NULL);
     CHECK_EQ_U64(r.rc, 0);
     CHECK(has(r.out, "usage: cube"));
-    const char* words[] = {"info", "--json", "cache", "clear", "demo", "--version", "--options"};
-    for (int k = 0; k < 7; ++k) CHECK(has(r.out, words[k]));
+    const char* words[] = {"info",   "--json",    "cache",  "clear",  "demo",
+                           "--version", "--options", "list", "prune", "bundle export",
+                           "bundle import"};
+    for (int k = 0; k < 11; ++k) CHECK(has(r.out, words[k]));
     CHECK(r.err[0] == '\0');
     run_free(&r);
   }
@@ -214,7 +217,7 @@ CUBE_TEST(command_help_does_not_run_the_command) {
   CHECK(!exists(dir));
   /* `cache clear --help` clears nothing; `cache clear` does. */
   char sub[1300], entry[1400];
-  snprintf(sub, sizeof(sub), "%s/v1", dir);
+  snprintf(sub, sizeof(sub), "%s/v2", dir);
   mkdir(dir, 0700);
   mkdir(sub, 0700);
   snprintf(entry, sizeof(entry), "%s/0123456789abcdef0123456789abcdef.so", sub);
@@ -403,6 +406,115 @@ CUBE_TEST(demo_with_unusable_cache_reports_once) {
   CHECK(has(r.err, file)); /* the component that is not a directory */
   CHECK(has(r.err, "kept in memory only"));
   run_free(&r);
+  rm_tree(g_tmp);
+}
+
+//===----------------------------------------------------------------------===//
+// cache list / prune; bundle export / import / show
+//===----------------------------------------------------------------------===//
+
+/* Entries ("<hex>.<kind>") in |dir|/v2. */
+static int entry_files(const char* dir) {
+  char sub[1300];
+  snprintf(sub, sizeof(sub), "%s/v2", dir);
+  DIR* d = opendir(sub);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL) n += e->d_name[0] != '.' && strchr(e->d_name, '.') != NULL;
+  closedir(d);
+  return n;
+}
+
+/* The demo fills directory A; `cube cache list` names its kernels;
+ * `cube bundle export` in that process's place writes a bundle; in a
+ * second, empty directory B another process imports it, and the demo run
+ * there compiles nothing (its kernel cache line: 0 compiled); a damaged
+ * bundle is refused (exit 1, why on stderr) and stores nothing; prune
+ * empties a directory down to a size. Every step is its own process. */
+CUBE_TEST(bundle_export_import_then_demo_compiles_nothing) {
+  scratch("bundle");
+  unsetenv("CUBE_BACKEND");
+  char dir_a[1200], dir_b[1200], bundle[1200], bad[1200];
+  snprintf(dir_a, sizeof(dir_a), "%s/cache-a", g_tmp);
+  snprintf(dir_b, sizeof(dir_b), "%s/cache-b", g_tmp);
+  snprintf(bundle, sizeof(bundle), "%s/app.cubebundle", g_tmp);
+  snprintf(bad, sizeof(bad), "%s/bad.cubebundle", g_tmp);
+  setenv("CUBE_CACHE_DIR", dir_a, 1);
+  /* Nothing to export yet. */
+  run_t r = tool("bundle", "export", bundle);
+  CHECK_EQ_U64(r.rc, 1);
+  CHECK(has(r.err, "no entry"));
+  CHECK(!exists(bundle));
+  run_free(&r);
+  r = tool("demo", NULL, NULL);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "kernel cache: 2 compiled"));
+  run_free(&r);
+  r = tool("cache", "list", NULL);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "2 entries"));
+  CHECK(has(r.out, "saxpy"));
+  CHECK(has(r.out, "partial_sum"));
+  CHECK(has(r.out, " cpu "));
+  CHECK(has(r.out, cube_version()));
+  run_free(&r);
+  r = tool("bundle", "export", bundle);
+  if (r.rc) fprintf(stderr, "export: %s%s\n", r.out, r.err);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "2 entries (2 compiled kernels, 0 tuning results)"));
+  CHECK(exists(bundle));
+  run_free(&r);
+  r = tool("bundle", "show", bundle);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "2 entries"));
+  run_free(&r);
+
+  /* B: empty; a damaged copy is refused and stores nothing. */
+  setenv("CUBE_CACHE_DIR", dir_b, 1);
+  char* bytes = read_whole_file(bundle);
+  REQUIRE(bytes);
+  struct stat st;
+  REQUIRE(stat(bundle, &st) == 0);
+  FILE* f = fopen(bad, "wb");
+  REQUIRE(f);
+  REQUIRE(fwrite(bytes, 1, (size_t)st.st_size / 2, f) == (size_t)st.st_size / 2); /* truncated */
+  fclose(f);
+  free(bytes);
+  chmod(bad, 0600);
+  r = tool("bundle", "import", bad);
+  CHECK_EQ_U64(r.rc, 1);
+  CHECK(has(r.err, "bundle import"));
+  CHECK(has(r.err, "checksum"));
+  CHECK(r.out[0] == '\0');
+  run_free(&r);
+  CHECK_EQ_U64(entry_files(dir_b), 0);
+  r = tool("bundle", "import", bundle);
+  if (r.rc) fprintf(stderr, "import: %s%s\n", r.out, r.err);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "imported"));
+  CHECK(has(r.out, dir_b));
+  run_free(&r);
+  CHECK_EQ_U64(entry_files(dir_b), 2);
+  r = tool("demo", NULL, NULL);
+  if (!has(r.out, "kernel cache: 0 compiled, 2 loaded from disk")) fprintf(stderr, "%s\n", r.out ? r.out : "");
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "kernel cache: 0 compiled, 2 loaded from disk"));
+  CHECK(has(r.out, "demo: all checks passed"));
+  run_free(&r);
+
+  /* prune: down to 1 byte keeps nothing; wrong sizes are usage errors. */
+  check_usage_error("cache", "prune", "--max", "--max");
+  check_usage_error("bundle", "send", bundle, "send");
+  check_usage_error("bundle", "import", NULL, "FILE");
+  r = tool("cache", "prune", NULL);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "kept: 2 entries"));
+  run_free(&r);
+  char* pargv[] = {(char*)CUBE_TOOL_PATH, (char*)"cache", (char*)"prune", (char*)"--max",
+                   (char*)"1", NULL};
+  CHECK_EQ_U64(run_redirected(pargv, NULL, g_out, g_err), 0);
+  CHECK_EQ_U64(entry_files(dir_b), 0);
   rm_tree(g_tmp);
 }
 

@@ -22,6 +22,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include <sys/stat.h>
+
 #include "cube/cube.h"
 #include "cube/dlpack.h"
 #include "cube/dlpack_types.h"
@@ -943,6 +945,42 @@ static cube_status_t load_try(cube_device_id_t d) {
   X("E307", "cube_client_staging", "inout_bytes[0] a FILE buffer whose file shrank (64 to 10)", RANGE, \
     staging_shrunk(c, path), "cube_client_staging", "inout_bytes[0]", path, "now holds 10")
 
+/* Tuning, execution policies, bundles, the cache as users manage it
+ * (cube/tune.h, cube/execution.h, cube/bundle.h, cube/cache.h). */
+#define G_TUNE(X, V)                                                                              \
+  X("E340", "cube_tune_op_create", "desc NULL", INV, cube_tune_op_create(NULL, &op),            \
+    "cube_tune_op_create", "desc", "NULL")                                                       \
+  X("E341", "cube_tune_op_create", "out_op NULL", INV, cube_tune_op_create(&od, NULL),          \
+    "cube_tune_op_create", "out_op", "NULL")                                                     \
+  X("E342", "cube_tune_op_create", "candidate_count 0", INV, tune_op_with_count(0),             \
+    "cube_tune_op_create", "candidate_count", "0")                                               \
+  X("E343", "cube_tune_op_create", "candidate_count 33 (above CUBE_TUNE_MAX_CANDIDATES)", INV,  \
+    tune_op_with_count(33), "cube_tune_op_create", "candidate_count", "33")                     \
+  X("E344", "cube_tune_op_launch", "op NULL", INV, cube_tune_op_launch(NULL, c, 0, NULL),       \
+    "cube_tune_op_launch", "NULL")                                                               \
+  V("E345", "cube_tune_op_name", "op NULL", "\"\"", strcmp(cube_tune_op_name(NULL), "") == 0)   \
+  V("E346", "cube_tune_outcome_name", "outcome out of range (99)", "\"unknown\"",              \
+    strcmp(cube_tune_outcome_name((cube_tune_outcome_t)99), "unknown") == 0)                     \
+  X("E347", "cube_client_execution_begin", "policy out of range (9)", INV,                      \
+    cube_client_execution_begin(c, (cube_execution_policy_t)9, &ov), "cube_client_execution_begin", \
+    "policy 9")                                                                                  \
+  X("E348", "cube_execution_override_end", "override NULL", INV,                                \
+    cube_execution_override_end(NULL), "cube_execution_override_end", "NULL")                   \
+  V("E349", "cube_execution_policy_name", "policy out of range (9)", "\"unknown\"",            \
+    strcmp(cube_execution_policy_name((cube_execution_policy_t)9), "unknown") == 0)              \
+  X("E350", "cube_kernel_cache_list", "out_entries NULL", INV,                                  \
+    cube_kernel_cache_list(NULL, &count), "cube_kernel_cache_list", "out_entries", "NULL")      \
+  X("E351", "cube_bundle_export", "client NULL", INV, cube_bundle_export(NULL, path, NULL),     \
+    "cube_bundle_export", "client", "NULL")                                                      \
+  X("E352", "cube_bundle_export", "path NULL", INV, cube_bundle_export(c, NULL, NULL),          \
+    "cube_bundle_export", "path", "NULL")                                                        \
+  X("E353", "cube_bundle_describe", "out_info NULL", INV, cube_bundle_describe(path, NULL),     \
+    "cube_bundle_describe", "out_info", "NULL")                                                  \
+  X("E354", "cube_bundle_import", "path that does not exist", NOTF,                             \
+    cube_bundle_import(c, missing, NULL), "cube_bundle_import", missing, "No such file")        \
+  X("E355", "cube_bundle_import", "a file that is not a bundle", INV,                           \
+    cube_bundle_import(c, path, NULL), "cube_bundle_import", path, "not a bundle")
+
 /* struct_size of input and output structs, and the public status
  * constructor (include/cube/cube.h, "Struct sizes"). */
 #define G_ABI(X, V)                                                                               \
@@ -1108,6 +1146,9 @@ static const row_t k_rows[] = {
 #undef group_name_
 #define group_name_ "abi"
     G_ABI(TABLE_X, TABLE_V)
+#undef group_name_
+#define group_name_ "tune"
+    G_TUNE(TABLE_X, TABLE_V)
 #undef group_name_
 #define group_name_ "dlpack"
     G_DLPACK(TABLE_X, TABLE_V)
@@ -1695,6 +1736,80 @@ CUBE_TEST(abi) {
   G_ABI(CHECK_X, CHECK_V)
   cube_client_release(c);
   group_done("abi");
+}
+
+/* An operation description with |count| candidates (all the same, valid
+ * otherwise) handed to cube_tune_op_create. */
+static cube_status_t tune_key_none(void* user, const cube_device_properties_t* props, size_t n,
+                                   const cube_arg_t* args, cube_tune_key_t* out) {
+  (void)user;
+  (void)props;
+  (void)n;
+  (void)args;
+  out->count = 0;
+  return CUBE_OK;
+}
+
+static cube_status_t tune_count_one(void* user, size_t n, const cube_arg_t* args,
+                                    cube_count_t* out) {
+  (void)user;
+  (void)n;
+  (void)args;
+  *out = cube_count_static(1, 1, 1);
+  return CUBE_OK;
+}
+
+static cube_status_t tune_op_with_count(uint32_t count) {
+  static const char* src = "CUBE_KERNEL(nothing, uint32_t x) {}\n";
+  cube_kernel_desc_t d;
+  cube_kernel_desc_initialize(&d);
+  d.source = src;
+  d.entry = "nothing";
+  d.cube_dim = (cube_dim_t){1, 1, 1};
+  cube_kernel_t* k = NULL;
+  cube_status_t st = cube_kernel_create(&d, &k);
+  if (st) return st;
+  cube_tune_candidate_t cands[40];
+  char names[40][8];
+  for (int i = 0; i < 40; ++i) {
+    snprintf(names[i], sizeof(names[i]), "c%d", i);
+    cands[i] = (cube_tune_candidate_t){names[i], k, tune_count_one, NULL, NULL};
+  }
+  cube_tune_op_desc_t od;
+  cube_tune_op_desc_initialize(&od);
+  od.name = "catalogue";
+  od.candidates = cands;
+  od.candidate_count = count;
+  od.key = tune_key_none;
+  cube_tune_op_t* op = NULL;
+  st = cube_tune_op_create(&od, &op);
+  cube_tune_op_release(op);
+  cube_kernel_release(k);
+  return st;
+}
+
+CUBE_TEST(tune) {
+  cube_client_t* c = client_or_null(cpu0());
+  REQUIRE(c != NULL);
+  const char* tmp = getenv("CUBE_TEST_TMPDIR");
+  if (!tmp || !*tmp) tmp = "/tmp";
+  char path[512], missing[512];
+  snprintf(path, sizeof(path), "%s/errors_catalogue_bundle_%d", tmp, (int)getpid());
+  snprintf(missing, sizeof(missing), "%s/errors_catalogue_missing.cubebundle", tmp);
+  FILE* f = fopen(path, "w");
+  REQUIRE(f != NULL);
+  fputs("this text is long enough to be looked at, and it is not a bundle", f);
+  fclose(f);
+  chmod(path, 0600);
+  cube_tune_op_t* op = NULL;
+  cube_tune_op_desc_t od;
+  cube_tune_op_desc_initialize(&od);
+  cube_execution_override_t* ov = NULL;
+  size_t count = 0;
+  G_TUNE(CHECK_X, CHECK_V)
+  remove(path);
+  cube_client_release(c);
+  group_done("tune");
 }
 
 /* The DLPack rows' tensors: one static DLPack 1.0 tensor of host floats,

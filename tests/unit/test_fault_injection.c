@@ -146,7 +146,7 @@ typedef struct entries {
 static entries_t list_entries(void) {
   entries_t e = {0, 0, 0};
   char sub[PATH_MAX + 8];
-  snprintf(sub, sizeof(sub), "%s/v1", cache_dir);
+  snprintf(sub, sizeof(sub), "%s/v2", cache_dir);
   DIR* d = opendir(sub);
   if (!d) return e;
   struct dirent* de;

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backends/cpu/cpu_compiler.h"
@@ -21,8 +22,9 @@
 #include "cube/cache.h"
 #include "cube/cube.h"
 #include "kernel/cache.h"
+#include "kernel/cache_internal.h"
 
-#define HEADER_SIZE 28
+#define HEADER_SIZE 32 /* entries stored without metadata */
 
 //===----------------------------------------------------------------------===//
 // Helpers
@@ -164,26 +166,26 @@ CUBE_TEST(disk_store_load_round_trip) {
   CHECK(data && memcmp(data, payload, n) == 0);
   free(data);
 
-  /* Layout: <dir>/v1/<hex>.so, header + payload; private modes. */
+  /* Layout: <dir>/v2/<hex>.so, header + payload; private modes. */
   char path[2048], hex[33], expect[2048];
   entry_path(k, "so", path, sizeof(path));
   cube__cache_key_hex(k, hex);
-  snprintf(expect, sizeof(expect), "%s/v1/%s.so", g_dir, hex);
+  snprintf(expect, sizeof(expect), "%s/v2/%s.so", g_dir, hex);
   CHECK(strcmp(path, expect) == 0);
   struct stat st;
   REQUIRE(stat(path, &st) == 0);
   CHECK_EQ_U64(st.st_size, n + HEADER_SIZE);
   CHECK_EQ_U64(st.st_mode & 0777, 0600);
-  char v1[2048];
-  snprintf(v1, sizeof(v1), "%s/v1", g_dir);
-  REQUIRE(stat(v1, &st) == 0);
+  char v2[2048];
+  snprintf(v2, sizeof(v2), "%s/v2", g_dir);
+  REQUIRE(stat(v2, &st) == 0);
   CHECK_EQ_U64(st.st_mode & 0777, 0700);
   REQUIRE(stat(g_dir, &st) == 0);
   CHECK_EQ_U64(st.st_mode & 0777, 0700);
   FILE* f = fopen(path, "rb");
   REQUIRE(f);
   char magic[8];
-  CHECK(fread(magic, 1, 8, f) == 8 && memcmp(magic, "CUBEKC01", 8) == 0);
+  CHECK(fread(magic, 1, 8, f) == 8 && memcmp(magic, "CUBEKC02", 8) == 0);
   fclose(f);
 
   /* Kinds are separate entries; an empty payload round-trips; a second
@@ -347,10 +349,10 @@ CUBE_TEST(disk_store_atomic_across_processes) {
   CHECK_OK(cube_kernel_cache_stats(&s));
   CHECK_EQ_U64(s.disk_entries, 1);
   CHECK(s.disk_bytes == na + HEADER_SIZE || s.disk_bytes == nb + HEADER_SIZE);
-  char v1[1100];
-  snprintf(v1, sizeof(v1), "%s/v1", g_dir);
+  char v2[1100];
+  snprintf(v2, sizeof(v2), "%s/v2", g_dir);
   char cmd[1300];
-  snprintf(cmd, sizeof(cmd), "test $(ls -A '%s' | wc -l) -eq 1", v1);
+  snprintf(cmd, sizeof(cmd), "test $(ls -A '%s' | wc -l) -eq 1", v2);
   CHECK(system(cmd) == 0);
   munmap(sh, sizeof(*sh));
   free(pa);
@@ -420,14 +422,14 @@ static void damage_magic(const char* path, size_t n) {
 }
 static void damage_version(const char* path, size_t n) {
   (void)n;
-  const unsigned char v2[4] = {2, 0, 0, 0};
-  patch(path, 8, v2, 4);
+  const unsigned char v3[4] = {3, 0, 0, 0};
+  patch(path, 8, v3, 4);
 }
 static void damage_length(const char* path, size_t n) {
   uint64_t len = n - 1; /* little-endian on disk */
   unsigned char le[8];
   for (int i = 0; i < 8; ++i) le[i] = (unsigned char)(len >> (8 * i));
-  patch(path, 12, le, 8);
+  patch(path, 16, le, 8);
 }
 static void damage_append(const char* path, size_t n) {
   (void)n;
@@ -441,7 +443,7 @@ CUBE_TEST(disk_corrupt_truncated_payload) { check_corruption("trunc", damage_tru
 CUBE_TEST(disk_corrupt_truncated_header) { check_corruption("trunc_hdr", damage_truncate_header, "short file"); }
 CUBE_TEST(disk_corrupt_flipped_byte) { check_corruption("flip", damage_flip_byte, "checksum"); }
 CUBE_TEST(disk_corrupt_bad_magic) { check_corruption("magic", damage_magic, "magic"); }
-CUBE_TEST(disk_corrupt_bad_version) { check_corruption("version", damage_version, "version 2"); }
+CUBE_TEST(disk_corrupt_bad_version) { check_corruption("version", damage_version, "version 3"); }
 CUBE_TEST(disk_corrupt_bad_length) { check_corruption("length", damage_length, "payload length 4095"); }
 CUBE_TEST(disk_corrupt_trailing_bytes) { check_corruption("append", damage_append, "length"); }
 
@@ -633,7 +635,7 @@ CUBE_TEST(stats_count_entries_and_bytes) {
   CHECK_OK(cube__cache_disk_store(key_of("s", "3"), "cubin", "cc", 2));
   /* Files that are not entries are not counted (nor deleted by clear). */
   char other[1200];
-  snprintf(other, sizeof(other), "%s/v1/README", g_dir);
+  snprintf(other, sizeof(other), "%s/v2/README", g_dir);
   FILE* f = fopen(other, "w");
   REQUIRE(f);
   fputs("not an entry", f);
@@ -676,7 +678,7 @@ CUBE_TEST(clear_removes_entries_and_resets_counters) {
   /* A temporary file left by a crashed store goes too. */
   char hex[33], tmp[1200];
   cube__cache_key_hex(key_of("clear", "tmp"), hex);
-  snprintf(tmp, sizeof(tmp), "%s/v1/.%s.so.AbCdEf", g_dir, hex);
+  snprintf(tmp, sizeof(tmp), "%s/v2/.%s.so.AbCdEf", g_dir, hex);
   FILE* f = fopen(tmp, "w");
   REQUIRE(f);
   fclose(f);
@@ -937,7 +939,7 @@ static int run_fill(int value) {
 /* The one "*.so" entry of <dir>/v1 that is not |except|, in |out|. */
 static bool find_so_entry(const char* except, char* out, size_t size) {
   char v1[1100];
-  snprintf(v1, sizeof(v1), "%s/v1", g_dir);
+  snprintf(v1, sizeof(v1), "%s/" CUBE__KC_SUBDIR, g_dir);
   DIR* d = opendir(v1);
   if (!d) return false;
   bool found = false;
@@ -1045,5 +1047,217 @@ CUBE_TEST(unusable_dir_reported_once_over_compiles) {
   unlink(file);
   unlink(err_path);
   env_cache_dir(g_dir);
+  done_with_cache();
+}
+
+//===----------------------------------------------------------------------===//
+// The directory as users manage it: list, eviction, prune, trusted files
+//===----------------------------------------------------------------------===//
+
+/* Sets the modification time (the last use) of |key|'s entry to |secs| ago. */
+static void age_entry(cube__cache_key_t key, const char* kind, long secs) {
+  char path[2048];
+  entry_path(key, kind, path, sizeof(path));
+  struct timespec ts[2];
+  clock_gettime(CLOCK_REALTIME, &ts[0]);
+  ts[0].tv_sec -= secs;
+  ts[1] = ts[0];
+  if (utimensat(AT_FDCWD, path, ts, 0) != 0) perror("utimensat");
+}
+
+static const cube__cache_meta_t k_meta_a = {"alpha", "cpu", "cpu | test machine | cc: none"};
+static const cube__cache_meta_t k_meta_b = {"beta", "opencl", "opencl | test platform"};
+
+CUBE_TEST(list_names_kernel_backend_size_and_last_use) {
+  use_fresh_cache("list");
+  cube_kernel_cache_entry_t* e = (void*)1;
+  size_t n = 7;
+  CHECK_OK(cube_kernel_cache_list(&e, &n));
+  CHECK(e == NULL && n == 0);
+  CHECK_OK(cube__cache_disk_store_meta(key_of("list", "a"), "so", &k_meta_a, "aaaa", 4));
+  CHECK_OK(cube__cache_disk_store_meta(key_of("list", "b"), "clbin", &k_meta_b, "bbbbbbbbbb", 10));
+  CHECK_OK(cube__cache_disk_store(key_of("list", "c"), "tune", "c", 1));
+  age_entry(key_of("list", "a"), "so", 300);
+  age_entry(key_of("list", "b"), "clbin", 200);
+  age_entry(key_of("list", "c"), "tune", 100);
+  CHECK_OK(cube_kernel_cache_list(&e, &n));
+  REQUIRE(n == 3);
+  /* Most recently used first: c (100 s ago), b, a. */
+  CHECK(strcmp(e[0].kind, "tune") == 0 && e[0].name[0] == '\0' && e[0].readable);
+  CHECK(strcmp(e[1].name, "beta") == 0 && strcmp(e[1].backend, "opencl") == 0);
+  CHECK(strcmp(e[1].device, "opencl | test platform") == 0 && strcmp(e[1].kind, "clbin") == 0);
+  CHECK(strcmp(e[1].version, CUBE_VERSION_STRING) == 0);
+  CHECK(strcmp(e[2].name, "alpha") == 0 && strcmp(e[2].backend, "cpu") == 0);
+  char hex[33];
+  cube__cache_key_hex(key_of("list", "a"), hex);
+  CHECK(strncmp(e[2].file, hex, 32) == 0 && strcmp(e[2].file + 32, ".so") == 0);
+  size_t meta_a = strlen("cube=" CUBE_VERSION_STRING "\nbackend=cpu\ndevice=cpu | test machine | cc: none\nname=alpha\n");
+  CHECK_EQ_U64(e[2].size, HEADER_SIZE + meta_a + 4);
+  time_t now = time(NULL);
+  CHECK(e[2].last_use <= now - 299 && e[2].last_use >= now - 302);
+  cube_kernel_cache_list_free(e);
+  /* A load marks an entry used: a is now the most recent. */
+  void* data = NULL;
+  size_t size = 0;
+  CHECK_OK(cube__cache_disk_load(key_of("list", "a"), "so", &data, &size));
+  CHECK(size == 4 && memcmp(data, "aaaa", 4) == 0);
+  free(data);
+  CHECK_OK(cube_kernel_cache_list(&e, &n));
+  REQUIRE(n == 3);
+  CHECK(strcmp(e[0].name, "alpha") == 0);
+  CHECK(e[0].last_use >= now - 2);
+  cube_kernel_cache_list_free(e);
+  /* A damaged header is listed as unreadable, with the reason. */
+  char path[2048];
+  entry_path(key_of("list", "b"), "clbin", path, sizeof(path));
+  patch(path, 0, "NOTACUBE", 8);
+  CHECK_OK(cube_kernel_cache_list(&e, &n));
+  REQUIRE(n == 3);
+  int unreadable = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (!e[i].readable) unreadable += strstr(e[i].why, "magic") != NULL;
+  CHECK_EQ_U64(unreadable, 1);
+  cube_kernel_cache_list_free(e);
+  CHECK_STATUS(cube_kernel_cache_list(NULL, &n), CUBE_STATUS_INVALID_ARGUMENT, "out_entries");
+  done_with_cache();
+}
+
+CUBE_TEST(cache_max_evicts_least_recently_used) {
+  use_fresh_cache("evict");
+  enum { N = 1000 };
+  char* payload = malloc(N);
+  REQUIRE(payload);
+  memset(payload, 'x', N);
+  const char* ids[] = {"0", "1", "2", "3"};
+  for (int i = 0; i < 3; ++i) {
+    CHECK_OK(cube__cache_disk_store(key_of("evict", ids[i]), "so", payload, N));
+    age_entry(key_of("evict", ids[i]), "so", 1000 - 100 * i); /* 0 oldest, 2 newest */
+  }
+  /* 0 is the oldest stored but used last: 1 is now the least recently used. */
+  void* data = NULL;
+  size_t size = 0;
+  CHECK_OK(cube__cache_disk_load(key_of("evict", "0"), "so", &data, &size));
+  free(data);
+  /* Room for three entries (each N + HEADER_SIZE bytes): the fourth store
+   * evicts exactly the least recently used one. */
+  REQUIRE_OK(cube_option_set("CUBE_CACHE_MAX", "3100"));
+  CHECK_OK(cube__cache_disk_store(key_of("evict", ids[3]), "so", payload, N));
+  char path[2048];
+  entry_path(key_of("evict", "1"), "so", path, sizeof(path));
+  CHECK(!file_exists(path));
+  for (int i = 0; i < 4; ++i) {
+    if (i == 1) continue;
+    entry_path(key_of("evict", ids[i]), "so", path, sizeof(path));
+    if (!file_exists(path)) fprintf(stderr, "entry %d was evicted\n", i);
+    CHECK(file_exists(path));
+  }
+  cube_kernel_cache_stats_t s = {0};
+  CHECK_OK(cube_kernel_cache_stats(&s));
+  CHECK_EQ_U64(s.disk_entries, 3);
+  CHECK(s.disk_bytes <= 3100);
+  /* A limit below one entry keeps the entry just stored, alone. */
+  REQUIRE_OK(cube_option_set("CUBE_CACHE_MAX", "10"));
+  CHECK_OK(cube__cache_disk_store(key_of("evict", "big"), "so", payload, N));
+  CHECK_OK(cube_kernel_cache_stats(&s));
+  CHECK_EQ_U64(s.disk_entries, 1);
+  CHECK_OK(cube__cache_disk_load(key_of("evict", "big"), "so", &data, &size));
+  CHECK_EQ_U64(size, N);
+  free(data);
+  REQUIRE_OK(cube_option_set("CUBE_CACHE_MAX", NULL));
+  free(payload);
+  done_with_cache();
+}
+
+CUBE_TEST(prune_removes_what_cannot_be_used) {
+  use_fresh_cache("prune");
+  cube__kc_dir_t d;
+  REQUIRE_OK(cube__kc_dir_resolve(&d));
+  /* Kept: two entries of this version. */
+  CHECK_OK(cube__cache_disk_store_meta(key_of("prune", "a"), "so", &k_meta_a, "aaaa", 4));
+  CHECK_OK(cube__cache_disk_store_meta(key_of("prune", "b"), "so", &k_meta_b, "bbbb", 4));
+  age_entry(key_of("prune", "a"), "so", 500);
+  /* Another version's entry, a corrupt one, an old and a fresh temporary file. */
+  const char other[] = "cube=0.0.1\nbackend=cpu\nname=old\n";
+  CHECK_OK(cube__kc_store_raw(&d, key_of("prune", "old"), "so", other, strlen(other), "o", 1));
+  CHECK_OK(cube__cache_disk_store_meta(key_of("prune", "bad"), "so", &k_meta_a, "xxxxxxxx", 8));
+  char path[2048];
+  entry_path(key_of("prune", "bad"), "so", path, sizeof(path));
+  size_t size_bad = 0;
+  {
+    struct stat st;
+    REQUIRE(stat(path, &st) == 0);
+    size_bad = (size_t)st.st_size;
+    patch(path, st.st_size - 1, "!", 1);
+  }
+  char hex[33], tmp_old[1200], tmp_new[1200];
+  cube__cache_key_hex(key_of("prune", "tmp"), hex);
+  snprintf(tmp_old, sizeof(tmp_old), "%s/v2/.%s.so.AbCdEf", g_dir, hex);
+  snprintf(tmp_new, sizeof(tmp_new), "%s/v2/.%s.so.GhIjKl", g_dir, hex);
+  make_file(tmp_old);
+  make_file(tmp_new);
+  struct timespec ts[2];
+  clock_gettime(CLOCK_REALTIME, &ts[0]);
+  ts[0].tv_sec -= 7200;
+  ts[1] = ts[0];
+  REQUIRE(utimensat(AT_FDCWD, tmp_old, ts, 0) == 0);
+
+  cube_kernel_cache_prune_report_t r = {0};
+  CHECK_OK(cube_kernel_cache_prune(0, &r));
+  CHECK_EQ_U64(r.corrupt, 1);
+  CHECK_EQ_U64(r.other_version, 1);
+  CHECK_EQ_U64(r.temporary, 1);
+  CHECK_EQ_U64(r.evicted, 0);
+  CHECK_EQ_U64(r.kept, 2);
+  CHECK(!file_exists(path) && !file_exists(tmp_old) && file_exists(tmp_new));
+  CHECK(r.removed_bytes >= size_bad);
+  /* Then down to one entry's bytes: the least recently used (a) goes. */
+  uint64_t one = r.kept_bytes / 2;
+  CHECK_OK(cube_kernel_cache_prune(one, &r));
+  CHECK_EQ_U64(r.evicted, 1);
+  CHECK_EQ_U64(r.kept, 1);
+  entry_path(key_of("prune", "a"), "so", path, sizeof(path));
+  CHECK(!file_exists(path));
+  entry_path(key_of("prune", "b"), "so", path, sizeof(path));
+  CHECK(file_exists(path));
+  unlink(tmp_new);
+  done_with_cache();
+}
+
+CUBE_TEST(load_reads_only_trusted_files) {
+  use_fresh_cache("trusted");
+  CHECK_OK(cube__cache_disk_store(key_of("trust", "a"), "so", "aaaa", 4));
+  char path[2048];
+  entry_path(key_of("trust", "a"), "so", path, sizeof(path));
+  void* data = NULL;
+  size_t size = 0;
+  /* Writable by others or the group: not read, not deleted, not corrupt. */
+  REQUIRE(chmod(path, 0602) == 0);
+  CHECK_STATUS(cube__cache_disk_load(key_of("trust", "a"), "so", &data, &size),
+               CUBE_STATUS_NOT_FOUND, "writable by others");
+  REQUIRE(chmod(path, 0620) == 0);
+  CHECK_STATUS(cube__cache_disk_load(key_of("trust", "a"), "so", &data, &size),
+               CUBE_STATUS_NOT_FOUND, "writable by its group");
+  CHECK(file_exists(path));
+  CHECK_EQ_U64(corrupt_count(), 0);
+  REQUIRE(chmod(path, 0600) == 0);
+  /* Another user's file (only root can make one here). */
+  if (geteuid() == 0) {
+    REQUIRE(chown(path, 12345, 12345) == 0);
+    CHECK_STATUS(cube__cache_disk_load(key_of("trust", "a"), "so", &data, &size),
+                 CUBE_STATUS_NOT_FOUND, "belongs to uid 12345");
+    REQUIRE(chown(path, 0, 0) == 0);
+  }
+  /* A symbolic link is never followed. */
+  char target[1200];
+  snprintf(target, sizeof(target), "%s/elsewhere", g_dir);
+  REQUIRE(rename(path, target) == 0);
+  REQUIRE(symlink(target, path) == 0);
+  CHECK_STATUS(cube__cache_disk_load(key_of("trust", "a"), "so", &data, &size),
+               CUBE_STATUS_NOT_FOUND, "symbolic link", "not followed");
+  unlink(path);
+  REQUIRE(rename(target, path) == 0);
+  CHECK_OK(cube__cache_disk_load(key_of("trust", "a"), "so", &data, &size));
+  CHECK(size == 4);
+  free(data);
   done_with_cache();
 }

@@ -694,6 +694,11 @@ static cube_status_t cube__cpu_ctl(cube__backend_device_t* dev, void* stream, ui
     x->storage.backend_data = NULL; /* never deallocated by cube */
     return CUBE_OK;
   }
+  if (op == CUBE__CTL_DEVICE_IDENTITY) {
+    cube__backend_text_t* t = arg;
+    cube__cpu_identity(t->buf, t->size);
+    return CUBE_OK;
+  }
   return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
                            "cpu:%u: control operation %u is not implemented", dev->index, op);
 }

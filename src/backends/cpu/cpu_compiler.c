@@ -18,6 +18,8 @@
 #include <sys/types.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -25,6 +27,7 @@
 #include "base/fault.h"
 #include "base/options.h"
 #include "base/status.h"
+#include "kernel/compile_limit.h"
 #include "kernel/dialect.h"
 #include "platform/platform.h"
 
@@ -158,35 +161,69 @@ static char* cube__cc_log_excerpt(const char* log, size_t size) {
 
 /* Runs |argv| (argv[0] a path) with stdin from |in_fd| (-1: /dev/null) and
  * stdout+stderr into |out_fd|; waits. *out_spawn_errno is set when it could
- * not start. */
-static void cube__cc_run(char* const argv[], int in_fd, int out_fd, int* out_wstatus,
-                         int* out_spawn_errno) {
+ * not start. With a |limit| (seconds, 0: none) the child runs in a process
+ * group of its own, and the whole group (the compiler driver and what it
+ * started: cc1, as, ld) is killed when the limit passes; *out_timed_out
+ * says so. */
+static void cube__cc_run(char* const argv[], int in_fd, int out_fd, double limit,
+                         int* out_wstatus, int* out_spawn_errno, bool* out_timed_out) {
   *out_wstatus = 0;
   *out_spawn_errno = 0;
+  *out_timed_out = false;
   posix_spawn_file_actions_t fa;
   int e = posix_spawn_file_actions_init(&fa);
   if (e) {
     *out_spawn_errno = e;
     return;
   }
-  if (in_fd >= 0)
-    e = posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
-  else
-    e = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawnattr_t attr;
+  e = posix_spawnattr_init(&attr);
+  if (e) {
+    posix_spawn_file_actions_destroy(&fa);
+    *out_spawn_errno = e;
+    return;
+  }
+  if (limit > 0) {
+    e = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    if (!e) e = posix_spawnattr_setpgroup(&attr, 0);
+  }
+  if (!e) {
+    if (in_fd >= 0)
+      e = posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
+    else
+      e = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  }
   if (!e) e = posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
   if (!e) e = posix_spawn_file_actions_adddup2(&fa, out_fd, 2);
   pid_t pid = -1;
-  if (!e) e = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+  if (!e) e = posix_spawn(&pid, argv[0], &fa, &attr, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
   if (e) {
     *out_spawn_errno = e;
     return;
   }
   int ws = 0;
+  uint64_t start = cube__now_ns();
+  uint64_t sleep_ns = 200000; /* 0.2 ms, doubling up to 20 ms */
   for (;;) {
-    pid_t r = waitpid(pid, &ws, 0);
+    pid_t r = waitpid(pid, &ws, limit > 0 ? WNOHANG : 0);
     if (r == pid) break;
     if (r < 0 && errno == EINTR) continue;
+    if (r == 0) {
+      /* Still compiling. */
+      if ((double)(cube__now_ns() - start) >= limit * 1e9) {
+        (void)kill(-pid, SIGKILL);
+        *out_timed_out = true;
+        while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+        }
+        break;
+      }
+      struct timespec ts = {0, (long)sleep_ns};
+      nanosleep(&ts, NULL);
+      if (sleep_ns < 20000000) sleep_ns *= 2;
+      continue;
+    }
     /* ECHILD: SIGCHLD is ignored and the child was reaped for us; its
      * result is unknown, the caller looks at the output. */
     ws = -1;
@@ -367,7 +404,8 @@ cube_status_t cube__cpu_cc_capture(bool with_flags, const char* const* args, con
                              cc, strerror(e));
   }
   int ws = 0, spawn_errno = 0;
-  cube__cc_run(argv, in, log, &ws, &spawn_errno);
+  bool timed_out = false; /* no limit here: the probe and --version are not kernels */
+  cube__cc_run(argv, in, log, 0, &ws, &spawn_errno, &timed_out);
   if (in >= 0) close(in);
   if (spawn_errno) {
     close(log);
@@ -564,11 +602,18 @@ static cube_status_t cube__cc_compile_text(const char* cc, const char* text,
   argv[a++] = out_path;
   argv[a] = NULL;
   int ws = 0, spawn_errno = 0;
-  cube__cc_run(argv, in, log, &ws, &spawn_errno);
+  bool timed_out = false;
+  double limit = cube__compile_limit_seconds();
+  cube__cc_run(argv, in, log, limit, &ws, &spawn_errno, &timed_out);
   if (spawn_errno) {
     st = cube__status_make(CUBE_STATUS_UNAVAILABLE,
                            "compiling kernel '%s': cannot start the compiler %s: %s",
                            display_name, cc, strerror(spawn_errno));
+    goto done;
+  }
+  if (timed_out) {
+    st = cube__compile_limit_status(display_name, cc, limit,
+                                    "; the compiler and the processes it started were killed");
     goto done;
   }
   int so = open(out_path, O_RDONLY | O_CLOEXEC);
@@ -683,7 +728,10 @@ static cube_status_t cube__cc_build(const char* text, cube__cache_key_t key,
   if (!st) st = cube__cc_compile_text(cc, text, display_name, entry, source, &bytes, &size);
   cube__cache_count_miss(cube__now_ns() - t1, st != CUBE_OK);
   if (st) return st;
-  cube_status_t store = cube__cache_disk_store(key, "so", bytes, size);
+  char identity[1024];
+  cube__cpu_identity(identity, sizeof(identity));
+  const cube__cache_meta_t meta = {display_name, "cpu", identity};
+  cube_status_t store = cube__cache_disk_store_meta(key, "so", &meta, bytes, size);
   cube_status_free(store); /* the disk cache is an optimisation */
   cube__cpu_module_t* m = NULL;
   st = cube__cc_load(bytes, size, display_name, &m);
@@ -797,4 +845,15 @@ static void cube__cc_machine_read(void) {
 const char* cube__cpu_machine_id(void) {
   pthread_once(&cube__cc_machine_once, cube__cc_machine_read);
   return cube__cc_machine;
+}
+
+void cube__cpu_identity(char* out, size_t size) {
+  if (!size) return;
+  const char* identity = NULL;
+  cube_status_t st = cube__cpu_compiler(NULL, &identity);
+  if (st)
+    snprintf(out, size, "cpu | %s | cc: none (%s)", cube__cpu_machine_id(), cube_status_message(st));
+  else
+    snprintf(out, size, "cpu | %s | cc: %s", cube__cpu_machine_id(), identity);
+  cube_status_free(st);
 }

@@ -72,4 +72,9 @@ cube_status_t cube__cpu_compile_kernel(const char* text, cube__cache_key_t key, 
  * Static string. */
 const char* cube__cpu_machine_id(void);
 
+/* The CPU device identity (CUBE__CTL_DEVICE_IDENTITY, and the device of the
+ * kernel cache's "so" entries): "cpu | <machine id> | cc: <compiler
+ * identity>", the compiler as CUBE_CC says now. */
+void cube__cpu_identity(char* out, size_t size);
+
 #endif /* CUBE_BACKENDS_CPU_CPU_COMPILER_H_ */

@@ -242,6 +242,9 @@ cube_status_t cube__cuda_prepare(cube__backend_device_t* d, const cube_kernel_t*
 cube_status_t cube__cuda_kernel_limits(cube__backend_device_t* d, const cube_kernel_t* k,
                                        cube_execution_mode_t mode, cube__kernel_limits_t* out);
 cube_status_t cube__cuda_ctl(cube__backend_device_t* d, void* stream, uint32_t op, void* arg);
+/* "cuda | <GPU name> | sm_XY | driver <version> | nvrtc <major.minor>"
+ * (CUBE__CTL_DEVICE_IDENTITY, and the device of "cubin" entries). */
+void cube__cuda_identity(const cube__backend_device_t* d, char* out, size_t size);
 cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
                                 const cube__launch_t* l);
 /* The checks of a launch (the function, compiled on first use, and the

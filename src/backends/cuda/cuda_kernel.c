@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "cube/cube.h"
 #include "kernel/cache.h"
+#include "kernel/compile_limit.h"
 #include "kernel/dialect.h"
 #include "kernel/kernel.h"
 #include "platform/platform.h"
@@ -30,9 +31,44 @@ typedef struct cube__cuda_blob {
 
 static void cube__cuda_blob_destroy(void* p) { free(p); }
 
+/* One nvrtcCompileProgram, on a thread of its own under CUBE_COMPILE_TIMEOUT
+ * (kernel/compile_limit.h). NVRTC cannot be interrupted: left behind at the
+ * limit, the compile ends in the background, stores its cubin in the disk
+ * cache (a later launch finds it) and destroys its program. */
+typedef struct cube__cuda_build {
+  const cube__nvrtc_t* nv;
+  nvrtcProgram prog;
+  char arch[48];
+  nvrtcResult result;
+  cube__cache_key_t key;
+  char name[128];
+  char identity[512];
+} cube__cuda_build_t;
+
+static void cube__cuda_build_run(void* p) {
+  cube__cuda_build_t* b = p;
+  const char* opts[] = {b->arch, "--std=c++17", "-lineinfo", "--device-as-default-execution-space"};
+  b->result = b->nv->CompileProgram(b->prog, (int)(sizeof(opts) / sizeof(opts[0])), opts);
+}
+
+static void cube__cuda_build_abandon(void* p) {
+  cube__cuda_build_t* b = p;
+  size_t n = 0;
+  void* cubin = NULL;
+  if (b->result == NVRTC_SUCCESS && b->nv->GetCUBINSize(b->prog, &n) == NVRTC_SUCCESS && n &&
+      (cubin = malloc(n)) && b->nv->GetCUBIN(b->prog, cubin) == NVRTC_SUCCESS) {
+    const cube__cache_meta_t meta = {b->name, "cuda", b->identity};
+    cube_status_free(cube__cache_disk_store_meta(b->key, "cubin", &meta, cubin, n));
+  }
+  free(cubin);
+  b->nv->DestroyProgram(&b->prog);
+  free(b);
+}
+
 /* Compiles |text| with NVRTC for |d|'s architecture into a cubin blob. */
 static cube_status_t cube__cuda_nvrtc_compile(cube__backend_device_t* d, const char* text,
-                                              const cube_kernel_t* k, cube__cuda_blob_t** out) {
+                                              const cube_kernel_t* k, cube__cache_key_t key,
+                                              cube__cuda_blob_t** out) {
   const char* kname = k->name;
   CUBE__FAULT_RETURN(CUBE__FAULT_KERNEL_COMPILE, CUBE_STATUS_COMPILATION_FAILED,
                      "compiling kernel '%s' with NVRTC failed", kname);
@@ -45,10 +81,29 @@ static cube_status_t cube__cuda_nvrtc_compile(cube__backend_device_t* d, const c
   if (r != NVRTC_SUCCESS)
     return cube__status_make(CUBE_STATUS_INTERNAL, "compiling kernel '%s': nvrtcCreateProgram: %s",
                              kname, nv->GetErrorString(r));
-  char arch[48];
-  snprintf(arch, sizeof(arch), "--gpu-architecture=%s", d->arch);
-  const char* opts[] = {arch, "--std=c++17", "-lineinfo", "--device-as-default-execution-space"};
-  r = nv->CompileProgram(prog, (int)(sizeof(opts) / sizeof(opts[0])), opts);
+  cube__cuda_build_t* job = calloc(1, sizeof(*job));
+  if (!job) {
+    nv->DestroyProgram(&prog);
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "compiling kernel '%s': no host memory",
+                             kname);
+  }
+  job->nv = nv;
+  job->prog = prog;
+  snprintf(job->arch, sizeof(job->arch), "--gpu-architecture=%s", d->arch);
+  job->key = key;
+  snprintf(job->name, sizeof(job->name), "%s", kname);
+  cube__cuda_identity(d, job->identity, sizeof(job->identity));
+  double limit = cube__compile_limit_seconds();
+  if (!cube__compile_limit_run(cube__cuda_build_run, cube__cuda_build_abandon, job, limit)) {
+    char how[96];
+    snprintf(how, sizeof(how), "NVRTC %d.%d for %s", nv->major, nv->minor, d->arch);
+    return cube__compile_limit_status(
+        kname, how, limit,
+        "; NVRTC cannot be interrupted: the compile goes on in the background and stores its "
+        "cubin in the kernel cache");
+  }
+  r = job->result;
+  free(job);
   cube_status_t st = CUBE_OK;
   if (r != NVRTC_SUCCESS) {
     size_t n = 0;
@@ -90,6 +145,17 @@ static cube_status_t cube__cuda_nvrtc_compile(cube__backend_device_t* d, const c
   return st;
 }
 
+void cube__cuda_identity(const cube__backend_device_t* d, char* out, size_t size) {
+  if (!size) return;
+  const cube__nvrtc_t* nv = NULL;
+  cube_status_t st = cube__cuda_nvrtc(&nv);
+  char nvv[32] = "none";
+  if (!st) snprintf(nvv, sizeof(nvv), "%d.%d", nv->major, nv->minor);
+  cube_status_free(st);
+  snprintf(out, size, "cuda | %s | %s | driver %d | nvrtc %s", d->name, d->arch, d->cu->version,
+           nvv);
+}
+
 /* The cubin of |key| from the kernel cache (memory, then disk), or compiled
  * and stored. The blob belongs to the cache. */
 static cube_status_t cube__cuda_cubin(cube__backend_device_t* d, cube__cache_key_t key,
@@ -121,10 +187,13 @@ static cube_status_t cube__cuda_cubin(cube__backend_device_t* d, cube__cache_key
   }
   cube_status_free(st);
   uint64_t t1 = cube__now_ns();
-  st = cube__cuda_nvrtc_compile(d, text, k, &b);
+  st = cube__cuda_nvrtc_compile(d, text, k, key, &b);
   cube__cache_count_miss(cube__now_ns() - t1, st != CUBE_OK);
   if (st) return st;
-  cube_status_free(cube__cache_disk_store(key, "cubin", b->data, b->size));
+  char identity[512];
+  cube__cuda_identity(d, identity, sizeof(identity));
+  const cube__cache_meta_t meta = {k->name, "cuda", identity};
+  cube_status_free(cube__cache_disk_store_meta(key, "cubin", &meta, b->data, b->size));
   *out = cube__cache_memory_put(key, b, cube__cuda_blob_destroy);
   return CUBE_OK;
 }

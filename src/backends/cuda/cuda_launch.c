@@ -142,6 +142,11 @@ cube_status_t cube__cuda_ctl(cube__backend_device_t* d, void* stream, uint32_t o
     case CUBE__CTL_DRIVER_PROC:
       *(cube__backend_proc_fn*)arg = cube__cuda_proc;
       return CUBE_OK;
+    case CUBE__CTL_DEVICE_IDENTITY: {
+      cube__backend_text_t* t = arg;
+      cube__cuda_identity(d, t->buf, t->size);
+      return CUBE_OK;
+    }
     case CUBE__CTL_DLPACK_DEVICE:
       ((int32_t*)arg)[0] = 2; /* kDLCUDA */
       ((int32_t*)arg)[1] = (int32_t)d->index;

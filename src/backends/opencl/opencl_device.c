@@ -305,6 +305,11 @@ cube_status_t cube__ocl_ctl(cube__backend_device_t* dev, void* stream, uint32_t 
                              "opencl:%u (%s) cannot use a cl_mem of another OpenCL context; only "
                              "tensors cube exported come back without a copy",
                              dev->index, dev->name);
+  if (op == CUBE__CTL_DEVICE_IDENTITY && arg) {
+    cube__backend_text_t* t = arg;
+    if (t->size) snprintf(t->buf, t->size, "opencl | %s", dev->identity);
+    return CUBE_OK;
+  }
   return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
                            "opencl:%u: control operation %u is not implemented", dev->index, op);
 }

@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,7 @@
 #include "base/status.h"
 #include "cube/cube.h"
 #include "kernel/cache.h"
+#include "kernel/compile_limit.h"
 #include "kernel/dialect.h"
 #include "kernel/kernel.h"
 #include "platform/platform.h"
@@ -72,32 +74,95 @@ static cl_program cube__ocl_program_from_disk(cube__backend_device_t* dev, cube_
 
 /* Stores the binary of |p| in the disk cache (failures ignored: the cache is
  * an optimisation). */
-static void cube__ocl_program_to_disk(cube__backend_device_t* dev, cl_program p,
-                                      cube__cache_key_t key) {
+static void cube__ocl_binary_to_disk(const cube__ocl_api_t* cl, cl_program p,
+                                     cube__cache_key_t key, const char* name,
+                                     const char* identity) {
   size_t size = 0;
-  if (dev->cl->GetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof(size), &size, NULL) !=
-          CL_SUCCESS ||
+  if (cl->GetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof(size), &size, NULL) != CL_SUCCESS ||
       size == 0)
     return;
   unsigned char* bin = malloc(size);
   if (!bin) return;
-  if (dev->cl->GetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof(bin), &bin, NULL) == CL_SUCCESS)
-    cube_status_free(cube__cache_disk_store(key, "clbin", bin, size));
+  if (cl->GetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof(bin), &bin, NULL) == CL_SUCCESS) {
+    const cube__cache_meta_t meta = {name, "opencl", identity};
+    cube_status_free(cube__cache_disk_store_meta(key, "clbin", &meta, bin, size));
+  }
   free(bin);
 }
 
+static void cube__ocl_program_to_disk(cube__backend_device_t* dev, cl_program p,
+                                      cube__cache_key_t key, const char* name) {
+  char identity[600];
+  snprintf(identity, sizeof(identity), "opencl | %s", dev->identity);
+  cube__ocl_binary_to_disk(dev->cl, p, key, name, identity);
+}
+
+/* One clBuildProgram, on a thread of its own under CUBE_COMPILE_TIMEOUT
+ * (kernel/compile_limit.h): left behind at the limit, it stores its binary
+ * in the disk cache when it ends, so that a later launch finds it. */
+typedef struct cube__ocl_build {
+  const cube__ocl_api_t* cl;
+  cl_program program; /* a reference of the build's own */
+  cl_device_id device;
+  cl_int err;
+  cube__cache_key_t key;
+  char name[128];
+  char identity[600];
+} cube__ocl_build_t;
+
+static void cube__ocl_build_run(void* p) {
+  cube__ocl_build_t* b = p;
+  b->err = b->cl->BuildProgram(b->program, 1, &b->device, "", NULL, NULL);
+}
+
+static void cube__ocl_build_abandon(void* p) {
+  cube__ocl_build_t* b = p;
+  if (b->err == CL_SUCCESS) cube__ocl_binary_to_disk(b->cl, b->program, b->key, b->name, b->identity);
+  b->cl->ReleaseProgram(b->program);
+  free(b);
+}
+
 /* Builds the unit |text| of kernel |k|: COMPILATION_FAILED with the build
- * log, filtered to the user's file (cube__dialect_log_filter). */
+ * log, filtered to the user's file (cube__dialect_log_filter);
+ * DEADLINE_EXCEEDED past CUBE_COMPILE_TIMEOUT. */
 static cube_status_t cube__ocl_program_from_source(cube__backend_device_t* dev,
                                                   const cube_kernel_t* k, const char* text,
-                                                  cube_execution_mode_t mode, cl_program* out) {
+                                                  cube_execution_mode_t mode,
+                                                  cube__cache_key_t key, cl_program* out) {
   cl_int err = CL_SUCCESS;
   cl_program p = dev->cl->CreateProgramWithSource(dev->ctx, 1, &text, NULL, &err);
   if (!p)
     return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
                            "kernel '%s': clCreateProgramWithSource on opencl:%u (%s)",
                            k->name, dev->index, dev->name);
-  err = dev->cl->BuildProgram(p, 1, &dev->device, "", NULL, NULL);
+  double limit = cube__compile_limit_seconds();
+  if (limit > 0) {
+    cube__ocl_build_t* b = calloc(1, sizeof(*b));
+    if (!b) {
+      dev->cl->ReleaseProgram(p);
+      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "kernel '%s': no host memory", k->name);
+    }
+    b->cl = dev->cl;
+    b->program = p;
+    dev->cl->RetainProgram(p);
+    b->device = dev->device;
+    b->key = key;
+    snprintf(b->name, sizeof(b->name), "%s", k->name);
+    snprintf(b->identity, sizeof(b->identity), "opencl | %s", dev->identity);
+    if (!cube__compile_limit_run(cube__ocl_build_run, cube__ocl_build_abandon, b, limit)) {
+      dev->cl->ReleaseProgram(p);
+      char how[160];
+      snprintf(how, sizeof(how), "clBuildProgram on opencl:%u (%s)", dev->index, dev->name);
+      return cube__compile_limit_status(
+          k->name, how, limit,
+          "; the build goes on in the background and stores its binary in the kernel cache");
+    }
+    err = b->err;
+    dev->cl->ReleaseProgram(p); /* the build's reference */
+    free(b);
+  } else {
+    err = dev->cl->BuildProgram(p, 1, &dev->device, "", NULL, NULL);
+  }
   if (err != CL_SUCCESS) {
     char* log = cube__ocl_build_log(dev, p);
     /* The user's file only: PoCL names its temporary copy of the unit in
@@ -178,10 +243,10 @@ static cube_status_t cube__ocl_entry(cube__backend_device_t* dev, const cube_ker
     if (program) {
       cube__cache_count_disk_hit(cube__now_ns() - t0);
     } else {
-      st = cube__ocl_program_from_source(dev, k, text, mode, &program);
+      st = cube__ocl_program_from_source(dev, k, text, mode, key, &program);
       cube__cache_count_miss(cube__now_ns() - t0, st != CUBE_OK);
       if (st) goto done;
-      cube__ocl_program_to_disk(dev, program, key);
+      cube__ocl_program_to_disk(dev, program, key, k->name);
     }
   }
   cl_int err = CL_SUCCESS;
