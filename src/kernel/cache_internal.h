@@ -43,6 +43,16 @@ cube_status_t cube__kc_dir_resolve(cube__kc_dir_t* d);
 cube_status_t cube__kc_subdir(const cube__kc_dir_t* d, char* out, size_t size);
 /* mkdir -p with mode 0700 for the directories it creates. */
 cube_status_t cube__kc_mkdirs(const char* path);
+/* The path of the entry of (|key|, |kind|) in |d| (cache_dir.c). */
+cube_status_t cube__kc_entry_path(const cube__kc_dir_t* d, cube__cache_key_t key, const char* kind,
+                                  char* out, size_t size);
+/* A store into |d| failed with |failure| (borrowed): the directory is
+ * reported unusable, once, on stderr and by cube_kernel_cache_dir_status;
+ * cube__kc_report_ok: a store there succeeded again. */
+void cube__kc_report(const cube__kc_dir_t* d, cube_status_t failure);
+void cube__kc_report_ok(const cube__kc_dir_t* d);
+/* Frees the strings cube_kernel_cache_dir handed out (cube__cache_shutdown). */
+void cube__kc_dir_shutdown(void);
 /* The /tmp fallback must be a private directory of this user. */
 cube_status_t cube__kc_check_private(const cube__kc_dir_t* d);
 bool cube__kc_kind_ok(const char* kind);
