@@ -1,7 +1,7 @@
 /* fuzz_cache_entry: the kernel cache's disk entries (src/kernel/cache.h).
  *
  * A private CUBE_CACHE_DIR (mkdtemp under TMPDIR, removed at exit) holds the
- * entry <dir>/v1/<32 hex>.<kind> of one fixed key. The first input byte picks
+ * entry <dir>/v2/<32 hex>.<kind> of one fixed key. The first input byte picks
  * how the file is made:
  *   0  the remaining bytes are the whole file;
  *   1  a valid entry is framed around the bytes (header computed here), then
@@ -27,7 +27,9 @@
 #include "fuzz_input.h"
 #include "kernel/cache.h"
 
-#define HEADER 28 /* "CUBEKC01", u32 version, u64 length, u64 XXH3-64 */
+/* "CUBEKC02", u32 version, u32 metadata length, u64 payload length, u64
+ * XXH3-64 of metadata and payload (kernel/cache_internal.h, format 2). */
+#define HEADER 32
 #define MAX_FILE (64 * 1024)
 
 static char g_dir[PATH_MAX];
@@ -72,7 +74,7 @@ int LLVMFuzzerInitialize(int* argc, char*** argv) {
     perror("fuzz_cache_entry: mkdtemp");
     abort();
   }
-  snprintf(g_sub, sizeof(g_sub), "%s/v1", g_dir);
+  snprintf(g_sub, sizeof(g_sub), "%s/v2", g_dir);
   if (mkdir(g_sub, 0700) != 0) {
     perror("fuzz_cache_entry: mkdir");
     abort();
@@ -102,17 +104,23 @@ static uint32_t get_u32(const uint8_t* p) {
 /* The format, checked independently of the library. */
 static bool entry_valid(const uint8_t* file, size_t n) {
   if (n < HEADER) return false;
-  if (memcmp(file, "CUBEKC01", 8) != 0) return false;
-  if (get_u32(file + 8) != 1) return false;
-  if (get_u64(file + 12) != (uint64_t)(n - HEADER)) return false;
-  return XXH3_64bits(file + HEADER, n - HEADER) == get_u64(file + 20);
+  if (memcmp(file, "CUBEKC02", 8) != 0) return false;
+  if (get_u32(file + 8) != 2) return false;
+  uint32_t m = get_u32(file + 12);
+  if (m > 4096 || (uint64_t)m > n - HEADER) return false;
+  if (get_u64(file + 16) != (uint64_t)(n - HEADER - m)) return false;
+  return XXH3_64bits(file + HEADER, n - HEADER) == get_u64(file + 24);
 }
 
+/* The metadata length of a valid entry. */
+static size_t meta_len(const uint8_t* file) { return get_u32(file + 12); }
+
 static size_t frame(const uint8_t* payload, size_t n, uint8_t* out) {
-  memcpy(out, "CUBEKC01", 8);
-  put_u32(out + 8, 1);
-  put_u64(out + 12, n);
-  put_u64(out + 20, XXH3_64bits(payload, n));
+  memcpy(out, "CUBEKC02", 8);
+  put_u32(out + 8, 2);
+  put_u32(out + 12, 0); /* no metadata */
+  put_u64(out + 16, n);
+  put_u64(out + 24, XXH3_64bits(payload, n));
   if (n) memcpy(out + HEADER, payload, n);
   return HEADER + n;
 }
@@ -161,7 +169,7 @@ static void mutate(fz_t* f, uint8_t* buf, size_t* n, size_t cap) {
         for (unsigned k = 0; k < (val & 15) + 1u && *n < cap; ++k) buf[(*n)++] = (uint8_t)(val + k);
         break;
       default: /* overwrite the length field */
-        if (*n >= HEADER) put_u64(buf + 12, (kind & 8) ? (uint64_t)pos : get_u64(buf + 12) + val);
+        if (*n >= HEADER) put_u64(buf + 16, (kind & 8) ? (uint64_t)pos : get_u64(buf + 16) + val);
         break;
     }
   }
@@ -219,8 +227,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       st = cube__cache_disk_store(key, kind, payload, k);
       FZ_ASSERT(st == CUBE_OK, "store of %zu bytes: %s", k, cube_status_message(st));
       n = read_file(path, file, sizeof(file));
-      FZ_ASSERT(n == HEADER + k && entry_valid(file, n), "stored entry is not in the format");
-      FZ_ASSERT(memcmp(file + HEADER, payload, k) == 0, "stored payload differs");
+      FZ_ASSERT(entry_valid(file, n) && n == HEADER + meta_len(file) + k,
+                "stored entry is not in the format");
+      FZ_ASSERT(memcmp(file + HEADER + meta_len(file), payload, k) == 0, "stored payload differs");
       void* out = NULL;
       size_t out_n = 1;
       st = cube__cache_disk_load(key, kind, &out, &out_n);
@@ -256,9 +265,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (valid) {
     FZ_ASSERT(code == CUBE_STATUS_OK, "valid entry of %zu bytes not loaded: %s", n,
               cube_status_message(st));
-    FZ_ASSERT(out_n == n - HEADER, "loaded %zu bytes, payload is %zu", out_n, n - HEADER);
+    const size_t m = meta_len(file);
+    FZ_ASSERT(out_n == n - HEADER - m, "loaded %zu bytes, payload is %zu", out_n, n - HEADER - m);
     FZ_ASSERT(out != NULL, "NULL payload on success");
-    FZ_ASSERT(out_n == 0 || memcmp(out, file + HEADER, out_n) == 0, "loaded payload differs");
+    FZ_ASSERT(out_n == 0 || memcmp(out, file + HEADER + m, out_n) == 0, "loaded payload differs");
     free(out);
     /* The entry stays. */
     struct stat sb;
