@@ -1808,7 +1808,26 @@ static void bench_tune_on(const char* backend) {
       if (c < TUNED_MATMUL_CANDIDATES && (best < 0 || med[c] < med[best])) best = c;
     }
     const int T = TUNED_MATMUL_CANDIDATES, D = TUNED_MATMUL_DEFAULT;
-    double ratio = med[T] / med[best];
+    /* The target's ratio: the tuned operation against the best candidate
+     * alone in adjacent pairs of trials (which goes first alternating), the
+     * median of the pairs' ratios, so that the host's drift between two
+     * trials far apart in the rounds above does not count. */
+    enum { PAIRS = 9 };
+    double pr[PAIRS];
+    for (int r = 0; r < PAIRS; ++r) {
+      double tt = 0, tb = 0;
+      for (int side = 0; side < 2; ++side) {
+        bool tuned_side = (side + r) % 2;
+        double us = (double)tune_trial(op, tuned_side ? -1 : best, args, iters) / 1e3 / iters;
+        if (tuned_side)
+          tt = us;
+        else
+          tb = us;
+      }
+      pr[r] = tb > 0 ? tt / tb : 0;
+    }
+    qsort(pr, PAIRS, sizeof(double), cmp_double);
+    double ratio = median_sorted(pr, PAIRS);
     /* The same question without the tuned launches' own noise: the chosen
      * candidate's median alone against the best one's. */
     double choice = runs[rec.winner] ? med[rec.winner] / med[best] : 0;
@@ -1823,15 +1842,22 @@ static void bench_tune_on(const char* backend) {
            tuning_s, med[D] / 1e3, med[best] / 1e3, tuned_matmul_variants[best].name,
            med[T] / 1e3, tuned_matmul_variants[rec.winner].name, ratio,
            ratio <= 1.03 ? "ok  " : "OVER", med[D] / med[T]);
-    printf("  %-34s choice alone / best alone %.3f; spread (min-max over %d rounds of %d "
+    printf("  %-34s tuned/best: median of %d adjacent pairs' ratios (%.3f-%.3f); rounds' "
+           "medians %.3f; choice alone / best alone %.3f; spread (min-max over %d rounds of %d "
            "launches): tuned %.3f-%.3f ms, best %.3f-%.3f ms; every candidate:",
-           "", choice, ROUNDS, iters, lo[T] / 1e3, hi[T] / 1e3, lo[best] / 1e3, hi[best] / 1e3);
+           "", PAIRS, pr[0], pr[PAIRS - 1], med[T] / med[best], choice, ROUNDS, iters,
+           lo[T] / 1e3, hi[T] / 1e3, lo[best] / 1e3, hi[best] / 1e3);
     for (int c = 0; c < T; ++c)
       if (runs[c])
         printf(" %s %.3f", tuned_matmul_variants[c].name, med[c] / 1e3);
       else
         printf(" %s (%s)", tuned_matmul_variants[c].name,
                cube_tune_outcome_name(rec.results[c].outcome));
+    printf("; the tuner's medians:");
+    for (int c = 0; c < T; ++c)
+      if (rec.results[c].samples)
+        printf(" %s %.3f (%u)", tuned_matmul_variants[c].name, rec.results[c].median_ns / 1e6,
+               rec.results[c].samples);
     printf("\n");
     fflush(stdout);
     cube_handle_release(ha);
@@ -1849,7 +1875,8 @@ static void bench_tune_on(const char* backend) {
 static void bench_tune(void) {
   printf("[6] tuned matmul (examples/tuned_matmul.h, 7 candidates: TILE 8/16/32 x VW 1/2/4; "
          "default t16v1), budget 2 s per shape;\n    times per launch (launch + sync), medians "
-         "of 7 alternating rounds\n");
+         "of 7 alternating rounds;\n    tuned/best: the median ratio of 9 adjacent pairs of "
+         "trials (tuned, best alone; which first alternating)\n");
   bench_tune_on("cpu");
   settle();
   if (g_cl_client) {

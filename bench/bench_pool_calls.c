@@ -4,6 +4,7 @@
  *
  *   bench_pool_calls [pairs [bytes]]     (defaults: 100000 pairs of 1 MiB)
  *   bench_pool_calls launch [launches]   (default 100000)
+ *   bench_pool_calls tune [launches]     (default 100000)
  *   bench_pool_calls steps [steps]       (default 1000)
  *   bench_pool_calls held [steps]        (default 1000)
  *   bench_pool_calls read [rounds]       (default 100000)
@@ -24,6 +25,10 @@
  * launch against the eager one.
  * "replay" captures one such step of 100 launches as a graph and counts its
  * replays (per launch: the graph's share of one node).
+ * "tune" counts cube_tune_op_launch of an operation whose one candidate is
+ * that kernel, tuned before the loop (a key function of one anchored u32 and
+ * a count function): the launch that hits its tuning record. Its
+ * instructions per launch minus those of "launch" are what the hit adds.
  * "read" counts the round trip of bench_runtime's section [4] on the same
  * inline-queue CPU device: a launch of a kernel that stores a u32, then
  * cube_client_read_one of those 4 bytes (checked) and the release of the
@@ -114,6 +119,36 @@ __attribute__((noinline)) static int launch_loop(cube_client_t* c, cube_kernel_t
 
 enum { STEP_LAUNCHES = 100 };
 
+static cube_status_t tune_count(void* user, size_t n, const cube_arg_t* args, cube_count_t* out) {
+  (void)user;
+  (void)n;
+  (void)args;
+  *out = cube_count_static(1, 1, 1);
+  return CUBE_OK;
+}
+
+static cube_status_t tune_key(void* user, const cube_device_properties_t* props, size_t n,
+                              const cube_arg_t* args, cube_tune_key_t* out) {
+  (void)user;
+  (void)props;
+  (void)n;
+  out->count = 1;
+  out->values[0] = cube_tune_anchor(args[3].v.u32, 0);
+  return CUBE_OK;
+}
+
+__attribute__((noinline)) static int tune_loop(cube_client_t* c, cube_tune_op_t* op,
+                                               const cube_arg_t* args, uint64_t launches) {
+  for (uint64_t i = 0; i < launches; ++i) {
+    cube_status_t s = cube_tune_op_launch(op, c, 4, args);
+    if (s) {
+      fail_status("cube_tune_op_launch", s);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* Steps of STEP_LAUNCHES launches ended by a flush; |held_only|: launches 1
  * to STEP_LAUNCHES - 1 of each step are collected, the rest is not. */
 __attribute__((noinline)) static int steps_loop(cube_client_t* c, cube_kernel_t* k,
@@ -151,7 +186,8 @@ __attribute__((noinline)) static int replay_loop(cube_client_t* c, cube_graph_t*
   return 0;
 }
 
-/* mode 0: launch; 1: steps; 2: held; 3: replays of a captured step. */
+/* mode 0: launch; 1: steps; 2: held; 3: replays of a captured step; 4: a
+ * tuned operation's launch that hits. */
 static int launch_main(uint64_t launches, int mode) {
   setenv("CUBE_DEVICE_QUEUE", "inline", 1);
   cube_client_t* c = NULL;
@@ -186,6 +222,26 @@ static int launch_main(uint64_t launches, int mode) {
   cube_arg_t args[4] = {cube_arg_buffer(h[0]), cube_arg_buffer(h[1]), cube_arg_buffer(h[2]),
                         cube_arg_u32(7)};
   if (launch_loop(c, k, args, 1)) return 1; /* first use: streams, the kernel */
+  cube_tune_op_t* op = NULL;
+  if (mode == 4) {
+    /* The key is tuned here, or its record is read from the cache directory. */
+    cube_tune_candidate_t cand = {"store", k, tune_count, NULL, NULL};
+    cube_tune_op_desc_t od;
+    cube_tune_op_desc_initialize(&od);
+    od.name = "bench_pool_calls_hit";
+    od.version = "1";
+    od.candidates = &cand;
+    od.candidate_count = 1;
+    od.key = tune_key;
+    od.budget_s = 0.1;
+    s = cube_tune_op_create(&od, &op);
+    if (!s) s = cube_tune_op_launch(op, c, 4, args); /* tunes the key */
+    if (s) {
+      fail_status("tuning", s);
+      return 1;
+    }
+    if (tune_loop(c, op, args, 1)) return 1;
+  }
   /* Steps: the warm-up of automatic capture (two steps seen, one replayed). */
   if (mode && steps_loop(c, k, args, 3, false)) return 1;
   cube_graph_t* g = NULL;
@@ -201,13 +257,15 @@ static int launch_main(uint64_t launches, int mode) {
   }
   CALLGRIND_TOGGLE_COLLECT;
   uint64_t t0 = now_ns();
-  int rc = mode == 3 ? replay_loop(c, g, launches)
+  int rc = mode == 4 ? tune_loop(c, op, args, launches)
+           : mode == 3 ? replay_loop(c, g, launches)
            : mode    ? steps_loop(c, k, args, launches, mode == 2)
                      : launch_loop(c, k, args, launches);
   uint64_t t1 = now_ns();
   CALLGRIND_TOGGLE_COLLECT;
-  if (mode) launches *= STEP_LAUNCHES; /* per launch */
+  if (mode && mode < 4) launches *= STEP_LAUNCHES; /* per launch */
   if (g) cube_graph_release(g);
+  if (op) cube_tune_op_release(op);
   s = cube_client_sync(c);
   if (s) {
     fail_status("cube_client_sync", s);
@@ -218,6 +276,7 @@ static int launch_main(uint64_t launches, int mode) {
          mode == 1   ? ", steps of 100 and a flush"
          : mode == 2 ? ", steps: launches 1-99"
          : mode == 3 ? ", replays of a captured step of 100"
+         : mode == 4 ? ", cube_tune_op_launch hitting its record"
                      : "",
          launches ? (double)(t1 - t0) / 1e3 / (double)launches : 0.0,
          RUNNING_ON_VALGRIND ? " (under valgrind)" : "");
@@ -305,6 +364,8 @@ int main(int argc, char** argv) {
     return read_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 100000);
   if (argc > 1 && strcmp(argv[1], "launch") == 0)
     return launch_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 100000, 0);
+  if (argc > 1 && strcmp(argv[1], "tune") == 0)
+    return launch_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 100000, 4);
   if (argc > 1 && strcmp(argv[1], "replay") == 0)
     return launch_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 1000, 3);
   if (argc > 1 && (strcmp(argv[1], "steps") == 0 || strcmp(argv[1], "held") == 0))

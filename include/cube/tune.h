@@ -18,7 +18,10 @@
  * the time budget. The first round always completes (every candidate that
  * passed its checks has one sample before the budget is looked at), so a
  * tuning lasts at least one sample of each candidate even when that is
- * longer than the budget. The winner is launched on the caller's arguments. Later
+ * longer than the budget. When several candidates' median samples end within
+ * 5 % of the fastest, up to 8 more rounds over those only decide between
+ * them (within the budget). The winner, the candidate with the fastest
+ * median sample, is launched on the caller's arguments. Later
  * launches of the key cost the key function and a lookup.
  *
  * Results persist in the kernel cache directory (CUBE_CACHE_DIR; entries of
@@ -192,7 +195,7 @@ typedef struct cube_tune_result {
   cube_tune_outcome_t outcome;
   uint32_t samples;   /* timed samples */
   double best_ns;     /* fastest sample, per launch */
-  double median_ns;   /* median sample, per launch */
+  double median_ns;   /* median sample, per launch: the winner has the fastest */
   char reason[192];   /* why not measured, or why eliminated */
 } cube_tune_result_t;
 

@@ -26,7 +26,7 @@ uint64_t cube_tune_anchor(uint64_t value, uint64_t max) {
   return UINT64_C(1) << (64 - __builtin_clzll(value - 1));
 }
 
-static uint64_t cube__tune_hash(uint32_t device, const cube_tune_key_t* key) {
+static inline uint64_t cube__tune_hash(uint32_t device, const cube_tune_key_t* key) {
   uint64_t h = 0x9E3779B97F4A7C15ull ^ ((uint64_t)device << 32) ^ key->count;
   for (uint32_t i = 0; i < key->count; ++i) {
     h ^= key->values[i] + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
@@ -36,7 +36,7 @@ static uint64_t cube__tune_hash(uint32_t device, const cube_tune_key_t* key) {
   return h ? h : 1;
 }
 
-static bool cube__tune_key_eq(const cube_tune_key_t* a, const cube_tune_key_t* b) {
+static inline bool cube__tune_key_eq(const cube_tune_key_t* a, const cube_tune_key_t* b) {
   if (a->count != b->count) return false;
   for (uint32_t i = 0; i < a->count; ++i)
     if (a->values[i] != b->values[i]) return false;
@@ -243,8 +243,10 @@ const char* cube_tune_outcome_name(cube_tune_outcome_t o) {
 // The table of tuned keys
 //===----------------------------------------------------------------------===//
 
-cube__tune_entry_t* cube__tune_find(cube_tune_op_t* op, uint64_t hash, uint32_t device,
-                                    const cube_tune_key_t* key) {
+/* The probe, inlined into the launch's hit path; cube__tune_find for the
+ * other callers. */
+static inline cube__tune_entry_t* cube__tune_probe(cube_tune_op_t* op, uint64_t hash,
+                                                   uint32_t device, const cube_tune_key_t* key) {
   cube__tune_table_t* t = atomic_load_explicit(&op->table, memory_order_acquire);
   if (!t) return NULL;
   for (size_t i = (size_t)hash & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
@@ -252,6 +254,11 @@ cube__tune_entry_t* cube__tune_find(cube_tune_op_t* op, uint64_t hash, uint32_t 
     if (!e) return NULL;
     if (e->hash == hash && e->device == device && cube__tune_key_eq(&e->key, key)) return e;
   }
+}
+
+cube__tune_entry_t* cube__tune_find(cube_tune_op_t* op, uint64_t hash, uint32_t device,
+                                    const cube_tune_key_t* key) {
+  return cube__tune_probe(op, hash, device, key);
 }
 
 static bool cube__tune_table_put(cube__tune_table_t* t, cube__tune_entry_t* e) {
@@ -308,9 +315,10 @@ void cube__tune_rank(cube__tune_entry_t* e) {
   const cube_tune_record_t* r = &e->record;
   for (uint32_t i = 0; i < r->candidate_count; ++i)
     if (r->results[i].outcome == CUBE_TUNE_MEASURED) e->order[e->order_count++] = i;
-  /* Insertion sort by the fastest sample; ties keep the candidate order. */
+  /* Insertion sort by the median sample; ties keep the candidate order. */
   for (uint32_t i = 1; i < e->order_count; ++i)
-    for (uint32_t j = i; j > 0 && r->results[e->order[j]].best_ns < r->results[e->order[j - 1]].best_ns;
+    for (uint32_t j = i;
+         j > 0 && r->results[e->order[j]].median_ns < r->results[e->order[j - 1]].median_ns;
          --j) {
       uint32_t t = e->order[j];
       e->order[j] = e->order[j - 1];
@@ -415,6 +423,23 @@ static uint32_t cube__tune_device(const cube_client_t* c) {
   return (uint32_t)id.backend * 65536u + id.index;
 }
 
+/* Calls the key function. Only the key's first |count| values are written:
+ * the values after them are indeterminate until cube__tune_obtain zeroes
+ * them (the hit path neither reads nor copies them). */
+static inline cube_status_t cube__tune_key_call(const char* fn, cube_tune_op_t* op,
+                                                const cube_device_properties_t* props,
+                                                size_t arg_count, const cube_arg_t* args,
+                                                cube_tune_key_t* out_key) {
+  out_key->count = 0;
+  cube_status_t st = op->key(op->key_user, props, arg_count, args, out_key);
+  if (st) return cube__status_annotate(st, "%s: operation '%s': the key function", fn, op->name);
+  if (out_key->count > CUBE_TUNE_KEY_MAX)
+    return CUBE_INVALID("%s: operation '%s': the key function gave %" PRIu32
+                        " values (at most %d)",
+                        fn, op->name, out_key->count, CUBE_TUNE_KEY_MAX);
+  return CUBE_OK;
+}
+
 /* The key of |args|; checks the arguments first. */
 static cube_status_t cube__tune_key_of(const char* fn, cube_tune_op_t* op, cube_client_t* c,
                                        size_t arg_count, const cube_arg_t* args,
@@ -428,15 +453,8 @@ static cube_status_t cube__tune_key_of(const char* fn, cube_tune_op_t* op, cube_
                              "%s: operation '%s': the client is from before cube_shutdown", fn,
                              op->name);
   CUBE_RETURN_IF_ERROR(cube__tune_check_args(fn, op, arg_count, args));
-  memset(out_key, 0, sizeof(*out_key));
-  cube_status_t st = op->key(op->key_user, props, arg_count, args, out_key);
-  if (st) return cube__status_annotate(st, "%s: operation '%s': the key function", fn, op->name);
-  if (out_key->count > CUBE_TUNE_KEY_MAX)
-    return CUBE_INVALID("%s: operation '%s': the key function gave %" PRIu32
-                        " values (at most %d)",
-                        fn, op->name, out_key->count, CUBE_TUNE_KEY_MAX);
   *out_props = props;
-  return CUBE_OK;
+  return cube__tune_key_call(fn, op, props, arg_count, args, out_key);
 }
 
 //===----------------------------------------------------------------------===//
@@ -478,10 +496,14 @@ static void cube__tune_compile_all(cube_tune_op_t* op, cube_client_t* c,
  * NULL) counts what happened. */
 static cube_status_t cube__tune_obtain(cube_tune_op_t* op, cube_client_t* c, size_t arg_count,
                                        const cube_arg_t* args, uint32_t device,
-                                       const cube_tune_key_t* key, uint64_t hash, bool tune,
-                                       cube_execution_override_t* o, bool counted,
+                                       const cube_tune_key_t* key_in, uint64_t hash,
+                                       bool tune, cube_execution_override_t* o, bool counted,
                                        cube__tune_entry_t** out) {
   *out = NULL;
+  /* The key as it is kept and stored: the values after count are zero. */
+  cube_tune_key_t key_copy = {key_in->count, {0}};
+  memcpy(key_copy.values, key_in->values, key_in->count * sizeof(key_in->values[0]));
+  const cube_tune_key_t* key = &key_copy;
   cube__tune_entry_t* e = cube__tune_find(op, hash, device, key);
   if (e) {
     if (o && counted) cube__override_count(o, CUBE__EXEC_KEY_LOADED);
@@ -585,28 +607,73 @@ done:
   return st;
 }
 
+static cube_status_t cube__tune_launch_general(cube_tune_op_t* op, cube_client_t* c,
+                                               const cube_device_properties_t* props,
+                                               size_t arg_count, const cube_arg_t* args,
+                                               const cube_tune_key_t* key_in, uint32_t device,
+                                               uint64_t hash, cube_execution_override_t* o);
+
 cube_status_t cube_tune_op_launch(cube_tune_op_t* op, cube_client_t* c, size_t arg_count,
                                   const cube_arg_t* args) {
   static const char fn[] = "cube_tune_op_launch";
   const cube_device_properties_t* props;
   cube_tune_key_t key;
+  cube_execution_override_t* o;
+  /* The hit, in one frame: the arguments as declared, no override in force, a
+   * key this device has tuned. A launch that fails a check here takes the
+   * general path, which checks again and says why. */
+  if (op && c && arg_count == op->arg_count && (args || !arg_count) &&
+      !(o = cube__client_override(c)) && (props = cube_client_properties(c))) {
+    bool kinds_ok = true;
+    for (size_t a = 0; a < arg_count; ++a) kinds_ok &= args[a].kind == op->arg_kinds[a];
+    if (kinds_ok) {
+      CUBE_RETURN_IF_ERROR(cube__tune_key_call(fn, op, props, arg_count, args, &key));
+      uint32_t device = cube__tune_device(c);
+      uint64_t hash = cube__tune_hash(device, &key);
+      cube__tune_entry_t* e = cube__tune_probe(op, hash, device, &key);
+      if (e) {
+        uint32_t i = e->order_count ? e->order[0] : op->default_candidate;
+        cube__tune_cand_t* w = &op->cands[i];
+        if (w->valid) {
+          cube_status_t vs = w->valid(w->user, props, arg_count, args);
+          if (vs) {
+            cube_status_free(vs);
+            CUBE_RETURN_IF_ERROR(cube__tune_choose(op, e, props, arg_count, args, &i));
+            w = &op->cands[i];
+          }
+        }
+        cube_count_t count;
+        cube_status_t st = w->count(w->user, arg_count, args, &count);
+        if (st)
+          return cube__status_annotate(st, "%s: operation '%s', candidate '%s'", fn, op->name,
+                                       w->name);
+        return cube_client_launch_mode(c, w->kernel, count, arg_count, args, op->mode);
+      }
+      return cube__tune_launch_general(op, c, props, arg_count, args, &key, device, hash, NULL);
+    }
+  }
   CUBE_RETURN_IF_ERROR(cube__tune_key_of(fn, op, c, arg_count, args, &props, &key));
   uint32_t device = cube__tune_device(c);
   uint64_t hash = cube__tune_hash(device, &key);
-  cube_execution_override_t* o = cube__client_override(c);
+  o = cube__client_override(c);
   if (!o) {
-    /* A tuned key: a lookup, then the launch. */
     cube__tune_entry_t* e = cube__tune_find(op, hash, device, &key);
     if (e) {
-      uint32_t i = e->order_count ? e->order[0] : op->default_candidate;
-      cube__tune_cand_t* w = &op->cands[i];
-      cube_status_t vs = w->valid ? w->valid(w->user, props, arg_count, args) : CUBE_OK;
-      if (!vs) return cube__tune_launch_index(op, c, i, arg_count, args);
-      cube_status_free(vs);
+      uint32_t i = 0;
       CUBE_RETURN_IF_ERROR(cube__tune_choose(op, e, props, arg_count, args, &i));
       return cube__tune_launch_index(op, c, i, arg_count, args);
     }
   }
+  return cube__tune_launch_general(op, c, props, arg_count, args, &key, device, hash, o);
+}
+
+/* cube_tune_op_launch past the hit: a key not tuned yet, an override in
+ * force, tuning off. */
+static cube_status_t cube__tune_launch_general(cube_tune_op_t* op, cube_client_t* c,
+                                               const cube_device_properties_t* props,
+                                               size_t arg_count, const cube_arg_t* args,
+                                               const cube_tune_key_t* key_in, uint32_t device,
+                                               uint64_t hash, cube_execution_override_t* o) {
   bool off = cube__option_enum(CUBE__OPT_TUNE) == 1;
   cube_execution_policy_t policy = o ? cube__override_policy(o) : CUBE_EXECUTION_RUN;
   bool counted = o ? cube__override_key(o, hash ^ (uint64_t)(uintptr_t)op) : false;
@@ -619,7 +686,7 @@ cube_status_t cube_tune_op_launch(cube_tune_op_t* op, cube_client_t* c, size_t a
   if (!off) {
     if (policy == CUBE_EXECUTION_COMPILE_AND_TUNE) cube__tune_compile_all(op, c, o);
     CUBE_RETURN_IF_ERROR(
-        cube__tune_obtain(op, c, arg_count, args, device, &key, hash, true, o, counted, &e));
+        cube__tune_obtain(op, c, arg_count, args, device, key_in, hash, true, o, counted, &e));
   }
   if (policy == CUBE_EXECUTION_COMPILE_AND_TUNE) {
     cube__override_count(o, CUBE__EXEC_LAUNCH_SKIPPED);

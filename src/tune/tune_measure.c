@@ -16,8 +16,13 @@
  *     one sample) or 1.5x (after two or more) the fastest candidate's is
  *     eliminated; the rounds stop after CUBE__TUNE_SAMPLES samples or at the
  *     budget, which is checked from the second round on (every candidate
- *     left after the checks has at least one sample).
- * The winner is the candidate with the fastest sample. */
+ *     left after the checks has at least one sample);
+ *  7. a close finish: when several candidates' median samples are within
+ *     5 % of the fastest median, up to CUBE__TUNE_FINISH_ROUNDS more rounds
+ *     over those only (rotated order, within the budget), so that a choice
+ *     between near-equals rests on more samples than the noise between two.
+ * The winner is the candidate with the fastest median sample (tune.c ranks
+ * the record the same way). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -31,7 +36,9 @@
 #include "platform/platform.h"
 #include "tune/tune_internal.h"
 
-#define CUBE__TUNE_SAMPLES 7         /* timed samples per candidate at most */
+#define CUBE__TUNE_SAMPLES 7         /* timed samples per candidate in step 6 at most */
+#define CUBE__TUNE_FINISH_ROUNDS 8   /* more samples of each close contender at most */
+#define CUBE__TUNE_FINISH_WITHIN 1.05 /* a close contender: median within 5 % of the fastest */
 #define CUBE__TUNE_SAMPLE_NS 2000000 /* a sample's target length */
 #define CUBE__TUNE_BATCH_MAX 256     /* launches per sample at most */
 
@@ -159,6 +166,42 @@ static int cube__tune_cmp(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
+/* One timed sample of candidate |i|: a batch of |launches| inside
+ * cube_client_profile, per launch, appended to |samples|. False (the
+ * candidate failed and is out, with its reason) on a failure. */
+static bool cube__tune_sample(cube__tune_state_t* s, cube_tune_record_t* rec, uint32_t i,
+                              uint32_t launches, double* samples, double* out_per) {
+  cube__tune_batch_t b = {s, i, launches};
+  cube_profile_duration_t d;
+  cube_status_t st = cube_client_profile(s->c, cube__tune_batch_run, &b, NULL, &d);
+  if (st) {
+    cube__tune_reason(&rec->results[i], CUBE_TUNE_FAILED, "%s", cube_status_message(st));
+    cube_status_free(st);
+    s->alive[i] = false;
+    return false;
+  }
+  *out_per = (double)cube_profile_duration_ns(&d) / (double)b.launches;
+  rec->timing = d.method;
+  samples[rec->results[i].samples++] = *out_per;
+  return true;
+}
+
+/* Each candidate's fastest and median sample from |samples| (left as they
+ * were: a copy is sorted). */
+static void cube__tune_summarise(const cube__tune_state_t* s, cube_tune_record_t* rec,
+                                 double samples[][CUBE__TUNE_SAMPLES + CUBE__TUNE_FINISH_ROUNDS]) {
+  for (uint32_t i = 0; i < s->op->count; ++i) {
+    cube_tune_result_t* res = &rec->results[i];
+    uint32_t n = res->samples;
+    if (!n) continue;
+    double sorted[CUBE__TUNE_SAMPLES + CUBE__TUNE_FINISH_ROUNDS];
+    memcpy(sorted, samples[i], n * sizeof(double));
+    qsort(sorted, n, sizeof(double), cube__tune_cmp);
+    res->best_ns = sorted[0];
+    res->median_ns = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  }
+}
+
 static void cube__tune_free_scratch(cube__tune_state_t* s) {
   for (size_t j = 0; j < s->n; ++j) {
     if (s->pristine[j].id) cube_handle_release(s->pristine[j]);
@@ -266,7 +309,7 @@ cube_status_t cube__tune_measure(cube_tune_op_t* op, cube_client_t* c, size_t n,
   cube_bytes_release_array(ref, n);
 
   /* 6. Timed rounds. */
-  double samples[CUBE_TUNE_MAX_CANDIDATES][CUBE__TUNE_SAMPLES];
+  double samples[CUBE_TUNE_MAX_CANDIDATES][CUBE__TUNE_SAMPLES + CUBE__TUNE_FINISH_ROUNDS];
   uint32_t batch[CUBE_TUNE_MAX_CANDIDATES];
   for (uint32_t i = 0; i < op->count; ++i) batch[i] = 1;
   uint64_t t0 = cube__now_ns();
@@ -284,18 +327,8 @@ cube_status_t cube__tune_measure(cube_tune_op_t* op, cube_client_t* c, size_t n,
         out_of_time = true;
         break;
       }
-      cube__tune_batch_t b = {s, i, batch[i]};
-      cube_profile_duration_t d;
-      cube_status_t st = cube_client_profile(c, cube__tune_batch_run, &b, NULL, &d);
-      if (st) {
-        cube__tune_reason(&rec->results[i], CUBE_TUNE_FAILED, "%s", cube_status_message(st));
-        cube_status_free(st);
-        s->alive[i] = false;
-        continue;
-      }
-      double per = (double)cube_profile_duration_ns(&d) / (double)b.launches;
-      rec->timing = d.method;
-      samples[i][rec->results[i].samples++] = per;
+      double per;
+      if (!cube__tune_sample(s, rec, i, batch[i], samples[i], &per)) continue;
       any_sample = true;
       left++;
       if (round == 0) {
@@ -325,27 +358,47 @@ cube_status_t cube__tune_measure(cube_tune_op_t* op, cube_client_t* c, size_t n,
       }
     }
   }
+  cube__tune_summarise(s, rec, samples);
+
+  /* 7. The close finish. */
+  double fastest = INFINITY;
+  for (uint32_t i = 0; i < op->count; ++i)
+    if (s->alive[i] && rec->results[i].samples) fastest = fmin(fastest, rec->results[i].median_ns);
+  uint32_t close[CUBE_TUNE_MAX_CANDIDATES], nclose = 0;
+  for (uint32_t i = 0; i < op->count; ++i)
+    if (s->alive[i] && rec->results[i].samples &&
+        rec->results[i].median_ns <= CUBE__TUNE_FINISH_WITHIN * fastest)
+      close[nclose++] = i;
+  for (uint32_t round = 0; nclose > 1 && !out_of_time && round < CUBE__TUNE_FINISH_ROUNDS;
+       ++round) {
+    for (uint32_t k = 0; k < nclose; ++k) {
+      if ((double)(cube__now_ns() - t0) > budget * 1e9) {
+        out_of_time = true;
+        break;
+      }
+      uint32_t i = close[(k + round) % nclose];
+      double per;
+      if (!s->alive[i]) continue;
+      (void)cube__tune_sample(s, rec, i, batch[i], samples[i], &per);
+    }
+  }
+  cube__tune_summarise(s, rec, samples);
   rec->tuning_s = (double)(cube__now_ns() - t0) / 1e9;
   for (uint32_t i = 0; i < op->count; ++i) {
     cube_tune_result_t* res = &rec->results[i];
     if (res->samples) {
-      qsort(samples[i], res->samples, sizeof(double), cube__tune_cmp);
-      res->best_ns = samples[i][0];
-      res->median_ns = res->samples % 2 ? samples[i][res->samples / 2]
-                                        : 0.5 * (samples[i][res->samples / 2 - 1] +
-                                                 samples[i][res->samples / 2]);
       if (s->alive[i]) res->outcome = CUBE_TUNE_MEASURED;
     } else if (s->alive[i]) {
       cube__tune_reason(res, CUBE_TUNE_NOT_MEASURED, "the budget of %g s ran out before its turn",
                         budget);
     }
   }
-  /* The winner: the fastest sample (tune.c ranks the record). */
+  /* The winner: the fastest median sample (tune.c ranks the record). */
   uint32_t w = op->default_candidate;
   double wbest = INFINITY;
   for (uint32_t i = 0; i < op->count; ++i)
-    if (rec->results[i].outcome == CUBE_TUNE_MEASURED && rec->results[i].best_ns < wbest)
-      w = i, wbest = rec->results[i].best_ns;
+    if (rec->results[i].outcome == CUBE_TUNE_MEASURED && rec->results[i].median_ns < wbest)
+      w = i, wbest = rec->results[i].median_ns;
   rec->winner = w;
   cube__tune_free_scratch(s);
   free(s);

@@ -735,6 +735,96 @@ CUBE_TEST(tune_budget_stops_the_measuring) {
   cts_cache_dir_done(dir);
 }
 
+static cube_status_t counting_key_fn(void* user, const cube_device_properties_t* props,
+                                     size_t n_args, const cube_arg_t* args, cube_tune_key_t* out) {
+  atomic_fetch_add((atomic_uint*)user, 1);
+  return key_fn(NULL, props, n_args, args, out);
+}
+
+/* The winner is the candidate with the fastest median sample, in the record
+ * of the process that tuned and in the one read back from disk; a close
+ * finish adds samples to two or more contenders, never to one; the key
+ * function runs once per launch, on the launch that tunes and on a hit. */
+CUBE_TEST(tune_winner_has_the_fastest_median) {
+  CTS_REQUIRE_BACKEND();
+  char dir[PATH_MAX];
+  cts_cache_dir_fresh("tune-median", dir, sizeof(dir));
+  CTS_CLIENT(c);
+  /* Two near-equal candidates and one clearly slower. */
+  static const cand_spec_t specs[] = {
+      {"ref", 64, 1, 0, false, false},
+      {"dim128", 128, 1, 0, false, false},
+      {"slow", 64, 1, 64, false, false},
+  };
+  op_set_t s;
+  REQUIRE_OK(make_op("median_op", "1", specs, 3, true, 2.0, &s));
+  /* The same operation with a key function that counts its calls. */
+  atomic_uint key_calls = 0;
+  cube_tune_candidate_t cands[3];
+  for (uint32_t i = 0; i < 3; ++i)
+    cands[i] = (cube_tune_candidate_t){specs[i].name, s.kernels[i], count_fn, NULL,
+                                       (void*)&specs[i]};
+  cube_tune_op_desc_t od;
+  cube_tune_op_desc_initialize(&od);
+  od.name = "median_op";
+  od.version = "1";
+  od.candidates = cands;
+  od.candidate_count = 3;
+  od.key = counting_key_fn;
+  od.key_user = &key_calls;
+  od.reference = 0;
+  od.outputs = 1u << 1;
+  od.compare = CUBE_TUNE_COMPARE_F32;
+  od.rtol = 1e-5;
+  od.atol = 1e-6;
+  od.budget_s = 2.0;
+  cube_tune_op_t* counted = NULL;
+  REQUIRE_OK(cube_tune_op_create(&od, &counted));
+  data_t d;
+  REQUIRE_OK(data_make(c, 3 * 4096 + 5, 21, &d));
+  cube_arg_t a[4];
+  data_args(&d, a);
+  CHECK_OK(cube_tune_op_launch(counted, c, 4, a));
+  CHECK_EQ_U64(atomic_load(&key_calls), 1);
+  for (int i = 0; i < 5; ++i) CHECK_OK(cube_tune_op_launch(counted, c, 4, a));
+  CHECK_EQ_U64(atomic_load(&key_calls), 6);
+  CHECK(data_check(c, &d, 6));
+  cube_tune_record_t r = {0};
+  REQUIRE_OK(cube_tune_op_record(counted, c, 4, a, &r));
+  CHECK_EQ_U64(atomic_load(&key_calls), 7);
+  CHECK(r.origin == CUBE_TUNE_ORIGIN_TUNED);
+  uint32_t measured = 0, finished = 0;
+  for (uint32_t i = 0; i < 3; ++i) {
+    const cube_tune_result_t* x = &r.results[i];
+    CHECK(x->samples <= 15);
+    if (x->samples > 7) finished++;
+    if (x->outcome != CUBE_TUNE_MEASURED) continue;
+    measured++;
+    CHECK(x->best_ns > 0 && x->best_ns <= x->median_ns);
+    if (x->median_ns < r.results[r.winner].median_ns)
+      fprintf(stderr, "candidate %s: median %.1f ns, the winner %s's %.1f ns\n", specs[i].name,
+              x->median_ns, specs[r.winner].name, r.results[r.winner].median_ns);
+    CHECK(r.results[r.winner].median_ns <= x->median_ns);
+  }
+  CHECK(measured >= 1 && r.results[r.winner].outcome == CUBE_TUNE_MEASURED);
+  /* A close finish has two or more contenders. */
+  CHECK(finished != 1);
+  /* The record read back from disk by a new operation ranks the same way. */
+  cube_tune_op_t* again = NULL;
+  REQUIRE_OK(cube_tune_op_create(&od, &again));
+  cube_tune_record_t r2 = {0};
+  CHECK_OK(cube_tune_op_record(again, c, 4, a, &r2));
+  CHECK(r2.origin == CUBE_TUNE_ORIGIN_DISK);
+  CHECK_EQ_U64(r2.winner, r.winner);
+  for (uint32_t i = 0; i < 3; ++i) CHECK_EQ_U64(r2.results[i].samples, r.results[i].samples);
+  cube_tune_op_release(again);
+  cube_tune_op_release(counted);
+  data_free(&d);
+  free_op(&s);
+  CTS_END(c);
+  cts_cache_dir_done(dir);
+}
+
 /* The warm-up story: compile-only compiles every candidate and runs
  * nothing; compile-and-tune tunes and persists and still runs nothing; a
  * later process compiles and tunes nothing. */

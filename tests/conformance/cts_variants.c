@@ -67,7 +67,8 @@ static const cts_unsupported_t cts_unsupported[] = {
      "tune_concurrent_first_launches_tune_once tune_two_processes_tune_once "
      "tune_persists_across_processes tune_corrupt_or_stale_record_is_tuned_again "
      "tune_record_keyed_by_operation_version_and_candidates tune_off_launches_the_default "
-     "tune_budget_stops_the_measuring tune_policies_warm_a_cache tune_record_names_the_timing",
+     "tune_budget_stops_the_measuring tune_policies_warm_a_cache tune_record_names_the_timing "
+     "tune_winner_has_the_fastest_median",
      "the null backend runs no kernels: no candidate can be measured"},
     {"null", "bundle_second_directory_compiles_and_tunes_nothing bundle_refusals "
              "bundle_import_is_all_or_none",
