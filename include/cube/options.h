@@ -170,6 +170,7 @@ typedef enum cube_option_e {
   CUBE_OPTION_COMPILE_TIMEOUT,
   CUBE_OPTION_TUNE,
   CUBE_OPTION_TUNE_BUDGET,
+  CUBE_OPTION_CPU_HUGE_PAGES,
 } cube_option_t;
 
 typedef enum cube_option_type_e {

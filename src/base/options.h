@@ -124,7 +124,9 @@
   X(TUNE, ENUM, PROCESS, AT_USE, "on", "on", 0, 0, 0, "on|off|1=on|0=off", NULL,                  \
     "off: tunable operations launch their default candidate and tune nothing")                  \
   X(TUNE_BUDGET, SECONDS, PROCESS, AT_USE, "10", "10", 0, 1e6, 0, NULL, NULL,                     \
-    "seconds the tuning of one key may spend measuring candidates (an operation may set less)")
+    "seconds the tuning of one key may spend measuring candidates (an operation may set less)")  \
+  X(CPU_HUGE_PAGES, BOOL, PROCESS, AT_USE, "1", "1", 0, 0, 0, NULL, NULL,                         \
+    "0: CPU device buffers of 4 MiB and more are not advised to use transparent huge pages")
 
 /* CUBE__OPT_<ID>: the same numbers as the public CUBE_OPTION_<ID>. */
 typedef enum cube__option_id {

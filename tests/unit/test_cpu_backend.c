@@ -2,11 +2,14 @@
 /* The CPU backend table (devices, storage, copies, native launches), the
  * null backend and the registry, driven through the vtables directly. */
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/abi.h"
+#include "base/options.h"
 #include "backends/backend.h"
 #include "check.h"
 #include "cube/backends/cpu.h"
@@ -249,6 +252,72 @@ CUBE_TEST(alloc_zeroed_aligned_small_and_large) {
                "1152921504606846976");
   CHECK_STATUS(cpu->alloc(dev, UINT64_MAX, &huge), CUBE_STATUS_OUT_OF_MEMORY,
                "18446744073709551615");
+  cpu->device_destroy(dev);
+}
+
+/* 1 when the mapping that holds |p| carries the MADV_HUGEPAGE flag ("hg" in
+ * VmFlags of /proc/self/smaps), 0 when not, -1 when it cannot be told. */
+static int mapping_advised_huge(const void* p) {
+  FILE* f = fopen("/proc/self/smaps", "r");
+  if (!f) return -1;
+  char line[512];
+  int in = 0, result = -1;
+  while (fgets(line, sizeof(line), f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+      continue;
+    }
+    if (in && strncmp(line, "VmFlags:", 8) == 0) {
+      result = strstr(line, " hg") != NULL;
+      break;
+    }
+  }
+  fclose(f);
+  return result;
+}
+
+/* Buffers of 4 MiB and more are advised to use transparent huge pages
+ * (CUBE_CPU_HUGE_PAGES, default 1), smaller ones are not, and 0 turns the
+ * advice off; the memory is zero and writable either way. */
+CUBE_TEST(large_buffers_advised_huge_pages) {
+  FILE* thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (!thp) CUBE_SKIP("this kernel has no transparent huge pages");
+  fclose(thp);
+  cube__backend_device_t* dev = open_device(0, NULL);
+  REQUIRE(dev);
+  static const struct {
+    const char* env; /* CUBE_CPU_HUGE_PAGES, NULL: unset */
+    uint64_t size;
+    int want;
+  } cases[] = {{NULL, 8u << 20, 1},      {NULL, (4u << 20) + 4096, 1}, {NULL, 1u << 20, 0},
+               {"1", 6u << 20, 1},       {"0", 8u << 20, 0},           {"off", 16u << 20, 0}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    if (cases[i].env)
+      setenv("CUBE_CPU_HUGE_PAGES", cases[i].env, 1);
+    else
+      unsetenv("CUBE_CPU_HUGE_PAGES");
+    cube__options_reset(); /* the table is read again (as after cube_shutdown) */
+    for (int pass = 0; pass < 2; ++pass) { /* device storage, then host staging */
+      cube__storage_t st;
+      REQUIRE_OK(pass == 0 ? cpu->alloc(dev, cases[i].size, &st)
+                           : cpu->host_alloc(dev, cases[i].size, &st));
+      int got = mapping_advised_huge(st.ptr);
+      if (got != cases[i].want)
+        fprintf(stderr, "CUBE_CPU_HUGE_PAGES=%s, %llu bytes (%s): advised %d, expected %d\n",
+                cases[i].env ? cases[i].env : "(unset)", (unsigned long long)cases[i].size,
+                pass ? "host" : "device", got, cases[i].want);
+      CHECK(got == cases[i].want);
+      CHECK(all_zero(st.ptr, cases[i].size));
+      memset(st.ptr, 0x5A, (size_t)cases[i].size);
+      if (pass == 0)
+        cpu->dealloc(dev, &st);
+      else
+        cpu->host_dealloc(dev, &st);
+    }
+  }
+  unsetenv("CUBE_CPU_HUGE_PAGES");
+  cube__options_reset();
   cpu->device_destroy(dev);
 }
 
