@@ -40,7 +40,7 @@
 #define CUBE__TUNE_FINISH_ROUNDS 8   /* more samples of each close contender at most */
 #define CUBE__TUNE_FINISH_WITHIN 1.05 /* a close contender: median within 5 % of the fastest */
 #define CUBE__TUNE_SAMPLE_NS 2000000 /* a sample's target length */
-#define CUBE__TUNE_BATCH_MAX 256     /* launches per sample at most */
+#define CUBE__TUNE_BATCH_MAX 1024    /* launches per sample at most (a 2 us kernel: 2 ms) */
 
 typedef struct cube__tune_state {
   cube_tune_op_t* op;
