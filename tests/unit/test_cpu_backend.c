@@ -321,6 +321,55 @@ CUBE_TEST(large_buffers_advised_huge_pages) {
   cpu->device_destroy(dev);
 }
 
+/* Large contiguous writes, reads and copies are shared by the workers in
+ * pieces (cpu_backend.c, cube__cpu_memcpy): odd sizes and offsets, so that
+ * pieces end mid-byte-run and the last one is short; nothing outside the
+ * range is touched. */
+CUBE_TEST(large_copies_are_exact) {
+  cube__backend_device_t* dev = open_device(0, NULL);
+  REQUIRE(dev);
+  const uint64_t cap = (9u << 20) + 4096;
+  cube__storage_t a, b;
+  REQUIRE_OK(cpu->alloc(dev, cap, &a));
+  REQUIRE_OK(cpu->alloc(dev, cap, &b));
+  uint64_t seed = 777;
+  static const struct {
+    uint64_t offset, bytes;
+  } cases[] = {{0, 2u << 20},       {1, (2u << 20) + 1},       {4093, (5u << 20) + 123},
+               {64, (8u << 20) + 7}, {333, (256u << 10) * 9 - 1}, {0, (9u << 20) + 4096}};
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); ++c) {
+    const uint64_t off = cases[c].offset, n = cases[c].bytes;
+    REQUIRE(off + n <= cap);
+    uint8_t* src = malloc(n);
+    uint8_t* back = malloc(n);
+    REQUIRE(src && back);
+    cube_test_fill_random(src, n, cube_test_rand(&seed));
+    memset(a.ptr, 0x11, cap);
+    memset(b.ptr, 0x22, cap);
+    CHECK_OK(cpu->write(dev, NULL, &a, off, 0, src, n, 1));
+    CHECK(memcmp((uint8_t*)a.ptr + off, src, n) == 0);
+    uint64_t stray = 0;
+    for (uint64_t i = 0; i < off; ++i) stray += ((uint8_t*)a.ptr)[i] != 0x11;
+    for (uint64_t i = off + n; i < cap; ++i) stray += ((uint8_t*)a.ptr)[i] != 0x11;
+    CHECK_EQ_U64(stray, 0);
+    /* A copy to another offset of another storage, then a read of it. */
+    uint64_t to = cap - n - off;
+    CHECK_OK(cpu->copy(dev, NULL, &b, to, &a, off, n));
+    memset(back, 0, n);
+    CHECK_OK(cpu->read(dev, NULL, back, &b, to, 0, n, 1));
+    CHECK(memcmp(back, src, n) == 0);
+    stray = 0;
+    for (uint64_t i = 0; i < to; ++i) stray += ((uint8_t*)b.ptr)[i] != 0x22;
+    for (uint64_t i = to + n; i < cap; ++i) stray += ((uint8_t*)b.ptr)[i] != 0x22;
+    CHECK_EQ_U64(stray, 0);
+    free(src);
+    free(back);
+  }
+  cpu->dealloc(dev, &a);
+  cpu->dealloc(dev, &b);
+  cpu->device_destroy(dev);
+}
+
 CUBE_TEST(write_read_round_trip_with_pitch) {
   cube__backend_device_t* dev = open_device(0, NULL);
   REQUIRE(dev);

@@ -319,17 +319,52 @@ static cube_status_t cube__cpu_check_rows(const char* op, const cube__storage_t*
   return CUBE_OK;
 }
 
+/* A contiguous copy of this size or more is shared by the device's workers:
+ * one thread's memcpy does not reach the memory's bandwidth (nor fault in
+ * fresh pages as fast). Pieces of CUBE__CPU_COPY_PIECE bytes, at least
+ * CUBE__CPU_COPY_MIN_PIECES to a thread. */
+#define CUBE__CPU_COPY_PARALLEL (2u * 1024u * 1024u)
+#define CUBE__CPU_COPY_PIECE (256u * 1024u)
+#define CUBE__CPU_COPY_MIN_PIECES 4u
+
+typedef struct cube__cpu_copy_job {
+  uint8_t* dst;
+  const uint8_t* src;
+  uint64_t bytes;
+} cube__cpu_copy_job_t;
+
+static int cube__cpu_copy_range(void* ctx, uint64_t begin, uint64_t end, uint32_t participant) {
+  (void)participant;
+  const cube__cpu_copy_job_t* j = ctx;
+  uint64_t from = begin * CUBE__CPU_COPY_PIECE;
+  uint64_t to = end * CUBE__CPU_COPY_PIECE < j->bytes ? end * CUBE__CPU_COPY_PIECE : j->bytes;
+  memcpy(j->dst + from, j->src + from, (size_t)(to - from));
+  return 0;
+}
+
+/* memcpy, on several of the device's workers when |bytes| is large. */
+static void cube__cpu_memcpy(cube__backend_device_t* dev, void* dst, const void* src,
+                             uint64_t bytes) {
+  if (!dev || bytes < CUBE__CPU_COPY_PARALLEL || dev->threads < 2) {
+    memcpy(dst, src, (size_t)bytes);
+    return;
+  }
+  cube__cpu_copy_job_t j = {dst, src, bytes};
+  uint64_t pieces = (bytes + CUBE__CPU_COPY_PIECE - 1) / CUBE__CPU_COPY_PIECE;
+  (void)cube__worker_pool_run_at_most(dev->pool, pieces, CUBE__CPU_COPY_MIN_PIECES, dev->threads,
+                                      cube__cpu_copy_range, &j);
+}
+
 cube_status_t cube__cpu_write(cube__backend_device_t* dev, void* stream,
                               const cube__storage_t* dst, uint64_t dst_offset, uint64_t pitch,
                               const void* src, uint64_t width, uint64_t height) {
-  (void)dev;
   (void)stream;
   if (width == 0 || height == 0) return CUBE_OK;
   CUBE_RETURN_IF_ERROR(cube__cpu_check_rows("write", dst, dst_offset, pitch, width, height));
   uint8_t* d = (uint8_t*)dst->ptr + dst_offset;
   const uint8_t* s = src;
   if (height == 1 || pitch == width) {
-    memcpy(d, s, (size_t)(width * height));
+    cube__cpu_memcpy(dev, d, s, width * height);
     return CUBE_OK;
   }
   for (uint64_t r = 0; r < height; ++r) memcpy(d + r * pitch, s + r * width, (size_t)width);
@@ -339,14 +374,13 @@ cube_status_t cube__cpu_write(cube__backend_device_t* dev, void* stream,
 static cube_status_t cube__cpu_read(cube__backend_device_t* dev, void* stream, void* dst,
                                     const cube__storage_t* src, uint64_t src_offset,
                                     uint64_t pitch, uint64_t width, uint64_t height) {
-  (void)dev;
   (void)stream;
   if (width == 0 || height == 0) return CUBE_OK;
   CUBE_RETURN_IF_ERROR(cube__cpu_check_rows("read", src, src_offset, pitch, width, height));
   const uint8_t* s = (const uint8_t*)src->ptr + src_offset;
   uint8_t* d = dst;
   if (height == 1 || pitch == width) {
-    memcpy(d, s, (size_t)(width * height));
+    cube__cpu_memcpy(dev, d, s, width * height);
     return CUBE_OK;
   }
   for (uint64_t r = 0; r < height; ++r) memcpy(d + r * width, s + r * pitch, (size_t)width);
@@ -358,12 +392,12 @@ static cube_status_t cube__cpu_read(cube__backend_device_t* dev, void* stream, v
 cube_status_t cube__cpu_copy(cube__backend_device_t* dev, void* stream, const cube__storage_t* dst,
                              uint64_t dst_offset, const cube__storage_t* src, uint64_t src_offset,
                              uint64_t bytes) {
-  (void)dev;
   (void)stream;
   if (bytes == 0) return CUBE_OK;
   CUBE_RETURN_IF_ERROR(cube__cpu_check_rows("copy from", src, src_offset, bytes, bytes, 1));
   CUBE_RETURN_IF_ERROR(cube__cpu_check_rows("copy to", dst, dst_offset, bytes, bytes, 1));
-  memcpy((uint8_t*)dst->ptr + dst_offset, (const uint8_t*)src->ptr + src_offset, (size_t)bytes);
+  cube__cpu_memcpy(dev, (uint8_t*)dst->ptr + dst_offset, (const uint8_t*)src->ptr + src_offset,
+                   bytes);
   return CUBE_OK;
 }
 
