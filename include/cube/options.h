@@ -171,6 +171,7 @@ typedef enum cube_option_e {
   CUBE_OPTION_TUNE,
   CUBE_OPTION_TUNE_BUDGET,
   CUBE_OPTION_CPU_HUGE_PAGES,
+  CUBE_OPTION_CPU_FAULT_GUARD,
 } cube_option_t;
 
 typedef enum cube_option_type_e {

@@ -126,7 +126,9 @@
   X(TUNE_BUDGET, SECONDS, PROCESS, AT_USE, "10", "10", 0, 1e6, 0, NULL, NULL,                     \
     "seconds the tuning of one key may spend measuring candidates (an operation may set less)")  \
   X(CPU_HUGE_PAGES, BOOL, PROCESS, AT_USE, "1", "1", 0, 0, 0, NULL, NULL,                         \
-    "0: CPU device buffers of 4 MiB and more are not advised to use transparent huge pages")
+    "0: CPU device buffers of 4 MiB and more are not advised to use transparent huge pages")    \
+  X(CPU_FAULT_GUARD, BOOL, PROCESS, AT_USE, "0", "0", 0, 0, 0, NULL, NULL,                        \
+    "1: a CPU kernel that faults (SIGSEGV, SIGBUS) fails its launch instead of ending the process")
 
 /* CUBE__OPT_<ID>: the same numbers as the public CUBE_OPTION_<ID>. */
 typedef enum cube__option_id {

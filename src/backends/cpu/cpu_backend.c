@@ -13,6 +13,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_compiler.h"
+#include "backends/cpu/cpu_fault_guard.h"
 #include "backends/cpu/cpu_internal.h"
 #include "backends/params.h"
 #include "platform/worker_pool.h"
@@ -414,6 +415,8 @@ static cube_status_t cube__cpu_sync(cube__backend_device_t* dev, void* stream) {
 enum {
   CUBE__CPU_RANGE_KERNEL_FAILED = 1,
   CUBE__CPU_RANGE_NO_SCRATCH = 2,
+  CUBE__CPU_RANGE_FAULT = 3,    /* the fault guard caught a fault */
+  CUBE__CPU_RANGE_NO_GUARD = 4, /* the fault guard could not be set up */
 };
 
 /* The function that runs one cube of |k| in |mode|: the native one, or the
@@ -477,6 +480,9 @@ typedef struct cube__cpu_launch_ctx {
   int fail_kind;
   int fail_code;
   uint32_t fail_pos[3];
+  void* fail_addr;           /* CUBE__CPU_RANGE_FAULT: the faulting address */
+  cube_status_t fail_status; /* CUBE__CPU_RANGE_NO_GUARD: why */
+  bool guarded;              /* CUBE_CPU_FAULT_GUARD at the launch */
 } cube__cpu_launch_ctx_t;
 
 static void cube__cpu_launch_fail(cube__cpu_launch_ctx_t* ctx, int kind, int code,
@@ -488,9 +494,11 @@ static void cube__cpu_launch_fail(cube__cpu_launch_ctx_t* ctx, int kind, int cod
   memcpy(ctx->fail_pos, pos, sizeof(ctx->fail_pos));
 }
 
-/* Runs cubes [begin, end) (linear indices, x fastest) as |participant|. */
-static int cube__cpu_run_cubes(void* p, uint64_t begin, uint64_t end, uint32_t participant) {
-  cube__cpu_launch_ctx_t* ctx = p;
+/* Runs cubes [begin, end) (linear indices, x fastest) as |participant|;
+ * under the fault guard |g| each cube's position is written into it first. */
+static inline __attribute__((always_inline)) int cube__cpu_run_cubes_in(
+    cube__cpu_launch_ctx_t* ctx, uint64_t begin, uint64_t end, uint32_t participant,
+    cube__cpu_guard_t* g) {
   cube_cpu_cube_t cube;
   memset(&cube, 0, sizeof(cube));
   const cube__cpu_prepared_t* pl = ctx->p;
@@ -539,6 +547,11 @@ static int cube__cpu_run_cubes(void* p, uint64_t begin, uint64_t end, uint32_t p
     cube.cube_pos[0] = x;
     cube.cube_pos[1] = y;
     cube.cube_pos[2] = z;
+    if (g) {
+      g->pos[0] = x;
+      g->pos[1] = y;
+      g->pos[2] = z;
+    }
     int rc = fn(&cube, pl->args, pl->arg_count);
     if (rc != 0) {
       cube__cpu_launch_fail(ctx, CUBE__CPU_RANGE_KERNEL_FAILED, rc, cube.cube_pos);
@@ -555,6 +568,46 @@ static int cube__cpu_run_cubes(void* p, uint64_t begin, uint64_t end, uint32_t p
     }
   }
   return 0;
+}
+
+static int cube__cpu_run_cubes(void* p, uint64_t begin, uint64_t end, uint32_t participant) {
+  return cube__cpu_run_cubes_in(p, begin, end, participant, NULL);
+}
+
+/* cube__cpu_run_cubes under the fault guard: a fault in a cube jumps back
+ * here and fails the launch (the other participants stop at their next cube,
+ * as after a kernel's error). */
+static int cube__cpu_run_cubes_guarded(void* p, uint64_t begin, uint64_t end,
+                                       uint32_t participant) {
+  cube__cpu_launch_ctx_t* ctx = p;
+  cube__cpu_guard_t* g = NULL;
+  cube_status_t st = cube__cpu_guard_thread(&g);
+  if (st) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&ctx->failed, &expected, 1)) {
+      ctx->fail_kind = CUBE__CPU_RANGE_NO_GUARD;
+      ctx->fail_status = st;
+    } else {
+      cube_status_free(st);
+    }
+    return CUBE__CPU_RANGE_NO_GUARD;
+  }
+  if (sigsetjmp(g->jump, 0) != 0) {
+    /* Back from the handler: the kernel faulted in cube g->pos. */
+    uint32_t pos[3] = {g->pos[0], g->pos[1], g->pos[2]};
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&ctx->failed, &expected, 1)) {
+      ctx->fail_kind = CUBE__CPU_RANGE_FAULT;
+      ctx->fail_code = g->signo;
+      ctx->fail_addr = g->addr;
+      memcpy(ctx->fail_pos, pos, sizeof(pos));
+    }
+    return CUBE__CPU_RANGE_FAULT;
+  }
+  g->armed = 1;
+  int rc = cube__cpu_run_cubes_in(ctx, begin, end, participant, g);
+  g->armed = 0;
+  return rc;
 }
 
 /* The launch slot calls these two inlined (one launch, one call: the eager
@@ -662,6 +715,9 @@ static inline __attribute__((always_inline)) cube_status_t cube__cpu_launch_run(
   ctx.bounds = NULL;
   ctx.fail_kind = 0;
   ctx.fail_code = 0;
+  ctx.fail_addr = NULL;
+  ctx.fail_status = NULL;
+  ctx.guarded = cube__cpu_guard_wanted();
   cube_bounds_error_t bounds;
   if (p->mode == CUBE_EXEC_VALIDATE) {
     memset(&bounds, 0, sizeof(bounds));
@@ -671,14 +727,25 @@ static inline __attribute__((always_inline)) cube_status_t cube__cpu_launch_run(
 
   /* A launch of one chunk runs here (as the pool would run it), without
    * the call. */
+  cube__range_fn run = ctx.guarded ? cube__cpu_run_cubes_guarded : cube__cpu_run_cubes;
   int rc = p->total <= p->min_chunk
-               ? cube__cpu_run_cubes(&ctx, 0, p->total, 0)
+               ? run(&ctx, 0, p->total, 0)
                : cube__worker_pool_run_at_most(dev->pool, p->total, p->min_chunk, dev->threads,
-                                               cube__cpu_run_cubes, &ctx);
+                                               run, &ctx);
   if (rc == 0 && !atomic_load(&ctx.failed)) {
     if (ctx.bounds && bounds.flag) return cube__kernel_bounds_status(p->kernel, p->name, &bounds);
     return CUBE_OK;
   }
+  if (ctx.fail_kind == CUBE__CPU_RANGE_NO_GUARD)
+    return cube__status_annotate(ctx.fail_status, "launch of kernel '%s'", p->name);
+  if (ctx.fail_kind == CUBE__CPU_RANGE_FAULT)
+    return cube__status_make(CUBE_STATUS_LAUNCH_FAILED,
+                             "launch of kernel '%s': cube (%u, %u, %u) faulted (%s at address "
+                             "%p); the CPU fault guard (CUBE_CPU_FAULT_GUARD) stopped the launch: "
+                             "its outputs are lost, and memory the kernel wrote before the fault "
+                             "may be corrupted",
+                             p->name, ctx.fail_pos[0], ctx.fail_pos[1], ctx.fail_pos[2],
+                             cube__cpu_guard_signal_name(ctx.fail_code), ctx.fail_addr);
   if (ctx.fail_kind == CUBE__CPU_RANGE_NO_SCRATCH) {
     char buf[32];
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_fault_guard.h"
 #include "cube/backends/cpu.h"
 #include "cube/kernel.h"
 
@@ -44,11 +45,11 @@ cube_status_t cube__cpu_kernel_failed(const cube__cpu_prepared_t* p, const uint3
                                       int code);
 
 /* Whether |p| may run as a plain loop over its cubes on the calling thread:
- * one chunk (the pool would not help) and no cube-local memory or scratch
- * (which come from the device's per-participant areas). */
+ * one chunk (the pool would not help), no cube-local memory or scratch
+ * (which come from the device's per-participant areas), and no fault guard. */
 static inline bool cube__cpu_prepared_direct(const cube__cpu_prepared_t* p) {
   return p->total <= p->min_chunk && p->shared_size == 0 && p->scratch_size == 0 &&
-         p->mode != CUBE_EXEC_VALIDATE;
+         p->mode != CUBE_EXEC_VALIDATE && !cube__cpu_guard_wanted();
 }
 
 /* The write and copy slots (cpu_backend.c). */
