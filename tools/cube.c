@@ -114,7 +114,7 @@ static const command_t commands[] = {
      "  show FILE    check FILE and print its version, device and entries\n"},
     {"memory",
      "usage: cube memory FILE\n"
-     "  Reads a memory snapshot (cube_client_memory_snapshot, CUBE_MEMORY_SNAPSHOT;\n"
+     "  Reads a memory snapshot (cube_client_memory_snapshot;\n"
      "  docs/observability.md) and prints its device, the totals, the ledger\n"
      "  (with the unaccounted remainder), the largest holders by tag, every pool\n"
      "  that holds pages with its fragmentation (1 - largest free block / free\n"

@@ -100,8 +100,8 @@ typedef struct cube_client_s cube_client_t; /* cube/client.h */
  * its time and the calling thread's innermost tag, and allocations and
  * releases go into a ring of the device's most recent
  * CUBE_MEMORY_EVENT_RING events (older ones are dropped, and counted).
- * Off until this call, cube_memory_tag_push, cube_handle_set_tag or
- * CUBE_MEMORY_SNAPSHOT turn it on; then on until the process exits (off, the
+ * Off until this call, cube_memory_tag_push or cube_handle_set_tag turn it
+ * on; then on until the process exits (off, the
  * allocation path pays one load and a branch for it). Thread-safe; cannot
  * fail. */
 void cube_memory_tracking_enable(void);

@@ -1,8 +1,8 @@
 /* Allocation tracking: tags, allocation times and a ring of recent
  * allocation and release events (docs/observability.md, "Memory snapshots").
  *
- * Off until something asks for it (a tag, cube_memory_tracking_enable,
- * CUBE_MEMORY_SNAPSHOT), then on for the rest of the process: the pool-hit
+ * Off until something asks for it (a tag, cube_memory_tracking_enable),
+ * then on for the rest of the process: the pool-hit
  * path pays one relaxed load and a branch while it is off. Sticky on purpose:
  * descriptors are stamped (tag, time) only while tracking is on and nothing
  * ever clears those fields, so a tracking that could be switched off would
