@@ -18,7 +18,7 @@ GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 all: build
 
 # Debian packages the build and the tests need (installed only if missing).
-PACKAGES := cmake gcc make pkg-config libxxhash-dev libcjson-dev libdlpack-dev python3-numpy python3-pytest pocl-opencl-icd ocl-icd-opencl-dev opencl-headers \
+PACKAGES := cmake gcc make pkg-config libxxhash-dev libcjson-dev libdlpack-dev python3-numpy python3-pytest python3-jsonschema pocl-opencl-icd ocl-icd-opencl-dev opencl-headers \
             openmpi-bin libopenmpi-dev \
             clang libclang-rt-14-dev
 

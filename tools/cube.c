@@ -11,6 +11,9 @@
  *   cube bundle export FILE | import FILE | show FILE
  *                        the cache's compiled kernels and tuning results of
  *                        the default device in one file (cube/bundle.h)
+ *   cube memory FILE     summary of a memory snapshot (cube_client_memory_snapshot):
+ *                        totals, the ledger, largest holders by tag, pools
+ *                        and their fragmentation, recent events
  *   cube demo            uploads tensors (contiguous and packed), runs kernels,
  *                        reads the results back and checks them, prints memory
  *                        usage and a profile. Exit status 0 only if every check
@@ -20,12 +23,14 @@
  * A wrong command line (unknown command or option, extra argument) is named
  * on stderr with exit status 2.
  */
+#include <cjson/cJSON.h>
 #include <cube/cube.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <time.h>
 
@@ -50,6 +55,8 @@ static const char* usage_text =
     "                 the default device into FILE\n"
     "  bundle import FILE  check FILE and add its entries to the cache\n"
     "  bundle show FILE    check FILE and describe it\n"
+    "  memory FILE    summarise a memory snapshot: totals, ledger, largest\n"
+    "                 holders by tag, fragmentation per pool\n"
     "  demo           run the demo on the default backend (CUBE_BACKEND, else cpu)\n"
     "  help [<command>]  this text, or the usage of one command\n"
     "\n"
@@ -105,6 +112,14 @@ static const command_t commands[] = {
      "               device) and store its entries into the cache directory,\n"
      "               all or none; a refusal says why (exit 1)\n"
      "  show FILE    check FILE and print its version, device and entries\n"},
+    {"memory",
+     "usage: cube memory FILE\n"
+     "  Reads a memory snapshot (cube_client_memory_snapshot;\n"
+     "  docs/observability.md) and prints its device, the totals, the ledger\n"
+     "  (with the unaccounted remainder), the largest holders by tag, every pool\n"
+     "  that holds pages with its fragmentation (1 - largest free block / free\n"
+     "  bytes), and a count of the recent events. Exit 1 when FILE cannot be\n"
+     "  read or is not a snapshot.\n"},
     {"demo",
      "usage: cube demo\n"
      "  Runs the demo on the default backend (CUBE_BACKEND, else cpu): uploads\n"
@@ -989,6 +1004,154 @@ static void print_bundle(const char* verb, const char* path, const cube_bundle_i
          (unsigned long long)i->tunings, fmt_bytes(i->bytes, b, sizeof(b)));
 }
 
+
+//===----------------------------------------------------------------------===//
+// cube memory FILE
+//===----------------------------------------------------------------------===//
+
+static double jnum(const cJSON* o, const char* key) {
+  const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+}
+
+static const char* jstr(const cJSON* o, const char* key, const char* fallback) {
+  const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsString(v) ? v->valuestring : fallback;
+}
+
+/* "1.50 MiB" as every memory message writes sizes. */
+static const char* mem_size(double bytes, char* buf, size_t n) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  double v = bytes < 0 ? -bytes : bytes;
+  while (v >= 1024.0 && i < 4) {
+    v /= 1024.0;
+    ++i;
+  }
+  if (i == 0)
+    snprintf(buf, n, "%s%.0f B", bytes < 0 ? "-" : "", v);
+  else
+    snprintf(buf, n, "%s%.2f %s", bytes < 0 ? "-" : "", v, units[i]);
+  return buf;
+}
+
+static int cmd_memory(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "cube memory: cannot open '%s': %s\n", path, strerror(errno));
+    return 1;
+  }
+  size_t cap = 1 << 16, len = 0;
+  char* text = malloc(cap);
+  for (size_t n; text && (n = fread(text + len, 1, cap - len - 1, f)) > 0;) {
+    len += n;
+    if (len + 1 == cap) {
+      char* grown = realloc(text, cap * 2);
+      if (!grown) {
+        free(text);
+        text = NULL;
+        break;
+      }
+      text = grown;
+      cap *= 2;
+    }
+  }
+  fclose(f);
+  if (!text) {
+    fprintf(stderr, "cube memory: out of memory reading '%s'\n", path);
+    return 1;
+  }
+  text[len] = '\0';
+  cJSON* doc = cJSON_Parse(text);
+  free(text);
+  if (!doc || strcmp(jstr(doc, "format", ""), "cube-memory-snapshot") != 0) {
+    fprintf(stderr, "cube memory: '%s' is not a cube memory snapshot (no \"format\": "
+                    "\"cube-memory-snapshot\")\n", path);
+    cJSON_Delete(doc);
+    return 1;
+  }
+  char a[32], b[32], c2[32], d[32], e[32], g[32];
+  const cJSON* dev = cJSON_GetObjectItemCaseSensitive(doc, "device");
+  printf("memory snapshot of %s:%.0f (%s), format version %.0f, tracking %s\n",
+         jstr(dev, "backend", "?"), jnum(dev, "index"), jstr(dev, "name", "?"),
+         jnum(doc, "version"),
+         cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(doc, "tracking")) ? "on" : "off");
+  const cJSON* t = cJSON_GetObjectItemCaseSensitive(doc, "total");
+  printf("device memory: %.0f buffers, %s in use, %s padding, %s reserved",
+         jnum(t, "number_allocs"), mem_size(jnum(t, "bytes_in_use"), a, sizeof(a)),
+         mem_size(jnum(t, "bytes_padding"), b, sizeof(b)),
+         mem_size(jnum(t, "bytes_reserved"), c2, sizeof(c2)));
+  if (jnum(doc, "memory_limit") > 0)
+    printf(", limit %s", mem_size(jnum(doc, "memory_limit"), a, sizeof(a)));
+  printf("\n");
+
+  const cJSON* l = cJSON_GetObjectItemCaseSensitive(doc, "ledger");
+  bool drv = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "driver_reports"));
+  printf("\nledger (%s):\n", drv ? "the driver's used against cube's own figures"
+                                 : "the driver reports nothing: cube's own sum");
+  printf("  pools %s + modules %s + collectives %s + context %s + unaccounted %s = used %s",
+         mem_size(jnum(l, "pools"), a, sizeof(a)), mem_size(jnum(l, "modules"), b, sizeof(b)),
+         mem_size(jnum(l, "collectives"), c2, sizeof(c2)),
+         mem_size(jnum(l, "context"), d, sizeof(d)),
+         mem_size(jnum(l, "unaccounted"), e, sizeof(e)),
+         mem_size(jnum(l, "driver_used"), g, sizeof(g)));
+  if (drv) printf(" of %s", mem_size(jnum(l, "driver_total"), a, sizeof(a)));
+  printf("\n  pinned host staging (not device memory): %s\n",
+         mem_size(jnum(l, "staging"), a, sizeof(a)));
+
+  printf("\nlargest holders by tag:\n");
+  const cJSON* tag;
+  int shown = 0;
+  double in_use = jnum(t, "bytes_in_use");
+  cJSON_ArrayForEach(tag, cJSON_GetObjectItemCaseSensitive(doc, "by_tag")) {
+    if (shown++ == 10) {
+      printf("  ...\n");
+      break;
+    }
+    double bytes = jnum(tag, "bytes");
+    printf("  %-24s %12s in %5.0f buffer%s  %5.1f %%\n", jstr(tag, "tag", "(untagged)"),
+           mem_size(bytes, a, sizeof(a)), jnum(tag, "count"), jnum(tag, "count") == 1 ? " " : "s",
+           in_use > 0 ? 100.0 * bytes / in_use : 0.0);
+  }
+  if (!shown) printf("  (no live buffers)\n");
+
+  printf("\npools holding pages (fragmentation = 1 - largest free block / free bytes):\n");
+  printf("  %-7s %-18s %-20s %-10s %6s %11s %11s %11s %11s %6s\n", "stream", "memory", "pool",
+         "kind", "pages", "reserved", "in use", "peak", "cap", "frag");
+  const cJSON* p;
+  shown = 0;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(doc, "pools")) {
+    const cJSON* u = cJSON_GetObjectItemCaseSensitive(p, "usage");
+    int pages = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(p, "pages"));
+    if (pages == 0) continue;
+    ++shown;
+    const cJSON* pool_cap = cJSON_GetObjectItemCaseSensitive(p, "cap");
+    printf("  %-7.0f %-18s %-20s %-10s %6d %11s %11s %11s %11s %6.3f\n", jnum(p, "stream"),
+           jstr(p, "memory", "?"), jstr(p, "name", "?"), jstr(p, "kind", "?"), pages,
+           mem_size(jnum(u, "bytes_reserved"), a, sizeof(a)),
+           mem_size(jnum(u, "bytes_in_use"), b, sizeof(b)),
+           mem_size(jnum(p, "peak_reserved"), c2, sizeof(c2)),
+           cJSON_IsNumber(pool_cap) ? mem_size(pool_cap->valuedouble, d, sizeof(d)) : "-",
+           jnum(p, "fragmentation"));
+  }
+  if (!shown) printf("  (none)\n");
+
+  const cJSON* ev = cJSON_GetObjectItemCaseSensitive(doc, "events");
+  int allocs = 0, releases = 0, ooms = 0;
+  const cJSON* x;
+  cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(ev, "list")) {
+    const char* k = jstr(x, "kind", "");
+    allocs += strcmp(k, "alloc") == 0;
+    releases += strcmp(k, "release") == 0;
+    ooms += strcmp(k, "oom") == 0;
+  }
+  printf("\nrecent events: %d allocations, %d releases, %d out of memory (of %.0f recorded, "
+         "%.0f dropped; the ring keeps %.0f)\n",
+         allocs, releases, ooms, jnum(ev, "recorded"), jnum(ev, "dropped"), jnum(ev, "capacity"));
+  cJSON_Delete(doc);
+  return 0;
+}
+
 static int cmd_bundle(const char* verb, const char* path) {
   cube_bundle_info_t info;
   memset(&info, 0, sizeof(info));
@@ -1108,6 +1271,13 @@ int main(int argc, char** argv) {
     if (rest < 2) return usage_error(cmd->name, "'%s' needs a FILE", verb);
     if (rest > 2) return usage_error(cmd->name, "unexpected argument '%s'", args[2]);
     return cmd_bundle(verb, args[1]);
+  }
+  if (strcmp(cmd->name, "memory") == 0) {
+    for (int i = 0; i < rest; ++i)
+      if (is_help(args[i])) return fputs(cmd->usage, stdout), 0;
+    if (rest == 0) return usage_error(cmd->name, "%s", "a snapshot FILE");
+    if (rest > 1) return usage_error(cmd->name, "unexpected argument '%s'", args[1]);
+    return cmd_memory(args[0]);
   }
   /* demo */
   bool none[1] = {false};

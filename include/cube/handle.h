@@ -72,6 +72,13 @@ uint64_t cube_handle_buffer_size(cube_handle_t h);
  * live handle at the start of its buffer: check cube_handle_size). */
 uint64_t cube_handle_offset(cube_handle_t h);
 
+/* Tags the memory |h| views (every handle of its buffer: the tag is the
+ * buffer's) with |tag| (copied; NULL: untagged), as memory snapshots and
+ * out-of-memory messages show it (cube/memory.h, cube_memory_tag_push).
+ * Turns allocation tracking on. INVALID_ARGUMENT for the NULL handle or an
+ * empty or too long tag, NOT_FOUND for a released one. */
+CUBE_MUST_USE_RESULT cube_status_t cube_handle_set_tag(cube_handle_t h, const char* tag);
+
 /* Writes the device the memory lives on into |out_device|. Fails with
  * INVALID_ARGUMENT for a NULL |out_device| or the NULL handle, NOT_FOUND for
  * a released handle; writes nothing then. */

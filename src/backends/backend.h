@@ -183,7 +183,21 @@ typedef enum cube__backend_ctl_op {
    * driver and NVRTC versions). Thread-safe. UNIMPLEMENTED: the server uses
    * the device's name and the backend's version. */
   CUBE__CTL_DEVICE_IDENTITY = 8,
+  /* arg: cube__backend_memory_info_t* <- the device memory the driver
+   * reports as used, and what the backend knows it holds outside the pools
+   * (the memory ledger, cube_client_memory_ledger). Thread-safe.
+   * UNIMPLEMENTED: the driver reports nothing (CPU, OpenCL). */
+  CUBE__CTL_MEMORY_INFO = 9,
 } cube__backend_ctl_op_t;
+
+/* The argument of CUBE__CTL_MEMORY_INFO. */
+typedef struct cube__backend_memory_info {
+  uint64_t used;    /* the driver's figure for the whole device (CUDA: total - free) */
+  uint64_t total;
+  uint64_t context; /* used when the device was opened (the context, and whatever else was
+                       there then), plus the backend's own device buffers */
+  uint64_t modules; /* bytes of the module images loaded now */
+} cube__backend_memory_info_t;
 
 /* A text answer of ctl: the backend writes at most |size| bytes (with the
  * NUL) into |buf|. */

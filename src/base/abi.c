@@ -42,6 +42,8 @@ CUBE__STRUCT(cube__struct_execution_stats, cube_execution_stats_t);
 CUBE__STRUCT(cube__struct_tune_op_desc, cube_tune_op_desc_t);
 CUBE__STRUCT(cube__struct_tune_record, cube_tune_record_t);
 CUBE__STRUCT(cube__struct_bundle_info, cube_bundle_info_t);
+CUBE__STRUCT(cube__struct_memory_ledger, cube_memory_ledger_t);
+CUBE__STRUCT(cube__struct_memory_pools, cube_memory_pools_t);
 
 /* struct_size is the first member of each, so that it can be read before
  * anything else is known about the caller's layout. */
@@ -57,6 +59,8 @@ _Static_assert(offsetof(cube_execution_stats_t, struct_size) == 0, "struct_size 
 _Static_assert(offsetof(cube_tune_op_desc_t, struct_size) == 0, "struct_size first");
 _Static_assert(offsetof(cube_tune_record_t, struct_size) == 0, "struct_size first");
 _Static_assert(offsetof(cube_bundle_info_t, struct_size) == 0, "struct_size first");
+_Static_assert(offsetof(cube_memory_ledger_t, struct_size) == 0, "struct_size first");
+_Static_assert(offsetof(cube_memory_pools_t, struct_size) == 0, "struct_size first");
 _Static_assert(offsetof(cube_device_properties_t, struct_size) == 0, "struct_size first");
 _Static_assert(offsetof(cube_backend_info_t, struct_size) == 0, "struct_size first");
 

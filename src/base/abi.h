@@ -57,6 +57,8 @@ extern const cube__struct_info_t cube__struct_execution_stats;
 extern const cube__struct_info_t cube__struct_tune_op_desc;
 extern const cube__struct_info_t cube__struct_tune_record;
 extern const cube__struct_info_t cube__struct_bundle_info;
+extern const cube__struct_info_t cube__struct_memory_ledger;
+extern const cube__struct_info_t cube__struct_memory_pools;
 
 /* The struct_size of the struct at |p| (the first member of every such
  * struct). */

@@ -20,7 +20,7 @@ static uint64_t cube__ladder_round_up(uint64_t x, uint64_t a) {
 
 static uint32_t cube__ladder_subslices(uint64_t max_page, uint64_t a, cube__pool_options_t* out) {
   uint32_t n = 0;
-  out[n++] = (cube__pool_options_t){CUBE_POOL_EXCLUSIVE, 0, 0, 0};
+  out[n++] = (cube__pool_options_t){.kind = CUBE_POOL_EXCLUSIVE, .page_size = 0, .max_alloc_size = 0, .dealloc_period = 0};
 
   /* Computed largest first, listed smallest first. The step cap also stops
    * the loop when a huge alignment keeps |current| from shrinking. */
@@ -30,12 +30,12 @@ static uint32_t cube__ladder_subslices(uint64_t max_page, uint64_t a, cube__pool
   for (unsigned k = 1; current >= CUBE__LADDER_STOP && count < CUBE__LADDER_CAP - 2; ++k) {
     current = cube__ladder_round_up(current / 4, a);
     uint64_t max_slice = k < 64 ? current >> k : 0;
-    steps[count++] = (cube__pool_options_t){CUBE_POOL_SLICED, current, max_slice, 0};
+    steps[count++] = (cube__pool_options_t){.kind = CUBE_POOL_SLICED, .page_size = current, .max_alloc_size = max_slice, .dealloc_period = 0};
   }
   while (count > 0) out[n++] = steps[--count];
 
   uint64_t tail = max_page / a * a;
-  out[n++] = (cube__pool_options_t){CUBE_POOL_SLICED, tail, tail, 0};
+  out[n++] = (cube__pool_options_t){.kind = CUBE_POOL_SLICED, .page_size = tail, .max_alloc_size = tail, .dealloc_period = 0};
   return n;
 }
 
@@ -49,7 +49,7 @@ static uint32_t cube__ladder_exclusive(uint64_t max_page, uint64_t a, cube__pool
     size = cube__ladder_round_up(size, a);
     if (n > 0 && out[n - 1].max_alloc_size == size) continue;
     uint64_t period = 5000u * (uint64_t)llround(1.0 + (double)size / (double)CUBE__GIB);
-    out[n++] = (cube__pool_options_t){CUBE_POOL_EXCLUSIVE, 0, size, period};
+    out[n++] = (cube__pool_options_t){.kind = CUBE_POOL_EXCLUSIVE, .page_size = 0, .max_alloc_size = size, .dealloc_period = period};
   }
   return n;
 }

@@ -13,6 +13,7 @@
 #include "platform/platform.h"
 #include "memory/pool_internal.h"
 #include "memory/taint.h"
+#include "memory/track.h"
 
 struct cube__mm {
   char* name;
@@ -34,6 +35,13 @@ struct cube__mm {
   uint32_t spare_count;
   /* Descriptor ids taken from the process-wide counter a block at a time. */
   uint64_t next_id, end_id;
+  /* What the default ladder is made of (cube__mm_install with no pools). */
+  cube_memory_config_t config;
+  uint64_t max_page_size;
+  bool measuring;
+  /* Tracking (memory/track.h). */
+  struct cube__mem_ring* ring;
+  uint64_t stream_id;
 };
 
 #define CUBE__MM_SPARE_DESCRIPTORS 256u
@@ -51,6 +59,49 @@ static const char* cube__pool_kind_name(cube_pool_kind_t kind) {
   return "unknown";
 }
 
+/* Checks |count| pools for a manager |name| of storage |alignment|. */
+static cube_status_t cube__mm_check_pools(const char* name, const cube__pool_options_t* pools,
+                                          uint32_t count, uint64_t alignment) {
+  if (count == 0 || count > CUBE_MAX_POOLS - 1) {
+    return CUBE_INVALID("%s: %u custom pools given (must be 1 to %d)", name, count, CUBE_MAX_POOLS - 1);
+  }
+  for (uint32_t i = 0; i < count; ++i) {
+    const cube__pool_options_t* p = &pools[i];
+    if (p->kind != CUBE_POOL_SLICED && p->kind != CUBE_POOL_EXCLUSIVE) {
+      return CUBE_INVALID("%s: pool %u has kind %d (must be sliced or exclusive)", name, i,
+                          (int)p->kind);
+    }
+    uint64_t a = p->alignment ? p->alignment : alignment;
+    if (p->alignment && ((p->alignment & (p->alignment - 1)) || p->alignment % alignment)) {
+      return CUBE_INVALID("%s: pool %u: alignment %" PRIu64 " is not a power of two that is a "
+                          "multiple of the device's alignment %" PRIu64,
+                          name, i, p->alignment, alignment);
+    }
+    if (p->kind == CUBE_POOL_EXCLUSIVE && p->max_alloc_size % a) {
+      return CUBE_INVALID("%s: exclusive pool %u: max_alloc_size %" PRIu64
+                          " is not a multiple of the alignment %" PRIu64,
+                          name, i, p->max_alloc_size, a);
+    }
+    if (memchr(p->name, '\0', sizeof(p->name)) == NULL) {
+      return CUBE_INVALID("%s: pool %u: the name is not NUL-terminated within %zu bytes", name, i,
+                          sizeof(p->name));
+    }
+  }
+  return CUBE_OK;
+}
+
+/* (Re)initialises the dynamic pools of |mm| from |pools|. */
+static void cube__mm_init_pools(cube__mm_t* mm, const cube__pool_options_t* pools, uint32_t count) {
+  mm->pool_count = count;
+  for (uint32_t i = 0; i < count; ++i) {
+    cube__pool_init(&mm->pools[i], &pools[i], mm->alignment, &mm->storage, mm);
+    mm->pools[i].index = i;
+    if (!mm->pools[i].name[0]) snprintf(mm->pools[i].name, sizeof(mm->pools[i].name), "pool %u", i);
+  }
+  mm->last_pool = count;
+  mm->last_size = 0;
+}
+
 cube_status_t cube__mm_create(const cube__mm_options_t* options, const cube__storage_ops_t* storage,
                               cube__mm_t** out_mm) {
   if (!options || !storage || !out_mm || !storage->alloc || !storage->dealloc) {
@@ -65,26 +116,11 @@ cube_status_t cube__mm_create(const cube__mm_options_t* options, const cube__sto
   cube__pool_options_t ladder[CUBE_MAX_POOLS];
   const cube__pool_options_t* pools = options->custom;
   uint32_t count = options->custom_count;
-  if (pools) {
-    if (count == 0 || count > CUBE_MAX_POOLS - 1) {
-      return CUBE_INVALID("%s: %u custom pools given (must be 1 to %d)", name, count,
-                          CUBE_MAX_POOLS - 1);
-    }
-  } else {
+  if (!pools) {
     count = cube__pool_ladder(options->config, options->max_page_size, storage->alignment, ladder);
     pools = ladder;
   }
-  for (uint32_t i = 0; i < count; ++i) {
-    if (pools[i].kind != CUBE_POOL_SLICED && pools[i].kind != CUBE_POOL_EXCLUSIVE) {
-      return CUBE_INVALID("%s: pool %u has kind %d (must be sliced or exclusive)", name, i,
-                          (int)pools[i].kind);
-    }
-    if (pools[i].kind == CUBE_POOL_EXCLUSIVE && pools[i].max_alloc_size % storage->alignment) {
-      return CUBE_INVALID("%s: exclusive pool %u: max_alloc_size %" PRIu64
-                          " is not a multiple of the alignment %" PRIu64,
-                          name, i, pools[i].max_alloc_size, storage->alignment);
-    }
-  }
+  CUBE_RETURN_IF_ERROR(cube__mm_check_pools(name, pools, count, storage->alignment));
 
   cube__mm_t* mm = calloc(1, sizeof(*mm));
   char* name_copy = strdup(name);
@@ -96,12 +132,12 @@ cube_status_t cube__mm_create(const cube__mm_options_t* options, const cube__sto
   mm->name = name_copy;
   mm->storage = *storage;
   mm->alignment = storage->alignment;
-  mm->pool_count = count;
-  for (uint32_t i = 0; i < count; ++i) {
-    cube__pool_init(&mm->pools[i], &pools[i], mm->alignment, &mm->storage, mm);
-  }
+  mm->config = options->config;
+  mm->max_page_size = options->max_page_size;
+  cube__mm_init_pools(mm, pools, count);
   cube__pool_init_persistent(&mm->persistent, mm->alignment, &mm->storage, mm);
-  mm->last_pool = count;
+  mm->persistent.index = count;
+  snprintf(mm->persistent.name, sizeof(mm->persistent.name), "persistent pool");
   mm->policy = options->persistent;
   switch (options->persistent) {
     case CUBE__PERSISTENT_DISABLED:
@@ -132,8 +168,12 @@ void cube__mm_destroy(cube__mm_t* mm) {
 }
 
 /* cube__mm_recycle's other cases, out of line so that its usual one (onto
- * the spare list) calls nothing. */
+ * the spare list) calls nothing: a tainted descriptor, a full spare list,
+ * and tracking on (the release goes into the event ring first). */
 static __attribute__((noinline)) void cube__mm_recycle_slow(cube__mm_t* mm, cube__memory_t* m) {
+  if (cube__mem_tracking() && m->slice) cube__mm_track_release(mm, m->slice, m);
+  m->slice = NULL;
+  m->mm = NULL;
   /* Its contents go with it: a new buffer starts valid. */
   if (atomic_load_explicit(&m->taint, memory_order_relaxed) != NULL)
     cube__memory_set_taint(m, NULL);
@@ -148,11 +188,13 @@ static __attribute__((noinline)) void cube__mm_recycle_slow(cube__mm_t* mm, cube
 
 void cube__mm_recycle(cube__mm_t* mm, cube__memory_t* m) {
   if (__builtin_expect(atomic_load_explicit(&m->taint, memory_order_relaxed) != NULL ||
-                           mm->spare_count >= CUBE__MM_SPARE_DESCRIPTORS,
+                           mm->spare_count >= CUBE__MM_SPARE_DESCRIPTORS || cube__mem_tracking(),
                        0)) {
     cube__mm_recycle_slow(mm, m);
     return;
   }
+  m->slice = NULL;
+  m->mm = NULL;
   m->next_spare = mm->spare;
   mm->spare = m;
   mm->spare_count++;
@@ -397,6 +439,7 @@ static cube_status_t cube__mm_reserve_into(cube__mm_t* mm, uint64_t size, cube__
    * buffer from the persistent pool: it holds just the request. When that
    * fails too, its reason is the one to give: it is about the request's own
    * bytes, where the page's was about a page the caller never asked for. */
+  if (pool->cap_hit) return cube__mm_storage_oom(mm, pool, size, freed, status);
   bool exact_oom = false;
   cube_status_t exact = cube__pool_alloc(&mm->persistent, size, m, &exact_oom);
   if (exact == CUBE_OK) {
@@ -432,6 +475,39 @@ cube_status_t cube__mm_oom_locate(const cube__mm_t* mm, cube_status_t status, co
   return out;
 }
 
+/* Stamps |m| (tag of the thread's scope, time) and records the allocation:
+ * out of line, reached only while tracking is on. */
+static __attribute__((noinline, cold)) void cube__mm_track_alloc(cube__mm_t* mm,
+                                                                 cube__memory_t* m) {
+  const char* tag = cube__tag_current();
+  atomic_store_explicit(&m->tag, tag, memory_order_relaxed);
+  m->born_ns = cube__now_ns();
+  if (!mm->ring) return;
+  const cube__slice_t* s = m->slice;
+  cube__mem_event_t ev = {.t_ns = m->born_ns,
+                          .id = m->id,
+                          .size = s ? s->size : 0,
+                          .stream = mm->stream_id,
+                          .tag = tag,
+                          .memory = mm->name,
+                          .pool = s && s->page->pool ? s->page->pool->index : 0,
+                          .kind = CUBE__MEM_EVENT_ALLOC};
+  cube__mem_ring_push(mm->ring, &ev);
+}
+
+void cube__mm_track_release(cube__mm_t* mm, const cube__slice_t* s, cube__memory_t* m) {
+  if (!mm->ring) return;
+  cube__mem_event_t ev = {.t_ns = cube__now_ns(),
+                          .id = m->id,
+                          .size = s->size,
+                          .stream = mm->stream_id,
+                          .tag = atomic_load_explicit(&m->tag, memory_order_relaxed),
+                          .memory = mm->name,
+                          .pool = s->page->pool ? s->page->pool->index : 0,
+                          .kind = CUBE__MEM_EVENT_RELEASE};
+  cube__mem_ring_push(mm->ring, &ev);
+}
+
 cube_status_t cube__mm_reserve(cube__mm_t* mm, uint64_t size, cube__memory_t** out_memory) {
   if (!mm || !out_memory) return CUBE_INVALID("cube__mm_reserve: mm and out_memory are required");
   *out_memory = NULL;
@@ -445,6 +521,7 @@ cube_status_t cube__mm_reserve(cube__mm_t* mm, uint64_t size, cube__memory_t** o
     cube__memory_unref(m);
     return status;
   }
+  if (__builtin_expect(cube__mem_tracking(), 0)) cube__mm_track_alloc(mm, m);
   *out_memory = m;
   return CUBE_OK;
 }
@@ -455,10 +532,81 @@ cube_status_t cube__mm_reserve_bind(cube__mm_t* mm, uint64_t size, cube__memory_
     return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
                              "%s: memory %" PRIu64 " is already bound", mm->name, m->id);
   }
-  return cube__mm_reserve_into(mm, size, m);
+  cube_status_t status = cube__mm_reserve_into(mm, size, m);
+  if (status == CUBE_OK && cube__mem_tracking()) cube__mm_track_alloc(mm, m);
+  return status;
 }
 
 void cube__mm_rebind_storage(cube__mm_t* mm, const cube__storage_ops_t* storage) {
   /* The pools point at mm->storage, so updating the copy in place is enough. */
   if (mm && storage && storage->alignment == mm->storage.alignment) mm->storage = *storage;
+}
+
+//===----------------------------------------------------------------------===//
+// Planning
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__mm_install(cube__mm_t* mm, const cube__pool_options_t* pools, uint32_t count) {
+  cube__pool_options_t ladder[CUBE_MAX_POOLS];
+  if (!pools) {
+    count = cube__pool_ladder(mm->config, mm->max_page_size, mm->alignment, ladder);
+    pools = ladder;
+  }
+  CUBE_RETURN_IF_ERROR(cube__mm_check_pools(mm->name, pools, count, mm->alignment));
+  cube__mm_cleanup(mm, true);
+  cube_memory_usage_t u;
+  cube__mm_usage(mm, &u);
+  if (u.number_allocs > 0) {
+    char b[32];
+    return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
+                             "%s: %" PRIu64 " buffer%s (%s) still live: release them (and wait "
+                             "for the work using them) before installing pools",
+                             mm->name, u.number_allocs, u.number_allocs == 1 ? "" : "s",
+                             cube__format_bytes(u.bytes_in_use, b, sizeof(b)));
+  }
+  for (uint32_t i = 0; i < mm->pool_count; ++i) cube__pool_deinit(&mm->pools[i]);
+  cube__mm_init_pools(mm, pools, count);
+  mm->persistent.peak_reserved = mm->persistent.reserved;
+  cube__mm_set_measuring(mm, mm->measuring);
+  return CUBE_OK;
+}
+
+void cube__mm_set_measuring(cube__mm_t* mm, bool measuring) {
+  mm->measuring = measuring;
+  for (uint32_t i = 0; i < mm->pool_count; ++i) {
+    cube__pool_t* p = &mm->pools[i];
+    p->cap_enforced = p->capped && !measuring;
+    if (measuring) p->peak_reserved = p->reserved;
+  }
+  if (measuring) mm->persistent.peak_reserved = mm->persistent.reserved;
+}
+
+uint32_t cube__mm_pools(const cube__mm_t* mm, cube__pool_options_t* out, uint64_t* out_peaks) {
+  for (uint32_t i = 0; i < mm->pool_count; ++i) {
+    const cube__pool_t* p = &mm->pools[i];
+    memset(&out[i], 0, sizeof(out[i]));
+    out[i].kind = p->kind;
+    out[i].page_size = p->page_size;
+    out[i].max_alloc_size = p->max_alloc_size;
+    out[i].dealloc_period = p->dealloc_period;
+    out[i].alignment = p->alignment;
+    out[i].capped = p->capped;
+    out[i].cap = p->cap;
+    snprintf(out[i].name, sizeof(out[i].name), "%s", p->name);
+    if (out_peaks) out_peaks[i] = p->peak_reserved;
+  }
+  return mm->pool_count;
+}
+
+void cube__mm_set_ring(cube__mm_t* mm, struct cube__mem_ring* ring, uint64_t stream_id) {
+  mm->ring = ring;
+  mm->stream_id = stream_id;
+}
+
+const char* cube__mm_name(const cube__mm_t* mm) { return mm->name; }
+
+uint32_t cube__mm_pool_list(cube__mm_t* mm, cube__pool_t** out) {
+  for (uint32_t i = 0; i < mm->pool_count; ++i) out[i] = &mm->pools[i];
+  out[mm->pool_count] = &mm->persistent;
+  return mm->pool_count + 1;
 }

@@ -74,6 +74,11 @@ typedef struct cube__memory {
   atomic_uint_fast64_t auto_tag; /* the server's: the held step of automatic capture that
                                     used it last (src/server/graph_auto.c), 0: none */
   struct cube__memory* next_spare; /* the manager's: its list of descriptors to reuse */
+  /* Allocation tracking (memory/track.h): the tag (interned, NULL: none) and
+   * the time of the allocation (cube__now_ns, 0: not recorded). Stamped by
+   * the manager while tracking is on; the tag also by cube_handle_set_tag. */
+  _Atomic(const char*) tag;
+  uint64_t born_ns;
   bool external; /* memory cube did not allocate (cube__memory_create_external) */
 } cube__memory_t;
 
@@ -146,6 +151,12 @@ typedef struct cube__pool_options {
   uint64_t page_size;      /* sliced: page size (ignored for exclusive) */
   uint64_t max_alloc_size; /* sliced: max slice size; exclusive: max_alloc_size */
   uint64_t dealloc_period; /* exclusive: allocations between aging checks x5; 0 = never */
+  /* Installed configurations (cube_client_memory_install) only; zero in the
+   * ladders. */
+  uint64_t alignment; /* of slices inside a page; 0: the storage's */
+  bool capped;        /* the pool reserves at most |cap| bytes of storage */
+  uint64_t cap;
+  char name[32];      /* "" : "pool <index>" */
 } cube__pool_options_t;
 
 typedef enum cube__persistent_policy_e {
@@ -226,5 +237,58 @@ void cube__mm_rebind_storage(cube__mm_t* mm, const cube__storage_ops_t* storage)
 
 /* Bytes currently held from storage (sum of page sizes). */
 uint64_t cube__mm_reserved_bytes(const cube__mm_t* mm);
+
+/* Planning (docs/observability.md, "Memory planning") --------------------- */
+
+/* Replaces the dynamic pools with |pools| (|count| of them; NULL: the
+ * ladder of the options the manager was created with). FAILED_PRECONDITION
+ * naming the live buffers when any is left after an explicit cleanup (the
+ * persistent pool's included); INVALID_ARGUMENT for a pool that cannot be
+ * (checked as cube__mm_create does, plus alignment and caps). The manager
+ * is unchanged on failure. */
+cube_status_t cube__mm_install(cube__mm_t* mm, const cube__pool_options_t* pools, uint32_t count);
+
+/* Measuring mode: caps are not enforced, and every pool's peak restarts at
+ * what it holds now. */
+void cube__mm_set_measuring(cube__mm_t* mm, bool measuring);
+
+/* The dynamic pools' options (|out| of CUBE_MAX_POOLS - 1), with cap and
+ * capped as installed, and each pool's peak of reserved bytes since the
+ * manager was made, installed or set measuring, in |out_peaks| (may be
+ * NULL). Returns the count. */
+uint32_t cube__mm_pools(const cube__mm_t* mm, cube__pool_options_t* out, uint64_t* out_peaks);
+
+/* Tracking (memory/track.h): events of this manager go into |ring| (NULL:
+ * none), naming stream |stream_id|. */
+struct cube__mem_ring;
+void cube__mm_set_ring(cube__mm_t* mm, struct cube__mem_ring* ring, uint64_t stream_id);
+
+/* The manager's name ("device memory"). */
+const char* cube__mm_name(const cube__mm_t* mm);
+
+/* Snapshots (memory/snapshot.c) ------------------------------------------- */
+
+/* Bytes and count of live allocations per tag. */
+typedef struct cube__tag_total {
+  const char* tag; /* interned; NULL: untagged */
+  uint64_t bytes;  /* requested sizes */
+  uint64_t count;
+} cube__tag_total_t;
+
+/* Adds |mm|'s live allocations to |totals| (|*count| entries used of
+ * |cap| >= 2): a tag not there yet takes a new entry, and once only one is
+ * left, tags without an entry share that last one, tagged "(other tags)". */
+void cube__mm_tag_totals(cube__mm_t* mm, cube__tag_total_t* totals, uint32_t* count, uint32_t cap);
+
+/* Sorts |totals| by bytes, largest first. */
+void cube__tag_totals_sort(cube__tag_total_t* totals, uint32_t count);
+
+/* Appends |mm|'s pools (with their pages and slices) to the cJSON array
+ * |pools| and its live allocations to |allocations| (cJSON*; void* here so
+ * that this header needs no cJSON), for stream |stream_id|, ages against
+ * |now_ns|. Scans for free slices first (as cube__mm_usage), so that the
+ * figures equal cube__mm_usage's. False when host memory ran out. */
+bool cube__mm_snapshot(cube__mm_t* mm, uint64_t stream_id, uint64_t now_ns, void* pools,
+                       void* allocations);
 
 #endif /* CUBE_MEMORY_MEMORY_H_ */

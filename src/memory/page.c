@@ -27,10 +27,8 @@ bool cube__slice_check_free(cube__slice_t* s) {
     return true;
   }
   /* The descriptor is ours alone: the manager reuses it (no atomic needed
-   * to drop the pool's reference). */
+   * to drop the pool's reference) and unbinds it (m->slice and m->mm). */
   s->memory = NULL;
-  m->slice = NULL;
-  m->mm = NULL;
   cube__mm_recycle(mm, m);
   return true;
 }

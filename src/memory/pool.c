@@ -1,5 +1,7 @@
 /* What the three pool kinds share: the page array, storage allocation,
  * usage and reports, and dispatch by kind. */
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +24,11 @@ void cube__pool_init(cube__pool_t* pool, const cube__pool_options_t* options, ui
   pool->max_alloc_size = options->max_alloc_size;
   pool->dealloc_period = options->dealloc_period;
   pool->cur_avg_size = (double)options->max_alloc_size / 2.0;
+  if (options->alignment) pool->alignment = options->alignment;
+  pool->capped = options->capped;
+  pool->cap_enforced = options->capped;
+  pool->cap = options->cap;
+  if (options->name[0]) snprintf(pool->name, sizeof(pool->name), "%s", options->name);
 }
 
 void cube__pool_init_persistent(cube__pool_t* pool, uint64_t alignment,
@@ -183,6 +190,21 @@ cube_status_t cube__pool_reserve_page_slot(cube__pool_t* pool) {
 cube_status_t cube__pool_add_page(cube__pool_t* pool, uint64_t bytes, cube__page_t** out_page,
                                   bool* out_storage_oom) {
   *out_storage_oom = false;
+  pool->cap_hit = false;
+  if (pool->cap_enforced && (bytes > pool->cap || pool->reserved > pool->cap - bytes)) {
+    /* An out-of-memory of the storage as far as the manager is concerned:
+     * it cleans up and tries once more, then reports this. */
+    char c[32], r[32], b[32];
+    *out_storage_oom = true;
+    pool->cap_hit = true;
+    pool->failed_bytes = bytes;
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY,
+                             "%s is capped at %s (%" PRIu64 " bytes): %s reserved + %s more "
+                             "would exceed its cap",
+                             pool->name, cube__format_bytes(pool->cap, c, sizeof(c)), pool->cap,
+                             cube__format_bytes(pool->reserved, r, sizeof(r)),
+                             cube__format_bytes(bytes, b, sizeof(b)));
+  }
   CUBE_RETURN_IF_ERROR(cube__pool_reserve_page_slot(pool));
   cube__storage_t storage;
   memset(&storage, 0, sizeof(storage));
@@ -201,6 +223,7 @@ cube_status_t cube__pool_add_page(cube__pool_t* pool, uint64_t bytes, cube__page
   pool->pages[pool->page_count++] = page;
   if (pool->page_count > pool->pages_peak) pool->pages_peak = pool->page_count;
   pool->reserved += page->storage.size;
+  if (pool->reserved > pool->peak_reserved) pool->peak_reserved = pool->reserved;
   *out_page = page;
   return CUBE_OK;
 }

@@ -138,6 +138,17 @@ struct cube__pool {
   uint64_t reserved; /* sum of storage sizes of |pages| */
   uint64_t failed_bytes; /* the storage size of the last page that could not be had */
 
+  /* Planning (cube__mm_install): at most |cap| bytes reserved when capped,
+   * enforced unless the manager measures; the most reserved at once since
+   * the pool was made or its manager set measuring; a name for messages. */
+  bool capped;
+  bool cap_enforced;
+  bool cap_hit; /* the last cube__pool_add_page failed on the cap */
+  uint64_t cap;
+  uint64_t peak_reserved;
+  uint32_t index; /* in its manager's report */
+  char name[32];  /* "pool 3" unless installed with one */
+
   cube__bucket_t* buckets; /* persistent: sorted by effective_size */
   uint32_t bucket_count;
   uint32_t bucket_cap;
@@ -151,9 +162,18 @@ struct cube__pool {
 
 #define CUBE__POOL_SPARE_SLICES 64u
 
-/* Takes a descriptor whose only reference left is the pool's (just detached
- * by cube__slice_check_free) for reuse, or frees it (manager.c). */
+/* Takes a descriptor whose only reference left is the pool's (its slice
+ * just freed by cube__slice_check_free: m->slice still points at it) for
+ * reuse, unbinding it, or frees it (manager.c). */
 void cube__mm_recycle(cube__mm_t* mm, cube__memory_t* m);
+
+/* Records the release of slice |s| of descriptor |m| into |mm|'s event
+ * ring (cube__mm_recycle while tracking is on). */
+void cube__mm_track_release(cube__mm_t* mm, const cube__slice_t* s, cube__memory_t* m);
+
+/* Every pool of |mm| in report order (dynamic pools, then the persistent
+ * one) into |out| (capacity CUBE_MAX_POOLS); returns the count. */
+uint32_t cube__mm_pool_list(cube__mm_t* mm, cube__pool_t** out);
 
 /* |options| describes a sliced or exclusive pool; persistent pools use
  * cube__pool_init_persistent. */

@@ -22,6 +22,8 @@ static void cube__server_destroy(void* state) {
   }
   cube__backend_device_destroy(&s->be);
   cube__profiler_deinit(&s->profiler);
+  cube__mem_ring_deinit(&s->mem_ring);
+  free(s->installed);
   pthread_mutex_destroy(&s->streams_lock);
   free(s);
 }
@@ -31,6 +33,7 @@ static cube_status_t cube__server_create(cube__device_key_t key, void* arg, void
   cube__server_t* s = calloc(1, sizeof(*s));
   if (!s) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "server: no host memory");
   pthread_mutex_init(&s->streams_lock, NULL);
+  cube__mem_ring_init(&s->mem_ring);
   s->id = (cube_device_id_t){(cube_backend_t)key.type, key.index};
   if (in) s->options = *in;
   cube_status_t status = CUBE_OK;

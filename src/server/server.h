@@ -35,6 +35,7 @@
 #include "backends/backend.h"
 #include "cube/client.h"
 #include "memory/memory.h"
+#include "memory/track.h"
 #include "platform/platform.h"
 #include "profile/profiler.h"
 #include "queue/device_queue.h"
@@ -55,7 +56,29 @@ struct cube__server {
   atomic_uint_fast64_t device_reserved; /* storage bytes held by every stream */
   uint64_t memory_limit;                /* 0 = none */
   cube__profiler_t profiler;
+  cube__mem_ring_t mem_ring; /* allocation events of every stream (memory/track.h) */
+  /* Memory planning (memory_plan.c), guarded by streams_lock: the pools
+   * installed (NULL: the ladder) that new streams take, and measuring mode. */
+  cube__pool_options_t* installed;
+  uint32_t installed_count;
+  bool measuring;
 };
+
+/* Memory snapshots, ledger and planning (server/memory_plan.c) ------------ */
+
+/* The device's snapshot document (cube_client_memory_snapshot_json);
+ * *out is malloc'd. */
+cube_status_t cube__server_snapshot(cube__server_t* s, const char* fn, char** out);
+/* Live bytes per tag over every stream's device pools, largest first. */
+uint32_t cube__server_tag_totals(cube__server_t* s, cube__tag_total_t* totals, uint32_t cap);
+/* The ledger (cube_memory_ledger_t). */
+cube_status_t cube__server_ledger(cube__server_t* s, cube_memory_ledger_t* out);
+/* cube_client_memory_install / _pools / _measure_begin / _measure_end. */
+cube_status_t cube__server_install(cube__server_t* s, const char* fn,
+                                   const cube__pool_options_t* pools, uint32_t count);
+uint32_t cube__server_pools(cube__server_t* s, cube__pool_options_t* out);
+cube_status_t cube__server_measure(cube__server_t* s, const char* fn, bool begin,
+                                   cube__pool_options_t* out_plan, uint32_t* out_count);
 
 /* The server of |device|: created on first use. With |insert| (CubeCL's init)
  * the server must not exist yet: exactly one of several concurrent inserts

@@ -204,6 +204,13 @@ static cube_status_t cube__stream_create(cube__server_t* s, uint64_t id, uint32_
     o.persistent = CUBE__PERSISTENT_DISABLED;
     status = cube__mm_create(&o, &st->host_ops, &st->pinned);
   }
+  /* Called under the server's streams_lock: the installed pools are stable. */
+  if (!status && s->installed) status = cube__mm_install(st->mm, s->installed, s->installed_count);
+  if (!status) {
+    cube__mm_set_measuring(st->mm, s->measuring);
+    cube__mm_set_ring(st->mm, &s->mem_ring, id);
+    if (st->pinned) cube__mm_set_ring(st->pinned, &s->mem_ring, id);
+  }
   if (!status) status = cube__backend_stream_create(&s->be, id, &st->backend_stream);
   if (!status && cube__server_auto(s)) status = cube__auto_create(st, &st->auto_state);
   if (status) {
@@ -373,6 +380,33 @@ const char* cube__stream_where(const cube__stream_t* st, char* buf, size_t n) {
   return buf;
 }
 
+/* |status| (out of memory, carrying a report) with a last line naming the
+ * largest holders of the device's memory by tag (docs/errors.md, "Out of
+ * memory"):
+ *   "\n  largest holders by tag: weights 40.00 MiB in 3 buffers, (untagged) ..." */
+static cube_status_t cube__stream_oom_holders(cube__server_t* s, cube_status_t status) {
+  cube__tag_total_t t[16];
+  uint32_t n = cube__server_tag_totals(s, t, 16);
+  uint64_t requested = 0;
+  if (n == 0 || !cube_status_oom_report(status, &requested, NULL)) return status;
+  char line[768];
+  size_t len = (size_t)snprintf(line, sizeof(line), "\n  largest holders by tag:");
+  for (uint32_t i = 0; i < n && i < 5 && len < sizeof(line); ++i) {
+    char b[32];
+    int k = snprintf(line + len, sizeof(line) - len, "%s %s %s in %" PRIu64 " buffer%s",
+                     i ? "," : "", t[i].tag ? t[i].tag : "(untagged)",
+                     cube__format_bytes(t[i].bytes, b, sizeof(b)), t[i].count,
+                     t[i].count == 1 ? "" : "s");
+    if (k < 0) break;
+    len += (size_t)k;
+  }
+  cube_status_t out = cube__status_oom(requested, cube__status_oom_report_mut(status), "%s%s",
+                                       cube_status_message(status), line);
+  if (!cube_status_oom_report(out, NULL, NULL)) return status; /* the static status */
+  cube_status_free(status);
+  return out;
+}
+
 /* A failed reservation of cube__stream_alloc, out of its path (which a pool
  * hit takes): the report of an out-of-memory failure, and automatic
  * capture's second chance. Automatic capture never refuses what eager
@@ -408,7 +442,16 @@ __attribute__((noinline, cold)) static cube_status_t cube__stream_alloc_failed(
       r->device_reserved = atomic_load(&s->device_reserved);
       r->memory_limit = s->memory_limit;
     }
-    return status;
+    if (cube__mem_tracking()) {
+      cube__mem_event_t ev = {.t_ns = cube__now_ns(),
+                              .size = size,
+                              .stream = st->id,
+                              .tag = cube__tag_current(),
+                              .memory = cube__mm_name(st->mm),
+                              .kind = CUBE__MEM_EVENT_OOM};
+      cube__mem_ring_push(&s->mem_ring, &ev);
+    }
+    return cube__stream_oom_holders(s, status);
   }
   return cube__status_annotate(status, "%s", what);
 }

@@ -87,6 +87,12 @@ static struct {
   unsigned delay_us, h2d_delay_us;
   mock_stream_t* streams;
   int ctx_tag[MOCK_MAX_DEVICES];
+  /* What cuMemGetInfo counts besides |used| (as a driver does): the primary
+   * context once retained (CUBE_MOCK_CUDA_CONTEXT_BYTES, default 8 MiB) and
+   * MOCK_MODULE_BYTES per loaded module. */
+  bool ctx_retained[MOCK_MAX_DEVICES];
+  uint64_t ctx_bytes;
+  uint64_t modules[MOCK_MAX_DEVICES];
   /* pinned allocations: a small table */
   struct { char* p; size_t n; } pinned[4096];
   int pinned_count;
@@ -95,6 +101,8 @@ static struct {
 
 static _Thread_local int mock_current = -1;      /* device of the current context, -1: none or foreign */
 static _Thread_local CUcontext mock_current_ctx; /* as set, foreign ones included */
+
+#define MOCK_MODULE_BYTES (64ull << 10)
 
 /* Device allocations: size kept in a header before the block. */
 typedef struct { uint64_t size; int device; int magic; } mock_hdr_t;
@@ -286,6 +294,8 @@ static CUresult m_cuInit(unsigned int flags) {
   if (mock.devices > MOCK_MAX_DEVICES) mock.devices = MOCK_MAX_DEVICES;
   v = getenv("CUBE_MOCK_CUDA_MEMORY");
   mock.memory = v ? strtoull(v, NULL, 10) : (1ull << 30);
+  v = getenv("CUBE_MOCK_CUDA_CONTEXT_BYTES");
+  mock.ctx_bytes = v ? strtoull(v, NULL, 10) : (8ull << 20);
   v = getenv("CUBE_MOCK_CUDA_DELAY_US");
   mock.delay_us = v ? (unsigned)atoi(v) : 0;
   mock_trace = getenv("CUBE_MOCK_CUDA_TRACE") != NULL;
@@ -327,6 +337,9 @@ static CUresult m_cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d)
 }
 static CUresult m_cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
   *c = (CUcontext)&mock.ctx_tag[d];
+  pthread_mutex_lock(&mock.lock);
+  mock.ctx_retained[d] = true;
+  pthread_mutex_unlock(&mock.lock);
   return CUDA_SUCCESS;
 }
 static CUresult m_cuCtxSetCurrent(CUcontext c) {
@@ -535,8 +548,10 @@ static CUresult m_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
 static CUresult m_cuMemGetInfo(size_t* f, size_t* t) {
   pthread_mutex_lock(&mock.lock);
   int d = mock_current < 0 ? 0 : mock_current;
+  uint64_t used = mock.used[d] + (mock.ctx_retained[d] ? mock.ctx_bytes : 0) +
+                  mock.modules[d] * MOCK_MODULE_BYTES;
   *t = (size_t)mock.memory;
-  *f = (size_t)(mock.memory - mock.used[d]);
+  *f = (size_t)(used < mock.memory ? mock.memory - used : 0);
   pthread_mutex_unlock(&mock.lock);
   return CUDA_SUCCESS;
 }
@@ -669,8 +684,21 @@ static CUresult m_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUst
 static int mock_module_tag, mock_function_tag;
 static CUresult m_cuModuleLoadData(CUmodule* m, const void* image) {
   (void)image;
-  MOCK_FAULT("cuModuleLoadData", CUDA_ERROR_INVALID_IMAGE); *m = (CUmodule)&mock_module_tag; return CUDA_SUCCESS; }
-static CUresult m_cuModuleUnload(CUmodule m) { (void)m; return CUDA_SUCCESS; }
+  MOCK_FAULT("cuModuleLoadData", CUDA_ERROR_INVALID_IMAGE);
+  pthread_mutex_lock(&mock.lock);
+  mock.modules[mock_current < 0 ? 0 : mock_current]++;
+  pthread_mutex_unlock(&mock.lock);
+  *m = (CUmodule)&mock_module_tag;
+  return CUDA_SUCCESS;
+}
+static CUresult m_cuModuleUnload(CUmodule m) {
+  (void)m;
+  pthread_mutex_lock(&mock.lock);
+  int d = mock_current < 0 ? 0 : mock_current;
+  if (mock.modules[d]) mock.modules[d]--;
+  pthread_mutex_unlock(&mock.lock);
+  return CUDA_SUCCESS;
+}
 static CUresult m_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) { (void)m; (void)name; *f = (CUfunction)&mock_function_tag; return CUDA_SUCCESS; }
 /* CUBE_MOCK_CUDA_FUNC_MAX_THREADS: the threads per block a function allows
  * (a real one's register use can make it fewer than the device's 1024). */

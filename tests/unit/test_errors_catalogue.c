@@ -1058,6 +1058,20 @@ static cube_status_t load_try(cube_device_id_t d) {
   X("E425", "cube_client_from_dlpack_legacy", "tensor NULL", INV,                                \
     cube_client_from_dlpack_legacy(c, NULL, 0, &h), "cube_client_from_dlpack_legacy", "tensor is NULL")
 
+#define G_MEMVIEW(X, V) \
+  X("E428", "cube_memory_tag_push", "client NULL", INV, cube_memory_tag_push(NULL, "w"), "cube_memory_tag_push", "client is NULL") \
+  X("E429", "cube_memory_tag_push", "tag NULL", INV, cube_memory_tag_push(c, NULL), "cube_memory_tag_push", "tag is NULL") \
+  X("E430", "cube_memory_tag_push", "tag \"\"", INV, cube_memory_tag_push(c, ""), "cube_memory_tag_push", "empty") \
+  X("E431", "cube_memory_tag_push", "a tag of 64 bytes", INV, cube_memory_tag_push(c, long_tag()), "cube_memory_tag_push", "longer than 63 bytes") \
+  X("E432", "cube_memory_tag_pop", "no scope open", PRECOND, cube_memory_tag_pop(c), "cube_memory_tag_pop", "no tag scope is open") \
+  X("E433", "cube_handle_set_tag", "the null handle", INV, cube_handle_set_tag(CUBE_HANDLE_NULL, "w"), "cube_handle_set_tag", "null handle") \
+  X("E434", "cube_client_memory_snapshot", "path NULL", INV, cube_client_memory_snapshot(c, NULL), "cube_client_memory_snapshot", "path is NULL") \
+  X("E435", "cube_client_memory_snapshot_json", "out_json NULL", INV, cube_client_memory_snapshot_json(c, NULL), "cube_client_memory_snapshot_json", "out_json") \
+  X("E436", "cube_client_memory_ledger", "out_ledger NULL", INV, cube_client_memory_ledger(c, NULL), "cube_client_memory_ledger", "out_ledger") \
+  X("E437", "cube_client_memory_install", "pool_count 0", INV, cube_client_memory_install(c, &no_pools), "cube_client_memory_install", "pool_count 0") \
+  X("E438", "cube_client_memory_install", "a buffer live", PRECOND, cube_client_memory_install(c, NULL), "cube_client_memory_install", "1 live buffer", "before installing pools") \
+  X("E439", "cube_client_memory_measure_end", "not measuring", PRECOND, cube_client_memory_measure_end(c, NULL), "cube_client_memory_measure_end", "not measuring")
+
 //===----------------------------------------------------------------------===//
 // The table
 //===----------------------------------------------------------------------===//
@@ -1152,6 +1166,9 @@ static const row_t k_rows[] = {
 #undef group_name_
 #define group_name_ "dlpack"
     G_DLPACK(TABLE_X, TABLE_V)
+#undef group_name_
+#define group_name_ "memview"
+    G_MEMVIEW(TABLE_X, TABLE_V)
 #undef group_name_
 };
 #define ROW_COUNT (sizeof(k_rows) / sizeof(k_rows[0]))
@@ -1931,6 +1948,29 @@ CUBE_TEST(dlpack) {
   cube_handle_release(h64);
   cube_client_release(c);
   group_done("dlpack");
+}
+
+/* A tag one byte longer than cube accepts. */
+static const char* long_tag(void) {
+  static char t[65];
+  memset(t, 'x', 64);
+  t[64] = '\0';
+  return t;
+}
+
+/* Tags, snapshots, the ledger and planning (cube/memory.h). */
+CUBE_TEST(memview) {
+  cube_client_t* c = client_or_null(cpu0());
+  REQUIRE(c != NULL);
+  cube_stream_id_t sid = cube_stream_id_new();
+  cube_client_set_stream(c, sid);
+  cube_memory_pools_t no_pools = {0};
+  cube_handle_t h64 = CUBE_HANDLE_NULL;
+  REQUIRE_OK(cube_client_empty(c, 64, &h64)); /* live: an install is refused */
+  G_MEMVIEW(CHECK_X, CHECK_V)
+  cube_handle_release(h64);
+  cube_client_release(c);
+  group_done("memview");
 }
 
 //===----------------------------------------------------------------------===//

@@ -73,11 +73,11 @@ static cube_memory_usage_t usage_of(cube__mm_t* mm) {
 }
 
 static cube__pool_options_t sliced(uint64_t page, uint64_t max_slice) {
-  return (cube__pool_options_t){CUBE_POOL_SLICED, page, max_slice, 0};
+  return (cube__pool_options_t){.kind = CUBE_POOL_SLICED, .page_size = page, .max_alloc_size = max_slice};
 }
 
 static cube__pool_options_t exclusive(uint64_t max_alloc, uint64_t period) {
-  return (cube__pool_options_t){CUBE_POOL_EXCLUSIVE, 0, max_alloc, period};
+  return (cube__pool_options_t){.kind = CUBE_POOL_EXCLUSIVE, .max_alloc_size = max_alloc, .dealloc_period = period};
 }
 
 static uint64_t storage_id_of(const cube__memory_t* m) {
@@ -1061,7 +1061,7 @@ CUBE_TEST(create_rejects_bad_options) {
   CHECK(mm == NULL);
   o.custom_count = 0;
   CHECK_STATUS(cube__mm_create(&o, &ts.ops, &mm), CUBE_STATUS_INVALID_ARGUMENT, "custom pools");
-  cube__pool_options_t kind[] = {{CUBE_POOL_PERSISTENT, 0, 0, 0}};
+  cube__pool_options_t kind[] = {{.kind = CUBE_POOL_PERSISTENT}};
   o.custom = kind;
   o.custom_count = 1;
   CHECK_STATUS(cube__mm_create(&o, &ts.ops, &mm), CUBE_STATUS_INVALID_ARGUMENT, "kind");

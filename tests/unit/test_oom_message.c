@@ -63,12 +63,16 @@ static void check_oom(cube_status_t s, const char* fn, uint64_t requested, uint6
 
   uint64_t got = 0;
   cube_memory_report_t r;
+  r.struct_size = sizeof(r); /* an output struct: its size first (cube/cube.h) */
   CHECK(cube_status_oom_report(s, &got, &r));
   CHECK_EQ_U64(got, requested);
   CHECK_EQ_U64(r.memory_limit, limit);
   REQUIRE(r.pool_count > 1 && r.pool_count <= CUBE_MAX_POOLS);
-  /* Then exactly one line per pool, in order. */
-  CHECK_EQ_U64(count_lines(msg), 1 + r.pool_count);
+  /* Then exactly one line per pool, in order, and while buffers are live a
+   * last line naming the largest holders by tag. */
+  const char* holders = strstr(msg, "\n  largest holders by tag: ");
+  CHECK_EQ_U64(count_lines(msg), 1 + r.pool_count + (holders ? 1 : 0));
+  if (holders) CHECK(strchr(holders + 1, '\n') == NULL); /* the last line */
   const char* p = strchr(msg, '\n');
   for (uint32_t i = 0; i < r.pool_count && p; ++i) {
     char head[32];

@@ -20,6 +20,7 @@
 #define CUBE_BACKENDS_CUDA_CUDA_BACKEND_INTERNAL_H_
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -66,6 +67,11 @@ typedef struct cube__cuda_module {
 
 struct cube__backend_device {
   uint32_t index;
+  /* The memory ledger (CUBE__CTL_MEMORY_INFO): what the driver reported used
+   * right after the context was retained, and the bytes of the module images
+   * loaded now. */
+  uint64_t used_at_open;
+  atomic_uint_fast64_t module_bytes;
   const cube__cuda_driver_t* cu;
   CUdevice dev;
   CUcontext ctx;

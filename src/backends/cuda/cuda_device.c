@@ -173,6 +173,9 @@ cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_options
   }
   {
     CUBE__CUDA_SCOPE(d->ctx);
+    size_t free_b = 0, total_b = 0;
+    if (cu->MemGetInfo(&free_b, &total_b) == CUDA_SUCCESS && total_b >= free_b)
+      d->used_at_open = total_b - free_b;
     st = cube__cuda_device_read(d, index, &prm, p, out_features, out_info, count);
   }
   if (st) goto fail;

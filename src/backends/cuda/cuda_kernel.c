@@ -337,6 +337,7 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
         st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "kernel '%s': no host memory", k->name);
       } else {
         d->modules = grown;
+        atomic_fetch_add_explicit(&d->module_bytes, cubin->size, memory_order_relaxed);
         mod = &d->modules[d->module_count++];
         mod->key = key;
         mod->module = m;

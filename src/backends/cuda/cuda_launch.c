@@ -147,6 +147,22 @@ cube_status_t cube__cuda_ctl(cube__backend_device_t* d, void* stream, uint32_t o
       cube__cuda_identity(d, t->buf, t->size);
       return CUBE_OK;
     }
+    case CUBE__CTL_MEMORY_INFO: {
+      cube__backend_memory_info_t* mi = arg;
+      size_t free_b = 0, total_b = 0;
+      CUresult r;
+      {
+        CUBE__CUDA_SCOPE(d->ctx);
+        r = d->cu->MemGetInfo(&free_b, &total_b);
+      }
+      if (r != CUDA_SUCCESS)
+        return cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuMemGetInfo", d->index);
+      mi->used = total_b >= free_b ? total_b - free_b : 0;
+      mi->total = total_b;
+      mi->context = d->used_at_open + (d->bounds_dev ? 64u : 0u); /* the bounds flag */
+      mi->modules = atomic_load_explicit(&d->module_bytes, memory_order_relaxed);
+      return CUBE_OK;
+    }
     case CUBE__CTL_DLPACK_DEVICE:
       ((int32_t*)arg)[0] = 2; /* kDLCUDA */
       ((int32_t*)arg)[1] = (int32_t)d->index;
