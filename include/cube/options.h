@@ -170,6 +170,9 @@ typedef enum cube_option_e {
   CUBE_OPTION_COMPILE_TIMEOUT,
   CUBE_OPTION_TUNE,
   CUBE_OPTION_TUNE_BUDGET,
+  CUBE_OPTION_TRACE,
+  CUBE_OPTION_TRACE_RECORDS,
+  CUBE_OPTION_COMPILE_NOTICE,
 } cube_option_t;
 
 typedef enum cube_option_type_e {

@@ -124,7 +124,13 @@
   X(TUNE, ENUM, PROCESS, AT_USE, "on", "on", 0, 0, 0, "on|off|1=on|0=off", NULL,                  \
     "off: tunable operations launch their default candidate and tune nothing")                  \
   X(TUNE_BUDGET, SECONDS, PROCESS, AT_USE, "10", "10", 0, 1e6, 0, NULL, NULL,                     \
-    "seconds the tuning of one key may spend measuring candidates (an operation may set less)")
+    "seconds the tuning of one key may spend measuring candidates (an operation may set less)")   \
+  X(TRACE, PATH, PROCESS, ONCE, NULL, "none", 0, 4095, 0, NULL, NULL,                             \
+    "record a trace (Chrome trace-event JSON) written to this file at exit; %p: the process id")\
+  X(TRACE_RECORDS, U32, PROCESS, AT_USE, "65536", "65536", 16, 16777216, 0, NULL, NULL,          \
+    "records a trace keeps (a ring: the oldest are dropped and counted when it is full)")         \
+  X(COMPILE_NOTICE, SECONDS, PROCESS, AT_USE, "1", "1", 0, 1e6, 0, NULL, NULL,                    \
+    "seconds a kernel compile runs before it is logged (when it passes them and when it ends)")
 
 /* CUBE__OPT_<ID>: the same numbers as the public CUBE_OPTION_<ID>. */
 typedef enum cube__option_id {
