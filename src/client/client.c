@@ -149,6 +149,9 @@ cube_status_t cube_client_profile_summary(cube_client_t* c, cube_profile_summary
   if (out_summary->struct_size && out_summary->struct_size < need)
     return CUBE_INVALID("%s: out_summary->struct_size %zu does not reach past rows (%zu bytes)",
                         fn, out_summary->struct_size, need);
+  cube__stream_t* st;
+  CUBE_RETURN_IF_ERROR(cube__client_stream(c, &st));
+  CUBE_RETURN_IF_ERROR(cube__server_timing_poll(st));
   cube_profile_summary_t sum;
   if (!cube__profiler_snapshot(&c->server->profiler, (flags & CUBE_PROFILE_SUMMARY_RESET) != 0,
                                &sum))

@@ -450,6 +450,17 @@ cube_status_t cube__server_lend_order(cube__stream_t* st, cube__memory_t* mem, v
   return cube__submit_blocking(st->server->service, st->id, cube__lend_order_run, &o);
 }
 
+static cube_status_t cube__timing_poll_task_run(void* state, void* payload) {
+  (void)state;
+  cube__timing_poll((cube__stream_t*)payload, false);
+  return CUBE_OK;
+}
+
+cube_status_t cube__server_timing_poll(cube__stream_t* st) {
+  if (!st->timing) return CUBE_OK; /* nothing was timed with events */
+  return cube__submit_blocking(st->server->service, st->id, cube__timing_poll_task_run, st);
+}
+
 cube_status_t cube__server_barrier(cube__stream_t* st) {
   return cube__submit_blocking(st->server->service, st->id, cube__noop_task_run, NULL);
 }
