@@ -60,15 +60,15 @@ static void cube__timing_deliver(cube__stream_t* st, cube__trace_kind_t kind, co
   }
   if (cube__trace_on()) {
     cube__trace_record_t r;
-    memset(&r, 0, sizeof(r));
     r.ts_ns = ts;
     r.dur_ns = ns;
     r.pid = cube__trace_device_pid(s->id);
     r.tid = st->id;
     r.kind = (uint32_t)kind;
     memcpy(r.a, a, sizeof(r.a));
-    snprintf(r.name, sizeof(r.name), "%s", name);
-    snprintf(r.detail, sizeof(r.detail), "%s", clock);
+    r.f[0] = r.f[1] = 0.0;
+    cube__trace_copy_name(r.name, sizeof(r.name), name);
+    cube__trace_copy_name(r.detail, sizeof(r.detail), clock);
     cube__trace_emit(&r);
   }
 }

@@ -13,6 +13,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cube/device.h"
@@ -60,6 +61,16 @@ static inline bool cube__trace_on(void) {
 /* 1 + backend * 256 + index: a device's track group. */
 static inline uint32_t cube__trace_device_pid(cube_device_id_t d) {
   return 1u + (uint32_t)d.backend * 256u + (d.index & 255u);
+}
+
+/* Copies |src| into |dst| (of |size| bytes), cut and terminated: the
+ * record's strings without snprintf's cost on the launch path. */
+static inline void cube__trace_copy_name(char* dst, size_t size, const char* src) {
+  size_t n = 0;
+  if (src)
+    while (n + 1 < size && src[n]) ++n;
+  __builtin_memcpy(dst, src ? src : "", n);
+  dst[n] = 0;
 }
 
 /* The calling thread's id (the host track's tid). */
