@@ -207,23 +207,41 @@ typedef struct cube__trace_range {
   char name[80];
 } cube__trace_range_t;
 
-static _Thread_local cube__trace_range_t g_ranges[CUBE__TRACE_RANGE_DEPTH];
-static _Thread_local uint32_t g_range_depth; /* pushes not yet popped, also past the limit */
+/* Each thread's open ranges, on the heap (a thread's first push allocates
+ * them; a pthread key frees them when the thread ends): a static TLS array
+ * of this size would not fit the surplus that a dlopen'd library gets. */
+typedef struct cube__trace_ranges {
+  uint32_t depth; /* pushes not yet popped, also past the limit */
+  cube__trace_range_t open[CUBE__TRACE_RANGE_DEPTH];
+} cube__trace_ranges_t;
+
+static pthread_key_t g_range_key;
+static pthread_once_t g_range_once = PTHREAD_ONCE_INIT;
+static _Thread_local cube__trace_ranges_t* g_ranges;
+
+static void cube__trace_range_key(void) { (void)pthread_key_create(&g_range_key, free); }
 
 void cube_trace_range_push(const char* name) {
   if (!cube__trace_on()) return;
-  uint32_t d = g_range_depth++;
+  if (!g_ranges) {
+    pthread_once(&g_range_once, cube__trace_range_key);
+    g_ranges = calloc(1, sizeof(*g_ranges));
+    if (!g_ranges) return;
+    (void)pthread_setspecific(g_range_key, g_ranges);
+  }
+  uint32_t d = g_ranges->depth++;
   if (d >= CUBE__TRACE_RANGE_DEPTH) return;
-  snprintf(g_ranges[d].name, sizeof(g_ranges[d].name), "%s", name ? name : "range");
-  g_ranges[d].start_ns = cube__now_ns();
+  cube__trace_copy_name(g_ranges->open[d].name, sizeof(g_ranges->open[d].name),
+                        name ? name : "range");
+  g_ranges->open[d].start_ns = cube__now_ns();
 }
 
 void cube_trace_range_pop(void) {
-  if (!g_range_depth) return;
-  uint32_t d = --g_range_depth;
+  if (!g_ranges || !g_ranges->depth) return;
+  uint32_t d = --g_ranges->depth;
   if (d >= CUBE__TRACE_RANGE_DEPTH || !cube__trace_on()) return;
   uint64_t now = cube__now_ns();
-  const cube__trace_range_t* r = &g_ranges[d];
+  const cube__trace_range_t* r = &g_ranges->open[d];
   cube__trace_host(CUBE__TRACE_RANGE, r->name, r->start_ns,
                    now > r->start_ns ? now - r->start_ns : 0, d);
 }

@@ -311,19 +311,23 @@ CUBE_TEST(trace_profiled_launch_duration) {
   REQUIRE(doc != NULL);
   const cJSON* events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
   int seen = 0;
+  double best = 0.0; /* the largest share of its bracket a record took */
   const cJSON* e;
   cJSON_ArrayForEach(e, events) {
     if (strcmp(cts_str(e, "cat"), "kernel") != 0) continue;
     double dur_ns = cts_num(e, "dur") * 1000.0;
-    uint64_t b = brackets[seen < 3 ? seen : 2];
-    /* Inside the bracket (plus the clocks' resolution), and not a sliver of it. */
-    CHECK(dur_ns <= (double)b + 2000.0);
-    CHECK(dur_ns >= 0.3 * (double)b || b - (uint64_t)dur_ns < 200000);
-    if (!(dur_ns <= (double)b + 2000.0))
-      fprintf(stderr, "kernel record %.0f ns, host bracket %llu ns\n", dur_ns,
-              (unsigned long long)b);
+    double b = (double)brackets[seen < 3 ? seen : 2];
+    /* Inside the bracket (plus the two clocks' resolution and rate); on a
+     * loaded machine the bracket may hold much more than the kernel, so the
+     * other side is checked on the best of the three runs. */
+    CHECK(dur_ns <= b * 1.01 + 20000.0);
+    if (!(dur_ns <= b * 1.01 + 20000.0))
+      fprintf(stderr, "kernel record %.0f ns, host bracket %.0f ns\n", dur_ns, b);
+    if (dur_ns / b > best) best = dur_ns / b;
     seen++;
   }
+  CHECK(best >= 0.3);
+  if (best < 0.3) fprintf(stderr, "the records took at most %.2f of their brackets\n", best);
   CHECK(seen == 3);
   cJSON_Delete(doc);
   unlink(path);
