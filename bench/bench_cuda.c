@@ -2080,6 +2080,35 @@ static void fig_tune(void) {
   cube_tune_op_release(hop);
 }
 
+/* Figure 11: the cost of tracing (issue 17): N = 10,000 empty launches then a
+ * sync, end to end, with no trace and with a trace recording (every launch
+ * timed by two events, resolved later), alternating in each round; the ratio
+ * on/off per round, its median over the rounds and the spread. */
+static void fig_trace(void) {
+  enum { ROUNDS = 7 };
+  const uint64_t n = 10000;
+  printf("\n## [11] tracing on vs off: N = %" PRIu64 " empty launches + sync, end to end; %d rounds "
+         "alternating off/on\n", n, ROUNDS);
+  char path[256];
+  snprintf(path, sizeof(path), "/tmp/bench_cuda_trace.%ld.json", (long)getpid());
+  double off[ROUNDS], on[ROUNDS], ratio[ROUNDS];
+  (void)cube_launches(n); /* warm */
+  for (int i = 0; i < ROUNDS; ++i) {
+    off[i] = cube_launches(n).total_ns;
+    unlink(path);
+    CHECK("cube_trace_start", cube_trace_start(path));
+    on[i] = cube_launches(n).total_ns;
+    CHECK("cube_trace_stop", cube_trace_stop());
+    unlink(path);
+    ratio[i] = on[i] / off[i];
+  }
+  qsort(ratio, ROUNDS, sizeof(double), cmp_double);
+  printf("  ratio on/off per round: min %.3f, median %.3f, max %.3f\n", ratio[0], ratio[ROUNDS / 2],
+         ratio[ROUNDS - 1]);
+  add_row("11", "10,000 launches + sync, tracing on (time, us)", median_of(on, ROUNDS) / 1e3, "us",
+          median_of(off, ROUNDS) / 1e3, true, "tracing off", T_RATIO_LE, 1.05, "");
+}
+
 static bool wanted(const char* fig) {
   const char* only = getenv("CUBE_BENCH_ONLY");
   if (!only || !only[0]) return true;
@@ -2130,7 +2159,8 @@ int main(void) {
   cube_setup();
   fflush(stdout);
 
-  /* CUBE_BENCH_ONLY=launch,roundtrip,pool,transfers,bandwidth,graph,tune,cache runs those alone. */
+  /* CUBE_BENCH_ONLY=launch,roundtrip,pool,transfers,bandwidth,graph,tune,trace,cache runs those
+   * alone. */
   if (wanted("launch")) fig_launch();
   if (wanted("roundtrip")) fig_roundtrip();
   if (wanted("pool")) fig_pool();
@@ -2138,6 +2168,7 @@ int main(void) {
   if (wanted("bandwidth")) fig_bandwidth();
   if (wanted("graph")) fig_graph();
   if (wanted("tune")) fig_tune();
+  if (wanted("trace")) fig_trace();
   if (wanted("cache")) fig_cache(); /* last: shuts cube down and starts it again */
 
   if (C.c) cube_teardown();

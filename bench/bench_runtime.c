@@ -144,6 +144,11 @@ static cube_kernel_t* make_kernel(const char* name, uint32_t dim, const cube_arg
 // Contexts
 //===----------------------------------------------------------------------===//
 
+static int cmp_dbl(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
 static cube_client_t* g_threaded; /* cpu:0 */
 static cube_client_t* g_inline;   /* cpu:1 */
 static cube_client_t* g_auto_threaded; /* cpu:2, graphs auto */
@@ -152,6 +157,16 @@ static cube_kernel_t* g_k_empty;
 static cube_kernel_t* g_k_result;
 static cube_kernel_t* g_k_saxpy;
 static volatile uint8_t g_sink;
+
+/* N launches back to back and the sync after them, timed together. */
+static uint64_t trial_launches_synced(cube_client_t* c, uint64_t n) {
+  cube_count_t one = cube_count_static(1, 1, 1);
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < n; ++i) TRY("cube_client_launch", cube_client_launch(c, g_k_empty, one, 0, NULL));
+  TRY("cube_client_sync", cube_client_sync(c));
+  return now_ns() - t0;
+}
+
 
 /* 1. Launch cost ------------------------------------------------------------ */
 
@@ -666,6 +681,9 @@ int main(void) {
 
   print_header();
   fflush(stdout);
+  /* CUBE_BENCH_ONLY=trace runs section [8] alone. */
+  const char* only = getenv("CUBE_BENCH_ONLY");
+  if (only && strcmp(only, "trace") == 0) goto trace_section;
 
   /* 1. Caller-side launch cost: N back-to-back launches / N. */
   {
@@ -969,6 +987,39 @@ int main(void) {
     free_steps(&sa_thr);
     free_steps(&sa_inl);
     cube_kernel_release(k3);
+    fflush(stdout);
+  }
+
+trace_section:
+  /* 8. The cost of tracing (issue 17): 10,000 small launches + sync, end to
+   * end, off and on alternating in each round; on/off per round. */
+  {
+    enum { ROUNDS = 9 };
+    const uint64_t n = 10000;
+    printf("[8] tracing on vs off: N = %llu empty launches (1 cube) + sync, end to end, threaded "
+           "queue; %d rounds alternating off/on\n",
+           (unsigned long long)n, ROUNDS);
+    char path[256];
+    snprintf(path, sizeof(path), "/tmp/bench_runtime_trace.%ld.json", (long)getpid());
+    double off[ROUNDS], on[ROUNDS], ratio[ROUNDS];
+    (void)trial_launches_synced(g_threaded, n); /* warm */
+    for (int i = 0; i < ROUNDS; ++i) {
+      off[i] = (double)trial_launches_synced(g_threaded, n);
+      unlink(path);
+      TRY("cube_trace_start", cube_trace_start(path));
+      on[i] = (double)trial_launches_synced(g_threaded, n);
+      TRY("cube_trace_stop", cube_trace_stop());
+      unlink(path);
+      ratio[i] = on[i] / off[i];
+    }
+    qsort(off, ROUNDS, sizeof(double), cmp_dbl);
+    qsort(on, ROUNDS, sizeof(double), cmp_dbl);
+    qsort(ratio, ROUNDS, sizeof(double), cmp_dbl);
+    printf("  tracing off: median %.3f us per launch; on: %.3f us\n", off[ROUNDS / 2] / n / 1e3,
+           on[ROUNDS / 2] / n / 1e3);
+    printf("  ratio on/off per round: median %.3f (min %.3f, max %.3f)\n", ratio[ROUNDS / 2],
+           ratio[0], ratio[ROUNDS - 1]);
+    printf("  target: <= 1.05 -> %s\n\n", ratio[ROUNDS / 2] <= 1.05 ? "met" : "NOT met");
     fflush(stdout);
   }
 

@@ -534,9 +534,12 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_sync_async(cube_client_t* client,
 
 /* Profiling ---------------------------------------------------------------- */
 
-/* Runs |fn| with the device to itself (as cube_client_exclusive) between two
- * synchronisations of the stream and writes how long it took into
- * |out_duration|. |name| labels the measurement in the profile log (may be
+/* Runs |fn| with the device to itself (as cube_client_exclusive) and writes
+ * how long its work took into |out_duration|: on a device with events (CUDA)
+ * the device time between an event recorded before |fn| and one after it,
+ * waited for (work queued before is not drained first); elsewhere the
+ * runner's clock between a synchronisation of the stream before |fn| and
+ * one after. |name| labels the measurement in the profile log (may be
  * NULL; borrowed for the call). When only |fn| fails, its status is returned
  * unchanged. A launch that fails inside |fn| is reported here (LAUNCH_FAILED)
  * instead of on the stream; such failures, a failed synchronisation and
@@ -546,6 +549,24 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_sync_async(cube_client_t* client,
 CUBE_MUST_USE_RESULT cube_status_t cube_client_profile(cube_client_t* client, cube_task_fn fn,
                                                        void* user, const char* name,
                                                        cube_profile_duration_t* out_duration);
+
+/* Flags of cube_client_profile_summary. */
+typedef uint32_t cube_profile_summary_flags_t;
+enum cube_profile_summary_flag_bits_e {
+  CUBE_PROFILE_SUMMARY_NONE = 0u,
+  CUBE_PROFILE_SUMMARY_RESET = 1u << 0, /* empty the summary after reading it */
+};
+
+/* Writes the device's profile summary (cube/profile.h: every row since it
+ * was last printed by a sync or reset) into |out_summary|, whose rows the
+ * caller then owns (cube_profile_summary_deinitialize). Work whose device
+ * time is not known yet (still running on a device with events) is not in
+ * it: cube_client_sync first resolves the stream's. Empty below profile
+ * level basic. INVALID_ARGUMENT for NULL arguments, a struct_size smaller
+ * than the struct_size field or unknown flags; OUT_OF_MEMORY when the rows
+ * cannot be allocated (nothing is written). Thread-safe. */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_profile_summary(
+    cube_client_t* client, cube_profile_summary_flags_t flags, cube_profile_summary_t* out_summary);
 
 /* The server's profile level (after the environment); CUBE_PROFILE_NONE for
  * NULL and a dead client. */

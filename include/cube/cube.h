@@ -61,7 +61,9 @@
  *
  *   Output structs (the library writes them):
  *   cube_memory_report_t, cube_kernel_cache_stats_t,
- *   cube_collective_record_t, cube_graph_auto_stats_t.
+ *   cube_collective_record_t, cube_graph_auto_stats_t,
+ *   cube_profile_summary_t (whose struct_size must reach past |rows|: the
+ *   rows it owns are never left unwritten).
  *    - The caller sets struct_size before the call (0 = this header's
  *      layout): zero-initialise the struct (`cube_memory_report_t r = {0};`),
  *      never pass one with an indeterminate struct_size.
@@ -108,6 +110,7 @@
 #include "cube/memory.h"
 #include "cube/options.h"
 #include "cube/profile.h"
+#include "cube/trace.h"
 #include "cube/resource.h"
 #include "cube/status.h"
 #include "cube/tune.h"

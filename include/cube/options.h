@@ -172,6 +172,9 @@ typedef enum cube_option_e {
   CUBE_OPTION_TUNE_BUDGET,
   CUBE_OPTION_CPU_HUGE_PAGES,
   CUBE_OPTION_CPU_FAULT_GUARD,
+  CUBE_OPTION_TRACE,
+  CUBE_OPTION_TRACE_RECORDS,
+  CUBE_OPTION_COMPILE_NOTICE,
 } cube_option_t;
 
 typedef enum cube_option_type_e {

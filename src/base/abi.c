@@ -32,6 +32,7 @@ _Static_assert(offsetof(cube_kernel_desc_t, read_only_args) == 96,
 #endif
 CUBE__STRUCT(cube__struct_layout_desc, cube_layout_desc_t);
 CUBE__STRUCT(cube__struct_memory_report, cube_memory_report_t);
+CUBE__STRUCT(cube__struct_profile_summary, cube_profile_summary_t);
 CUBE__STRUCT(cube__struct_kernel_cache_stats, cube_kernel_cache_stats_t);
 CUBE__STRUCT(cube__struct_cpu_compiler_info, cube_cpu_compiler_info_t);
 CUBE__STRUCT(cube__struct_collective_record, cube_collective_record_t);

@@ -47,6 +47,7 @@ extern const cube__struct_info_t cube__struct_server_options;
 extern const cube__struct_info_t cube__struct_kernel_desc;
 extern const cube__struct_info_t cube__struct_layout_desc;
 extern const cube__struct_info_t cube__struct_memory_report;
+extern const cube__struct_info_t cube__struct_profile_summary;
 extern const cube__struct_info_t cube__struct_kernel_cache_stats;
 extern const cube__struct_info_t cube__struct_cpu_compiler_info;
 extern const cube__struct_info_t cube__struct_collective_record;

@@ -128,7 +128,13 @@
   X(CPU_HUGE_PAGES, BOOL, PROCESS, AT_USE, "1", "1", 0, 0, 0, NULL, NULL,                         \
     "0: CPU device buffers of 4 MiB and more are not advised to use transparent huge pages")    \
   X(CPU_FAULT_GUARD, BOOL, PROCESS, AT_USE, "0", "0", 0, 0, 0, NULL, NULL,                        \
-    "1: a CPU kernel that faults (SIGSEGV, SIGBUS) fails its launch instead of ending the process")
+    "1: a CPU kernel that faults (SIGSEGV, SIGBUS) fails its launch instead of ending the process")\
+  X(TRACE, PATH, PROCESS, ONCE, NULL, "none", 0, 4095, 0, NULL, NULL,                             \
+    "record a trace (Chrome trace-event JSON) written to this file at exit; %p: the process id")\
+  X(TRACE_RECORDS, U32, PROCESS, AT_USE, "65536", "65536", 16, 16777216, 0, NULL, NULL,          \
+    "records a trace keeps (a ring: the oldest are dropped and counted when it is full)")         \
+  X(COMPILE_NOTICE, SECONDS, PROCESS, AT_USE, "1", "1", 0, 1e6, 0, NULL, NULL,                    \
+    "seconds a kernel compile runs before it is logged (when it passes them and when it ends)")
 
 /* CUBE__OPT_<ID>: the same numbers as the public CUBE_OPTION_<ID>. */
 typedef enum cube__option_id {

@@ -3,6 +3,7 @@
  * profile. Creating memory is in create.c, reading in read.c, launching in
  * launch.c, moving data between devices and collectives in
  * collective_api.c, shutdown in runtime.c. */
+#include <stddef.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -136,6 +137,31 @@ cube_status_t cube_client_device_identity(cube_client_t* c, char* out, size_t si
 bool cube_client_is_blocking(const cube_client_t* c) {
   return cube__client_live(c) && cube__device_is_blocking(c->server->device);
 }
+cube_status_t cube_client_profile_summary(cube_client_t* c, cube_profile_summary_flags_t flags,
+                                          cube_profile_summary_t* out_summary) {
+  const char* fn = "cube_client_profile_summary";
+  CUBE__CHECK_CLIENT(c, fn);
+  CUBE__CHECK_OUT(out_summary, fn, "out_summary");
+  if (flags & ~(cube_profile_summary_flags_t)CUBE_PROFILE_SUMMARY_RESET)
+    return CUBE_INVALID("%s: flags 0x%x has unknown bits (0x%x)", fn, flags,
+                        flags & ~(cube_profile_summary_flags_t)CUBE_PROFILE_SUMMARY_RESET);
+  size_t need = offsetof(cube_profile_summary_t, rows) + sizeof(out_summary->rows);
+  if (out_summary->struct_size && out_summary->struct_size < need)
+    return CUBE_INVALID("%s: out_summary->struct_size %zu does not reach past rows (%zu bytes)",
+                        fn, out_summary->struct_size, need);
+  cube__stream_t* st;
+  CUBE_RETURN_IF_ERROR(cube__client_stream(c, &st));
+  CUBE_RETURN_IF_ERROR(cube__server_timing_poll(st));
+  cube_profile_summary_t sum;
+  if (!cube__profiler_snapshot(&c->server->profiler, (flags & CUBE_PROFILE_SUMMARY_RESET) != 0,
+                               &sum))
+    return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory for the rows", fn);
+  cube_status_t status = cube__struct_write(fn, "out_summary->struct_size",
+                                            &cube__struct_profile_summary, out_summary, &sum);
+  if (status) cube_profile_summary_deinitialize(&sum);
+  return status;
+}
+
 cube_profile_level_t cube_client_profile_level(const cube_client_t* c) {
   return cube__client_live(c) ? c->server->profiler.level : CUBE_PROFILE_NONE;
 }

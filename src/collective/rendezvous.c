@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trace/trace.h"
+#include "platform/platform.h"
 #include "base/status.h"
 #include "collective/coll_internal.h"
 #include "platform/platform.h"
@@ -440,7 +442,28 @@ void cube__coll_record_store(cube__server_t* server, const cube_collective_recor
   if (e) e->record = *r;
   pthread_mutex_unlock(&g_coll_lock);
   cube__profiler_t* p = &server->profiler;
-  if (p->level >= CUBE_PROFILE_BASIC) cube__profiler_record(p, name, r->time_ns);
+  if (p->level >= CUBE_PROFILE_BASIC)
+    cube__profiler_record(p, CUBE_PROFILE_ROW_COLLECTIVE, name, r->time_ns);
+  if (cube__trace_on()) {
+    /* On the device's collectives track, ending now (the record is stored
+     * when the operation completed). */
+    cube__trace_record_t t;
+    memset(&t, 0, sizeof(t));
+    uint64_t now = cube__now_ns();
+    t.ts_ns = now > r->time_ns ? now - r->time_ns : 0;
+    t.dur_ns = r->time_ns;
+    t.pid = cube__trace_device_pid(dev);
+    t.tid = CUBE__TRACE_COLLECTIVE_TID;
+    t.kind = CUBE__TRACE_COLLECTIVE;
+    t.a[0] = r->bytes;
+    t.a[1] = r->participants;
+    t.a[2] = r->ranks;
+    t.f[0] = r->algbw_gbps;
+    t.f[1] = r->busbw_gbps;
+    snprintf(t.name, sizeof(t.name), "%.*s", (int)sizeof(t.name) - 1, name);
+    snprintf(t.detail, sizeof(t.detail), "%s", r->transport ? r->transport : "");
+    cube__trace_emit(&t);
+  }
   if (p->level >= CUBE_PROFILE_MEDIUM) {
     char d[32], by[32];
     cube__profiler_log(p, "| %s | %s: %s, %u participants, algbw %.2f GB/s, busbw %.2f GB/s (%s)",

@@ -63,7 +63,12 @@ void cube__cache_count_memory_hit(void) {
   if (cube__kc_outcome) cube__kc_outcome->memory_hits++;
 }
 
-void cube__cache_count_disk_hit(uint64_t load_ns) {
+void cube__cache_count_disk_hit(const char* kernel, uint64_t start_ns, uint64_t load_ns) {
+  if (cube__trace_on()) {
+    char name[96];
+    snprintf(name, sizeof(name), "cache load %s", kernel ? kernel : "?");
+    cube__trace_host(CUBE__TRACE_CACHE_LOAD, name, start_ns, load_ns, 0);
+  }
   cube__kc_add(&cube__kc_disk_hits, 1);
   cube__kc_add(&cube__kc_load_ns, load_ns);
   if (cube__kc_outcome) cube__kc_outcome->disk_hits++;
@@ -609,6 +614,7 @@ void cube__cache_shutdown(void) {
   /* Compiles left running past CUBE_COMPILE_TIMEOUT store into the cache
    * when they end: nothing of the library runs after the shutdown. */
   cube__compile_limit_drain();
+  cube__compile_watch_shutdown();
   cube__cache_memory_clear();
 
   cube__kc_dir_shutdown();

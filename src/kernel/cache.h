@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trace/trace.h" /* compile watches (cube__compile_watch_*) */
 #include "cube/cache.h"
 
 typedef struct cube__cache_key {
@@ -120,7 +121,9 @@ void cube__cache_outcome_end(void);
 
 /* Counters. */
 void cube__cache_count_memory_hit(void);
-void cube__cache_count_disk_hit(uint64_t load_ns);
+/* A disk hit of |kernel| whose load started at |start_ns| and took
+ * |load_ns| (also a "cache load" record on the trace). */
+void cube__cache_count_disk_hit(const char* kernel, uint64_t start_ns, uint64_t load_ns);
 void cube__cache_count_miss(uint64_t compile_ns, bool failed);
 
 /* cube_shutdown: destroys the memory map (every artifact's |destroy| runs;

@@ -73,11 +73,12 @@ void cube__profiler_log(cube__profiler_t* p, const char* fmt, ...) {
   pthread_mutex_unlock(&p->lock);
 }
 
-void cube__profiler_record(cube__profiler_t* p, const char* name, uint64_t ns) {
+void cube__profiler_record(cube__profiler_t* p, cube_profile_row_kind_t kind, const char* name,
+                           uint64_t ns) {
   pthread_mutex_lock(&p->lock);
   size_t i = 0;
   for (; i < p->count; ++i)
-    if (strcmp(p->entries[i].name, name) == 0) break;
+    if (p->entries[i].kind == kind && strcmp(p->entries[i].name, name) == 0) break;
   if (i == p->count) {
     if (p->count == p->capacity) {
       size_t cap = p->capacity ? p->capacity * 2 : 16;
@@ -94,13 +95,97 @@ void cube__profiler_record(cube__profiler_t* p, const char* name, uint64_t ns) {
       pthread_mutex_unlock(&p->lock);
       return;
     }
+    p->entries[i].kind = kind;
     p->entries[i].total_ns = 0;
     p->entries[i].count = 0;
+    p->entries[i].min_ns = UINT64_MAX;
+    p->entries[i].max_ns = 0;
     p->count++;
   }
-  p->entries[i].total_ns += ns;
-  p->entries[i].count += 1;
+  cube__profile_entry_t* e = &p->entries[i];
+  e->total_ns += ns;
+  e->count += 1;
+  if (ns < e->min_ns) e->min_ns = ns;
+  if (ns > e->max_ns) e->max_ns = ns;
   pthread_mutex_unlock(&p->lock);
+}
+
+static bool cube__row_is_device(cube_profile_row_kind_t k) {
+  return k <= CUBE_PROFILE_ROW_COLLECTIVE;
+}
+
+static int cube__row_cmp(const void* a, const void* b) {
+  const cube_profile_row_t* x = a;
+  const cube_profile_row_t* y = b;
+  bool dx = cube__row_is_device(x->kind), dy = cube__row_is_device(y->kind);
+  if (dx != dy) return dx ? -1 : 1; /* device work first */
+  if (!dx && x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+  if (x->total_ns != y->total_ns) return x->total_ns > y->total_ns ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+static void cube__profiler_clear_locked(cube__profiler_t* p) {
+  for (size_t i = 0; i < p->count; ++i) free(p->entries[i].name);
+  p->count = 0;
+}
+
+bool cube__profiler_snapshot(cube__profiler_t* p, bool reset, cube_profile_summary_t* out) {
+  memset(out, 0, sizeof(*out));
+  out->struct_size = sizeof(*out);
+  pthread_mutex_lock(&p->lock);
+  if (p->count) {
+    out->rows = calloc(p->count, sizeof(*out->rows));
+    if (!out->rows) {
+      pthread_mutex_unlock(&p->lock);
+      return false;
+    }
+  }
+  out->row_count = p->count;
+  for (size_t i = 0; i < p->count; ++i) {
+    const cube__profile_entry_t* e = &p->entries[i];
+    cube_profile_row_t* r = &out->rows[i];
+    snprintf(r->name, sizeof(r->name), "%s", e->name);
+    r->kind = e->kind;
+    r->count = e->count;
+    r->total_ns = e->total_ns;
+    r->min_ns = e->count ? e->min_ns : 0;
+    r->max_ns = e->max_ns;
+    if (cube__row_is_device(e->kind)) {
+      out->device_ns += e->total_ns;
+      out->device_count += e->count;
+    } else if (e->kind == CUBE_PROFILE_ROW_REGION) {
+      out->region_ns += e->total_ns;
+      out->region_count += e->count;
+    } else {
+      out->compile_ns += e->total_ns;
+      out->compile_count += e->count;
+    }
+  }
+  if (reset) cube__profiler_clear_locked(p);
+  pthread_mutex_unlock(&p->lock);
+  if (out->row_count) qsort(out->rows, out->row_count, sizeof(*out->rows), cube__row_cmp);
+  return true;
+}
+
+void cube_profile_summary_deinitialize(cube_profile_summary_t* summary) {
+  if (!summary) return;
+  free(summary->rows);
+  size_t size = summary->struct_size;
+  memset(summary, 0, sizeof(*summary));
+  summary->struct_size = size;
+}
+
+const char* cube_profile_row_kind_name(cube_profile_row_kind_t kind) {
+  switch (kind) {
+    case CUBE_PROFILE_ROW_KERNEL: return "kernel";
+    case CUBE_PROFILE_ROW_TRANSFER: return "transfer";
+    case CUBE_PROFILE_ROW_GRAPH: return "graph";
+    case CUBE_PROFILE_ROW_COLLECTIVE: return "collective";
+    case CUBE_PROFILE_ROW_COMPILE: return "compile";
+    case CUBE_PROFILE_ROW_CACHE_LOAD: return "cache load";
+    case CUBE_PROFILE_ROW_REGION: return "region";
+  }
+  return "unknown";
 }
 
 const char* cube__format_duration(uint64_t ns, char* buf, size_t size) {
@@ -115,45 +200,48 @@ const char* cube__format_duration(uint64_t ns, char* buf, size_t size) {
   return buf;
 }
 
-static int cube__entry_cmp(const void* a, const void* b) {
-  const cube__profile_entry_t* x = a;
-  const cube__profile_entry_t* y = b;
-  if (x->total_ns != y->total_ns) return x->total_ns > y->total_ns ? -1 : 1;
-  return strcmp(x->name, y->name);
-}
-
 void cube__profiler_summary(cube__profiler_t* p) {
-  pthread_mutex_lock(&p->lock);
-  if (p->count == 0) {
-    pthread_mutex_unlock(&p->lock);
+  cube_profile_summary_t sum;
+  if (!cube__profiler_snapshot(p, true, &sum) || sum.row_count == 0) {
+    cube_profile_summary_deinitialize(&sum);
     return;
   }
-  qsort(p->entries, p->count, sizeof(*p->entries), cube__entry_cmp);
-  uint64_t total = 0, calls = 0;
-  size_t width = 4;
-  for (size_t i = 0; i < p->count; ++i) {
-    total += p->entries[i].total_ns;
-    calls += p->entries[i].count;
-    size_t l = strlen(p->entries[i].name);
+  size_t width = 5;
+  for (size_t i = 0; i < sum.row_count; ++i) {
+    size_t l = strlen(sum.rows[i].name);
     if (l > width) width = l;
   }
   if (width > 60) width = 60;
-  char line[256], d[32];
-  snprintf(line, sizeof(line), "| %-*s | %14s | %12s | %7s |", (int)width, "Name", "Duration",
-           "Num Computed", "Ratio");
+  char line[320], d[32];
+  pthread_mutex_lock(&p->lock);
+  snprintf(line, sizeof(line), "| %-*s | %-10s | %14s | %12s | %7s |", (int)width, "Name", "Kind",
+           "Duration", "Num Computed", "Ratio");
   cube__profiler_emit_locked(p, line);
-  for (size_t i = 0; i < p->count; ++i) {
-    const cube__profile_entry_t* e = &p->entries[i];
-    double ratio = total ? 100.0 * (double)e->total_ns / (double)total : 0.0;
-    snprintf(line, sizeof(line), "| %-*.*s | %14s | %12llu | %6.2f%% |", (int)width, (int)width,
-             e->name, cube__format_duration(e->total_ns, d, sizeof(d)),
-             (unsigned long long)e->count, ratio);
+  bool total_done = false;
+  for (size_t i = 0; i <= sum.row_count; ++i) {
+    const cube_profile_row_t* r = i < sum.row_count ? &sum.rows[i] : NULL;
+    if (!total_done && (!r || !cube__row_is_device(r->kind))) {
+      /* Device work ends here: its total, each operation counted once. */
+      total_done = true;
+      if (sum.device_count) {
+        snprintf(line, sizeof(line), "| %-*s | %-10s | %14s | %12llu | %6.2f%% |", (int)width,
+                 "Total", "", cube__format_duration(sum.device_ns, d, sizeof(d)),
+                 (unsigned long long)sum.device_count, 100.0);
+        cube__profiler_emit_locked(p, line);
+      }
+    }
+    if (!r) break;
+    char ratio[16];
+    if (cube__row_is_device(r->kind))
+      snprintf(ratio, sizeof(ratio), "%6.2f%%",
+               sum.device_ns ? 100.0 * (double)r->total_ns / (double)sum.device_ns : 0.0);
+    else
+      snprintf(ratio, sizeof(ratio), "%7s", "-");
+    snprintf(line, sizeof(line), "| %-*.*s | %-10s | %14s | %12llu | %s |", (int)width,
+             (int)width, r->name, cube_profile_row_kind_name(r->kind),
+             cube__format_duration(r->total_ns, d, sizeof(d)), (unsigned long long)r->count, ratio);
     cube__profiler_emit_locked(p, line);
   }
-  snprintf(line, sizeof(line), "| %-*s | %14s | %12llu | %6.2f%% |", (int)width, "Total",
-           cube__format_duration(total, d, sizeof(d)), (unsigned long long)calls, 100.0);
-  cube__profiler_emit_locked(p, line);
-  for (size_t i = 0; i < p->count; ++i) free(p->entries[i].name);
-  p->count = 0;
   pthread_mutex_unlock(&p->lock);
+  cube_profile_summary_deinitialize(&sum);
 }

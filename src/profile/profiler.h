@@ -7,14 +7,17 @@
 #define CUBE_PROFILE_PROFILER_H_
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "cube/profile.h"
 
 typedef struct cube__profile_entry {
   char* name;
+  cube_profile_row_kind_t kind;
   uint64_t total_ns;
   uint64_t count;
+  uint64_t min_ns, max_ns;
 } cube__profile_entry_t;
 
 typedef struct cube__profiler {
@@ -35,11 +38,18 @@ void cube__profiler_deinit(cube__profiler_t* p);
 /* Writes one line to the sink. */
 void cube__profiler_log(cube__profiler_t* p, const char* fmt, ...) CUBE_PRINTF(2, 3);
 
-/* Adds a measurement of |name| to the summary. */
-void cube__profiler_record(cube__profiler_t* p, const char* name, uint64_t ns);
+/* Adds a measurement of |name| (a row of |kind|) to the summary. */
+void cube__profiler_record(cube__profiler_t* p, cube_profile_row_kind_t kind, const char* name,
+                           uint64_t ns);
 
-/* Logs the summary table (name, total, count, ratio; by total, descending;
- * then a Total row) and resets it. Nothing when empty. */
+/* Copies the summary into |out| (rows on the heap, the caller's), and
+ * empties it when |reset|. False when the rows cannot be allocated. */
+bool cube__profiler_snapshot(cube__profiler_t* p, bool reset, cube_profile_summary_t* out);
+
+/* Logs the summary table, printed from cube__profiler_snapshot's data: the
+ * device-work rows (by total, descending) and their Total row, then the
+ * compile, cache-load and region rows, which the total does not include;
+ * and resets it. Nothing when empty. */
 void cube__profiler_summary(cube__profiler_t* p);
 
 /* "1.234 ms" style. */

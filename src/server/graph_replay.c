@@ -12,6 +12,7 @@
 #include "base/options.h"
 #include "base/status.h"
 #include "kernel/kernel.h"
+#include "server/timing.h"
 #include "server/graph_internal.h"
 
 typedef struct cube__replay_task {
@@ -545,23 +546,19 @@ static cube_status_t cube__replay_task_run(void* state, void* payload) {
   cube__stream_t* st = r->stream;
   cube__server_t* s = st->server;
   cube_graph_t* g = r->graph;
-  /* Profiled, a replay is one row of the summary ("graph (N nodes)"), timed
-   * on the host from its first node to the end of a sync after its last, so
-   * that the device's work is in it; its nodes have no rows of their own. */
-  cube_profile_level_t level = s->profiler.level;
-  uint64_t t0 = level >= CUBE_PROFILE_BASIC ? cube__now_ns() : 0;
+  /* Profiled or traced, a replay is one record ("graph (N nodes)", a row of
+   * the summary), timed where it runs (server/timing.h); its nodes have no
+   * records of their own. */
+  cube__timing_mark_t m;
+  cube__timing_begin(st, &m);
   if (!cube__backend_has_graphs(&s->be) || !g->node_count || !cube__replay_native(s, st, r))
     cube__replay_list(s, st, r);
-  if (level >= CUBE_PROFILE_BASIC) {
-    cube__stream_push_error(st, cube__backend_sync(&s->be, st->backend_stream));
-    uint64_t ns = cube__now_ns() - t0;
+  if (m.on) {
     char name[48];
     snprintf(name, sizeof(name), "graph (%zu nodes)", g->node_count);
-    cube__profiler_record(&s->profiler, name, ns);
-    if (level >= CUBE_PROFILE_MEDIUM) {
-      char d[32];
-      cube__profiler_log(&s->profiler, "| %s | %s", cube__format_duration(ns, d, sizeof(d)), name);
-    }
+    cube__timed_desc_t d = {CUBE__TRACE_GRAPH, name, {g->node_count, 0, 0}};
+    if (!m.ev0) cube__stream_push_error(st, cube__backend_sync(&s->be, st->backend_stream));
+    cube__timing_end(st, &m, &d, UINT64_MAX);
   }
   return CUBE_OK;
 }

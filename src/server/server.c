@@ -1,6 +1,7 @@
 /* The server as a device-queue service: created once per device (with its
  * options resolved against the option table and the backend device opened),
  * destroyed by cube_shutdown. Streams are in stream.c, tasks in tasks.c. */
+#include "trace/trace.h"
 #include "server/server.h"
 
 #include <inttypes.h>
@@ -60,6 +61,7 @@ static cube_status_t cube__server_create(cube__device_key_t key, void* arg, void
     status = cube__option_status(CUBE__OPT_GRAPHS_WARMUP);
     s->options.graphs_warmup = cube__option_u32(CUBE__OPT_GRAPHS_WARMUP);
   }
+  cube__trace_env_start(); /* CUBE_TRACE: once per process, from the first device */
   if (!status)
     status = cube__profiler_init(&s->profiler, s->options.profile_level, s->options.log_fn,
                                  s->options.log_user);

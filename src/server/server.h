@@ -408,6 +408,10 @@ cube_status_t cube__server_exclusive(cube__server_t* s, uint64_t stream_id, cube
                                      void* user);
 
 /* Profile bracket, on the device (inside exclusive). */
+/* Resolves the device times of |stream|'s timed work that has completed
+ * (server/timing.h), on the runner; waits for nothing else. */
+cube_status_t cube__server_timing_poll(cube__stream_t* stream);
+
 cube_status_t cube__server_profile(cube__stream_t* stream, uint64_t stream_id, cube_task_fn fn,
                                    void* user, const char* name,
                                    cube_profile_duration_t* out_duration);

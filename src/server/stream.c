@@ -10,7 +10,9 @@
 #include "base/alloc.h"
 #include "base/bytes.h"
 #include "base/status.h"
+#include "platform/platform.h"
 #include "server/server.h"
+#include "server/timing.h"
 
 //===----------------------------------------------------------------------===//
 // Storage wrappers: the memory limit is counted over every stream of a device.
@@ -168,6 +170,7 @@ void cube__stream_destroy(cube__stream_t* st) {
       cube__mm_destroy(st->mm);
     st->mm = NULL;
   }
+  cube__timing_destroy(st); /* before the backend stream goes */
   if (st->small_read) cube__memory_unref(st->small_read);
   if (st->pinned) {
     cube__stream_retire_mm(st, st->pinned, false, 64);
@@ -406,6 +409,7 @@ static cube_status_t cube__stream_oom_holders(cube__server_t* s, cube_status_t s
   cube_status_free(status);
   return out;
 }
+static void cube__trace_oom(cube__stream_t* st, uint64_t size, const char* what);
 
 /* A failed reservation of cube__stream_alloc, out of its path (which a pool
  * hit takes): the report of an out-of-memory failure, and automatic
@@ -436,6 +440,7 @@ __attribute__((noinline, cold)) static cube_status_t cube__stream_alloc_failed(
   }
   if (cube_status_code(status) == CUBE_STATUS_OUT_OF_MEMORY) {
     char where[96];
+    if (cube__trace_on()) cube__trace_oom(st, size, what);
     status = cube__mm_oom_locate(st->mm, status, what, cube__stream_where(st, where, sizeof(where)));
     cube_memory_report_t* r = cube__status_oom_report_mut(status);
     if (r) {
@@ -454,6 +459,22 @@ __attribute__((noinline, cold)) static cube_status_t cube__stream_alloc_failed(
     return cube__stream_oom_holders(s, status);
   }
   return cube__status_annotate(status, "%s", what);
+}
+
+/* An out-of-memory failure on the trace: an instant on the stream's track
+ * and on the calling thread's. */
+__attribute__((noinline, cold)) static void cube__trace_oom(cube__stream_t* st, uint64_t size,
+                                                          const char* what) {
+  cube__trace_record_t r;
+  memset(&r, 0, sizeof(r));
+  r.ts_ns = cube__now_ns();
+  r.pid = cube__trace_device_pid(st->server->id);
+  r.tid = st->id;
+  r.kind = CUBE__TRACE_OOM;
+  r.a[0] = size;
+  snprintf(r.name, sizeof(r.name), "out of memory: %s", what ? what : "allocation");
+  cube__trace_emit(&r);
+  cube__trace_host(CUBE__TRACE_OOM, r.name, r.ts_ns, 0, size);
 }
 
 cube_status_t cube__stream_alloc(cube__stream_t* st, uint64_t size, const char* what,

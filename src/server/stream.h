@@ -65,6 +65,9 @@ typedef struct cube__stream {
    * the device to itself. */
   cube__memory_t* small_read;
   void* small_read_ptr;
+  /* Device timing of profiled and traced work (server/timing.c): NULL until
+   * the stream's first timed work; used only by whoever runs its work. */
+  struct cube__timing* timing;
 } cube__stream_t;
 
 /* The stream that |stream_id| maps to (slot id % max_streams), created on

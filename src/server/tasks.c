@@ -12,6 +12,8 @@
 #include "server/future.h"
 #include "server/server.h"
 #include "server/tasks_internal.h"
+#include "server/timing.h"
+#include "kernel/cache.h"
 
 //===----------------------------------------------------------------------===//
 // Reads
@@ -67,9 +69,16 @@ static cube_status_t cube__read_exec(cube__stream_t* st, size_t count,
         if (!status) dst = cube_bytes_data(results[i]);
       }
     }
-    if (!status && r->width != 0 && r->height != 0)
+    if (!status && r->width != 0 && r->height != 0) {
+      uint64_t t0 = cube__timing_wanted(s) ? cube__now_ns() : 0;
       status = cube__backend_read(&s->be, st->backend_stream, dst, storage, off + r->offset,
                                 r->pitch, r->width, r->height);
+      if (t0 && !status) {
+        /* A read has its bytes when the backend returns: the host clock. */
+        cube__timed_desc_t d = {CUBE__TRACE_DOWNLOAD, "download", {r->width * r->height, 0, 0}};
+        cube__timing_host(st, &d, t0, cube__now_ns() - t0);
+      }
+    }
     if (!status && small) memcpy(cube_bytes_data(results[i]), small, n);
     if (status) status = cube__status_annotate(status, "read of handles[%zu]", i);
   }
@@ -178,7 +187,7 @@ cube_status_t cube__server_read(cube__stream_t* st, size_t count, cube__read_reg
   return CUBE_OK;
 }
 
-cube_status_t cube__server_read_wait(cube__stream_t* st, size_t count,
+static cube_status_t cube__server_read_wait_run(cube__stream_t* st, size_t count,
                                      cube__read_region_t* regions, cube_bytes_t** out_bytes) {
   cube_bytes_t* small[4] = {NULL, NULL, NULL, NULL};
   cube_bytes_t** results = count <= 4 ? small : calloc(count, sizeof(*results));
@@ -201,6 +210,43 @@ cube_status_t cube__server_read_wait(cube__stream_t* st, size_t count,
 //===----------------------------------------------------------------------===//
 // Launch
 //===----------------------------------------------------------------------===//
+
+/* A launch the profile or the trace wants timed (server/timing.h): its
+ * compile or cache load apart, then the launch between two marks. Out of
+ * line: the untimed launch is the hot path. */
+__attribute__((noinline)) static cube_status_t cube__launch_timed(
+    cube__server_t* s, cube__stream_t* st, cube__launch_task_t* t, cube__launch_t* l,
+    const uint32_t count[3], cube__memory_t** mems, bool events, uint64_t* device_ns) {
+  cube_kernel_t* k = t->kernel;
+  cube_profile_level_t level = s->profiler.level;
+  if (level == CUBE_PROFILE_EXEC) cube__profiler_log(&s->profiler, "Executing %s", k->name);
+  if (cube__backend_has_prepare(&s->be)) {
+    /* Compile (or load from the kernel cache) outside the timed launch, as
+     * a row of its own: a first launch is not a slow kernel. */
+    cube__cache_outcome_t outcome;
+    cube__cache_outcome_begin(&outcome);
+    uint64_t c0 = cube__now_ns();
+    cube_status_t prep = cube__backend_prepare(&s->be, k, t->mode);
+    uint64_t cns = cube__now_ns() - c0;
+    cube__cache_outcome_end();
+    if (prep) return prep;
+    if ((outcome.misses || outcome.disk_hits) && level >= CUBE_PROFILE_BASIC)
+      cube__profiler_record(&s->profiler,
+                            outcome.misses ? CUBE_PROFILE_ROW_COMPILE : CUBE_PROFILE_ROW_CACHE_LOAD,
+                            k->name, cns);
+  }
+  cube__timing_mark_t m;
+  cube__timing_begin(st, &m);
+  /* Without events of its own the backend may time the kernel itself
+   * (OpenCL's profiling info); with them the marks are the device's. */
+  if (!m.ev0) l->device_ns = device_ns;
+  cube_status_t status = cube__backend_launch(&s->be, st->backend_stream, l);
+  if (events) cube__stream_hold(st, mems, t->arg_count);
+  cube__timed_desc_t d = {CUBE__TRACE_KERNEL, k->name, {count[0], count[1], count[2]}};
+  if (!status) cube__timing_end(st, &m, &d, *device_ns);
+  else if (m.ev0) cube__backend_event_destroy(&s->be, m.ev0);
+  return status;
+}
 
 /* The queued record: a header, the arguments as the backend gets them
  * (resolved in place on the runner), then the buffers they bind. With four
@@ -264,39 +310,13 @@ static inline __attribute__((always_inline)) cube_status_t cube__launch_run(
   uint64_t device_ns = UINT64_MAX;
   cube__launch_t l = {k,       k->name,         {count[0], count[1], count[2]}, k->cube_dim, t->mode,
                       t->arg_count, k->arg_kinds, t->args, NULL};
-  cube_profile_level_t level = profiled ? s->profiler.level : CUBE_PROFILE_NONE;
-  if (level == CUBE_PROFILE_EXEC) cube__profiler_log(&s->profiler, "Executing %s", k->name);
-  if (level >= CUBE_PROFILE_BASIC && cube__backend_has_prepare(&s->be)) {
-    /* Compile (or load from the kernel cache) outside the timed launch, and
-     * show it as its own line: a first launch is not a slow kernel. */
-    uint64_t c0 = cube__now_ns();
-    CUBE_RETURN_IF_ERROR(cube__backend_prepare(&s->be, k, t->mode));
-    uint64_t cns = cube__now_ns() - c0;
-    if (cns > 100000) {
-      char what[160];
-      snprintf(what, sizeof(what), "%s (compile or cache load)", k->name);
-      cube__profiler_record(&s->profiler, what, cns);
-    }
+  if (__builtin_expect(!profiled || (s->profiler.level == CUBE_PROFILE_NONE && !cube__trace_on()),
+                       1)) {
+    cube_status_t status = cube__backend_launch(&s->be, st->backend_stream, &l);
+    if (events) cube__stream_hold(st, mems, t->arg_count);
+    return status;
   }
-  uint64_t t0 = level >= CUBE_PROFILE_BASIC ? cube__now_ns() : 0;
-  if (level >= CUBE_PROFILE_BASIC) l.device_ns = &device_ns;
-  cube_status_t status = cube__backend_launch(&s->be, st->backend_stream, &l);
-  if (events) cube__stream_hold(st, mems, t->arg_count);
-  if (level >= CUBE_PROFILE_BASIC) {
-    cube_status_free(cube__backend_sync(&s->be, st->backend_stream));
-    uint64_t ns = cube__now_ns() - t0;
-    if (device_ns != UINT64_MAX) ns = device_ns; /* the device's own timestamps */
-    cube__profiler_record(&s->profiler, k->name, ns);
-    if (level >= CUBE_PROFILE_MEDIUM) {
-      char d[32];
-      cube__profiler_log(&s->profiler, "| %s | %s", cube__format_duration(ns, d, sizeof(d)),
-                         k->name);
-    }
-    if (level >= CUBE_PROFILE_FULL)
-      cube__profiler_log(&s->profiler, "%s: kernel#%" PRIu64 " CubeCount (%u, %u, %u)", k->name,
-                         k->id, count[0], count[1], count[2]);
-  }
-  return status;
+  return cube__launch_timed(s, st, t, &l, count, mems, events, &device_ns);
 }
 
 cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st, cube__launch_task_t* t,
@@ -430,6 +450,17 @@ cube_status_t cube__server_lend_order(cube__stream_t* st, cube__memory_t* mem, v
   return cube__submit_blocking(st->server->service, st->id, cube__lend_order_run, &o);
 }
 
+static cube_status_t cube__timing_poll_task_run(void* state, void* payload) {
+  (void)state;
+  cube__timing_poll((cube__stream_t*)payload, false);
+  return CUBE_OK;
+}
+
+cube_status_t cube__server_timing_poll(cube__stream_t* st) {
+  if (!st->timing) return CUBE_OK; /* nothing was timed with events */
+  return cube__submit_blocking(st->server->service, st->id, cube__timing_poll_task_run, st);
+}
+
 cube_status_t cube__server_barrier(cube__stream_t* st) {
   return cube__submit_blocking(st->server->service, st->id, cube__noop_task_run, NULL);
 }
@@ -444,6 +475,7 @@ static cube_status_t cube__sync_exec(cube__stream_t* st) {
   cube_status_t status = cube__backend_sync(&s->be, st->backend_stream);
   if (status) cube__stream_push_error(st, status);
   if (cube__backend_has_events(&s->be)) cube__stream_release_holds(st, false);
+  cube__timing_poll(st, true); /* the device is done: every pair resolves */
   if (s->profiler.level >= CUBE_PROFILE_BASIC) cube__profiler_summary(&s->profiler);
   return cube__stream_take_errors(st);
 }
@@ -488,7 +520,7 @@ static void cube__sync_wait_drop(void* payload) {
   cube__event_set(&w->done);
 }
 
-cube_status_t cube__server_sync(cube__stream_t* st) {
+static cube_status_t cube__server_sync_run(cube__stream_t* st) {
   cube__sync_wait_t w;
   w.stream = st;
   w.result = CUBE_OK;
@@ -503,6 +535,34 @@ cube_status_t cube__server_sync(cube__stream_t* st) {
   cube__event_wait(&w.done, UINT64_MAX);
   cube_status_free(cube__submit_blocking(st->server->service, st->id, cube__noop_task_run, NULL));
   return w.result;
+}
+
+/* A host thread's wait for a device (sync, a synchronous read) on the
+ * trace: a record on the thread's track. */
+static void cube__trace_wait(cube__stream_t* st, const char* what, uint64_t t0) {
+  char name[64];
+  const char* b = cube_backend_name(st->server->id.backend);
+  snprintf(name, sizeof(name), "%s %s:%u stream %llu", what, b ? b : "?", st->server->id.index,
+           (unsigned long long)st->id);
+  cube__trace_host(CUBE__TRACE_WAIT, name, t0, cube__now_ns() - t0, 0);
+}
+
+cube_status_t cube__server_sync(cube__stream_t* st) {
+  if (__builtin_expect(!cube__trace_on(), 1)) return cube__server_sync_run(st);
+  uint64_t t0 = cube__now_ns();
+  cube_status_t status = cube__server_sync_run(st);
+  cube__trace_wait(st, "sync", t0);
+  return status;
+}
+
+cube_status_t cube__server_read_wait(cube__stream_t* st, size_t count,
+                                     cube__read_region_t* regions, cube_bytes_t** out_bytes) {
+  if (__builtin_expect(!cube__trace_on(), 1))
+    return cube__server_read_wait_run(st, count, regions, out_bytes);
+  uint64_t t0 = cube__now_ns();
+  cube_status_t status = cube__server_read_wait_run(st, count, regions, out_bytes);
+  cube__trace_wait(st, "read", t0);
+  return status;
 }
 
 typedef struct cube__sync_async_task {
@@ -551,8 +611,13 @@ static cube_status_t cube__profile_exclusive(void* p) {
   cube__profile_call_t* c = p;
   cube__stream_t* st = c->stream;
   cube__server_t* s = st->server;
-  cube_status_t start = cube__backend_sync(&s->be, st->backend_stream);
-  if (start) return cube__status_annotate(start, "cube_client_profile: start");
+  /* With timed events the bracket is the device's own (work queued before
+   * it is not waited for); else the work before it is finished first, so
+   * that the runner's clock measures only |fn|'s. */
+  if (!cube__backend_has_event_timing(&s->be)) {
+    cube_status_t start = cube__backend_sync(&s->be, st->backend_stream);
+    if (start) return cube__status_annotate(start, "cube_client_profile: start");
+  }
   cube__stream_profile_begin(st);
   uint64_t t0 = cube__now_ns();
   void* ev0 = NULL;
@@ -595,8 +660,20 @@ static cube_status_t cube__profile_exclusive(void* p) {
   c->out->start_ns = t0;
   c->out->end_ns = t1;
   c->out->method = s->props.timing_method;
+  cube__timing_poll(st, true); /* the launches inside have their rows before the region */
   if (c->name && s->profiler.level >= CUBE_PROFILE_BASIC)
-    cube__profiler_record(&s->profiler, c->name, t1 - t0);
+    cube__profiler_record(&s->profiler, CUBE_PROFILE_ROW_REGION, c->name, t1 - t0);
+  if (c->name && cube__trace_on()) {
+    cube__trace_record_t r;
+    memset(&r, 0, sizeof(r));
+    r.ts_ns = t0;
+    r.dur_ns = t1 - t0;
+    r.pid = cube__trace_device_pid(s->id);
+    r.tid = st->id;
+    r.kind = CUBE__TRACE_RANGE;
+    snprintf(r.name, sizeof(r.name), "profile %s", c->name);
+    cube__trace_emit(&r);
+  }
   return CUBE_OK;
 }
 

@@ -13,6 +13,8 @@
 #include "server/future.h"
 #include "server/server.h"
 #include "server/tasks_internal.h"
+#include "server/timing.h"
+#include "platform/platform.h"
 
 //===----------------------------------------------------------------------===//
 // Writes
@@ -27,9 +29,18 @@ cube_status_t cube__write_exec(cube__stream_t* st, cube__memory_t* mem, uint64_t
   if (!cube__memory_resolve(mem, &storage, &slice_off, &slice_size))
     status = cube__status_make(CUBE_STATUS_NOT_FOUND, "write: memory %" PRIu64 " is not bound",
                                mem->id);
-  else
+  else if (__builtin_expect(!cube__timing_wanted(s), 1))
     status = cube__backend_write(&s->be, st->backend_stream, storage, slice_off + offset, pitch,
                                  src, width, height);
+  else {
+    /* Timed on the host clock: it may run on the calling thread, and the
+     * backend has handed the bytes over when it returns. */
+    uint64_t t0 = cube__now_ns();
+    status = cube__backend_write(&s->be, st->backend_stream, storage, slice_off + offset, pitch,
+                                 src, width, height);
+    cube__timed_desc_t d = {CUBE__TRACE_UPLOAD, "upload", {width * height, 0, 0}};
+    if (!status) cube__timing_host(st, &d, t0, cube__now_ns() - t0);
+  }
   /* A failure taints the buffer; a whole write clears its taint. */
   if (__builtin_expect(status != NULL, 0) || cube__memory_taint(mem))
     cube__taint_after_write(st, mem, offset, pitch, width, height, status);
@@ -234,8 +245,16 @@ static cube_status_t cube__copy_run(cube__stream_t* st, cube__memory_t* src,
   if (!cube__memory_resolve(dst, &to, &to_off, &size))
     return cube__status_make(CUBE_STATUS_NOT_FOUND,
                              "copy: destination memory %" PRIu64 " is not bound", dst->id);
+  cube__timing_mark_t m;
+  m.on = false;
+  if (__builtin_expect(cube__timing_wanted(s), 0)) cube__timing_begin(st, &m);
   cube_status_t status = cube__backend_copy(&s->be, st->backend_stream, to, to_off + dst_offset,
                                             from, from_off + src_offset, bytes);
+  if (m.on) {
+    cube__timed_desc_t d = {CUBE__TRACE_COPY, "copy", {bytes, 0, 0}};
+    if (!status) cube__timing_end(st, &m, &d, UINT64_MAX);
+    else if (m.ev0) cube__backend_event_destroy(&s->be, m.ev0);
+  }
   /* Held whatever the copy said: it may have been queued. */
   if (events) {
     cube__memory_t* mems[2] = {src, dst};

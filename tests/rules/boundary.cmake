@@ -19,7 +19,7 @@ if(NOT SRC)
   message(FATAL_ERROR "usage: cmake -DSRC=<repo>/src -P boundary.cmake")
 endif()
 
-set(above client server collective memory queue profile tune)
+set(above client server collective memory queue profile trace tune)
 set(failures "")
 set(checked 0)
 foreach(dir IN LISTS above)

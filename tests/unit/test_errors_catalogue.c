@@ -1004,6 +1004,21 @@ static cube_status_t load_try(cube_device_id_t d) {
 /* DLPack export and import (include/cube/dlpack.h). The import rows build a
  * tensor of host memory with dl_*() below; a refused import leaves it the
  * caller's (its deleter is not called: the case checks). */
+/* Traces and the profile summary (docs/observability.md). */
+#define G_TRACE(X, V)                                                                             \
+  X("E450", "cube_trace_start", "path NULL", INV, cube_trace_start(NULL), "cube_trace_start",    \
+    "path", "NULL")                                                                              \
+  X("E451", "cube_trace_start", "a path where a file exists", EXISTS, cube_trace_start(g_trace_existing), \
+    "cube_trace_start", "exists", "never written over")                                          \
+  X("E452", "cube_trace_stop", "no trace recording", PRECOND, cube_trace_stop(),                 \
+    "cube_trace_stop", "no trace is recording")                                                  \
+  X("E453", "cube_client_profile_summary", "out_summary NULL", INV,                              \
+    cube_client_profile_summary(c, 0, NULL), "cube_client_profile_summary", "out_summary", "NULL") \
+  X("E454", "cube_client_profile_summary", "flags 0x8", INV,                                     \
+    cube_client_profile_summary(c, 8u, &g_summary), "cube_client_profile_summary", "flags", "0x8") \
+  X("E455", "cube_client_profile_summary", "struct_size 8", INV, profile_summary_small(c),       \
+    "cube_client_profile_summary", "struct_size 8", "rows")
+
 #define G_DLPACK(X, V)                                                                            \
   X("E400", "cube_client_to_dlpack", "desc->handle NULL", INV,                                   \
     cube_client_to_dlpack(c, export_of(CUBE_HANDLE_NULL, 16, 0, 0), &vt), "cube_client_to_dlpack", "desc->handle") \
@@ -1088,6 +1103,15 @@ typedef struct row {
 #define TABLE_X(id, fn, input, code, expr, ...) {id, group_name_, fn, input, code, NULL},
 #define TABLE_V(id, fn, input, fallback, cond) {id, group_name_, fn, input, CUBE_STATUS_OK, fallback},
 /* group_name_ names the group of the list expanded below it. */
+static char g_trace_existing[512];
+static cube_profile_summary_t g_summary;
+static cube_status_t profile_summary_small(cube_client_t* c) {
+  cube_profile_summary_t s;
+  memset(&s, 0, sizeof(s));
+  s.struct_size = 8;
+  return cube_client_profile_summary(c, 0, &s);
+}
+
 static const row_t k_rows[] = {
 #define group_name_ "devices"
     G_DEVICES(TABLE_X, TABLE_V)
@@ -1169,6 +1193,9 @@ static const row_t k_rows[] = {
 #undef group_name_
 #define group_name_ "memview"
     G_MEMVIEW(TABLE_X, TABLE_V)
+#undef group_name_
+#define group_name_ "trace"
+    G_TRACE(TABLE_X, TABLE_V)
 #undef group_name_
 };
 #define ROW_COUNT (sizeof(k_rows) / sizeof(k_rows[0]))
@@ -1987,6 +2014,22 @@ static char* cell_trim(char* s) {
     ++s;
   }
   return s;
+}
+
+CUBE_TEST(trace) {
+  cube_client_t* c = client_or_null(cpu0());
+  REQUIRE(c != NULL);
+  const char* tmp = getenv("CUBE_TEST_TMPDIR");
+  if (!tmp || !*tmp) tmp = "/tmp";
+  snprintf(g_trace_existing, sizeof(g_trace_existing), "%s/errors_catalogue_trace_%d.json", tmp,
+           (int)getpid());
+  FILE* f = fopen(g_trace_existing, "w");
+  REQUIRE(f != NULL);
+  fclose(f);
+  G_TRACE(CHECK_X, CHECK_V)
+  remove(g_trace_existing);
+  cube_client_release(c);
+  group_done("trace");
 }
 
 CUBE_TEST(doc_matches_table) {

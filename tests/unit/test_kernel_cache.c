@@ -646,7 +646,7 @@ CUBE_TEST(stats_count_entries_and_bytes) {
 
   cube__cache_count_memory_hit();
   cube__cache_count_memory_hit();
-  cube__cache_count_disk_hit(1000);
+  cube__cache_count_disk_hit("k", 0, 1000);
   cube__cache_count_miss(5000, false);
   cube__cache_count_miss(7000, true);
   CHECK_OK(cube_kernel_cache_stats(&s));

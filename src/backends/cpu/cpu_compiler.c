@@ -710,7 +710,7 @@ static cube_status_t cube__cc_build(const char* text, cube__cache_key_t key,
     st = cube__cc_load(bytes, size, display_name, &m);
     free(bytes);
     if (!st) {
-      cube__cache_count_disk_hit(cube__now_ns() - t0);
+      cube__cache_count_disk_hit(display_name, t0, cube__now_ns() - t0);
       *out = cube__cache_memory_put(key, m, cube__cpu_module_retire);
       return CUBE_OK;
     }
@@ -723,10 +723,11 @@ static cube_status_t cube__cc_build(const char* text, cube__cache_key_t key,
   }
 
   const char* cc = NULL;
-  uint64_t t1 = cube__now_ns();
+  cube__compile_watch_t watch;
+  cube__compile_watch_begin(&watch, display_name, "cpu");
   st = cube__cpu_compiler(&cc, NULL);
   if (!st) st = cube__cc_compile_text(cc, text, display_name, entry, source, &bytes, &size);
-  cube__cache_count_miss(cube__now_ns() - t1, st != CUBE_OK);
+  cube__cache_count_miss(cube__compile_watch_end(&watch, st != CUBE_OK), st != CUBE_OK);
   if (st) return st;
   char identity[1024];
   cube__cpu_identity(identity, sizeof(identity));

@@ -181,14 +181,17 @@ static cube_status_t cube__cuda_cubin(cube__backend_device_t* d, cube__cache_key
     b->size = size;
     memcpy(b->data, data, size);
     free(data);
-    cube__cache_count_disk_hit(cube__now_ns() - t0);
+    cube__cache_count_disk_hit(k->name, t0, cube__now_ns() - t0);
     *out = cube__cache_memory_put(key, b, cube__cuda_blob_destroy);
     return CUBE_OK;
   }
   cube_status_free(st);
-  uint64_t t1 = cube__now_ns();
+  char where[32];
+  snprintf(where, sizeof(where), "cuda:%u", d->index);
+  cube__compile_watch_t watch;
+  cube__compile_watch_begin(&watch, k->name, where);
   st = cube__cuda_nvrtc_compile(d, text, k, key, &b);
-  cube__cache_count_miss(cube__now_ns() - t1, st != CUBE_OK);
+  cube__cache_count_miss(cube__compile_watch_end(&watch, st != CUBE_OK), st != CUBE_OK);
   if (st) return st;
   char identity[512];
   cube__cuda_identity(d, identity, sizeof(identity));

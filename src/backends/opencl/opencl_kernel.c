@@ -241,10 +241,14 @@ static cube_status_t cube__ocl_entry(cube__backend_device_t* dev, const cube_ker
     uint64_t t0 = cube__now_ns();
     program = cube__ocl_program_from_disk(dev, key);
     if (program) {
-      cube__cache_count_disk_hit(cube__now_ns() - t0);
+      cube__cache_count_disk_hit(k->name, t0, cube__now_ns() - t0);
     } else {
+      char where[32];
+      snprintf(where, sizeof(where), "opencl:%u", dev->index);
+      cube__compile_watch_t watch;
+      cube__compile_watch_begin(&watch, k->name, where);
       st = cube__ocl_program_from_source(dev, k, text, mode, key, &program);
-      cube__cache_count_miss(cube__now_ns() - t0, st != CUBE_OK);
+      cube__cache_count_miss(cube__compile_watch_end(&watch, st != CUBE_OK), st != CUBE_OK);
       if (st) goto done;
       cube__ocl_program_to_disk(dev, program, key, k->name);
     }

@@ -1,0 +1,204 @@
+/* Device timing without draining (server/timing.h). */
+#include "server/timing.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "platform/platform.h"
+
+typedef struct cube__timed_entry {
+  cube__trace_kind_t kind;
+  uint64_t a[3];
+  uint64_t submit_ns; /* host clock when the start event was recorded */
+  void* ev0;
+  void* ev1;
+  char name[80];
+} cube__timed_entry_t;
+
+struct cube__timing {
+  void* anchor;         /* an event of this stream: device time 0 */
+  uint64_t anchor_host; /* host clock just before it was recorded (a lower bound) */
+  uint64_t offset;      /* how much later the anchor ran at least (see below) */
+  uint32_t head, count;
+  cube__timed_entry_t q[CUBE__TIMING_PENDING];
+};
+
+/* Re-anchors after this much device time: CUDA's elapsed times are floats
+ * of milliseconds, exact to about a microsecond over a second. */
+#define CUBE__TIMING_REANCHOR_NS 1000000000ull
+
+static cube_profile_row_kind_t cube__row_kind(cube__trace_kind_t k) {
+  switch (k) {
+    case CUBE__TRACE_KERNEL: return CUBE_PROFILE_ROW_KERNEL;
+    case CUBE__TRACE_UPLOAD:
+    case CUBE__TRACE_DOWNLOAD:
+    case CUBE__TRACE_COPY: return CUBE_PROFILE_ROW_TRANSFER;
+    case CUBE__TRACE_GRAPH: return CUBE_PROFILE_ROW_GRAPH;
+    case CUBE__TRACE_COLLECTIVE: return CUBE_PROFILE_ROW_COLLECTIVE;
+    case CUBE__TRACE_CACHE_LOAD: return CUBE_PROFILE_ROW_CACHE_LOAD;
+    default: return CUBE_PROFILE_ROW_COMPILE;
+  }
+}
+
+/* One resolved record: to the summary and the trace. */
+static void cube__timing_deliver(cube__stream_t* st, cube__trace_kind_t kind, const char* name,
+                                 const uint64_t a[3], uint64_t ts, uint64_t ns,
+                                 const char* clock) {
+  cube__server_t* s = st->server;
+  cube__profiler_t* p = &s->profiler;
+  if (p->level >= CUBE_PROFILE_BASIC) {
+    cube__profiler_record(p, cube__row_kind(kind), name, ns);
+    if (p->level >= CUBE_PROFILE_MEDIUM) {
+      char d[32];
+      cube__profiler_log(p, "| %s | %s", cube__format_duration(ns, d, sizeof(d)), name);
+    }
+    if (p->level >= CUBE_PROFILE_FULL && kind == CUBE__TRACE_KERNEL)
+      cube__profiler_log(p, "%s: CubeCount (%" PRIu64 ", %" PRIu64 ", %" PRIu64 ")", name, a[0],
+                         a[1], a[2]);
+  }
+  if (cube__trace_on()) {
+    cube__trace_record_t r;
+    r.ts_ns = ts;
+    r.dur_ns = ns;
+    r.pid = cube__trace_device_pid(s->id);
+    r.tid = st->id;
+    r.kind = (uint32_t)kind;
+    memcpy(r.a, a, sizeof(r.a));
+    r.f[0] = r.f[1] = 0.0;
+    cube__trace_copy_name(r.name, sizeof(r.name), name);
+    cube__trace_copy_name(r.detail, sizeof(r.detail), clock);
+    cube__trace_emit(&r);
+  }
+}
+
+void cube__timing_host(cube__stream_t* st, const cube__timed_desc_t* d, uint64_t t0, uint64_t ns) {
+  cube__timing_deliver(st, d->kind, d->name, d->a, t0, ns, "host clock");
+}
+
+static struct cube__timing* cube__timing_state(cube__stream_t* st) {
+  if (st->timing) return st->timing;
+  struct cube__timing* t = calloc(1, sizeof(*t));
+  if (!t) return NULL;
+  t->anchor_host = cube__now_ns();
+  cube_status_t e = cube__backend_event_record(&st->server->be, st->backend_stream, &t->anchor);
+  if (e) {
+    cube_status_free(e);
+    free(t);
+    return NULL;
+  }
+  st->timing = t;
+  return t;
+}
+
+void cube__timing_begin(cube__stream_t* st, cube__timing_mark_t* m) {
+  m->on = cube__timing_wanted(st->server);
+  m->ev0 = NULL;
+  if (!m->on) return;
+  const cube__backend_t* be = &st->server->be;
+  if (cube__backend_has_event_timing(be) && cube__timing_state(st)) {
+    m->t0 = cube__now_ns();
+    cube_status_t e = cube__backend_event_record(be, st->backend_stream, &m->ev0);
+    if (e) {
+      cube_status_free(e);
+      m->ev0 = NULL;
+    }
+    return;
+  }
+  m->t0 = cube__now_ns();
+}
+
+/* The oldest pair, resolved (its events completed, or |wait|). */
+static void cube__timing_resolve_front(cube__stream_t* st, struct cube__timing* t) {
+  const cube__backend_t* be = &st->server->be;
+  cube__timed_entry_t* e = &t->q[t->head];
+  uint64_t rel0 = 0, rel1 = 0;
+  cube_status_t s = cube__backend_event_elapsed(be, t->anchor, e->ev0, &rel0);
+  if (!s) s = cube__backend_event_elapsed(be, t->anchor, e->ev1, &rel1);
+  bool ok = s == CUBE_OK;
+  cube_status_free(s);
+  if (ok) {
+    /* The anchor ran no earlier than anchor_host, and no work starts before
+     * it was issued: the smallest offset that satisfies both for every
+     * record so far places the work on the host clock. */
+    if (e->submit_ns > t->anchor_host + rel0 &&
+        e->submit_ns - (t->anchor_host + rel0) > t->offset)
+      t->offset = e->submit_ns - (t->anchor_host + rel0);
+    uint64_t start = t->anchor_host + t->offset + rel0;
+    uint64_t ns = rel1 > rel0 ? rel1 - rel0 : 0;
+    cube__timing_deliver(st, e->kind, e->name, e->a, start, ns, "device clock");
+  }
+  cube__backend_event_destroy(be, e->ev0);
+  t->head = (t->head + 1) % CUBE__TIMING_PENDING;
+  t->count--;
+  /* Nothing else pending: a later anchor keeps the elapsed times short. */
+  if (ok && t->count == 0 && rel1 >= CUBE__TIMING_REANCHOR_NS) {
+    cube__backend_event_destroy(be, t->anchor);
+    t->anchor = e->ev1;
+    t->anchor_host = t->anchor_host + t->offset + rel1;
+    t->offset = 0;
+  } else {
+    cube__backend_event_destroy(be, e->ev1);
+  }
+}
+
+void cube__timing_poll(cube__stream_t* st, bool wait) {
+  struct cube__timing* t = st->timing;
+  if (!t) return;
+  const cube__backend_t* be = &st->server->be;
+  while (t->count) {
+    cube__timed_entry_t* e = &t->q[t->head];
+    if (!cube__backend_event_done(be, e->ev1)) {
+      if (!wait) break;
+      cube_status_free(cube__backend_event_sync(be, e->ev1));
+    }
+    cube__timing_resolve_front(st, t);
+  }
+}
+
+void cube__timing_end(cube__stream_t* st, cube__timing_mark_t* m, const cube__timed_desc_t* d,
+                      uint64_t device_ns) {
+  if (!m->on) return;
+  if (!m->ev0) {
+    uint64_t ns = device_ns != UINT64_MAX ? device_ns : cube__now_ns() - m->t0;
+    cube__timing_deliver(st, d->kind, d->name, d->a, m->t0, ns,
+                         device_ns != UINT64_MAX ? "device clock" : "runner clock");
+    return;
+  }
+  const cube__backend_t* be = &st->server->be;
+  struct cube__timing* t = st->timing;
+  void* ev1 = NULL;
+  cube_status_t s = cube__backend_event_record(be, st->backend_stream, &ev1);
+  if (s) {
+    cube_status_free(s);
+    cube__backend_event_destroy(be, m->ev0);
+    return;
+  }
+  if (t->count == CUBE__TIMING_PENDING) {
+    /* Full: the oldest, that many operations back, is waited for. */
+    cube__timed_entry_t* old = &t->q[t->head];
+    cube_status_free(cube__backend_event_sync(be, old->ev1));
+    cube__timing_resolve_front(st, t);
+  }
+  cube__timed_entry_t* e = &t->q[(t->head + t->count) % CUBE__TIMING_PENDING];
+  e->kind = d->kind;
+  memcpy(e->a, d->a, sizeof(e->a));
+  e->submit_ns = m->t0;
+  e->ev0 = m->ev0;
+  e->ev1 = ev1;
+  snprintf(e->name, sizeof(e->name), "%s", d->name);
+  t->count++;
+  /* Resolve what completed now and then, not after every launch: a query
+   * per launch would cost the launch path more than the records do. */
+  if (t->count >= 64) cube__timing_poll(st, false);
+}
+
+void cube__timing_destroy(cube__stream_t* st) {
+  struct cube__timing* t = st->timing;
+  if (!t) return;
+  cube__timing_poll(st, true);
+  cube__backend_event_destroy(&st->server->be, t->anchor);
+  free(t);
+  st->timing = NULL;
+}

@@ -1,0 +1,70 @@
+/* Device timing of profiled and traced work (docs/observability.md): every
+ * launch, copy and replay that the profile summary or the trace wants is
+ * timed where it runs, without waiting for it.
+ *
+ *  - On a backend with timed events (CUDA; null), an event is recorded
+ *    before and after the work and the pair is queued on the stream; the
+ *    pairs are resolved in order once the second event completed (polled as
+ *    more work is timed, and at every sync), placed on the host clock
+ *    through an anchor event recorded at the stream's first timed work.
+ *  - Elsewhere the runner's clock brackets the backend's call: on the CPU
+ *    the launch runs to its end inside it; OpenCL gives the kernel's own
+ *    duration (CL_PROFILING_COMMAND_START/END).
+ *
+ * Then the record goes to the profile summary (level basic and above) and
+ * to the trace (when one records).
+ *
+ * Owner thread only: whoever runs the device's work (the runner, or a
+ * caller that has the device to itself), as every backend stream call.
+ */
+#ifndef CUBE_SERVER_TIMING_H_
+#define CUBE_SERVER_TIMING_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server/server.h"
+#include "trace/trace.h"
+
+/* Pairs of events a stream keeps unresolved at most; with more, the oldest
+ * is waited for (work that many operations back: the device is not
+ * drained). */
+#define CUBE__TIMING_PENDING 256u
+
+typedef struct cube__timing_mark {
+  uint64_t t0;   /* host clock at the start */
+  void* ev0;     /* the start event, or NULL */
+  bool on;       /* timing was wanted when the work began */
+} cube__timing_mark_t;
+
+/* What is timed: a trace kind, a name, up to three numbers. */
+typedef struct cube__timed_desc {
+  cube__trace_kind_t kind;
+  const char* name;
+  uint64_t a[3];
+} cube__timed_desc_t;
+
+static inline bool cube__timing_wanted(const cube__server_t* s) {
+  return s->profiler.level >= CUBE_PROFILE_BASIC || cube__trace_on();
+}
+
+/* Starts timing work about to be issued on |st| (m->on false: nothing). */
+void cube__timing_begin(cube__stream_t* st, cube__timing_mark_t* m);
+
+/* Ends it: |device_ns| is the backend's own duration (UINT64_MAX: none). */
+void cube__timing_end(cube__stream_t* st, cube__timing_mark_t* m, const cube__timed_desc_t* d,
+                      uint64_t device_ns);
+
+/* Resolves the stream's completed pairs (|wait|: all of them, waiting). */
+void cube__timing_poll(cube__stream_t* st, bool wait);
+
+/* A record of work the host clock timed (uploads and downloads, which the
+ * backend finished before returning): to the summary and the trace at once.
+ * Thread-safe. */
+void cube__timing_host(cube__stream_t* st, const cube__timed_desc_t* d, uint64_t t0,
+                       uint64_t ns);
+
+/* Resolves what it can (waiting) and frees the stream's timing state. */
+void cube__timing_destroy(cube__stream_t* st);
+
+#endif /* CUBE_SERVER_TIMING_H_ */

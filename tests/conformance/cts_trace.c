@@ -1,0 +1,449 @@
+/* The trace (cube/trace.h) and the profile summary as data (cube/profile.h):
+ * docs/observability.md. Every case parses the file it wrote with cJSON. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cts.h"
+
+/* Kernels run here (the CUDA mock and the null backend run none: there the
+ * cases time copies). */
+static bool cts_trace_kernels(void) {
+  return strncmp(cts_backend()->name, "cuda-mock", 9) != 0 &&
+         cts_backend()->backend != CUBE_BACKEND_NULL;
+}
+
+static cJSON* cts_trace_load(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char* text = malloc((size_t)n + 1);
+  size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
+  fclose(f);
+  if (!text) return NULL;
+  text[got] = 0;
+  cJSON* doc = cJSON_Parse(text);
+  free(text);
+  return doc;
+}
+
+static double cts_num(const cJSON* o, const char* key) {
+  const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
+}
+static const char* cts_str(const cJSON* o, const char* key) {
+  const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* Every track's timestamps are monotone in file order, and every complete
+ * event has a duration >= 0. Returns the number of "X" events. */
+static int cts_trace_tracks_monotone(const cJSON* events) {
+  int n = 0;
+  const cJSON* prev = NULL;
+  const cJSON* e;
+  cJSON_ArrayForEach(e, events) {
+    if (strcmp(cts_str(e, "ph"), "X") != 0) continue;
+    n++;
+    CHECK(cts_num(e, "dur") >= 0.0);
+    if (prev && cts_num(prev, "pid") == cts_num(e, "pid") &&
+        cts_num(prev, "tid") == cts_num(e, "tid"))
+      CHECK(cts_num(prev, "ts") <= cts_num(e, "ts"));
+    prev = e;
+  }
+  return n;
+}
+
+/* The first "X" event of category |cat| named |name| (NULL: any) on device
+ * track |tid| (-1: any), or NULL. */
+static const cJSON* cts_trace_find(const cJSON* events, const char* cat, const char* name,
+                                   double pid, double tid) {
+  const cJSON* e;
+  cJSON_ArrayForEach(e, events) {
+    if (strcmp(cts_str(e, "cat"), cat) != 0) continue;
+    if (name && strcmp(cts_str(e, "name"), name) != 0) continue;
+    if (pid >= 0 && cts_num(e, "pid") != pid) continue;
+    if (tid >= 0 && cts_num(e, "tid") != tid) continue;
+    return e;
+  }
+  return NULL;
+}
+
+typedef struct cts_trace_worker {
+  cube_client_t* c;
+  cube_kernel_t* k;
+  uint32_t n;
+  uint64_t stream;
+  int ok;
+} cts_trace_worker_t;
+
+/* One stream's work: upload, launch (where kernels run), copy, download. */
+static void cts_trace_stream_work(cube_client_t* c, cube_kernel_t* k, uint32_t n, int* ok) {
+  uint32_t* in = malloc((size_t)n * 4);
+  for (uint32_t i = 0; i < n; ++i) in[i] = i * 7u + 1u;
+  cube_handle_t a, b, d;
+  *ok = 0;
+  if (cube_client_create_from_slice(c, in, (size_t)n * 4, &a)) return;
+  REQUIRE_OK(cube_client_empty(c, (size_t)n * 4, &b));
+  REQUIRE_OK(cube_client_empty(c, (size_t)n * 4, &d));
+  if (k) {
+    cube_arg_t args[4] = {cube_arg_buffer(a), cube_arg_buffer(b), cube_arg_u32(5), cube_arg_u32(n)};
+    REQUIRE_OK(cube_client_launch(c, k, cube_count_static((n + 63) / 64, 1, 1), 4, args));
+    REQUIRE_OK(cube_client_copy(c, b, d));
+    for (uint32_t i = 0; i < n; ++i) in[i] += 5u;
+  } else {
+    REQUIRE_OK(cube_client_copy(c, a, d));
+  }
+  *ok = cts_read_equals(c, d, in, (size_t)n * 4);
+  CHECK_OK(cube_client_sync(c));
+  cube_handle_release(a);
+  cube_handle_release(b);
+  cube_handle_release(d);
+  free(in);
+}
+
+static void* cts_trace_worker_main(void* p) {
+  cts_trace_worker_t* w = p;
+  w->stream = cube_stream_current();
+  cts_trace_stream_work(w->c, w->k, w->n, &w->ok);
+  return NULL;
+}
+
+CUBE_TEST(trace_two_streams_json) {
+  CTS_CLIENT(c);
+  cube_kernel_t* k = NULL;
+  if (cts_trace_kernels()) {
+    CTS_KERNEL(kk, "add_u32_traced", cts_k_add_u32, 64, 0, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER,
+               CUBE_ARG_U32, CUBE_ARG_U32);
+    k = kk;
+  }
+  char path[512];
+  cts_tmp_path(path, sizeof(path), "trace_two_streams.json");
+  unlink(path);
+  REQUIRE_OK(cube_trace_start(path));
+  CHECK(cube_trace_active());
+  cube_trace_range_push("outer");
+  cube_trace_range_push("inner");
+  cts_trace_worker_t w = {c, k, 3001u, 0, 0};
+  pthread_t t;
+  REQUIRE(pthread_create(&t, NULL, cts_trace_worker_main, &w) == 0);
+  int ok = 0;
+  cts_trace_stream_work(c, k, 1777u, &ok);
+  pthread_join(t, NULL);
+  cube_trace_range_pop();
+  cube_trace_range_pop();
+  cube_trace_range_pop(); /* one too many: ignored */
+  uint64_t mine = cube_stream_current();
+  CHECK(ok);
+  CHECK(w.ok);
+  CHECK(mine != w.stream);
+  REQUIRE_OK(cube_trace_stop());
+  CHECK(!cube_trace_active());
+
+  cJSON* doc = cts_trace_load(path);
+  REQUIRE(doc != NULL);
+  const cJSON* events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+  REQUIRE(cJSON_IsArray(events));
+  const cJSON* other = cJSON_GetObjectItemCaseSensitive(doc, "otherData");
+  CHECK(cts_num(other, "dropped_events") == 0.0);
+  CHECK(cts_trace_tracks_monotone(events) >= 8);
+  cube_device_id_t dev = cts_device(0);
+  double pid = 1.0 + (double)dev.backend * 256.0 + dev.index;
+  /* Each stream has its track, named, with its work in the order issued. */
+  uint64_t streams[2] = {mine, w.stream};
+  for (int s = 0; s < 2; ++s) {
+    double tid = (double)streams[s];
+    const cJSON* up = cts_trace_find(events, "upload", NULL, pid, tid);
+    const cJSON* cp = cts_trace_find(events, "copy", NULL, pid, tid);
+    const cJSON* dn = cts_trace_find(events, "download", NULL, pid, tid);
+    CHECK(up && cp && dn);
+    if (!up || !cp || !dn) continue;
+    const cJSON* args = cJSON_GetObjectItemCaseSensitive(up, "args");
+    CHECK(cts_num(args, "bytes") == (s == 0 ? 1777.0 : 3001.0) * 4.0);
+    CHECK(cts_num(args, "GB/s") >= 0.0);
+    CHECK(cts_num(cJSON_GetObjectItemCaseSensitive(cp, "args"), "bytes") ==
+          (s == 0 ? 1777.0 : 3001.0) * 4.0);
+    CHECK(cts_num(up, "ts") <= cts_num(cp, "ts"));
+    CHECK(cts_num(cp, "ts") <= cts_num(dn, "ts"));
+    if (k) {
+      const cJSON* kl = cts_trace_find(events, "kernel", "add_u32_traced", pid, tid);
+      CHECK(kl != NULL);
+      if (kl) {
+        const cJSON* cc =
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(kl, "args"),
+                                             "cube_count");
+        CHECK(cJSON_GetArraySize(cc) == 3);
+        CHECK(cJSON_GetArrayItem(cc, 0)->valuedouble == (s == 0 ? 28.0 : 47.0));
+        CHECK(cts_num(up, "ts") <= cts_num(kl, "ts"));
+        CHECK(cts_num(kl, "ts") <= cts_num(cp, "ts"));
+      }
+    }
+    /* The track's name. */
+    bool named = false;
+    const cJSON* e;
+    char want[64];
+    snprintf(want, sizeof(want), "stream %llu", (unsigned long long)streams[s]);
+    cJSON_ArrayForEach(e, events) named |= strcmp(cts_str(e, "ph"), "M") == 0 &&
+                                           strcmp(cts_str(e, "name"), "thread_name") == 0 &&
+                                           cts_num(e, "pid") == pid && cts_num(e, "tid") == tid &&
+                                           strcmp(cts_str(cJSON_GetObjectItemCaseSensitive(e, "args"), "name"), want) == 0;
+    CHECK(named);
+  }
+  /* The ranges, nested, on the host's track of this thread; the waits too. */
+  const cJSON* outer = cts_trace_find(events, "range", "outer", 0, -1);
+  const cJSON* inner = cts_trace_find(events, "range", "inner", 0, -1);
+  CHECK(outer && inner);
+  if (outer && inner) {
+    CHECK(cts_num(outer, "tid") == cts_num(inner, "tid"));
+    CHECK(cts_num(outer, "ts") <= cts_num(inner, "ts"));
+    CHECK(cts_num(outer, "ts") + cts_num(outer, "dur") >=
+          cts_num(inner, "ts") + cts_num(inner, "dur"));
+    CHECK(cts_trace_find(events, "wait", NULL, 0, cts_num(outer, "tid")) != NULL);
+  }
+  cJSON_Delete(doc);
+  unlink(path);
+  if (k) cube_kernel_release(k);
+  CTS_END(c);
+}
+
+CUBE_TEST(trace_sessions_and_files) {
+  CTS_REQUIRE_BACKEND();
+  char path[512];
+  cts_tmp_path(path, sizeof(path), "trace_sessions.json");
+  unlink(path);
+  CHECK_STATUS(cube_trace_stop(), CUBE_STATUS_FAILED_PRECONDITION, "cube_trace_stop",
+               "no trace is recording");
+  CHECK_STATUS(cube_trace_start(NULL), CUBE_STATUS_INVALID_ARGUMENT, "cube_trace_start", "path");
+  REQUIRE_OK(cube_trace_start(path));
+  CHECK_STATUS(cube_trace_start(path), CUBE_STATUS_FAILED_PRECONDITION, "cube_trace_start",
+               "already recording", path);
+  REQUIRE_OK(cube_trace_stop());
+  /* The file exists now: never written over. */
+  CHECK_STATUS(cube_trace_start(path), CUBE_STATUS_ALREADY_EXISTS, "cube_trace_start", path,
+               "exists");
+  cJSON* doc = cts_trace_load(path);
+  CHECK(doc && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(doc, "traceEvents")));
+  cJSON_Delete(doc);
+  unlink(path);
+  /* A ring of 16 records over 100 ranges: the newest 16 kept, 84 dropped. */
+  REQUIRE_OK(cube_option_set("CUBE_TRACE_RECORDS", "16"));
+  REQUIRE_OK(cube_trace_start(path));
+  for (int i = 0; i < 100; ++i) {
+    char name[16];
+    snprintf(name, sizeof(name), "r%d", i);
+    cube_trace_range_push(name);
+    cube_trace_range_pop();
+  }
+  REQUIRE_OK(cube_trace_stop());
+  REQUIRE_OK(cube_option_set("CUBE_TRACE_RECORDS", "65536"));
+  doc = cts_trace_load(path);
+  REQUIRE(doc != NULL);
+  const cJSON* other = cJSON_GetObjectItemCaseSensitive(doc, "otherData");
+  CHECK(cts_num(other, "dropped_events") == 84.0);
+  CHECK(cts_num(other, "records") == 16.0);
+  const cJSON* events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+  CHECK(cts_trace_find(events, "range", "r99", 0, -1) != NULL);
+  CHECK(cts_trace_find(events, "range", "r84", 0, -1) != NULL);
+  CHECK(cts_trace_find(events, "range", "r83", 0, -1) == NULL);
+  bool marked = false;
+  const cJSON* e;
+  cJSON_ArrayForEach(e, events) marked |= strcmp(cts_str(e, "cat"), "dropped") == 0;
+  CHECK(marked);
+  cts_trace_tracks_monotone(events);
+  cJSON_Delete(doc);
+  unlink(path);
+}
+
+/* A long kernel's record agrees with a host bracket around its synchronous
+ * run: the device time is inside the bracket and most of it. */
+typedef struct cts_slow {
+  cube_client_t* c;
+  cube_kernel_t* k;
+  cube_handle_t x, y, out;
+  uint32_t n;
+} cts_slow_t;
+
+CUBE_TEST(trace_profiled_launch_duration) {
+  CTS_CLIENT(c);
+  if (!cts_trace_kernels()) {
+    CTS_END(c);
+    CUBE_SKIP("%s runs no kernels", cts_backend()->name);
+  }
+  const uint32_t n = 1u << 22;
+  float* x = malloc((size_t)n * 4);
+  REQUIRE(x);
+  for (uint32_t i = 0; i < n; ++i) x[i] = (float)(i % 977);
+  const cube_arg_kind_t kinds[5] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_F32,
+                                    CUBE_ARG_U32};
+  cube_kernel_t* k = NULL;
+  cube_dim_t dim = {256, 1, 1};
+  REQUIRE_OK(cts_kernel_create("saxpy_timed", cts_k_saxpy, dim, 0, 5, kinds, &k));
+  cube_handle_t hx, hy, ho;
+  REQUIRE_OK(cube_client_create_from_slice(c, x, (size_t)n * 4, &hx));
+  REQUIRE_OK(cube_client_create_from_slice(c, x, (size_t)n * 4, &hy));
+  REQUIRE_OK(cube_client_empty(c, (size_t)n * 4, &ho));
+  cube_arg_t args[5] = {cube_arg_buffer(hx), cube_arg_buffer(hy), cube_arg_buffer(ho),
+                        cube_arg_f32(3.0f), cube_arg_u32(n)};
+  /* Warm: compiled, pages touched. */
+  REQUIRE_OK(cube_client_launch(c, k, cube_count_static(n / 256, 1, 1), 5, args));
+  REQUIRE_OK(cube_client_sync(c));
+  char path[512];
+  cts_tmp_path(path, sizeof(path), "trace_duration.json");
+  unlink(path);
+  REQUIRE_OK(cube_trace_start(path));
+  uint64_t brackets[3];
+  for (int i = 0; i < 3; ++i) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    REQUIRE_OK(cube_client_launch(c, k, cube_count_static(n / 256, 1, 1), 5, args));
+    REQUIRE_OK(cube_client_sync(c));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    brackets[i] = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)t1.tv_nsec -
+                  (uint64_t)t0.tv_nsec;
+  }
+  REQUIRE_OK(cube_trace_stop());
+  cJSON* doc = cts_trace_load(path);
+  REQUIRE(doc != NULL);
+  const cJSON* events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+  int seen = 0;
+  double best = 0.0; /* the largest share of its bracket a record took */
+  const cJSON* e;
+  cJSON_ArrayForEach(e, events) {
+    if (strcmp(cts_str(e, "cat"), "kernel") != 0) continue;
+    double dur_ns = cts_num(e, "dur") * 1000.0;
+    double b = (double)brackets[seen < 3 ? seen : 2];
+    /* Inside the bracket (plus the two clocks' resolution and rate); on a
+     * loaded machine the bracket may hold much more than the kernel, so the
+     * other side is checked on the best of the three runs. */
+    CHECK(dur_ns <= b * 1.01 + 20000.0);
+    if (!(dur_ns <= b * 1.01 + 20000.0))
+      fprintf(stderr, "kernel record %.0f ns, host bracket %.0f ns\n", dur_ns, b);
+    if (dur_ns / b > best) best = dur_ns / b;
+    seen++;
+  }
+  CHECK(best >= 0.3);
+  if (best < 0.3) fprintf(stderr, "the records took at most %.2f of their brackets\n", best);
+  CHECK(seen == 3);
+  cJSON_Delete(doc);
+  unlink(path);
+  cube_handle_release(hx);
+  cube_handle_release(hy);
+  cube_handle_release(ho);
+  cube_kernel_release(k);
+  free(x);
+  CTS_END(c);
+}
+
+/* The summary as data: device work counted once (a region and the launches
+ * inside it are not added), compiles apart. */
+static cube_status_t cts_region(void* p) {
+  cts_slow_t* s = p;
+  cube_arg_t a = cube_arg_buffer(s->x);
+  for (int i = 0; i < 2; ++i) {
+    cube_status_t st = cube_client_launch(s->c, s->k, cube_count_static(1, 1, 1), 1, &a);
+    if (st) return st;
+  }
+  return CUBE_OK;
+}
+
+CUBE_TEST(profile_summary_struct) {
+  CTS_REQUIRE_BACKEND();
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.profile_level = CUBE_PROFILE_BASIC;
+  o.log_fn = cts_log_fn;
+  cts_log_t log;
+  cts_log_init(&log);
+  o.log_user = &log;
+  cube_client_t* c = NULL;
+  cube_status_t init = cube_client_init(cts_device(0), &o, &c);
+  if (cube_status_code(init) == CUBE_STATUS_UNAVAILABLE) {
+    cube_status_free(init);
+    cts_log_free(&log);
+    CUBE_SKIP("backend unavailable");
+  }
+  REQUIRE_OK(init);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_empty(c, 64, &h));
+  cube_profile_summary_t sum = {0};
+  cube_kernel_t* k = NULL;
+  uint64_t launches = 0;
+  if (cts_trace_kernels()) {
+    CTS_KERNEL(kk, "nop_summary", cts_k_nop, 1, 0, CUBE_ARG_BUFFER);
+    k = kk;
+    cube_arg_t a = cube_arg_buffer(h);
+    for (int i = 0; i < 5; ++i)
+      REQUIRE_OK(cube_client_launch(c, k, cube_count_static(1, 1, 1), 1, &a));
+    cts_slow_t s;
+    memset(&s, 0, sizeof(s));
+    s.c = c;
+    s.k = k;
+    s.x = h;
+    cube_profile_duration_t d;
+    REQUIRE_OK(cube_client_profile(c, cts_region, &s, "region_two", &d));
+    launches = 7;
+  }
+  cube_handle_t h2;
+  REQUIRE_OK(cube_client_empty(c, 64, &h2));
+  REQUIRE_OK(cube_client_copy(c, h, h2));
+  REQUIRE_OK(cube_client_flush(c));
+  /* The read waits for the copy: its device time is known (the summary
+   * resolves what completed), and no sync printed (and emptied) it yet. */
+  cube_bytes_t* b = NULL;
+  REQUIRE_OK(cube_client_read_one(c, h2, &b));
+  cube_bytes_release(b);
+  CHECK_STATUS(cube_client_profile_summary(c, 8u, &sum), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_profile_summary", "flags");
+  cube_profile_summary_t small = {0};
+  small.struct_size = 8;
+  CHECK_STATUS(cube_client_profile_summary(c, 0, &small), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_profile_summary", "struct_size 8");
+  REQUIRE_OK(cube_client_profile_summary(c, 0, &sum));
+  CHECK(sum.struct_size == sizeof(sum));
+  uint64_t dev_ns = 0, dev_count = 0, kernel_count = 0, region_count = 0, transfers = 0;
+  for (size_t i = 0; i < sum.row_count; ++i) {
+    const cube_profile_row_t* r = &sum.rows[i];
+    CHECK(r->count > 0);
+    CHECK(r->min_ns <= r->max_ns);
+    CHECK(r->total_ns >= r->max_ns);
+    if (r->kind <= CUBE_PROFILE_ROW_COLLECTIVE) {
+      dev_ns += r->total_ns;
+      dev_count += r->count;
+    }
+    if (r->kind == CUBE_PROFILE_ROW_KERNEL && strcmp(r->name, "nop_summary") == 0)
+      kernel_count += r->count;
+    if (r->kind == CUBE_PROFILE_ROW_REGION) {
+      CHECK(strcmp(r->name, "region_two") == 0);
+      region_count += r->count;
+    }
+    if (r->kind == CUBE_PROFILE_ROW_TRANSFER) transfers += r->count;
+    CHECK(strcmp(cube_profile_row_kind_name(r->kind), "unknown") != 0);
+  }
+  CHECK(sum.device_ns == dev_ns);
+  CHECK(sum.device_count == dev_count);
+  CHECK(kernel_count == launches);
+  CHECK(region_count == (launches ? 1u : 0u));
+  CHECK(sum.region_count == region_count);
+  CHECK(transfers >= 1);
+  cube_profile_summary_deinitialize(&sum);
+  CHECK(sum.rows == NULL && sum.row_count == 0);
+  /* Printed at sync from the same data: Total counts device work only. */
+  REQUIRE_OK(cube_client_sync(c));
+  char total[32];
+  snprintf(total, sizeof(total), "%llu", (unsigned long long)dev_count);
+  CHECK(cts_log_find(&log, "Total", total, (const char*)NULL) >= 0 || dev_count == 0);
+  if (launches) CHECK(cts_log_find(&log, "region_two", "region", (const char*)NULL) >= 0);
+  REQUIRE_OK(cube_client_profile_summary(c, CUBE_PROFILE_SUMMARY_RESET, &sum));
+  CHECK(sum.row_count == 0); /* the sync printed and emptied it */
+  cube_profile_summary_deinitialize(&sum);
+  cube_handle_release(h);
+  cube_handle_release(h2);
+  if (k) cube_kernel_release(k);
+  CTS_END(c);
+  cts_log_free(&log);
+}
