@@ -843,6 +843,25 @@ static int cmd_demo(void) {
   TRY(cube_client_memory_usage(c, &u));
   char line[256];
   printf("  memory: %s\n", cube_memory_usage_format(&u, line, sizeof(line)));
+  /* The device's memory as the driver counts it, and what cube can name of
+   * it (docs/observability.md, "The memory ledger"). */
+  cube_memory_ledger_t led;
+  memset(&led, 0, sizeof(led));
+  led.struct_size = sizeof(led);
+  TRY(cube_client_memory_ledger(c, &led));
+  char lb[7][32];
+  printf("  memory ledger: pools %s, modules %s, context %s, collectives %s; %s %s; "
+         "unaccounted %s%s (pinned staging %s, host memory)\n",
+         fmt_bytes(led.pools, lb[0], sizeof(lb[0])),
+         fmt_bytes(led.modules, lb[1], sizeof(lb[1])),
+         fmt_bytes(led.context, lb[2], sizeof(lb[2])),
+         fmt_bytes(led.collectives, lb[3], sizeof(lb[3])),
+         led.driver_reports ? "the driver reports used" : "cube's own sum (no driver figure)",
+         fmt_bytes(led.driver_used, lb[4], sizeof(lb[4])), led.unaccounted < 0 ? "-" : "",
+         fmt_bytes(led.unaccounted < 0 ? (uint64_t)-led.unaccounted
+                                               : (uint64_t)led.unaccounted,
+                           lb[5], sizeof(lb[5])),
+         fmt_bytes(led.staging, lb[6], sizeof(lb[6])));
   DEMO_CHECK(u.number_allocs == 4, "memory usage counts %" PRIu64 " live slices (4 expected: x, y, partial sums, the packed buffer)",
              u.number_allocs);
   printf("  profile summary (printed by sync):\n");
