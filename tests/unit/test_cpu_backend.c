@@ -277,9 +277,10 @@ static int mapping_advised_huge(const void* p) {
   return result;
 }
 
-/* Buffers of 4 MiB and more are advised to use transparent huge pages
- * (CUBE_CPU_HUGE_PAGES, default 1), smaller ones are not, and 0 turns the
- * advice off; the memory is zero and writable either way. */
+/* Buffers of 4 MiB and more are advised to use transparent huge pages and
+ * start on a 2 MiB boundary (CUBE_CPU_HUGE_PAGES, default 1), smaller ones
+ * are not, and 0 turns the advice off; the memory is zero and writable
+ * either way. */
 CUBE_TEST(large_buffers_advised_huge_pages) {
   FILE* thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
   if (!thp) CUBE_SKIP("this kernel has no transparent huge pages");
@@ -308,6 +309,8 @@ CUBE_TEST(large_buffers_advised_huge_pages) {
                 cases[i].env ? cases[i].env : "(unset)", (unsigned long long)cases[i].size,
                 pass ? "host" : "device", got, cases[i].want);
       CHECK(got == cases[i].want);
+      /* Advised buffers start on a 2 MiB boundary: every 2 MiB can be one huge page. */
+      if (cases[i].want) CHECK(((uintptr_t)st.ptr & ((2u << 20) - 1)) == 0);
       CHECK(all_zero(st.ptr, cases[i].size));
       memset(st.ptr, 0x5A, (size_t)cases[i].size);
       if (pass == 0)

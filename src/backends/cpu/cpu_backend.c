@@ -36,6 +36,7 @@ _Static_assert(CUBE__CPU_MAX_DEVICES == CUBE__OPT_CPU_DEVICES_MAX &&
  * that the kernel maps lazily, so a big buffer costs nothing until used. */
 #define CUBE__CPU_MMAP_THRESHOLD (256u * 1024u)
 #define CUBE__CPU_HUGE_THRESHOLD (4u * 1024u * 1024u)
+#define CUBE__CPU_HUGE_ALIGN (2u * 1024u * 1024u)
 /* Units a chunk of cubes should hold at least before another worker is
  * asked to help: below this a wake-up costs more than the work. A launch of
  * one cube always runs on the caller. */
@@ -228,6 +229,38 @@ static void cube__cpu_device_destroy(cube__backend_device_t* dev) {
 // Storage
 //===----------------------------------------------------------------------===//
 
+/* Anonymous memory of |size| bytes (NULL on failure). |huge|: advised to use
+ * transparent huge pages where the system has them (advice only: a failure
+ * changes nothing), and placed on a 2 MiB boundary (a larger mapping
+ * trimmed), so that every 2 MiB of it can be one huge page: the first write
+ * into a fresh pool page (an upload) then faults 2 MiB at a time instead of
+ * 4 KiB. Unmapped with munmap(ptr, size) either way. */
+static void* cube__cpu_map(size_t size, bool huge) {
+  const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS;
+#ifdef MADV_HUGEPAGE
+  const size_t align = CUBE__CPU_HUGE_ALIGN;
+  long ps = sysconf(_SC_PAGESIZE);
+  size_t page = ps > 0 ? (size_t)ps : 4096u;
+  size_t len = (size + page - 1) / page * page;
+  if (huge && len >= size && len <= SIZE_MAX - align) {
+    uint8_t* raw = mmap(NULL, len + align, prot, flags, -1, 0);
+    if (raw != MAP_FAILED) {
+      uintptr_t at = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
+      size_t head = (size_t)(at - (uintptr_t)raw);
+      size_t tail = align - head;
+      if (head) munmap(raw, head);
+      if (tail) munmap((uint8_t*)at + len, tail);
+      (void)madvise((void*)at, len, MADV_HUGEPAGE);
+      return (void*)at;
+    }
+  }
+#else
+  (void)huge;
+#endif
+  void* ptr = mmap(NULL, size, prot, flags, -1, 0);
+  return ptr == MAP_FAILED ? NULL : ptr;
+}
+
 static cube_status_t cube__cpu_alloc_storage(cube__backend_device_t* dev, uint64_t size,
                                              cube__storage_t* out) {
   void* ptr = NULL;
@@ -237,15 +270,8 @@ static cube_status_t cube__cpu_alloc_storage(cube__backend_device_t* dev, uint64
     kind = CUBE__CPU_STORAGE_MMAP;
   } else if (size >= CUBE__CPU_MMAP_THRESHOLD) {
     /* Page aligned (>= 64) and zero; nothing is touched until used. */
-    ptr = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (ptr == MAP_FAILED) ptr = NULL;
-#ifdef MADV_HUGEPAGE
-    /* Transparent huge pages where the system has them (advice only: a
-     * failure changes nothing): the first write into a fresh pool page
-     * (an upload) then faults 2 MiB at a time instead of 4 KiB. */
-    if (ptr && size >= CUBE__CPU_HUGE_THRESHOLD && cube__option_bool(CUBE__OPT_CPU_HUGE_PAGES))
-      (void)madvise(ptr, (size_t)size, MADV_HUGEPAGE);
-#endif
+    bool huge = size >= CUBE__CPU_HUGE_THRESHOLD && cube__option_bool(CUBE__OPT_CPU_HUGE_PAGES);
+    ptr = cube__cpu_map((size_t)size, huge);
     kind = CUBE__CPU_STORAGE_MMAP;
   } else {
     /* Size 0 still gets a distinct, valid pointer. */
