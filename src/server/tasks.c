@@ -444,6 +444,7 @@ static cube_status_t cube__sync_exec(cube__stream_t* st) {
   cube_status_t status = cube__backend_sync(&s->be, st->backend_stream);
   if (status) cube__stream_push_error(st, status);
   if (cube__backend_has_events(&s->be)) cube__stream_release_holds(st, false);
+  cube__stream_release_idle(st); /* buffers unused since the last sync go back */
   if (s->profiler.level >= CUBE_PROFILE_BASIC) cube__profiler_summary(&s->profiler);
   return cube__stream_take_errors(st);
 }

@@ -445,7 +445,7 @@ typedef struct {
 static void check_subslices(int line, uint64_t max_page, uint64_t align, const rung_t* rungs,
                             uint32_t n, uint64_t tail) {
   cube__pool_options_t p[CUBE_MAX_POOLS];
-  uint32_t count = cube__pool_ladder(CUBE_MEMORY_CONFIG_SUBSLICES, max_page, align, p);
+  uint32_t count = cube__pool_ladder(CUBE_MEMORY_CONFIG_SUBSLICES, max_page, align, 0, p);
   bool ok = count == n + 2 && p[0].kind == CUBE_POOL_EXCLUSIVE && p[0].max_alloc_size == 0 &&
             p[0].dealloc_period == 0;
   for (uint32_t i = 0; ok && i < n; ++i) {
@@ -493,7 +493,7 @@ CUBE_TEST(ladder_subslices_dummy_128mib_and_small) {
 
 CUBE_TEST(ladder_exclusive_pages_preset) {
   cube__pool_options_t p[CUBE_MAX_POOLS];
-  uint32_t n = cube__pool_ladder(CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES, 128 * MiB, 32, p);
+  uint32_t n = cube__pool_ladder(CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES, 128 * MiB, 32, 0, p);
   CHECK_EQ_U64(n, 24);
   CHECK_EQ_U64(p[0].max_alloc_size, 32 * KiB);
   CHECK_EQ_U64(p[n - 1].max_alloc_size, 128 * MiB);
@@ -508,7 +508,7 @@ CUBE_TEST(ladder_exclusive_pages_preset) {
     CHECK_EQ_U64(p[i].max_alloc_size, want);
   }
   /* Large buckets get longer periods: 5000 * round(1 + size / GiB). */
-  n = cube__pool_ladder(CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES, 8 * GiB, 512, p);
+  n = cube__pool_ladder(CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES, 8 * GiB, 512, 0, p);
   CHECK_EQ_U64(n, 24);
   CHECK_EQ_U64(p[n - 1].max_alloc_size, 8 * GiB);
   CHECK_EQ_U64(p[n - 1].dealloc_period, 45000);
@@ -517,7 +517,7 @@ CUBE_TEST(ladder_exclusive_pages_preset) {
     CHECK_EQ_U64(p[i].dealloc_period, want);
   }
   /* Consecutive duplicates after alignment are removed. */
-  n = cube__pool_ladder(CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES, 64 * KiB, 4096, p);
+  n = cube__pool_ladder(CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES, 64 * KiB, 4096, 0, p);
   CHECK(n < 24);
   CHECK_EQ_U64(p[0].max_alloc_size, 32 * KiB);
   CHECK_EQ_U64(p[n - 1].max_alloc_size, 64 * KiB);
