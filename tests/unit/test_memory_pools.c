@@ -491,6 +491,33 @@ CUBE_TEST(ladder_subslices_dummy_128mib_and_small) {
   check_subslices(__LINE__, 128 * MiB + 1000, 512, odd, 2, 128 * MiB + 512);
 }
 
+/* The fitted ladder: zero-size pool, 2 MiB sliced pages taking up to 1 MiB
+ * (the max page when smaller), a fitted exclusive pool of the granule up to
+ * the max page (rounded down to the alignment). */
+CUBE_TEST(ladder_fitted) {
+  cube__pool_options_t p[CUBE_MAX_POOLS];
+  uint32_t n = cube__pool_ladder(CUBE_MEMORY_CONFIG_FITTED, 6 * GiB + 1000, 512, 2 * MiB, p);
+  REQUIRE(n == 3);
+  CHECK(p[0].kind == CUBE_POOL_EXCLUSIVE && p[0].max_alloc_size == 0 && p[0].page_size == 0);
+  CHECK(p[1].kind == CUBE_POOL_SLICED);
+  CHECK_EQ_U64(p[1].page_size, 2 * MiB);
+  CHECK_EQ_U64(p[1].max_alloc_size, 1 * MiB);
+  CHECK(p[2].kind == CUBE_POOL_EXCLUSIVE);
+  CHECK_EQ_U64(p[2].page_size, 2 * MiB);
+  CHECK_EQ_U64(p[2].max_alloc_size, 6 * GiB + 512);
+  /* A granule that is not a multiple of the alignment rounds up to one; a
+   * max page under 2 MiB makes the small pages that size. */
+  n = cube__pool_ladder(CUBE_MEMORY_CONFIG_FITTED, 1 * MiB + 100, 4096, 5000, p);
+  REQUIRE(n == 3);
+  CHECK_EQ_U64(p[1].page_size, 1 * MiB);
+  CHECK_EQ_U64(p[1].max_alloc_size, 512 * KiB);
+  CHECK_EQ_U64(p[2].page_size, 8192);
+  CHECK_EQ_U64(p[2].max_alloc_size, 1 * MiB);
+  /* Granule 0: the alignment. */
+  n = cube__pool_ladder(CUBE_MEMORY_CONFIG_FITTED, 64 * MiB, 64, 0, p);
+  CHECK_EQ_U64(p[n - 1].page_size, 64);
+}
+
 CUBE_TEST(ladder_exclusive_pages_preset) {
   cube__pool_options_t p[CUBE_MAX_POOLS];
   uint32_t n = cube__pool_ladder(CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES, 128 * MiB, 32, 0, p);
