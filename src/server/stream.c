@@ -195,7 +195,7 @@ static cube_status_t cube__stream_create(cube__server_t* s, uint64_t id, uint32_
   o.name = "device memory";
   o.config = s->options.memory_config;
   o.max_page_size = s->props.memory.max_page_size;
-  o.granule = cube__memory_granule(s->props.id.backend);
+  o.granule = cube__server_memory_granule(s);
   o.persistent = CUBE__PERSISTENT_ENABLED;
   o.mode = CUBE_ALLOCATION_AUTO;
   cube_status_t status = cube__mm_create(&o, &st->device_ops, &st->mm);
@@ -559,10 +559,12 @@ void cube__stream_release_idle(cube__stream_t* st) {
   pthread_mutex_unlock(&st->lock);
 }
 
-uint64_t cube__memory_granule(cube_backend_t backend) {
-  /* cuMemAlloc and the VMM calls map device memory in 2 MiB pages; host
-   * allocators in pages of 4 KiB, which a 64 KiB step keeps few. */
-  return backend == CUBE_BACKEND_CUDA ? 2ull << 20 : 64ull << 10;
+uint64_t cube__server_memory_granule(cube__server_t* s) {
+  /* Host allocators map pages of 4 KiB, which a 64 KiB step keeps few. */
+  uint64_t g = 0;
+  cube_status_t status = cube__backend_ctl(&s->be, NULL, CUBE__CTL_MEMORY_GRANULE, &g);
+  cube_status_free(status);
+  return status == CUBE_OK && g > 0 ? g : 64ull << 10;
 }
 
 cube_status_t cube__stream_usage(cube__stream_t* st, const char* fn, bool fail_on_errors,

@@ -124,9 +124,9 @@ void cube__stream_cleanup(cube__stream_t* stream);
  * free and unused since the previous sync (cube__mm_release_idle). */
 void cube__stream_release_idle(cube__stream_t* stream);
 
-/* The granule to which fitted pools round storage sizes on |backend|: what
- * the device maps at least (CUDA: 2 MiB), else 64 KiB. */
-uint64_t cube__memory_granule(cube_backend_t backend);
+/* The granule to which fitted pools round storage sizes on |s|'s device:
+ * the backend's CUBE__CTL_MEMORY_GRANULE (CUDA: 2 MiB), else 64 KiB. */
+uint64_t cube__server_memory_granule(cube__server_t* s);
 
 /* The usage of |stream|'s device pools. With |fail_on_errors|, a stream with
  * deferred errors gives FAILED_PRECONDITION (|fn| names the call). */
