@@ -178,7 +178,11 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_ledger(cube_client_t* clie
 /* One pool of an installed configuration. */
 typedef struct cube_pool_config {
   cube_pool_kind_t kind;   /* CUBE_POOL_SLICED or CUBE_POOL_EXCLUSIVE */
-  uint64_t page_size;      /* sliced: bytes of each page (0 < page_size <= max_page_size) */
+  uint64_t page_size;      /* sliced: bytes of each page (0 < page_size <= max_page_size);
+                              exclusive: 0 (CubeCL's exclusive pool) or the granule of a
+                              fitted pool (each buffer its own storage rounded up to it, a
+                              free one reused within an eighth, given back when the pools
+                              grow: docs/observability.md, "Memory that is not wasted") */
   uint64_t max_alloc_size; /* sliced: largest slice (<= page_size); exclusive: largest
                               request, a multiple of the alignment */
   uint64_t alignment;      /* of slices in a page; 0: the device's; else a power of two that

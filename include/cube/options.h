@@ -40,8 +40,13 @@ typedef enum cube_queue_mode_e {
 } cube_queue_mode_t;
 
 typedef enum cube_memory_config_e {
-  CUBE_MEMORY_CONFIG_SUBSLICES = 0, /* the default page ladder (docs/cubecl.md, "Memory") */
-  CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES = 1,
+  /* The default: small requests in small sliced pages, larger ones each in
+   * a buffer of their own size, free buffers given back when the pools
+   * would grow past what is in use (docs/observability.md, "Memory that is
+   * not wasted"). */
+  CUBE_MEMORY_CONFIG_FITTED = 0,
+  CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES = 1, /* CubeCL's (docs/cubecl.md, "Memory") */
+  CUBE_MEMORY_CONFIG_SUBSLICES = 2,       /* CubeCL's page ladder (its default) */
 } cube_memory_config_t;
 
 typedef enum cube_check_mode_e {

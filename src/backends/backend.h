@@ -188,6 +188,11 @@ typedef enum cube__backend_ctl_op {
    * (the memory ledger, cube_client_memory_ledger). Thread-safe.
    * UNIMPLEMENTED: the driver reports nothing (CPU, OpenCL). */
   CUBE__CTL_MEMORY_INFO = 9,
+  /* arg: uint64_t* <- the granule in which the device maps memory, to which
+   * fitted pools round their storage (docs/observability.md, "Memory that
+   * is not wasted"). Thread-safe. UNIMPLEMENTED: the server's default
+   * (64 KiB). */
+  CUBE__CTL_MEMORY_GRANULE = 10,
 } cube__backend_ctl_op_t;
 
 /* The argument of CUBE__CTL_MEMORY_INFO. */

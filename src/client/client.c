@@ -63,7 +63,7 @@ cube_status_t cube_client_init(cube_device_id_t device, const cube_server_option
   }
   if (options && ((unsigned)options->queue_mode > CUBE_QUEUE_INLINE ||
                   (unsigned)options->profile_level > CUBE_PROFILE_FULL ||
-                  (unsigned)options->memory_config > CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES ||
+                  (unsigned)options->memory_config > CUBE_MEMORY_CONFIG_SUBSLICES ||
                   (unsigned)options->check_mode > CUBE_CHECK_VALIDATE ||
                   (unsigned)options->graphs > CUBE_GRAPHS_AUTO))
     return CUBE_INVALID("cube_client_init: options hold an out-of-range enum value "

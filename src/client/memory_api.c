@@ -155,8 +155,8 @@ cube_status_t cube_client_memory_install(cube_client_t* c, const cube_memory_poo
     if (q->kind != CUBE_POOL_SLICED && q->kind != CUBE_POOL_EXCLUSIVE)
       return CUBE_INVALID("%s: pools[%u].kind %d is not CUBE_POOL_SLICED (0) or "
                           "CUBE_POOL_EXCLUSIVE (1)", fn, i, (int)q->kind);
-    if (q->kind == CUBE_POOL_SLICED &&
-        (q->page_size == 0 || q->page_size > props->memory.max_page_size))
+    if ((q->kind == CUBE_POOL_SLICED && q->page_size == 0) ||
+        q->page_size > props->memory.max_page_size) /* exclusive: a fitted pool's granule */
       return CUBE_INVALID("%s: pools[%u].page_size %" PRIu64 " is outside 1..%" PRIu64
                           " (the device's max_page_size)", fn, i, q->page_size,
                           props->memory.max_page_size);

@@ -54,9 +54,34 @@ static uint32_t cube__ladder_exclusive(uint64_t max_page, uint64_t a, cube__pool
   return n;
 }
 
+/* The fitted ladder (docs/observability.md, "Memory that is not wasted"):
+ * zero-size requests in pool 0 as in SubSlices; requests up to half a small
+ * page sliced in pages of CUBE__FIT_SMALL_PAGE (or max_page when smaller),
+ * so that a stream's first small buffer holds 2 MiB, not a ladder page;
+ * every larger request in a fitted exclusive pool: a storage buffer of its
+ * own size rounded up to |granule|, which the manager gives back when the
+ * pools would grow past what is in use (cube__mm_make_room). */
+#define CUBE__FIT_SMALL_PAGE (2ull * CUBE__MIB)
+
+static uint32_t cube__ladder_fitted(uint64_t max_page, uint64_t a, uint64_t granule,
+                                    cube__pool_options_t* out) {
+  uint32_t n = 0;
+  out[n++] = (cube__pool_options_t){.kind = CUBE_POOL_EXCLUSIVE, .page_size = 0, .max_alloc_size = 0, .dealloc_period = 0};
+  uint64_t top = max_page / a * a;
+  uint64_t small = cube__ladder_round_up(CUBE__FIT_SMALL_PAGE, a);
+  if (small > top) small = top;
+  if (small > 0) {
+    out[n++] = (cube__pool_options_t){.kind = CUBE_POOL_SLICED, .page_size = small, .max_alloc_size = small / 2, .dealloc_period = 0};
+  }
+  uint64_t g = cube__ladder_round_up(granule ? granule : a, a);
+  out[n++] = (cube__pool_options_t){.kind = CUBE_POOL_EXCLUSIVE, .page_size = g, .max_alloc_size = top, .dealloc_period = 0};
+  return n;
+}
+
 uint32_t cube__pool_ladder(cube_memory_config_t config, uint64_t max_page_size,
-                           uint64_t alignment, cube__pool_options_t* out) {
+                           uint64_t alignment, uint64_t granule, cube__pool_options_t* out) {
   uint64_t a = alignment ? alignment : 1;
   if (config == CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES) return cube__ladder_exclusive(max_page_size, a, out);
-  return cube__ladder_subslices(max_page_size, a, out);
+  if (config == CUBE_MEMORY_CONFIG_SUBSLICES) return cube__ladder_subslices(max_page_size, a, out);
+  return cube__ladder_fitted(max_page_size, a, granule, out);
 }

@@ -38,7 +38,11 @@ struct cube__mm {
   /* What the default ladder is made of (cube__mm_install with no pools). */
   cube_memory_config_t config;
   uint64_t max_page_size;
+  uint64_t granule;
   bool measuring;
+  /* A dynamic pool is fitted: growth gives back free pages first
+   * (cube__mm_make_room), syncs give back idle ones (cube__mm_release_idle). */
+  bool fitted;
   /* Tracking (memory/track.h). */
   struct cube__mem_ring* ring;
   uint64_t stream_id;
@@ -93,8 +97,10 @@ static cube_status_t cube__mm_check_pools(const char* name, const cube__pool_opt
 /* (Re)initialises the dynamic pools of |mm| from |pools|. */
 static void cube__mm_init_pools(cube__mm_t* mm, const cube__pool_options_t* pools, uint32_t count) {
   mm->pool_count = count;
+  mm->fitted = false;
   for (uint32_t i = 0; i < count; ++i) {
     cube__pool_init(&mm->pools[i], &pools[i], mm->alignment, &mm->storage, mm);
+    if (cube__pool_fitted(&mm->pools[i])) mm->fitted = true;
     mm->pools[i].index = i;
     if (!mm->pools[i].name[0]) snprintf(mm->pools[i].name, sizeof(mm->pools[i].name), "pool %u", i);
   }
@@ -117,7 +123,8 @@ cube_status_t cube__mm_create(const cube__mm_options_t* options, const cube__sto
   const cube__pool_options_t* pools = options->custom;
   uint32_t count = options->custom_count;
   if (!pools) {
-    count = cube__pool_ladder(options->config, options->max_page_size, storage->alignment, ladder);
+    count = cube__pool_ladder(options->config, options->max_page_size, storage->alignment,
+                              options->granule, ladder);
     pools = ladder;
   }
   CUBE_RETURN_IF_ERROR(cube__mm_check_pools(name, pools, count, storage->alignment));
@@ -134,6 +141,7 @@ cube_status_t cube__mm_create(const cube__mm_options_t* options, const cube__sto
   mm->alignment = storage->alignment;
   mm->config = options->config;
   mm->max_page_size = options->max_page_size;
+  mm->granule = options->granule;
   cube__mm_init_pools(mm, pools, count);
   cube__pool_init_persistent(&mm->persistent, mm->alignment, &mm->storage, mm);
   mm->persistent.index = count;
@@ -259,6 +267,69 @@ void cube__mm_cleanup(cube__mm_t* mm, bool explicit_cleanup) {
   for (uint32_t i = 0; i < mm->pool_count; ++i) {
     cube__pool_cleanup(&mm->pools[i], mm->alloc_reserve_count, explicit_cleanup);
   }
+}
+
+/* Fitted pools (docs/observability.md, "Memory that is not wasted") ------- */
+
+/* The pools may hold at most this share of the bytes in use when they grow. */
+#define CUBE__MM_FIT_NUM 21u
+#define CUBE__MM_FIT_DEN 20u
+
+/* The page of |mm| that gives back most if released: a free page of a
+ * fitted pool or a wholly free page of a sliced pool. */
+static bool cube__mm_largest_idle(cube__mm_t* mm, uint32_t* out_pool, uint32_t* out_page) {
+  uint64_t best = 0;
+  bool found = false;
+  for (uint32_t p = 0; p < mm->pool_count; ++p) {
+    cube__pool_t* pool = &mm->pools[p];
+    bool fitted = cube__pool_fitted(pool);
+    if (!fitted && pool->kind != CUBE_POOL_SLICED) continue;
+    for (uint32_t i = 0; i < pool->page_count; ++i) {
+      cube__page_t* page = pool->pages[i];
+      if (page->storage.size <= best) continue;
+      if (fitted ? !cube__slice_check_free(page->first) : !cube__page_is_free(page)) continue;
+      best = page->storage.size;
+      *out_pool = p;
+      *out_page = i;
+      found = true;
+    }
+  }
+  return found;
+}
+
+void cube__mm_make_room(cube__mm_t* mm, uint64_t bytes, uint64_t size) {
+  if (!mm->fitted) return;
+  cube_memory_usage_t u;
+  cube__mm_usage(mm, &u); /* also finds the buffers released since the last scan */
+  uint64_t in_use = u.bytes_in_use + size;
+  uint64_t allowed = in_use / CUBE__MM_FIT_DEN * CUBE__MM_FIT_NUM;
+  uint64_t reserved = cube__mm_reserved_bytes(mm);
+  while (reserved + bytes > allowed) {
+    uint32_t p = 0, i = 0;
+    if (!cube__mm_largest_idle(mm, &p, &i)) break;
+    reserved -= mm->pools[p].pages[i]->storage.size;
+    cube__pool_remove_page(&mm->pools[p], i);
+  }
+}
+
+uint64_t cube__mm_release_idle(cube__mm_t* mm) {
+  if (!mm->fitted) return 0;
+  uint64_t before = cube__mm_reserved_bytes(mm);
+  for (uint32_t p = 0; p < mm->pool_count; ++p) {
+    cube__pool_t* pool = &mm->pools[p];
+    if (!cube__pool_fitted(pool)) continue;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < pool->page_count; ++i) {
+      cube__page_t* page = pool->pages[i];
+      if (cube__slice_check_free(page->first) && page->free_count++ >= 1) {
+        cube__pool_release_page(pool, page);
+        continue;
+      }
+      pool->pages[kept++] = page;
+    }
+    pool->page_count = kept;
+  }
+  return before - cube__mm_reserved_bytes(mm);
 }
 
 uint64_t cube__mm_reserved_bytes(const cube__mm_t* mm) {
@@ -549,7 +620,7 @@ void cube__mm_rebind_storage(cube__mm_t* mm, const cube__storage_ops_t* storage)
 cube_status_t cube__mm_install(cube__mm_t* mm, const cube__pool_options_t* pools, uint32_t count) {
   cube__pool_options_t ladder[CUBE_MAX_POOLS];
   if (!pools) {
-    count = cube__pool_ladder(mm->config, mm->max_page_size, mm->alignment, ladder);
+    count = cube__pool_ladder(mm->config, mm->max_page_size, mm->alignment, mm->granule, ladder);
     pools = ladder;
   }
   CUBE_RETURN_IF_ERROR(cube__mm_check_pools(mm->name, pools, count, mm->alignment));

@@ -148,7 +148,8 @@ void cube__memory_external_forget(cube__memory_t* m);
 
 typedef struct cube__pool_options {
   cube_pool_kind_t kind;   /* CUBE_POOL_SLICED or CUBE_POOL_EXCLUSIVE */
-  uint64_t page_size;      /* sliced: page size (ignored for exclusive) */
+  uint64_t page_size;      /* sliced: page size; exclusive: 0 (CubeCL's pool) or the granule
+                              of a fitted pool (pool_internal.h, cube__pool_fitted) */
   uint64_t max_alloc_size; /* sliced: max slice size; exclusive: max_alloc_size */
   uint64_t dealloc_period; /* exclusive: allocations between aging checks x5; 0 = never */
   /* Installed configurations (cube_client_memory_install) only; zero in the
@@ -167,21 +168,26 @@ typedef enum cube__persistent_policy_e {
 
 typedef struct cube__mm_options {
   const char* name;                   /* "device memory", "pinned host memory" */
-  cube_memory_config_t config;        /* SUBSLICES or EXCLUSIVE_PAGES ladder ... */
+  cube_memory_config_t config;        /* FITTED, SUBSLICES or EXCLUSIVE_PAGES ladder ... */
   const cube__pool_options_t* custom; /* ... or these pools, in order, when non-NULL */
   uint32_t custom_count;
   uint64_t max_page_size;             /* device property */
+  uint64_t granule;                   /* FITTED: storage sizes are rounded up to it (0: the
+                                         alignment) */
   cube__persistent_policy_t persistent;
   cube_allocation_mode_t mode;        /* initial mode */
 } cube__mm_options_t;
 
 /* Fills |out| (capacity CUBE_MAX_POOLS) with the pools of |config| for
- * |max_page_size| and |alignment| and returns their count (docs/cubecl.md,
- * "Memory: the page ladder and configuration"; SubSlices: zero-size
- * exclusive pool, ladder smallest page first, tail pool; ExclusivePages: 24
- * log-spaced buckets 32 KiB..max_page). */
+ * |max_page_size|, |alignment| and (FITTED) |granule|, and returns their
+ * count (docs/cubecl.md, "Memory: the page ladder and configuration";
+ * SubSlices: zero-size exclusive pool, ladder smallest page first, tail
+ * pool; ExclusivePages: 24 log-spaced buckets 32 KiB..max_page; Fitted:
+ * zero-size pool, 2 MiB sliced pages for requests up to 1 MiB, a fitted
+ * exclusive pool of granule |granule| up to max_page: docs/observability.md,
+ * "Memory that is not wasted"). */
 uint32_t cube__pool_ladder(cube_memory_config_t config, uint64_t max_page_size,
-                           uint64_t alignment, cube__pool_options_t* out);
+                           uint64_t alignment, uint64_t granule, cube__pool_options_t* out);
 
 /* The manager ------------------------------------------------------------- */
 
@@ -230,6 +236,12 @@ void cube__mm_report(cube__mm_t* mm, cube_memory_report_t* out_report);
  * sliced pages, free exclusive pages and free persistent slices; implicit
  * only ages exclusive pages. */
 void cube__mm_cleanup(cube__mm_t* mm, bool explicit_cleanup);
+
+/* Gives back the pages of fitted pools that stayed free and unused since
+ * the previous call (the server calls it at each sync): a buffer released
+ * for good is gone after two syncs, one that a loop reuses between syncs
+ * stays. Returns the bytes given back. */
+uint64_t cube__mm_release_idle(cube__mm_t* mm);
 
 /* Replaces the storage ops (same alignment required), e.g. when the pools
  * outlive the object their ops pointed at. */

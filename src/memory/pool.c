@@ -20,7 +20,7 @@ static void cube__pool_init_common(cube__pool_t* pool, cube_pool_kind_t kind, ui
 void cube__pool_init(cube__pool_t* pool, const cube__pool_options_t* options, uint64_t alignment,
                      const cube__storage_ops_t* storage, cube__mm_t* mm) {
   cube__pool_init_common(pool, options->kind, alignment, storage, mm);
-  pool->page_size = options->kind == CUBE_POOL_SLICED ? options->page_size : 0;
+  pool->page_size = options->page_size; /* exclusive: the granule of a fitted pool, or 0 */
   pool->max_alloc_size = options->max_alloc_size;
   pool->dealloc_period = options->dealloc_period;
   pool->cur_avg_size = (double)options->max_alloc_size / 2.0;

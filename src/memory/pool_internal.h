@@ -162,6 +162,23 @@ struct cube__pool {
 
 #define CUBE__POOL_SPARE_SLICES 64u
 
+/* A fitted pool (docs/observability.md, "Memory that is not wasted"): an
+ * exclusive pool whose page_size is a granule. Each page is one request's
+ * storage, its size rounded up to the granule; a free page serves a later
+ * request only if it wastes at most an eighth of it (or less than a
+ * granule); page->free_count counts the idle passes (cube__mm_release_idle)
+ * that found it free and unused since, 0 once bound. */
+static inline bool cube__pool_fitted(const cube__pool_t* pool) {
+  return pool->kind == CUBE_POOL_EXCLUSIVE && pool->page_size > 0;
+}
+
+/* Before a pool of |mm| adds a page of |bytes| for a request of |size|:
+ * when |mm| has a fitted pool, gives back free fitted pages and wholly free
+ * sliced pages (largest first) until the bytes reserved after the new page
+ * are at most CUBE__MM_FIT_NUM / CUBE__MM_FIT_DEN of the bytes in use with
+ * the request, or none is left to give (manager.c). */
+void cube__mm_make_room(cube__mm_t* mm, uint64_t bytes, uint64_t size);
+
 /* Takes a descriptor whose only reference left is the pool's (its slice
  * just freed by cube__slice_check_free: m->slice still points at it) for
  * reuse, unbinding it, or frees it (manager.c). */

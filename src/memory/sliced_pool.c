@@ -19,6 +19,7 @@ cube_status_t cube__sliced_try_reserve(cube__pool_t* pool, uint64_t size, cube__
 cube_status_t cube__sliced_alloc(cube__pool_t* pool, uint64_t size, cube__memory_t* m,
                                  bool* out_storage_oom) {
   cube__page_t* page = NULL;
+  if (pool->mm) cube__mm_make_room(pool->mm, pool->page_size, size);
   CUBE_RETURN_IF_ERROR(cube__pool_add_page(pool, pool->page_size, &page, out_storage_oom));
   bool found = false;
   CUBE_RETURN_IF_ERROR(cube__page_try_reserve(page, size, pool->alignment, m, &found));

@@ -293,7 +293,8 @@ uint32_t cube__server_pools(cube__server_t* s, cube__pool_options_t* out) {
     memcpy(out, s->installed, n * sizeof(*out));
   } else {
     n = cube__pool_ladder(s->options.memory_config, s->props.memory.max_page_size,
-                          s->props.memory.alignment, out);
+                          s->props.memory.alignment, cube__server_memory_granule(s),
+                          out);
     for (uint32_t i = 0; i < n; ++i) snprintf(out[i].name, sizeof(out[i].name), "pool %u", i);
   }
   pthread_mutex_unlock(&s->streams_lock);

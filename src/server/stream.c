@@ -198,6 +198,7 @@ static cube_status_t cube__stream_create(cube__server_t* s, uint64_t id, uint32_
   o.name = "device memory";
   o.config = s->options.memory_config;
   o.max_page_size = s->props.memory.max_page_size;
+  o.granule = cube__server_memory_granule(s);
   o.persistent = CUBE__PERSISTENT_ENABLED;
   o.mode = CUBE_ALLOCATION_AUTO;
   cube_status_t status = cube__mm_create(&o, &st->device_ops, &st->mm);
@@ -570,6 +571,21 @@ void cube__stream_cleanup(cube__stream_t* st) {
   pthread_mutex_unlock(&st->lock);
   /* Memory the pools gave back may sit in the driver's own pool. */
   cube__backend_trim(&s->be, st->backend_stream);
+}
+
+void cube__stream_release_idle(cube__stream_t* st) {
+  pthread_mutex_lock(&st->lock);
+  cube__mm_release_idle(st->mm);
+  if (st->pinned) cube__mm_release_idle(st->pinned);
+  pthread_mutex_unlock(&st->lock);
+}
+
+uint64_t cube__server_memory_granule(cube__server_t* s) {
+  /* Host allocators map pages of 4 KiB, which a 64 KiB step keeps few. */
+  uint64_t g = 0;
+  cube_status_t status = cube__backend_ctl(&s->be, NULL, CUBE__CTL_MEMORY_GRANULE, &g);
+  cube_status_free(status);
+  return status == CUBE_OK && g > 0 ? g : 64ull << 10;
 }
 
 cube_status_t cube__stream_usage(cube__stream_t* st, const char* fn, bool fail_on_errors,

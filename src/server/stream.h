@@ -123,6 +123,14 @@ cube_allocation_mode_t cube__stream_set_mode(cube__stream_t* stream, cube_alloca
  * cached driver memory after them (the backend's trim). */
 void cube__stream_cleanup(cube__stream_t* stream);
 
+/* At a sync: gives back the pages of the stream's fitted pools that stayed
+ * free and unused since the previous sync (cube__mm_release_idle). */
+void cube__stream_release_idle(cube__stream_t* stream);
+
+/* The granule to which fitted pools round storage sizes on |s|'s device:
+ * the backend's CUBE__CTL_MEMORY_GRANULE (CUDA: 2 MiB), else 64 KiB. */
+uint64_t cube__server_memory_granule(cube__server_t* s);
+
 /* The usage of |stream|'s device pools. With |fail_on_errors|, a stream with
  * deferred errors gives FAILED_PRECONDITION (|fn| names the call). */
 cube_status_t cube__stream_usage(cube__stream_t* stream, const char* fn, bool fail_on_errors,

@@ -476,6 +476,7 @@ static cube_status_t cube__sync_exec(cube__stream_t* st) {
   if (status) cube__stream_push_error(st, status);
   if (cube__backend_has_events(&s->be)) cube__stream_release_holds(st, false);
   cube__timing_poll(st, true); /* the device is done: every pair resolves */
+  cube__stream_release_idle(st); /* buffers unused since the last sync go back */
   if (s->profiler.level >= CUBE_PROFILE_BASIC) cube__profiler_summary(&s->profiler);
   return cube__stream_take_errors(st);
 }

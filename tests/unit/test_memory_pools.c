@@ -445,7 +445,7 @@ typedef struct {
 static void check_subslices(int line, uint64_t max_page, uint64_t align, const rung_t* rungs,
                             uint32_t n, uint64_t tail) {
   cube__pool_options_t p[CUBE_MAX_POOLS];
-  uint32_t count = cube__pool_ladder(CUBE_MEMORY_CONFIG_SUBSLICES, max_page, align, p);
+  uint32_t count = cube__pool_ladder(CUBE_MEMORY_CONFIG_SUBSLICES, max_page, align, 0, p);
   bool ok = count == n + 2 && p[0].kind == CUBE_POOL_EXCLUSIVE && p[0].max_alloc_size == 0 &&
             p[0].dealloc_period == 0;
   for (uint32_t i = 0; ok && i < n; ++i) {
@@ -491,9 +491,36 @@ CUBE_TEST(ladder_subslices_dummy_128mib_and_small) {
   check_subslices(__LINE__, 128 * MiB + 1000, 512, odd, 2, 128 * MiB + 512);
 }
 
+/* The fitted ladder: zero-size pool, 2 MiB sliced pages taking up to 1 MiB
+ * (the max page when smaller), a fitted exclusive pool of the granule up to
+ * the max page (rounded down to the alignment). */
+CUBE_TEST(ladder_fitted) {
+  cube__pool_options_t p[CUBE_MAX_POOLS];
+  uint32_t n = cube__pool_ladder(CUBE_MEMORY_CONFIG_FITTED, 6 * GiB + 1000, 512, 2 * MiB, p);
+  REQUIRE(n == 3);
+  CHECK(p[0].kind == CUBE_POOL_EXCLUSIVE && p[0].max_alloc_size == 0 && p[0].page_size == 0);
+  CHECK(p[1].kind == CUBE_POOL_SLICED);
+  CHECK_EQ_U64(p[1].page_size, 2 * MiB);
+  CHECK_EQ_U64(p[1].max_alloc_size, 1 * MiB);
+  CHECK(p[2].kind == CUBE_POOL_EXCLUSIVE);
+  CHECK_EQ_U64(p[2].page_size, 2 * MiB);
+  CHECK_EQ_U64(p[2].max_alloc_size, 6 * GiB + 512);
+  /* A granule that is not a multiple of the alignment rounds up to one; a
+   * max page under 2 MiB makes the small pages that size. */
+  n = cube__pool_ladder(CUBE_MEMORY_CONFIG_FITTED, 1 * MiB + 100, 4096, 5000, p);
+  REQUIRE(n == 3);
+  CHECK_EQ_U64(p[1].page_size, 1 * MiB);
+  CHECK_EQ_U64(p[1].max_alloc_size, 512 * KiB);
+  CHECK_EQ_U64(p[2].page_size, 8192);
+  CHECK_EQ_U64(p[2].max_alloc_size, 1 * MiB);
+  /* Granule 0: the alignment. */
+  n = cube__pool_ladder(CUBE_MEMORY_CONFIG_FITTED, 64 * MiB, 64, 0, p);
+  CHECK_EQ_U64(p[n - 1].page_size, 64);
+}
+
 CUBE_TEST(ladder_exclusive_pages_preset) {
   cube__pool_options_t p[CUBE_MAX_POOLS];
-  uint32_t n = cube__pool_ladder(CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES, 128 * MiB, 32, p);
+  uint32_t n = cube__pool_ladder(CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES, 128 * MiB, 32, 0, p);
   CHECK_EQ_U64(n, 24);
   CHECK_EQ_U64(p[0].max_alloc_size, 32 * KiB);
   CHECK_EQ_U64(p[n - 1].max_alloc_size, 128 * MiB);
@@ -508,7 +535,7 @@ CUBE_TEST(ladder_exclusive_pages_preset) {
     CHECK_EQ_U64(p[i].max_alloc_size, want);
   }
   /* Large buckets get longer periods: 5000 * round(1 + size / GiB). */
-  n = cube__pool_ladder(CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES, 8 * GiB, 512, p);
+  n = cube__pool_ladder(CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES, 8 * GiB, 512, 0, p);
   CHECK_EQ_U64(n, 24);
   CHECK_EQ_U64(p[n - 1].max_alloc_size, 8 * GiB);
   CHECK_EQ_U64(p[n - 1].dealloc_period, 45000);
@@ -517,7 +544,7 @@ CUBE_TEST(ladder_exclusive_pages_preset) {
     CHECK_EQ_U64(p[i].dealloc_period, want);
   }
   /* Consecutive duplicates after alignment are removed. */
-  n = cube__pool_ladder(CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES, 64 * KiB, 4096, p);
+  n = cube__pool_ladder(CUBE_MEMORY_CONFIG_EXCLUSIVE_PAGES, 64 * KiB, 4096, 0, p);
   CHECK(n < 24);
   CHECK_EQ_U64(p[0].max_alloc_size, 32 * KiB);
   CHECK_EQ_U64(p[n - 1].max_alloc_size, 64 * KiB);

@@ -163,6 +163,10 @@ cube_status_t cube__cuda_ctl(cube__backend_device_t* d, void* stream, uint32_t o
       mi->modules = atomic_load_explicit(&d->module_bytes, memory_order_relaxed);
       return CUBE_OK;
     }
+    case CUBE__CTL_MEMORY_GRANULE:
+      /* cuMemAlloc and the VMM calls map device memory in 2 MiB pages. */
+      *(uint64_t*)arg = 2ull << 20;
+      return CUBE_OK;
     case CUBE__CTL_DLPACK_DEVICE:
       ((int32_t*)arg)[0] = 2; /* kDLCUDA */
       ((int32_t*)arg)[1] = (int32_t)d->index;
