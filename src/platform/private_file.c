@@ -38,6 +38,16 @@ static void cube__file_open_error(int e, char* why, size_t why_size) {
     snprintf(why, why_size, "%s", strerror(e));
 }
 
+
+/* Clears O_NONBLOCK (opened with it so that a FIFO planted at the path cannot
+ * block the open): 0, or errno with "fcntl: ..." in |why|. */
+static int cube__file_clear_nonblock(int fd, char* why, size_t why_size) {
+  int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0) return 0;
+  int e = errno;
+  snprintf(why, why_size, "fcntl: %s", strerror(e));
+  return e;
+}
 int cube__file_open_trusted(const char* path, cube__file_refusal_t* out_refusal, char* why,
                             size_t why_size) {
   *out_refusal = CUBE__FILE_REFUSED;
@@ -70,13 +80,8 @@ int cube__file_open_trusted(const char* path, cube__file_refusal_t* out_refusal,
     e = EPERM;
     snprintf(why, why_size, "it is writable by %s (mode %04o)",
              (st.st_mode & S_IWOTH) ? "others" : "its group", (unsigned)(st.st_mode & 07777));
-  } else {
-    int flags = fcntl(fd, F_GETFL);
-    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-      e = errno;
-      snprintf(why, why_size, "fcntl: %s", strerror(e));
-      *out_refusal = CUBE__FILE_UNREADABLE;
-    }
+  } else if ((e = cube__file_clear_nonblock(fd, why, why_size)) != 0) {
+    *out_refusal = CUBE__FILE_UNREADABLE;
   }
   if (e) {
     close(fd);
@@ -111,13 +116,7 @@ int cube__file_open_append_private(const char* path, char* why, size_t why_size)
     snprintf(why, why_size, "it belongs to uid %lu, not to uid %lu", (unsigned long)st.st_uid,
              (unsigned long)me);
   }
-  if (!e) {
-    int flags = fcntl(fd, F_GETFL);
-    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-      e = errno;
-      snprintf(why, why_size, "fcntl: %s", strerror(e));
-    }
-  }
+  if (!e) e = cube__file_clear_nonblock(fd, why, why_size);
   if (e) {
     close(fd);
     errno = e;

@@ -107,6 +107,12 @@ static cube_status_t cube__cci_probe(cube_cpu_compiler_info_t* out) {
 cube_status_t cube_cpu_compiler_info(cube_cpu_compiler_info_t* out_info) {
   const char* fn = "cube_cpu_compiler_info";
   if (!out_info) return CUBE_INVALID("%s: out_info is NULL", fn);
+  /* A struct_size too small to be written is refused before the probe (a
+   * compile) runs: cube__struct_write below says the same with no cost. */
+  size_t want = out_info->struct_size;
+  if (want != 0 && want < sizeof(size_t))
+    return cube__struct_write(fn, "out_info->struct_size", &cube__struct_cpu_compiler_info,
+                              out_info, NULL);
   CUBE_RETURN_IF_ERROR(cube__options_check(fn));
   const char* identity = NULL;
   cube_status_t st = cube__cpu_compiler(NULL, &identity);
