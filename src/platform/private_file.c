@@ -39,6 +39,36 @@ static void cube__file_open_error(int e, char* why, size_t why_size) {
 }
 
 
+/* Whether the open |fd| is a regular file of this user (or, with
+ * |allow_chr|, a character device), and with |check_writable| not writable
+ * by its group or others: 0, or an errno with the reason in |why|. */
+static int cube__file_check_owned(int fd, bool allow_chr, bool check_writable, char* why,
+                                  size_t why_size) {
+  struct stat st;
+  uid_t me = geteuid();
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    snprintf(why, why_size, "fstat: %s", strerror(e));
+    return e;
+  }
+  if (allow_chr && S_ISCHR(st.st_mode)) return 0;
+  if (!S_ISREG(st.st_mode)) {
+    snprintf(why, why_size, "it is %s", cube__file_kind(st.st_mode));
+    return EINVAL;
+  }
+  if (st.st_uid != me) {
+    snprintf(why, why_size, "it belongs to uid %lu, not to uid %lu", (unsigned long)st.st_uid,
+             (unsigned long)me);
+    return EPERM;
+  }
+  if (check_writable && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    snprintf(why, why_size, "it is writable by %s (mode %04o)",
+             (st.st_mode & S_IWOTH) ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+    return EPERM;
+  }
+  return 0;
+}
+
 /* Clears O_NONBLOCK (opened with it so that a FIFO planted at the path cannot
  * block the open): 0, or errno with "fcntl: ..." in |why|. */
 static int cube__file_clear_nonblock(int fd, char* why, size_t why_size) {
@@ -63,26 +93,9 @@ int cube__file_open_trusted(const char* path, cube__file_refusal_t* out_refusal,
     errno = e;
     return -1;
   }
-  struct stat st;
-  int e = 0;
-  uid_t me = geteuid();
-  if (fstat(fd, &st) != 0) {
-    e = errno;
-    snprintf(why, why_size, "fstat: %s", strerror(e));
-  } else if (!S_ISREG(st.st_mode)) {
-    e = EINVAL;
-    snprintf(why, why_size, "it is %s", cube__file_kind(st.st_mode));
-  } else if (st.st_uid != me) {
-    e = EPERM;
-    snprintf(why, why_size, "it belongs to uid %lu, not to uid %lu", (unsigned long)st.st_uid,
-             (unsigned long)me);
-  } else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    e = EPERM;
-    snprintf(why, why_size, "it is writable by %s (mode %04o)",
-             (st.st_mode & S_IWOTH) ? "others" : "its group", (unsigned)(st.st_mode & 07777));
-  } else if ((e = cube__file_clear_nonblock(fd, why, why_size)) != 0) {
+  int e = cube__file_check_owned(fd, false, true, why, why_size);
+  if (!e && (e = cube__file_clear_nonblock(fd, why, why_size)) != 0)
     *out_refusal = CUBE__FILE_UNREADABLE;
-  }
   if (e) {
     close(fd);
     errno = e;
@@ -100,22 +113,9 @@ int cube__file_open_append_private(const char* path, char* why, size_t why_size)
     errno = e;
     return -1;
   }
-  struct stat st;
-  int e = 0;
-  uid_t me = geteuid();
-  if (fstat(fd, &st) != 0) {
-    e = errno;
-    snprintf(why, why_size, "fstat: %s", strerror(e));
-  } else if (S_ISCHR(st.st_mode)) {
-    /* /dev/null, a terminal: nothing another user planted can be there. */
-  } else if (!S_ISREG(st.st_mode)) {
-    e = EINVAL;
-    snprintf(why, why_size, "it is %s", cube__file_kind(st.st_mode));
-  } else if (st.st_uid != me) {
-    e = EPERM;
-    snprintf(why, why_size, "it belongs to uid %lu, not to uid %lu", (unsigned long)st.st_uid,
-             (unsigned long)me);
-  }
+  /* A character device (/dev/null, a terminal) is allowed: nothing another
+   * user planted can be there. */
+  int e = cube__file_check_owned(fd, true, false, why, why_size);
   if (!e) e = cube__file_clear_nonblock(fd, why, why_size);
   if (e) {
     close(fd);
