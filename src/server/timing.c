@@ -18,12 +18,17 @@ typedef struct cube__timed_entry {
 } cube__timed_entry_t;
 
 struct cube__timing {
-  void* anchor;         /* an event of this stream: device time 0 */
+  bool activity;        /* kernels were timed by the backend's activity records */
+  uint32_t untaken;     /* kernels timed so since the last take */
+  void* anchor;         /* an event of this stream: device time 0, or NULL */
   uint64_t anchor_host; /* host clock just before it was recorded (a lower bound) */
   uint64_t offset;      /* how much later the anchor ran at least (see below) */
   uint32_t head, count;
   cube__timed_entry_t q[CUBE__TIMING_PENDING];
 };
+
+/* Kernels timed by activity records between two takes at most. */
+#define CUBE__TIMING_TAKE_EVERY 1024u
 
 /* Re-anchors after this much device time: CUDA's elapsed times are floats
  * of milliseconds, exact to about a microsecond over a second. */
@@ -77,27 +82,71 @@ void cube__timing_host(cube__stream_t* st, const cube__timed_desc_t* d, uint64_t
   cube__timing_deliver(st, d->kind, d->name, d->a, t0, ns, "host clock");
 }
 
-static struct cube__timing* cube__timing_state(cube__stream_t* st) {
-  if (st->timing) return st->timing;
-  struct cube__timing* t = calloc(1, sizeof(*t));
-  if (!t) return NULL;
-  t->anchor_host = cube__now_ns();
-  cube_status_t e = cube__backend_event_record(&st->server->be, st->backend_stream, &t->anchor);
-  if (e) {
-    cube_status_free(e);
-    free(t);
-    return NULL;
+/* The stream's state; |anchor|: with the anchor event (recorded now if it
+ * was not). */
+static struct cube__timing* cube__timing_state(cube__stream_t* st, bool anchor) {
+  struct cube__timing* t = st->timing;
+  if (!t) {
+    t = calloc(1, sizeof(*t));
+    if (!t) return NULL;
+    st->timing = t;
   }
-  st->timing = t;
+  if (anchor && !t->anchor) {
+    t->anchor_host = cube__now_ns();
+    t->offset = 0;
+    cube_status_t e = cube__backend_event_record(&st->server->be, st->backend_stream, &t->anchor);
+    if (e) {
+      cube_status_free(e);
+      t->anchor = NULL;
+      return NULL;
+    }
+  }
   return t;
+}
+
+void cube__timing_begin_kernel(cube__stream_t* st, cube__timing_mark_t* m) {
+  cube__server_t* s = st->server;
+  if (!cube__backend_has_activity(&s->be) || !cube__timing_wanted(s)) {
+    cube__timing_begin(st, m);
+    return;
+  }
+  struct cube__timing* t = st->timing ? st->timing : cube__timing_state(st, false);
+  if (t && cube__backend_activity_begin(&s->be, st->backend_stream,
+                                        s->profiler.level >= CUBE_PROFILE_BASIC)) {
+    t->activity = true;
+    m->on = true;
+    m->activity = true;
+    m->ev0 = NULL;
+    return;
+  }
+  cube__timing_begin(st, m);
+}
+
+/* Takes the backend's kernel records of |st| (|flush|: after emptying the
+ * driver's buffers) and delivers them. */
+static void cube__timing_take(cube__stream_t* st, struct cube__timing* t, bool flush) {
+  const cube__backend_t* be = &st->server->be;
+  cube__activity_record_t r[64];
+  size_t n;
+  t->untaken = 0;
+  do {
+    n = cube__backend_activity_take(be, st->backend_stream, flush, r, sizeof(r) / sizeof(r[0]));
+    flush = false;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t a[3] = {r[i].count[0], r[i].count[1], r[i].count[2]};
+      cube__timing_deliver(st, CUBE__TRACE_KERNEL, r[i].name, a, r[i].start_ns,
+                           r[i].end_ns - r[i].start_ns, "device activity");
+    }
+  } while (n == sizeof(r) / sizeof(r[0]));
 }
 
 void cube__timing_begin(cube__stream_t* st, cube__timing_mark_t* m) {
   m->on = cube__timing_wanted(st->server);
   m->ev0 = NULL;
+  m->activity = false;
   if (!m->on) return;
   const cube__backend_t* be = &st->server->be;
-  if (cube__backend_has_event_timing(be) && cube__timing_state(st)) {
+  if (cube__backend_has_event_timing(be) && cube__timing_state(st, true)) {
     m->t0 = cube__now_ns();
     cube_status_t e = cube__backend_event_record(be, st->backend_stream, &m->ev0);
     if (e) {
@@ -146,6 +195,7 @@ static void cube__timing_resolve_front(cube__stream_t* st, struct cube__timing* 
 void cube__timing_poll(cube__stream_t* st, bool wait) {
   struct cube__timing* t = st->timing;
   if (!t) return;
+  if (t->activity) cube__timing_take(st, t, wait);
   const cube__backend_t* be = &st->server->be;
   while (t->count) {
     cube__timed_entry_t* e = &t->q[t->head];
@@ -157,9 +207,22 @@ void cube__timing_poll(cube__stream_t* st, bool wait) {
   }
 }
 
+void cube__timing_collect(cube__stream_t* st) {
+  struct cube__timing* t = st->timing;
+  if (!t) return;
+  if (t->activity) cube__timing_take(st, t, true);
+  cube__timing_poll(st, false);
+}
+
 void cube__timing_end(cube__stream_t* st, cube__timing_mark_t* m, const cube__timed_desc_t* d,
                       uint64_t device_ns) {
   if (!m->on) return;
+  if (m->activity) {
+    /* The record comes later; take what completed now and then. */
+    struct cube__timing* t = st->timing;
+    if (++t->untaken >= CUBE__TIMING_TAKE_EVERY) cube__timing_take(st, t, false);
+    return;
+  }
   if (!m->ev0) {
     uint64_t ns = device_ns != UINT64_MAX ? device_ns : cube__now_ns() - m->t0;
     cube__timing_deliver(st, d->kind, d->name, d->a, m->t0, ns,
@@ -198,7 +261,7 @@ void cube__timing_destroy(cube__stream_t* st) {
   struct cube__timing* t = st->timing;
   if (!t) return;
   cube__timing_poll(st, true);
-  cube__backend_event_destroy(&st->server->be, t->anchor);
+  if (t->anchor) cube__backend_event_destroy(&st->server->be, t->anchor);
   free(t);
   st->timing = NULL;
 }

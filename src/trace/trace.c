@@ -118,6 +118,27 @@ cube_status_t cube_trace_start(const char* path) {
   return cube__trace_start_at("cube_trace_start", path);
 }
 
+#define CUBE__TRACE_STOP_HOOKS 8
+static void (*g_stop_hooks[CUBE__TRACE_STOP_HOOKS])(void);
+static unsigned g_stop_hook_count;
+
+void cube__trace_on_stop(void (*fn)(void)) {
+  pthread_mutex_lock(&g_lock);
+  bool known = false;
+  for (unsigned i = 0; i < g_stop_hook_count; ++i) known = known || g_stop_hooks[i] == fn;
+  if (!known && g_stop_hook_count < CUBE__TRACE_STOP_HOOKS) g_stop_hooks[g_stop_hook_count++] = fn;
+  pthread_mutex_unlock(&g_lock);
+}
+
+static void cube__trace_stopped(void) {
+  void (*hooks[CUBE__TRACE_STOP_HOOKS])(void);
+  pthread_mutex_lock(&g_lock);
+  unsigned n = g_stop_hook_count;
+  memcpy(hooks, g_stop_hooks, sizeof(hooks));
+  pthread_mutex_unlock(&g_lock);
+  for (unsigned i = 0; i < n; ++i) hooks[i]();
+}
+
 static cube_status_t cube__trace_stop_at(const char* fn) {
   pthread_mutex_lock(&g_lock);
   if (!g_ring) {
@@ -135,6 +156,7 @@ static cube_status_t cube__trace_stop_at(const char* fn) {
   g_ring = NULL;
   g_fd = -1;
   pthread_mutex_unlock(&g_lock);
+  cube__trace_stopped();
   /* The ring in the order written: the oldest kept record first. */
   uint64_t count = written < cap ? written : cap;
   uint64_t dropped = written - count;

@@ -163,6 +163,7 @@ void cube__cuda_stream_destroy(cube__backend_device_t* d, void* stream) {
     cube__cuda_wait(d, s->stream);
     d->cu->StreamDestroy(s->stream);
   }
+  cube__cuda_activity_stream_gone(s);
   free(s);
 }
 
