@@ -405,10 +405,14 @@ typedef struct cube__backend_vtable {
    * for as long as the device lives (else only while a trace records).
    * Owner thread of |stream|.
    *
-   * activity_take: moves up to |max| completed records of |stream| into
-   * |out|, oldest first, and returns how many; |flush|: the driver's
-   * buffers are emptied first (after a sync: every kernel before it is
-   * there). Owner thread of |stream|. */
+   * While a trace records, the backend puts each record into it itself
+   * (cube__trace_emit, as the records come), and empties the driver's
+   * buffers into it when the trace stops.
+   *
+   * activity_take: for the profile summary (|keep|): moves up to |max|
+   * completed records of |stream| into |out|, oldest first, and returns how
+   * many; |flush|: the driver's buffers are emptied first (after a sync:
+   * every kernel before it is there). Owner thread of |stream|. */
   bool (*activity_begin)(cube__backend_device_t* device, void* stream, bool keep);
   size_t (*activity_take)(cube__backend_device_t* device, void* stream, bool flush,
                           cube__activity_record_t* out, size_t max);

@@ -47,22 +47,28 @@ static cube_profile_row_kind_t cube__row_kind(cube__trace_kind_t k) {
   }
 }
 
+/* One resolved record to the summary (at level basic and above). */
+static void cube__timing_profile(cube__server_t* s, cube__trace_kind_t kind, const char* name,
+                                 const uint32_t count[3], uint64_t ns) {
+  cube__profiler_t* p = &s->profiler;
+  if (p->level < CUBE_PROFILE_BASIC) return;
+  cube__profiler_record(p, cube__row_kind(kind), name, ns);
+  if (p->level >= CUBE_PROFILE_MEDIUM) {
+    char d[32];
+    cube__profiler_log(p, "| %s | %s", cube__format_duration(ns, d, sizeof(d)), name);
+  }
+  if (p->level >= CUBE_PROFILE_FULL && kind == CUBE__TRACE_KERNEL)
+    cube__profiler_log(p, "%s: CubeCount (%" PRIu32 ", %" PRIu32 ", %" PRIu32 ")", name,
+                       count[0], count[1], count[2]);
+}
+
 /* One resolved record: to the summary and the trace. */
 static void cube__timing_deliver(cube__stream_t* st, cube__trace_kind_t kind, const char* name,
                                  const uint64_t a[3], uint64_t ts, uint64_t ns,
                                  const char* clock) {
   cube__server_t* s = st->server;
-  cube__profiler_t* p = &s->profiler;
-  if (p->level >= CUBE_PROFILE_BASIC) {
-    cube__profiler_record(p, cube__row_kind(kind), name, ns);
-    if (p->level >= CUBE_PROFILE_MEDIUM) {
-      char d[32];
-      cube__profiler_log(p, "| %s | %s", cube__format_duration(ns, d, sizeof(d)), name);
-    }
-    if (p->level >= CUBE_PROFILE_FULL && kind == CUBE__TRACE_KERNEL)
-      cube__profiler_log(p, "%s: CubeCount (%" PRIu64 ", %" PRIu64 ", %" PRIu64 ")", name, a[0],
-                         a[1], a[2]);
-  }
+  const uint32_t count[3] = {(uint32_t)a[0], (uint32_t)a[1], (uint32_t)a[2]};
+  cube__timing_profile(s, kind, name, count, ns);
   if (cube__trace_on()) {
     cube__trace_record_t r;
     r.ts_ns = ts;
@@ -122,21 +128,22 @@ void cube__timing_begin_kernel(cube__stream_t* st, cube__timing_mark_t* m) {
   cube__timing_begin(st, m);
 }
 
-/* Takes the backend's kernel records of |st| (|flush|: after emptying the
- * driver's buffers) and delivers them. */
+/* Takes the backend's kernel records of |st| for the profile summary
+ * (|flush|: after emptying the driver's buffers); the backend put them into
+ * the trace itself. Nothing without a summary to fill. */
 static void cube__timing_take(cube__stream_t* st, struct cube__timing* t, bool flush) {
-  const cube__backend_t* be = &st->server->be;
+  cube__server_t* s = st->server;
+  t->untaken = 0;
+  if (s->profiler.level < CUBE_PROFILE_BASIC) return;
   cube__activity_record_t r[64];
   size_t n;
-  t->untaken = 0;
   do {
-    n = cube__backend_activity_take(be, st->backend_stream, flush, r, sizeof(r) / sizeof(r[0]));
+    n = cube__backend_activity_take(&s->be, st->backend_stream, flush, r,
+                                    sizeof(r) / sizeof(r[0]));
     flush = false;
-    for (size_t i = 0; i < n; ++i) {
-      const uint64_t a[3] = {r[i].count[0], r[i].count[1], r[i].count[2]};
-      cube__timing_deliver(st, CUBE__TRACE_KERNEL, r[i].name, a, r[i].start_ns,
-                           r[i].end_ns - r[i].start_ns, "device activity");
-    }
+    for (size_t i = 0; i < n; ++i)
+      cube__timing_profile(s, CUBE__TRACE_KERNEL, r[i].name, r[i].count,
+                           r[i].end_ns - r[i].start_ns);
   } while (n == sizeof(r) / sizeof(r[0]));
 }
 
@@ -218,7 +225,7 @@ void cube__timing_end(cube__stream_t* st, cube__timing_mark_t* m, const cube__ti
                       uint64_t device_ns) {
   if (!m->on) return;
   if (m->activity) {
-    /* The record comes later; take what completed now and then. */
+    /* The record comes later; the summary takes what completed now and then. */
     struct cube__timing* t = st->timing;
     if (++t->untaken >= CUBE__TIMING_TAKE_EVERY) cube__timing_take(st, t, false);
     return;

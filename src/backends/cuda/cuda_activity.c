@@ -16,11 +16,15 @@
  *    turns them off when no such device is left.
  *  - CUPTI's buffers come back on its own thread (or in a flush): each
  *    kernel record of a stream cube knows (by CUPTI's context and stream
- *    ids) is queued on that stream, with its times on cube's clock; the
- *    stream's owner takes them (activity_take) and names the kernel from the
+ *    ids), its times put on cube's clock and its kernel named from the
  *    module whose entry function ran (each unit's entry has its own name:
- *    cuda_kernel.c). Kernels of CUDA graphs are left out (a replay is timed
- *    as one record), as are kernels of streams that are not cube's.
+ *    cuda_kernel.c), goes into the trace while one records, and into the
+ *    stream's queue where the device's profile summary keeps records (the
+ *    stream's owner takes them: activity_take). Nothing waits for records:
+ *    a sync empties CUPTI's buffers only for a profile summary (which is
+ *    printed there), a trace's stop always does. Kernels of CUDA graphs are
+ *    left out (a replay is timed as one record), as are kernels of streams
+ *    that are not cube's.
  *
  * Thread-safety: one mutex guards the registry of streams and their queues
  * (the buffer callback takes it); another, taken first, turning records on
@@ -71,6 +75,7 @@ typedef struct cube__act_entry {
 } cube__act_entry_t;
 
 struct cube__cuda_activity {
+  cube__backend_device_t* device;
   bool known;           /* registered: |ctx_id|, |sid| valid */
   uint32_t ctx_id, sid; /* CUPTI's ids of its context and stream */
   cube__act_entry_t* q; /* ring of |cap| */
@@ -97,7 +102,8 @@ static struct {
   atomic_bool enabled;
   int64_t offset; /* cube__now_ns() - CUPTI's clock */
   uint32_t keepers;
-  bool hooked; /* the trace's stop hook is set */
+  bool hooked;    /* the trace's stop hooks and the exit handler are set */
+  bool finished;  /* the process is exiting: no more calls into CUPTI */
   cube__cuda_stream_t** streams;
   size_t stream_count, stream_cap;
 } g_act = {.once = PTHREAD_ONCE_INIT,
@@ -247,6 +253,20 @@ static void cube__act_push(struct cube__cuda_activity* a, const cube__act_entry_
   a->count++;
 }
 
+/* The kernel's name: the module whose entry ran, or the function's own. */
+static void cube__act_name(cube__backend_device_t* d, const cube__act_entry_t* e, char* out,
+                           size_t size) {
+  const char* name = e->hash ? NULL : e->foreign;
+  pthread_mutex_lock(&d->fn_lock);
+  for (size_t m = 0; !name && m < d->module_count; ++m)
+    if (d->modules[m].name_hash == e->hash) name = d->modules[m].kernel_name;
+  cube__trace_copy_name(out, size, name ? name : "kernel");
+  pthread_mutex_unlock(&d->fn_lock);
+}
+
+/* A buffer of records, on CUPTI's thread or in a flush: each kernel of a
+ * stream cube knows goes to the trace (while one records) and, where its
+ * device's profile summary keeps records, to the stream's queue. */
 static void cube__act_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffer,
                                        size_t size, size_t valid) {
   (void)ctx;
@@ -274,7 +294,21 @@ static void cube__act_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_
     memcpy(&name, r + CUBE__CUPTI_K_NAME, sizeof(name));
     e.hash = cube__act_name_hash(name);
     if (!e.hash) cube__trace_copy_name(e.foreign, sizeof(e.foreign), name ? name : "kernel");
-    cube__act_push(s->act, &e);
+    cube__backend_device_t* d = s->act->device;
+    if (cube__trace_on()) {
+      cube__trace_record_t t;
+      memset(&t, 0, sizeof(t));
+      t.ts_ns = e.start_ns;
+      t.dur_ns = e.end_ns - e.start_ns;
+      t.pid = cube__trace_device_pid((cube_device_id_t){CUBE_BACKEND_CUDA, d->index});
+      t.tid = s->id;
+      t.kind = CUBE__TRACE_KERNEL;
+      for (int i = 0; i < 3; ++i) t.a[i] = e.count[i];
+      cube__act_name(d, &e, t.name, sizeof(t.name));
+      cube__trace_copy_name(t.detail, sizeof(t.detail), "device activity");
+      cube__trace_emit(&t);
+    }
+    if (atomic_load_explicit(&d->act_keep, memory_order_relaxed)) cube__act_push(s->act, &e);
   }
   pthread_mutex_unlock(&g_act.lock);
   free(buffer);
@@ -286,25 +320,45 @@ static void cube__act_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_
 
 /* Under |onoff|: records off when nothing wants them any more. */
 static void cube__act_maybe_off_locked(void) {
-  if (g_act.keepers == 0 && !cube__trace_on() && atomic_load(&g_act.enabled)) {
+  if (g_act.keepers == 0 && !cube__trace_on() && atomic_load(&g_act.enabled) &&
+      !g_act.finished) {
     g_act.disable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL);
     atomic_store(&g_act.enabled, false);
   }
 }
 
-/* The trace's stop: what completed is queued, then records go off unless a
- * profiling device keeps them. */
+/* A trace stops: the records of what completed go into it first. */
+static void cube__act_trace_stopping(void) {
+  pthread_mutex_lock(&g_act.onoff);
+  if (atomic_load(&g_act.enabled) && !g_act.finished) g_act.flush(0);
+  pthread_mutex_unlock(&g_act.onoff);
+}
+
+/* It stopped: records go off unless a profiling device keeps them. */
 static void cube__act_trace_stopped(void) {
-  if (!atomic_load(&g_act.enabled)) return;
-  g_act.flush(0);
   pthread_mutex_lock(&g_act.onoff);
   cube__act_maybe_off_locked();
+  pthread_mutex_unlock(&g_act.onoff);
+}
+
+/* At exit, before CUPTI's own handler (registered before this one) and
+ * before CUBE_TRACE's writes the file (also registered earlier): the last
+ * records into the trace, then no more calls into CUPTI. */
+static void cube__act_at_exit(void) {
+  pthread_mutex_lock(&g_act.onoff);
+  if (atomic_load(&g_act.enabled) && !g_act.finished) {
+    g_act.flush(0);
+    g_act.disable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL);
+    atomic_store(&g_act.enabled, false);
+  }
+  g_act.finished = true;
   pthread_mutex_unlock(&g_act.onoff);
 }
 
 /* Under |onoff|. */
 static bool cube__act_enable_locked(void) {
   if (atomic_load(&g_act.enabled)) return true;
+  if (g_act.finished) return false;
   if (g_act.enable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL) != 0) return false;
   /* CUPTI's clock against cube's: the middle of two reads of ours. */
   uint64_t t0 = cube__now_ns(), c = 0;
@@ -314,7 +368,8 @@ static bool cube__act_enable_locked(void) {
   g_act.offset = (int64_t)(t0 + (t1 - t0) / 2) - (int64_t)c;
   pthread_mutex_unlock(&g_act.lock);
   if (!g_act.hooked) {
-    cube__trace_on_stop(cube__act_trace_stopped);
+    cube__trace_on_stop(cube__act_trace_stopping, cube__act_trace_stopped);
+    atexit(cube__act_at_exit);
     g_act.hooked = true;
   }
   atomic_store(&g_act.enabled, true);
@@ -339,6 +394,7 @@ static bool cube__act_register_locked(cube__backend_device_t* d, cube__cuda_stre
     g_act.stream_cap = cap;
   }
   g_act.streams[g_act.stream_count++] = s;
+  s->act->device = d;
   s->act->ctx_id = ctx_id;
   s->act->sid = sid;
   s->act->known = true;
@@ -371,7 +427,11 @@ size_t cube__cuda_activity_take(cube__backend_device_t* d, void* stream, bool fl
                                 cube__activity_record_t* out, size_t max) {
   cube__cuda_stream_t* s = stream;
   if (!s || !s->act || !max) return 0;
-  if (flush && atomic_load(&g_act.enabled)) g_act.flush(0);
+  if (flush) {
+    pthread_mutex_lock(&g_act.onoff);
+    if (atomic_load(&g_act.enabled) && !g_act.finished) g_act.flush(0);
+    pthread_mutex_unlock(&g_act.onoff);
+  }
   cube__act_entry_t e[64];
   size_t n = 0;
   pthread_mutex_lock(&g_act.lock);
@@ -383,19 +443,13 @@ size_t cube__cuda_activity_take(cube__backend_device_t* d, void* stream, bool fl
   }
   pthread_mutex_unlock(&g_act.lock);
   if (!n) return 0;
-  /* The kernels' names, from the modules whose entry ran. */
-  pthread_mutex_lock(&d->fn_lock);
   for (size_t i = 0; i < n; ++i) {
     cube__activity_record_t* o = &out[i];
     o->start_ns = e[i].start_ns;
     o->end_ns = e[i].end_ns;
     memcpy(o->count, e[i].count, sizeof(o->count));
-    const char* name = e[i].hash ? NULL : e[i].foreign;
-    for (size_t m = 0; !name && m < d->module_count; ++m)
-      if (d->modules[m].name_hash == e[i].hash) name = d->modules[m].kernel_name;
-    cube__trace_copy_name(o->name, sizeof(o->name), name ? name : "kernel");
+    cube__act_name(d, &e[i], o->name, sizeof(o->name));
   }
-  pthread_mutex_unlock(&d->fn_lock);
   return n;
 }
 

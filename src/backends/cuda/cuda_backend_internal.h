@@ -124,6 +124,7 @@ struct cube__backend_device {
 
 typedef struct cube__cuda_stream {
   CUstream stream;
+  uint64_t id;                     /* cube's id of the stream (a trace's track) */
   struct cube__cuda_activity* act; /* kernel activity records (cuda_activity.c), or NULL */
 } cube__cuda_stream_t;
 
