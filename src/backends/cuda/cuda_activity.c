@@ -114,14 +114,108 @@ static struct {
 // Loading
 //===----------------------------------------------------------------------===//
 
+/* Buffers: handed to CUPTI, filled, handed back (|full|, in order), read by
+ * the collector thread or a flush's caller, then kept for reuse (|spare|). */
+typedef struct cube__act_buffer {
+  struct cube__act_buffer* next;
+  size_t valid;
+} cube__act_buffer_t;
+#define CUBE__ACT_HEADER 64 /* the buffer's bytes start after this (CUPTI wants 8-aligned) */
+#define CUBE__ACT_SPARE_MAX 8
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  pthread_mutex_t reading; /* one reader of buffers at a time: records stay in order */
+  cube__act_buffer_t *head, *tail; /* full buffers, oldest first */
+  cube__act_buffer_t* spare;
+  unsigned spare_count;
+  bool collector; /* the thread is running */
+} g_buf = {.lock = PTHREAD_MUTEX_INITIALIZER,
+           .cond = PTHREAD_COND_INITIALIZER,
+           .reading = PTHREAD_MUTEX_INITIALIZER};
+
 static void cube__act_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
-  *buffer = aligned_alloc(8, CUBE__ACTIVITY_BUFFER);
-  *size = *buffer ? CUBE__ACTIVITY_BUFFER : 0;
+  pthread_mutex_lock(&g_buf.lock);
+  cube__act_buffer_t* b = g_buf.spare;
+  if (b) {
+    g_buf.spare = b->next;
+    g_buf.spare_count--;
+  }
+  pthread_mutex_unlock(&g_buf.lock);
+  if (!b) b = aligned_alloc(CUBE__ACT_HEADER, CUBE__ACT_HEADER + CUBE__ACTIVITY_BUFFER);
+  *buffer = b ? (uint8_t*)b + CUBE__ACT_HEADER : NULL;
+  *size = b ? CUBE__ACTIVITY_BUFFER : 0;
   *max_records = 0;
 }
 
+static void cube__act_buffer_read(const uint8_t* buffer, size_t valid);
+
+/* Reads every full buffer handed back so far, oldest first. */
+static void cube__act_read_full(void) {
+  pthread_mutex_lock(&g_buf.reading);
+  for (;;) {
+    pthread_mutex_lock(&g_buf.lock);
+    cube__act_buffer_t* b = g_buf.head;
+    if (b) {
+      g_buf.head = b->next;
+      if (!g_buf.head) g_buf.tail = NULL;
+    }
+    pthread_mutex_unlock(&g_buf.lock);
+    if (!b) break;
+    cube__act_buffer_read((uint8_t*)b + CUBE__ACT_HEADER, b->valid);
+    pthread_mutex_lock(&g_buf.lock);
+    if (g_buf.spare_count < CUBE__ACT_SPARE_MAX) {
+      b->next = g_buf.spare;
+      g_buf.spare = b;
+      g_buf.spare_count++;
+      b = NULL;
+    }
+    pthread_mutex_unlock(&g_buf.lock);
+    free(b);
+  }
+  pthread_mutex_unlock(&g_buf.reading);
+}
+
+/* The collector: reads buffers as CUPTI hands them back, off the threads
+ * that launch (CUPTI may hand one back on a launching thread). */
+static void* cube__act_collector(void* arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&g_buf.lock);
+    while (!g_buf.head) pthread_cond_wait(&g_buf.cond, &g_buf.lock);
+    pthread_mutex_unlock(&g_buf.lock);
+    cube__act_read_full();
+  }
+  return NULL;
+}
+
+/* A buffer back from CUPTI: queued for the collector (read here when there
+ * is no collector). */
 static void cube__act_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffer,
-                                       size_t size, size_t valid);
+                                       size_t size, size_t valid) {
+  (void)ctx;
+  (void)stream_id;
+  (void)size;
+  if (!buffer) return;
+  cube__act_buffer_t* b = (cube__act_buffer_t*)(buffer - CUBE__ACT_HEADER);
+  b->valid = valid;
+  b->next = NULL;
+  pthread_mutex_lock(&g_buf.lock);
+  if (g_buf.tail) g_buf.tail->next = b;
+  else g_buf.head = b;
+  g_buf.tail = b;
+  bool collector = g_buf.collector;
+  pthread_cond_signal(&g_buf.cond);
+  pthread_mutex_unlock(&g_buf.lock);
+  if (!collector) cube__act_read_full();
+}
+
+/* CUPTI's buffers emptied, and every record in them read, on return. */
+static void cube__act_flush(void) {
+  g_act.flush(1 /* CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: the buffer being filled too */);
+  cube__act_read_full();
+}
 
 static void cube__act_load(void) {
   const char* opt = cube__option_str(CUBE__OPT_CUPTI);
@@ -264,18 +358,13 @@ static void cube__act_name(cube__backend_device_t* d, const cube__act_entry_t* e
   pthread_mutex_unlock(&d->fn_lock);
 }
 
-/* A buffer of records, on CUPTI's thread or in a flush: each kernel of a
- * stream cube knows goes to the trace (while one records) and, where its
+/* A buffer of records, on the collector or a flush's caller: each kernel of
+ * a stream cube knows goes to the trace (while one records) and, where its
  * device's profile summary keeps records, to the stream's queue. */
-static void cube__act_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffer,
-                                       size_t size, size_t valid) {
-  (void)ctx;
-  (void)stream_id;
-  (void)size;
-  if (!buffer) return;
+static void cube__act_buffer_read(const uint8_t* buffer, size_t valid) {
   pthread_mutex_lock(&g_act.lock);
   void* rec = NULL;
-  while (valid && g_act.next(buffer, valid, &rec) == 0) {
+  while (valid && g_act.next((uint8_t*)buffer, valid, &rec) == 0) {
     const uint8_t* r = rec;
     if (cube__act_u32(r, 0) != CUBE__CUPTI_KIND_CONCURRENT_KERNEL) continue;
     if (cube__act_u32(r, CUBE__CUPTI_K_GRAPH) != 0) continue; /* a node of a CUDA graph */
@@ -311,7 +400,6 @@ static void cube__act_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_
     if (atomic_load_explicit(&d->act_keep, memory_order_relaxed)) cube__act_push(s->act, &e);
   }
   pthread_mutex_unlock(&g_act.lock);
-  free(buffer);
 }
 
 //===----------------------------------------------------------------------===//
@@ -330,7 +418,7 @@ static void cube__act_maybe_off_locked(void) {
 /* A trace stops: the records of what completed go into it first. */
 static void cube__act_trace_stopping(void) {
   pthread_mutex_lock(&g_act.onoff);
-  if (atomic_load(&g_act.enabled) && !g_act.finished) g_act.flush(0);
+  if (atomic_load(&g_act.enabled) && !g_act.finished) cube__act_flush();
   pthread_mutex_unlock(&g_act.onoff);
 }
 
@@ -347,7 +435,7 @@ static void cube__act_trace_stopped(void) {
 static void cube__act_at_exit(void) {
   pthread_mutex_lock(&g_act.onoff);
   if (atomic_load(&g_act.enabled) && !g_act.finished) {
-    g_act.flush(0);
+    cube__act_flush();
     g_act.disable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL);
     atomic_store(&g_act.enabled, false);
   }
@@ -371,6 +459,16 @@ static bool cube__act_enable_locked(void) {
     cube__trace_on_stop(cube__act_trace_stopping, cube__act_trace_stopped);
     atexit(cube__act_at_exit);
     g_act.hooked = true;
+    /* The collector lives as long as the process (it waits for buffers). */
+    pthread_t t;
+    cube_status_t st = cube__thread_create(&t, cube__act_collector, NULL, "cube-cupti", 0);
+    if (!st) {
+      pthread_detach(t);
+      pthread_mutex_lock(&g_buf.lock);
+      g_buf.collector = true;
+      pthread_mutex_unlock(&g_buf.lock);
+    }
+    cube_status_free(st);
   }
   atomic_store(&g_act.enabled, true);
   return true;
@@ -429,7 +527,7 @@ size_t cube__cuda_activity_take(cube__backend_device_t* d, void* stream, bool fl
   if (!s || !s->act || !max) return 0;
   if (flush) {
     pthread_mutex_lock(&g_act.onoff);
-    if (atomic_load(&g_act.enabled) && !g_act.finished) g_act.flush(0);
+    if (atomic_load(&g_act.enabled) && !g_act.finished) cube__act_flush();
     pthread_mutex_unlock(&g_act.onoff);
   }
   cube__act_entry_t e[64];
