@@ -82,12 +82,17 @@ static void launch(void) {
 /* mode 0: nothing; 1: one timing event after each launch; 2: a timing event
  * before and after each; 3: two events without timing; 4: CUPTI kernel records;
  * 5: CUPTI kernel records and an external correlation id pushed and popped
- * around each launch. */
+ * around each launch; 6: CUPTI kernel records and a cuCtxGetCurrent before
+ * each launch (as cube's launch path makes). */
 static double run(int mode) {
   double t0 = now();
   for (int i = 0; i < N; i++) {
     if (mode == 2 || mode == 3) CK(cuEventRecord(evs[2 * i], s));
     if (mode == 5) cupti_push(CORRELATION_CUSTOM0, (uint64_t)i + 1);
+    if (mode == 6) {
+      CUcontext cur;
+      CK(cuCtxGetCurrent(&cur));
+    }
     launch();
     if (mode == 5) {
       uint64_t id;
@@ -128,7 +133,7 @@ int main(void) {
   CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CK(cuMemAlloc(&p, 1 << 20));
   const char* names[] = {"none", "event after", "events around", "events no timing", "cupti",
-                         "cupti + correlation"};
+                         "cupti + correlation", "cupti + ctx query"};
   int modes = 4;
   const char* libs[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12",
                         "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
@@ -145,7 +150,7 @@ int main(void) {
     cupti_pop = (cupti_pop_t)dlsym(h, "cuptiActivityPopExternalCorrelationId");
     if (cupti_reg && cupti_enable && cupti_flush && cupti_next && cupti_disable &&
         cupti_push && cupti_pop && cupti_reg(buf_req, buf_done) == 0)
-      modes = 6;
+      modes = 7;
     else
       printf("cupti: found but not usable\n");
   } else {
@@ -154,7 +159,7 @@ int main(void) {
   for (int i = 0; i < 2 * N; i++) CK(cuEventCreate(&evs[i], CU_EVENT_DEFAULT));
   for (int i = 0; i < 1000; i++) launch();
   CK(cuStreamSynchronize(s));
-  double t[6][ROUNDS];
+  double t[7][ROUNDS];
   for (int r = 0; r < ROUNDS; r++) {
     for (int k = 0; k < modes; k++) {
       int mode = (r % 2) ? modes - 1 - k : k;
@@ -199,6 +204,6 @@ int main(void) {
     printf("  %-18s %.3f (%.3f-%.3f)  %.3fx\n", names[k], med / N * 1e6, v[0] / N * 1e6,
            v[ROUNDS - 1] / N * 1e6, med / base);
   }
-  if (modes == 6) printf("  cupti records delivered: %ld (kernel records expected: %d, and as many correlations)\n", cupti_records, 2 * ROUNDS * N);
+  if (modes == 7) printf("  cupti records delivered: %ld (expected %d: a kernel record per launch, a correlation record per launch of mode 5)\n", cupti_records, 4 * ROUNDS * N);
   return 0;
 }

@@ -49,11 +49,6 @@ static const char* scale_src =
     "  uint32_t i = ABSOLUTE_POS;\n"
     "  if (i < CUBE_LEN(y)) CUBE_STORE(y, i, a * CUBE_LOAD(y, i));\n"
     "}\n";
-static const char* shift_src =
-    "CUBE_KERNEL(shift, CUBE_ARRAY(float, y), float a) {\n"
-    "  uint32_t i = ABSOLUTE_POS;\n"
-    "  if (i < CUBE_LEN(y)) CUBE_STORE(y, i, a + CUBE_LOAD(y, i));\n"
-    "}\n";
 
 static cube_kernel_t* make_kernel(const char* name, const char* src, const char* entry) {
   cube_kernel_desc_t d;
@@ -139,7 +134,8 @@ CUBE_TEST(traced_kernels_come_from_activity_records) {
   cube_client_t* c = NULL;
   REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
   cube_kernel_t* ks = make_kernel("scale by a", scale_src, "scale");
-  cube_kernel_t* kh = make_kernel("shift by a", shift_src, "shift");
+  /* The same unit under another name: one module, one entry function. */
+  cube_kernel_t* kh = make_kernel("scale twin", scale_src, "scale");
   REQUIRE(ks && kh);
   cube_kernel_t* both[2] = {ks, kh};
   REQUIRE_OK(cube_client_precompile(c, 2, both, CUBE_EXEC_CHECKED));
@@ -178,7 +174,7 @@ CUBE_TEST(traced_kernels_come_from_activity_records) {
     cJSON_ArrayForEach(e, events) {
       if (strcmp(str(e, "cat"), "kernel") != 0 || num(e, "tid") != (double)ws[w]->stream) continue;
       n++;
-      CHECK(strcmp(str(e, "name"), w == 0 ? "scale by a" : "shift by a") == 0);
+      CHECK(strcmp(str(e, "name"), w == 0 ? "scale by a" : "scale twin") == 0);
       const cJSON* args = cJSON_GetObjectItemCaseSensitive(e, "args");
       const cJSON* cc = cJSON_GetObjectItemCaseSensitive(args, "cube_count");
       CHECK(cJSON_GetArraySize(cc) == 3 &&
@@ -238,21 +234,30 @@ CUBE_TEST(profiled_kernels_come_from_activity_records) {
   cube_handle_t y;
   REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &y));
   cube_arg_t args[2] = {cube_arg_buffer(y), cube_arg_f32(2.0f)};
-  for (int i = 0; i < 4; ++i)
+  /* Interleaved with a twin (the same unit, another name): each launch's
+   * record has its own launch's name. */
+  cube_kernel_t* twin = make_kernel("scale profiled twin", scale_src, "scale");
+  REQUIRE(twin);
+  for (int i = 0; i < 4; ++i) {
     REQUIRE_OK(cube_client_launch(c, ks, cube_count_static(1, 1, 1), 2, args));
+    if (i % 2) REQUIRE_OK(cube_client_launch(c, twin, cube_count_static(1, 1, 1), 2, args));
+  }
   cube_bytes_t* bytes = NULL;
   REQUIRE_OK(cube_client_read_one(c, y, &bytes));
   cube_bytes_release(bytes);
   cube_profile_summary_t sum = {0};
   REQUIRE_OK(cube_client_profile_summary(c, 0, &sum));
-  uint64_t kernels = 0;
-  for (size_t i = 0; i < sum.row_count; ++i)
-    if (sum.rows[i].kind == CUBE_PROFILE_ROW_KERNEL &&
-        strcmp(sum.rows[i].name, "scale profiled") == 0) {
-      kernels += sum.rows[i].count;
-      CHECK(sum.rows[i].min_ns >= 40000u); /* each "ran" 50 us */
-    }
+  uint64_t kernels = 0, twins = 0;
+  for (size_t i = 0; i < sum.row_count; ++i) {
+    if (sum.rows[i].kind != CUBE_PROFILE_ROW_KERNEL) continue;
+    if (strcmp(sum.rows[i].name, "scale profiled") == 0) kernels += sum.rows[i].count;
+    else if (strcmp(sum.rows[i].name, "scale profiled twin") == 0) twins += sum.rows[i].count;
+    else CHECK(!"a kernel row of another name");
+    CHECK(sum.rows[i].min_ns >= 40000u); /* each "ran" 50 us */
+  }
   CHECK_EQ_U64(kernels, 4);
+  CHECK_EQ_U64(twins, 2);
+  cube_kernel_release(twin);
   cube_profile_summary_deinitialize(&sum);
   cube_handle_release(y);
   cube_kernel_release(ks);

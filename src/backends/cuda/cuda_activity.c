@@ -69,12 +69,24 @@ typedef void (*cube__cupti_complete_fn)(CUcontext ctx, uint32_t stream_id, uint8
 
 typedef struct cube__act_entry {
   uint64_t start_ns, end_ns;
-  uint64_t hash; /* the entry function's name hash; 0: a function not of cube's */
+  uint64_t hash; /* the entry function's name hash; 0: |foreign| is the name */
   uint32_t count[3];
-  char foreign[48]; /* a function not of cube's: its name */
+  char foreign[80]; /* the launch's name, or a function not of cube's: its name (|hash| 0) */
 } cube__act_entry_t;
 
+/* The launches of a stream while records are on, in order: a ring with one
+ * writer (the stream's launching thread) and one reader (whoever reads
+ * buffers, under the registry's lock). */
+#define CUBE__ACT_LAUNCHES 4096u
+#define CUBE__ACT_SEARCH 64u /* launches a record's match is looked for in */
+typedef struct cube__act_launch {
+  uint64_t hash;
+  char name[80];
+} cube__act_launch_t;
+
 struct cube__cuda_activity {
+  atomic_uint_fast64_t put, got;
+  cube__act_launch_t launches[CUBE__ACT_LAUNCHES];
   cube__backend_device_t* device;
   bool known;           /* registered: |ctx_id|, |sid| valid */
   uint32_t ctx_id, sid; /* CUPTI's ids of its context and stream */
@@ -347,6 +359,36 @@ static void cube__act_push(struct cube__cuda_activity* a, const cube__act_entry_
   a->count++;
 }
 
+/* Under the registry's lock: the name the launch of |hash| that this record
+ * is of was given; NULL where no launch in the next CUBE__ACT_SEARCH
+ * matches (one before records were on). The launches before the match had
+ * no record (made as records came on): they are passed. */
+static const char* cube__act_launch_name(struct cube__cuda_activity* a, uint64_t hash,
+                                         char* out, size_t size) {
+  uint64_t got = atomic_load_explicit(&a->got, memory_order_relaxed);
+  uint64_t put = atomic_load_explicit(&a->put, memory_order_acquire);
+  for (uint64_t i = got; i < put && i - got < CUBE__ACT_SEARCH; ++i) {
+    const cube__act_launch_t* l = &a->launches[i % CUBE__ACT_LAUNCHES];
+    if (l->hash != hash) continue;
+    cube__trace_copy_name(out, size, l->name);
+    atomic_store_explicit(&a->got, i + 1, memory_order_release);
+    return out;
+  }
+  return NULL;
+}
+
+void cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name) {
+  if (!atomic_load_explicit(&g_act.enabled, memory_order_relaxed)) return;
+  struct cube__cuda_activity* a = s->act;
+  uint64_t put = atomic_load_explicit(&a->put, memory_order_relaxed);
+  uint64_t got = atomic_load_explicit(&a->got, memory_order_acquire);
+  if (put - got >= CUBE__ACT_LAUNCHES) return; /* full: its record gets the module's name */
+  cube__act_launch_t* l = &a->launches[put % CUBE__ACT_LAUNCHES];
+  l->hash = hash;
+  cube__trace_copy_name(l->name, sizeof(l->name), name);
+  atomic_store_explicit(&a->put, put + 1, memory_order_release);
+}
+
 /* The kernel's name: the module whose entry ran, or the function's own. */
 static void cube__act_name(cube__backend_device_t* d, const cube__act_entry_t* e, char* out,
                            size_t size) {
@@ -383,6 +425,14 @@ static void cube__act_buffer_read(const uint8_t* buffer, size_t valid) {
     memcpy(&name, r + CUBE__CUPTI_K_NAME, sizeof(name));
     e.hash = cube__act_name_hash(name);
     if (!e.hash) cube__trace_copy_name(e.foreign, sizeof(e.foreign), name ? name : "kernel");
+    char launched[80];
+    const char* as = e.hash ? cube__act_launch_name(s->act, e.hash, launched, sizeof(launched))
+                            : NULL;
+    if (as) {
+      /* The launch's own name: kept in the entry as a function's is. */
+      cube__trace_copy_name(e.foreign, sizeof(e.foreign), as);
+      e.hash = 0;
+    }
     cube__backend_device_t* d = s->act->device;
     if (cube__trace_on()) {
       cube__trace_record_t t;

@@ -56,6 +56,7 @@ typedef struct cube__cuda_fn {
   uint32_t mode; /* the variant: the execution mode, bit 2 the 1-D form */
   CUfunction fn;
   int max_threads;
+  uint64_t name_hash; /* its module's entry name (cube__cuda_module_t) */
 } cube__cuda_fn_t;
 
 /* Entry functions are named CUBE__CUDA_FN_PREFIX and 16 hex digits of a hash
@@ -302,6 +303,11 @@ void cube__cuda_graph_destroy(cube__backend_device_t* d, void* graph);
 bool cube__cuda_activity_begin(cube__backend_device_t* d, void* stream, bool keep);
 size_t cube__cuda_activity_take(cube__backend_device_t* d, void* stream, bool flush,
                                 cube__activity_record_t* out, size_t max);
+/* A kernel of |hash| (its entry's name) launched on |s| as |name|: noted
+ * while records are on, so that its record gets the launch's name (kernels
+ * of one unit share an entry). The launching thread; one relaxed load when
+ * records are off. */
+void cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name);
 /* Forgets |s| (before it is freed) and its untaken records. */
 void cube__cuda_activity_stream_gone(cube__cuda_stream_t* s);
 /* |d| no longer keeps records on (before it is freed). */

@@ -386,7 +386,7 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
     }
   }
   if (!st) {
-    cube__cuda_fn_t e = {k->id, variant, mod->fn, mod->max_threads};
+    cube__cuda_fn_t e = {k->id, variant, mod->fn, mod->max_threads, mod->name_hash};
     if (!cube__cuda_fn_insert(d, &e))
       st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "kernel '%s': no host memory", k->name);
     else
