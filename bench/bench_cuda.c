@@ -2082,29 +2082,47 @@ static void fig_tune(void) {
 
 /* Figure 11: the cost of tracing (issue 17): N = 10,000 empty launches then a
  * sync, end to end, with no trace and with a trace recording (every launch
- * timed by two events, resolved later), alternating in each round; the ratio
- * on/off per round, its median over the rounds and the spread. */
+ * timed: by CUPTI's activity records where CUPTI is there, else by two
+ * events resolved later), alternating which goes first; the ratio on/off
+ * per round, its median over the rounds and the spread; and the caller-side
+ * cost per launch of each (where a difference comes from). */
 static void fig_trace(void) {
-  enum { ROUNDS = 7 };
+  enum { ROUNDS = 11 };
   const uint64_t n = 10000;
   printf("\n## [11] tracing on vs off: N = %" PRIu64 " empty launches + sync, end to end; %d rounds "
          "alternating off/on\n", n, ROUNDS);
   char path[256];
   snprintf(path, sizeof(path), "/tmp/bench_cuda_trace.%ld.json", (long)getpid());
-  double off[ROUNDS], on[ROUNDS], ratio[ROUNDS];
+  double off[ROUNDS], on[ROUNDS], ratio[ROUNDS], sub_off[ROUNDS], sub_on[ROUNDS];
   (void)cube_launches(n); /* warm */
   for (int i = 0; i < ROUNDS; ++i) {
-    off[i] = cube_launches(n).total_ns;
-    unlink(path);
-    CHECK("cube_trace_start", cube_trace_start(path));
-    on[i] = cube_launches(n).total_ns;
-    CHECK("cube_trace_stop", cube_trace_stop());
-    unlink(path);
+    /* Alternating which goes first. */
+    for (int k = 0; k < 2; ++k) {
+      bool traced = (k == 0) == (i % 2 == 1);
+      if (traced) {
+        unlink(path);
+        CHECK("cube_trace_start", cube_trace_start(path));
+      }
+      launch_times_t t = cube_launches(n);
+      if (traced) {
+        CHECK("cube_trace_stop", cube_trace_stop());
+        unlink(path);
+        on[i] = t.total_ns;
+        sub_on[i] = t.submit_ns;
+      } else {
+        off[i] = t.total_ns;
+        sub_off[i] = t.submit_ns;
+      }
+    }
     ratio[i] = on[i] / off[i];
   }
   qsort(ratio, ROUNDS, sizeof(double), cmp_double);
   printf("  ratio on/off per round: min %.3f, median %.3f, max %.3f\n", ratio[0], ratio[ROUNDS / 2],
          ratio[ROUNDS - 1]);
+  printf("  per launch, medians: caller side off %.3f us, on %.3f us; to the sync's end off %.3f "
+         "us, on %.3f us\n",
+         median_of(sub_off, ROUNDS) / (double)n / 1e3, median_of(sub_on, ROUNDS) / (double)n / 1e3,
+         median_of(off, ROUNDS) / (double)n / 1e3, median_of(on, ROUNDS) / (double)n / 1e3);
   add_row("11", "10,000 launches + sync, tracing on (time, us)", median_of(on, ROUNDS) / 1e3, "us",
           median_of(off, ROUNDS) / 1e3, true, "tracing off", T_RATIO_LE, 1.05, "");
 }

@@ -309,6 +309,23 @@ cube_status_t cube__backend_event_elapsed(const cube__backend_t* be, void* start
              "%s:%u: reading event times failed", be->vt->name, be->index);
 }
 
+bool cube__backend_activity_begin(const cube__backend_t* be, void* stream, bool keep) {
+  if (!cube__backend_has_activity(be)) return false;
+  bool on = false;
+  CUBE__CALL_VOID(be, CUBE__SLOT_ACTIVITY_BEGIN,
+                  on = be->vt->activity_begin(be->device, stream, keep));
+  return on;
+}
+
+size_t cube__backend_activity_take(const cube__backend_t* be, void* stream, bool flush,
+                                   cube__activity_record_t* out, size_t max) {
+  if (!cube__backend_has_activity(be)) return 0;
+  size_t n = 0;
+  CUBE__CALL_VOID(be, CUBE__SLOT_ACTIVITY_TAKE,
+                  n = be->vt->activity_take(be->device, stream, flush, out, max));
+  return n;
+}
+
 //===----------------------------------------------------------------------===//
 // Control
 //===----------------------------------------------------------------------===//

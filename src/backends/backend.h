@@ -30,7 +30,7 @@
 /* The version of the table below; a table with another version is refused by
  * the registry (the backend is then UNAVAILABLE, naming both versions). New
  * slots are appended and bump the version. */
-#define CUBE__BACKEND_API_VERSION 4u
+#define CUBE__BACKEND_API_VERSION 5u
 
 typedef struct cube__backend_device cube__backend_device_t;
 
@@ -118,6 +118,15 @@ typedef struct cube__graph_node_desc {
   const cube__storage_t* src_storage;
   uint64_t src_offset;
 } cube__graph_node_desc_t;
+
+/* One kernel as the driver recorded it (activity_take): start and end on
+ * the host clock (cube__now_ns), the cube count, and the kernel's name. */
+typedef struct cube__activity_record {
+  uint64_t start_ns;
+  uint64_t end_ns;
+  uint32_t count[3];
+  char name[80];
+} cube__activity_record_t;
 
 //===----------------------------------------------------------------------===//
 // Capabilities and control operations
@@ -380,6 +389,33 @@ typedef struct cube__backend_vtable {
   cube_status_t (*copy)(cube__backend_device_t* device, void* stream, const cube__storage_t* dst,
                         uint64_t dst_offset, const cube__storage_t* src, uint64_t src_offset,
                         uint64_t bytes);
+
+  /* Version 5 ------------------------------------------------------------ */
+
+  /* Kernel activity records: the driver's own record of each kernel's start
+   * and end on the device (CUDA: CUPTI), kept in the background with nothing
+   * put on the stream, so that timing every launch costs the launch next to
+   * nothing (docs/observability.md). Both or neither.
+   *
+   * activity_begin: true when every kernel launched on |stream| from now on
+   * will have a record (the backend starts recording if it was not, and
+   * learns the stream); false when the backend cannot (the driver's tool
+   * library absent or taken by another tool): the server then brackets the
+   * launch with events. |keep|: the device's profile summary wants records
+   * for as long as the device lives (else only while a trace records).
+   * Owner thread of |stream|.
+   *
+   * While a trace records, the backend puts each record into it itself
+   * (cube__trace_emit, as the records come), and empties the driver's
+   * buffers into it when the trace stops.
+   *
+   * activity_take: for the profile summary (|keep|): moves up to |max|
+   * completed records of |stream| into |out|, oldest first, and returns how
+   * many; |flush|: the driver's buffers are emptied first (after a sync:
+   * every kernel before it is there). Owner thread of |stream|. */
+  bool (*activity_begin)(cube__backend_device_t* device, void* stream, bool keep);
+  size_t (*activity_take)(cube__backend_device_t* device, void* stream, bool flush,
+                          cube__activity_record_t* out, size_t max);
 } cube__backend_vtable_t;
 
 //===----------------------------------------------------------------------===//
@@ -424,7 +460,9 @@ typedef struct cube__backend {
   X(EVENT_DONE, event_done)               \
   X(EVENT_DESTROY, event_destroy)         \
   X(GRAPH_DESTROY, graph_destroy)         \
-  X(DEVICE_DESTROY, device_destroy)
+  X(DEVICE_DESTROY, device_destroy)       \
+  X(ACTIVITY_BEGIN, activity_begin)       \
+  X(ACTIVITY_TAKE, activity_take)
 
 typedef enum cube__backend_slot {
 #define CUBE__SLOT_ENUM(id, name) CUBE__SLOT_##id,
@@ -543,6 +581,14 @@ cube_status_t cube__backend_graph_update(const cube__backend_t* be, void* graph,
 cube_status_t cube__backend_graph_launch(const cube__backend_t* be, void* stream, void* graph,
                                          cube__graph_node_failed_fn node_failed, void* user);
 void cube__backend_graph_destroy(const cube__backend_t* be, void* graph);
+
+/* Kernel activity records: false / 0 without the slots. */
+static inline bool cube__backend_has_activity(const cube__backend_t* be) {
+  return be->vt->activity_begin != NULL && be->vt->activity_take != NULL;
+}
+bool cube__backend_activity_begin(const cube__backend_t* be, void* stream, bool keep);
+size_t cube__backend_activity_take(const cube__backend_t* be, void* stream, bool flush,
+                                   cube__activity_record_t* out, size_t max);
 
 /* UNIMPLEMENTED (naming the backend and the operation) without a ctl slot or
  * for an operation the backend does not answer. */

@@ -134,7 +134,10 @@
   X(TRACE_RECORDS, U32, PROCESS, AT_USE, "65536", "65536", 16, 16777216, 0, NULL, NULL,          \
     "records a trace keeps (a ring: the oldest are dropped and counted when it is full)")         \
   X(COMPILE_NOTICE, SECONDS, PROCESS, AT_USE, "1", "1", 0, 1e6, 0, NULL, NULL,                    \
-    "seconds a kernel compile runs before it is logged (when it passes them and when it ends)")
+    "seconds a kernel compile runs before it is logged (when it passes them and when it ends)")   \
+  X(CUPTI, PATH, PROCESS, ONCE, NULL,                                                             \
+    "libcupti.so.13, then libcupti.so, then /usr/local/cuda/lib64/libcupti.so", 0, 4095, 0, NULL, \
+    NULL, "the CUPTI library that times traced and profiled CUDA kernels; 0: none (events)")
 
 /* CUBE__OPT_<ID>: the same numbers as the public CUBE_OPTION_<ID>. */
 typedef enum cube__option_id {

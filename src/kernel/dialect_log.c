@@ -237,6 +237,16 @@ static void cube__log_put(cube__log_out_t* o, const char* s, size_t n) {
       i += 17;
       continue;
     }
+    /* The CUDA entry's own name: "cube_k_" and 16 hex digits. */
+    if (left >= 23 && memcmp(r, "cube_k_", 7) == 0) {
+      size_t h = 7;
+      while (h < 23 && isxdigit((unsigned char)r[h])) ++h;
+      if (h == 23 && (left == 23 || !(isalnum((unsigned char)r[23]) || r[23] == '_'))) {
+        cube__sb_puts(&o->sb, o->entry);
+        i += 23;
+        continue;
+      }
+    }
     if (left >= 10 && memcmp(r, "CUBE__EARR", 10) == 0) {
       cube__sb_puts(&o->sb, "CUBE_ARRAY"); /* as long: columns stay */
       i += 10;

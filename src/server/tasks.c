@@ -236,10 +236,10 @@ __attribute__((noinline)) static cube_status_t cube__launch_timed(
                             k->name, cns);
   }
   cube__timing_mark_t m;
-  cube__timing_begin(st, &m);
-  /* Without events of its own the backend may time the kernel itself
-   * (OpenCL's profiling info); with them the marks are the device's. */
-  if (!m.ev0) l->device_ns = device_ns;
+  cube__timing_begin_kernel(st, &m);
+  /* Without events or activity records the backend may time the kernel
+   * itself (OpenCL's profiling info); with them the marks are the device's. */
+  if (!m.ev0 && !m.activity) l->device_ns = device_ns;
   cube_status_t status = cube__backend_launch(&s->be, st->backend_stream, l);
   if (events) cube__stream_hold(st, mems, t->arg_count);
   cube__timed_desc_t d = {CUBE__TRACE_KERNEL, k->name, {count[0], count[1], count[2]}};
@@ -452,12 +452,12 @@ cube_status_t cube__server_lend_order(cube__stream_t* st, cube__memory_t* mem, v
 
 static cube_status_t cube__timing_poll_task_run(void* state, void* payload) {
   (void)state;
-  cube__timing_poll((cube__stream_t*)payload, false);
+  cube__timing_collect((cube__stream_t*)payload);
   return CUBE_OK;
 }
 
 cube_status_t cube__server_timing_poll(cube__stream_t* st) {
-  if (!st->timing) return CUBE_OK; /* nothing was timed with events */
+  if (!st->timing) return CUBE_OK; /* nothing was timed with events or activity records */
   return cube__submit_blocking(st->server->service, st->id, cube__timing_poll_task_run, st);
 }
 

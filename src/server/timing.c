@@ -18,12 +18,17 @@ typedef struct cube__timed_entry {
 } cube__timed_entry_t;
 
 struct cube__timing {
-  void* anchor;         /* an event of this stream: device time 0 */
+  bool activity;        /* kernels were timed by the backend's activity records */
+  uint32_t untaken;     /* kernels timed so since the last take */
+  void* anchor;         /* an event of this stream: device time 0, or NULL */
   uint64_t anchor_host; /* host clock just before it was recorded (a lower bound) */
   uint64_t offset;      /* how much later the anchor ran at least (see below) */
   uint32_t head, count;
   cube__timed_entry_t q[CUBE__TIMING_PENDING];
 };
+
+/* Kernels timed by activity records between two takes at most. */
+#define CUBE__TIMING_TAKE_EVERY 1024u
 
 /* Re-anchors after this much device time: CUDA's elapsed times are floats
  * of milliseconds, exact to about a microsecond over a second. */
@@ -42,22 +47,28 @@ static cube_profile_row_kind_t cube__row_kind(cube__trace_kind_t k) {
   }
 }
 
+/* One resolved record to the summary (at level basic and above). */
+static void cube__timing_profile(cube__server_t* s, cube__trace_kind_t kind, const char* name,
+                                 const uint32_t count[3], uint64_t ns) {
+  cube__profiler_t* p = &s->profiler;
+  if (p->level < CUBE_PROFILE_BASIC) return;
+  cube__profiler_record(p, cube__row_kind(kind), name, ns);
+  if (p->level >= CUBE_PROFILE_MEDIUM) {
+    char d[32];
+    cube__profiler_log(p, "| %s | %s", cube__format_duration(ns, d, sizeof(d)), name);
+  }
+  if (p->level >= CUBE_PROFILE_FULL && kind == CUBE__TRACE_KERNEL)
+    cube__profiler_log(p, "%s: CubeCount (%" PRIu32 ", %" PRIu32 ", %" PRIu32 ")", name,
+                       count[0], count[1], count[2]);
+}
+
 /* One resolved record: to the summary and the trace. */
 static void cube__timing_deliver(cube__stream_t* st, cube__trace_kind_t kind, const char* name,
                                  const uint64_t a[3], uint64_t ts, uint64_t ns,
                                  const char* clock) {
   cube__server_t* s = st->server;
-  cube__profiler_t* p = &s->profiler;
-  if (p->level >= CUBE_PROFILE_BASIC) {
-    cube__profiler_record(p, cube__row_kind(kind), name, ns);
-    if (p->level >= CUBE_PROFILE_MEDIUM) {
-      char d[32];
-      cube__profiler_log(p, "| %s | %s", cube__format_duration(ns, d, sizeof(d)), name);
-    }
-    if (p->level >= CUBE_PROFILE_FULL && kind == CUBE__TRACE_KERNEL)
-      cube__profiler_log(p, "%s: CubeCount (%" PRIu64 ", %" PRIu64 ", %" PRIu64 ")", name, a[0],
-                         a[1], a[2]);
-  }
+  const uint32_t count[3] = {(uint32_t)a[0], (uint32_t)a[1], (uint32_t)a[2]};
+  cube__timing_profile(s, kind, name, count, ns);
   if (cube__trace_on()) {
     cube__trace_record_t r;
     r.ts_ns = ts;
@@ -77,27 +88,72 @@ void cube__timing_host(cube__stream_t* st, const cube__timed_desc_t* d, uint64_t
   cube__timing_deliver(st, d->kind, d->name, d->a, t0, ns, "host clock");
 }
 
-static struct cube__timing* cube__timing_state(cube__stream_t* st) {
-  if (st->timing) return st->timing;
-  struct cube__timing* t = calloc(1, sizeof(*t));
-  if (!t) return NULL;
-  t->anchor_host = cube__now_ns();
-  cube_status_t e = cube__backend_event_record(&st->server->be, st->backend_stream, &t->anchor);
-  if (e) {
-    cube_status_free(e);
-    free(t);
-    return NULL;
+/* The stream's state; |anchor|: with the anchor event (recorded now if it
+ * was not). */
+static struct cube__timing* cube__timing_state(cube__stream_t* st, bool anchor) {
+  struct cube__timing* t = st->timing;
+  if (!t) {
+    t = calloc(1, sizeof(*t));
+    if (!t) return NULL;
+    st->timing = t;
   }
-  st->timing = t;
+  if (anchor && !t->anchor) {
+    t->anchor_host = cube__now_ns();
+    t->offset = 0;
+    cube_status_t e = cube__backend_event_record(&st->server->be, st->backend_stream, &t->anchor);
+    if (e) {
+      cube_status_free(e);
+      t->anchor = NULL;
+      return NULL;
+    }
+  }
   return t;
+}
+
+void cube__timing_begin_kernel(cube__stream_t* st, cube__timing_mark_t* m) {
+  cube__server_t* s = st->server;
+  if (!cube__backend_has_activity(&s->be) || !cube__timing_wanted(s)) {
+    cube__timing_begin(st, m);
+    return;
+  }
+  struct cube__timing* t = st->timing ? st->timing : cube__timing_state(st, false);
+  if (t && cube__backend_activity_begin(&s->be, st->backend_stream,
+                                        s->profiler.level >= CUBE_PROFILE_BASIC)) {
+    t->activity = true;
+    m->on = true;
+    m->activity = true;
+    m->ev0 = NULL;
+    return;
+  }
+  cube__timing_begin(st, m);
+}
+
+/* Takes the backend's kernel records of |st| for the profile summary
+ * (|flush|: after emptying the driver's buffers); the backend put them into
+ * the trace itself. Nothing without a summary to fill. */
+static void cube__timing_take(cube__stream_t* st, struct cube__timing* t, bool flush) {
+  cube__server_t* s = st->server;
+  t->untaken = 0;
+  if (s->profiler.level < CUBE_PROFILE_BASIC) return;
+  cube__activity_record_t r[64];
+  size_t n;
+  do {
+    n = cube__backend_activity_take(&s->be, st->backend_stream, flush, r,
+                                    sizeof(r) / sizeof(r[0]));
+    flush = false;
+    for (size_t i = 0; i < n; ++i)
+      cube__timing_profile(s, CUBE__TRACE_KERNEL, r[i].name, r[i].count,
+                           r[i].end_ns - r[i].start_ns);
+  } while (n == sizeof(r) / sizeof(r[0]));
 }
 
 void cube__timing_begin(cube__stream_t* st, cube__timing_mark_t* m) {
   m->on = cube__timing_wanted(st->server);
   m->ev0 = NULL;
+  m->activity = false;
   if (!m->on) return;
   const cube__backend_t* be = &st->server->be;
-  if (cube__backend_has_event_timing(be) && cube__timing_state(st)) {
+  if (cube__backend_has_event_timing(be) && cube__timing_state(st, true)) {
     m->t0 = cube__now_ns();
     cube_status_t e = cube__backend_event_record(be, st->backend_stream, &m->ev0);
     if (e) {
@@ -146,6 +202,7 @@ static void cube__timing_resolve_front(cube__stream_t* st, struct cube__timing* 
 void cube__timing_poll(cube__stream_t* st, bool wait) {
   struct cube__timing* t = st->timing;
   if (!t) return;
+  if (t->activity) cube__timing_take(st, t, wait);
   const cube__backend_t* be = &st->server->be;
   while (t->count) {
     cube__timed_entry_t* e = &t->q[t->head];
@@ -157,9 +214,22 @@ void cube__timing_poll(cube__stream_t* st, bool wait) {
   }
 }
 
+void cube__timing_collect(cube__stream_t* st) {
+  struct cube__timing* t = st->timing;
+  if (!t) return;
+  if (t->activity) cube__timing_take(st, t, true);
+  cube__timing_poll(st, false);
+}
+
 void cube__timing_end(cube__stream_t* st, cube__timing_mark_t* m, const cube__timed_desc_t* d,
                       uint64_t device_ns) {
   if (!m->on) return;
+  if (m->activity) {
+    /* The record comes later; the summary takes what completed now and then. */
+    struct cube__timing* t = st->timing;
+    if (++t->untaken >= CUBE__TIMING_TAKE_EVERY) cube__timing_take(st, t, false);
+    return;
+  }
   if (!m->ev0) {
     uint64_t ns = device_ns != UINT64_MAX ? device_ns : cube__now_ns() - m->t0;
     cube__timing_deliver(st, d->kind, d->name, d->a, m->t0, ns,
@@ -198,7 +268,7 @@ void cube__timing_destroy(cube__stream_t* st) {
   struct cube__timing* t = st->timing;
   if (!t) return;
   cube__timing_poll(st, true);
-  cube__backend_event_destroy(&st->server->be, t->anchor);
+  if (t->anchor) cube__backend_event_destroy(&st->server->be, t->anchor);
   free(t);
   st->timing = NULL;
 }

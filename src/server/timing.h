@@ -2,6 +2,10 @@
  * launch, copy and replay that the profile summary or the trace wants is
  * timed where it runs, without waiting for it.
  *
+ *  - A kernel on a backend with activity records (CUDA with CUPTI): the
+ *    driver records its start and end with nothing put on the stream; the
+ *    records are taken from the backend as more work is timed and at every
+ *    sync (which first empties the driver's buffers).
  *  - On a backend with timed events (CUDA; null), an event is recorded
  *    before and after the work and the pair is queued on the stream; the
  *    pairs are resolved in order once the second event completed (polled as
@@ -35,6 +39,7 @@ typedef struct cube__timing_mark {
   uint64_t t0;   /* host clock at the start */
   void* ev0;     /* the start event, or NULL */
   bool on;       /* timing was wanted when the work began */
+  bool activity; /* the backend's kernel activity records time it */
 } cube__timing_mark_t;
 
 /* What is timed: a trace kind, a name, up to three numbers. */
@@ -51,12 +56,22 @@ static inline bool cube__timing_wanted(const cube__server_t* s) {
 /* Starts timing work about to be issued on |st| (m->on false: nothing). */
 void cube__timing_begin(cube__stream_t* st, cube__timing_mark_t* m);
 
+/* The same for a kernel launch: where the backend keeps kernel activity
+ * records (CUDA with CUPTI), nothing is put on the stream and the record
+ * comes from the backend at a later poll; else as cube__timing_begin. */
+void cube__timing_begin_kernel(cube__stream_t* st, cube__timing_mark_t* m);
+
 /* Ends it: |device_ns| is the backend's own duration (UINT64_MAX: none). */
 void cube__timing_end(cube__stream_t* st, cube__timing_mark_t* m, const cube__timed_desc_t* d,
                       uint64_t device_ns);
 
 /* Resolves the stream's completed pairs (|wait|: all of them, waiting). */
 void cube__timing_poll(cube__stream_t* st, bool wait);
+
+/* What completed, for a reader of the summary: the backend's activity
+ * records after emptying the driver's buffers, and the completed pairs (no
+ * waiting). */
+void cube__timing_collect(cube__stream_t* st);
 
 /* A record of work the host clock timed (uploads and downloads, which the
  * backend finished before returning): to the summary and the trace at once.

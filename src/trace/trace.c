@@ -118,7 +118,39 @@ cube_status_t cube_trace_start(const char* path) {
   return cube__trace_start_at("cube_trace_start", path);
 }
 
+#define CUBE__TRACE_STOP_HOOKS 8
+typedef struct cube__trace_hook {
+  void (*before)(void);
+  void (*after)(void);
+} cube__trace_hook_t;
+static cube__trace_hook_t g_stop_hooks[CUBE__TRACE_STOP_HOOKS];
+static unsigned g_stop_hook_count;
+
+void cube__trace_on_stop(void (*before)(void), void (*after)(void)) {
+  pthread_mutex_lock(&g_lock);
+  bool known = false;
+  for (unsigned i = 0; i < g_stop_hook_count; ++i)
+    known = known || (g_stop_hooks[i].before == before && g_stop_hooks[i].after == after);
+  if (!known && g_stop_hook_count < CUBE__TRACE_STOP_HOOKS)
+    g_stop_hooks[g_stop_hook_count++] = (cube__trace_hook_t){before, after};
+  pthread_mutex_unlock(&g_lock);
+}
+
+/* The hooks' |before| (|after| false) or |after| functions. */
+static void cube__trace_hooks(bool after) {
+  cube__trace_hook_t hooks[CUBE__TRACE_STOP_HOOKS];
+  pthread_mutex_lock(&g_lock);
+  unsigned n = g_stop_hook_count;
+  memcpy(hooks, g_stop_hooks, sizeof(hooks));
+  pthread_mutex_unlock(&g_lock);
+  for (unsigned i = 0; i < n; ++i) {
+    void (*fn)(void) = after ? hooks[i].after : hooks[i].before;
+    if (fn) fn();
+  }
+}
+
 static cube_status_t cube__trace_stop_at(const char* fn) {
+  if (cube__trace_on()) cube__trace_hooks(false);
   pthread_mutex_lock(&g_lock);
   if (!g_ring) {
     pthread_mutex_unlock(&g_lock);
@@ -135,6 +167,7 @@ static cube_status_t cube__trace_stop_at(const char* fn) {
   g_ring = NULL;
   g_fd = -1;
   pthread_mutex_unlock(&g_lock);
+  cube__trace_hooks(true);
   /* The ring in the order written: the oldest kept record first. */
   uint64_t count = written < cap ? written : cap;
   uint64_t dropped = written - count;

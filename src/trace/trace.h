@@ -76,6 +76,13 @@ static inline void cube__trace_copy_name(char* dst, size_t size, const char* src
 /* The calling thread's id (the host track's tid). */
 uint64_t cube__trace_thread_id(void);
 
+/* At every later stop of a trace, from the stopping thread: |before| while
+ * the trace still records (a layer below hands over what it holds for it),
+ * |after| once it no longer does (what it keeps on for traces may go off).
+ * Either may be NULL. At most 8 pairs; a repeated pair is kept once.
+ * Thread-safe; neither is called with the trace's lock held. */
+void cube__trace_on_stop(void (*before)(void), void (*after)(void));
+
 /* Copies |r| into the ring (nothing while no trace records). */
 void cube__trace_emit(const cube__trace_record_t* r);
 

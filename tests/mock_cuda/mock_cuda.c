@@ -25,6 +25,11 @@
  *    threads per block for every function (default the device's 1024).
  * Counters for tests: cube_mock_cuda_stats(); fault injection:
  * cube_mock_cuda_fail().
+ *
+ * The same library stands in for NVRTC (a "compile" keeps the source as the
+ * cubin: loaded through CUBE_NVRTC=<this library>) and for CUPTI's activity
+ * API (kernel records of launches on streams, through CUBE_CUPTI=<this
+ * library>): see the end of the file.
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -76,8 +81,14 @@ typedef struct mock_stream {
   pthread_cond_t cond, idle;
   mock_op_t *head, *tail;
   bool busy, stop;
+  uint32_t cupti_id; /* the stream's id in the mock CUPTI's records */
   struct mock_stream* next_all;
 } mock_stream_t;
+
+static atomic_uint mock_stream_ids;
+/* The mock CUPTI (end of the file): a launch queues its kernel record. */
+static void mock_cupti_launch(mock_stream_t* s, CUfunction f, unsigned gx, unsigned gy,
+                              unsigned gz);
 
 static struct {
   pthread_mutex_t lock;
@@ -386,6 +397,7 @@ static CUresult m_cuStreamCreate(CUstream* out, unsigned int flags) {
   mock_stream_t* s = calloc(1, sizeof(*s));
   if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
   s->device = mock_current;
+  s->cupti_id = atomic_fetch_add(&mock_stream_ids, 1) + 7;
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->cond, NULL);
   pthread_cond_init(&s->idle, NULL);
@@ -699,7 +711,25 @@ static CUresult m_cuModuleUnload(CUmodule m) {
   pthread_mutex_unlock(&mock.lock);
   return CUDA_SUCCESS;
 }
-static CUresult m_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) { (void)m; (void)name; *f = (CUfunction)&mock_function_tag; return CUDA_SUCCESS; }
+/* Functions by name (the mock CUPTI's records name them); past the table's
+ * size, one shared stand-in. */
+typedef struct mock_fn { char name[64]; } mock_fn_t;
+static mock_fn_t mock_fns[1024];
+static int mock_fn_count;
+static CUresult m_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
+  (void)m;
+  pthread_mutex_lock(&mock.lock);
+  mock_fn_t* found = NULL;
+  for (int i = 0; i < mock_fn_count && !found; ++i)
+    if (strncmp(mock_fns[i].name, name, sizeof(mock_fns[i].name) - 1) == 0) found = &mock_fns[i];
+  if (!found && mock_fn_count < (int)(sizeof(mock_fns) / sizeof(mock_fns[0]))) {
+    found = &mock_fns[mock_fn_count++];
+    snprintf(found->name, sizeof(found->name), "%s", name);
+  }
+  pthread_mutex_unlock(&mock.lock);
+  *f = found ? (CUfunction)found : (CUfunction)&mock_function_tag;
+  return CUDA_SUCCESS;
+}
 /* CUBE_MOCK_CUDA_FUNC_MAX_THREADS: the threads per block a function allows
  * (a real one's register use can make it fewer than the device's 1024). */
 static CUresult m_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
@@ -710,11 +740,13 @@ static CUresult m_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction 
 }
 static CUresult m_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                  unsigned by, unsigned bz, unsigned shm, CUstream s, void** params, void** extra) {
-  (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s; (void)params; (void)extra;
+  (void)bx; (void)by; (void)bz; (void)shm; (void)params; (void)extra;
   atomic_fetch_add(&mock.launches, 1);
   /* CUBE_MOCK_CUDA_LAUNCH_OK: a launch succeeds and runs nothing (to measure
    * cube's own cost per launch with no driver behind it). */
-  return mock_launch_ok ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+  if (!mock_launch_ok) return CUDA_ERROR_NOT_SUPPORTED;
+  if (s) mock_cupti_launch((mock_stream_t*)s, f, gx, gy, gz);
+  return CUDA_SUCCESS;
 }
 static CUresult m_cuGetErrorName(CUresult r, const char** s) {
   switch (r) {
@@ -939,4 +971,199 @@ MOCK_API void cube_mock_cuda_stats(cube_mock_cuda_stats_t* out) {
   out->streams = n;
   pthread_mutex_unlock(&mock.lock);
   out->context_pushes_outstanding = atomic_load(&mock_pushes);
+}
+
+//===----------------------------------------------------------------------===//
+// NVRTC (CUBE_NVRTC=<this library>): a compile keeps the source as the cubin
+//===----------------------------------------------------------------------===//
+
+typedef struct mock_prog { char* src; } mock_prog_t;
+MOCK_API int nvrtcVersion(int* major, int* minor) {
+  *major = 99; /* never a real NVRTC's: its cache entries are its own */
+  *minor = 0;
+  return 0;
+}
+MOCK_API int nvrtcCreateProgram(mock_prog_t** prog, const char* src, const char* name, int n,
+                                const char* const* headers, const char* const* names) {
+  (void)name; (void)n; (void)headers; (void)names;
+  mock_prog_t* p = calloc(1, sizeof(*p));
+  if (!p || !(p->src = strdup(src))) { free(p); return 1; }
+  *prog = p;
+  return 0;
+}
+MOCK_API int nvrtcCompileProgram(mock_prog_t* prog, int n, const char* const* opts) {
+  (void)prog; (void)n; (void)opts;
+  return 0;
+}
+MOCK_API int nvrtcGetProgramLogSize(mock_prog_t* prog, size_t* n) { (void)prog; *n = 1; return 0; }
+MOCK_API int nvrtcGetProgramLog(mock_prog_t* prog, char* log) { (void)prog; log[0] = 0; return 0; }
+MOCK_API int nvrtcGetCUBINSize(mock_prog_t* prog, size_t* n) { *n = strlen(prog->src) + 1; return 0; }
+MOCK_API int nvrtcGetCUBIN(mock_prog_t* prog, char* out) { memcpy(out, prog->src, strlen(prog->src) + 1); return 0; }
+MOCK_API int nvrtcDestroyProgram(mock_prog_t** prog) {
+  if (prog && *prog) { free((*prog)->src); free(*prog); *prog = NULL; }
+  return 0;
+}
+MOCK_API const char* nvrtcGetErrorString(int r) { return r ? "mock NVRTC error" : "NVRTC_SUCCESS"; }
+
+//===----------------------------------------------------------------------===//
+// CUPTI's activity API (CUBE_CUPTI=<this library>)
+//===----------------------------------------------------------------------===//
+
+/* Kernel records laid out as CUpti_ActivityKernel10's first fields (the
+ * offsets cube reads), MOCK_CUPTI_RECORD bytes each. A launch on a stream
+ * while kernel records are on queues a host operation on the stream; when
+ * the stream reaches it the record gets its start and end (CLOCK_REALTIME,
+ * as CUPTI's clock) and waits for a flush. */
+#define MOCK_CUPTI_RECORD 216
+typedef void (*mock_cupti_req_fn)(uint8_t**, size_t*, size_t*);
+typedef void (*mock_cupti_done_fn)(CUcontext, uint32_t, uint8_t*, size_t, size_t);
+typedef struct mock_krec {
+  uint64_t start, end;
+  uint32_t ctx_id, stream_id, grid[3];
+  const char* name;
+  struct mock_krec* next;
+} mock_krec_t;
+static struct {
+  pthread_mutex_t lock;
+  mock_cupti_req_fn req;
+  mock_cupti_done_fn done;
+  atomic_bool kernels;
+  mock_krec_t *head, *tail;
+  uint64_t delivered, enables, disables;
+} mock_cupti = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t mock_realtime_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static void mock_cupti_ran(void* p) {
+  mock_krec_t* r = p;
+  r->start = mock_realtime_ns();
+  /* CUBE_MOCK_CUDA_KERNEL_US: how long a kernel "runs". */
+  const char* e = getenv("CUBE_MOCK_CUDA_KERNEL_US");
+  if (e && atoi(e) > 0) usleep((useconds_t)atoi(e));
+  r->end = mock_realtime_ns();
+  if (r->end == r->start) r->end++;
+  pthread_mutex_lock(&mock_cupti.lock);
+  if (mock_cupti.tail) mock_cupti.tail->next = r; else mock_cupti.head = r;
+  mock_cupti.tail = r;
+  pthread_mutex_unlock(&mock_cupti.lock);
+}
+
+static void mock_cupti_launch(mock_stream_t* s, CUfunction f, unsigned gx, unsigned gy,
+                              unsigned gz) {
+  if (!atomic_load(&mock_cupti.kernels)) return;
+  mock_krec_t* r = calloc(1, sizeof(*r));
+  mock_op_t* op = mock_op(OP_HOST);
+  if (!r || !op) { free(r); free(op); return; }
+  r->ctx_id = (uint32_t)s->device + 1;
+  r->stream_id = s->cupti_id;
+  r->grid[0] = gx; r->grid[1] = gy; r->grid[2] = gz;
+  r->name = f == (CUfunction)&mock_function_tag ? "mock_function" : ((mock_fn_t*)f)->name;
+  op->fn = mock_cupti_ran;
+  op->user = r;
+  mock_push((CUstream)s, op);
+}
+
+MOCK_API int cuptiGetVersion(uint32_t* v) { *v = 130001; return 0; }
+MOCK_API int cuptiActivityRegisterCallbacks(mock_cupti_req_fn req, mock_cupti_done_fn done) {
+  pthread_mutex_lock(&mock_cupti.lock);
+  mock_cupti.req = req;
+  mock_cupti.done = done;
+  pthread_mutex_unlock(&mock_cupti.lock);
+  return 0;
+}
+MOCK_API int cuptiActivityEnable(int kind) {
+  if (kind != 10) return 1;
+  atomic_store(&mock_cupti.kernels, true);
+  pthread_mutex_lock(&mock_cupti.lock);
+  mock_cupti.enables++;
+  pthread_mutex_unlock(&mock_cupti.lock);
+  return 0;
+}
+MOCK_API int cuptiActivityDisable(int kind) {
+  if (kind != 10) return 1;
+  atomic_store(&mock_cupti.kernels, false);
+  pthread_mutex_lock(&mock_cupti.lock);
+  mock_cupti.disables++;
+  pthread_mutex_unlock(&mock_cupti.lock);
+  return 0;
+}
+MOCK_API int cuptiGetTimestamp(uint64_t* ns) { *ns = mock_realtime_ns(); return 0; }
+MOCK_API int cuptiGetContextId(CUcontext ctx, uint32_t* id) {
+  for (int i = 0; i < MOCK_MAX_DEVICES; ++i)
+    if (ctx == (CUcontext)&mock.ctx_tag[i]) { *id = (uint32_t)i + 1; return 0; }
+  return 1;
+}
+MOCK_API int cuptiGetStreamIdEx(CUcontext ctx, CUstream stream, uint8_t per_thread, uint32_t* id) {
+  (void)ctx; (void)per_thread;
+  if (!stream) return 1;
+  *id = ((mock_stream_t*)stream)->cupti_id;
+  return 0;
+}
+MOCK_API int cuptiActivityGetNextRecord(uint8_t* buffer, size_t valid, void** record) {
+  uint8_t* next = *record ? (uint8_t*)*record + MOCK_CUPTI_RECORD : buffer;
+  if ((size_t)(next - buffer) + MOCK_CUPTI_RECORD > valid) return 12; /* MAX_LIMIT_REACHED */
+  *record = next;
+  return 0;
+}
+/* Hands every completed record over, in buffers the client gives. */
+MOCK_API int cuptiActivityFlushAll(uint32_t flag) {
+  (void)flag;
+  for (;;) {
+    pthread_mutex_lock(&mock_cupti.lock);
+    mock_krec_t* list = mock_cupti.head;
+    mock_cupti.head = mock_cupti.tail = NULL;
+    mock_cupti_req_fn req = mock_cupti.req;
+    mock_cupti_done_fn done = mock_cupti.done;
+    pthread_mutex_unlock(&mock_cupti.lock);
+    if (!list) return 0;
+    if (!req || !done) {
+      while (list) { mock_krec_t* n = list->next; free(list); list = n; }
+      return 0;
+    }
+    while (list) {
+      uint8_t* buf = NULL;
+      size_t size = 0, max = 0;
+      req(&buf, &size, &max);
+      if (!buf) return 1;
+      size_t valid = 0;
+      while (list && valid + MOCK_CUPTI_RECORD <= size) {
+        uint8_t* r = buf + valid;
+        memset(r, 0, MOCK_CUPTI_RECORD);
+        uint32_t kind = 10;
+        memcpy(r + 0, &kind, 4);
+        memcpy(r + 16, &list->start, 8);
+        memcpy(r + 24, &list->end, 8);
+        memcpy(r + 44, &list->ctx_id, 4);
+        memcpy(r + 48, &list->stream_id, 4);
+        memcpy(r + 52, list->grid, 12);
+        memcpy(r + 104, &list->name, sizeof(list->name));
+        valid += MOCK_CUPTI_RECORD;
+        mock_krec_t* n = list->next;
+        free(list);
+        list = n;
+        pthread_mutex_lock(&mock_cupti.lock);
+        mock_cupti.delivered++;
+        pthread_mutex_unlock(&mock_cupti.lock);
+      }
+      done(NULL, 0, buf, size, valid);
+    }
+  }
+}
+
+/* Counters for tests (found with dlsym). */
+typedef struct cube_mock_cupti_stats {
+  uint64_t delivered, enables, disables;
+  int kernels_on;
+} cube_mock_cupti_stats_t;
+MOCK_API void cube_mock_cupti_stats(cube_mock_cupti_stats_t* out) {
+  pthread_mutex_lock(&mock_cupti.lock);
+  out->delivered = mock_cupti.delivered;
+  out->enables = mock_cupti.enables;
+  out->disables = mock_cupti.disables;
+  pthread_mutex_unlock(&mock_cupti.lock);
+  out->kernels_on = atomic_load(&mock_cupti.kernels) ? 1 : 0;
 }

@@ -72,4 +72,6 @@ const cube__backend_vtable_t cube__backend_cuda = {
     .graph_launch = cube__cuda_graph_launch,
     .graph_destroy = cube__cuda_graph_destroy,
     .copy = cube__cuda_device_copy,
+    .activity_begin = cube__cuda_activity_begin,
+    .activity_take = cube__cuda_activity_take,
 };

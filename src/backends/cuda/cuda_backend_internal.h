@@ -56,13 +56,21 @@ typedef struct cube__cuda_fn {
   uint32_t mode; /* the variant: the execution mode, bit 2 the 1-D form */
   CUfunction fn;
   int max_threads;
+  uint64_t name_hash; /* its module's entry name (cube__cuda_module_t) */
 } cube__cuda_fn_t;
+
+/* Entry functions are named CUBE__CUDA_FN_PREFIX and 16 hex digits of a hash
+ * of their unit (cuda_kernel.c). */
+#define CUBE__CUDA_FN_PREFIX "cube_k_"
+#define CUBE__CUDA_FN_NAME_LEN (sizeof(CUBE__CUDA_FN_PREFIX) - 1 + 16)
 
 typedef struct cube__cuda_module {
   cube__cache_key_t key;
   CUmodule module;
   CUfunction fn;
   int max_threads;
+  uint64_t name_hash;    /* the entry function's name: CUBE__CUDA_FN_PREFIX + this in hex */
+  char kernel_name[80];  /* the kernel that loaded it first (activity records show it) */
 } cube__cuda_module_t;
 
 struct cube__backend_device {
@@ -110,10 +118,15 @@ struct cube__backend_device {
    * mirror. Launches of one device run on its runner, one at a time. */
   CUdeviceptr bounds_dev;
   uint32_t* bounds_host;
+
+  /* The profile summary keeps kernel activity records on (cuda_activity.c). */
+  atomic_bool act_keep;
 };
 
 typedef struct cube__cuda_stream {
   CUstream stream;
+  uint64_t id;                     /* cube's id of the stream (a trace's track) */
+  struct cube__cuda_activity* act; /* kernel activity records (cuda_activity.c), or NULL */
 } cube__cuda_stream_t;
 
 //===----------------------------------------------------------------------===//
@@ -281,5 +294,25 @@ cube_status_t cube__cuda_graph_update(cube__backend_device_t* d, void* graph, si
 cube_status_t cube__cuda_graph_launch(cube__backend_device_t* d, void* stream, void* graph,
                                       cube__graph_node_failed_fn node_failed, void* user);
 void cube__cuda_graph_destroy(cube__backend_device_t* d, void* graph);
+
+//===----------------------------------------------------------------------===//
+// Kernel activity records through CUPTI (cuda_activity.c)
+//===----------------------------------------------------------------------===//
+
+/* The activity slots (backend.h). */
+bool cube__cuda_activity_begin(cube__backend_device_t* d, void* stream, bool keep);
+size_t cube__cuda_activity_take(cube__backend_device_t* d, void* stream, bool flush,
+                                cube__activity_record_t* out, size_t max);
+/* A kernel of |hash| (its entry's name) launched on |s| as |name|: noted
+ * while records are on, so that its record gets the launch's name (kernels
+ * of one unit share an entry). The launching thread; one relaxed load when
+ * records are off. */
+void cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name);
+/* Forgets |s| (before it is freed) and its untaken records. */
+void cube__cuda_activity_stream_gone(cube__cuda_stream_t* s);
+/* |d| no longer keeps records on (before it is freed). */
+void cube__cuda_activity_device_gone(cube__backend_device_t* d);
+/* Why records cannot be had (NULL: they can); loads CUPTI if not yet tried. */
+const char* cube__cuda_activity_reason(void);
 
 #endif /* CUBE_BACKENDS_CUDA_CUDA_BACKEND_INTERNAL_H_ */

@@ -300,4 +300,7 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
   return st;
 }
 
-void cube__cuda_device_destroy(cube__backend_device_t* d) { cube__cuda_device_free(d); }
+void cube__cuda_device_destroy(cube__backend_device_t* d) {
+  cube__cuda_activity_device_gone(d);
+  cube__cuda_device_free(d);
+}

@@ -213,6 +213,26 @@ static char* cube__cuda_one_d_text(const char* text) {
   return out;
 }
 
+/* The entry function's name in the module: "cube_k_" and 16 hex digits of
+ * the unit's hash (CUBE__CUDA_FN_NAME_LEN characters), put in front of the
+ * text as a define of the prelude's cube_kernel_entry. Distinct units get
+ * distinct names, so that the driver's activity records (CUPTI's, which name
+ * the function and not the module) say which kernel ran. */
+static char* cube__cuda_named_text(const char* text, uint64_t* out_hash) {
+  const char* parts[] = {"cuda entry", text, NULL};
+  cube__cache_key_t h = cube__cache_key(parts);
+  *out_hash = h.hi ^ h.lo;
+  char def[64];
+  int dn = snprintf(def, sizeof(def), "#define cube_kernel_entry " CUBE__CUDA_FN_PREFIX "%016llx\n",
+                    (unsigned long long)*out_hash);
+  size_t n = strlen(text);
+  char* out = malloc((size_t)dn + n + 1);
+  if (!out) return NULL;
+  memcpy(out, def, (size_t)dn);
+  memcpy(out + dn, text, n + 1);
+  return out;
+}
+
 /* The function map: open addressing on (kernel id, variant), the variant being
  * the execution mode and, in bit 2, the 1-D form; the table is at most half
  * full. Guarded by fn_lock. */
@@ -288,6 +308,14 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
                                         k->name);
     text = with;
   }
+  uint64_t name_hash = 0;
+  {
+    char* with = cube__cuda_named_text(text, &name_hash);
+    free(text);
+    if (!with) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "kernel '%s': no host memory",
+                                        k->name);
+    text = with;
+  }
   static const char* const mode_names[3] = {"checked", "validate", "unchecked"};
   const cube__nvrtc_t* nv = NULL;
   st = cube__cuda_nvrtc(&nv);
@@ -324,7 +352,10 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
     CUfunction f = NULL;
     if (!st) {
       CUresult r = d->cu->ModuleLoadData(&m, cubin->data);
-      if (r == CUDA_SUCCESS) r = d->cu->ModuleGetFunction(&f, m, "cube_kernel_entry");
+      char fn_name[CUBE__CUDA_FN_NAME_LEN + 1];
+      snprintf(fn_name, sizeof(fn_name), CUBE__CUDA_FN_PREFIX "%016llx",
+               (unsigned long long)name_hash);
+      if (r == CUDA_SUCCESS) r = d->cu->ModuleGetFunction(&f, m, fn_name);
       if (r != CUDA_SUCCESS) {
         if (m) d->cu->ModuleUnload(m);
         st = cube__cuda_error(r, CUBE_STATUS_COMPILATION_FAILED,
@@ -345,6 +376,8 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
         mod->key = key;
         mod->module = m;
         mod->fn = f;
+        mod->name_hash = name_hash;
+        snprintf(mod->kernel_name, sizeof(mod->kernel_name), "%s", k->name);
         mod->max_threads = 0;
         if (d->cu->FuncGetAttribute(&mod->max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
                                     f) != CUDA_SUCCESS)
@@ -353,7 +386,7 @@ cube_status_t cube__cuda_function(cube__backend_device_t* d, const cube_kernel_t
     }
   }
   if (!st) {
-    cube__cuda_fn_t e = {k->id, variant, mod->fn, mod->max_threads};
+    cube__cuda_fn_t e = {k->id, variant, mod->fn, mod->max_threads, mod->name_hash};
     if (!cube__cuda_fn_insert(d, &e))
       st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "kernel '%s': no host memory", k->name);
     else

@@ -145,6 +145,7 @@ cube_status_t cube__cuda_stream_create(cube__backend_device_t* d, uint64_t strea
   if (!s)
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "cuda stream %" PRIu64 ": no host memory",
                              stream_id);
+  s->id = stream_id;
   CUresult r = d->cu->StreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
   if (r != CUDA_SUCCESS) {
     free(s);
@@ -163,6 +164,7 @@ void cube__cuda_stream_destroy(cube__backend_device_t* d, void* stream) {
     cube__cuda_wait(d, s->stream);
     d->cu->StreamDestroy(s->stream);
   }
+  cube__cuda_activity_stream_gone(s);
   free(s);
 }
 

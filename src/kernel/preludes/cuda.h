@@ -6,7 +6,9 @@
  *   accessors, the derived positions), this prelude, the kernel's defines,
  *   "#define cube__kernel_<entry> cube_kernel_entry", the user's source under
  *   #line. Every CUBE_KERNEL becomes an extern "C" __global__ function; the
- *   entry's is named cube_kernel_entry.
+ *   entry's is named cube_kernel_entry, which the CUDA backend defines in
+ *   front of the unit as "cube_k_" and 16 hex digits of the unit's hash (a
+ *   name per distinct kernel, for the driver's activity records).
  *
  * Launch ABI: the user's parameters in order, a CUBE_ARRAY(T, a) as two
  * (T* a, uint64_t a__bytes: the buffer's length in bytes), a scalar as

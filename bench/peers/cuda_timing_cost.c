@@ -1,0 +1,209 @@
+// What per-launch device timing costs with raw CUDA: 10,000 empty launches on one
+// stream, then a sync, with nothing recorded, with timing events around or after
+// each launch, and with CUPTI's kernel activity records (when libcupti is found).
+// Rounds alternate the variants; medians with min-max are printed.
+// Build (on a CUDA machine):
+//   gcc -O2 cuda_timing_cost.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 \
+//       -lcuda -lnvrtc -ldl -o cuda_timing_cost
+#include <cuda.h>
+#include <dlfcn.h>
+#include <nvrtc.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#if __has_include(<cupti_activity.h>)
+#include <cupti_activity.h>
+#define KIND_KERNEL CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+#define KIND_CORRELATION CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION
+#define CORRELATION_CUSTOM0 CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0
+#else
+#define KIND_KERNEL 10
+#define KIND_CORRELATION 39
+#define CORRELATION_CUSTOM0 1
+#endif
+
+#define CK(x)                                                                    \
+  do {                                                                           \
+    CUresult r_ = (x);                                                           \
+    if (r_) {                                                                    \
+      const char* s_;                                                            \
+      cuGetErrorString(r_, &s_);                                                 \
+      fprintf(stderr, "%s:%d %s -> %s\n", __FILE__, __LINE__, #x, s_);           \
+      exit(1);                                                                   \
+    }                                                                            \
+  } while (0)
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+enum { N = 10000, ROUNDS = 11 };
+static CUfunction fe;
+static CUstream s;
+static CUdeviceptr p;
+static CUevent evs[2 * N];
+
+/* CUPTI, loaded at run time, declared here (a few calls of its C API). */
+typedef int (*cupti_reg_t)(void (*)(uint8_t**, size_t*, size_t*),
+                           void (*)(CUcontext, uint32_t, uint8_t*, size_t, size_t));
+typedef int (*cupti_kind_t)(int);
+typedef int (*cupti_flush_t)(uint32_t);
+typedef int (*cupti_next_t)(uint8_t*, size_t, void**);
+static cupti_reg_t cupti_reg;
+static cupti_kind_t cupti_enable, cupti_disable;
+static cupti_flush_t cupti_flush;
+static cupti_next_t cupti_next;
+typedef int (*cupti_push_t)(int, uint64_t);
+typedef int (*cupti_pop_t)(int, uint64_t*);
+static cupti_push_t cupti_push;
+static cupti_pop_t cupti_pop;
+static long cupti_records;
+static void buf_req(uint8_t** b, size_t* size, size_t* max) {
+  *size = 8 << 20;
+  *b = aligned_alloc(8, *size);
+  *max = 0;
+}
+static void buf_done(CUcontext c, uint32_t sid, uint8_t* b, size_t size, size_t valid) {
+  (void)c; (void)sid; (void)size;
+  void* rec = NULL;
+  while (cupti_next(b, valid, &rec) == 0) cupti_records++;
+  free(b);
+}
+
+static void launch(void) {
+  void* args[] = {&p};
+  CK(cuLaunchKernel(fe, 1, 1, 1, 32, 1, 1, 0, s, args, 0));
+}
+
+/* mode 0: nothing; 1: one timing event after each launch; 2: a timing event
+ * before and after each; 3: two events without timing; 4: CUPTI kernel records;
+ * 5: CUPTI kernel records and an external correlation id pushed and popped
+ * around each launch; 6: CUPTI kernel records and a cuCtxGetCurrent before
+ * each launch (as cube's launch path makes). */
+static double run(int mode) {
+  double t0 = now();
+  for (int i = 0; i < N; i++) {
+    if (mode == 2 || mode == 3) CK(cuEventRecord(evs[2 * i], s));
+    if (mode == 5) cupti_push(CORRELATION_CUSTOM0, (uint64_t)i + 1);
+    if (mode == 6) {
+      CUcontext cur;
+      CK(cuCtxGetCurrent(&cur));
+    }
+    launch();
+    if (mode == 5) {
+      uint64_t id;
+      cupti_pop(CORRELATION_CUSTOM0, &id);
+    }
+    if (mode >= 1 && mode <= 3) CK(cuEventRecord(evs[2 * i + 1], s));
+  }
+  CK(cuStreamSynchronize(s));
+  double t = now() - t0;
+  if (mode >= 4) cupti_flush(1);
+  return t;
+}
+
+static int cmp(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(void) {
+  CK(cuInit(0));
+  CUdevice d;
+  CK(cuDeviceGet(&d, 0));
+  CUcontext ctx;
+  CK(cuDevicePrimaryCtxRetain(&ctx, d));
+  CK(cuCtxSetCurrent(ctx));
+  const char* src = "extern \"C\" __global__ void empty(float* p){}\n";
+  nvrtcProgram prog;
+  nvrtcCreateProgram(&prog, src, "k.cu", 0, 0, 0);
+  const char* opts[] = {"--gpu-architecture=sm_90"};
+  if (nvrtcCompileProgram(prog, 1, opts)) return 1;
+  size_t sz;
+  nvrtcGetCUBINSize(prog, &sz);
+  char* cubin = malloc(sz);
+  nvrtcGetCUBIN(prog, cubin);
+  CUmodule m;
+  CK(cuModuleLoadData(&m, cubin));
+  CK(cuModuleGetFunction(&fe, m, "empty"));
+  CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CK(cuMemAlloc(&p, 1 << 20));
+  const char* names[] = {"none", "event after", "events around", "events no timing", "cupti",
+                         "cupti + correlation", "cupti + ctx query"};
+  int modes = 4;
+  const char* libs[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12",
+                        "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
+                        "/usr/local/cuda/lib64/libcupti.so"};
+  void* h = NULL;
+  for (unsigned i = 0; i < sizeof(libs) / sizeof(libs[0]) && !h; i++) h = dlopen(libs[i], RTLD_NOW);
+  if (h) {
+    cupti_reg = (cupti_reg_t)dlsym(h, "cuptiActivityRegisterCallbacks");
+    cupti_enable = (cupti_kind_t)dlsym(h, "cuptiActivityEnable");
+    cupti_disable = (cupti_kind_t)dlsym(h, "cuptiActivityDisable");
+    cupti_flush = (cupti_flush_t)dlsym(h, "cuptiActivityFlushAll");
+    cupti_next = (cupti_next_t)dlsym(h, "cuptiActivityGetNextRecord");
+    cupti_push = (cupti_push_t)dlsym(h, "cuptiActivityPushExternalCorrelationId");
+    cupti_pop = (cupti_pop_t)dlsym(h, "cuptiActivityPopExternalCorrelationId");
+    if (cupti_reg && cupti_enable && cupti_flush && cupti_next && cupti_disable &&
+        cupti_push && cupti_pop && cupti_reg(buf_req, buf_done) == 0)
+      modes = 7;
+    else
+      printf("cupti: found but not usable\n");
+  } else {
+    printf("cupti: not found (%s)\n", dlerror());
+  }
+  for (int i = 0; i < 2 * N; i++) CK(cuEventCreate(&evs[i], CU_EVENT_DEFAULT));
+  for (int i = 0; i < 1000; i++) launch();
+  CK(cuStreamSynchronize(s));
+  double t[7][ROUNDS];
+  for (int r = 0; r < ROUNDS; r++) {
+    for (int k = 0; k < modes; k++) {
+      int mode = (r % 2) ? modes - 1 - k : k;
+      if (mode == 3 && r == 0) {
+        for (int i = 0; i < 2 * N; i++) {
+          CK(cuEventDestroy(evs[i]));
+          CK(cuEventCreate(&evs[i], CU_EVENT_DEFAULT));
+        }
+      }
+      if (mode >= 4) cupti_enable(KIND_KERNEL);
+      if (mode == 5) cupti_enable(KIND_CORRELATION);
+      CUevent* keep = NULL;
+      if (mode == 3) {
+        /* events without timing: a second set */
+        static CUevent nt[2 * N];
+        static int made;
+        if (!made) {
+          for (int i = 0; i < 2 * N; i++) CK(cuEventCreate(&nt[i], CU_EVENT_DISABLE_TIMING));
+          made = 1;
+        }
+        keep = malloc(sizeof(evs));
+        memcpy(keep, evs, sizeof(evs));
+        memcpy(evs, nt, sizeof(evs));
+      }
+      t[mode][r] = run(mode);
+      if (keep) {
+        memcpy(evs, keep, sizeof(evs));
+        free(keep);
+      }
+      if (mode >= 4) cupti_disable(KIND_KERNEL);
+      if (mode == 5) cupti_disable(KIND_CORRELATION);
+    }
+  }
+  printf("10,000 empty launches + sync, %d alternating rounds: us per launch, median (min-max), ratio to none\n", ROUNDS);
+  double base = 0;
+  for (int k = 0; k < modes; k++) {
+    double v[ROUNDS];
+    memcpy(v, t[k], sizeof(v));
+    qsort(v, ROUNDS, sizeof(double), cmp);
+    double med = v[ROUNDS / 2];
+    if (k == 0) base = med;
+    printf("  %-18s %.3f (%.3f-%.3f)  %.3fx\n", names[k], med / N * 1e6, v[0] / N * 1e6,
+           v[ROUNDS - 1] / N * 1e6, med / base);
+  }
+  if (modes == 7) printf("  cupti records delivered: %ld (expected %d: a kernel record per launch, a correlation record per launch of mode 5)\n", cupti_records, 4 * ROUNDS * N);
+  return 0;
+}

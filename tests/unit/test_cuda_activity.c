@@ -1,0 +1,307 @@
+// cube-test-libs: cube_static PkgConfig::CJSON
+/* Traced and profiled CUDA kernels timed by the driver's activity records
+ * (CUPTI) instead of events on the stream (docs/observability.md, "How
+ * kernels are timed"), against the mock driver, whose library also stands in
+ * for NVRTC (a compile keeps the source) and for CUPTI (a launch on a stream
+ * queues a kernel record that the stream completes in order). */
+#include <cjson/cJSON.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cube/cube.h"
+#include "check.h"
+
+#ifdef CUBE_MOCK_CUDA_PATH
+typedef struct cube_mock_cupti_stats {
+  uint64_t delivered, enables, disables;
+  int kernels_on;
+} cube_mock_cupti_stats_t;
+
+static cube_mock_cupti_stats_t cupti_stats(void) {
+  cube_mock_cupti_stats_t s;
+  memset(&s, 0, sizeof(s));
+  void* lib = dlopen(CUBE_MOCK_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  void (*fn)(cube_mock_cupti_stats_t*) = NULL;
+  if (lib) *(void**)&fn = dlsym(lib, "cube_mock_cupti_stats");
+  if (fn) fn(&s);
+  if (lib) dlclose(lib);
+  return s;
+}
+
+/* The mock for the driver, NVRTC and (unless |cupti| is NULL) CUPTI; kernel
+ * launches succeed and each "runs" |kernel_us|. */
+static void setup(const char* cupti, const char* kernel_us) {
+  setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);
+  setenv("CUBE_NVRTC", CUBE_MOCK_CUDA_PATH, 1);
+  if (cupti) setenv("CUBE_CUPTI", cupti, 1);
+  setenv("CUBE_MOCK_CUDA_DELAY_US", "0", 1);
+  setenv("CUBE_MOCK_CUDA_LAUNCH_OK", "1", 1);
+  setenv("CUBE_MOCK_CUDA_KERNEL_US", kernel_us, 1);
+}
+#endif
+
+static const char* scale_src =
+    "CUBE_KERNEL(scale, CUBE_ARRAY(float, y), float a) {\n"
+    "  uint32_t i = ABSOLUTE_POS;\n"
+    "  if (i < CUBE_LEN(y)) CUBE_STORE(y, i, a * CUBE_LOAD(y, i));\n"
+    "}\n";
+
+static cube_kernel_t* make_kernel(const char* name, const char* src, const char* entry) {
+  cube_kernel_desc_t d;
+  cube_kernel_desc_initialize(&d);
+  d.name = name;
+  d.source = src;
+  d.entry = entry;
+  d.cube_dim = (cube_dim_t){64, 1, 1};
+  cube_kernel_t* k = NULL;
+  cube_status_t s = cube_kernel_create(&d, &k);
+  cube_status_free(s);
+  return k;
+}
+
+static cJSON* load_json(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char* text = malloc((size_t)n + 1);
+  size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
+  fclose(f);
+  if (!text) return NULL;
+  text[got] = 0;
+  cJSON* doc = cJSON_Parse(text);
+  free(text);
+  return doc;
+}
+
+static double num(const cJSON* o, const char* key) {
+  const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
+}
+static const char* str(const cJSON* o, const char* key) {
+  const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+typedef struct worker {
+  cube_client_t* c;
+  cube_kernel_t* k;
+  int launches;
+  uint32_t count_x;
+  uint64_t stream;
+  int ok;
+} worker_t;
+
+/* |launches| launches of |k| over one buffer on this thread's stream, then a
+ * sync; the stream's id. */
+static void* worker_main(void* p) {
+  worker_t* w = p;
+  w->stream = cube_stream_current();
+  float ys[640];
+  for (int i = 0; i < 640; ++i) ys[i] = (float)(i % 7);
+  cube_handle_t y;
+  if (cube_client_create_from_slice(w->c, ys, sizeof(ys), &y)) return NULL;
+  cube_arg_t args[2] = {cube_arg_buffer(y), cube_arg_f32(1.5f)};
+  int ok = 1;
+  for (int i = 0; i < w->launches; ++i) {
+    cube_status_t s =
+        cube_client_launch(w->c, w->k, cube_count_static(w->count_x, 1, 1), 2, args);
+    ok &= s == CUBE_OK;
+    cube_status_free(s);
+  }
+  cube_status_t s = cube_client_sync(w->c);
+  ok &= s == CUBE_OK;
+  cube_status_free(s);
+  cube_handle_release(y);
+  w->ok = ok;
+  return NULL;
+}
+
+/* Two streams' kernels in a trace: each kernel from a record of the driver's
+ * (its clock "device activity"), named as the program named it, on its
+ * stream's track, with its cube count, in launch order and never before it
+ * was launched; records go off when the trace stops. */
+CUBE_TEST(traced_kernels_come_from_activity_records) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  setup(CUBE_MOCK_CUDA_PATH, "20");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
+  cube_kernel_t* ks = make_kernel("scale by a", scale_src, "scale");
+  /* The same unit under another name: one module, one entry function. */
+  cube_kernel_t* kh = make_kernel("scale twin", scale_src, "scale");
+  REQUIRE(ks && kh);
+  cube_kernel_t* both[2] = {ks, kh};
+  REQUIRE_OK(cube_client_precompile(c, 2, both, CUBE_EXEC_CHECKED));
+
+  char path[512];
+  snprintf(path, sizeof(path), "%s/cuda_activity_%ld.json",
+           getenv("CUBE_TEST_TMPDIR") ? getenv("CUBE_TEST_TMPDIR") : "/tmp", (long)getpid());
+  unlink(path);
+  cube_mock_cupti_stats_t before = cupti_stats();
+  CHECK(!before.kernels_on);
+  REQUIRE_OK(cube_trace_start(path));
+  worker_t a = {c, ks, 37, 10, 0, 0};
+  worker_t b = {c, kh, 23, 3, 0, 0};
+  pthread_t t;
+  REQUIRE(pthread_create(&t, NULL, worker_main, &b) == 0);
+  worker_main(&a);
+  pthread_join(t, NULL);
+  CHECK(a.ok && b.ok);
+  CHECK(a.stream != b.stream);
+  CHECK(cupti_stats().kernels_on);
+  REQUIRE_OK(cube_trace_stop());
+  cube_mock_cupti_stats_t after = cupti_stats();
+  CHECK(!after.kernels_on);                       /* off once the trace stopped */
+  CHECK(after.delivered - before.delivered == 60); /* one record per launch */
+  CHECK(after.disables > before.disables);
+
+  cJSON* doc = load_json(path);
+  REQUIRE(doc != NULL);
+  const cJSON* events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+  REQUIRE(cJSON_IsArray(events));
+  worker_t* ws[2] = {&a, &b};
+  for (int w = 0; w < 2; ++w) {
+    int n = 0;
+    double prev_end = 0;
+    const cJSON* e;
+    cJSON_ArrayForEach(e, events) {
+      if (strcmp(str(e, "cat"), "kernel") != 0 || num(e, "tid") != (double)ws[w]->stream) continue;
+      n++;
+      CHECK(strcmp(str(e, "name"), w == 0 ? "scale by a" : "scale twin") == 0);
+      const cJSON* args = cJSON_GetObjectItemCaseSensitive(e, "args");
+      const cJSON* cc = cJSON_GetObjectItemCaseSensitive(args, "cube_count");
+      CHECK(cJSON_GetArraySize(cc) == 3 &&
+            cJSON_GetArrayItem(cc, 0)->valuedouble == (double)ws[w]->count_x &&
+            cJSON_GetArrayItem(cc, 1)->valuedouble == 1.0);
+      CHECK(strcmp(str(args, "detail"), "device activity") == 0);
+      /* Each "ran" 20 us (the mock sleeps); in the trace's microseconds. */
+      CHECK(num(e, "dur") >= 15.0);
+      CHECK(num(e, "dur") < 1e6);
+      /* One after the other on the stream. */
+      double ts = num(e, "ts");
+      CHECK(ts >= 0.0);
+      CHECK(ts >= prev_end - 1.0);
+      prev_end = ts + num(e, "dur");
+    }
+    CHECK_EQ_U64((uint64_t)n, (uint64_t)ws[w]->launches);
+  }
+  cJSON_Delete(doc);
+  unlink(path);
+
+  /* After the stop: launches make no records. */
+  worker_t again = {c, ks, 5, 1, 0, 0};
+  worker_main(&again);
+  CHECK(again.ok);
+  CHECK(cupti_stats().delivered == after.delivered);
+  cube_kernel_release(ks);
+  cube_kernel_release(kh);
+  cube_client_release(c);
+  cube_shutdown();
+#endif
+}
+
+/* At profile level basic the summary's kernel rows come from the records
+ * (one per launch, each at least the time the kernel ran), records stay on
+ * while the device lives, and go off with it. */
+CUBE_TEST(profiled_kernels_come_from_activity_records) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  setup(CUBE_MOCK_CUDA_PATH, "50");
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.profile_level = CUBE_PROFILE_BASIC;
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_init((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &o, &c));
+  cube_kernel_t* ks = make_kernel("scale profiled", scale_src, "scale");
+  REQUIRE(ks);
+  cube_mock_cupti_stats_t before = cupti_stats();
+  worker_t a = {c, ks, 9, 2, 0, 0};
+  worker_main(&a); /* syncs: the summary is printed and emptied */
+  CHECK(a.ok);
+  CHECK(cupti_stats().kernels_on);
+  CHECK(cupti_stats().delivered - before.delivered == 9);
+  /* Again, read before a sync: the reader's collect empties the driver's
+   * buffers (the launches completed: a read waited for them). */
+  float ys[64] = {0};
+  cube_handle_t y;
+  REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &y));
+  cube_arg_t args[2] = {cube_arg_buffer(y), cube_arg_f32(2.0f)};
+  /* Interleaved with a twin (the same unit, another name): each launch's
+   * record has its own launch's name. */
+  cube_kernel_t* twin = make_kernel("scale profiled twin", scale_src, "scale");
+  REQUIRE(twin);
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE_OK(cube_client_launch(c, ks, cube_count_static(1, 1, 1), 2, args));
+    if (i % 2) REQUIRE_OK(cube_client_launch(c, twin, cube_count_static(1, 1, 1), 2, args));
+  }
+  cube_bytes_t* bytes = NULL;
+  REQUIRE_OK(cube_client_read_one(c, y, &bytes));
+  cube_bytes_release(bytes);
+  cube_profile_summary_t sum = {0};
+  REQUIRE_OK(cube_client_profile_summary(c, 0, &sum));
+  uint64_t kernels = 0, twins = 0;
+  for (size_t i = 0; i < sum.row_count; ++i) {
+    if (sum.rows[i].kind != CUBE_PROFILE_ROW_KERNEL) continue;
+    if (strcmp(sum.rows[i].name, "scale profiled") == 0) kernels += sum.rows[i].count;
+    else if (strcmp(sum.rows[i].name, "scale profiled twin") == 0) twins += sum.rows[i].count;
+    else CHECK(!"a kernel row of another name");
+    CHECK(sum.rows[i].min_ns >= 40000u); /* each "ran" 50 us */
+  }
+  CHECK_EQ_U64(kernels, 4);
+  CHECK_EQ_U64(twins, 2);
+  cube_kernel_release(twin);
+  cube_profile_summary_deinitialize(&sum);
+  cube_handle_release(y);
+  cube_kernel_release(ks);
+  cube_client_release(c);
+  cube_shutdown();
+  CHECK(!cupti_stats().kernels_on); /* the device is gone: nothing keeps them on */
+#endif
+}
+
+/* CUBE_CUPTI=0: traced kernels are timed by events as before, and no record
+ * is ever asked for. */
+CUBE_TEST(without_cupti_events_time_kernels) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  setup("0", "10");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
+  cube_kernel_t* ks = make_kernel("scale evented", scale_src, "scale");
+  REQUIRE(ks);
+  char path[512];
+  snprintf(path, sizeof(path), "%s/cuda_activity_off_%ld.json",
+           getenv("CUBE_TEST_TMPDIR") ? getenv("CUBE_TEST_TMPDIR") : "/tmp", (long)getpid());
+  unlink(path);
+  REQUIRE_OK(cube_trace_start(path));
+  worker_t a = {c, ks, 6, 4, 0, 0};
+  worker_main(&a);
+  CHECK(a.ok);
+  REQUIRE_OK(cube_trace_stop());
+  CHECK(cupti_stats().enables == 0);
+  cJSON* doc = load_json(path);
+  REQUIRE(doc != NULL);
+  int n = 0;
+  const cJSON* e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "traceEvents")) {
+    if (strcmp(str(e, "cat"), "kernel") != 0) continue;
+    n++;
+    CHECK(strcmp(str(cJSON_GetObjectItemCaseSensitive(e, "args"), "detail"), "device clock") == 0);
+  }
+  CHECK_EQ_U64((uint64_t)n, 6);
+  cJSON_Delete(doc);
+  unlink(path);
+  cube_kernel_release(ks);
+  cube_client_release(c);
+  cube_shutdown();
+#endif
+}
