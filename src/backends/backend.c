@@ -143,8 +143,19 @@ static inline cube_status_t cube__backend_check_lost(const cube__backend_t* be,
     return cube__backend_check_lost((be), (slot), st_);                       \
   } while (0)
 
-/* The shape of an infallible one. On a lost device nothing is called: what it
- * would give back (memory, streams, events, graphs) stays with the driver. */
+/* An infallible one called on a lost device too (it frees host state the
+ * backend holds; the backend calls its driver no more). */
+#define CUBE__CALL_LOST(be, slot, call)        \
+  do {                                         \
+    cube__backend_trace_fn tf_ = cube__trace_get(); \
+    cube__trace(tf_, (be), (slot), -1);        \
+    call;                                      \
+    cube__trace(tf_, (be), (slot), 0);         \
+  } while (0)
+
+/* The shape of the other infallible ones. On a lost device nothing is called:
+ * what it would give back (device and pinned memory, events) stays with the
+ * driver. */
 #define CUBE__CALL_VOID(be, slot, call)        \
   do {                                         \
     if (__builtin_expect(cube__backend_lost(be), 0)) break; \
@@ -247,7 +258,9 @@ cube_status_t cube__backend_stream_create(const cube__backend_t* be, uint64_t st
 
 void cube__backend_stream_destroy(const cube__backend_t* be, void* stream) {
   if (!stream || !be->vt->stream_destroy) return;
-  CUBE__CALL_VOID(be, CUBE__SLOT_STREAM_DESTROY, be->vt->stream_destroy(be->device, stream));
+  /* Called on a lost device too: the backend (told by CUBE__CTL_DEVICE_LOST)
+   * frees the stream's host state without its driver. */
+  CUBE__CALL_LOST(be, CUBE__SLOT_STREAM_DESTROY, be->vt->stream_destroy(be->device, stream));
 }
 
 cube_status_t cube__backend_write(const cube__backend_t* be, void* stream,
@@ -437,7 +450,8 @@ cube_status_t cube__backend_graph_launch(const cube__backend_t* be, void* stream
 
 void cube__backend_graph_destroy(const cube__backend_t* be, void* graph) {
   if (!be->vt->graph_destroy || !graph) return;
-  CUBE__CALL_VOID(be, CUBE__SLOT_GRAPH_DESTROY, be->vt->graph_destroy(be->device, graph));
+  /* As stream_destroy: the graph's host side is freed on a lost device too. */
+  CUBE__CALL_LOST(be, CUBE__SLOT_GRAPH_DESTROY, be->vt->graph_destroy(be->device, graph));
 }
 
 cube_status_t cube__backend_ctl(const cube__backend_t* be, void* stream, uint32_t op, void* arg) {

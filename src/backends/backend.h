@@ -196,9 +196,10 @@ typedef enum cube__backend_ctl_op {
   CUBE__CTL_MEMORY_GRANULE = 10,
   /* arg: NULL. The device is lost (a slot returned CUBE_STATUS_DEVICE_LOST):
    * the wrappers call no other slot of it from now on except device_destroy,
-   * which must then free the backend's host-side state without calling its
-   * driver about the device (that would hang or fail again); device memory
-   * is left to the driver. Sent once, by the wrapper that saw the status,
+   * stream_destroy and graph_destroy, which must then free the backend's
+   * host-side state without calling its driver about the device (that would
+   * hang or fail again); device memory, pinned memory and events are left to
+   * the driver. Sent once, by the wrapper that saw the status,
    * on that thread. UNIMPLEMENTED: nothing to do. */
   CUBE__CTL_DEVICE_LOST = 11,
 } cube__backend_ctl_op_t;

@@ -49,7 +49,12 @@ typedef struct mock_event {
   uint64_t reached;  /* generation the stream reached */
   uint64_t ns;       /* when it was reached */
   int refs;          /* the user's + queued operations naming it */
+  struct mock_event *prev_all, *next_all; /* every live event (mock_events_lock) */
 } mock_event_t;
+/* Every live event, so that events a program never destroys (those of a lost
+ * device) are still reachable, as the driver's are until exit. */
+static pthread_mutex_t mock_events_lock = PTHREAD_MUTEX_INITIALIZER;
+static mock_event_t* mock_events;
 
 typedef enum { OP_COPY, OP_COPY2D, OP_MEMSET32, OP_EVENT, OP_WAIT, OP_FREE, OP_HOST } mock_kind_t;
 
@@ -106,7 +111,10 @@ static _Thread_local CUcontext mock_current_ctx; /* as set, foreign ones include
 #define MOCK_MODULE_BYTES (64ull << 10)
 
 /* Device allocations: size kept in a header before the block. */
-typedef struct { uint64_t size; int device; int magic; } mock_hdr_t;
+typedef struct mock_hdr { struct mock_hdr *prev, *next; uint64_t size; int device; int magic; } mock_hdr_t;
+/* Every live block (mock.lock), so that blocks a program never frees (those of
+ * a lost device) are still reachable, as the driver's are until exit. */
+static mock_hdr_t mock_blocks = {&mock_blocks, &mock_blocks, 0, 0, 0};
 #define MOCK_MAGIC 0x6d6f636b
 
 static uint64_t mock_now_ns(void) {
@@ -128,6 +136,8 @@ static void mock_free_now(void* block) {
   mock_hdr_t* hdr = (mock_hdr_t*)block - 1;
   pthread_mutex_lock(&mock.lock);
   mock.used[hdr->device] -= hdr->size;
+  hdr->prev->next = hdr->next;
+  hdr->next->prev = hdr->prev;
   pthread_mutex_unlock(&mock.lock);
   hdr->magic = 0;
   free((char*)block - 512);
@@ -137,6 +147,11 @@ static void mock_event_unref(mock_event_t* ev) {
   int left = --ev->refs;
   pthread_mutex_unlock(&ev->lock);
   if (left) return;
+  pthread_mutex_lock(&mock_events_lock);
+  if (ev->prev_all) ev->prev_all->next_all = ev->next_all;
+  else mock_events = ev->next_all;
+  if (ev->next_all) ev->next_all->prev_all = ev->prev_all;
+  pthread_mutex_unlock(&mock_events_lock);
   pthread_mutex_destroy(&ev->lock);
   pthread_cond_destroy(&ev->cond);
   free(ev);
@@ -511,6 +526,11 @@ static CUresult m_cuEventCreate(CUevent* e, unsigned int flags) {
   pthread_mutex_init(&ev->lock, NULL);
   pthread_cond_init(&ev->cond, NULL);
   ev->refs = 1;
+  pthread_mutex_lock(&mock_events_lock);
+  ev->next_all = mock_events;
+  if (mock_events) mock_events->prev_all = ev;
+  mock_events = ev;
+  pthread_mutex_unlock(&mock_events_lock);
   *e = (CUevent)ev;
   return CUDA_SUCCESS;
 }
@@ -613,6 +633,12 @@ static CUresult mock_alloc(CUdeviceptr* p, size_t n, bool async) {
   hdr->size = n;
   hdr->device = mock_current;
   hdr->magic = MOCK_MAGIC;
+  pthread_mutex_lock(&mock.lock);
+  hdr->next = &mock_blocks;
+  hdr->prev = mock_blocks.prev;
+  mock_blocks.prev->next = hdr;
+  mock_blocks.prev = hdr;
+  pthread_mutex_unlock(&mock.lock);
   memset(block, 0xA5, n);
   if (async) atomic_fetch_add(&mock.async_allocs, 1);
   *p = (CUdeviceptr)(uintptr_t)block;

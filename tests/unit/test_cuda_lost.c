@@ -208,6 +208,11 @@ CUBE_TEST(read_fault_loses_only_its_device) {
 
   /* Every later call: DEVICE_LOST at once, and the driver is not asked. */
   long calls = m.lost_calls();
+  if (getenv("CUBE_TEST_VERBOSE")) {
+    s = cube_client_sync(c0);
+    fprintf(stderr, "%s\n", cube_status_message(s));
+    cube_status_free(s);
+  }
   CHECK_EQ_U64(every_call_refused(c0, h, "CUDA_ERROR_ILLEGAL_ADDRESS"), 0);
   CHECK_EQ_U64(every_call_refused(c0, h, "its read failed at 20"), 0);
   CHECK_EQ_U64(m.lost_calls(), calls);
@@ -470,7 +475,7 @@ CUBE_TEST(only_sticky_errors_lose_the_device) {
 static void* other_stream(void* user) {
   cube_client_t* c = user;
   cube_client_t* mine = NULL;
-  if (cube_client_clone(c, &mine) == CUBE_OK) {
+  if (cube_status_consume(cube_client_clone(c, &mine)) == CUBE_STATUS_OK) {
     cube_status_free(cube_client_sync(mine));
     cube_client_release(mine);
   }
@@ -558,8 +563,7 @@ typedef struct {
  * and once a call said DEVICE_LOST every later one does. */
 static void* worker(void* user) {
   worker_t* w = user;
-  cube_client_t* c = NULL;
-  if (cube_client_clone(w->c, &c)) return NULL;
+  cube_client_t* c = w->c; /* each thread is its own stream */
   for (int i = 0; i < 60; ++i) {
     unsigned char data[1500];
     fill_random(data, sizeof(data), w->seed + (unsigned)i);
@@ -580,7 +584,6 @@ static void* worker(void* user) {
     else if (code != CUBE_STATUS_OK) w->other++;
     cube_status_free(s);
   }
-  cube_client_release(c);
   return NULL;
 }
 
