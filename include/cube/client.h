@@ -29,7 +29,16 @@
  * released handle (naming the argument), and the backend's failure to
  * create the calling stream on its first use ("creating stream N: ...").
  * Device memory that runs out is OUT_OF_MEMORY with a memory report
- * (cube_status_oom_report).
+ * (cube_status_oom_report). DEVICE_LOST once the client's device hit a fault
+ * that poisons it (a CUDA kernel's illegal address, a launch timeout, an
+ * uncorrectable ECC error): from then on every call here that returns a
+ * status fails at once with it, naming the call, the device and the first
+ * fault, without reaching the driver; work queued before fails with it too
+ * (its futures complete; the buffers it would have written are spoiled).
+ * What still works on such a device: releasing handles, tensors, futures,
+ * byte buffers and clients, the accessors that return no status, and
+ * cube_shutdown; other devices are not affected (docs/failures.md, "Lost
+ * devices").
  *
  * Ownership. What a call creates (clients, handles, tensors, futures, byte
  * buffers) is the caller's, released with its _release. Arguments are

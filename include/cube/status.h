@@ -76,6 +76,13 @@ typedef enum cube_status_code_e {
   CUBE_STATUS_DATA_LOST = 15,          /* a buffer's contents are not valid: the work that should
                                           have written them failed or was not run (the message
                                           names the failure; docs/failures.md) */
+  CUBE_STATUS_DEVICE_LOST = 16,        /* the device hit a fault that poisons its context (an
+                                          illegal address, a launch timeout, an uncorrectable
+                                          ECC error...): every call on it fails with this code,
+                                          naming the device and the first fault, until the
+                                          program releases its handles and shuts down (or
+                                          recovers it); other devices go on (docs/failures.md,
+                                          "Lost devices") */
 } cube_status_code_t;
 
 /* A new status with |code| and the printf-style message |fmt| (NULL = "").

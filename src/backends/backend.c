@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,9 +55,84 @@ static inline bool cube__fault(const cube__backend_t* be, cube__backend_slot_t s
   return cube__fault_hit(cube__fault_backend_site((unsigned)be->vt->backend, (unsigned)slot));
 }
 
-/* The usual shape of a fallible wrapper: trace, fault site, slot, trace. */
+//===----------------------------------------------------------------------===//
+// Lost devices
+//===----------------------------------------------------------------------===//
+
+/* The marker of orphans (backend.h, cube__backend_orphan) of a lost device. */
+static cube__backend_loss_t cube__loss_of_orphans = {NULL, CUBE__SLOT_DEVICE_DESTROY, ""};
+
+cube_status_t cube__backend_lost_status(const cube__backend_t* be, const char* what) {
+  const cube__backend_loss_t* loss = atomic_load_explicit(&be->loss, memory_order_acquire);
+  const char* pre = what ? what : "";
+  const char* sep = what ? ": " : "";
+  if (!loss || !loss->root)
+    return cube__status_make(CUBE_STATUS_DEVICE_LOST, "%s%s%s:%u is lost", pre, sep,
+                             be->vt->name, be->index);
+  return cube__status_make(CUBE_STATUS_DEVICE_LOST,
+                           "%s%s%s:%u is lost: its %s failed at %s: %s; every call on the device "
+                           "fails from then on (release its handles; other devices go on)",
+                           pre, sep, be->vt->name, be->index,
+                           cube__backend_slot_name((cube__backend_slot_t)loss->slot), loss->when,
+                           cube_status_message(loss->root));
+}
+
+cube__backend_t cube__backend_orphan(const cube__backend_t* be) {
+  cube__backend_t o = {be->vt, NULL, be->index, NULL};
+  if (cube__backend_lost(be)) atomic_init(&o.loss, &cube__loss_of_orphans);
+  return o;
+}
+
+/* Called with the status |st| of a slot when it is DEVICE_LOST: the first
+ * such status makes the device lost (its copy is the root every later call
+ * names) and tells the backend (CUBE__CTL_DEVICE_LOST). Out of line: only
+ * failures reach it. */
+static __attribute__((noinline)) void cube__backend_lose(const cube__backend_t* be,
+                                                         cube__backend_slot_t slot,
+                                                         cube_status_t st) {
+  if (cube__backend_lost(be)) return;
+  cube__backend_loss_t* loss = calloc(1, sizeof(*loss));
+  cube_status_t root = cube__status_clone(st);
+  if (!loss || !root || cube_status_code(root) != CUBE_STATUS_DEVICE_LOST) {
+    /* No memory for the record: the device is lost all the same. */
+    free(loss);
+    cube_status_free(root);
+    loss = NULL;
+  } else {
+    loss->root = root;
+    loss->slot = (int)slot;
+    cube__utc_now(loss->when, sizeof(loss->when));
+  }
+  cube__backend_loss_t* want = loss ? loss : &cube__loss_of_orphans;
+  cube__backend_loss_t* none = NULL;
+  /* |be| is const to the wrappers; the object is not (backend.h). */
+  cube__backend_t* mut = (cube__backend_t*)(uintptr_t)be;
+  if (!atomic_compare_exchange_strong_explicit(&mut->loss, &none, want, memory_order_acq_rel,
+                                               memory_order_acquire)) {
+    if (loss) {
+      cube_status_free(loss->root);
+      free(loss);
+    }
+    return; /* another thread saw the loss first */
+  }
+  if (be->vt->ctl && be->device)
+    cube_status_free(be->vt->ctl(be->device, NULL, CUBE__CTL_DEVICE_LOST, NULL));
+}
+
+static inline cube_status_t cube__backend_check_lost(const cube__backend_t* be,
+                                                     cube__backend_slot_t slot,
+                                                     cube_status_t st) {
+  if (__builtin_expect(st != NULL, 0) && cube_status_code(st) == CUBE_STATUS_DEVICE_LOST)
+    cube__backend_lose(be, slot, st);
+  return st;
+}
+
+/* The usual shape of a fallible wrapper: a lost device answers at once; trace,
+ * fault site, slot, trace; a DEVICE_LOST status makes the device lost. */
 #define CUBE__CALL(be, slot, code, call, ...)                                 \
   do {                                                                        \
+    if (__builtin_expect(cube__backend_lost(be), 0))                          \
+      return cube__backend_lost_status((be), NULL);                           \
     cube__backend_trace_fn tf_ = cube__trace_get();                           \
     cube__trace(tf_, (be), (slot), -1);                                       \
     cube_status_t st_ = cube__fault((be), (slot))                             \
@@ -64,12 +140,25 @@ static inline bool cube__fault(const cube__backend_t* be, cube__backend_slot_t s
                             : (call);                                         \
     if (__builtin_expect(tf_ != NULL, 0))                                     \
       cube__trace_slow(tf_, (be), (slot), (int)cube_status_code(st_));        \
-    return st_;                                                               \
+    return cube__backend_check_lost((be), (slot), st_);                       \
   } while (0)
 
-/* The shape of an infallible one. */
+/* An infallible one called on a lost device too (it frees host state the
+ * backend holds; the backend calls its driver no more). */
+#define CUBE__CALL_LOST(be, slot, call)        \
+  do {                                         \
+    cube__backend_trace_fn tf_ = cube__trace_get(); \
+    cube__trace(tf_, (be), (slot), -1);        \
+    call;                                      \
+    cube__trace(tf_, (be), (slot), 0);         \
+  } while (0)
+
+/* The shape of the other infallible ones. On a lost device nothing is called:
+ * what it would give back (device and pinned memory, events) stays with the
+ * driver. */
 #define CUBE__CALL_VOID(be, slot, call)        \
   do {                                         \
+    if (__builtin_expect(cube__backend_lost(be), 0)) break; \
     cube__backend_trace_fn tf_ = cube__trace_get(); \
     cube__trace(tf_, (be), (slot), -1);        \
     call;                                      \
@@ -88,6 +177,7 @@ cube_status_t cube__backend_device_create(cube__backend_t* be, cube_backend_t ba
   be->vt = cube__backend_get(backend);
   be->device = NULL;
   be->index = index;
+  atomic_init(&be->loss, NULL);
   if (!be->vt)
     return cube__status_make(CUBE_STATUS_UNAVAILABLE, "backend %s is not built into this library",
                              cube_backend_name(backend) ? cube_backend_name(backend) : "?");
@@ -99,8 +189,18 @@ cube_status_t cube__backend_device_create(cube__backend_t* be, cube_backend_t ba
 
 void cube__backend_device_destroy(cube__backend_t* be) {
   if (!be->vt || !be->device) return;
-  CUBE__CALL_VOID(be, CUBE__SLOT_DEVICE_DESTROY, be->vt->device_destroy(be->device));
+  /* A lost device is destroyed too: the backend was told (CUBE__CTL_DEVICE_LOST)
+   * and frees its host-side state without its driver. */
+  cube__backend_trace_fn tf = cube__trace_get();
+  cube__trace(tf, be, CUBE__SLOT_DEVICE_DESTROY, -1);
+  be->vt->device_destroy(be->device);
+  cube__trace(tf, be, CUBE__SLOT_DEVICE_DESTROY, 0);
   be->device = NULL;
+  cube__backend_loss_t* loss = atomic_exchange(&be->loss, NULL);
+  if (loss && loss != &cube__loss_of_orphans) {
+    cube_status_free(loss->root);
+    free(loss);
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -158,7 +258,9 @@ cube_status_t cube__backend_stream_create(const cube__backend_t* be, uint64_t st
 
 void cube__backend_stream_destroy(const cube__backend_t* be, void* stream) {
   if (!stream || !be->vt->stream_destroy) return;
-  CUBE__CALL_VOID(be, CUBE__SLOT_STREAM_DESTROY, be->vt->stream_destroy(be->device, stream));
+  /* Called on a lost device too: the backend (told by CUBE__CTL_DEVICE_LOST)
+   * frees the stream's host state without its driver. */
+  CUBE__CALL_LOST(be, CUBE__SLOT_STREAM_DESTROY, be->vt->stream_destroy(be->device, stream));
 }
 
 cube_status_t cube__backend_write(const cube__backend_t* be, void* stream,
@@ -283,7 +385,8 @@ cube_status_t cube__backend_event_wait(const cube__backend_t* be, void* stream, 
 }
 
 bool cube__backend_event_done(const cube__backend_t* be, void* event) {
-  if (!be->vt->event_done) return true;
+  /* A lost device runs nothing more: whatever waits on the event is done. */
+  if (!be->vt->event_done || cube__backend_lost(be)) return true;
   bool done = false;
   CUBE__CALL_VOID(be, CUBE__SLOT_EVENT_DONE, done = be->vt->event_done(be->device, event));
   return done;
@@ -364,7 +467,8 @@ cube_status_t cube__backend_graph_launch(const cube__backend_t* be, void* stream
 
 void cube__backend_graph_destroy(const cube__backend_t* be, void* graph) {
   if (!be->vt->graph_destroy || !graph) return;
-  CUBE__CALL_VOID(be, CUBE__SLOT_GRAPH_DESTROY, be->vt->graph_destroy(be->device, graph));
+  /* As stream_destroy: the graph's host side is freed on a lost device too. */
+  CUBE__CALL_LOST(be, CUBE__SLOT_GRAPH_DESTROY, be->vt->graph_destroy(be->device, graph));
 }
 
 cube_status_t cube__backend_ctl(const cube__backend_t* be, void* stream, uint32_t op, void* arg) {

@@ -17,6 +17,7 @@
 #ifndef CUBE_BACKENDS_BACKEND_H_
 #define CUBE_BACKENDS_BACKEND_H_
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -202,6 +203,14 @@ typedef enum cube__backend_ctl_op {
    * is not wasted"). Thread-safe. UNIMPLEMENTED: the server's default
    * (64 KiB). */
   CUBE__CTL_MEMORY_GRANULE = 10,
+  /* arg: NULL. The device is lost (a slot returned CUBE_STATUS_DEVICE_LOST):
+   * the wrappers call no other slot of it from now on except device_destroy,
+   * stream_destroy and graph_destroy, which must then free the backend's
+   * host-side state without calling its driver about the device (that would
+   * hang or fail again); device memory, pinned memory and events are left to
+   * the driver. Sent once, by the wrapper that saw the status,
+   * on that thread. UNIMPLEMENTED: nothing to do. */
+  CUBE__CTL_DEVICE_LOST = 11,
 } cube__backend_ctl_op_t;
 
 /* The argument of CUBE__CTL_MEMORY_INFO. */
@@ -442,12 +451,41 @@ uint32_t cube__backend_device_count(cube_backend_t backend);
 // Calling a backend: the only callers of the table (src/backends/backend.c)
 //===----------------------------------------------------------------------===//
 
+/* What made a device lost: the first status of code CUBE_STATUS_DEVICE_LOST
+ * that one of its slots returned (a backend returns that code for a fault
+ * that poisons the device: CUDA's context-fatal errors, docs/failures.md
+ * "Lost devices"). Made once, read-only afterwards, freed with the device. */
+typedef struct cube__backend_loss {
+  cube_status_t root;      /* the slot's own status (NULL in the orphans' marker) */
+  int slot;                /* the cube__backend_slot_t that returned it */
+  char when[32];           /* UTC, microseconds */
+} cube__backend_loss_t;
+
 /* A backend device as the layers above hold it. */
 typedef struct cube__backend {
   const cube__backend_vtable_t* vt;
   cube__backend_device_t* device; /* NULL before device_create, and for host_dealloc of orphans */
   uint32_t index;                 /* the device's index in its backend */
+  /* NULL while the device works; set once, by the wrapper that first sees a
+   * DEVICE_LOST status, and never cleared while the device lives. */
+  _Atomic(cube__backend_loss_t*) loss;
 } cube__backend_t;
+
+/* True once the device is lost: one relaxed load (the layers above test it
+ * at their entries; every wrapper tests it before calling its slot). */
+static inline bool cube__backend_lost(const cube__backend_t* be) {
+  return atomic_load_explicit(&be->loss, memory_order_relaxed) != NULL;
+}
+
+/* The DEVICE_LOST status of a call on a lost device: "<what>: <backend>:<index>
+ * is lost: its <slot> failed at <time>: <the root's message>; ...". |what|
+ * NULL: no prefix. Thread-safe. */
+cube_status_t cube__backend_lost_status(const cube__backend_t* be, const char* what);
+
+/* The table-only copy of |be| that frees memory kept past the device's
+ * destruction (device NULL): marked lost when |be| is, so that memory of a
+ * lost device is never handed to its driver. */
+cube__backend_t cube__backend_orphan(const cube__backend_t* be);
 
 /* The slots, for fault sites and traces: the fallible ones first, in the
  * order of their fault sites (base/fault.h: "<backend>_<slot>"), then those

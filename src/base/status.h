@@ -50,4 +50,9 @@ cube_status_t cube__status_clone(cube_status_t status);
  * Thread-safe (src/base/names.c). */
 const char* cube__format_bytes(uint64_t bytes, char* buf, size_t size);
 
+/* Now, in UTC with microseconds ("2026-12-20T17:06:43.123456Z", 28 bytes with
+ * the NUL), into |buf| of |n| bytes: the time a message gives for a failure.
+ * Thread-safe, takes no lock (src/base/names.c). */
+void cube__utc_now(char* buf, size_t n);
+
 #endif /* CUBE_BASE_STATUS_H_ */

@@ -23,6 +23,7 @@ struct cube_resource_s {
 
 cube_status_t cube__client_refuse(const cube_client_t* c, const char* fn) {
   if (!c) return CUBE_INVALID("%s: client is NULL", fn);
+  if (cube__client_live(c)) return cube__backend_lost_status(&c->server->be, fn);
   return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
                            "%s: the client was created before cube_shutdown; load a new one", fn);
 }

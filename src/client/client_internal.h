@@ -47,12 +47,18 @@ static inline bool cube__client_live(const cube_client_t* c) {
   return c && c->epoch == cube__client_epoch();
 }
 
-/* CUBE_OK for a live client; else INVALID_ARGUMENT (NULL) or
- * FAILED_PRECONDITION (from before a shutdown), naming |fn|. */
+/* CUBE_OK for a live client of a device that is not lost; else
+ * INVALID_ARGUMENT (NULL), FAILED_PRECONDITION (from before a shutdown) or
+ * DEVICE_LOST (the device hit a fault that poisons it: the status names the
+ * device and that fault; docs/failures.md, "Lost devices"), naming |fn|.
+ * Every client call that can fail starts here: the loss is tested at this one
+ * place, with one relaxed load. */
 cube_status_t cube__client_refuse(const cube_client_t* c, const char* fn);
 
 static inline cube_status_t cube__client_check(const cube_client_t* c, const char* fn) {
-  return cube__client_live(c) ? CUBE_OK : cube__client_refuse(c, fn);
+  return cube__client_live(c) && !cube__backend_lost(&c->server->be)
+             ? CUBE_OK
+             : cube__client_refuse(c, fn);
 }
 
 #define CUBE__CHECK_CLIENT(c, fn) CUBE_RETURN_IF_ERROR(cube__client_check((c), (fn)))

@@ -33,33 +33,6 @@ static cube__taint_t* cube__taint_alloc(void) {
   return t;
 }
 
-/* "2026-12-20T17:06:43.123456Z": now, in UTC, computed here rather than by
- * gmtime_r, which takes glibc's time-zone lock (invisible to ThreadSanitizer,
- * which then reports its strdup of TZ racing another thread's tzset). Days to
- * a civil date: H. Hinnant's days_from_civil, inverted. */
-static void cube__taint_now(char* buf, size_t n) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  int64_t secs = (int64_t)ts.tv_sec;
-  int64_t days = secs >= 0 ? secs / 86400 : (secs - 86399) / 86400;
-  int64_t sod = secs - days * 86400;
-  int64_t z = days + 719468;
-  int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-  int64_t doe = z - era * 146097;
-  int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-  int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-  int64_t mp = (5 * doy + 2) / 153;
-  int64_t day = doy - (153 * mp + 2) / 5 + 1;
-  int64_t month = mp < 10 ? mp + 3 : mp - 9;
-  int64_t year = yoe + era * 400 + (month <= 2);
-  /* The bounds (% ...) say how wide each field is; they change no value
-   * between the years 0 and 9999. */
-  snprintf(buf, n, "%04u-%02u-%02uT%02u:%02u:%02u.%06uZ", (unsigned)(year % 10000),
-           (unsigned)(month % 100), (unsigned)(day % 100), (unsigned)(sod / 3600 % 100),
-           (unsigned)(sod / 60 % 60), (unsigned)(sod % 60),
-           (unsigned)(ts.tv_nsec / 1000 % 1000000));
-}
-
 cube__taint_t* cube__taint_create(cube_status_t failure, const char* what) {
   cube__taint_root_t* r = calloc(1, sizeof(*r));
   cube__taint_t* t = cube__taint_alloc();
@@ -76,7 +49,7 @@ cube__taint_t* cube__taint_create(cube_status_t failure, const char* what) {
   r->serial = atomic_fetch_add_explicit(&cube__taint_serial, 1, memory_order_relaxed);
   r->status = s;
   r->what = w;
-  cube__taint_now(r->when, sizeof(r->when));
+  cube__utc_now(r->when, sizeof(r->when));
   pthread_mutex_init(&r->lock, NULL);
   t->roots[0] = r;
   t->count = 1;

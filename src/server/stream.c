@@ -146,7 +146,7 @@ static void cube__stream_retire_mm(cube__stream_t* st, cube__mm_t* mm, bool devi
    * point at the orphan, which frees through the backend table with no
    * device (backend.h allows that). */
   o->mm = mm;
-  o->be = (cube__backend_t){st->server->be.vt, NULL, st->server->be.index};
+  o->be = cube__backend_orphan(&st->server->be);
   o->device_memory = device_memory;
   cube__storage_ops_t ops = {o, alignment, cube__orphan_alloc, cube__orphan_dealloc};
   cube__mm_rebind_storage(o->mm, &ops);

@@ -24,7 +24,8 @@
  *  - CUBE_MOCK_CUDA_DEVICES (default 1) devices; CUBE_MOCK_CUDA_FUNC_MAX_THREADS
  *    threads per block for every function (default the device's 1024).
  * Counters for tests: cube_mock_cuda_stats(); fault injection:
- * cube_mock_cuda_fail().
+ * cube_mock_cuda_fail(), and faults that poison a device's context as a GPU's
+ * do: cube_mock_cuda_fail_sticky().
  *
  * The same library stands in for NVRTC (a "compile" keeps the source as the
  * cubin: loaded through CUBE_NVRTC=<this library>) and for CUPTI's activity
@@ -53,7 +54,12 @@ typedef struct mock_event {
   uint64_t reached;  /* generation the stream reached */
   uint64_t ns;       /* when it was reached */
   int refs;          /* the user's + queued operations naming it */
+  struct mock_event *prev_all, *next_all; /* every live event (mock_events_lock) */
 } mock_event_t;
+/* Every live event, so that events a program never destroys (those of a lost
+ * device) are still reachable, as the driver's are until exit. */
+static pthread_mutex_t mock_events_lock = PTHREAD_MUTEX_INITIALIZER;
+static mock_event_t* mock_events;
 
 typedef enum { OP_COPY, OP_COPY2D, OP_MEMSET32, OP_EVENT, OP_WAIT, OP_FREE, OP_HOST } mock_kind_t;
 
@@ -116,7 +122,10 @@ static _Thread_local CUcontext mock_current_ctx; /* as set, foreign ones include
 #define MOCK_MODULE_BYTES (64ull << 10)
 
 /* Device allocations: size kept in a header before the block. */
-typedef struct { uint64_t size; int device; int magic; } mock_hdr_t;
+typedef struct mock_hdr { struct mock_hdr *prev, *next; uint64_t size; int device; int magic; } mock_hdr_t;
+/* Every live block (mock.lock), so that blocks a program never frees (those of
+ * a lost device) are still reachable, as the driver's are until exit. */
+static mock_hdr_t mock_blocks = {&mock_blocks, &mock_blocks, 0, 0, 0};
 #define MOCK_MAGIC 0x6d6f636b
 
 static uint64_t mock_now_ns(void) {
@@ -138,6 +147,8 @@ static void mock_free_now(void* block) {
   mock_hdr_t* hdr = (mock_hdr_t*)block - 1;
   pthread_mutex_lock(&mock.lock);
   mock.used[hdr->device] -= hdr->size;
+  hdr->prev->next = hdr->next;
+  hdr->next->prev = hdr->prev;
   pthread_mutex_unlock(&mock.lock);
   hdr->magic = 0;
   free((char*)block - 512);
@@ -147,6 +158,11 @@ static void mock_event_unref(mock_event_t* ev) {
   int left = --ev->refs;
   pthread_mutex_unlock(&ev->lock);
   if (left) return;
+  pthread_mutex_lock(&mock_events_lock);
+  if (ev->prev_all) ev->prev_all->next_all = ev->next_all;
+  else mock_events = ev->next_all;
+  if (ev->next_all) ev->next_all->prev_all = ev->prev_all;
+  pthread_mutex_unlock(&mock_events_lock);
   pthread_mutex_destroy(&ev->lock);
   pthread_cond_destroy(&ev->cond);
   free(ev);
@@ -281,19 +297,96 @@ static bool mock_fault(const char* name) {
   pthread_mutex_unlock(&mock_fault_lock);
   return fire;
 }
+static _Atomic int mock_fault_code; /* 0: the site's own code */
 #define MOCK_FAULT(name, code) \
   do {                         \
-    if (mock_fault(name)) return (code); \
+    if (mock_fault(name)) return mock_fault_code ? (CUresult)mock_fault_code : (code); \
   } while (0)
 
 MOCK_API void cube_mock_cuda_fail(const char* name, long n) {
   pthread_mutex_lock(&mock_fault_lock);
   snprintf(mock_fault_name, sizeof(mock_fault_name), "%s", name ? name : "");
   mock_fault_left = n;
+  mock_fault_code = 0;
   pthread_mutex_unlock(&mock_fault_lock);
+}
+/* cube_mock_cuda_fail with the error |code| instead of the site's own (the
+ * call fails once; the device stays as it was). */
+MOCK_API void cube_mock_cuda_fail_with(const char* name, long n, int code) {
+  cube_mock_cuda_fail(name, n);
+  mock_fault_code = code;
 }
 
 MOCK_API int cube_mock_cuda_faults_fired(void) { return atomic_load(&mock_faults_fired); }
+
+/* Sticky faults, as a GPU's context after an illegal address:
+ * cube_mock_cuda_fail_sticky(name, n, code) makes the n-th call (from now) of
+ * entry point |name| fail with |code| and loses the device it was made on
+ * (the stream's, else the current context's): from then on every call on
+ * that device returns |code| and does nothing (the context-free calls, such
+ * as cuCtxGetCurrent or cuGetErrorName, still answer).
+ * cube_mock_cuda_lost_calls() counts the calls refused so (the first, failing
+ * one included); cube_mock_cuda_fail_sticky_on(device, ...) counts only the
+ * calls made on |device|; cube_mock_cuda_lost(device) says whether a device is lost;
+ * cube_mock_cuda_restore(device) gives it back (what a test does between two
+ * cases; on a GPU a context reset does that). */
+static pthread_mutex_t mock_sticky_lock = PTHREAD_MUTEX_INITIALIZER;
+static char mock_sticky_name[64];
+static _Atomic long mock_sticky_left;
+static int mock_sticky_code;
+static int mock_sticky_device = -1; /* -1: a call on any device */
+static atomic_int mock_lost[MOCK_MAX_DEVICES]; /* 0, or the device's sticky error */
+static atomic_long mock_lost_calls;
+
+static CUresult mock_sticky(const char* name, int dev) {
+  if (dev < 0 || dev >= MOCK_MAX_DEVICES) return CUDA_SUCCESS;
+  int lost = atomic_load(&mock_lost[dev]);
+  if (lost) {
+    atomic_fetch_add(&mock_lost_calls, 1);
+    return (CUresult)lost;
+  }
+  if (!atomic_load(&mock_sticky_left)) return CUDA_SUCCESS;
+  CUresult r = CUDA_SUCCESS;
+  pthread_mutex_lock(&mock_sticky_lock);
+  if (mock_sticky_left > 0 && (mock_sticky_device < 0 || mock_sticky_device == dev) &&
+      strcmp(name, mock_sticky_name) == 0 && --mock_sticky_left == 0) {
+    r = (CUresult)mock_sticky_code;
+    atomic_store(&mock_lost[dev], mock_sticky_code);
+    atomic_fetch_add(&mock_lost_calls, 1);
+  }
+  pthread_mutex_unlock(&mock_sticky_lock);
+  return r;
+}
+/* The device a call on stream |hs| is made on. */
+#define MOCK_DEV_OF(hs) ((hs) ? ((mock_stream_t*)(hs))->device : mock_current)
+#define MOCK_STICKY(name, dev)                 \
+  do {                                         \
+    CUresult mock_r_ = mock_sticky((name), (dev)); \
+    if (mock_r_ != CUDA_SUCCESS) return mock_r_; \
+  } while (0)
+
+static void mock_arm_sticky(int device, const char* name, long n, int code) {
+  pthread_mutex_lock(&mock_sticky_lock);
+  snprintf(mock_sticky_name, sizeof(mock_sticky_name), "%s", name ? name : "");
+  mock_sticky_code = code;
+  mock_sticky_device = device;
+  atomic_store(&mock_sticky_left, n);
+  pthread_mutex_unlock(&mock_sticky_lock);
+}
+MOCK_API void cube_mock_cuda_fail_sticky(const char* name, long n, int code) {
+  mock_arm_sticky(-1, name, n, code);
+}
+/* cube_mock_cuda_fail_sticky counting only the calls made on |device|. */
+MOCK_API void cube_mock_cuda_fail_sticky_on(int device, const char* name, long n, int code) {
+  mock_arm_sticky(device, name, n, code);
+}
+MOCK_API long cube_mock_cuda_lost_calls(void) { return atomic_load(&mock_lost_calls); }
+MOCK_API int cube_mock_cuda_lost(int device) {
+  return device >= 0 && device < MOCK_MAX_DEVICES ? atomic_load(&mock_lost[device]) : 0;
+}
+MOCK_API void cube_mock_cuda_restore(int device) {
+  if (device >= 0 && device < MOCK_MAX_DEVICES) atomic_store(&mock_lost[device], 0);
+}
 
 /* Driver entry points ------------------------------------------------------ */
 
@@ -383,6 +476,7 @@ static CUresult m_cuCtxPopCurrent(CUcontext* c) {
   return CUDA_SUCCESS;
 }
 static CUresult m_cuCtxSynchronize(void) {
+  MOCK_STICKY("cuCtxSynchronize", mock_current);
   pthread_mutex_lock(&mock.lock);
   mock_stream_t* list = mock.streams;
   pthread_mutex_unlock(&mock.lock);
@@ -393,6 +487,7 @@ static CUresult m_cuCtxSynchronize(void) {
 static CUresult m_cuStreamCreate(CUstream* out, unsigned int flags) {
   (void)flags;
   MOCK_FAULT("cuStreamCreate", CUDA_ERROR_OUT_OF_MEMORY);
+  MOCK_STICKY("cuStreamCreate", mock_current);
   if (mock_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
   mock_stream_t* s = calloc(1, sizeof(*s));
   if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -411,6 +506,7 @@ static CUresult m_cuStreamCreate(CUstream* out, unsigned int flags) {
 }
 static CUresult m_cuStreamDestroy(CUstream hs) {
   mock_stream_t* s = (mock_stream_t*)hs;
+  MOCK_STICKY("cuStreamDestroy", s->device);
   mock_stream_drain(s);
   pthread_mutex_lock(&s->lock);
   s->stop = true;
@@ -429,22 +525,30 @@ static CUresult m_cuStreamDestroy(CUstream hs) {
 }
 static CUresult m_cuStreamSynchronize(CUstream hs) {
   MOCK_FAULT("cuStreamSynchronize", CUDA_ERROR_UNKNOWN);
+  MOCK_STICKY("cuStreamSynchronize", MOCK_DEV_OF(hs));
   if (hs) mock_stream_drain((mock_stream_t*)hs);
   return CUDA_SUCCESS;
 }
 static CUresult m_cuEventCreate(CUevent* e, unsigned int flags) {
   (void)flags;
   MOCK_FAULT("cuEventCreate", CUDA_ERROR_OUT_OF_MEMORY);
+  MOCK_STICKY("cuEventCreate", mock_current);
   mock_event_t* ev = calloc(1, sizeof(*ev));
   if (!ev) return CUDA_ERROR_OUT_OF_MEMORY;
   pthread_mutex_init(&ev->lock, NULL);
   pthread_cond_init(&ev->cond, NULL);
   ev->refs = 1;
+  pthread_mutex_lock(&mock_events_lock);
+  ev->next_all = mock_events;
+  if (mock_events) mock_events->prev_all = ev;
+  mock_events = ev;
+  pthread_mutex_unlock(&mock_events_lock);
   *e = (CUevent)ev;
   return CUDA_SUCCESS;
 }
 static CUresult m_cuEventRecord(CUevent e, CUstream hs) {
   MOCK_FAULT("cuEventRecord", CUDA_ERROR_UNKNOWN);
+  MOCK_STICKY("cuEventRecord", MOCK_DEV_OF(hs));
   mock_event_t* ev = (mock_event_t*)e;
   mock_op_t* op = mock_op(OP_EVENT);
   if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -456,6 +560,7 @@ static CUresult m_cuEventRecord(CUevent e, CUstream hs) {
   return mock_push(hs, op);
 }
 static CUresult m_cuEventQuery(CUevent e) {
+  MOCK_STICKY("cuEventQuery", mock_current);
   mock_event_t* ev = (mock_event_t*)e;
   pthread_mutex_lock(&ev->lock);
   bool done = ev->reached >= ev->recorded;
@@ -464,6 +569,7 @@ static CUresult m_cuEventQuery(CUevent e) {
 }
 static CUresult m_cuEventSynchronize(CUevent e) {
   MOCK_FAULT("cuEventSynchronize", CUDA_ERROR_UNKNOWN);
+  MOCK_STICKY("cuEventSynchronize", mock_current);
   mock_event_t* ev = (mock_event_t*)e;
   pthread_mutex_lock(&ev->lock);
   uint64_t g = ev->recorded;
@@ -474,10 +580,12 @@ static CUresult m_cuEventSynchronize(CUevent e) {
 /* As the driver: an event destroyed before it completed is released once
  * the operations naming it ran. */
 static CUresult m_cuEventDestroy(CUevent e) {
+  MOCK_STICKY("cuEventDestroy", mock_current);
   mock_event_unref((mock_event_t*)e);
   return CUDA_SUCCESS;
 }
 static CUresult m_cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
+  MOCK_STICKY("cuEventElapsedTime", mock_current);
   mock_event_t *x = (mock_event_t*)a, *y = (mock_event_t*)b;
   if (m_cuEventQuery(a) || m_cuEventQuery(b)) return CUDA_ERROR_NOT_READY;
   *ms = (float)((double)(y->ns - x->ns) / 1e6);
@@ -486,6 +594,7 @@ static CUresult m_cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
 static CUresult m_cuStreamWaitEvent(CUstream hs, CUevent e, unsigned int flags) {
   (void)flags;
   MOCK_FAULT("cuStreamWaitEvent", CUDA_ERROR_UNKNOWN);
+  MOCK_STICKY("cuStreamWaitEvent", MOCK_DEV_OF(hs));
   mock_event_t* ev = (mock_event_t*)e;
   mock_op_t* op = mock_op(OP_WAIT);
   if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -502,6 +611,7 @@ static CUresult m_cuStreamWaitEvent(CUstream hs, CUevent e, unsigned int flags) 
  * tests/mock_nccl runs its collectives this way). */
 static CUresult m_cuLaunchHostFunc(CUstream hs, CUhostFn fn, void* user) {
   MOCK_FAULT("cuLaunchHostFunc", CUDA_ERROR_UNKNOWN);
+  MOCK_STICKY("cuLaunchHostFunc", MOCK_DEV_OF(hs));
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
   mock_op_t* op = mock_op(OP_HOST);
   if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -512,6 +622,7 @@ static CUresult m_cuLaunchHostFunc(CUstream hs, CUhostFn fn, void* user) {
 
 static CUresult mock_alloc(CUdeviceptr* p, size_t n, bool async) {
   MOCK_FAULT(async ? "cuMemAllocAsync" : "cuMemAlloc", CUDA_ERROR_OUT_OF_MEMORY);
+  MOCK_STICKY(async ? "cuMemAllocAsync" : "cuMemAlloc", mock_current);
   if (mock_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
   pthread_mutex_lock(&mock.lock);
   if (mock.used[mock_current] + n > mock.memory) {
@@ -534,6 +645,12 @@ static CUresult mock_alloc(CUdeviceptr* p, size_t n, bool async) {
   hdr->size = n;
   hdr->device = mock_current;
   hdr->magic = MOCK_MAGIC;
+  pthread_mutex_lock(&mock.lock);
+  hdr->next = &mock_blocks;
+  hdr->prev = mock_blocks.prev;
+  mock_blocks.prev->next = hdr;
+  mock_blocks.prev = hdr;
+  pthread_mutex_unlock(&mock.lock);
   memset(block, 0xA5, n);
   if (async) atomic_fetch_add(&mock.async_allocs, 1);
   *p = (CUdeviceptr)(uintptr_t)block;
@@ -544,12 +661,14 @@ static CUresult m_cuMemFree(CUdeviceptr p) {
   if (!p) return CUDA_SUCCESS;
   mock_hdr_t* hdr = (mock_hdr_t*)(uintptr_t)p - 1;
   if (hdr->magic != MOCK_MAGIC) return CUDA_ERROR_INVALID_VALUE;
+  MOCK_STICKY("cuMemFree", hdr->device);
   m_cuCtxSynchronize(); /* as the driver, cuMemFree waits for the device */
   mock_free_now((void*)(uintptr_t)p);
   return CUDA_SUCCESS;
 }
 static CUresult m_cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream s) { (void)s; return mock_alloc(p, n, true); }
 static CUresult m_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+  MOCK_STICKY("cuMemFreeAsync", MOCK_DEV_OF(s));
   mock_hdr_t* hdr = (mock_hdr_t*)(uintptr_t)p - 1;
   if (hdr->magic != MOCK_MAGIC) return CUDA_ERROR_INVALID_VALUE;
   mock_op_t* op = mock_op(OP_FREE);
@@ -558,6 +677,7 @@ static CUresult m_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
   return mock_push(s, op);
 }
 static CUresult m_cuMemGetInfo(size_t* f, size_t* t) {
+  MOCK_STICKY("cuMemGetInfo", mock_current);
   pthread_mutex_lock(&mock.lock);
   int d = mock_current < 0 ? 0 : mock_current;
   uint64_t used = mock.used[d] + (mock.ctx_retained[d] ? mock.ctx_bytes : 0) +
@@ -574,6 +694,7 @@ static CUresult m_cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute a, v
 static CUresult m_cuMemHostAlloc(void** p, size_t n, unsigned int flags) {
   (void)flags;
   MOCK_FAULT("cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY);
+  MOCK_STICKY("cuMemHostAlloc", mock_current);
   char* q = aligned_alloc(4096, ((n + 4095) / 4096) * 4096);
   if (!q) return CUDA_ERROR_OUT_OF_MEMORY;
   pthread_mutex_lock(&mock.lock);
@@ -590,6 +711,7 @@ static CUresult m_cuMemHostAlloc(void** p, size_t n, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 static CUresult m_cuMemFreeHost(void* p) {
+  MOCK_STICKY("cuMemFreeHost", mock_current);
   m_cuCtxSynchronize(); /* as the driver: freeing pinned memory waits for the device */
   pthread_mutex_lock(&mock.lock);
   for (int i = 0; i < mock.pinned_count; ++i)
@@ -630,6 +752,7 @@ static CUresult mock_check_context(CUstream s) {
 static CUresult mock_h2d(void* dst, const void* src, size_t n, size_t spitch, size_t dpitch,
                          size_t width, size_t height, CUstream s) {
   MOCK_FAULT("h2d", CUDA_ERROR_UNKNOWN);
+  MOCK_STICKY("h2d", MOCK_DEV_OF(s));
   CUresult cr = mock_check_context(s);
   if (cr != CUDA_SUCCESS) return cr;
   mock_op_t* op = mock_op(height > 1 ? OP_COPY2D : OP_COPY);
@@ -652,6 +775,7 @@ static CUresult mock_h2d(void* dst, const void* src, size_t n, size_t spitch, si
 static CUresult mock_d2h(void* dst, const void* src, size_t n, size_t spitch, size_t dpitch,
                          size_t width, size_t height, CUstream s) {
   MOCK_FAULT("d2h", CUDA_ERROR_UNKNOWN);
+  MOCK_STICKY("d2h", MOCK_DEV_OF(s));
   CUresult cr = mock_check_context(s);
   if (cr != CUDA_SUCCESS) return cr;
   mock_op_t* op = mock_op(height > 1 ? OP_COPY2D : OP_COPY);
@@ -669,6 +793,7 @@ static CUresult m_cuMemcpyDtoHAsync(void* h, CUdeviceptr d, size_t n, CUstream s
 }
 static CUresult m_cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s) {
   MOCK_FAULT("cuMemcpyDtoDAsync", CUDA_ERROR_UNKNOWN);
+  MOCK_STICKY("cuMemcpyDtoDAsync", MOCK_DEV_OF(s));
   mock_op_t* op = mock_op(OP_COPY);
   if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
   op->dst = (void*)(uintptr_t)d; op->src = (const void*)(uintptr_t)src; op->n = n;
@@ -688,6 +813,7 @@ static CUresult m_cuMemcpy2DAsync(const CUDA_MEMCPY2D* m, CUstream s) {
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 static CUresult m_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) {
+  MOCK_STICKY("cuMemsetD32Async", MOCK_DEV_OF(s));
   mock_op_t* op = mock_op(OP_MEMSET32);
   if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
   op->dst = (void*)(uintptr_t)d; op->n = n; op->value = v;
@@ -697,6 +823,7 @@ static int mock_module_tag, mock_function_tag;
 static CUresult m_cuModuleLoadData(CUmodule* m, const void* image) {
   (void)image;
   MOCK_FAULT("cuModuleLoadData", CUDA_ERROR_INVALID_IMAGE);
+  MOCK_STICKY("cuModuleLoadData", mock_current);
   pthread_mutex_lock(&mock.lock);
   mock.modules[mock_current < 0 ? 0 : mock_current]++;
   pthread_mutex_unlock(&mock.lock);
@@ -705,6 +832,7 @@ static CUresult m_cuModuleLoadData(CUmodule* m, const void* image) {
 }
 static CUresult m_cuModuleUnload(CUmodule m) {
   (void)m;
+  MOCK_STICKY("cuModuleUnload", mock_current);
   pthread_mutex_lock(&mock.lock);
   int d = mock_current < 0 ? 0 : mock_current;
   if (mock.modules[d]) mock.modules[d]--;
@@ -718,6 +846,7 @@ static mock_fn_t mock_fns[1024];
 static int mock_fn_count;
 static CUresult m_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
   (void)m;
+  MOCK_STICKY("cuModuleGetFunction", mock_current);
   pthread_mutex_lock(&mock.lock);
   mock_fn_t* found = NULL;
   for (int i = 0; i < mock_fn_count && !found; ++i)
@@ -734,6 +863,7 @@ static CUresult m_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* nam
  * (a real one's register use can make it fewer than the device's 1024). */
 static CUresult m_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
   (void)f;
+  MOCK_STICKY("cuFuncGetAttribute", mock_current);
   const char* e = getenv("CUBE_MOCK_CUDA_FUNC_MAX_THREADS");
   *v = a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? (e ? atoi(e) : 1024) : 0;
   return CUDA_SUCCESS;
@@ -741,6 +871,7 @@ static CUresult m_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction 
 static CUresult m_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                  unsigned by, unsigned bz, unsigned shm, CUstream s, void** params, void** extra) {
   (void)bx; (void)by; (void)bz; (void)shm; (void)params; (void)extra;
+  MOCK_STICKY("cuLaunchKernel", MOCK_DEV_OF(s));
   atomic_fetch_add(&mock.launches, 1);
   /* CUBE_MOCK_CUDA_LAUNCH_OK: a launch succeeds and runs nothing (to measure
    * cube's own cost per launch with no driver behind it). */
@@ -757,12 +888,18 @@ static CUresult m_cuGetErrorName(CUresult r, const char** s) {
     case CUDA_ERROR_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
     case CUDA_ERROR_UNKNOWN: *s = "CUDA_ERROR_UNKNOWN"; break;
     case CUDA_ERROR_INVALID_IMAGE: *s = "CUDA_ERROR_INVALID_IMAGE"; break;
+    case CUDA_ERROR_ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+    case CUDA_ERROR_LAUNCH_TIMEOUT: *s = "CUDA_ERROR_LAUNCH_TIMEOUT"; break;
+    case CUDA_ERROR_ECC_UNCORRECTABLE: *s = "CUDA_ERROR_ECC_UNCORRECTABLE"; break;
+    case CUDA_ERROR_LAUNCH_FAILED: *s = "CUDA_ERROR_LAUNCH_FAILED"; break;
     default: *s = "CUDA_ERROR_UNKNOWN";
   }
   return CUDA_SUCCESS;
 }
 static CUresult m_cuGetErrorString(CUresult r, const char** s) {
-  *s = r == CUDA_ERROR_NOT_SUPPORTED ? "the mock driver runs no kernels" : "mock driver error";
+  *s = r == CUDA_ERROR_NOT_SUPPORTED     ? "the mock driver runs no kernels"
+       : r == CUDA_ERROR_ILLEGAL_ADDRESS ? "an illegal memory access was encountered"
+                                         : "mock driver error";
   return CUDA_SUCCESS;
 }
 
@@ -803,6 +940,7 @@ static CUresult mock_graph_add(CUgraphNode* out, CUgraph hg, const CUgraphNode* 
 static CUresult m_cuGraphCreate(CUgraph* out, unsigned flags) {
   (void)flags;
   MOCK_FAULT("cuGraphCreate", CUDA_ERROR_OUT_OF_MEMORY);
+  MOCK_STICKY("cuGraphCreate", mock_current);
   mock_graph_t* g = calloc(1, sizeof(*g));
   if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
   atomic_fetch_add(&mock_graphs_live, 1);
@@ -835,6 +973,7 @@ static CUresult m_cuGraphAddMemcpyNode(CUgraphNode* out, CUgraph g, const CUgrap
 static CUresult m_cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph hg, unsigned long long flags) {
   (void)flags;
   MOCK_FAULT("cuGraphInstantiate", CUDA_ERROR_OUT_OF_MEMORY);
+  MOCK_STICKY("cuGraphInstantiate", mock_current);
   mock_graph_t* g = (mock_graph_t*)hg;
   mock_graph_t* e = calloc(1, sizeof(*e));
   if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -871,7 +1010,8 @@ static CUresult m_cuGraphExecMemcpyNodeSetParams(CUgraphExec he, CUgraphNode nod
   return CUDA_SUCCESS;
 }
 static CUresult m_cuGraphLaunch(CUgraphExec he, CUstream s) {
-  MOCK_FAULT("cuGraphLaunch", CUDA_ERROR_LAUNCH_FAILED);
+  MOCK_FAULT("cuGraphLaunch", CUDA_ERROR_UNKNOWN);
+  MOCK_STICKY("cuGraphLaunch", MOCK_DEV_OF(s));
   mock_graph_t* e = (mock_graph_t*)he;
   for (size_t i = 0; i < e->n; ++i)
     if (e->nodes[i].kind == 0 && !mock_launch_ok) return CUDA_ERROR_NOT_SUPPORTED;

@@ -287,8 +287,8 @@ static cube_status_t load_try(cube_device_id_t d) {
     strcmp(cube_bytes_property_name((cube_bytes_property_t)9), "unknown") == 0)                  \
   V("E011", "cube_profile_level_name", "level out of range (9)", "\"unknown\"",                  \
     strcmp(cube_profile_level_name((cube_profile_level_t)9), "unknown") == 0)                    \
-  V("E012", "cube_status_code_name", "code out of range (16)", "\"UNKNOWN\"", \
-    strcmp(cube_status_code_name((cube_status_code_t)16), "UNKNOWN") == 0)                       \
+  V("E012", "cube_status_code_name", "code out of range (17)", "\"UNKNOWN\"", \
+    strcmp(cube_status_code_name((cube_status_code_t)17), "UNKNOWN") == 0)                       \
   V("E013", "cube_status_message", "status NULL (CUBE_OK)", "\"\"",                              \
     strcmp(cube_status_message(CUBE_OK), "") == 0)                                               \
   V("E014", "cube_status_oom_report", "status that is not OUT_OF_MEMORY", "false",               \

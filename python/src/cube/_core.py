@@ -41,6 +41,7 @@ class StatusCode(enum.IntEnum):
     ABORTED = 13
     INTERNAL = 14
     DATA_LOST = 15
+    DEVICE_LOST = 16
 
 
 class CubeError(Exception):

@@ -191,6 +191,8 @@ cube_status_t cube__cuda_error(CUresult r, cube_status_code_t code, const char* 
     if (cube__cuda_table.GetErrorName(r, &name) != CUDA_SUCCESS) name = NULL;
     if (cube__cuda_table.GetErrorString(r, &text) != CUDA_SUCCESS) text = NULL;
   }
+  bool sticky = cube__cuda_sticky(r);
+  if (sticky) code = CUBE_STATUS_DEVICE_LOST; /* whatever the caller would have said */
   if (code == CUBE_STATUS_OK) {
     switch (r) {
       case CUDA_ERROR_OUT_OF_MEMORY:
@@ -207,6 +209,30 @@ cube_status_t cube__cuda_error(CUresult r, cube_status_code_t code, const char* 
         code = CUBE_STATUS_INTERNAL;
     }
   }
-  return cube__status_make(code, "%s: %s (%s, error %d)", what, name ? name : "CUDA error",
-                           text ? text : "no description", (int)r);
+  return cube__status_make(code, "%s: %s (%s, error %d)%s", what, name ? name : "CUDA error",
+                           text ? text : "no description", (int)r,
+                           sticky ? "; the device's context is unusable from now on" : "");
+}
+
+bool cube__cuda_sticky(CUresult r) {
+  switch (r) {
+    case CUDA_ERROR_ECC_UNCORRECTABLE:     /* 214 */
+    case CUDA_ERROR_NVLINK_UNCORRECTABLE:  /* 220 */
+    case CUDA_ERROR_CONTAINED:             /* 226 */
+    case CUDA_ERROR_ILLEGAL_ADDRESS:       /* 700 */
+    case CUDA_ERROR_LAUNCH_TIMEOUT:        /* 702 */
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:  /* 709 */
+    case CUDA_ERROR_ASSERT:                /* 710 */
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:  /* 714 */
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:   /* 715 */
+    case CUDA_ERROR_MISALIGNED_ADDRESS:    /* 716 */
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE: /* 717 */
+    case CUDA_ERROR_INVALID_PC:            /* 718 */
+    case CUDA_ERROR_LAUNCH_FAILED:         /* 719 */
+    case CUDA_ERROR_TENSOR_MEMORY_LEAK:    /* 721 */
+    case CUDA_ERROR_EXTERNAL_DEVICE:       /* 911 */
+      return true;
+    default:
+      return false;
+  }
 }

@@ -19,6 +19,8 @@
 #include <cudaTypedefs.h>
 #include <nvrtc.h>
 
+#include <stdbool.h>
+
 #include "cube/status.h"
 
 /* X(field, symbol, pfn type) for every driver entry point cube uses. */
@@ -122,9 +124,17 @@ cube_status_t cube__cuda_driver(const cube__cuda_driver_t** out_driver);
 cube_status_t cube__cuda_nvrtc(const cube__nvrtc_t** out_nvrtc);
 
 /* A status for a failed driver call: "<what>: CUDA_ERROR_X (text)". The code
- * is OUT_OF_MEMORY for CUDA_ERROR_OUT_OF_MEMORY, UNAVAILABLE for
- * NO_DEVICE/STUB/driver mismatch, INTERNAL for the rest, or |code| when not 0. */
+ * is DEVICE_LOST for an error that poisons the context (cube__cuda_sticky,
+ * whatever |code| says: the wrappers of src/backends/backend.c then mark the
+ * device lost), else OUT_OF_MEMORY for CUDA_ERROR_OUT_OF_MEMORY, UNAVAILABLE
+ * for NO_DEVICE/STUB/driver mismatch, INTERNAL for the rest, or |code| when
+ * not 0. */
 cube_status_t cube__cuda_error(CUresult r, cube_status_code_t code, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* True for the driver's errors after which its context is unusable: every
+ * later call in it returns the same error (docs/failures.md, "Lost devices",
+ * lists them and why). */
+bool cube__cuda_sticky(CUresult r);
 
 #endif /* CUBE_BACKENDS_CUDA_CUDA_API_H_ */

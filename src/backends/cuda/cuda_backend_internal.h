@@ -75,6 +75,9 @@ typedef struct cube__cuda_module {
 
 struct cube__backend_device {
   uint32_t index;
+  /* Set by CUBE__CTL_DEVICE_LOST: the context is poisoned, and destroying
+   * the device calls the driver about it no more. */
+  atomic_bool lost;
   /* The memory ledger (CUBE__CTL_MEMORY_INFO): what the driver reported used
    * right after the context was retained, and the bytes of the module images
    * loaded now. */

@@ -73,7 +73,10 @@ static int cube__cuda_attr(cube__backend_device_t* d, CUdevice_attribute a) {
 
 static void cube__cuda_device_free(cube__backend_device_t* d) {
   if (!d) return;
-  if (d->ctx) {
+  /* A lost device's context answers every call with its fault (or hangs):
+   * its staging chunks, events, modules and bounds record are left to the
+   * driver (docs/failures.md, "Lost devices"). */
+  if (d->ctx && !atomic_load(&d->lost)) {
     CUBE__CUDA_SCOPE(d->ctx);
     d->cu->CtxSynchronize();
     for (uint32_t i = 0; i < d->slot_count; ++i) {

@@ -95,14 +95,17 @@ void cube__cuda_graph_destroy(cube__backend_device_t* d, void* graph) {
   if (!g) return;
   CUBE__CUDA_SCOPE(d->ctx);
   const cube__cuda_driver_t* cu = d->cu;
-  /* The pinned bytes are the source of copies a launch may still run. */
-  if (g->last) {
+  /* The pinned bytes are the source of copies a launch may still run. A lost
+   * device's graph stays with the driver; its host side is freed below. */
+  if (g->last && !atomic_load(&d->lost)) {
     if (g->launched) (void)cu->EventSynchronize(g->last);
     (void)cu->EventDestroy(g->last);
   }
-  if (g->exec) (void)cu->GraphExecDestroy(g->exec);
-  if (g->graph) (void)cu->GraphDestroy(g->graph);
-  if (g->host) (void)cu->MemFreeHost(g->host);
+  if (!atomic_load(&d->lost)) {
+    if (g->exec) (void)cu->GraphExecDestroy(g->exec);
+    if (g->graph) (void)cu->GraphDestroy(g->graph);
+    if (g->host) (void)cu->MemFreeHost(g->host);
+  }
   free(g->nodes);
   free(g->host_at);
   free(g);

@@ -131,6 +131,10 @@ cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
 /* The escape hatch: the device's native handles (the NCCL transport takes its
  * context, ordinal, streams and driver entry points here). */
 cube_status_t cube__cuda_ctl(cube__backend_device_t* d, void* stream, uint32_t op, void* arg) {
+  if (op == CUBE__CTL_DEVICE_LOST) { /* no argument */
+    atomic_store(&d->lost, true);
+    return CUBE_OK;
+  }
   if (!arg) return CUBE_INVALID("cuda:%u: control operation %u without an argument", d->index, op);
   switch (op) {
     case CUBE__CTL_NATIVE_CONTEXT:

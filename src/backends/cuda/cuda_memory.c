@@ -159,7 +159,7 @@ cube_status_t cube__cuda_stream_create(cube__backend_device_t* d, uint64_t strea
 void cube__cuda_stream_destroy(cube__backend_device_t* d, void* stream) {
   cube__cuda_stream_t* s = stream;
   if (!s) return;
-  {
+  if (!atomic_load(&d->lost)) { /* a lost device's stream stays with the driver */
     CUBE__CUDA_SCOPE(d->ctx);
     cube__cuda_wait(d, s->stream);
     d->cu->StreamDestroy(s->stream);
