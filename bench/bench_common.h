@@ -91,6 +91,29 @@ static inline void print_machine(const char* bench, const char* version) {
 
 /* Failed calls are counted (the bench then exits 1) and printed with the
  * bench's name; define BENCH_NAME before including this header. */
+/* Whether CUBE_BENCH_ONLY, a comma-separated list of section names, names
+ * |section|; unset or empty: every section is wanted. */
+static inline bool bench_wanted(const char* section) {
+  const char* only = getenv("CUBE_BENCH_ONLY");
+  if (!only || !*only) return true;
+  size_t n = strlen(section);
+  for (const char* p = only; *p;) {
+    const char* comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == n && strncmp(p, section, n) == 0) return true;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return false;
+}
+
+/* Whether CUBE_BENCH_ONLY is set to a list (a bench whose sections have no
+ * names of their own runs them all unless it names one that it knows). */
+static inline bool bench_only_set(void) {
+  const char* only = getenv("CUBE_BENCH_ONLY");
+  return only && *only;
+}
+
 #ifndef BENCH_NAME
 #define BENCH_NAME "bench"
 #endif

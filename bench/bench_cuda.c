@@ -2127,15 +2127,6 @@ static void fig_trace(void) {
           median_of(off, ROUNDS) / 1e3, true, "tracing off", T_RATIO_LE, 1.05, "");
 }
 
-static bool wanted(const char* fig) {
-  const char* only = getenv("CUBE_BENCH_ONLY");
-  if (!only || !only[0]) return true;
-  size_t n = strlen(fig);
-  for (const char* p = only; (p = strstr(p, fig)) != NULL; p += n)
-    if ((p == only || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return true;
-  return false;
-}
-
 static void settings(void) {
   const char* q = getenv("CUBE_BENCH_QUICK");
   g_quick = q && q[0] && strcmp(q, "0") != 0;
@@ -2179,15 +2170,15 @@ int main(void) {
 
   /* CUBE_BENCH_ONLY=launch,roundtrip,pool,transfers,bandwidth,graph,tune,trace,cache runs those
    * alone. */
-  if (wanted("launch")) fig_launch();
-  if (wanted("roundtrip")) fig_roundtrip();
-  if (wanted("pool")) fig_pool();
-  if (wanted("transfers")) fig_transfers();
-  if (wanted("bandwidth")) fig_bandwidth();
-  if (wanted("graph")) fig_graph();
-  if (wanted("tune")) fig_tune();
-  if (wanted("trace")) fig_trace();
-  if (wanted("cache")) fig_cache(); /* last: shuts cube down and starts it again */
+  if (bench_wanted("launch")) fig_launch();
+  if (bench_wanted("roundtrip")) fig_roundtrip();
+  if (bench_wanted("pool")) fig_pool();
+  if (bench_wanted("transfers")) fig_transfers();
+  if (bench_wanted("bandwidth")) fig_bandwidth();
+  if (bench_wanted("graph")) fig_graph();
+  if (bench_wanted("tune")) fig_tune();
+  if (bench_wanted("trace")) fig_trace();
+  if (bench_wanted("cache")) fig_cache(); /* last: shuts cube down and starts it again */
 
   if (C.c) cube_teardown();
   cube_shutdown();

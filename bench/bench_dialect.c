@@ -2093,21 +2093,6 @@ static void print_header(void) {
          "time lines: \"ratio vs B\" = time / B's time (lower is better). GB = 1e9 bytes.\n\n");
 }
 
-/* Whether CUBE_BENCH_ONLY (unset: every section) names |section|. */
-static bool bench_wanted(const char* section) {
-  const char* only = getenv("CUBE_BENCH_ONLY");
-  if (!only || !*only) return true;
-  size_t n = strlen(section);
-  for (const char* p = only; *p;) {
-    const char* comma = strchr(p, ',');
-    size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    if (len == n && strncmp(p, section, n) == 0) return true;
-    if (!comma) break;
-    p = comma + 1;
-  }
-  return false;
-}
-
 int main(int argc, char** argv) {
   /* A fresh kernel cache directory, before any cube call: the first compile
    * of each kernel is cold. */

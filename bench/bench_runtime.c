@@ -681,9 +681,8 @@ int main(void) {
 
   print_header();
   fflush(stdout);
-  /* CUBE_BENCH_ONLY=trace runs section [8] alone. */
-  const char* only = getenv("CUBE_BENCH_ONLY");
-  if (only && strcmp(only, "trace") == 0) goto trace_section;
+  /* CUBE_BENCH_ONLY naming trace runs section [8] alone (bench_common.h). */
+  if (bench_only_set() && bench_wanted("trace")) goto trace_section;
 
   /* 1. Caller-side launch cost: N back-to-back launches / N. */
   {

@@ -48,6 +48,7 @@ typedef struct cube__split {
   size_t lv_body_b[CUBE__SPLIT_MAX_LOOPS * 4], lv_body_e[CUBE__SPLIT_MAX_LOOPS * 4];
   uint32_t nlv;
   size_t sh_b[CUBE__SPLIT_MAX_SHARED], sh_e[CUBE__SPLIT_MAX_SHARED]; /* shared names */
+  bool sh_alias[CUBE__SPLIT_MAX_SHARED]; /* read through a pointer (cube__split_sole_name) */
   uint32_t nshared;
 } cube__split_t;
 
@@ -382,6 +383,46 @@ static bool cube__split_block(cube__split_t* s, size_t b, size_t e, int depth) {
   return true;
 }
 
+/* Whether every occurrence of the name declared at [nb, ne) in the body
+ * [bb, be) is that object: none before the declaration (some outer object of
+ * that name), none a member (".name", "->name") and none declaring the name
+ * again ("T name", "T* name"), so that a #define of the name reaches only it.
+ * A name longer than 63 characters counts as not. */
+static bool cube__split_sole_name(const char* v, size_t bb, size_t be, size_t nb, size_t ne) {
+  char name[64];
+  size_t len = ne - nb;
+  if (len >= sizeof name) return false;
+  memcpy(name, v + nb, len);
+  name[len] = '\0';
+  for (size_t at = cube__find_token(v, be, bb, name); at < be;
+       at = cube__find_token(v, be, at + 1, name)) {
+    if (at == nb) continue;
+    if (at < nb) return false; /* used before: some outer object of that name */
+    size_t q = at;
+    while (q > bb && cube__is_space(v[q - 1])) --q;
+    if (q > bb && (v[q - 1] == '.' || (v[q - 1] == '>' && q - 1 > bb && v[q - 2] == '-')))
+      return false; /* a member of that name */
+    if (q > bb && cube__is_ident_char(v[q - 1])) {
+      size_t w = q;
+      while (w > bb && cube__is_ident_char(v[w - 1])) --w;
+      if (!cube__tok_is(v, w, q, "sizeof") && !cube__tok_is(v, w, q, "else") &&
+          !cube__tok_is(v, w, q, "do"))
+        return false;
+    }
+    if (q > bb && v[q - 1] == '*') {
+      size_t r = q - 1;
+      while (r > bb && (v[r - 1] == '*' || cube__is_space(v[r - 1]))) --r;
+      if (r > bb && cube__is_ident_char(v[r - 1])) {
+        size_t w = r;
+        while (w > bb && cube__is_ident_char(v[w - 1])) --w;
+        while (w > bb && cube__is_space(v[w - 1])) --w;
+        if (w == bb || strchr(";{}(,", v[w - 1])) return false;
+      }
+    }
+  }
+  return true;
+}
+
 /* Checks of the whole kernel once its statements are read. */
 static bool cube__split_checks(cube__split_t* s, const cube__signature_t* sig, size_t bb,
                                size_t be, size_t eb, size_t ee, const cube_define_t* defines,
@@ -442,37 +483,12 @@ static bool cube__split_checks(cube__split_t* s, const cube__signature_t* sig, s
       if (cube__same_name(v, p->b, p->e, s->sh_b[j], s->sh_e[j])) return false;
     for (uint32_t j = 0; j < s->nlv; ++j)
       if (cube__same_name(v, p->b, p->e, s->lv_b[j], s->lv_e[j])) return false;
-    char name[64];
-    size_t len = p->e - p->b;
-    memcpy(name, v + p->b, len);
-    name[len] = '\0';
-    for (size_t at = cube__find_token(v, be, bb, name); at < be;
-         at = cube__find_token(v, be, at + 1, name)) {
-      if (at == p->b) continue;
-      if (at < p->b) return false; /* used before: some outer object of that name */
-      size_t q = at;
-      while (q > bb && cube__is_space(v[q - 1])) --q;
-      if (q > bb && (v[q - 1] == '.' || (v[q - 1] == '>' && q - 1 > bb && v[q - 2] == '-')))
-        return false; /* a member of that name */
-      if (q > bb && cube__is_ident_char(v[q - 1])) {
-        size_t w = q;
-        while (w > bb && cube__is_ident_char(v[w - 1])) --w;
-        if (!cube__tok_is(v, w, q, "sizeof") && !cube__tok_is(v, w, q, "else") &&
-            !cube__tok_is(v, w, q, "do"))
-          return false;
-      }
-      if (q > bb && v[q - 1] == '*') {
-        size_t r = q - 1;
-        while (r > bb && (v[r - 1] == '*' || cube__is_space(v[r - 1]))) --r;
-        if (r > bb && cube__is_ident_char(v[r - 1])) {
-          size_t w = r;
-          while (w > bb && cube__is_ident_char(v[w - 1])) --w;
-          while (w > bb && cube__is_space(v[w - 1])) --w;
-          if (w == bb || strchr(";{}(,", v[w - 1])) return false;
-        }
-      }
-    }
+    if (!cube__split_sole_name(v, bb, be, p->b, p->e)) return false;
   }
+  /* Shared arrays: aliased through a pointer read once (cube__split_generate)
+   * when the name means that array wherever it occurs. */
+  for (uint32_t k = 0; k < s->nshared; ++k)
+    s->sh_alias[k] = cube__split_sole_name(v, bb, be, s->sh_b[k], s->sh_e[k]);
   /* Uniform headers read no per-unit value and call nothing. */
   static const char* const unit_words[] = {
       "UNIT_POS", "UNIT_POS_X", "UNIT_POS_Y", "UNIT_POS_Z", "UNIT_POS_PLANE", "ABSOLUTE_POS",
@@ -567,6 +583,23 @@ char* cube__split_generate(const cube__signature_t* sig, const char* source, con
   cube__sb_puts(&out,
                 "  if (cube__sp - (uintptr_t)cube__scratch > cube__scratch_size) return 1;\n");
   cube__sb_put(&out, s->shared.data ? s->shared.data : "", s->shared.len);
+  /* CUBE_SHARED is thread-local storage, and in a loaded shared object each
+   * access to it is a call (__tls_get_addr) that gcc and clang keep in the
+   * unit loops (they recompute a thread-local address where it is used, also
+   * one held in a local): the array's address is read once here, made opaque
+   * to the compiler by an empty asm, and the name means the array through it
+   * (same type: sizeof, &, indexing). */
+  for (uint32_t k = 0; k < s->nshared; ++k) {
+    if (!s->sh_alias[k]) continue;
+    int len = (int)(s->sh_e[k] - s->sh_b[k]);
+    const char* nm = v + s->sh_b[k];
+    cube__sb_printf(&out,
+                    "  __typeof__(%.*s)* cube__sh_%.*s = &%.*s;\n"
+                    "  __asm__(\"\" : \"+r\"(cube__sh_%.*s));\n"
+                    "#pragma push_macro(\"%.*s\")\n#undef %.*s\n"
+                    "#define %.*s (*cube__sh_%.*s)\n",
+                    len, nm, len, nm, len, nm, len, nm, len, nm, len, nm, len, nm, len, nm);
+  }
   for (uint32_t k = 0; k < s->npriv; ++k) {
     int len = (int)(s->priv[k].e - s->priv[k].b);
     const char* nm = v + s->priv[k].b;
@@ -580,6 +613,12 @@ char* cube__split_generate(const cube__signature_t* sig, const char* source, con
   for (uint32_t k = 0; k < s->npriv; ++k) {
     int len = (int)(s->priv[k].e - s->priv[k].b);
     const char* nm = v + s->priv[k].b;
+    cube__sb_printf(&out, "#undef %.*s\n#pragma pop_macro(\"%.*s\")\n", len, nm, len, nm);
+  }
+  for (uint32_t k = 0; k < s->nshared; ++k) {
+    if (!s->sh_alias[k]) continue;
+    int len = (int)(s->sh_e[k] - s->sh_b[k]);
+    const char* nm = v + s->sh_b[k];
     cube__sb_printf(&out, "#undef %.*s\n#pragma pop_macro(\"%.*s\")\n", len, nm, len, nm);
   }
   cube__sb_printf(&out, "#line 1 \"%s.split.c\"\n", sig->entry);

@@ -5,39 +5,27 @@
  *
  * Every case sets its own fresh CUBE_CACHE_DIR (under CUBE_TEST_TMPDIR, with
  * the backend and the pid in the name) and removes it when it passes. A
- * helper process runs the same case with CTS_DIALECT_ROLE=<role>[/<arg>] in
- * its environment and reports through its exit status (0 = every check
- * passed).
+ * helper process runs the same case with CTS_ROLE=<role>[/<arg>] in its
+ * environment (cts_spawn_role, cts_proc.c) and reports through its exit
+ * status (0 = every check passed).
  */
 #include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cts.h"
-
-extern char** environ;
-
-#define ROLE_ENV "CTS_DIALECT_ROLE"
-#define GO_FD_ENV "CTS_DIALECT_GO_FD"
-#define GO_FD 100 /* where a racing helper finds the read end of the start pipe */
 
 //===----------------------------------------------------------------------===//
 // Processes and files
 //===----------------------------------------------------------------------===//
 
 /* The helper role of this process ("disk_hit", "corrupt/2", ...), or NULL. */
-static const char* role(void) {
-  const char* r = getenv(ROLE_ENV);
-  return r && *r ? r : NULL;
-}
+static const char* role(void) { return cts_role(); }
 
 /* The number after '/' in the role (0 if none). */
 static unsigned role_arg(void) {
@@ -100,72 +88,10 @@ static void cache_dir_done(const char* dir) {
   cache_dir_env(saved_cache_dir_set ? saved_cache_dir : NULL);
 }
 
-/* Starts this program on the same backend for |case_name| with |role_value|;
- * |go_fd| >= 0 is handed to it as GO_FD. Returns the pid or -1. */
-static pid_t spawn_self(const char* case_name, const char* role_value, int go_fd) {
-  size_t n = 0;
-  while (environ[n]) ++n;
-  char** envp = calloc(n + 3, sizeof(char*));
-  if (!envp) return -1;
-  size_t k = 0;
-  for (size_t i = 0; i < n; ++i)
-    if (strncmp(environ[i], ROLE_ENV "=", strlen(ROLE_ENV) + 1) != 0 &&
-        strncmp(environ[i], GO_FD_ENV "=", strlen(GO_FD_ENV) + 1) != 0)
-      envp[k++] = environ[i];
-  char role_kv[128], go_kv[64];
-  snprintf(role_kv, sizeof(role_kv), "%s=%s", ROLE_ENV, role_value);
-  envp[k++] = role_kv;
-  if (go_fd >= 0) {
-    snprintf(go_kv, sizeof(go_kv), "%s=%d", GO_FD_ENV, GO_FD);
-    envp[k++] = go_kv;
-  }
-  envp[k] = NULL;
-  char* argv[] = {(char*)"/proc/self/exe", (char*)"--backend", (char*)cts_backend()->name,
-                  (char*)case_name, NULL};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (go_fd >= 0) posix_spawn_file_actions_adddup2(&fa, go_fd, GO_FD);
-  /* The helper's verdict is its exit status; its diagnostics go to stderr. */
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = -1;
-  int e = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, envp);
-  posix_spawn_file_actions_destroy(&fa);
-  free(envp);
-  if (e) {
-    fprintf(stderr, "posix_spawn of /proc/self/exe: %s\n", strerror(e));
-    return -1;
-  }
-  return pid;
-}
-
-/* The exit status of |pid| (128 + signal when killed, -1 on error). */
-static int wait_child(pid_t pid) {
-  if (pid < 0) return -1;
-  int ws = 0;
-  while (waitpid(pid, &ws, 0) < 0)
-    if (errno != EINTR) return -1;
-  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
-}
-
 static int run_child(const char* case_name, const char* role_value) {
-  int rc = wait_child(spawn_self(case_name, role_value, -1));
+  int rc = cts_wait_child(cts_spawn_role(case_name, role_value, -1));
   if (rc != 0) fprintf(stderr, "helper '%s' of %s exited with %d\n", role_value, case_name, rc);
   return rc;
-}
-
-/* A racing helper waits until the parent closes the start pipe. */
-static void wait_for_go(void) {
-  const char* v = getenv(GO_FD_ENV);
-  if (!v) return;
-  int fd = atoi(v);
-  char b;
-  for (;;) {
-    ssize_t r = read(fd, &b, 1);
-    if (r == 0 || (r < 0 && errno != EINTR)) break;
-  }
-  close(fd);
 }
 
 typedef struct entries {
@@ -388,7 +314,7 @@ static void helper_corrupt(void) {
 
 /* "race/<set>": waits for the start signal, then compiles or loads. */
 static void helper_race(void) {
-  wait_for_go();
+  cts_wait_go();
   cube_kernel_cache_stats_t s0 = {0}, s1 = {0};
   memset(&s0, 0, sizeof(s0));
   memset(&s1, 0, sizeof(s1));
@@ -539,12 +465,12 @@ CUBE_TEST(dialect_cache_concurrent_processes) {
     char r[32];
     snprintf(r, sizeof(r), "race/%u", set);
     pid_t pids[HELPERS];
-    for (int i = 0; i < HELPERS; ++i) pids[i] = spawn_self(self, r, p[0]);
+    for (int i = 0; i < HELPERS; ++i) pids[i] = cts_spawn_role(self, r, p[0]);
     close(p[0]);
     cts_sleep_ms(100); /* let them start and block on the pipe */
     close(p[1]);       /* go */
     for (int i = 0; i < HELPERS; ++i) {
-      int rc = wait_child(pids[i]);
+      int rc = cts_wait_child(pids[i]);
       if (rc != 0) fprintf(stderr, "round %u: racing helper %d exited with %d\n", round, i, rc);
       CHECK_EQ_U64(rc, 0);
     }

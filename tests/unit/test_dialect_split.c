@@ -269,6 +269,98 @@ out:
   unload(&kf);
 }
 
+/* Shared arrays read through one address -------------------------------------------- */
+
+/* The generated unit of |entry| (malloc'd; NULL on failure). */
+static char* split_text(const char* source, const char* entry) {
+  cube__signature_t sig;
+  cube_status_t st = cube__dialect_parse(source, entry, &sig);
+  if (st) {
+    cube_status_free(st);
+    return NULL;
+  }
+  char* text = NULL;
+  st = cube__dialect_generate(CUBE__TARGET_CPU, &sig, source, NULL, 0, CUBE_EXEC_CHECKED, &text);
+  if (st) cube_status_free(st);
+  return text;
+}
+
+/* |t| is both a shared array and, in a nested block, a float: the name may
+ * not be redirected, and the kernel must still split and compute the same. */
+static const char* const K_SHADOW =
+    "CUBE_KERNEL(shadow, CUBE_ARRAY(const float, in), CUBE_ARRAY(float, out)) {\n"
+    "  CUBE_SHARED(float, t, 256);\n"
+    "  CUBE_SHARED(float, w, 256);\n"
+    "  uint32_t u = UNIT_POS_X;\n"
+    "  t[u] = CUBE_LOAD(in, CUBE_POS_X * CUBE_DIM_X + u);\n"
+    "  w[u] = 2.0f * t[u] + (float)sizeof(w) / 1024.0f;\n"
+    "  sync_cube();\n"
+    "  if (u + 1 < CUBE_DIM_X) { float t = w[u + 1]; w[u] += t; }\n"
+    "  sync_cube();\n"
+    "  CUBE_STORE(out, CUBE_POS_X * CUBE_DIM_X + u, w[(u + 3) % CUBE_DIM_X] - (*&t)[u]);\n"
+    "}\n";
+
+CUBE_TEST(split_shared_arrays_read_through_one_address) {
+  /* The generator reads each shared array's thread-local address once per
+   * cube (a pointer the name then means), unless the name is declared again. */
+  char* text = split_text(K_REDUCE, "rsum");
+  CHECK(text != NULL);
+  if (text) {
+    CHECK(strstr(text, "cube__split_run(") != NULL);
+    CHECK(strstr(text, "cube__sh_sh = &sh;") != NULL);
+    CHECK(strstr(text, "#define sh (*cube__sh_sh)") != NULL);
+  }
+  free(text);
+  text = split_text(K_SHADOW, "shadow");
+  CHECK(text != NULL);
+  if (text) {
+    CHECK(strstr(text, "cube__split_run(") != NULL);
+    CHECK(strstr(text, "cube__sh_t ") == NULL);
+    CHECK(strstr(text, "#define w (*cube__sh_w)") != NULL);
+  }
+  free(text);
+
+  /* The same results split and as fibers, and as the host computes them
+   * (sizeof(w) is the array's, 1024 bytes). */
+  kern_t ks, kf;
+  if (!build_both(&ks, &kf, K_SHADOW, "shadow", NULL, 0)) goto out;
+  uint64_t rng = 29;
+  static const uint32_t dims[] = {1, 5, 64, 256};
+  for (size_t d = 0; d < sizeof dims / sizeof dims[0]; ++d) {
+    uint32_t dim = dims[d], cubes = 9, n = dim * cubes;
+    uint32_t count[3] = {cubes, 1, 1}, dim3[3] = {dim, 1, 1};
+    float* in = malloc(n * sizeof(float));
+    float* o1 = calloc(n, sizeof(float));
+    float* o2 = calloc(n, sizeof(float));
+    for (uint32_t i = 0; i < n; ++i) in[i] = rand_float(&rng);
+    cube_cpu_arg_t a1[2] = {buf_arg(in, n * sizeof(float)), buf_arg(o1, n * sizeof(float))};
+    cube_cpu_arg_t a2[2] = {buf_arg(in, n * sizeof(float)), buf_arg(o2, n * sizeof(float))};
+    CHECK_EQ_U64(run(&ks, count, dim3, a1, 2), 0);
+    CHECK_EQ_U64(run(&kf, count, dim3, a2, 2), 0);
+    CHECK(memcmp(o1, o2, n * sizeof(float)) == 0);
+    uint32_t bad = 0;
+    for (uint32_t c = 0; c < cubes; ++c) {
+      const float* x = in + c * dim;
+      float w[256];
+      for (uint32_t u = 0; u < dim; ++u) w[u] = 2.0f * x[u] + 1.0f;
+      for (uint32_t u = 0; u + 1 < dim; ++u) w[u] += w[u + 1];
+      for (uint32_t u = 0; u < dim; ++u) {
+        float want = w[(u + 3) % dim] - x[u];
+        if (memcmp(&want, &o1[c * dim + u], sizeof want) != 0 && bad++ < 3)
+          fprintf(stderr, "dim %u cube %u unit %u: %.9g, want %.9g\n", dim, c, u,
+                  (double)o1[c * dim + u], (double)want);
+      }
+    }
+    CHECK_EQ_U64(bad, 0);
+    free(in);
+    free(o1);
+    free(o2);
+  }
+out:
+  unload(&ks);
+  unload(&kf);
+}
+
 /* Tiled matmul (examples/matmul.c) -------------------------------------------------- */
 
 static const char* const K_MATMUL =
