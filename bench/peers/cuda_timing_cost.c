@@ -148,6 +148,14 @@ int main(void) {
     cupti_next = (cupti_next_t)dlsym(h, "cuptiActivityGetNextRecord");
     cupti_push = (cupti_push_t)dlsym(h, "cuptiActivityPushExternalCorrelationId");
     cupti_pop = (cupti_pop_t)dlsym(h, "cuptiActivityPopExternalCorrelationId");
+    /* CUDA_TIMING_HW_TRACE=1: CUPTI's hardware trace asked for first. */
+    const char* hw = getenv("CUDA_TIMING_HW_TRACE");
+    int (*hw_trace)(uint8_t) = NULL;
+    *(void**)&hw_trace = dlsym(h, "cuptiActivityEnableHWTrace");
+    if (hw && hw[0] == '1') {
+      if (hw_trace) printf("cuptiActivityEnableHWTrace(1): %d\n", hw_trace(1));
+      else printf("cuptiActivityEnableHWTrace: absent\n");
+    }
     if (cupti_reg && cupti_enable && cupti_flush && cupti_next && cupti_disable &&
         cupti_push && cupti_pop && cupti_reg(buf_req, buf_done) == 0)
       modes = 7;
