@@ -2,9 +2,8 @@
 // stream, then a sync, with nothing recorded, with timing events around or after
 // each launch, and with CUPTI's kernel activity records (when libcupti is found).
 // Rounds alternate the variants; medians with min-max are printed.
-// Build (on a CUDA machine):
-//   gcc -O2 cuda_timing_cost.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 \
-//       -lcuda -lnvrtc -ldl -o cuda_timing_cost
+// Build (on a CUDA machine), one line:
+//   gcc -O2 cuda_timing_cost.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcuda -lnvrtc -ldl
 #include <cuda.h>
 #include <dlfcn.h>
 #include <nvrtc.h>
