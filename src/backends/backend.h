@@ -120,12 +120,19 @@ typedef struct cube__graph_node_desc {
   uint64_t src_offset;
 } cube__graph_node_desc_t;
 
-/* One kernel as the driver recorded it (activity_take): start and end on
- * the host clock (cube__now_ns), the cube count, and the kernel's name. */
+/* One kernel or copy as the driver recorded it (activity_take): start and
+ * end on the host clock (cube__now_ns), the cube count or bytes, a name. */
+typedef enum cube__activity_kind {
+  CUBE__ACTIVITY_KERNEL = 0,
+  CUBE__ACTIVITY_COPY = 1, /* a copy between two buffers of the device (the copy slot) */
+} cube__activity_kind_t;
+
 typedef struct cube__activity_record {
+  uint32_t kind; /* cube__activity_kind_t */
+  uint64_t bytes; /* a copy's */
   uint64_t start_ns;
   uint64_t end_ns;
-  uint32_t count[3];
+  uint32_t count[3]; /* a kernel's cube count */
   char name[80];
 } cube__activity_record_t;
 
@@ -401,13 +408,14 @@ typedef struct cube__backend_vtable {
 
   /* Version 5 ------------------------------------------------------------ */
 
-  /* Kernel activity records: the driver's own record of each kernel's start
-   * and end on the device (CUDA: CUPTI), kept in the background with nothing
+  /* Activity records: the driver's own record of each kernel's (and each
+   * copy's, the copy slot's) start and end on the device (CUDA: CUPTI), kept
+   * in the background with nothing
    * put on the stream, so that timing every launch costs the launch next to
    * nothing (docs/observability.md). Both or neither.
    *
-   * activity_begin: true when every kernel launched on |stream| from now on
-   * will have a record (the backend starts recording if it was not, and
+   * activity_begin: true when every kernel launched and every copy made on
+   * |stream| from now on will have a record (the backend starts recording if it was not, and
    * learns the stream); false when the backend cannot (the driver's tool
    * library absent or taken by another tool): the server then brackets the
    * launch with events. |keep|: the device's profile summary wants records

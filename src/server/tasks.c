@@ -236,7 +236,7 @@ __attribute__((noinline)) static cube_status_t cube__launch_timed(
                             k->name, cns);
   }
   cube__timing_mark_t m;
-  cube__timing_begin_kernel(st, &m);
+  cube__timing_begin_device(st, &m);
   /* Without events or activity records the backend may time the kernel
    * itself (OpenCL's profiling info); with them the marks are the device's. */
   if (!m.ev0 && !m.activity) l->device_ns = device_ns;

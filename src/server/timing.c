@@ -110,7 +110,7 @@ static struct cube__timing* cube__timing_state(cube__stream_t* st, bool anchor) 
   return t;
 }
 
-void cube__timing_begin_kernel(cube__stream_t* st, cube__timing_mark_t* m) {
+void cube__timing_begin_device(cube__stream_t* st, cube__timing_mark_t* m) {
   cube__server_t* s = st->server;
   if (!cube__backend_has_activity(&s->be) || !cube__timing_wanted(s)) {
     cube__timing_begin(st, m);
@@ -142,8 +142,8 @@ static void cube__timing_take(cube__stream_t* st, struct cube__timing* t, bool f
                                     sizeof(r) / sizeof(r[0]));
     flush = false;
     for (size_t i = 0; i < n; ++i)
-      cube__timing_profile(s, CUBE__TRACE_KERNEL, r[i].name, r[i].count,
-                           r[i].end_ns - r[i].start_ns);
+      cube__timing_profile(s, r[i].kind == CUBE__ACTIVITY_COPY ? CUBE__TRACE_COPY : CUBE__TRACE_KERNEL,
+                           r[i].name, r[i].count, r[i].end_ns - r[i].start_ns);
   } while (n == sizeof(r) / sizeof(r[0]));
 }
 

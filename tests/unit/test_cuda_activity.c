@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,7 @@ typedef struct worker {
   uint32_t count_x;
   uint64_t stream;
   int ok;
+  bool copy; /* then a copy of the buffer, after the launches */
 } worker_t;
 
 /* |launches| launches of |k| over one buffer on this thread's stream, then a
@@ -113,6 +115,18 @@ static void* worker_main(void* p) {
         cube_client_launch(w->c, w->k, cube_count_static(w->count_x, 1, 1), 2, args);
     ok &= s == CUBE_OK;
     cube_status_free(s);
+  }
+  if (w->copy) {
+    cube_handle_t z;
+    cube_status_t e = cube_client_empty(w->c, sizeof(ys), &z);
+    ok &= e == CUBE_OK;
+    cube_status_free(e);
+    if (ok) {
+      e = cube_client_copy(w->c, y, z);
+      ok &= e == CUBE_OK;
+      cube_status_free(e);
+      cube_handle_release(z);
+    }
   }
   cube_status_t s = cube_client_sync(w->c);
   ok &= s == CUBE_OK;
@@ -147,8 +161,8 @@ CUBE_TEST(traced_kernels_come_from_activity_records) {
   cube_mock_cupti_stats_t before = cupti_stats();
   CHECK(!before.kernels_on);
   REQUIRE_OK(cube_trace_start(path));
-  worker_t a = {c, ks, 37, 10, 0, 0};
-  worker_t b = {c, kh, 23, 3, 0, 0};
+  worker_t a = {c, ks, 37, 10, 0, 0, true};
+  worker_t b = {c, kh, 23, 3, 0, 0, false};
   pthread_t t;
   REQUIRE(pthread_create(&t, NULL, worker_main, &b) == 0);
   worker_main(&a);
@@ -159,7 +173,7 @@ CUBE_TEST(traced_kernels_come_from_activity_records) {
   REQUIRE_OK(cube_trace_stop());
   cube_mock_cupti_stats_t after = cupti_stats();
   CHECK(!after.kernels_on);                       /* off once the trace stopped */
-  CHECK(after.delivered - before.delivered == 60); /* one record per launch */
+  CHECK(after.delivered - before.delivered == 61); /* one record per launch, one for the copy */
   CHECK(after.disables > before.disables);
 
   cJSON* doc = load_json(path);
@@ -191,12 +205,23 @@ CUBE_TEST(traced_kernels_come_from_activity_records) {
       prev_end = ts + num(e, "dur");
     }
     CHECK_EQ_U64((uint64_t)n, (uint64_t)ws[w]->launches);
+    /* The copy after the launches: from its record too, after the last kernel. */
+    int copies = 0;
+    cJSON_ArrayForEach(e, events) {
+      if (strcmp(str(e, "cat"), "copy") != 0 || num(e, "tid") != (double)ws[w]->stream) continue;
+      copies++;
+      const cJSON* args = cJSON_GetObjectItemCaseSensitive(e, "args");
+      CHECK(strcmp(str(args, "detail"), "device activity") == 0);
+      CHECK(num(args, "bytes") == 640.0 * 4.0);
+      CHECK(num(e, "ts") >= prev_end - 1.0);
+    }
+    CHECK_EQ_U64((uint64_t)copies, ws[w]->copy ? 1u : 0u);
   }
   cJSON_Delete(doc);
   unlink(path);
 
   /* After the stop: launches make no records. */
-  worker_t again = {c, ks, 5, 1, 0, 0};
+  worker_t again = {c, ks, 5, 1, 0, 0, false};
   worker_main(&again);
   CHECK(again.ok);
   CHECK(cupti_stats().delivered == after.delivered);
@@ -223,7 +248,7 @@ CUBE_TEST(profiled_kernels_come_from_activity_records) {
   cube_kernel_t* ks = make_kernel("scale profiled", scale_src, "scale");
   REQUIRE(ks);
   cube_mock_cupti_stats_t before = cupti_stats();
-  worker_t a = {c, ks, 9, 2, 0, 0};
+  worker_t a = {c, ks, 9, 2, 0, 0, false};
   worker_main(&a); /* syncs: the summary is printed and emptied */
   CHECK(a.ok);
   CHECK(cupti_stats().kernels_on);
@@ -283,7 +308,7 @@ CUBE_TEST(without_cupti_events_time_kernels) {
            getenv("CUBE_TEST_TMPDIR") ? getenv("CUBE_TEST_TMPDIR") : "/tmp", (long)getpid());
   unlink(path);
   REQUIRE_OK(cube_trace_start(path));
-  worker_t a = {c, ks, 6, 4, 0, 0};
+  worker_t a = {c, ks, 6, 4, 0, 0, false};
   worker_main(&a);
   CHECK(a.ok);
   REQUIRE_OK(cube_trace_stop());
