@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cts.h"
+#include "json_file.h"
 
 /* Kernels run here (the CUDA mock and the null backend run none: there the
  * cases time copies). */
@@ -16,30 +17,9 @@ static bool cts_trace_kernels(void) {
          cts_backend()->backend != CUBE_BACKEND_NULL;
 }
 
-static cJSON* cts_trace_load(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* text = malloc((size_t)n + 1);
-  size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
-  fclose(f);
-  if (!text) return NULL;
-  text[got] = 0;
-  cJSON* doc = cJSON_Parse(text);
-  free(text);
-  return doc;
-}
-
-static double cts_num(const cJSON* o, const char* key) {
-  const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
-  return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
-}
-static const char* cts_str(const cJSON* o, const char* key) {
-  const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
-  return cJSON_IsString(v) ? v->valuestring : "";
-}
+static cJSON* cts_trace_load(const char* path) { return cube_test_json_load(path); }
+static double cts_num(const cJSON* o, const char* key) { return cube_test_json_num(o, key); }
+static const char* cts_str(const cJSON* o, const char* key) { return cube_test_json_str(o, key); }
 
 /* Every track's timestamps are monotone in file order, and every complete
  * event has a duration >= 0. Returns the number of "X" events. */

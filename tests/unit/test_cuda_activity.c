@@ -15,6 +15,7 @@
 
 #include "cube/cube.h"
 #include "check.h"
+#include "json_file.h"
 
 #ifdef CUBE_MOCK_CUDA_PATH
 typedef struct cube_mock_cupti_stats {
@@ -64,30 +65,9 @@ static cube_kernel_t* make_kernel(const char* name, const char* src, const char*
   return k;
 }
 
-static cJSON* load_json(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* text = malloc((size_t)n + 1);
-  size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
-  fclose(f);
-  if (!text) return NULL;
-  text[got] = 0;
-  cJSON* doc = cJSON_Parse(text);
-  free(text);
-  return doc;
-}
-
-static double num(const cJSON* o, const char* key) {
-  const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
-  return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
-}
-static const char* str(const cJSON* o, const char* key) {
-  const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
-  return cJSON_IsString(v) ? v->valuestring : "";
-}
+static cJSON* load_json(const char* path) { return cube_test_json_load(path); }
+static double num(const cJSON* o, const char* key) { return cube_test_json_num(o, key); }
+static const char* str(const cJSON* o, const char* key) { return cube_test_json_str(o, key); }
 
 typedef struct worker {
   cube_client_t* c;

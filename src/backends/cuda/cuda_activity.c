@@ -412,6 +412,32 @@ static void cube__act_name(cube__backend_device_t* d, const cube__act_entry_t* e
   pthread_mutex_unlock(&d->fn_lock);
 }
 
+/* Under the registry's lock: entry |e| of stream |s| into the trace (while
+ * one records) and, where the device's profile summary keeps records, into
+ * the stream's queue. */
+static void cube__act_deliver(cube__cuda_stream_t* s, cube__act_entry_t* e) {
+  cube__backend_device_t* d = s->act->device;
+  if (cube__trace_on()) {
+    cube__trace_record_t t;
+    memset(&t, 0, sizeof(t));
+    t.ts_ns = e->start_ns;
+    t.dur_ns = e->end_ns - e->start_ns;
+    t.pid = cube__trace_device_pid((cube_device_id_t){CUBE_BACKEND_CUDA, d->index});
+    t.tid = s->id;
+    if (e->kind == CUBE__ACTIVITY_COPY) {
+      t.kind = CUBE__TRACE_COPY;
+      t.a[0] = e->bytes;
+    } else {
+      t.kind = CUBE__TRACE_KERNEL;
+      for (int i = 0; i < 3; ++i) t.a[i] = e->count[i];
+    }
+    cube__act_name(d, e, t.name, sizeof(t.name));
+    cube__trace_copy_name(t.detail, sizeof(t.detail), "device activity");
+    cube__trace_emit(&t);
+  }
+  if (atomic_load_explicit(&d->act_keep, memory_order_relaxed)) cube__act_push(s->act, e);
+}
+
 /* Under the registry's lock: a copy's record. Device-to-device copies on a
  * stream cube knows are its copies (cube_client_copy); the staging ring's
  * copies to and from the host are timed on the host clock as the uploads and
@@ -432,21 +458,7 @@ static void cube__act_copy(const uint8_t* r) {
   e.start_ns = (uint64_t)((int64_t)start + g_act.offset);
   e.end_ns = (uint64_t)((int64_t)end + g_act.offset);
   cube__trace_copy_name(e.foreign, sizeof(e.foreign), "copy");
-  cube__backend_device_t* d = s->act->device;
-  if (cube__trace_on()) {
-    cube__trace_record_t t;
-    memset(&t, 0, sizeof(t));
-    t.ts_ns = e.start_ns;
-    t.dur_ns = e.end_ns - e.start_ns;
-    t.pid = cube__trace_device_pid((cube_device_id_t){CUBE_BACKEND_CUDA, d->index});
-    t.tid = s->id;
-    t.kind = CUBE__TRACE_COPY;
-    t.a[0] = e.bytes;
-    cube__trace_copy_name(t.name, sizeof(t.name), "copy");
-    cube__trace_copy_name(t.detail, sizeof(t.detail), "device activity");
-    cube__trace_emit(&t);
-  }
-  if (atomic_load_explicit(&d->act_keep, memory_order_relaxed)) cube__act_push(s->act, &e);
+  cube__act_deliver(s, &e);
 }
 
 /* A buffer of records, on the collector or a flush's caller: each kernel of
@@ -488,21 +500,7 @@ static void cube__act_buffer_read(const uint8_t* buffer, size_t valid) {
       cube__trace_copy_name(e.foreign, sizeof(e.foreign), as);
       e.hash = 0;
     }
-    cube__backend_device_t* d = s->act->device;
-    if (cube__trace_on()) {
-      cube__trace_record_t t;
-      memset(&t, 0, sizeof(t));
-      t.ts_ns = e.start_ns;
-      t.dur_ns = e.end_ns - e.start_ns;
-      t.pid = cube__trace_device_pid((cube_device_id_t){CUBE_BACKEND_CUDA, d->index});
-      t.tid = s->id;
-      t.kind = CUBE__TRACE_KERNEL;
-      for (int i = 0; i < 3; ++i) t.a[i] = e.count[i];
-      cube__act_name(d, &e, t.name, sizeof(t.name));
-      cube__trace_copy_name(t.detail, sizeof(t.detail), "device activity");
-      cube__trace_emit(&t);
-    }
-    if (atomic_load_explicit(&d->act_keep, memory_order_relaxed)) cube__act_push(s->act, &e);
+    cube__act_deliver(s, &e);
   }
   pthread_mutex_unlock(&g_act.lock);
 }
