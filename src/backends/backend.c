@@ -412,11 +412,12 @@ cube_status_t cube__backend_event_elapsed(const cube__backend_t* be, void* start
              "%s:%u: reading event times failed", be->vt->name, be->index);
 }
 
-bool cube__backend_activity_begin(const cube__backend_t* be, void* stream, bool keep) {
+bool cube__backend_activity_begin(const cube__backend_t* be, void* stream, uint32_t kind,
+                                  bool keep) {
   if (!cube__backend_has_activity(be)) return false;
   bool on = false;
   CUBE__CALL_VOID(be, CUBE__SLOT_ACTIVITY_BEGIN,
-                  on = be->vt->activity_begin(be->device, stream, keep));
+                  on = be->vt->activity_begin(be->device, stream, kind, keep));
   return on;
 }
 

@@ -86,6 +86,9 @@ typedef struct cube__launch {
    * where it runs (device timestamps) stores its duration here, once the
    * kernel finished; left at UINT64_MAX, the server's host clock is used. */
   uint64_t* device_ns;
+  /* The launch is timed by the backend's activity records (activity_begin
+   * said yes for kernels on this stream): a record of it is to come. */
+  bool activity;
 } cube__launch_t;
 
 /* Native graphs (the graph_* slots): a recorded sequence the backend runs as
@@ -129,6 +132,7 @@ typedef enum cube__activity_kind {
 
 typedef struct cube__activity_record {
   uint32_t kind; /* cube__activity_kind_t */
+  bool traced;   /* the backend put it into the trace already */
   uint64_t bytes; /* a copy's */
   uint64_t start_ns;
   uint64_t end_ns;
@@ -414,23 +418,25 @@ typedef struct cube__backend_vtable {
    * put on the stream, so that timing every launch costs the launch next to
    * nothing (docs/observability.md). Both or neither.
    *
-   * activity_begin: true when every kernel launched and every copy made on
-   * |stream| from now on will have a record (the backend starts recording if it was not, and
+   * activity_begin: true when every kernel launched (|kind|
+   * CUBE__ACTIVITY_KERNEL) or every copy made (CUBE__ACTIVITY_COPY) on
+   * |stream| from now on will have a record (a backend may arm only the
+   * next one of that kind: the server asks before each) (the backend starts recording if it was not, and
    * learns the stream); false when the backend cannot (the driver's tool
    * library absent or taken by another tool): the server then brackets the
    * launch with events. |keep|: the device's profile summary wants records
    * for as long as the device lives (else only while a trace records).
    * Owner thread of |stream|.
    *
-   * While a trace records, the backend puts each record into it itself
-   * (cube__trace_emit, as the records come), and empties the driver's
-   * buffers into it when the trace stops.
+   * A backend may put each record into the trace itself, as the records
+   * come (CUDA: cube__trace_emit from its collector), and say so in the
+   * record (|traced|); the server then takes it for the summary only.
    *
-   * activity_take: for the profile summary (|keep|): moves up to |max|
-   * completed records of |stream| into |out|, oldest first, and returns how
-   * many; |flush|: the driver's buffers are emptied first (after a sync:
-   * every kernel before it is there). Owner thread of |stream|. */
-  bool (*activity_begin)(cube__backend_device_t* device, void* stream, bool keep);
+   * activity_take: moves up to |max| completed records of |stream| into
+   * |out|, oldest first, and returns how many; |flush|: the driver's
+   * buffers are emptied first (after a sync: every kernel before it is
+   * there). Owner thread of |stream|. */
+  bool (*activity_begin)(cube__backend_device_t* device, void* stream, uint32_t kind, bool keep);
   size_t (*activity_take)(cube__backend_device_t* device, void* stream, bool flush,
                           cube__activity_record_t* out, size_t max);
 } cube__backend_vtable_t;
@@ -632,7 +638,8 @@ void cube__backend_graph_destroy(const cube__backend_t* be, void* graph);
 static inline bool cube__backend_has_activity(const cube__backend_t* be) {
   return be->vt->activity_begin != NULL && be->vt->activity_take != NULL;
 }
-bool cube__backend_activity_begin(const cube__backend_t* be, void* stream, bool keep);
+bool cube__backend_activity_begin(const cube__backend_t* be, void* stream, uint32_t kind,
+                                  bool keep);
 size_t cube__backend_activity_take(const cube__backend_t* be, void* stream, bool flush,
                                    cube__activity_record_t* out, size_t max);
 

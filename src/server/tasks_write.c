@@ -247,7 +247,7 @@ static cube_status_t cube__copy_run(cube__stream_t* st, cube__memory_t* src,
                              "copy: destination memory %" PRIu64 " is not bound", dst->id);
   cube__timing_mark_t m;
   m.on = false;
-  if (__builtin_expect(cube__timing_wanted(s), 0)) cube__timing_begin_device(st, &m);
+  if (__builtin_expect(cube__timing_wanted(s), 0)) cube__timing_begin_device(st, &m, true);
   cube_status_t status = cube__backend_copy(&s->be, st->backend_stream, to, to_off + dst_offset,
                                             from, from_off + src_offset, bytes);
   if (m.on) {

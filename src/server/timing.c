@@ -110,7 +110,7 @@ static struct cube__timing* cube__timing_state(cube__stream_t* st, bool anchor) 
   return t;
 }
 
-void cube__timing_begin_device(cube__stream_t* st, cube__timing_mark_t* m) {
+void cube__timing_begin_device(cube__stream_t* st, cube__timing_mark_t* m, bool copy) {
   cube__server_t* s = st->server;
   if (!cube__backend_has_activity(&s->be) || !cube__timing_wanted(s)) {
     cube__timing_begin(st, m);
@@ -118,6 +118,7 @@ void cube__timing_begin_device(cube__stream_t* st, cube__timing_mark_t* m) {
   }
   struct cube__timing* t = st->timing ? st->timing : cube__timing_state(st, false);
   if (t && cube__backend_activity_begin(&s->be, st->backend_stream,
+                                        copy ? CUBE__ACTIVITY_COPY : CUBE__ACTIVITY_KERNEL,
                                         s->profiler.level >= CUBE_PROFILE_BASIC)) {
     t->activity = true;
     m->on = true;
@@ -128,22 +129,33 @@ void cube__timing_begin_device(cube__stream_t* st, cube__timing_mark_t* m) {
   cube__timing_begin(st, m);
 }
 
-/* Takes the backend's kernel records of |st| for the profile summary
- * (|flush|: after emptying the driver's buffers); the backend put them into
- * the trace itself. Nothing without a summary to fill. */
+/* Takes the backend's activity records of |st| (|flush|: after emptying
+ * the driver's buffers) and delivers them: to the summary, and to the trace
+ * unless the backend put them there itself. */
 static void cube__timing_take(cube__stream_t* st, struct cube__timing* t, bool flush) {
   cube__server_t* s = st->server;
   t->untaken = 0;
-  if (s->profiler.level < CUBE_PROFILE_BASIC) return;
+  bool profiled = s->profiler.level >= CUBE_PROFILE_BASIC;
+  if (!profiled && !cube__trace_on()) return;
   cube__activity_record_t r[64];
   size_t n;
   do {
-    n = cube__backend_activity_take(&s->be, st->backend_stream, flush, r,
+    n = cube__backend_activity_take(&s->be, st->backend_stream, flush && profiled, r,
                                     sizeof(r) / sizeof(r[0]));
     flush = false;
-    for (size_t i = 0; i < n; ++i)
-      cube__timing_profile(s, r[i].kind == CUBE__ACTIVITY_COPY ? CUBE__TRACE_COPY : CUBE__TRACE_KERNEL,
-                           r[i].name, r[i].count, r[i].end_ns - r[i].start_ns);
+    for (size_t i = 0; i < n; ++i) {
+      cube__trace_kind_t kind =
+          r[i].kind == CUBE__ACTIVITY_COPY ? CUBE__TRACE_COPY : CUBE__TRACE_KERNEL;
+      uint64_t ns = r[i].end_ns - r[i].start_ns;
+      if (r[i].traced) {
+        cube__timing_profile(s, kind, r[i].name, r[i].count, ns);
+      } else {
+        const uint64_t a[3] = {kind == CUBE__TRACE_COPY ? r[i].bytes : r[i].count[0],
+                               kind == CUBE__TRACE_COPY ? 0 : r[i].count[1],
+                               kind == CUBE__TRACE_COPY ? 0 : r[i].count[2]};
+        cube__timing_deliver(st, kind, r[i].name, a, r[i].start_ns, ns, "device clock");
+      }
+    }
   } while (n == sizeof(r) / sizeof(r[0]));
 }
 

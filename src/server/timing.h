@@ -56,11 +56,11 @@ static inline bool cube__timing_wanted(const cube__server_t* s) {
 /* Starts timing work about to be issued on |st| (m->on false: nothing). */
 void cube__timing_begin(cube__stream_t* st, cube__timing_mark_t* m);
 
-/* The same for a kernel launch or a copy between two buffers: where the
+/* The same for a kernel launch, or (|copy|) a copy between two buffers: where the
  * backend keeps activity records (CUDA with CUPTI), nothing is put on the
  * stream and the record comes from the backend (into the trace itself, to
  * the summary at a later take); else as cube__timing_begin. */
-void cube__timing_begin_device(cube__stream_t* st, cube__timing_mark_t* m);
+void cube__timing_begin_device(cube__stream_t* st, cube__timing_mark_t* m, bool copy);
 
 /* Ends it: |device_ns| is the backend's own duration (UINT64_MAX: none). */
 void cube__timing_end(cube__stream_t* st, cube__timing_mark_t* m, const cube__timed_desc_t* d,

@@ -608,7 +608,8 @@ static bool cube__act_register_locked(cube__backend_device_t* d, cube__cuda_stre
   return true;
 }
 
-bool cube__cuda_activity_begin(cube__backend_device_t* d, void* stream, bool keep) {
+bool cube__cuda_activity_begin(cube__backend_device_t* d, void* stream, uint32_t kind, bool keep) {
+  (void)kind; /* kernels and copies alike */
   cube__cuda_stream_t* s = stream;
   if (!s) return false;
   /* The common case: on, the stream known, nothing to keep. */
@@ -653,6 +654,7 @@ size_t cube__cuda_activity_take(cube__backend_device_t* d, void* stream, bool fl
   for (size_t i = 0; i < n; ++i) {
     cube__activity_record_t* o = &out[i];
     o->kind = e[i].kind;
+    o->traced = true; /* the collector put it into the trace */
     o->bytes = e[i].bytes;
     o->start_ns = e[i].start_ns;
     o->end_ns = e[i].end_ns;

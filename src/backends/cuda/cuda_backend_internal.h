@@ -303,7 +303,7 @@ void cube__cuda_graph_destroy(cube__backend_device_t* d, void* graph);
 //===----------------------------------------------------------------------===//
 
 /* The activity slots (backend.h). */
-bool cube__cuda_activity_begin(cube__backend_device_t* d, void* stream, bool keep);
+bool cube__cuda_activity_begin(cube__backend_device_t* d, void* stream, uint32_t kind, bool keep);
 size_t cube__cuda_activity_take(cube__backend_device_t* d, void* stream, bool flush,
                                 cube__activity_record_t* out, size_t max);
 /* A kernel of |hash| (its entry's name) launched on |s| as |name|: noted

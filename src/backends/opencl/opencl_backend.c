@@ -61,5 +61,7 @@ const cube__backend_vtable_t cube__backend_opencl = {
     .kernel_limits = cube__ocl_kernel_limits,
     .sync = cube__ocl_sync,
     .copy = cube__ocl_copy,
+    .activity_begin = cube__ocl_activity_begin,
+    .activity_take = cube__ocl_activity_take,
     .ctl = cube__ocl_ctl,
 };

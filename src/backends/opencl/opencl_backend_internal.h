@@ -57,9 +57,29 @@ typedef struct cube__ocl_entry {
   uint64_t local_mem;     /* CL_KERNEL_LOCAL_MEM_SIZE: its __local arrays */
 } cube__ocl_entry_t;
 
+/* A kernel timed by its profiling info, not read yet (activity slots). */
+typedef struct cube__ocl_timed {
+  cl_event done;
+  uint32_t kind; /* cube__activity_kind_t */
+  uint64_t bytes; /* a copy's */
+  uint32_t count[3];
+  char name[80];
+} cube__ocl_timed_t;
+
+/* Timed kernels a stream keeps unread at most; past it the oldest is dropped. */
+#define CUBE__OCL_TIMED_MAX 65536u
+
 typedef struct cube__ocl_stream {
   cl_command_queue queue;
   uint64_t id;
+  /* Kernels timed by their events, in launch order (opencl_stream.c): a ring
+   * of |timed_cap| (grown to CUBE__OCL_TIMED_MAX), owner thread only. */
+  cube__ocl_timed_t* timed;
+  uint32_t timed_head, timed_count, timed_cap;
+  uint64_t timed_dropped;
+  bool clock_known;
+  bool time_copy;       /* the next copy is timed (activity_begin for a copy armed it) */
+  int64_t clock_offset; /* cube__now_ns() - the device's profiling clock */
 } cube__ocl_stream_t;
 
 struct cube__backend_device {
@@ -120,6 +140,16 @@ void cube__ocl_host_dealloc(cube__backend_device_t* dev, const cube__storage_t* 
 cube_status_t cube__ocl_stream_create(cube__backend_device_t* dev, uint64_t stream_id,
                                       void** out_stream);
 void cube__ocl_stream_destroy(cube__backend_device_t* dev, void* stream);
+/* The activity slots (backend.h): kernels timed by their events' profiling
+ * info, read once they completed, so that a timed launch does not wait. */
+bool cube__ocl_activity_begin(cube__backend_device_t* dev, void* stream, uint32_t kind,
+                              bool keep);
+size_t cube__ocl_activity_take(cube__backend_device_t* dev, void* stream, bool flush,
+                               cube__activity_record_t* out, size_t max);
+/* Notes kernel |name| of |count| cubes whose completion is |done| (owned now). */
+void cube__ocl_timed_push(cube__backend_device_t* dev, cube__ocl_stream_t* s, cl_event done,
+                          uint32_t kind, const char* name, const uint32_t count[3],
+                          uint64_t bytes);
 /* Before a command on |s|: when the device's previous command went to another
  * queue, a marker there that this command must wait for (*out_wait, to
  * release after the enqueue; NULL when none is needed). Runner only. */

@@ -416,7 +416,8 @@ cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
   }
   cl_event done = NULL;
   err = cl->EnqueueNDRangeKernel(s->queue, e.kernel, 3, NULL, global, local, wait ? 1 : 0,
-                                 wait ? &wait : NULL, l->device_ns ? &done : NULL);
+                                 wait ? &wait : NULL,
+                                 l->device_ns || l->activity ? &done : NULL);
   if (wait) cl->ReleaseEvent(wait);
   if (err != CL_SUCCESS)
     return cube__ocl_error(err == CL_OUT_OF_RESOURCES || err == CL_MEM_OBJECT_ALLOCATION_FAILURE
@@ -429,6 +430,11 @@ cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
                            dev->index, dev->name);
   cl->Flush(s->queue); /* start it now: the runner may not come back to this queue soon */
   cube_status_t st = CUBE_OK;
+  if (done && l->activity) {
+    /* Read once it completed (activity_take): the launch does not wait. */
+    cube__ocl_timed_push(dev, s, done, CUBE__ACTIVITY_KERNEL, name, l->count, 0);
+    done = NULL;
+  }
   if (done) {
     cl_ulong t0 = 0, t1 = 0;
     cl_int exec = CL_COMPLETE;

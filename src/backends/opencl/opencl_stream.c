@@ -9,6 +9,7 @@
  */
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/opencl/opencl_backend_internal.h"
 #include "base/status.h"
@@ -42,9 +43,116 @@ void cube__ocl_stream_destroy(cube__backend_device_t* dev, void* stream) {
   cube__ocl_stream_t* s = stream;
   if (!s) return;
   dev->cl->Finish(s->queue);
+  for (uint32_t i = 0; i < s->timed_count; ++i)
+    dev->cl->ReleaseEvent(s->timed[(s->timed_head + i) % s->timed_cap].done);
+  free(s->timed);
   if (dev->last_queue == s->queue) dev->last_queue = NULL;
   dev->cl->ReleaseCommandQueue(s->queue);
   free(s);
+}
+
+//===----------------------------------------------------------------------===//
+// Kernels timed by their events (the activity slots)
+//===----------------------------------------------------------------------===//
+
+bool cube__ocl_activity_begin(cube__backend_device_t* dev, void* stream, uint32_t kind,
+                              bool keep) {
+  (void)keep;
+  cube__ocl_stream_t* s = stream;
+  if (!s) return false;
+  /* A copy's record: the stream's next copy makes one. */
+  if (kind == CUBE__ACTIVITY_COPY) s->time_copy = true;
+  if (s->clock_known) return true;
+  /* The device's profiling clock against cube's: a marker's queued time
+   * beside the host's time around its enqueue (once per stream). */
+  const cube__ocl_api_t* cl = dev->cl;
+  cl_event m = NULL;
+  uint64_t h0 = cube__now_ns();
+  cl_int err = cl->EnqueueMarkerWithWaitList(s->queue, 0, NULL, &m);
+  uint64_t h1 = cube__now_ns();
+  cl_ulong q = 0;
+  if (err == CL_SUCCESS) err = cl->WaitForEvents(1, &m);
+  if (err == CL_SUCCESS)
+    err = cl->GetEventProfilingInfo(m, CL_PROFILING_COMMAND_QUEUED, sizeof(q), &q, NULL);
+  if (m) cl->ReleaseEvent(m);
+  if (err != CL_SUCCESS || !q) {
+    s->time_copy = false;
+    return false;
+  }
+  s->clock_offset = (int64_t)(h0 + (h1 - h0) / 2) - (int64_t)q;
+  s->clock_known = true;
+  return true;
+}
+
+void cube__ocl_timed_push(cube__backend_device_t* dev, cube__ocl_stream_t* s, cl_event done,
+                          uint32_t kind, const char* name, const uint32_t count[3],
+                          uint64_t bytes) {
+  if (s->timed_count == s->timed_cap) {
+    uint32_t cap = s->timed_cap ? s->timed_cap * 2 : 256;
+    cube__ocl_timed_t* grown =
+        cap <= CUBE__OCL_TIMED_MAX ? malloc((size_t)cap * sizeof(*grown)) : NULL;
+    if (!grown) {
+      /* At the limit (or no memory): the oldest goes unread. */
+      dev->cl->ReleaseEvent(s->timed[s->timed_head].done);
+      s->timed_head = (s->timed_head + 1) % s->timed_cap;
+      s->timed_count--;
+      s->timed_dropped++;
+    } else {
+      for (uint32_t i = 0; i < s->timed_count; ++i)
+        grown[i] = s->timed[(s->timed_head + i) % s->timed_cap];
+      free(s->timed);
+      s->timed = grown;
+      s->timed_cap = cap;
+      s->timed_head = 0;
+    }
+  }
+  cube__ocl_timed_t* t = &s->timed[(s->timed_head + s->timed_count) % s->timed_cap];
+  t->done = done;
+  t->kind = kind;
+  t->bytes = bytes;
+  memcpy(t->count, count, sizeof(t->count));
+  size_t n = 0;
+  while (name && name[n] && n + 1 < sizeof(t->name)) ++n;
+  memcpy(t->name, name ? name : "", n);
+  t->name[n] = 0;
+  s->timed_count++;
+}
+
+size_t cube__ocl_activity_take(cube__backend_device_t* dev, void* stream, bool flush,
+                               cube__activity_record_t* out, size_t max) {
+  cube__ocl_stream_t* s = stream;
+  const cube__ocl_api_t* cl = dev->cl;
+  size_t n = 0;
+  while (s && s->timed_count && n < max) {
+    cube__ocl_timed_t* t = &s->timed[s->timed_head];
+    cl_int exec = CL_COMPLETE;
+    if (flush) cl->WaitForEvents(1, &t->done);
+    if (cl->GetEventInfo(t->done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(exec), &exec,
+                         NULL) != CL_SUCCESS)
+      exec = -1;
+    if (exec > CL_COMPLETE) break; /* not done yet: neither are those after it */
+    cl_ulong t0 = 0, t1 = 0;
+    bool ok = exec == CL_COMPLETE &&
+              cl->GetEventProfilingInfo(t->done, CL_PROFILING_COMMAND_START, sizeof(t0), &t0,
+                                        NULL) == CL_SUCCESS &&
+              cl->GetEventProfilingInfo(t->done, CL_PROFILING_COMMAND_END, sizeof(t1), &t1,
+                                        NULL) == CL_SUCCESS &&
+              t1 >= t0;
+    if (ok) { /* a failed kernel has no record: its failure is the stream's */
+      cube__activity_record_t* r = &out[n++];
+      memset(r, 0, sizeof(*r));
+      r->kind = t->kind;
+      r->bytes = t->bytes;
+      r->start_ns = (uint64_t)((int64_t)t0 + s->clock_offset);
+      r->end_ns = (uint64_t)((int64_t)t1 + s->clock_offset);
+      memcpy(r->count, t->count, sizeof(r->count));
+      memcpy(r->name, t->name, sizeof(r->name));
+    }
+    cl->ReleaseEvent(t->done);
+    s->timed_head = (s->timed_head + 1) % s->timed_cap;
+    s->timed_count--;
+  }
+  return n;
 }
 
 /* Before a command on |s|: when the device's previous command went to another
@@ -159,11 +267,19 @@ cube_status_t cube__ocl_copy(cube__backend_device_t* dev, void* stream,
   cube__ocl_stream_t* s = stream;
   cl_event wait;
   CUBE_RETURN_IF_ERROR(cube__ocl_order(dev, s, &wait));
+  /* Timed (armed by activity_begin): its event is read once it completed. */
+  bool timed = s->time_copy;
+  s->time_copy = false;
+  cl_event done = NULL;
   cl_int err = dev->cl->EnqueueCopyBuffer(s->queue, (cl_mem)src->backend_data,
                                           (cl_mem)dst->backend_data, (size_t)src_offset,
                                           (size_t)dst_offset, (size_t)bytes, wait ? 1 : 0,
-                                          wait ? &wait : NULL, NULL);
+                                          wait ? &wait : NULL, timed ? &done : NULL);
   if (wait) dev->cl->ReleaseEvent(wait);
+  if (err == CL_SUCCESS && done) {
+    static const uint32_t none[3] = {0, 0, 0};
+    cube__ocl_timed_push(dev, s, done, CUBE__ACTIVITY_COPY, "copy", none, bytes);
+  }
   if (err != CL_SUCCESS)
     return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
                            "opencl copy of %" PRIu64 " bytes from storage %" PRIu64
