@@ -356,6 +356,58 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_copy(cube_client_t* client, cube_
 CUBE_MUST_USE_RESULT cube_status_t cube_client_accept_contents(cube_client_t* client,
                                                                cube_handle_t handle);
 
+/* Recovery (docs/failures.md, "Recovery") ------------------------------------ */
+
+/* Recovers |device| after it was lost (calls on it returned DEVICE_LOST):
+ * once the work queued before has run (it fails with DEVICE_LOST), the
+ * device's context is reset and made again (CUDA: cuDevicePrimaryCtxReset),
+ * with its streams, pools and staging; kernels load again on their next
+ * launch. Every handle of the device stays valid and gets new device memory
+ * at once: a restorable buffer (cube_client_checkpoint,
+ * cube_client_create_restorable) holds its host copy again, bit for bit;
+ * every other one holds nothing valid, and a read of it returns DATA_LOST
+ * naming the device's first fault (a full write or copy into it makes it
+ * valid again, as after any failure). The deferred errors of the device's
+ * streams from before are dropped, and graphs captured before cannot be
+ * replayed (FAILED_PRECONDITION: capture them again). Then the same
+ * process runs new work on the device as before. A device that is not lost
+ * (also one recovered meanwhile by another thread, and a device of a
+ * backend that never loses one) returns CUBE_OK at once, doing nothing.
+ * Thread-safe: calls of other threads on the device during the recovery
+ * return DEVICE_LOST, or wait and run after it. Fails, the device staying
+ * lost, with FAILED_PRECONDITION while the program still holds pinned
+ * memory of the device (read results, staging buffers: the reset would
+ * free it under the program; release them and call again), UNIMPLEMENTED
+ * naming the backend where it cannot reset a device, and the driver's
+ * failure to reset (DEVICE_LOST again when the GPU itself is gone: then
+ * only a new process, or a reset of the GPU, helps); a restorable buffer
+ * that could not be written back fails the call with that failure after
+ * the device recovered (that buffer reads as DATA_LOST). Fails as
+ * cube_client_load for a device that does not exist. With
+ * CUBE_DEVICE_RECOVER=auto (cube/options.h) the first call that finds a
+ * device lost recovers it itself. */
+CUBE_MUST_USE_RESULT cube_status_t cube_device_recover(cube_device_id_t device);
+
+/* Makes the buffer of |handle| restorable: a host copy of its contents (the
+ * whole buffer, whatever part of it |handle| views) is taken now, after the
+ * work queued before on the stream, and a recovery of the device writes it
+ * back (cube_device_recover). A later call replaces the copy; the copy goes
+ * with the buffer. Costs a read of the buffer (with the device to itself)
+ * and host memory of its size. Thread-safe. Fails with the read's failure
+ * (DATA_LOST for a buffer with no valid contents: the copy before, if any,
+ * stays), OUT_OF_MEMORY for the host copy, and at once as every call here. */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_checkpoint(cube_client_t* client,
+                                                          cube_handle_t handle);
+
+/* As cube_client_create_from_slice, and the buffer is restorable from
+ * |data| (copied: the caller keeps |data|), its contents until a
+ * cube_client_checkpoint replaces them. Fails as
+ * cube_client_create_from_slice, and with OUT_OF_MEMORY for the host copy
+ * (then no handle is made). */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_create_restorable(cube_client_t* client,
+                                                                 const void* data, size_t size,
+                                                                 cube_handle_t* out_handle);
+
 /* Reading memory ------------------------------------------------------------- */
 
 /* Reads every handle (its whole view) into new host buffers, after all work

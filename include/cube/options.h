@@ -181,6 +181,7 @@ typedef enum cube_option_e {
   CUBE_OPTION_TRACE_RECORDS,
   CUBE_OPTION_COMPILE_NOTICE,
   CUBE_OPTION_CUPTI,
+  CUBE_OPTION_DEVICE_RECOVER,
 } cube_option_t;
 
 typedef enum cube_option_type_e {

@@ -60,7 +60,7 @@ static inline bool cube__fault(const cube__backend_t* be, cube__backend_slot_t s
 //===----------------------------------------------------------------------===//
 
 /* The marker of orphans (backend.h, cube__backend_orphan) of a lost device. */
-static cube__backend_loss_t cube__loss_of_orphans = {NULL, CUBE__SLOT_DEVICE_DESTROY, ""};
+static cube__backend_loss_t cube__loss_of_orphans = {NULL, CUBE__SLOT_DEVICE_DESTROY, "", NULL};
 
 cube_status_t cube__backend_lost_status(const cube__backend_t* be, const char* what) {
   const cube__backend_loss_t* loss = atomic_load_explicit(&be->loss, memory_order_acquire);
@@ -78,7 +78,7 @@ cube_status_t cube__backend_lost_status(const cube__backend_t* be, const char* w
 }
 
 cube__backend_t cube__backend_orphan(const cube__backend_t* be) {
-  cube__backend_t o = {be->vt, NULL, be->index, NULL};
+  cube__backend_t o = {be->vt, NULL, be->index, NULL, NULL};
   if (cube__backend_lost(be)) atomic_init(&o.loss, &cube__loss_of_orphans);
   return o;
 }
@@ -178,6 +178,7 @@ cube_status_t cube__backend_device_create(cube__backend_t* be, cube_backend_t ba
   be->device = NULL;
   be->index = index;
   atomic_init(&be->loss, NULL);
+  be->ended = NULL;
   if (!be->vt)
     return cube__status_make(CUBE_STATUS_UNAVAILABLE, "backend %s is not built into this library",
                              cube_backend_name(backend) ? cube_backend_name(backend) : "?");
@@ -198,8 +199,62 @@ void cube__backend_device_destroy(cube__backend_t* be) {
   be->device = NULL;
   cube__backend_loss_t* loss = atomic_exchange(&be->loss, NULL);
   if (loss && loss != &cube__loss_of_orphans) {
+    loss->next = be->ended;
+    be->ended = loss;
+  }
+  while (be->ended) {
+    loss = be->ended;
+    be->ended = loss->next;
     cube_status_free(loss->root);
     free(loss);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Recovery (backend.h): the slots called on a lost device, by its recovery
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__backend_reset(cube__backend_t* be) {
+  cube_status_t st = be->vt->ctl && be->device
+                         ? be->vt->ctl(be->device, NULL, CUBE__CTL_DEVICE_RESET, NULL)
+                         : cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "no reset");
+  if (cube_status_code(st) != CUBE_STATUS_UNIMPLEMENTED) return st;
+  cube_status_free(st);
+  return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
+                           "%s:%u: the %s backend cannot recover a lost device (no reset)",
+                           be->vt->name, be->index, be->vt->name);
+}
+
+cube_status_t cube__backend_renew(const cube__backend_t* be, void* stream,
+                                  cube__storage_t* storage) {
+  cube__storage_t fresh;
+  memset(&fresh, 0, sizeof(fresh));
+  cube_status_t st = be->vt->alloc_on
+                         ? be->vt->alloc_on(be->device, stream, storage->size, &fresh)
+                         : be->vt->alloc(be->device, storage->size, &fresh);
+  if (st) return st;
+  storage->ptr = fresh.ptr;
+  storage->backend_data = fresh.backend_data;
+  return CUBE_OK;
+}
+
+cube_status_t cube__backend_restore(const cube__backend_t* be, void* stream,
+                                    const cube__storage_t* dst, uint64_t offset, const void* src,
+                                    uint64_t bytes) {
+  CUBE_RETURN_IF_ERROR(be->vt->write(be->device, stream, dst, offset, bytes, src, bytes, 1));
+  return be->vt->sync ? be->vt->sync(be->device, stream) : CUBE_OK;
+}
+
+cube_status_t cube__backend_stream_renew(const cube__backend_t* be, uint64_t id, void** out) {
+  *out = NULL;
+  return be->vt->stream_create ? be->vt->stream_create(be->device, id, out) : CUBE_OK;
+}
+
+void cube__backend_found(cube__backend_t* be) {
+  cube__backend_loss_t* loss = atomic_exchange(&be->loss, NULL);
+  if (loss && loss != &cube__loss_of_orphans) {
+    loss->next = be->ended;
+    be->ended = loss;
   }
 }
 

@@ -222,6 +222,17 @@ typedef enum cube__backend_ctl_op {
    * the driver. Sent once, by the wrapper that saw the status,
    * on that thread. UNIMPLEMENTED: nothing to do. */
   CUBE__CTL_DEVICE_LOST = 11,
+  /* arg: NULL. Recovery of a lost device (cube_device_recover): the
+   * server has destroyed every stream and graph of it (host side only) and
+   * dropped the bookkeeping of its storage; the backend now resets the
+   * driver's state of the device (CUDA: cuDevicePrimaryCtxReset, which
+   * frees every allocation of the context, pinned ones included), forgets
+   * what it held in it (staging ring, modules and functions: kernels load
+   * again on next use) and makes the device usable again, on the same
+   * device object. Sent by cube__backend_reset only, with the device to
+   * the caller (nothing else calls the backend about it meanwhile).
+   * UNIMPLEMENTED: the backend cannot recover a device. */
+  CUBE__CTL_DEVICE_RESET = 12,
 } cube__backend_ctl_op_t;
 
 /* The argument of CUBE__CTL_MEMORY_INFO. */
@@ -473,6 +484,7 @@ typedef struct cube__backend_loss {
   cube_status_t root;      /* the slot's own status (NULL in the orphans' marker) */
   int slot;                /* the cube__backend_slot_t that returned it */
   char when[32];           /* UTC, microseconds */
+  struct cube__backend_loss* next; /* the losses of the device that a recovery ended */
 } cube__backend_loss_t;
 
 /* A backend device as the layers above hold it. */
@@ -483,6 +495,10 @@ typedef struct cube__backend {
   /* NULL while the device works; set once, by the wrapper that first sees a
    * DEVICE_LOST status, and never cleared while the device lives. */
   _Atomic(cube__backend_loss_t*) loss;
+  /* The records of losses that recoveries ended (cube__backend_found): kept
+   * until the device is destroyed, so that a thread still formatting a
+   * status from one never reads freed memory. Written by the recovery only. */
+  cube__backend_loss_t* ended;
 } cube__backend_t;
 
 /* True once the device is lost: one relaxed load (the layers above test it
@@ -500,6 +516,29 @@ cube_status_t cube__backend_lost_status(const cube__backend_t* be, const char* w
  * destruction (device NULL): marked lost when |be| is, so that memory of a
  * lost device is never handed to its driver. */
 cube__backend_t cube__backend_orphan(const cube__backend_t* be);
+
+/* Recovery of a lost device (src/server/recover.c), with the device to the
+ * caller: these call the backend's slots although the device is lost (every
+ * other wrapper refuses then), untraced and without fault sites.
+ *
+ * cube__backend_reset: CUBE__CTL_DEVICE_RESET (backend.h); UNIMPLEMENTED
+ * naming the backend when it cannot recover a device.
+ * cube__backend_renew: new storage of |storage->size| bytes (on |stream|
+ * where the backend allocates on streams) replaces |storage|'s ptr and
+ * backend_data; its id and size stay.
+ * cube__backend_restore: writes |bytes| from |src| at |offset| of |dst| and
+ * waits for |stream|.
+ * cube__backend_stream_renew: a new backend stream for stream |id|.
+ * cube__backend_found: the device works again: its loss record is ended
+ * (kept until the device is destroyed) and the wrappers call it again. */
+cube_status_t cube__backend_reset(cube__backend_t* be);
+cube_status_t cube__backend_renew(const cube__backend_t* be, void* stream,
+                                  cube__storage_t* storage);
+cube_status_t cube__backend_restore(const cube__backend_t* be, void* stream,
+                                    const cube__storage_t* dst, uint64_t offset, const void* src,
+                                    uint64_t bytes);
+cube_status_t cube__backend_stream_renew(const cube__backend_t* be, uint64_t id, void** out);
+void cube__backend_found(cube__backend_t* be);
 
 /* The slots, for fault sites and traces: the fallible ones first, in the
  * order of their fault sites (base/fault.h: "<backend>_<slot>"), then those

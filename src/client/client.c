@@ -14,6 +14,7 @@
 #include "base/abi.h"
 #include "base/options.h"
 #include "client/client_internal.h"
+#include "server/recover.h"
 
 struct cube_resource_s {
   cube__memory_t* mem; /* binding reference */
@@ -21,9 +22,31 @@ struct cube_resource_s {
   uint64_t size;
 };
 
+/* CUBE_DEVICE_RECOVER=auto: the call that finds the device lost recovers it
+ * (after the work queued before, which fails with the loss) and still
+ * returns the loss, saying that the device works again. */
+static cube_status_t cube__client_auto_recover(const cube_client_t* c, cube_status_t lost) {
+  cube_status_t r = cube__server_recover(c->server, "automatic recovery");
+  cube_status_t out =
+      r ? cube__status_make(CUBE_STATUS_DEVICE_LOST, "%s; %s", cube_status_message(lost),
+                            cube_status_message(r))
+        : cube__status_make(CUBE_STATUS_DEVICE_LOST,
+                            "%s; recovered (CUBE_DEVICE_RECOVER=auto): the device works again, "
+                            "and its buffers that were not restorable hold no valid contents",
+                            cube_status_message(lost));
+  cube_status_free(r);
+  if (cube_status_code(out) != CUBE_STATUS_DEVICE_LOST) return lost; /* no memory: the plain loss */
+  cube_status_free(lost);
+  return out;
+}
+
 cube_status_t cube__client_refuse(const cube_client_t* c, const char* fn) {
   if (!c) return CUBE_INVALID("%s: client is NULL", fn);
-  if (cube__client_live(c)) return cube__backend_lost_status(&c->server->be, fn);
+  if (cube__client_live(c)) {
+    cube_status_t lost = cube__backend_lost_status(&c->server->be, fn);
+    if (cube__option_enum(CUBE__OPT_DEVICE_RECOVER) == 1) return cube__client_auto_recover(c, lost);
+    return lost;
+  }
   return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
                            "%s: the client was created before cube_shutdown; load a new one", fn);
 }

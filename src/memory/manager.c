@@ -182,9 +182,10 @@ static __attribute__((noinline)) void cube__mm_recycle_slow(cube__mm_t* mm, cube
   if (cube__mem_tracking() && m->slice) cube__mm_track_release(mm, m->slice, m);
   m->slice = NULL;
   m->mm = NULL;
-  /* Its contents go with it: a new buffer starts valid. */
+  /* Its contents go with it: a new buffer starts valid, and not restorable. */
   if (atomic_load_explicit(&m->taint, memory_order_relaxed) != NULL)
     cube__memory_set_taint(m, NULL);
+  if (atomic_load_explicit(&m->keep, memory_order_relaxed) != NULL) cube__memory_set_keep(m, NULL);
   if (mm->spare_count >= CUBE__MM_SPARE_DESCRIPTORS) {
     free(m); /* refs was 1 (the pool's): nobody else holds it */
     return;
@@ -196,6 +197,7 @@ static __attribute__((noinline)) void cube__mm_recycle_slow(cube__mm_t* mm, cube
 
 void cube__mm_recycle(cube__mm_t* mm, cube__memory_t* m) {
   if (__builtin_expect(atomic_load_explicit(&m->taint, memory_order_relaxed) != NULL ||
+                           atomic_load_explicit(&m->keep, memory_order_relaxed) != NULL ||
                            mm->spare_count >= CUBE__MM_SPARE_DESCRIPTORS || cube__mem_tracking(),
                        0)) {
     cube__mm_recycle_slow(mm, m);
@@ -675,6 +677,22 @@ void cube__mm_set_ring(cube__mm_t* mm, struct cube__mem_ring* ring, uint64_t str
 }
 
 const char* cube__mm_name(const cube__mm_t* mm) { return mm->name; }
+
+cube_status_t cube__mm_renew(cube__mm_t* mm, cube__mm_renew_fn renew, cube__mm_live_fn live,
+                             void* user) {
+  cube__mm_cleanup(mm, true);
+  cube__pool_t* pools[CUBE_MAX_POOLS];
+  uint32_t n = cube__mm_pool_list(mm, pools);
+  for (uint32_t p = 0; p < n; ++p) {
+    for (uint32_t i = 0; i < pools[p]->page_count; ++i) {
+      cube__page_t* page = pools[p]->pages[i];
+      CUBE_RETURN_IF_ERROR(renew(user, &page->storage));
+      for (cube__slice_t* sl = page->first; sl; sl = sl->next)
+        if (sl->memory) live(user, sl->memory);
+    }
+  }
+  return CUBE_OK;
+}
 
 uint32_t cube__mm_pool_list(cube__mm_t* mm, cube__pool_t** out) {
   for (uint32_t i = 0; i < mm->pool_count; ++i) out[i] = &mm->pools[i];

@@ -34,10 +34,16 @@ static void cube__memory_drop(cube__memory_t* m, uint64_t what) {
   if ((uint32_t)before != 1) return;
   if (__builtin_expect(atomic_load_explicit(&m->taint, memory_order_relaxed) != NULL, 0))
     cube__memory_set_taint(m, NULL);
+  if (__builtin_expect(atomic_load_explicit(&m->keep, memory_order_relaxed) != NULL, 0))
+    cube__memory_set_keep(m, NULL);
   if (m->external)
     cube__external_free(m);
   else
     free(m);
+}
+
+void cube__memory_set_keep(cube__memory_t* m, cube__keep_t* k) {
+  free(atomic_exchange_explicit(&m->keep, k, memory_order_acq_rel));
 }
 
 void cube__memory_unref(cube__memory_t* m) {

@@ -80,7 +80,24 @@ typedef struct cube__memory {
   _Atomic(const char*) tag;
   uint64_t born_ns;
   bool external; /* memory cube did not allocate (cube__memory_create_external) */
+  /* The contents a recovery of the device restores (a restorable buffer:
+   * cube_client_checkpoint, cube_client_create_restorable), NULL when none:
+   * replaced as a whole by the server, freed when the descriptor is
+   * recycled or freed. */
+  _Atomic(struct cube__keep*) keep;
 } cube__memory_t;
+
+/* A host copy of a buffer's contents: |size| bytes (the slice's requested
+ * size), taken at one point of its device's order. */
+typedef struct cube__keep {
+  uint64_t size;
+  unsigned char data[];
+} cube__keep_t;
+
+/* Replaces |m|'s host copy by |k| (taken over; NULL drops it) and frees the
+ * old one. Called in the device's order (the runner, or a caller with the
+ * device to itself) or by whoever frees the descriptor. */
+void cube__memory_set_keep(cube__memory_t* m, cube__keep_t* k);
 
 /* A new unbound descriptor with refs = 1, handle_refs = 1 (one handle). NULL
  * when out of host memory. */
@@ -246,6 +263,19 @@ uint64_t cube__mm_release_idle(cube__mm_t* mm);
 /* Replaces the storage ops (same alignment required), e.g. when the pools
  * outlive the object their ops pointed at. */
 void cube__mm_rebind_storage(cube__mm_t* mm, const cube__storage_ops_t* storage);
+
+/* Recovery of a lost device (src/server/recover.c) ------------------------ */
+
+/* For every page of |mm| (free pages included: an explicit cleanup first
+ * gives those back), |renew|(user, storage) replaces the page's storage by
+ * memory of the device's new context in place (ptr and backend_data; id and
+ * size stay), and then |live|(user, m) runs for each descriptor bound to a
+ * slice of it. A failed |renew| stops the walk and is returned (the pages
+ * after it keep their old storage). */
+typedef cube_status_t (*cube__mm_renew_fn)(void* user, cube__storage_t* storage);
+typedef void (*cube__mm_live_fn)(void* user, cube__memory_t* m);
+cube_status_t cube__mm_renew(cube__mm_t* mm, cube__mm_renew_fn renew, cube__mm_live_fn live,
+                             void* user);
 
 /* Bytes currently held from storage (sum of page sizes). */
 uint64_t cube__mm_reserved_bytes(const cube__mm_t* mm);

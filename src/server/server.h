@@ -62,6 +62,7 @@ struct cube__server {
   cube__pool_options_t* installed;
   uint32_t installed_count;
   bool measuring;
+  atomic_uint_fast64_t recoveries; /* recoveries of the device (server/recover.c) */
 };
 
 /* Memory snapshots, ledger and planning (server/memory_plan.c) ------------ */

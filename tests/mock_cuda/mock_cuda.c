@@ -112,7 +112,7 @@ static struct {
   uint64_t ctx_bytes;
   uint64_t modules[MOCK_MAX_DEVICES];
   /* pinned allocations: a small table */
-  struct { char* p; size_t n; } pinned[4096];
+  struct { char* p; size_t n; int device; } pinned[4096];
   int pinned_count;
   atomic_uint_fast64_t copies, bytes_h2d, bytes_d2h, async_allocs, async_frees, launches;
 } mock = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -338,6 +338,7 @@ static int mock_sticky_code;
 static int mock_sticky_device = -1; /* -1: a call on any device */
 static atomic_int mock_lost[MOCK_MAX_DEVICES]; /* 0, or the device's sticky error */
 static atomic_long mock_lost_calls;
+static atomic_long mock_resets; /* cuDevicePrimaryCtxReset calls */
 
 static CUresult mock_sticky(const char* name, int dev) {
   if (dev < 0 || dev >= MOCK_MAX_DEVICES) return CUDA_SUCCESS;
@@ -447,6 +448,59 @@ static CUresult m_cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
   pthread_mutex_unlock(&mock.lock);
   return CUDA_SUCCESS;
 }
+/* As the driver's reset of a primary context: every stream of the device is
+ * stopped, its device blocks and pinned allocations are freed (a program that
+ * still reads pinned memory of the context reads freed memory: ASan says
+ * so), its modules are unloaded, and a lost device works again (the
+ * context is retained still: the handle stays the same). */
+static CUresult m_cuDevicePrimaryCtxReset(CUdevice d) {
+  if (d < 0 || d >= mock.devices) return CUDA_ERROR_INVALID_DEVICE;
+  for (;;) {
+    pthread_mutex_lock(&mock.lock);
+    mock_stream_t* s = NULL;
+    for (mock_stream_t** p = &mock.streams; *p; p = &(*p)->next_all)
+      if ((*p)->device == d) {
+        s = *p;
+        *p = s->next_all;
+        break;
+      }
+    pthread_mutex_unlock(&mock.lock);
+    if (!s) break;
+    mock_stream_drain(s);
+    pthread_mutex_lock(&s->lock);
+    s->stop = true;
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cond);
+    pthread_cond_destroy(&s->idle);
+    free(s);
+  }
+  for (;;) {
+    pthread_mutex_lock(&mock.lock);
+    mock_hdr_t* h = mock_blocks.next;
+    while (h != &mock_blocks && h->device != d) h = h->next;
+    pthread_mutex_unlock(&mock.lock);
+    if (h == &mock_blocks) break;
+    mock_free_now(h + 1);
+  }
+  pthread_mutex_lock(&mock.lock);
+  for (int i = 0; i < mock.pinned_count;) {
+    if (mock.pinned[i].device != d) {
+      ++i;
+      continue;
+    }
+    free(mock.pinned[i].p);
+    mock.pinned[i] = mock.pinned[--mock.pinned_count];
+  }
+  mock.modules[d] = 0;
+  pthread_mutex_unlock(&mock.lock);
+  atomic_fetch_add(&mock_resets, 1);
+  atomic_store(&mock_lost[d], 0);
+  return CUDA_SUCCESS;
+}
+MOCK_API long cube_mock_cuda_resets(void) { return atomic_load(&mock_resets); }
 static CUresult m_cuCtxSetCurrent(CUcontext c) {
   mock_current_ctx = c;
   mock_current = -1;
@@ -706,6 +760,7 @@ static CUresult m_cuMemHostAlloc(void** p, size_t n, unsigned int flags) {
   }
   mock.pinned[mock.pinned_count].p = q;
   mock.pinned[mock.pinned_count].n = n;
+  mock.pinned[mock.pinned_count].device = mock_current < 0 ? 0 : mock_current;
   mock.pinned_count++;
   pthread_mutex_unlock(&mock.lock);
   *p = q;
@@ -1066,7 +1121,7 @@ MOCK_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int versio
   static const struct { const char* name; void* fn; } table[] = {
 #define E(n) {#n, (void*)(uintptr_t)m_##n}
       E(cuInit), E(cuDriverGetVersion), E(cuDeviceGetCount), E(cuDeviceGet), E(cuDeviceGetName),
-      E(cuDeviceTotalMem), E(cuDeviceGetAttribute), E(cuDevicePrimaryCtxRetain), E(cuCtxSetCurrent), E(cuCtxGetCurrent), E(cuCtxPushCurrent), E(cuCtxPopCurrent),
+      E(cuDeviceTotalMem), E(cuDeviceGetAttribute), E(cuDevicePrimaryCtxRetain), E(cuDevicePrimaryCtxReset), E(cuCtxSetCurrent), E(cuCtxGetCurrent), E(cuCtxPushCurrent), E(cuCtxPopCurrent),
       E(cuCtxSynchronize), E(cuStreamCreate), E(cuStreamDestroy), E(cuStreamSynchronize),
       E(cuStreamWaitEvent), E(cuEventCreate), E(cuEventRecord), E(cuEventQuery),
       E(cuEventSynchronize), E(cuEventDestroy), E(cuEventElapsedTime), E(cuMemAlloc), E(cuMemFree),

@@ -55,7 +55,7 @@ CUBE_TEST(validate_refuses_other_versions_and_missing_slots) {
   t.copy = NULL;
   CHECK_OK(cube__backend_validate(&t));
   setenv("CUBE_NULL_DEVICES", "1", 1);
-  cube__backend_t be = {&t, NULL, 0, NULL};
+  cube__backend_t be = {&t, NULL, 0, NULL, NULL};
   cube_device_properties_t p;
   cube_features_t f;
   cube_backend_info_t info;
@@ -156,7 +156,7 @@ CUBE_TEST(null_has_no_devices_by_default) {
 CUBE_TEST(null_device_copies_rows_and_refuses_launches) {
   setenv("CUBE_NULL_DEVICES", "2", 1);
   const cube__backend_vtable_t* n = &cube__backend_null;
-  cube__backend_t be = {n, NULL, 1, NULL};
+  cube__backend_t be = {n, NULL, 1, NULL, NULL};
   cube_device_properties_t p;
   cube_features_t f;
   cube_backend_info_t info;
@@ -275,7 +275,7 @@ CUBE_TEST(fault_sites_are_per_backend) {
                    cube__fault_site_name((cube__fault_site_t)j)) != 0);
 
   setenv("CUBE_NULL_DEVICES", "1", 1);
-  cube__backend_t be = {&cube__backend_null, NULL, 0, NULL};
+  cube__backend_t be = {&cube__backend_null, NULL, 0, NULL, NULL};
   cube_device_properties_t p;
   cube_features_t f;
   cube_backend_info_t info;

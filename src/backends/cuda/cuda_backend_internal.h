@@ -78,6 +78,10 @@ struct cube__backend_device {
   /* Set by CUBE__CTL_DEVICE_LOST: the context is poisoned, and destroying
    * the device calls the driver about it no more. */
   atomic_bool lost;
+  /* How many times the device was recovered (CUBE__CTL_DEVICE_RESET): what
+   * was made in the context before (a native graph) carries the epoch it
+   * was made in, and is the driver's no more once it is older. */
+  atomic_uint epoch;
   /* The memory ledger (CUBE__CTL_MEMORY_INFO): what the driver reported used
    * right after the context was retained, and the bytes of the module images
    * loaded now. */
@@ -197,6 +201,12 @@ cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_options
                                        cube_features_t* out_features,
                                        cube_backend_info_t* out_info);
 void cube__cuda_device_destroy(cube__backend_device_t* d);
+/* CUBE__CTL_DEVICE_RESET of a lost device (backend.h): resets its primary
+ * context, forgets the staging ring, modules, functions and bounds record
+ * made in the old one (the reset freed them), makes the bounds record again
+ * and clears |lost|; the epoch goes up. Fails (the device stays lost) with
+ * the driver's error; FAILED_PRECONDITION for a device that is not lost. */
+cube_status_t cube__cuda_device_reset(cube__backend_device_t* d);
 /* The primary context of device |index| once a device of it was created
  * (retained for the process), else NULL. Thread-safe. */
 CUcontext cube__cuda_primary_context(uint32_t index);

@@ -303,6 +303,70 @@ static cube_status_t cube__cuda_device_read(cube__backend_device_t* d, uint32_t 
   return st;
 }
 
+cube_status_t cube__cuda_device_reset(cube__backend_device_t* d) {
+  const cube__cuda_driver_t* cu = d->cu;
+  if (!atomic_load(&d->lost))
+    return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
+                             "cuda:%u: reset of a device that is not lost", d->index);
+  /* Nothing else calls the backend about the device meanwhile (backend.h);
+   * the locks order this against a straggler all the same. */
+  pthread_mutex_lock(&d->fn_lock);
+  pthread_mutex_lock(&d->ring_lock);
+  CUresult r = cu->DevicePrimaryCtxReset(d->dev);
+  cube_status_t st = CUBE_OK;
+  if (r != CUDA_SUCCESS) {
+    st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuDevicePrimaryCtxReset", d->index);
+    goto out;
+  }
+  /* What the old context held is gone with it: only the records go here. */
+  memset(d->slots, 0, sizeof(d->slots));
+  d->slot_count = 0;
+  d->free_head = d->free_tail = d->free_count = 0;
+  d->spare_event_count = 0;
+  d->fn_count = 0;
+  d->module_count = 0;
+  atomic_store(&d->module_bytes, 0);
+  d->bounds_dev = 0;
+  d->bounds_host = NULL;
+  /* The handle of a reset primary context stays retained; retaining it
+   * again gives the handle the driver has now. */
+  CUcontext ctx = NULL;
+  pthread_mutex_lock(&cube__cuda_ctx_lock);
+  r = cu->DevicePrimaryCtxRetain(&ctx, d->dev);
+  if (r == CUDA_SUCCESS) cube__cuda_ctxs[d->index] = ctx;
+  pthread_mutex_unlock(&cube__cuda_ctx_lock);
+  if (r != CUDA_SUCCESS) {
+    st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuDevicePrimaryCtxRetain after the reset",
+                          d->index);
+    goto out;
+  }
+  d->ctx = ctx;
+  {
+    CUBE__CUDA_SCOPE(d->ctx);
+    size_t free_b = 0, total_b = 0;
+    if (cu->MemGetInfo(&free_b, &total_b) == CUDA_SUCCESS && total_b >= free_b)
+      d->used_at_open = total_b - free_b;
+    if (d->async_alloc && cu->DeviceGetDefaultMemPool(&d->mempool, d->dev) == CUDA_SUCCESS &&
+        cu->MemPoolSetAttribute) {
+      cuuint64_t threshold = 0;
+      cu->MemPoolSetAttribute(d->mempool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+    }
+    r = cu->MemAlloc(&d->bounds_dev, 64);
+    if (r == CUDA_SUCCESS)
+      r = cu->MemHostAlloc((void**)&d->bounds_host, 64, CU_MEMHOSTALLOC_PORTABLE);
+    if (r != CUDA_SUCCESS)
+      st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: bounds record after the reset", d->index);
+  }
+  if (!st) {
+    atomic_fetch_add(&d->epoch, 1);
+    atomic_store(&d->lost, false);
+  }
+out:
+  pthread_mutex_unlock(&d->ring_lock);
+  pthread_mutex_unlock(&d->fn_lock);
+  return st;
+}
+
 void cube__cuda_device_destroy(cube__backend_device_t* d) {
   cube__cuda_activity_device_gone(d);
   cube__cuda_device_free(d);

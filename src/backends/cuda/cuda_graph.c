@@ -24,7 +24,22 @@ typedef struct cube__cuda_graph {
   uint64_t* host_at;    /* count: a write node's bytes in |host| */
   CUevent last;         /* recorded after each launch: the destroy waits for it */
   bool launched;
+  unsigned epoch;       /* the device's epoch when it was made */
 } cube__cuda_graph_t;
+
+/* A graph of a lost device, or of its context before a recovery reset it:
+ * its driver objects are gone (or answer with the fault). */
+static bool cube__cuda_graph_stale(cube__backend_device_t* d, const cube__cuda_graph_t* g) {
+  return atomic_load(&d->lost) || g->epoch != atomic_load(&d->epoch);
+}
+
+static cube_status_t cube__cuda_graph_stale_status(cube__backend_device_t* d,
+                                                   const cube__cuda_graph_t* g) {
+  return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
+                           "cuda:%u: a graph of %zu nodes made before the device was recovered "
+                           "(its context was reset since): capture it again",
+                           d->index, g->count);
+}
 
 static bool cube__cuda_has_graphs(const cube__cuda_driver_t* cu) {
   return cu->GraphCreate && cu->GraphAddKernelNode && cu->GraphAddMemcpyNode &&
@@ -97,11 +112,12 @@ void cube__cuda_graph_destroy(cube__backend_device_t* d, void* graph) {
   const cube__cuda_driver_t* cu = d->cu;
   /* The pinned bytes are the source of copies a launch may still run. A lost
    * device's graph stays with the driver; its host side is freed below. */
-  if (g->last && !atomic_load(&d->lost)) {
+  bool stale = cube__cuda_graph_stale(d, g);
+  if (g->last && !stale) {
     if (g->launched) (void)cu->EventSynchronize(g->last);
     (void)cu->EventDestroy(g->last);
   }
-  if (!atomic_load(&d->lost)) {
+  if (!stale) {
     if (g->exec) (void)cu->GraphExecDestroy(g->exec);
     if (g->graph) (void)cu->GraphDestroy(g->graph);
     if (g->host) (void)cu->MemFreeHost(g->host);
@@ -123,6 +139,7 @@ cube_status_t cube__cuda_graph_create(cube__backend_device_t* d,
   cube__cuda_graph_t* g = calloc(1, sizeof(*g));
   if (!g) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "cuda:%u: graph: no host memory", d->index);
   g->count = count;
+  g->epoch = atomic_load(&d->epoch);
   g->nodes = calloc(count ? count : 1, sizeof(*g->nodes));
   g->host_at = calloc(count ? count : 1, sizeof(*g->host_at));
   cube_status_t st = CUBE_OK;
@@ -202,6 +219,7 @@ cube_status_t cube__cuda_graph_update(cube__backend_device_t* d, void* graph, si
   cube__cuda_graph_t* g = graph;
   if (index >= g->count)
     return CUBE_INVALID("cuda:%u: graph update of node %zu of %zu", d->index, index, g->count);
+  if (cube__cuda_graph_stale(d, g)) return cube__cuda_graph_stale_status(d, g);
   CUBE__CUDA_SCOPE(d->ctx);
   CUresult r;
   if (n->kind == CUBE__GRAPH_NODE_KERNEL) {
@@ -237,6 +255,7 @@ cube_status_t cube__cuda_graph_launch(cube__backend_device_t* d, void* stream, v
   (void)node_failed; /* the nodes run on the device after the call: failures come later */
   (void)user;
   cube__cuda_graph_t* g = graph;
+  if (cube__cuda_graph_stale(d, g)) return cube__cuda_graph_stale_status(d, g);
   CUBE__CUDA_SCOPE(d->ctx);
   CUstream s = cube__cuda_s(stream);
   CUresult r = d->cu->GraphLaunch(g->exec, s);

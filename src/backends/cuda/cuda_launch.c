@@ -135,6 +135,7 @@ cube_status_t cube__cuda_ctl(cube__backend_device_t* d, void* stream, uint32_t o
     atomic_store(&d->lost, true);
     return CUBE_OK;
   }
+  if (op == CUBE__CTL_DEVICE_RESET) return cube__cuda_device_reset(d);
   if (!arg) return CUBE_INVALID("cuda:%u: control operation %u without an argument", d->index, op);
   switch (op) {
     case CUBE__CTL_NATIVE_CONTEXT:

@@ -1,0 +1,378 @@
+// cube-test-libs: cube_static
+/* Recovery of a lost device (docs/failures.md, "Recovery"): the CUDA backend
+ * over the mock driver (tests/mock_cuda), whose cube_mock_cuda_fail_sticky()
+ * poisons a device's context as a GPU's illegal address does, and whose
+ * cuDevicePrimaryCtxReset frees everything the context held (device
+ * blocks, pinned memory, streams) as the driver's does. After
+ * cube_device_recover the same process works on the device again: buffers
+ * the program marked restorable hold their host copy bit for bit, the others
+ * read as DATA_LOST naming the fault, and new work computes right answers. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cube/cube.h"
+#include "read_check.h"
+
+#ifdef CUBE_MOCK_CUDA_PATH
+#define MOCK_SETUP(devices)                                    \
+  do {                                                         \
+    setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);        \
+    setenv("CUBE_MOCK_CUDA_DEVICES", (devices), 1);            \
+  } while (0)
+#else
+#define MOCK_SETUP(devices) CUBE_SKIP("the CUDA backend is not built (no CUDA headers)")
+#endif
+
+/* NVRTC keeps allocations until exit; not ours to report. */
+const char* __lsan_default_suppressions(void);
+const char* __lsan_default_suppressions(void) { return "leak:libnvrtc\n"; }
+
+#define ERR_ILLEGAL_ADDRESS 700
+
+static const cube_device_id_t cuda0 = {CUBE_BACKEND_CUDA, 0};
+static const cube_device_id_t cpu0 = {CUBE_BACKEND_CPU, 0};
+
+typedef struct {
+  void (*fail_sticky_on)(int device, const char* name, long n, int code);
+  int (*lost)(int device);
+  void (*restore)(int device);
+  long (*resets)(void);
+} mock_t;
+
+static bool mock_get(mock_t* m) {
+  memset(m, 0, sizeof(*m));
+#ifdef CUBE_MOCK_CUDA_PATH
+  cube_status_t st = cube_backend_status(CUBE_BACKEND_CUDA);
+  if (st) {
+    fprintf(stderr, "cuda: %s\n", cube_status_message(st));
+    cube_status_free(st);
+    return false;
+  }
+  void* h = dlopen(CUBE_MOCK_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return false;
+  m->fail_sticky_on =
+      (void (*)(int, const char*, long, int))(uintptr_t)dlsym(h, "cube_mock_cuda_fail_sticky_on");
+  m->lost = (int (*)(int))(uintptr_t)dlsym(h, "cube_mock_cuda_lost");
+  m->restore = (void (*)(int))(uintptr_t)dlsym(h, "cube_mock_cuda_restore");
+  m->resets = (long (*)(void))(uintptr_t)dlsym(h, "cube_mock_cuda_resets");
+  dlclose(h); /* still loaded: cube holds it */
+#endif
+  return m->fail_sticky_on && m->lost && m->restore && m->resets;
+}
+
+static void fill_random(void* p, size_t n, unsigned seed) {
+  unsigned char* b = p;
+  for (size_t i = 0; i < n; ++i) {
+    seed = seed * 1103515245u + 12345u;
+    b[i] = (unsigned char)(seed >> 16);
+  }
+}
+
+/* Uploads |n| random bytes, copies them on the device, reads both back:
+ * 1 when every byte is right; 0 with |*st| the first failure otherwise. */
+static int roundtrip_st(cube_client_t* c, size_t n, unsigned seed, cube_status_t* out) {
+  unsigned char* data = malloc(n);
+  unsigned char* back = malloc(n);
+  *out = CUBE_OK;
+  if (!data || !back) {
+    free(data);
+    free(back);
+    return 0;
+  }
+  fill_random(data, n, seed);
+  cube_handle_t h, h2;
+  int ok = 0;
+  cube_status_t st = cube_client_create_from_slice(c, data, n, &h);
+  if (!st) {
+    st = cube_client_empty(c, n, &h2);
+    if (!st) {
+      st = cube_client_copy(c, h, h2);
+      if (!st) st = cube_client_read_into(c, h2, back, n);
+      if (!st) ok = memcmp(back, data, n) == 0;
+      if (!st && ok) st = cube_client_read_into(c, h, back, n);
+      if (!st && ok) ok = memcmp(back, data, n) == 0;
+      cube_handle_release(h2);
+    }
+    cube_handle_release(h);
+  }
+  *out = st;
+  free(data);
+  free(back);
+  return ok;
+}
+
+static int roundtrip(cube_client_t* c, size_t n, unsigned seed) {
+  cube_status_t st;
+  int ok = roundtrip_st(c, n, seed, &st);
+  if (st) fprintf(stderr, "roundtrip: %s\n", cube_status_message(st));
+  cube_status_free(st);
+  return ok;
+}
+
+/* Makes cuda:0 lost: the next device-to-host copy faults. */
+static void lose(const mock_t* m, cube_client_t* c, cube_handle_t h) {
+  m->fail_sticky_on(0, "d2h", 1, ERR_ILLEGAL_ADDRESS);
+  cube_bytes_t* b = NULL;
+  cube_status_t s = cube_client_read_one(c, h, &b);
+  CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_DEVICE_LOST);
+  cube_status_free(s);
+  CHECK(b == NULL);
+  CHECK(m->lost(0) != 0);
+}
+
+/* 1 when reading |h| returns DATA_LOST naming the fault and the device. */
+static int reads_lost(cube_client_t* c, cube_handle_t h) {
+  cube_bytes_t* b = NULL;
+  cube_status_t s = cube_client_read_one(c, h, &b);
+  int ok = cube_status_code(s) == CUBE_STATUS_DATA_LOST &&
+           strstr(cube_status_message(s), "CUDA_ERROR_ILLEGAL_ADDRESS") != NULL &&
+           strstr(cube_status_message(s), "not restorable") != NULL && b == NULL;
+  if (!ok)
+    fprintf(stderr, "expected DATA_LOST, got [%s] %s\n",
+            cube_status_code_name(cube_status_code(s)), cube_status_message(s));
+  cube_status_free(s);
+  cube_bytes_release(b);
+  return ok;
+}
+
+//===----------------------------------------------------------------------===//
+// What a recovery restores, what it loses
+//===----------------------------------------------------------------------===//
+
+/* A restorable buffer (from its upload) and a checkpointed one (after a
+ * later write; a write after the checkpoint is not kept) read back their
+ * host copies after the recovery, a plain one reads DATA_LOST naming the
+ * fault; new uploads, copies and reads round-trip; a second loss recovers
+ * too; handles made before the loss are released after it. */
+CUBE_TEST(recover_restores_restorable_buffers) {
+  MOCK_SETUP("1");
+  mock_t m;
+  REQUIRE(mock_get(&m));
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  long resets = m.resets();
+  /* Not lost: nothing to do. */
+  CHECK_OK(cube_device_recover(cuda0));
+  CHECK_EQ_U64(m.resets(), resets);
+
+  static unsigned char a[3001], b[5003], c1[777], c2[777], c3[777];
+  fill_random(a, sizeof(a), 1);
+  fill_random(b, sizeof(b), 2);
+  fill_random(c1, sizeof(c1), 3);
+  fill_random(c2, sizeof(c2), 4);
+  fill_random(c3, sizeof(c3), 5);
+  cube_handle_t ha, hb, hc, hv;
+  REQUIRE_OK(cube_client_create_restorable(c, a, sizeof(a), &ha));
+  REQUIRE_OK(cube_client_create_from_slice(c, b, sizeof(b), &hb));
+  REQUIRE_OK(cube_client_create_from_slice(c, c1, sizeof(c1), &hc));
+  REQUIRE_OK(cube_handle_offset_view(hc, 100, 77, &hv)); /* a view of c: shares its buffer */
+  CHECK_OK(cube_client_write(c, hc, c2, sizeof(c2)));
+  CHECK_OK(cube_client_checkpoint(c, hv)); /* the whole buffer, through a view of it */
+  CHECK_OK(cube_client_write(c, hc, c3, sizeof(c3)));
+  CHECK(cube_test_read_equals(c, hc, c3, sizeof(c3)));
+
+  lose(&m, c, hb);
+  CHECK_OK(cube_device_recover(cuda0));
+  CHECK_EQ_U64(m.resets(), resets + 1);
+  CHECK(m.lost(0) == 0);
+  CHECK_OK(cube_device_recover(cuda0)); /* recovered already: nothing to do */
+  CHECK_EQ_U64(m.resets(), resets + 1);
+
+  CHECK(cube_test_read_equals(c, ha, a, sizeof(a)));
+  CHECK(cube_test_read_equals(c, hc, c2, sizeof(c2)));
+  CHECK(cube_test_read_equals(c, hv, c2 + 100, sizeof(c2) - 177));
+  CHECK(reads_lost(c, hb));
+  CHECK_OK(cube_client_sync(c));
+  for (unsigned i = 0; i < 4; ++i) CHECK(roundtrip(c, 1000 + 4099 * i, 10 + i));
+  /* A full write makes the lost buffer valid again. */
+  CHECK_OK(cube_client_write(c, hb, b, sizeof(b)));
+  CHECK(cube_test_read_equals(c, hb, b, sizeof(b)));
+
+  /* A second loss: the checkpoint and the upload's copy hold still. */
+  lose(&m, c, hb);
+  CHECK_OK(cube_device_recover(cuda0));
+  CHECK_EQ_U64(m.resets(), resets + 2);
+  CHECK(cube_test_read_equals(c, ha, a, sizeof(a)));
+  CHECK(cube_test_read_equals(c, hc, c2, sizeof(c2)));
+  CHECK(reads_lost(c, hb));
+  CHECK(roundtrip(c, 65537 * 3 + 1, 99));
+  /* A checkpoint of a buffer with no valid contents is refused, naming why. */
+  cube_status_t s = cube_client_checkpoint(c, hb);
+  CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_DATA_LOST);
+  cube_status_free(s);
+
+  cube_handle_release(hv);
+  cube_handle_release(ha);
+  cube_handle_release(hb);
+  cube_handle_release(hc);
+  CHECK(roundtrip(c, 12345, 7));
+  cube_client_release(c);
+  cube_shutdown();
+  m.restore(0);
+}
+
+/* Read results the program holds in the device's pinned memory: the reset
+ * would free them, so the recovery is refused (the device stays lost) until
+ * they are released. The CPU device is not lost: recovering it does nothing. */
+CUBE_TEST(recover_waits_for_pinned_results) {
+  MOCK_SETUP("1");
+  mock_t m;
+  REQUIRE(mock_get(&m));
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  static unsigned char a[40003];
+  fill_random(a, sizeof(a), 8);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_restorable(c, a, sizeof(a), &h));
+  cube_bytes_t* held = NULL;
+  REQUIRE_OK(cube_client_read_one(c, h, &held));
+  CHECK_EQ_U64(cube_bytes_property(held), CUBE_BYTES_PINNED);
+  lose(&m, c, h);
+  cube_status_t s = cube_device_recover(cuda0);
+  CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_FAILED_PRECONDITION);
+  CHECK(strstr(cube_status_message(s), "cube_device_recover: cuda:0: 1 read result") != NULL);
+  CHECK(strstr(cube_status_message(s), "still held") != NULL);
+  cube_status_free(s);
+  CHECK(m.lost(0) != 0);
+  /* The held result is intact, and the device still refuses calls. */
+  CHECK(memcmp(cube_bytes_data(held), a, sizeof(a)) == 0);
+  s = cube_client_sync(c);
+  CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_DEVICE_LOST);
+  cube_status_free(s);
+  cube_bytes_release(held);
+  CHECK_OK(cube_device_recover(cuda0));
+  CHECK(cube_test_read_equals(c, h, a, sizeof(a)));
+  CHECK_OK(cube_device_recover(cpu0));
+  cube_handle_release(h);
+  cube_client_release(c);
+  cube_shutdown();
+  m.restore(0);
+}
+
+//===----------------------------------------------------------------------===//
+// Automatic mode, and threads calling in during a recovery
+//===----------------------------------------------------------------------===//
+
+/* CUBE_DEVICE_RECOVER=auto: the first call that finds the device lost
+ * recovers it and still returns DEVICE_LOST, saying so; the calls after it
+ * work, and the restorable buffer holds its contents. */
+CUBE_TEST(auto_mode_recovers_at_the_next_call) {
+  MOCK_SETUP("1");
+  setenv("CUBE_DEVICE_RECOVER", "auto", 1);
+  mock_t m;
+  REQUIRE(mock_get(&m));
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  long resets = m.resets();
+  static unsigned char a[2049], b[999];
+  fill_random(a, sizeof(a), 31);
+  fill_random(b, sizeof(b), 32);
+  cube_handle_t ha, hb;
+  REQUIRE_OK(cube_client_create_restorable(c, a, sizeof(a), &ha));
+  REQUIRE_OK(cube_client_create_from_slice(c, b, sizeof(b), &hb));
+  lose(&m, c, hb);
+  CHECK_EQ_U64(m.resets(), resets); /* the faulting call itself does not recover */
+  cube_status_t s = cube_client_sync(c);
+  CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_DEVICE_LOST);
+  CHECK(strstr(cube_status_message(s), "cube_client_sync: cuda:0 is lost") != NULL);
+  CHECK(strstr(cube_status_message(s), "recovered (CUBE_DEVICE_RECOVER=auto)") != NULL);
+  cube_status_free(s);
+  CHECK_EQ_U64(m.resets(), resets + 1);
+  CHECK(cube_test_read_equals(c, ha, a, sizeof(a)));
+  CHECK(reads_lost(c, hb));
+  CHECK(roundtrip(c, 30001, 33));
+  cube_handle_release(ha);
+  cube_handle_release(hb);
+  cube_client_release(c);
+  cube_shutdown();
+  unsetenv("CUBE_DEVICE_RECOVER");
+  m.restore(0);
+}
+
+typedef struct {
+  cube_client_t* c;
+  unsigned seed;
+  atomic_int* stop;
+  int wrong, ok, lost, other;
+} worker_t;
+
+/* Round trips until told to stop: each is right, or fails with DEVICE_LOST
+ * (the device was lost or recovering) or DATA_LOST (a buffer made before a
+ * recovery read after it); never wrong bytes, never another failure. */
+static void* worker(void* p) {
+  worker_t* w = p;
+  for (unsigned i = 0; !atomic_load(w->stop) || i < 4; ++i) {
+    cube_status_t st;
+    int ok = roundtrip_st(w->c, 1000 + 97 * (i % 50), w->seed + i, &st);
+    cube_status_code_t code = cube_status_code(st);
+    if (!st) {
+      if (ok)
+        w->ok++;
+      else
+        w->wrong++;
+    } else if (code == CUBE_STATUS_DEVICE_LOST || code == CUBE_STATUS_DATA_LOST) {
+      w->lost++;
+    } else {
+      fprintf(stderr, "worker: [%s] %s\n", cube_status_code_name(code), cube_status_message(st));
+      w->other++;
+    }
+    cube_status_free(st);
+    if (i > 100000) break;
+  }
+  return NULL;
+}
+
+/* Four threads work on cuda:0 while a fifth makes it lost and recovers it,
+ * three times (TSan: no race; ASan: nothing leaks or is read after free). */
+CUBE_TEST(recover_while_threads_call_in) {
+  MOCK_SETUP("1");
+  mock_t m;
+  REQUIRE(mock_get(&m));
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  static unsigned char a[4097];
+  fill_random(a, sizeof(a), 41);
+  cube_handle_t ha;
+  REQUIRE_OK(cube_client_create_restorable(c, a, sizeof(a), &ha));
+  atomic_int stop = 0;
+  worker_t w[4];
+  pthread_t t[4];
+  for (int i = 0; i < 4; ++i) {
+    w[i] = (worker_t){c, 1000u * (unsigned)i, &stop, 0, 0, 0, 0};
+    REQUIRE(pthread_create(&t[i], NULL, worker, &w[i]) == 0);
+  }
+  long resets = m.resets();
+  for (int round = 0; round < 3; ++round) {
+    m.fail_sticky_on(0, "d2h", 3, ERR_ILLEGAL_ADDRESS);
+    while (!m.lost(0)) sched_yield();
+    /* Refused while a worker holds a read result: try again. */
+    for (int tries = 0; tries < 100000; ++tries) {
+      cube_status_t s = cube_device_recover(cuda0);
+      cube_status_code_t code = cube_status_code(s);
+      cube_status_free(s);
+      if (code == CUBE_STATUS_OK) break;
+      CHECK_EQ_U64(code, CUBE_STATUS_FAILED_PRECONDITION);
+      sched_yield();
+    }
+    CHECK(m.lost(0) == 0);
+  }
+  atomic_store(&stop, 1);
+  for (int i = 0; i < 4; ++i) pthread_join(t[i], NULL);
+  CHECK_EQ_U64(m.resets(), resets + 3);
+  for (int i = 0; i < 4; ++i) {
+    CHECK_EQ_U64(w[i].wrong, 0);
+    CHECK_EQ_U64(w[i].other, 0);
+  }
+  CHECK(cube_test_read_equals(c, ha, a, sizeof(a)));
+  CHECK(roundtrip(c, 7001, 43));
+  cube_handle_release(ha);
+  cube_client_release(c);
+  cube_shutdown();
+  m.restore(0);
+}
