@@ -147,6 +147,7 @@ static void cube__split_open(cube__split_t* s) {
                 "for (uint32_t cube__ux = 0; cube__ux < cube__dx; ++cube__ux) {\n"
                 "const uint32_t cube__unit CUBE__UNUSED = "
                 "cube__ux + cube__dx * (cube__uy + cube__dy * cube__uz);\n"
+                "const uint32_t cube__ax CUBE__UNUSED = cube__cx * cube__dx + cube__ux;\n"
                 "const uint32_t cube__abs CUBE__UNUSED = CUBE__ABSOLUTE_POS_OF_AXES;\n");
 }
 
@@ -432,7 +433,7 @@ static bool cube__split_checks(cube__split_t* s, const cube__signature_t* sig, s
   static const char* const banned[] = {
       "return", "goto", "break", "continue", "switch", "static", "_Thread_local", "__thread",
       "setjmp", "longjmp", "cube__sched", "CUBE_UNIT_PARAMS", "__label__", "asm", "__asm__",
-      "__asm", "alloca", "__builtin_alloca", "cube__unit"};
+      "__asm", "alloca", "__builtin_alloca", "cube__unit", "cube__ax"};
   for (size_t k = 0; k < sizeof banned / sizeof banned[0]; ++k)
     if (cube__range_has(v, bb, be, banned[k])) return false;
   for (size_t j = bb; j < be; ++j)
@@ -493,7 +494,7 @@ static bool cube__split_checks(cube__split_t* s, const cube__signature_t* sig, s
   static const char* const unit_words[] = {
       "UNIT_POS", "UNIT_POS_X", "UNIT_POS_Y", "UNIT_POS_Z", "UNIT_POS_PLANE", "ABSOLUTE_POS",
       "ABSOLUTE_POS_X", "ABSOLUTE_POS_Y", "ABSOLUTE_POS_Z", "cube__ux", "cube__uy", "cube__uz",
-      "cube__abs", "CUBE_UNIT_ARGS"};
+      "cube__abs", "cube__ax", "CUBE_UNIT_ARGS"};
   for (uint32_t h = 0; h < s->nhdr; ++h) {
     size_t i = s->hdr_b[h], e = s->hdr_e[h];
     while (i < e) {
