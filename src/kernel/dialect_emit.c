@@ -248,6 +248,15 @@ static bool cube__uses_tls(const char* v, size_t n) {
          cube__find_token(v, n, 0, "__thread") < n;
 }
 
+/* True when the interior unit loop should count ABSOLUTE_POS_X rather than
+ * ABSOLUTE_POS: the source reads the first and not the second (a 2-D kernel
+ * whose row index is affine in ABSOLUTE_POS_X only when that is the loop's
+ * own counter; gcc vectorises no other). */
+static bool cube__counter_x(const char* v, size_t n) {
+  return cube__find_token(v, n, 0, "ABSOLUTE_POS_X") < n &&
+         cube__find_token(v, n, 0, "ABSOLUTE_POS") >= n;
+}
+
 /* A call of the user's kernel: the hidden arguments (CUBE_UNIT_PARAMS of
  * preludes/cpu.h, in its order), then the user's, read from |obj| ("cube__a."
  * or "cube__p->"). |pos| is the unit's position and |dim| the cube's
@@ -256,10 +265,11 @@ static bool cube__uses_tls(const char* v, size_t n) {
 /* The call of the user's kernel for one unit: |pos| its three positions, |dim|
  * the cube dim (NULL: |obj|'s), |abs| its ABSOLUTE_POS (NULL: the formula of
  * the axes, of |pos| and |obj|'s fields, evaluated in uint32_t as the
- * prelude's). */
+ * prelude's), |ax| its ABSOLUTE_POS_X (NULL: likewise). */
 static void cube__emit_kernel_call(cube__sb_t* sb, const cube__signature_t* sig,
                                    const char* indent, const char* obj, const char* pos,
-                                   const char* dim, const char* sched, const char* abs) {
+                                   const char* dim, const char* sched, const char* abs,
+                                   const char* ax) {
   cube__sb_printf(sb, "%s{\n%s  const uint32_t cube__ux_ = ", indent, indent);
   /* The three positions, named, so that the formula below can use them. */
   const char* comma1 = strchr(pos, ',');
@@ -288,12 +298,16 @@ static void cube__emit_kernel_call(cube__sb_t* sb, const cube__signature_t* sig,
                     "((%scube__cy * %scube__dy + cube__uy_) + %scube__ny * %scube__dy * "
                     "(%scube__cz * %scube__dz + cube__uz_))",
                     obj, obj, obj, obj, obj, obj, obj, obj, obj, obj);
+  if (ax)
+    cube__sb_printf(sb, ", %s", ax);
+  else
+    cube__sb_printf(sb, ", %scube__cx * %scube__dx + cube__ux_", obj, obj);
   cube__emit_call_params(sb, sig, obj);
   cube__sb_printf(sb, ");\n%s}\n", indent);
 }
 
 static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, bool uses_tls,
-                                 const char* split) {
+                                 bool counter_x, const char* split) {
   const char* e = sig->entry;
   cube__sb_printf(sb,
                   "\n#line 1 \"%s.entry.c\"\n"
@@ -331,7 +345,7 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                   "  uint32_t cube__yz = cube__u / cube__p->cube__dx;\n");
     cube__emit_kernel_call(sb, sig, "  ", "cube__p->",
                            "cube__x, cube__yz % cube__p->cube__dy, cube__yz / cube__p->cube__dy",
-                           NULL, "cube__s", NULL);
+                           NULL, "cube__s", NULL, NULL);
     cube__sb_puts(sb, "  cube__fiber_exit(cube__s);\n}\n\n");
   }
 
@@ -391,7 +405,7 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                   "  if (cube__units > 0xffffffffu) return 4;\n"
                   "  if (cube__units == 1) {\n");
     cube__emit_kernel_call(sb, sig, "    ", "cube__a.", "0, 0, 0", "1, 1, 1",
-                           "(cube__sched_t*)0", NULL);
+                           "(cube__sched_t*)0", NULL, NULL);
     cube__sb_puts(sb,
                   "    return 0;\n"
                   "  }\n");
@@ -420,8 +434,11 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
      * counter is ABSOLUTE_POS itself, from the row's first to one past its
      * last (which fits in 32 bits: the check above), so that the addresses
      * are affine in it without a 32-bit wrap in between: gcc vectorises only
-     * such loops. The assumption is checked before it is made, so behaviour is
-     * unchanged; edge cubes take the plain loop. */
+     * such loops. A kernel that reads ABSOLUTE_POS_X and not ABSOLUTE_POS (a
+     * 2-D kernel: row * width + x) gets a loop whose counter is
+     * ABSOLUTE_POS_X instead (cube__counter_x): an index computed from it in
+     * 64 bits is then affine. The assumption is checked before it is made, so
+     * behaviour is unchanged; edge cubes take the plain loop. */
     uint32_t arrays = 0;
     for (uint32_t i = 0; i < sig->count; ++i) arrays += sig->params[i].kind == CUBE_ARG_BUFFER;
     if (arrays) {
@@ -454,17 +471,30 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                       "                  ((cube__a.cube__cy * cube__a.cube__dy + cube__y) +\n"
                       "                   cube__a.cube__ny * cube__a.cube__dy *\n"
                       "                       (cube__a.cube__cz * cube__a.cube__dz + cube__z));\n"
-                      "          const uint32_t cube__end = cube__row + cube__a.cube__dx;\n"
+                      "          const uint32_t cube__end = cube__row + cube__a.cube__dx;\n");
+      if (counter_x) {
+        /* The counter is ABSOLUTE_POS_X, from the cube's first to one past
+         * its last (below 2^32 - 1 by the check above). */
+        cube__sb_puts(sb,
+                      "          const uint32_t cube__x0 = cube__a.cube__cx * cube__a.cube__dx;\n"
+                      "          const uint32_t cube__xe = cube__x0 + cube__a.cube__dx;\n"
+                      "          (void)cube__end;\n"
+                      "#pragma omp simd\n"
+                      "          for (uint32_t cube__q = cube__x0; cube__q < cube__xe; ++cube__q) {\n"
+                      "            const uint32_t cube__p = cube__row + (cube__q - cube__x0);\n");
+      } else {
+        cube__sb_puts(sb,
                       "#pragma omp simd\n"
                       "          for (uint32_t cube__p = cube__row; cube__p < cube__end; "
                       "++cube__p) {\n");
+      }
       for (uint32_t i = 0; i < sig->count; ++i)
         if (sig->params[i].kind == CUBE_ARG_BUFFER)
           cube__sb_printf(sb, "            CUBE__ASSUME((uint64_t)cube__p < cube__a.%s__len);\n",
                           sig->params[i].name);
       cube__emit_kernel_call(sb, sig, "            ", "cube__a.",
                              "cube__p - cube__row, cube__y, cube__z", NULL, "(cube__sched_t*)0",
-                             "cube__p");
+                             "cube__p", counter_x ? "cube__q" : NULL);
       cube__sb_puts(sb,
                     "          }\n"
                     "        }\n"
@@ -479,7 +509,7 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                   "#pragma omp simd\n"
                   "      for (uint32_t cube__x = 0; cube__x < cube__a.cube__dx; ++cube__x) {\n");
     cube__emit_kernel_call(sb, sig, "        ", "cube__a.", "cube__x, cube__y, cube__z", NULL,
-                           "(cube__sched_t*)0", NULL);
+                           "(cube__sched_t*)0", NULL, NULL);
     cube__sb_puts(sb,
                   "      }\n"
                   "    }\n"
@@ -628,7 +658,7 @@ cube_status_t cube__dialect_generate(cube__target_t target, const cube__signatur
   cube__sb_puts(&sb, "\n");
   if (target == CUBE__TARGET_CPU) {
     char* split = cube__split_generate(signature, source, v, n, defines, define_count);
-    cube__emit_cpu_entry(&sb, signature, cube__uses_tls(v, n), split);
+    cube__emit_cpu_entry(&sb, signature, cube__uses_tls(v, n), cube__counter_x(v, n), split);
     free(split);
   }
   free(v);

@@ -29,6 +29,8 @@
 typedef struct cube__split_priv {
   size_t b, e;   /* the name in the view */
   char type[16]; /* its scalar type, const dropped */
+  bool unit_pos; /* declared at the top level of the body, of an unsigned or 64-bit
+                    integer type, initialised with UNIT_POS_X or UNIT_POS alone */
 } cube__split_priv_t;
 
 typedef struct cube__split {
@@ -37,6 +39,11 @@ typedef struct cube__split {
   size_t n;
   const char* entry;
   size_t entry_close; /* the ')' of the entry's declaration */
+  size_t body_b, body_e; /* the entry's body, inside its braces */
+  const cube__signature_t* sig;
+  const cube_define_t* defines;
+  uint32_t define_count;
+  uint32_t guarded; /* regions that stop at the first unit whose guard is false */
   cube__sb_t body;   /* regions and uniform loops */
   cube__sb_t shared; /* the CUBE_SHARED declarations */
   bool in_region;
@@ -147,6 +154,7 @@ static void cube__split_open(cube__split_t* s) {
                 "for (uint32_t cube__ux = 0; cube__ux < cube__dx; ++cube__ux) {\n"
                 "const uint32_t cube__unit CUBE__UNUSED = "
                 "cube__ux + cube__dx * (cube__uy + cube__dy * cube__uz);\n"
+                "const uint32_t cube__ax CUBE__UNUSED = cube__cx * cube__dx + cube__ux;\n"
                 "const uint32_t cube__abs CUBE__UNUSED = CUBE__ABSOLUTE_POS_OF_AXES;\n");
 }
 
@@ -195,7 +203,7 @@ static int cube__split_type(const char* v, size_t i, size_t e, size_t* out_end, 
 /* A top-level declaration [i, end): 1 when handled (private locals; their
  * initialisers become assignments in the current region), 0 when the
  * statement is no declaration, -1 when it must keep the fibers. */
-static int cube__split_decl(cube__split_t* s, size_t i, size_t end) {
+static int cube__split_decl(cube__split_t* s, size_t i, size_t end, int depth) {
   const char* v = s->v;
   char type[16];
   size_t p;
@@ -227,6 +235,16 @@ static int cube__split_decl(cube__split_t* s, size_t i, size_t end) {
     pv->b = b;
     pv->e = ne;
     memcpy(pv->type, type, sizeof pv->type);
+    pv->unit_pos = false;
+    if (ib < ie && depth == 0 &&
+        (cube__tok_is(v, ib, ie, "UNIT_POS_X") || cube__tok_is(v, ib, ie, "UNIT_POS"))) {
+      size_t we = ib;
+      while (we < ie && cube__is_ident_char(v[we])) ++we;
+      static const char* const ok[] = {"uint32_t", "uint64_t", "int64_t", "unsigned",
+                                       "unsigned int"};
+      for (size_t w = 0; we == ie && w < sizeof ok / sizeof ok[0]; ++w)
+        if (strcmp(type, ok[w]) == 0) pv->unit_pos = true;
+    }
     if (ib < ie) {
       cube__split_open(s);
       cube__split_line(s, &s->body, b);
@@ -267,6 +285,140 @@ static bool cube__split_plain_ok(const char* v, size_t i, size_t end) {
     while (q < end && (v[q] == '*' || cube__is_space(v[q]))) ++q;
     if (q < end && cube__is_ident_start(v[q])) return false;
   }
+  return true;
+}
+
+/* Whether [b, e) is an expression the same for every unit of a region and
+ * free of side effects: numbers, + - * / % ~ ! << >> and parentheses, and
+ * names that no unit can change: scalar parameters, loop variables of
+ * uniform loops, the cube's dimensions, positions and counts, defines whose
+ * value is a number, and the scalar type names of a cast. No relational,
+ * equality, bitwise, logical, conditional, assignment or comma operator is
+ * allowed (each binds looser than '<', or writes). */
+static bool cube__split_uniform_expr(const cube__split_t* s, size_t b, size_t e) {
+  const char* v = s->v;
+  static const char* const words[] = {
+      "CUBE_DIM",   "CUBE_DIM_X", "CUBE_DIM_Y", "CUBE_DIM_Z", "CUBE_COUNT", "CUBE_COUNT_X",
+      "CUBE_COUNT_Y", "CUBE_COUNT_Z", "CUBE_POS", "CUBE_POS_X", "CUBE_POS_Y", "CUBE_POS_Z",
+      "uint32_t",   "int32_t",    "uint64_t",   "int64_t",    "unsigned",   "int",
+      "float",      "double"};
+  bool any = false;
+  size_t i = b;
+  while (i < e) {
+    char c = v[i];
+    if (cube__is_space(c)) {
+      ++i;
+      continue;
+    }
+    any = true;
+    if (c >= '0' && c <= '9') {
+      while (i < e && (cube__is_ident_char(v[i]) || v[i] == '.')) ++i;
+      continue;
+    }
+    if (cube__is_ident_start(c)) {
+      size_t tb = i;
+      while (i < e && cube__is_ident_char(v[i])) ++i;
+      bool ok = false;
+      for (size_t k = 0; !ok && k < sizeof words / sizeof words[0]; ++k)
+        ok = cube__tok_is(v, tb, i, words[k]);
+      for (uint32_t k = 0; !ok && k < s->sig->count; ++k)
+        ok = s->sig->params[k].kind != CUBE_ARG_BUFFER &&
+             cube__tok_is(v, tb, i, s->sig->params[k].name);
+      for (uint32_t k = 0; !ok && k < s->nlv; ++k)
+        ok = cube__same_name(v, tb, i, s->lv_b[k], s->lv_e[k]);
+      for (uint32_t k = 0; !ok && k < s->define_count; ++k) {
+        const char* val = s->defines[k].value ? s->defines[k].value : "";
+        size_t vl = strlen(val), q = 0;
+        while (q < vl && cube__is_space(val[q])) ++q;
+        bool number = q < vl && val[q] >= '0' && val[q] <= '9';
+        for (; number && q < vl; ++q)
+          number = cube__is_ident_char(val[q]) || val[q] == '.' || cube__is_space(val[q]);
+        ok = number && cube__tok_is(v, tb, i, s->defines[k].name);
+      }
+      /* A name the kernel declares again (a local of that name) is not the
+       * object above. */
+      for (uint32_t k = 0; ok && k < s->npriv; ++k)
+        ok = !cube__same_name(v, tb, i, s->priv[k].b, s->priv[k].e);
+      for (uint32_t k = 0; ok && k < s->nshared; ++k)
+        ok = !cube__same_name(v, tb, i, s->sh_b[k], s->sh_e[k]);
+      if (!ok) return false;
+      continue;
+    }
+    if ((c == '<' || c == '>') && i + 1 < e && v[i + 1] == c) {
+      i += 2;
+      continue;
+    }
+    if ((c == '+' || c == '-') && i + 1 < e && v[i + 1] == c) return false;
+    if (!strchr("+-*/%~!()", c)) return false;
+    ++i;
+  }
+  return any;
+}
+
+/* Whether [b, e) names a private local whose value is the unit's position
+ * (cube__split_priv_t.unit_pos). */
+static bool cube__split_unit_priv(const cube__split_t* s, size_t b, size_t e) {
+  for (uint32_t k = 0; k < s->npriv; ++k)
+    if (cube__same_name(s->v, b, e, s->priv[k].b, s->priv[k].e)) return s->priv[k].unit_pos;
+  return false;
+}
+
+/* Whether the statement [i, end) (followed in its block, which ends at |e|,
+ * by a barrier or by the block's end) is `if (A < B) stmt` or
+ * `if (B > A) stmt` without else, where A is a private local initialised with
+ * UNIT_POS_X or UNIT_POS at the top level of the body and never written
+ * again, and B is the same for every unit of the region
+ * (cube__split_uniform_expr). Then, in the order the region runs its units,
+ * the guard holds for a prefix of them. [*out_b, *out_e): the condition. */
+static bool cube__split_guard(const cube__split_t* s, size_t i, size_t end, size_t e,
+                              size_t* out_b, size_t* out_e) {
+  const char* v = s->v;
+  if (!cube__tok_is(v, i, end, "if")) return false;
+  size_t after = cube__skip_space(v, end, e);
+  if (after < e && !cube__tok_is(v, after, e, "sync_cube")) return false;
+  size_t p = cube__skip_space(v, i + 2, end);
+  if (p >= end || v[p] != '(') return false;
+  size_t c = cube__match_paren(v, end, p);
+  if (c >= end) return false;
+  size_t body_end = cube__stmt_end(v, c + 1, end);
+  if (body_end != end) return false; /* an else */
+  size_t cb = p + 1, ce = c;
+  cube__trim(v, &cb, &ce);
+  if (cb >= ce) return false;
+  /* A < B, else B > A. */
+  size_t ab = cb, ae = cb, bb = 0, be = 0;
+  while (ae < ce && cube__is_ident_char(v[ae])) ++ae;
+  size_t op = cube__skip_space(v, ae, ce);
+  if (ae > ab && cube__split_unit_priv(s, ab, ae) && op + 1 < ce && v[op] == '<' &&
+      v[op + 1] != '<' && v[op + 1] != '=') {
+    bb = op + 1;
+    be = ce;
+  } else {
+    ab = ae = ce;
+    while (ab > cb && cube__is_ident_char(v[ab - 1])) --ab;
+    if (ab == ae || !cube__is_ident_start(v[ab]) || !cube__split_unit_priv(s, ab, ae))
+      return false;
+    op = ab;
+    while (op > cb && cube__is_space(v[op - 1])) --op;
+    if (op < cb + 2 || v[op - 1] != '>' || v[op - 2] == '>' || v[op - 2] == '-') return false;
+    bb = cb;
+    be = op - 1;
+  }
+  /* A is never written after its declaration. */
+  char name[64];
+  size_t len = ae - ab;
+  if (len >= sizeof name) return false;
+  memcpy(name, v + ab, len);
+  name[len] = '\0';
+  size_t decl = CUBE__SPLIT_NONE;
+  for (uint32_t k = 0; k < s->npriv; ++k)
+    if (cube__same_name(v, ab, ae, s->priv[k].b, s->priv[k].e)) decl = s->priv[k].b;
+  for (size_t at = cube__find_token(v, s->body_e, s->body_b, name); at < s->body_e;
+       at = cube__find_token(v, s->body_e, at + 1, name))
+    if (at != decl && cube__is_modified(v, s->body_e, at, len)) return false;
+  if (!cube__split_uniform_expr(s, bb, be)) return false;
+  *out_b = cb;
+  *out_e = ce;
   return true;
 }
 
@@ -368,10 +520,21 @@ static bool cube__split_block(cube__split_t* s, size_t b, size_t e, int depth) {
       i = end;
       continue;
     }
-    int d = cube__split_decl(s, i, end);
+    int d = cube__split_decl(s, i, end, depth);
     if (d < 0) return false;
     if (d == 0) {
       if (!cube__split_plain_ok(v, i, end)) return false;
+      size_t gb = 0, ge = 0;
+      if (!s->in_region && cube__split_guard(s, i, end, e, &gb, &ge)) {
+        /* A region of one `if (A < B) stmt`: its guard holds for a prefix of
+         * the units (A is the unit's position, B the same for all), so the
+         * unit loop stops at the first unit for which it does not. */
+        cube__split_open(s);
+        cube__sb_puts(&s->body, "if (!(");
+        cube__sb_put(&s->body, s->src + gb, ge - gb);
+        cube__sb_puts(&s->body, ")) break;\n");
+        ++s->guarded;
+      }
       cube__split_open(s);
       cube__split_line(s, &s->body, i);
       cube__sb_put(&s->body, s->src + i, end - i);
@@ -432,7 +595,7 @@ static bool cube__split_checks(cube__split_t* s, const cube__signature_t* sig, s
   static const char* const banned[] = {
       "return", "goto", "break", "continue", "switch", "static", "_Thread_local", "__thread",
       "setjmp", "longjmp", "cube__sched", "CUBE_UNIT_PARAMS", "__label__", "asm", "__asm__",
-      "__asm", "alloca", "__builtin_alloca", "cube__unit"};
+      "__asm", "alloca", "__builtin_alloca", "cube__unit", "cube__ax"};
   for (size_t k = 0; k < sizeof banned / sizeof banned[0]; ++k)
     if (cube__range_has(v, bb, be, banned[k])) return false;
   for (size_t j = bb; j < be; ++j)
@@ -493,7 +656,7 @@ static bool cube__split_checks(cube__split_t* s, const cube__signature_t* sig, s
   static const char* const unit_words[] = {
       "UNIT_POS", "UNIT_POS_X", "UNIT_POS_Y", "UNIT_POS_Z", "UNIT_POS_PLANE", "ABSOLUTE_POS",
       "ABSOLUTE_POS_X", "ABSOLUTE_POS_Y", "ABSOLUTE_POS_Z", "cube__ux", "cube__uy", "cube__uz",
-      "cube__abs", "CUBE_UNIT_ARGS"};
+      "cube__abs", "cube__ax", "CUBE_UNIT_ARGS"};
   for (uint32_t h = 0; h < s->nhdr; ++h) {
     size_t i = s->hdr_b[h], e = s->hdr_e[h];
     while (i < e) {
@@ -540,6 +703,11 @@ char* cube__split_generate(const cube__signature_t* sig, const char* source, con
     at = cube__find_decl(v, n, at + 1, sig->entry, &d);
   if (at >= n) goto done;
   s->entry_close = d.close;
+  s->body_b = eb + 1;
+  s->body_e = ee - 1;
+  s->sig = sig;
+  s->defines = defines;
+  s->define_count = define_count;
   if (!cube__split_block(s, eb + 1, ee - 1, 0)) goto done;
   if (!cube__split_checks(s, sig, eb + 1, ee - 1, eb, ee, defines, define_count)) goto done;
   if (s->body.failed || s->shared.failed) goto done;

@@ -1376,6 +1376,20 @@ static const char* const K_VEC_FMA =
     "    CUBE_STORE(c, i, CUBE_LOAD(a, i) * CUBE_LOAD(b, i) + s * (double)i);\n"
     "}\n";
 
+/* A 2-D kernel: ABSOLUTE_POS_X and _Y, a guard on both, a row index in 64
+ * bits, and the column's value in the result (the interior unit loop counts
+ * ABSOLUTE_POS_X for it). */
+static const char* const K_VEC_ADD2D =
+    "CUBE_KERNEL(vec_add2d, CUBE_ARRAY(const float, a), CUBE_ARRAY(const float, b),\n"
+    "            CUBE_ARRAY(float, c), uint32_t w, uint32_t h) {\n"
+    "  uint32_t x = ABSOLUTE_POS_X;\n"
+    "  uint32_t y = ABSOLUTE_POS_Y;\n"
+    "  if (x < w && y < h) {\n"
+    "    uint64_t i = (uint64_t)y * w + x;\n"
+    "    CUBE_STORE(c, i, CUBE_LOAD(a, i) + 2.0f * CUBE_LOAD(b, i) + (float)(x % 8u));\n"
+    "  }\n"
+    "}\n";
+
 /* Generates |entry| in |mode| and compiles it with the backend's compiler
  * and flags and the compiler's vectorisation report; true when the report
  * names a vectorised loop (gcc: on the kernel's own line, where the unit
@@ -1445,8 +1459,9 @@ static void check_compiler_vectorises(const char* program, bool clang) {
   static const struct {
     const char* src;
     const char* entry;
-  } ks[] = {{NULL, "saxpy"}, {NULL, "vec_saxpy_n"}, {NULL, "vec_copy"}, {NULL, "vec_fma"}};
-  const char* srcs[] = {K_SAXPY, K_VEC_SAXPY_N, K_VEC_COPY, K_VEC_FMA};
+  } ks[] = {{NULL, "saxpy"},   {NULL, "vec_saxpy_n"}, {NULL, "vec_copy"},
+             {NULL, "vec_fma"}, {NULL, "vec_add2d"}};
+  const char* srcs[] = {K_SAXPY, K_VEC_SAXPY_N, K_VEC_COPY, K_VEC_FMA, K_VEC_ADD2D};
   const cube_execution_mode_t modes[] = {CUBE_EXEC_CHECKED, CUBE_EXEC_UNCHECKED};
   for (size_t i = 0; i < sizeof ks / sizeof ks[0]; ++i) {
     for (size_t m = 0; m < 2; ++m) {
@@ -1460,6 +1475,70 @@ static void check_compiler_vectorises(const char* program, bool clang) {
     }
   }
   REQUIRE_OK(cube_option_set("CUBE_CC", NULL));
+}
+
+/* The 2-D kernel whose interior unit loop counts ABSOLUTE_POS_X computes what
+ * the host does, in every mode, with interior and edge cubes (a grid larger
+ * than the data, odd sizes, a cube of 16 x 4 and one of 7 x 3), and with a
+ * short output array: Checked drops the writes past its end, Validate
+ * reports the first. */
+CUBE_TEST(cpu_add2d_counter_x) {
+  const uint32_t w = 1001, h = 299;
+  const uint64_t n = (uint64_t)w * h;
+  static const uint32_t dims[][2] = {{16, 4}, {7, 3}};
+  for (int m = 0; m < 3; ++m) {
+    cpu_kernel_t k;
+    if (!cpu_build(&k, K_VEC_ADD2D, "vec_add2d", (cube_execution_mode_t)m, NULL, 0, NULL)) {
+      CHECK(!"build vec_add2d");
+      cpu_unload(&k);
+      continue;
+    }
+    float* a = malloc(n * sizeof(float));
+    float* b = malloc(n * sizeof(float));
+    float* c = malloc((n + 64) * sizeof(float));
+    uint64_t rng = 7 + (uint64_t)m;
+    for (uint64_t i = 0; i < n; ++i) {
+      a[i] = small_int_float(&rng);
+      b[i] = small_int_float(&rng);
+    }
+    for (size_t d = 0; d < 2; ++d) {
+      for (int shortc = 0; shortc < 2; ++shortc) {
+        if (shortc && m == 2) continue; /* Unchecked: an out-of-bounds store is the user's */
+        const uint64_t clen = shortc ? n - 37 : n;
+        for (uint64_t i = 0; i < n + 64; ++i) c[i] = -1000.0f;
+        cube_cpu_arg_t args[5] = {buf_arg(a, n * sizeof(float)), buf_arg(b, n * sizeof(float)),
+                                  buf_arg(c, clen * sizeof(float)), u32_arg(w), u32_arg(h)};
+        cube_bounds_error_t bounds = {0};
+        launch_t l = {&k, {(w + dims[d][0] - 1) / dims[d][0] + 1,
+                           (h + dims[d][1] - 1) / dims[d][1], 1},
+                      {dims[d][0], dims[d][1], 1}, (cube_execution_mode_t)m, args, 5, &bounds,
+                      2, NULL, 0};
+        CHECK_EQ_U64(cpu_launch(&l), 0);
+        uint64_t bad = 0;
+        for (uint64_t i = 0; i < n + 64; ++i) {
+          float want = i < clen ? a[i] + 2.0f * b[i] + (float)((i % w) % 8u) : -1000.0f;
+          if (c[i] != want) ++bad;
+        }
+        CHECK_EQ_U64(bad, 0);
+        if (bad)
+          fprintf(stderr, "mode %d, cube %ux%u, output of %llu: %llu wrong\n", m, dims[d][0],
+                  dims[d][1], (unsigned long long)clen, (unsigned long long)bad);
+        if (m == 1 && shortc) {
+          CHECK_EQ_U64(bounds.flag, 1);
+          CHECK_EQ_U64(bounds.arg, 2);
+          CHECK(bounds.index >= clen && bounds.index < n);
+          CHECK_EQ_U64(bounds.len, clen);
+          CHECK_EQ_U64(bounds.is_write, 1);
+        } else {
+          CHECK_EQ_U64(bounds.flag, 0);
+        }
+      }
+    }
+    free(a);
+    free(b);
+    free(c);
+    cpu_unload(&k);
+  }
 }
 
 CUBE_TEST(cpu_unit_loop_vectorises_gcc) { check_compiler_vectorises("gcc", false); }

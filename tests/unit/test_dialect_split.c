@@ -744,3 +744,227 @@ CUBE_TEST(split_refusals) {
                "  o[0] = 2.0f;\n}\n",
                "k", NULL, 0));
 }
+
+/* Regions that stop at the first unit whose guard is false ------------------------ */
+
+/* How many regions of |entry|'s split unit stop at the first unit whose guard
+ * is false ("if (!(<guard>)) break;"); -1 when it does not split. */
+static int guarded_regions(const char* source, const cube_define_t* defines, uint32_t ndefs) {
+  cube__signature_t sig;
+  cube_status_t st = cube__dialect_parse(source, "k", &sig);
+  if (st) {
+    cube_status_free(st);
+    return -1;
+  }
+  char* text = NULL;
+  st = cube__dialect_generate(CUBE__TARGET_CPU, &sig, source, defines, ndefs, CUBE_EXEC_CHECKED,
+                              &text);
+  if (st) {
+    cube_status_free(st);
+    return -1;
+  }
+  int n = -1;
+  if (strstr(text, "cube__split_run(")) {
+    n = 0;
+    for (const char* p = strstr(text, ")) break;\n"); p; p = strstr(p + 1, ")) break;\n")) ++n;
+  }
+  free(text);
+  return n;
+}
+
+/* A tree over the units of a row (UNIT_POS_X) for any width: the guard is
+ * `A < B` with B the uniform loop's half; the row's units below it add the
+ * element a half further. */
+static const char* const K_ROWSUM =
+    "CUBE_KERNEL(k, CUBE_ARRAY(const float, in), CUBE_ARRAY(float, out)) {\n"
+    "  CUBE_SHARED(float, sh, 1024);\n"
+    "  uint32_t u = UNIT_POS_X;\n"
+    "  uint32_t r = UNIT_POS;\n"
+    "  sh[r] = CUBE_LOAD(in, CUBE_POS * CUBE_DIM + r);\n"
+    "  sync_cube();\n"
+    "  for (uint32_t len = CUBE_DIM_X; len > 1u; len = (len + 1u) / 2u) {\n"
+    "    if (u < len / 2u) sh[r] += sh[r + (len + 1u) / 2u];\n"
+    "    sync_cube();\n"
+    "  }\n"
+    "  CUBE_STORE(out, CUBE_POS * CUBE_DIM + r, sh[r]);\n"
+    "}\n";
+
+/* A tree over the whole cube (UNIT_POS), the guard written `B > A`, B a
+ * power of two from a parameter; a unit past the cube adds 0. */
+static const char* const K_TREESUM =
+    "CUBE_KERNEL(k, CUBE_ARRAY(const float, in), CUBE_ARRAY(float, out), uint32_t half) {\n"
+    "  CUBE_SHARED(float, sh, 1024);\n"
+    "  uint64_t u = UNIT_POS;\n"
+    "  sh[u] = CUBE_LOAD(in, CUBE_POS * CUBE_DIM + u);\n"
+    "  sync_cube();\n"
+    "  for (uint32_t s = half; s > 0u; s >>= 1) {\n"
+    "    if ((s) > u) sh[u] += u + s < CUBE_DIM ? sh[u + s] : 0.0f;\n"
+    "    sync_cube();\n"
+    "  }\n"
+    "  if (u == 0) CUBE_STORE(out, CUBE_POS, sh[0]);\n"
+    "}\n";
+
+static void host_rows(const float* x, float* out, uint32_t dx, uint32_t rows) {
+  for (uint32_t row = 0; row < rows; ++row) {
+    float* sh = out + row * dx;
+    memcpy(sh, x + row * dx, dx * sizeof(float));
+    for (uint32_t len = dx; len > 1u; len = (len + 1u) / 2u)
+      for (uint32_t u = 0; u < len / 2u; ++u) sh[u] += sh[u + (len + 1u) / 2u];
+  }
+}
+
+CUBE_TEST(split_guarded_regions_text) {
+  /* The demo's reduction: one guarded region (the tree's). */
+  CHECK_EQ_U64(guarded_regions(K_ROWSUM, NULL, 0), 1);
+  CHECK_EQ_U64(guarded_regions(K_TREESUM, NULL, 0), 1);
+  cube_define_t block = {"BLOCK", "256"};
+  CHECK_EQ_U64(guarded_regions("CUBE_KERNEL(k, CUBE_ARRAY(const float, x), CUBE_ARRAY(double, o)) {\n"
+                               "  CUBE_SHARED(double, tile, BLOCK);\n"
+                               "  uint32_t u = UNIT_POS_X;\n"
+                               "  tile[u] = (double)CUBE_LOAD(x, ABSOLUTE_POS_X);\n"
+                               "  sync_cube();\n"
+                               "  for (uint32_t s = BLOCK / 2; s > 0; s >>= 1) {\n"
+                               "    if (u < s) tile[u] += tile[u + s];\n"
+                               "    sync_cube();\n"
+                               "  }\n"
+                               "  if (u < BLOCK / 4u) CUBE_STORE(o, CUBE_POS_X, tile[0]);\n"
+                               "}\n",
+                               &block, 1),
+               2);
+  /* Guards that are not a prefix of the units, or a region of more than the
+   * one statement: the region runs every unit as before. */
+  static const char* const plain[] = {
+      /* an else */
+      "  if (u < s) sh[u] += sh[u + s]; else sh[u] = 0.0f;\n",
+      /* <= */
+      "  if (u <= s) sh[u] += sh[u + s];\n",
+      /* B reads a shared array */
+      "  if (u < (uint32_t)sh[0]) sh[u] += sh[u + s];\n",
+      /* B has a looser operator: (u < s) && ... */
+      "  if (u < s && u + s < CUBE_DIM) sh[u] += sh[u + s];\n",
+      /* B calls a function */
+      "  if (u < cube_plane_max_u32(s)) sh[u] += sh[u + s];\n",
+      /* B has a side effect */
+      "  if (u < (n = s)) sh[u] += sh[u + s];\n",
+      /* A is a shift, not a comparison */
+      "  if (s >> u) sh[u] += sh[u + s];\n",
+      /* A is not the unit's position */
+      "  if (v < s) sh[u] += sh[u + s];\n",
+      /* A is written elsewhere */
+      "  if (w < s) sh[u] += sh[u + s];\n",
+      /* two statements in the region */
+      "  if (u < s) sh[u] += sh[u + s];\n  sh[u] += 0.0f;\n",
+      /* A signed */
+      "  if (i < s) sh[u] += sh[u + s];\n",
+  };
+  for (size_t c = 0; c < sizeof plain / sizeof plain[0]; ++c) {
+    char src[2048];
+    snprintf(src, sizeof src,
+             "CUBE_KERNEL(k, CUBE_ARRAY(float, o), uint32_t m) {\n"
+             "  CUBE_SHARED(float, sh, 1024);\n"
+             "  uint32_t u = UNIT_POS_X;\n"
+             "  uint32_t v = UNIT_POS_Y;\n"
+             "  uint32_t w = UNIT_POS_X;\n"
+             "  int i = UNIT_POS_X;\n"
+             "  uint32_t n = m;\n"
+             "  sh[u] = (float)u;\n"
+             "  w += 0u;\n"
+             "  sync_cube();\n"
+             "  for (uint32_t s = 128; s > 0; s >>= 1) {\n"
+             "%s"
+             "    sync_cube();\n"
+             "  }\n"
+             "  o[u] = sh[u] + (float)(v + w + (uint32_t)i + n);\n"
+             "}\n",
+             plain[c]);
+    int g = guarded_regions(src, NULL, 0);
+    if (g != 0) fprintf(stderr, "case %zu: %d guarded regions, want 0 (and a split)\n", c, g);
+    CHECK_EQ_U64(g, 0);
+  }
+  /* A define that is no number is not uniform for certain. */
+  cube_define_t odd = {"HALF", "UNIT_POS_Y"};
+  cube_define_t num = {"HALF", "64u"};
+  const char* with_define =
+      "CUBE_KERNEL(k, CUBE_ARRAY(float, o)) {\n"
+      "  CUBE_SHARED(float, sh, 1024);\n"
+      "  uint32_t u = UNIT_POS_X;\n"
+      "  sh[u] = 1.0f;\n"
+      "  sync_cube();\n"
+      "  if (u < HALF) sh[u] += sh[u + HALF];\n"
+      "  sync_cube();\n"
+      "  o[u] = sh[u];\n"
+      "}\n";
+  CHECK_EQ_U64(guarded_regions(with_define, &odd, 1), 0);
+  CHECK_EQ_U64(guarded_regions(with_define, &num, 1), 1);
+}
+
+CUBE_TEST(split_guarded_regions_results) {
+  kern_t ks, kf;
+  /* Rows of odd widths, 1-D and 2-D/3-D cubes. */
+  if (build_both(&ks, &kf, K_ROWSUM, "k", NULL, 0)) {
+    static const uint32_t dims[][3] = {{1, 1, 1}, {7, 1, 1},   {100, 1, 1}, {255, 1, 1},
+                                       {256, 1, 1}, {3, 5, 2}, {33, 3, 1},  {1000, 1, 1}};
+    uint64_t rng = 29;
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; ++d) {
+      uint32_t dim = dims[d][0] * dims[d][1] * dims[d][2];
+      uint32_t count[3] = {5, 1, 1};
+      uint32_t n = dim * 5;
+      float* in = malloc(n * sizeof(float));
+      float* o1 = calloc(n, sizeof(float));
+      float* o2 = calloc(n, sizeof(float));
+      float* want = calloc(n, sizeof(float));
+      for (uint32_t i = 0; i < n; ++i) in[i] = rand_float(&rng);
+      cube_cpu_arg_t a1[2] = {buf_arg(in, n * sizeof(float)), buf_arg(o1, n * sizeof(float))};
+      cube_cpu_arg_t a2[2] = {buf_arg(in, n * sizeof(float)), buf_arg(o2, n * sizeof(float))};
+      CHECK_EQ_U64(run(&ks, count, dims[d], a1, 2), 0);
+      CHECK_EQ_U64(run(&kf, count, dims[d], a2, 2), 0);
+      CHECK(memcmp(o1, o2, n * sizeof(float)) == 0);
+      host_rows(in, want, dims[d][0], n / dims[d][0]);
+      uint32_t bad = 0;
+      for (uint32_t i = 0; i < n; ++i)
+        if (memcmp(&want[i], &o1[i], sizeof(float)) != 0 && bad++ < 3)
+          fprintf(stderr, "rows, cube %ux%ux%u, element %u: %.9g, want %.9g\n", dims[d][0],
+                  dims[d][1], dims[d][2], i, (double)o1[i], (double)want[i]);
+      CHECK_EQ_U64(bad, 0);
+      free(in);
+      free(o1);
+      free(o2);
+      free(want);
+    }
+  }
+  unload(&ks);
+  unload(&kf);
+  /* The whole cube, B > A. */
+  if (build_both(&ks, &kf, K_TREESUM, "k", NULL, 0)) {
+    static const uint32_t dims[][3] = {{1, 1, 1}, {7, 1, 1}, {100, 1, 1}, {256, 1, 1}, {3, 5, 2}};
+    uint64_t rng = 31;
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; ++d) {
+      uint32_t dim = dims[d][0] * dims[d][1] * dims[d][2];
+      uint32_t half = 1;
+      while (half * 2 < dim) half *= 2;
+      if (dim == 1) half = 0;
+      uint32_t count[3] = {7, 1, 1};
+      uint32_t n = dim * 7;
+      float* in = malloc(n * sizeof(float));
+      float o1[7] = {0}, o2[7] = {0};
+      for (uint32_t i = 0; i < n; ++i) in[i] = rand_float(&rng);
+      cube_cpu_arg_t a1[3] = {buf_arg(in, n * sizeof(float)), buf_arg(o1, sizeof o1),
+                              u32_arg(half)};
+      cube_cpu_arg_t a2[3] = {buf_arg(in, n * sizeof(float)), buf_arg(o2, sizeof o2),
+                              u32_arg(half)};
+      CHECK_EQ_U64(run(&ks, count, dims[d], a1, 3), 0);
+      CHECK_EQ_U64(run(&kf, count, dims[d], a2, 3), 0);
+      CHECK(memcmp(o1, o2, sizeof o1) == 0);
+      for (uint32_t c = 0; c < 7; ++c) {
+        float sh[1024];
+        memcpy(sh, in + c * dim, dim * sizeof(float));
+        for (uint32_t s = half; s > 0; s >>= 1)
+          for (uint32_t u = 0; u < s; ++u) sh[u] += u + s < dim ? sh[u + s] : 0.0f;
+        CHECK(memcmp(&sh[0], &o1[c], sizeof(float)) == 0);
+      }
+      free(in);
+    }
+  }
+  unload(&ks);
+  unload(&kf);
+}

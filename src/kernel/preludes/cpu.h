@@ -341,10 +341,10 @@ CUBE__PFN int cube__fiber_run(cube__sched_t* s, uint32_t units, void* scratch,
       uint32_t cube__dz CUBE__UNUSED, uint32_t cube__nx CUBE__UNUSED,                        \
       uint32_t cube__ny CUBE__UNUSED, uint32_t cube__nz CUBE__UNUSED,                        \
       cube_bounds_error_t* cube__bounds CUBE__UNUSED, cube__sched_t* cube__sched CUBE__UNUSED, \
-      uint32_t cube__abs CUBE__UNUSED
+      uint32_t cube__abs CUBE__UNUSED, uint32_t cube__ax CUBE__UNUSED
 #define CUBE_UNIT_ARGS                                                                       \
   cube__ux, cube__uy, cube__uz, cube__cx, cube__cy, cube__cz, cube__dx, cube__dy, cube__dz,  \
-      cube__nx, cube__ny, cube__nz, cube__bounds, cube__sched, cube__abs
+      cube__nx, cube__ny, cube__nz, cube__bounds, cube__sched, cube__abs, cube__ax
 
 /* ABSOLUTE_POS is the unit's hidden parameter cube__abs: the same value as
  * common.h's formula of the axes (the entry computes it so), but in the unit
@@ -353,6 +353,13 @@ CUBE__PFN int cube__fiber_run(cube__sched_t* s, uint32_t units, void* scratch,
  * wrapping 32-bit formula). */
 #undef ABSOLUTE_POS
 #define ABSOLUTE_POS cube__abs
+/* ABSOLUTE_POS_X likewise is the hidden parameter cube__ax (common.h's
+ * CUBE_POS_X * CUBE_DIM_X + UNIT_POS_X): in the unit loop of an interior
+ * cube of a kernel that reads ABSOLUTE_POS_X and not ABSOLUTE_POS it is the
+ * loop's counter, so that a row index computed from it in 64 bits is affine
+ * (a 2-D kernel vectorises under gcc). */
+#undef ABSOLUTE_POS_X
+#define ABSOLUTE_POS_X cube__ax
 
 /* The user's kernel: an always-inlined function of the unit (above) and the
  * user's parameters. */
