@@ -76,7 +76,7 @@ static cube_status_t cube__read_exec(cube__stream_t* st, size_t count,
       if (t0 && !status) {
         /* A read has its bytes when the backend returns: the host clock. */
         cube__timed_desc_t d = {CUBE__TRACE_DOWNLOAD, "download", {r->width * r->height, 0, 0}};
-        cube__timing_host(st, &d, t0, cube__now_ns() - t0);
+        cube__timing_host_after(st, &d, t0, cube__now_ns() - t0);
       }
     }
     if (!status && small) memcpy(cube_bytes_data(results[i]), small, n);

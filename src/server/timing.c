@@ -20,6 +20,7 @@ typedef struct cube__timed_entry {
 struct cube__timing {
   bool activity;        /* kernels were timed by the backend's activity records */
   uint32_t untaken;     /* kernels timed so since the last take */
+  uint64_t last_end;    /* the latest end of device-timed work delivered (owner thread) */
   void* anchor;         /* an event of this stream: device time 0, or NULL */
   uint64_t anchor_host; /* host clock just before it was recorded (a lower bound) */
   uint64_t offset;      /* how much later the anchor ran at least (see below) */
@@ -85,6 +86,24 @@ static void cube__timing_deliver(cube__stream_t* st, cube__trace_kind_t kind, co
 }
 
 void cube__timing_host(cube__stream_t* st, const cube__timed_desc_t* d, uint64_t t0, uint64_t ns) {
+  cube__timing_deliver(st, d->kind, d->name, d->a, t0, ns, "host clock");
+}
+
+static void cube__timing_take(cube__stream_t* st, struct cube__timing* t, bool flush);
+
+void cube__timing_host_after(cube__stream_t* st, const cube__timed_desc_t* d, uint64_t t0,
+                             uint64_t ns) {
+  struct cube__timing* t = st->timing;
+  if (t) {
+    /* What completed before it, known first; then it starts no earlier
+     * than the end of that. */
+    if (t->activity) cube__timing_take(st, t, false);
+    if (t->last_end > t0) {
+      uint64_t end = t0 + ns;
+      t0 = t->last_end;
+      ns = end > t0 ? end - t0 : 0;
+    }
+  }
   cube__timing_deliver(st, d->kind, d->name, d->a, t0, ns, "host clock");
 }
 
@@ -154,6 +173,7 @@ static void cube__timing_take(cube__stream_t* st, struct cube__timing* t, bool f
                                kind == CUBE__TRACE_COPY ? 0 : r[i].count[1],
                                kind == CUBE__TRACE_COPY ? 0 : r[i].count[2]};
         cube__timing_deliver(st, kind, r[i].name, a, r[i].start_ns, ns, "device clock");
+        if (r[i].end_ns > t->last_end) t->last_end = r[i].end_ns;
       }
     }
   } while (n == sizeof(r) / sizeof(r[0]));
@@ -196,6 +216,7 @@ static void cube__timing_resolve_front(cube__stream_t* st, struct cube__timing* 
     uint64_t start = t->anchor_host + t->offset + rel0;
     uint64_t ns = rel1 > rel0 ? rel1 - rel0 : 0;
     cube__timing_deliver(st, e->kind, e->name, e->a, start, ns, "device clock");
+    if (start + ns > t->last_end) t->last_end = start + ns;
   }
   cube__backend_event_destroy(be, e->ev0);
   t->head = (t->head + 1) % CUBE__TIMING_PENDING;

@@ -80,6 +80,14 @@ void cube__timing_collect(cube__stream_t* st);
 void cube__timing_host(cube__stream_t* st, const cube__timed_desc_t* d, uint64_t t0,
                        uint64_t ns);
 
+/* As cube__timing_host, for a transfer that ran after the stream's earlier
+ * work had completed (a read): what the backend's records say completed
+ * before it is taken first, and its start is placed no earlier than the end
+ * of that work (a host clock's start would put it before work the device
+ * ran after the call began). Owner thread only. */
+void cube__timing_host_after(cube__stream_t* st, const cube__timed_desc_t* d, uint64_t t0,
+                             uint64_t ns);
+
 /* Resolves what it can (waiting) and frees the stream's timing state. */
 void cube__timing_destroy(cube__stream_t* st);
 

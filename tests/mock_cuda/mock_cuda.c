@@ -95,7 +95,6 @@ static atomic_uint mock_stream_ids;
 /* The mock CUPTI (end of the file): a launch queues its kernel record. */
 static void mock_cupti_launch(mock_stream_t* s, CUfunction f, unsigned gx, unsigned gy,
                               unsigned gz);
-static void mock_cupti_copy(mock_stream_t* s, size_t bytes);
 
 static struct {
   pthread_mutex_t lock;
@@ -853,9 +852,7 @@ static CUresult m_cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr src, size_t n, CU
   mock_op_t* op = mock_op(OP_COPY);
   if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
   op->dst = (void*)(uintptr_t)d; op->src = (const void*)(uintptr_t)src; op->n = n;
-  CUresult r = mock_push(s, op);
-  if (r == CUDA_SUCCESS && s) mock_cupti_copy((mock_stream_t*)s, n);
-  return r;
+  return mock_push(s, op);
 }
 static CUresult m_cuMemcpy2DAsync(const CUDA_MEMCPY2D* m, CUstream s) {
   if (m->srcXInBytes || m->srcY || m->dstXInBytes || m->dstY) return CUDA_ERROR_NOT_SUPPORTED;
@@ -1207,9 +1204,8 @@ MOCK_API const char* nvrtcGetErrorString(int r) { return r ? "mock NVRTC error" 
 // CUPTI's activity API (CUBE_CUPTI=<this library>)
 //===----------------------------------------------------------------------===//
 
-/* Kernel records laid out as CUpti_ActivityKernel10's first fields and
- * copy records as CUpti_ActivityMemcpy6's (the offsets cube reads),
- * MOCK_CUPTI_RECORD bytes each. A launch on a stream
+/* Kernel records laid out as CUpti_ActivityKernel10's first fields (the
+ * offsets cube reads), MOCK_CUPTI_RECORD bytes each. A launch on a stream
  * while kernel records are on queues a host operation on the stream; when
  * the stream reaches it the record gets its start and end (CLOCK_REALTIME,
  * as CUPTI's clock) and waits for a flush. */
@@ -1217,8 +1213,6 @@ MOCK_API const char* nvrtcGetErrorString(int r) { return r ? "mock NVRTC error" 
 typedef void (*mock_cupti_req_fn)(uint8_t**, size_t*, size_t*);
 typedef void (*mock_cupti_done_fn)(CUcontext, uint32_t, uint8_t*, size_t, size_t);
 typedef struct mock_krec {
-  int copy;      /* a device-to-device copy's record (else a kernel's) */
-  uint64_t bytes;
   uint64_t start, end;
   uint32_t ctx_id, stream_id, grid[3];
   const char* name;
@@ -1228,7 +1222,7 @@ static struct {
   pthread_mutex_t lock;
   mock_cupti_req_fn req;
   mock_cupti_done_fn done;
-  atomic_bool kernels, copies;
+  atomic_bool kernels;
   mock_krec_t *head, *tail;
   uint64_t delivered, enables, disables;
 } mock_cupti = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -1268,20 +1262,6 @@ static void mock_cupti_launch(mock_stream_t* s, CUfunction f, unsigned gx, unsig
   mock_push((CUstream)s, op);
 }
 
-static void mock_cupti_copy(mock_stream_t* s, size_t bytes) {
-  if (!atomic_load(&mock_cupti.copies)) return;
-  mock_krec_t* r = calloc(1, sizeof(*r));
-  mock_op_t* op = mock_op(OP_HOST);
-  if (!r || !op) { free(r); free(op); return; }
-  r->copy = 1;
-  r->bytes = bytes;
-  r->ctx_id = (uint32_t)s->device + 1;
-  r->stream_id = s->cupti_id;
-  op->fn = mock_cupti_ran;
-  op->user = r;
-  mock_push((CUstream)s, op);
-}
-
 MOCK_API int cuptiGetVersion(uint32_t* v) { *v = 130001; return 0; }
 MOCK_API int cuptiActivityRegisterCallbacks(mock_cupti_req_fn req, mock_cupti_done_fn done) {
   pthread_mutex_lock(&mock_cupti.lock);
@@ -1291,7 +1271,6 @@ MOCK_API int cuptiActivityRegisterCallbacks(mock_cupti_req_fn req, mock_cupti_do
   return 0;
 }
 MOCK_API int cuptiActivityEnable(int kind) {
-  if (kind == 1) { atomic_store(&mock_cupti.copies, true); return 0; }
   if (kind != 10) return 1;
   atomic_store(&mock_cupti.kernels, true);
   pthread_mutex_lock(&mock_cupti.lock);
@@ -1300,7 +1279,6 @@ MOCK_API int cuptiActivityEnable(int kind) {
   return 0;
 }
 MOCK_API int cuptiActivityDisable(int kind) {
-  if (kind == 1) { atomic_store(&mock_cupti.copies, false); return 0; }
   if (kind != 10) return 1;
   atomic_store(&mock_cupti.kernels, false);
   pthread_mutex_lock(&mock_cupti.lock);
@@ -1350,16 +1328,7 @@ MOCK_API int cuptiActivityFlushAll(uint32_t flag) {
       while (list && valid + MOCK_CUPTI_RECORD <= size) {
         uint8_t* r = buf + valid;
         memset(r, 0, MOCK_CUPTI_RECORD);
-        if (list->copy) { /* CUpti_ActivityMemcpy6's fields */
-          uint32_t kind = 1;
-          memcpy(r + 0, &kind, 4);
-          r[4] = 8; /* device to device */
-          memcpy(r + 8, &list->bytes, 8);
-          memcpy(r + 16, &list->start, 8);
-          memcpy(r + 24, &list->end, 8);
-          memcpy(r + 36, &list->ctx_id, 4);
-          memcpy(r + 40, &list->stream_id, 4);
-        } else {
+        {
           uint32_t kind = 10;
           memcpy(r + 0, &kind, 4);
           memcpy(r + 16, &list->start, 8);

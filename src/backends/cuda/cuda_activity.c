@@ -46,16 +46,6 @@
 
 /* The part of CUPTI's C API used here (cupti_activity.h, cupti_result.h). */
 #define CUBE__CUPTI_KIND_CONCURRENT_KERNEL 10
-#define CUBE__CUPTI_KIND_MEMCPY 1
-#define CUBE__CUPTI_MEMCPY_DTOD 8
-/* CUpti_ActivityMemcpy6 (CUPTI 13): the offsets of the fields read. */
-#define CUBE__CUPTI_M_COPY_KIND 4 /* uint8_t */
-#define CUBE__CUPTI_M_BYTES 8
-#define CUBE__CUPTI_M_START 16
-#define CUBE__CUPTI_M_END 24
-#define CUBE__CUPTI_M_CONTEXT 36
-#define CUBE__CUPTI_M_STREAM 40
-#define CUBE__CUPTI_M_GRAPH 72
 #define CUBE__CUPTI_ERROR_MAX_LIMIT_REACHED 12
 /* CUpti_ActivityKernel10 (CUPTI 13): the offsets of the fields read. */
 #define CUBE__CUPTI_K_START 16
@@ -78,8 +68,6 @@ typedef void (*cube__cupti_complete_fn)(CUcontext ctx, uint32_t stream_id, uint8
 #define CUBE__ACTIVITY_BUFFER (1u << 20)
 
 typedef struct cube__act_entry {
-  uint32_t kind; /* CUBE__ACTIVITY_KERNEL or CUBE__ACTIVITY_COPY */
-  uint64_t bytes; /* a copy's */
   uint64_t start_ns, end_ns;
   uint64_t hash; /* the entry function's name hash; 0: |foreign| is the name */
   uint32_t count[3];
@@ -412,7 +400,7 @@ static void cube__act_name(cube__backend_device_t* d, const cube__act_entry_t* e
   pthread_mutex_unlock(&d->fn_lock);
 }
 
-/* Under the registry's lock: entry |e| of stream |s| into the trace (while
+/* Under the registry's lock: kernel |e| of stream |s| into the trace (while
  * one records) and, where the device's profile summary keeps records, into
  * the stream's queue. */
 static void cube__act_deliver(cube__cuda_stream_t* s, cube__act_entry_t* e) {
@@ -424,41 +412,13 @@ static void cube__act_deliver(cube__cuda_stream_t* s, cube__act_entry_t* e) {
     t.dur_ns = e->end_ns - e->start_ns;
     t.pid = cube__trace_device_pid((cube_device_id_t){CUBE_BACKEND_CUDA, d->index});
     t.tid = s->id;
-    if (e->kind == CUBE__ACTIVITY_COPY) {
-      t.kind = CUBE__TRACE_COPY;
-      t.a[0] = e->bytes;
-    } else {
-      t.kind = CUBE__TRACE_KERNEL;
-      for (int i = 0; i < 3; ++i) t.a[i] = e->count[i];
-    }
+    t.kind = CUBE__TRACE_KERNEL;
+    for (int i = 0; i < 3; ++i) t.a[i] = e->count[i];
     cube__act_name(d, e, t.name, sizeof(t.name));
     cube__trace_copy_name(t.detail, sizeof(t.detail), "device activity");
     cube__trace_emit(&t);
   }
   if (atomic_load_explicit(&d->act_keep, memory_order_relaxed)) cube__act_push(s->act, e);
-}
-
-/* Under the registry's lock: a copy's record. Device-to-device copies on a
- * stream cube knows are its copies (cube_client_copy); the staging ring's
- * copies to and from the host are timed on the host clock as the uploads and
- * downloads they are part of, and those of CUDA graphs by their replay. */
-static void cube__act_copy(const uint8_t* r) {
-  if (r[CUBE__CUPTI_M_COPY_KIND] != CUBE__CUPTI_MEMCPY_DTOD) return;
-  if (cube__act_u32(r, CUBE__CUPTI_M_GRAPH) != 0) return;
-  cube__cuda_stream_t* s =
-      cube__act_find(cube__act_u32(r, CUBE__CUPTI_M_CONTEXT), cube__act_u32(r, CUBE__CUPTI_M_STREAM));
-  if (!s) return;
-  uint64_t start = cube__act_u64(r, CUBE__CUPTI_M_START);
-  uint64_t end = cube__act_u64(r, CUBE__CUPTI_M_END);
-  if (!start || end < start) return;
-  cube__act_entry_t e;
-  memset(&e, 0, sizeof(e));
-  e.kind = CUBE__ACTIVITY_COPY;
-  e.bytes = cube__act_u64(r, CUBE__CUPTI_M_BYTES);
-  e.start_ns = (uint64_t)((int64_t)start + g_act.offset);
-  e.end_ns = (uint64_t)((int64_t)end + g_act.offset);
-  cube__trace_copy_name(e.foreign, sizeof(e.foreign), "copy");
-  cube__act_deliver(s, &e);
 }
 
 /* A buffer of records, on the collector or a flush's caller: each kernel of
@@ -469,12 +429,7 @@ static void cube__act_buffer_read(const uint8_t* buffer, size_t valid) {
   void* rec = NULL;
   while (valid && g_act.next((uint8_t*)buffer, valid, &rec) == 0) {
     const uint8_t* r = rec;
-    uint32_t kind = cube__act_u32(r, 0);
-    if (kind == CUBE__CUPTI_KIND_MEMCPY) {
-      cube__act_copy(r);
-      continue;
-    }
-    if (kind != CUBE__CUPTI_KIND_CONCURRENT_KERNEL) continue;
+    if (cube__act_u32(r, 0) != CUBE__CUPTI_KIND_CONCURRENT_KERNEL) continue;
     if (cube__act_u32(r, CUBE__CUPTI_K_GRAPH) != 0) continue; /* a node of a CUDA graph */
     cube__cuda_stream_t* s =
         cube__act_find(cube__act_u32(r, CUBE__CUPTI_K_CONTEXT), cube__act_u32(r, CUBE__CUPTI_K_STREAM));
@@ -484,7 +439,6 @@ static void cube__act_buffer_read(const uint8_t* buffer, size_t valid) {
     if (!start || end < start) continue; /* not completed */
     cube__act_entry_t e;
     memset(&e, 0, sizeof(e));
-    e.kind = CUBE__ACTIVITY_KERNEL;
     e.start_ns = (uint64_t)((int64_t)start + g_act.offset);
     e.end_ns = (uint64_t)((int64_t)end + g_act.offset);
     for (int i = 0; i < 3; ++i) e.count[i] = cube__act_u32(r, CUBE__CUPTI_K_GRID + 4u * (size_t)i);
@@ -514,7 +468,6 @@ static void cube__act_maybe_off_locked(void) {
   if (g_act.keepers == 0 && !cube__trace_on() && atomic_load(&g_act.enabled) &&
       !g_act.finished) {
     g_act.disable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL);
-    g_act.disable(CUBE__CUPTI_KIND_MEMCPY);
     atomic_store(&g_act.enabled, false);
   }
 }
@@ -541,7 +494,6 @@ static void cube__act_at_exit(void) {
   if (atomic_load(&g_act.enabled) && !g_act.finished) {
     cube__act_flush();
     g_act.disable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL);
-    g_act.disable(CUBE__CUPTI_KIND_MEMCPY);
     atomic_store(&g_act.enabled, false);
   }
   g_act.finished = true;
@@ -553,10 +505,6 @@ static bool cube__act_enable_locked(void) {
   if (atomic_load(&g_act.enabled)) return true;
   if (g_act.finished) return false;
   if (g_act.enable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL) != 0) return false;
-  if (g_act.enable(CUBE__CUPTI_KIND_MEMCPY) != 0) {
-    g_act.disable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL);
-    return false;
-  }
   /* CUPTI's clock against cube's: the middle of two reads of ours. */
   uint64_t t0 = cube__now_ns(), c = 0;
   g_act.timestamp(&c);
@@ -609,9 +557,11 @@ static bool cube__act_register_locked(cube__backend_device_t* d, cube__cuda_stre
 }
 
 bool cube__cuda_activity_begin(cube__backend_device_t* d, void* stream, uint32_t kind, bool keep) {
-  (void)kind; /* kernels and copies alike */
   cube__cuda_stream_t* s = stream;
-  if (!s) return false;
+  /* Kernels only: copies keep their events (a copy timed by CUPTI's memcpy
+   * record would run on the device clock while the download after it is
+   * timed on the host clock from its call, which may come first). */
+  if (!s || kind != CUBE__ACTIVITY_KERNEL) return false;
   /* The common case: on, the stream known, nothing to keep. */
   if (s->act && s->act->known && (!keep || atomic_load_explicit(&d->act_keep, memory_order_relaxed)) &&
       atomic_load_explicit(&g_act.enabled, memory_order_relaxed))
@@ -653,9 +603,8 @@ size_t cube__cuda_activity_take(cube__backend_device_t* d, void* stream, bool fl
   if (!n) return 0;
   for (size_t i = 0; i < n; ++i) {
     cube__activity_record_t* o = &out[i];
-    o->kind = e[i].kind;
+    o->kind = CUBE__ACTIVITY_KERNEL;
     o->traced = true; /* the collector put it into the trace */
-    o->bytes = e[i].bytes;
     o->start_ns = e[i].start_ns;
     o->end_ns = e[i].end_ns;
     memcpy(o->count, e[i].count, sizeof(o->count));
