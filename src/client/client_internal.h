@@ -94,6 +94,15 @@ cube_status_t cube__client_handle_f(const cube_client_t* c, cube_handle_t h,
                                     cube__handle_info_t* out, const char* fmt, ...)
     CUBE_PRINTF(4, 5);
 
+/* For a call of |c| on one buffer that cannot be recorded into a graph
+ * (|what|: "a checkpoint"): the buffer of |handle| and the calling stream,
+ * refused while the stream captures, and ending an automatic capture's
+ * step (the buffer touched). */
+cube_status_t cube__client_uncaptured_buffer(cube_client_t* c, cube_handle_t handle,
+                                             const char* fn, const char* what,
+                                             cube__handle_info_t* out_info,
+                                             cube__stream_t** out_stream);
+
 /* Geometry of a tensor's rows: width bytes, height rows, pitch apart. */
 void cube__rows(const cube_layout_desc_t* d, const uint64_t* strides, uint64_t* width,
                 uint64_t* height, uint64_t* pitch);

@@ -17,17 +17,10 @@ cube_status_t cube_device_recover(cube_device_id_t device) {
 
 cube_status_t cube_client_checkpoint(cube_client_t* c, cube_handle_t handle) {
   static const char fn[] = "cube_client_checkpoint";
-  CUBE__CHECK_CLIENT(c, fn);
   cube__handle_info_t info;
-  CUBE_RETURN_IF_ERROR(cube__client_handle_f(c, handle, &info, "%s: handle", fn));
   cube__stream_t* stream;
-  CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
-  if (cube__stream_capturing(stream))
-    return cube__stream_capture_refusal(stream, fn, "a checkpoint");
-  if (cube__stream_auto(stream)) {
-    cube__auto_step_end(stream, "a checkpoint");
-    cube__auto_touch(stream, info.mem);
-  }
+  CUBE_RETURN_IF_ERROR(
+      cube__client_uncaptured_buffer(c, handle, fn, "a checkpoint", &info, &stream));
   cube_status_t st = cube__server_checkpoint(stream, info.mem);
   return st ? cube__status_annotate(st, "%s: handle 0x%" PRIx64, fn, handle.id) : CUBE_OK;
 }

@@ -31,19 +31,30 @@ cube_status_t cube_client_write(cube_client_t* c, cube_handle_t handle, const vo
   return st ? cube__status_annotate(st, "%s: handle 0x%" PRIx64, fn, handle.id) : CUBE_OK;
 }
 
-cube_status_t cube_client_accept_contents(cube_client_t* c, cube_handle_t handle) {
-  static const char fn[] = "cube_client_accept_contents";
+cube_status_t cube__client_uncaptured_buffer(cube_client_t* c, cube_handle_t handle,
+                                             const char* fn, const char* what,
+                                             cube__handle_info_t* out_info,
+                                             cube__stream_t** out_stream) {
   CUBE__CHECK_CLIENT(c, fn);
-  cube__handle_info_t info;
-  CUBE_RETURN_IF_ERROR(cube__client_handle_f(c, handle, &info, "%s: handle", fn));
+  CUBE_RETURN_IF_ERROR(cube__client_handle_f(c, handle, out_info, "%s: handle", fn));
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
-  if (cube__stream_capturing(stream))
-    return cube__stream_capture_refusal(stream, fn, "accepting a buffer's contents");
+  if (cube__stream_capturing(stream)) return cube__stream_capture_refusal(stream, fn, what);
   if (cube__stream_auto(stream)) {
-    cube__auto_step_end(stream, "accepting a buffer's contents");
-    cube__auto_touch(stream, info.mem);
+    cube__auto_step_end(stream, what);
+    cube__auto_touch(stream, out_info->mem);
   }
+  *out_stream = stream;
+  return CUBE_OK;
+}
+
+cube_status_t cube_client_accept_contents(cube_client_t* c, cube_handle_t handle) {
+  static const char fn[] = "cube_client_accept_contents";
+  cube__handle_info_t info;
+  cube__stream_t* stream;
+  CUBE_RETURN_IF_ERROR(cube__client_uncaptured_buffer(c, handle, fn,
+                                                      "accepting a buffer's contents", &info,
+                                                      &stream));
   cube_status_t st = cube__server_accept(stream, info.mem);
   return st ? cube__status_annotate(st, "%s: handle 0x%" PRIx64, fn, handle.id) : CUBE_OK;
 }

@@ -21,17 +21,9 @@
 #include "cube/cube.h"
 #include "memory/memory.h"
 #include "memory/taint.h"
+#include "mock_cuda_faults.h"
 #include "read_check.h"
 
-#ifdef CUBE_MOCK_CUDA_PATH
-#define MOCK_SETUP(devices)                                    \
-  do {                                                         \
-    setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);        \
-    setenv("CUBE_MOCK_CUDA_DEVICES", (devices), 1);            \
-  } while (0)
-#else
-#define MOCK_SETUP(devices) CUBE_SKIP("the CUDA backend is not built (no CUDA headers)")
-#endif
 
 /* NVRTC keeps allocations until exit; not ours to report. */
 const char* __lsan_default_suppressions(void);
@@ -50,46 +42,6 @@ static const cube_device_id_t cuda0 = {CUBE_BACKEND_CUDA, 0};
 static const cube_device_id_t cuda1 = {CUBE_BACKEND_CUDA, 1};
 static const cube_device_id_t cpu0 = {CUBE_BACKEND_CPU, 0};
 
-/* The mock's test functions (found with dlsym once cube loaded it). */
-typedef struct {
-  void (*fail_sticky)(const char* name, long n, int code);
-  void (*fail_sticky_on)(int device, const char* name, long n, int code);
-  void (*fail_with)(const char* name, long n, int code);
-  long (*lost_calls)(void);
-  int (*lost)(int device);
-  void (*restore)(int device);
-} mock_t;
-
-static bool mock_get(mock_t* m) {
-  memset(m, 0, sizeof(*m));
-#ifdef CUBE_MOCK_CUDA_PATH
-  cube_status_t st = cube_backend_status(CUBE_BACKEND_CUDA);
-  if (st) {
-    fprintf(stderr, "cuda: %s\n", cube_status_message(st));
-    cube_status_free(st);
-    return false;
-  }
-  void* h = dlopen(CUBE_MOCK_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
-  if (!h) return false;
-  m->fail_sticky = (void (*)(const char*, long, int))(uintptr_t)dlsym(h, "cube_mock_cuda_fail_sticky");
-  m->fail_sticky_on =
-      (void (*)(int, const char*, long, int))(uintptr_t)dlsym(h, "cube_mock_cuda_fail_sticky_on");
-  m->fail_with = (void (*)(const char*, long, int))(uintptr_t)dlsym(h, "cube_mock_cuda_fail_with");
-  m->lost_calls = (long (*)(void))(uintptr_t)dlsym(h, "cube_mock_cuda_lost_calls");
-  m->lost = (int (*)(int))(uintptr_t)dlsym(h, "cube_mock_cuda_lost");
-  m->restore = (void (*)(int))(uintptr_t)dlsym(h, "cube_mock_cuda_restore");
-  dlclose(h); /* still loaded: cube holds it */
-#endif
-  return m->fail_sticky && m->fail_sticky_on && m->fail_with && m->lost_calls && m->lost && m->restore;
-}
-
-static void fill_random(void* p, size_t n, unsigned seed) {
-  unsigned char* b = p;
-  for (size_t i = 0; i < n; ++i) {
-    seed = seed * 1103515245u + 12345u;
-    b[i] = (unsigned char)(seed >> 16);
-  }
-}
 
 /* Uploads |n| random bytes to |c|, copies them on the device, reads both
  * back and compares: 1 when every byte is right. */
