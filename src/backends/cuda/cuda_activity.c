@@ -635,8 +635,3 @@ void cube__cuda_activity_device_gone(cube__backend_device_t* d) {
   cube__act_maybe_off_locked();
   pthread_mutex_unlock(&g_act.onoff);
 }
-
-const char* cube__cuda_activity_reason(void) {
-  pthread_once(&g_act.once, cube__act_load);
-  return g_act.usable ? NULL : g_act.reason;
-}

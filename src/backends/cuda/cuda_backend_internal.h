@@ -325,7 +325,5 @@ void cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const c
 void cube__cuda_activity_stream_gone(cube__cuda_stream_t* s);
 /* |d| no longer keeps records on (before it is freed). */
 void cube__cuda_activity_device_gone(cube__backend_device_t* d);
-/* Why records cannot be had (NULL: they can); loads CUPTI if not yet tried. */
-const char* cube__cuda_activity_reason(void);
 
 #endif /* CUBE_BACKENDS_CUDA_CUDA_BACKEND_INTERNAL_H_ */
