@@ -408,6 +408,23 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_create_restorable(cube_client_t* 
                                                                  const void* data, size_t size,
                                                                  cube_handle_t* out_handle);
 
+/* Copies the host copy of a restorable buffer (what a recovery would write
+ * back: the upload of cube_client_create_restorable or the last
+ * cube_client_checkpoint), the part |handle| views, into new host memory
+ * owned by the caller (NATIVE bytes), without the device: it works while
+ * the device is lost, also where the device cannot be recovered in this
+ * process (a CUDA GPU after a sticky fault: docs/failures.md), so the
+ * program keeps what it marked restorable and can go on elsewhere.
+ * Thread-safe (a concurrent checkpoint gives the copy before or after it).
+ * Fails with INVALID_ARGUMENT (NULL out_bytes, the null handle, a handle of
+ * another client's device), NOT_FOUND (a released handle),
+ * FAILED_PRECONDITION for a buffer that is not restorable, OUT_OF_RANGE
+ * where the view passes the copy, OUT_OF_MEMORY; on failure *out_bytes is
+ * NULL. */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_read_restorable(cube_client_t* client,
+                                                               cube_handle_t handle,
+                                                               cube_bytes_t** out_bytes);
+
 /* Reading memory ------------------------------------------------------------- */
 
 /* Reads every handle (its whole view) into new host buffers, after all work

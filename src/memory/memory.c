@@ -1,5 +1,7 @@
 /* Managed-memory descriptors (docs/cubecl.md, "Handles and bindings"). */
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "memory/memory.h"
 #include "memory/pool_internal.h"
@@ -42,8 +44,26 @@ static void cube__memory_drop(cube__memory_t* m, uint64_t what) {
     free(m);
 }
 
+/* Orders a replacement of a host copy against a reader of it
+ * (cube__memory_copy_keep, on any thread): both rare, neither on a hot path. */
+static pthread_mutex_t cube__keep_lock = PTHREAD_MUTEX_INITIALIZER;
+
 void cube__memory_set_keep(cube__memory_t* m, cube__keep_t* k) {
-  free(atomic_exchange_explicit(&m->keep, k, memory_order_acq_rel));
+  pthread_mutex_lock(&cube__keep_lock);
+  cube__keep_t* old = atomic_exchange_explicit(&m->keep, k, memory_order_acq_rel);
+  pthread_mutex_unlock(&cube__keep_lock);
+  free(old);
+}
+
+int cube__memory_copy_keep(cube__memory_t* m, uint64_t offset, uint64_t len, void* out,
+                           uint64_t* out_size) {
+  pthread_mutex_lock(&cube__keep_lock);
+  cube__keep_t* k = atomic_load_explicit(&m->keep, memory_order_acquire);
+  int r = !k ? -1 : offset > k->size || len > k->size - offset ? 1 : 0;
+  if (k) *out_size = k->size;
+  if (r == 0) memcpy(out, k->data + offset, len);
+  pthread_mutex_unlock(&cube__keep_lock);
+  return r;
 }
 
 void cube__memory_unref(cube__memory_t* m) {

@@ -99,6 +99,12 @@ typedef struct cube__keep {
  * device to itself) or by whoever frees the descriptor. */
 void cube__memory_set_keep(cube__memory_t* m, cube__keep_t* k);
 
+/* Copies |len| bytes at |offset| of |m|'s host copy into |out|: 0 done, -1
+ * no copy, 1 the range passes the copy's size (*out_size, set with 1 and 0).
+ * Thread-safe against a replacement of the copy. */
+int cube__memory_copy_keep(cube__memory_t* m, uint64_t offset, uint64_t len, void* out,
+                           uint64_t* out_size);
+
 /* A new unbound descriptor with refs = 1, handle_refs = 1 (one handle). NULL
  * when out of host memory. */
 cube__memory_t* cube__memory_create(void);

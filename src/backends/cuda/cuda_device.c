@@ -336,8 +336,20 @@ cube_status_t cube__cuda_device_reset(cube__backend_device_t* d) {
   if (r == CUDA_SUCCESS) cube__cuda_ctxs[d->index] = ctx;
   pthread_mutex_unlock(&cube__cuda_ctx_lock);
   if (r != CUDA_SUCCESS) {
-    st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuDevicePrimaryCtxRetain after the reset",
-                          d->index);
+    /* Measured on an H200 (driver 580.159.04, CUDA 13.0; docs/failures.md):
+     * after an illegal address the driver refuses this process every new
+     * context of the GPU, primary or created, with the fault's own code,
+     * however the old one was released and reset. NVIDIA documents these
+     * errors as needing a new process. */
+    if (cube__cuda_sticky(r))
+      st = cube__cuda_error(r, CUBE_STATUS_OK,
+                            "cuda:%u: cuDevicePrimaryCtxRetain after the reset: the CUDA driver "
+                            "refuses this process a new context of the GPU after a sticky fault "
+                            "(only a new process can use it again; other devices keep working)",
+                            d->index);
+    else
+      st = cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuDevicePrimaryCtxRetain after the reset",
+                            d->index);
     goto out;
   }
   d->ctx = ctx;
