@@ -89,6 +89,9 @@ typedef struct cube__launch {
   /* The launch is timed by the backend's activity records (activity_begin
    * said yes for kernels on this stream): a record of it is to come. */
   bool activity;
+  /* Its place in the stream's order of timed work (trace.h), 0: none; a
+   * backend whose activity records go into the trace gives it to them. */
+  uint64_t trace_order;
 } cube__launch_t;
 
 /* Native graphs (the graph_* slots): a recorded sequence the backend runs as

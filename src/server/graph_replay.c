@@ -354,7 +354,7 @@ static void cube__graph_node_desc(const cube_graph_t* g, size_t i,
   d->kind = CUBE__GRAPH_NODE_KERNEL;
   d->launch = (cube__launch_t){k,           k->name,       {t->count[0], t->count[1], t->count[2]},
                                k->cube_dim, t->mode,       t->arg_count,
-                               k->arg_kinds, args,         NULL,         false};
+                               k->arg_kinds, args,         NULL,         false,       0};
 }
 
 /* Builds the native graph with the slots at g->want. native_lock held. */

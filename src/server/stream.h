@@ -68,6 +68,9 @@ typedef struct cube__stream {
   /* Device timing of profiled and traced work (server/timing.c): NULL until
    * the stream's first timed work; used only by whoever runs its work. */
   struct cube__timing* timing;
+  /* The place in the stream's order of its next timed work (trace records
+   * carry it: server/timing.h); any thread that issues work on it. */
+  atomic_uint_fast64_t timed_order;
 } cube__stream_t;
 
 /* The stream that |stream_id| maps to (slot id % max_streams), created on

@@ -241,6 +241,7 @@ __attribute__((noinline)) static cube_status_t cube__launch_timed(
    * itself (OpenCL's profiling info); with them the marks are the device's. */
   if (!m.ev0 && !m.activity) l->device_ns = device_ns;
   l->activity = m.activity;
+  l->trace_order = m.order;
   cube_status_t status = cube__backend_launch(&s->be, st->backend_stream, l);
   if (events) cube__stream_hold(st, mems, t->arg_count);
   cube__timed_desc_t d = {CUBE__TRACE_KERNEL, k->name, {count[0], count[1], count[2]}};
@@ -310,7 +311,7 @@ static inline __attribute__((always_inline)) cube_status_t cube__launch_run(
   }
   uint64_t device_ns = UINT64_MAX;
   cube__launch_t l = {k,       k->name,         {count[0], count[1], count[2]}, k->cube_dim, t->mode,
-                      t->arg_count, k->arg_kinds, t->args, NULL, false};
+                      t->arg_count, k->arg_kinds, t->args, NULL, false, 0};
   if (__builtin_expect(!profiled || (s->profiler.level == CUBE_PROFILE_NONE && !cube__trace_on()),
                        1)) {
     cube_status_t status = cube__backend_launch(&s->be, st->backend_stream, &l);

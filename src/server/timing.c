@@ -12,6 +12,7 @@ typedef struct cube__timed_entry {
   cube__trace_kind_t kind;
   uint64_t a[3];
   uint64_t submit_ns; /* host clock when the start event was recorded */
+  uint64_t order;     /* its place in the stream's order */
   void* ev0;
   void* ev1;
   char name[80];
@@ -66,7 +67,7 @@ static void cube__timing_profile(cube__server_t* s, cube__trace_kind_t kind, con
 /* One resolved record: to the summary and the trace. */
 static void cube__timing_deliver(cube__stream_t* st, cube__trace_kind_t kind, const char* name,
                                  const uint64_t a[3], uint64_t ts, uint64_t ns,
-                                 const char* clock) {
+                                 const char* clock, uint64_t order) {
   cube__server_t* s = st->server;
   const uint32_t count[3] = {(uint32_t)a[0], (uint32_t)a[1], (uint32_t)a[2]};
   cube__timing_profile(s, kind, name, count, ns);
@@ -77,6 +78,7 @@ static void cube__timing_deliver(cube__stream_t* st, cube__trace_kind_t kind, co
     r.pid = cube__trace_device_pid(s->id);
     r.tid = st->id;
     r.kind = (uint32_t)kind;
+    r.order = order;
     memcpy(r.a, a, sizeof(r.a));
     r.f[0] = r.f[1] = 0.0;
     cube__trace_copy_name(r.name, sizeof(r.name), name);
@@ -86,7 +88,8 @@ static void cube__timing_deliver(cube__stream_t* st, cube__trace_kind_t kind, co
 }
 
 void cube__timing_host(cube__stream_t* st, const cube__timed_desc_t* d, uint64_t t0, uint64_t ns) {
-  cube__timing_deliver(st, d->kind, d->name, d->a, t0, ns, "host clock");
+  cube__timing_deliver(st, d->kind, d->name, d->a, t0, ns, "host clock",
+                       cube__timing_next_order(st));
 }
 
 static void cube__timing_take(cube__stream_t* st, struct cube__timing* t, bool flush);
@@ -104,7 +107,8 @@ void cube__timing_host_after(cube__stream_t* st, const cube__timed_desc_t* d, ui
       ns = end > t0 ? end - t0 : 0;
     }
   }
-  cube__timing_deliver(st, d->kind, d->name, d->a, t0, ns, "host clock");
+  cube__timing_deliver(st, d->kind, d->name, d->a, t0, ns, "host clock",
+                       cube__timing_next_order(st));
 }
 
 /* The stream's state; |anchor|: with the anchor event (recorded now if it
@@ -143,6 +147,7 @@ void cube__timing_begin_device(cube__stream_t* st, cube__timing_mark_t* m, bool 
     m->on = true;
     m->activity = true;
     m->ev0 = NULL;
+    m->order = cube__timing_next_order(st);
     return;
   }
   cube__timing_begin(st, m);
@@ -172,7 +177,7 @@ static void cube__timing_take(cube__stream_t* st, struct cube__timing* t, bool f
         const uint64_t a[3] = {kind == CUBE__TRACE_COPY ? r[i].bytes : r[i].count[0],
                                kind == CUBE__TRACE_COPY ? 0 : r[i].count[1],
                                kind == CUBE__TRACE_COPY ? 0 : r[i].count[2]};
-        cube__timing_deliver(st, kind, r[i].name, a, r[i].start_ns, ns, "device clock");
+        cube__timing_deliver(st, kind, r[i].name, a, r[i].start_ns, ns, "device clock", 0);
         if (r[i].end_ns > t->last_end) t->last_end = r[i].end_ns;
       }
     }
@@ -183,7 +188,9 @@ void cube__timing_begin(cube__stream_t* st, cube__timing_mark_t* m) {
   m->on = cube__timing_wanted(st->server);
   m->ev0 = NULL;
   m->activity = false;
+  m->order = 0;
   if (!m->on) return;
+  m->order = cube__timing_next_order(st);
   const cube__backend_t* be = &st->server->be;
   if (cube__backend_has_event_timing(be) && cube__timing_state(st, true)) {
     m->t0 = cube__now_ns();
@@ -215,7 +222,7 @@ static void cube__timing_resolve_front(cube__stream_t* st, struct cube__timing* 
       t->offset = e->submit_ns - (t->anchor_host + rel0);
     uint64_t start = t->anchor_host + t->offset + rel0;
     uint64_t ns = rel1 > rel0 ? rel1 - rel0 : 0;
-    cube__timing_deliver(st, e->kind, e->name, e->a, start, ns, "device clock");
+    cube__timing_deliver(st, e->kind, e->name, e->a, start, ns, "device clock", e->order);
     if (start + ns > t->last_end) t->last_end = start + ns;
   }
   cube__backend_event_destroy(be, e->ev0);
@@ -266,7 +273,7 @@ void cube__timing_end(cube__stream_t* st, cube__timing_mark_t* m, const cube__ti
   if (!m->ev0) {
     uint64_t ns = device_ns != UINT64_MAX ? device_ns : cube__now_ns() - m->t0;
     cube__timing_deliver(st, d->kind, d->name, d->a, m->t0, ns,
-                         device_ns != UINT64_MAX ? "device clock" : "runner clock");
+                         device_ns != UINT64_MAX ? "device clock" : "runner clock", m->order);
     return;
   }
   const cube__backend_t* be = &st->server->be;
@@ -288,6 +295,7 @@ void cube__timing_end(cube__stream_t* st, cube__timing_mark_t* m, const cube__ti
   e->kind = d->kind;
   memcpy(e->a, d->a, sizeof(e->a));
   e->submit_ns = m->t0;
+  e->order = m->order;
   e->ev0 = m->ev0;
   e->ev1 = ev1;
   snprintf(e->name, sizeof(e->name), "%s", d->name);

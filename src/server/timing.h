@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "server/server.h"
+#include "server/stream.h"
 #include "trace/trace.h"
 
 /* Pairs of events a stream keeps unresolved at most; with more, the oldest
@@ -37,6 +38,7 @@
 
 typedef struct cube__timing_mark {
   uint64_t t0;   /* host clock at the start */
+  uint64_t order; /* its place in the stream's order (trace.h) */
   void* ev0;     /* the start event, or NULL */
   bool on;       /* timing was wanted when the work began */
   bool activity; /* the backend's kernel activity records time it */
@@ -48,6 +50,11 @@ typedef struct cube__timed_desc {
   const char* name;
   uint64_t a[3];
 } cube__timed_desc_t;
+
+/* The next place in |st|'s order of timed work. */
+static inline uint64_t cube__timing_next_order(cube__stream_t* st) {
+  return atomic_fetch_add_explicit(&st->timed_order, 1, memory_order_relaxed) + 1;
+}
 
 static inline bool cube__timing_wanted(const cube__server_t* s) {
   return s->profiler.level >= CUBE_PROFILE_BASIC || cube__trace_on();

@@ -46,6 +46,11 @@ typedef struct cube__trace_record {
   uint64_t tid;    /* stream id on a device; the thread's id on the host */
   uint64_t a[3];
   double f[2];
+  /* Work of a device stream: its place in the stream's order (1, 2, ...), 0
+   * when not known. The writer keeps a stream's track in this order: no
+   * record starts before the one before it ended (a start that the host
+   * estimated as a lower bound moves later). */
+  uint64_t order;
   uint32_t pid;
   uint32_t kind; /* cube__trace_kind_t */
   char name[80];

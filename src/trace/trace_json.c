@@ -18,6 +18,7 @@ static const char* const cube__trace_cat[CUBE__TRACE_KIND_COUNT] = {
 typedef struct cube__trace_order {
   const cube__trace_record_t* r;
   uint64_t seq;
+  uint64_t ts_ns; /* the start written: the record's, or later (below) */
 } cube__trace_order_t;
 
 static int cube__trace_cmp(const void* a, const void* b) {
@@ -25,8 +26,38 @@ static int cube__trace_cmp(const void* a, const void* b) {
   const cube__trace_order_t* y = b;
   if (x->r->pid != y->r->pid) return x->r->pid < y->r->pid ? -1 : 1;
   if (x->r->tid != y->r->tid) return x->r->tid < y->r->tid ? -1 : 1;
-  if (x->r->ts_ns != y->r->ts_ns) return x->r->ts_ns < y->r->ts_ns ? -1 : 1;
+  if (x->ts_ns != y->ts_ns) return x->ts_ns < y->ts_ns ? -1 : 1;
   return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* A track's records in the stream's order (records without one last). */
+static int cube__trace_cmp_order(const void* a, const void* b) {
+  const cube__trace_order_t* x = a;
+  const cube__trace_order_t* y = b;
+  if (x->r->pid != y->r->pid) return x->r->pid < y->r->pid ? -1 : 1;
+  if (x->r->tid != y->r->tid) return x->r->tid < y->r->tid ? -1 : 1;
+  uint64_t xo = x->r->order ? x->r->order : UINT64_MAX, yo = y->r->order ? y->r->order : UINT64_MAX;
+  if (xo != yo) return xo < yo ? -1 : 1;
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* A device stream runs its work one after another, in its order. Starts
+ * come from different clocks (CUPTI's records; an event's elapsed time from
+ * an anchor, placed no later than it ran; the host clock around a transfer),
+ * so two neighbours may overlap or swap by the clocks' error: each record
+ * whose place is known starts no earlier than the end of the one before it
+ * (the start moves later, its duration stays). */
+static void cube__trace_stream_order(cube__trace_order_t* order, uint64_t count) {
+  qsort(order, count, sizeof(*order), cube__trace_cmp_order);
+  uint64_t end = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const cube__trace_record_t* r = order[i].r;
+    bool same = i > 0 && order[i - 1].r->pid == r->pid && order[i - 1].r->tid == r->tid &&
+                order[i - 1].r->order != 0;
+    if (!r->order || r->pid == CUBE__TRACE_HOST_PID) continue;
+    if (same && order[i].ts_ns < end) order[i].ts_ns = end;
+    end = order[i].ts_ns + r->dur_ns;
+  }
 }
 
 static double cube__us(uint64_t ns) { return (double)ns / 1000.0; }
@@ -95,9 +126,11 @@ static cJSON* cube__trace_doc(const cube__trace_record_t* records, uint64_t coun
   for (uint64_t i = 0; i < count; ++i) {
     order[i].r = &records[i];
     order[i].seq = i;
+    order[i].ts_ns = records[i].ts_ns;
     if (records[i].ts_ns < base) base = records[i].ts_ns;
   }
   if (base == UINT64_MAX) base = 0;
+  cube__trace_stream_order(order, count);
   qsort(order, count, sizeof(*order), cube__trace_cmp);
   /* Names of the tracks: one process per device (and "host"), one thread per
    * stream (and per host thread). */
@@ -132,7 +165,7 @@ static cJSON* cube__trace_doc(const cube__trace_record_t* records, uint64_t coun
     bool instant = r->kind == CUBE__TRACE_OOM;
     cJSON_AddStringToObject(e, "ph", instant ? "i" : "X");
     if (instant) cJSON_AddStringToObject(e, "s", "t");
-    cJSON_AddNumberToObject(e, "ts", cube__us(r->ts_ns - base));
+    cJSON_AddNumberToObject(e, "ts", cube__us(order[i].ts_ns - base));
     if (!instant) cJSON_AddNumberToObject(e, "dur", cube__us(r->dur_ns));
     cJSON_AddNumberToObject(e, "pid", r->pid);
     cJSON_AddNumberToObject(e, "tid", (double)r->tid);

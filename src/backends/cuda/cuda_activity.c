@@ -69,6 +69,7 @@ typedef void (*cube__cupti_complete_fn)(CUcontext ctx, uint32_t stream_id, uint8
 
 typedef struct cube__act_entry {
   uint64_t start_ns, end_ns;
+  uint64_t order; /* its place in the stream's order (trace.h), 0: not known */
   uint64_t hash; /* the entry function's name hash; 0: |foreign| is the name */
   uint32_t count[3];
   char foreign[80]; /* the launch's name, or a function not of cube's: its name (|hash| 0) */
@@ -81,6 +82,7 @@ typedef struct cube__act_entry {
 #define CUBE__ACT_SEARCH 64u /* launches a record's match is looked for in */
 typedef struct cube__act_launch {
   uint64_t hash;
+  uint64_t order;
   char name[80];
 } cube__act_launch_t;
 
@@ -364,20 +366,22 @@ static void cube__act_push(struct cube__cuda_activity* a, const cube__act_entry_
  * matches (one before records were on). The launches before the match had
  * no record (made as records came on): they are passed. */
 static const char* cube__act_launch_name(struct cube__cuda_activity* a, uint64_t hash,
-                                         char* out, size_t size) {
+                                         char* out, size_t size, uint64_t* order) {
   uint64_t got = atomic_load_explicit(&a->got, memory_order_relaxed);
   uint64_t put = atomic_load_explicit(&a->put, memory_order_acquire);
   for (uint64_t i = got; i < put && i - got < CUBE__ACT_SEARCH; ++i) {
     const cube__act_launch_t* l = &a->launches[i % CUBE__ACT_LAUNCHES];
     if (l->hash != hash) continue;
     cube__trace_copy_name(out, size, l->name);
+    *order = l->order;
     atomic_store_explicit(&a->got, i + 1, memory_order_release);
     return out;
   }
   return NULL;
 }
 
-void cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name) {
+void cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name,
+                                  uint64_t order) {
   if (!atomic_load_explicit(&g_act.enabled, memory_order_relaxed)) return;
   struct cube__cuda_activity* a = s->act;
   uint64_t put = atomic_load_explicit(&a->put, memory_order_relaxed);
@@ -385,6 +389,7 @@ void cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const c
   if (put - got >= CUBE__ACT_LAUNCHES) return; /* full: its record gets the module's name */
   cube__act_launch_t* l = &a->launches[put % CUBE__ACT_LAUNCHES];
   l->hash = hash;
+  l->order = order;
   cube__trace_copy_name(l->name, sizeof(l->name), name);
   atomic_store_explicit(&a->put, put + 1, memory_order_release);
 }
@@ -413,6 +418,7 @@ static void cube__act_deliver(cube__cuda_stream_t* s, cube__act_entry_t* e) {
     t.pid = cube__trace_device_pid((cube_device_id_t){CUBE_BACKEND_CUDA, d->index});
     t.tid = s->id;
     t.kind = CUBE__TRACE_KERNEL;
+    t.order = e->order;
     for (int i = 0; i < 3; ++i) t.a[i] = e->count[i];
     cube__act_name(d, e, t.name, sizeof(t.name));
     cube__trace_copy_name(t.detail, sizeof(t.detail), "device activity");
@@ -447,8 +453,9 @@ static void cube__act_buffer_read(const uint8_t* buffer, size_t valid) {
     e.hash = cube__act_name_hash(name);
     if (!e.hash) cube__trace_copy_name(e.foreign, sizeof(e.foreign), name ? name : "kernel");
     char launched[80];
-    const char* as = e.hash ? cube__act_launch_name(s->act, e.hash, launched, sizeof(launched))
-                            : NULL;
+    const char* as =
+        e.hash ? cube__act_launch_name(s->act, e.hash, launched, sizeof(launched), &e.order)
+               : NULL;
     if (as) {
       /* The launch's own name: kept in the entry as a function's is. */
       cube__trace_copy_name(e.foreign, sizeof(e.foreign), as);

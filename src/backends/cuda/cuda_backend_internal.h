@@ -318,9 +318,10 @@ size_t cube__cuda_activity_take(cube__backend_device_t* d, void* stream, bool fl
                                 cube__activity_record_t* out, size_t max);
 /* A kernel of |hash| (its entry's name) launched on |s| as |name|: noted
  * while records are on, so that its record gets the launch's name (kernels
- * of one unit share an entry). The launching thread; one relaxed load when
- * records are off. */
-void cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name);
+ * of one unit share an entry) and its place in the stream's order (|order|,
+ * trace.h). The launching thread; one relaxed load when records are off. */
+void cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name,
+                                  uint64_t order);
 /* Forgets |s| (before it is freed) and its untaken records. */
 void cube__cuda_activity_stream_gone(cube__cuda_stream_t* s);
 /* |d| no longer keeps records on (before it is freed). */
