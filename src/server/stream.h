@@ -68,6 +68,11 @@ typedef struct cube__stream {
   /* Device timing of profiled and traced work (server/timing.c): NULL until
    * the stream's first timed work; used only by whoever runs its work. */
   struct cube__timing* timing;
+  /* The kernel (id) and mode that this stream's last timed launch prepared
+   * (server/tasks.c): the next timed launch of the same one skips the
+   * backend's prepare. Owner thread only, as |timing|. */
+  uint64_t prepared_kernel;
+  int prepared_mode;
   /* The place in the stream's order of its next timed work (trace records
    * carry it: server/timing.h); any thread that issues work on it. */
   atomic_uint_fast64_t timed_order;

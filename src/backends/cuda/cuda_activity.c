@@ -397,7 +397,11 @@ void cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const c
 /* The kernel's name: the module whose entry ran, or the function's own. */
 static void cube__act_name(cube__backend_device_t* d, const cube__act_entry_t* e, char* out,
                            size_t size) {
-  const char* name = e->hash ? NULL : e->foreign;
+  if (!e->hash) { /* named already: no lock that the launching threads take */
+    cube__trace_copy_name(out, size, e->foreign);
+    return;
+  }
+  const char* name = NULL;
   pthread_mutex_lock(&d->fn_lock);
   for (size_t m = 0; !name && m < d->module_count; ++m)
     if (d->modules[m].name_hash == e->hash) name = d->modules[m].kernel_name;
