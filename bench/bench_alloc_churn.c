@@ -3,6 +3,7 @@
  *
  *   bench_alloc_churn [OPS [LIVE_MAX...]]   (defaults: 20000 ops, LIVE_MAX 50 200 1000)
  *   bench_alloc_churn --no-step ...         (leaves the transformer step out)
+ *   bench_alloc_churn --replay=FILE ...     (also replays a recorded trace)
  *
  * The churn trace is the one bench/peers/torch_alloc_churn.py defines in its
  * docstring (the PyTorch peer): LIVE_MAX slots; each step picks a slot with
@@ -22,6 +23,12 @@
  * them: weights and optimizer state for the whole run, activations from the
  * forward pass until backward reaches their layer, gradients until the
  * optimizer step, temporaries for one operation.
+ *
+ * --replay=FILE replays a trace recorded from a real program: lines "a SLOT
+ * SIZE" (allocate) and "f SLOT" (release) after '#' comments, as
+ * bench/peers/torch_record_alloc_trace.py writes from PyTorch's allocator
+ * history (bench/data/torch_transformer_train.trace: training steps of a
+ * transformer language model on the H200). Its row is "recorded: FILE".
  *
  * The device is CUBE_BACKEND's device 0 (cpu by default; opencl; cuda, or
  * cuda over the mock driver with CUBE_CUDA_DRIVER=.../libcube_mock_cuda.so).
@@ -74,6 +81,35 @@ static void trace_push(trace_t* t, uint32_t slot, uint64_t size) {
   }
   t->ops[t->count++] = (op_t){slot, size};
   if (slot + 1 > t->slots) t->slots = slot + 1;
+}
+
+/* A recorded trace (see the top): 0 when it was read whole. */
+static int read_trace(const char* path, trace_t* t) {
+  FILE* f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, BENCH_NAME ": cannot open %s\n", path);
+    return 1;
+  }
+  char line[256];
+  unsigned long long slot, size;
+  int bad = 0;
+  unsigned lineno = 0;
+  while (!bad && fgets(line, sizeof(line), f)) {
+    ++lineno;
+    if (line[0] == '#' || line[0] == '\n') continue;
+    if (sscanf(line, "a %llu %llu", &slot, &size) == 2 && size > 0 && slot < (1u << 24))
+      trace_push(t, (uint32_t)slot, size);
+    else if (sscanf(line, "f %llu", &slot) == 1 && slot < (1u << 24))
+      trace_push(t, (uint32_t)slot, 0);
+    else
+      bad = 1;
+  }
+  fclose(f);
+  if (bad || t->count == 0) {
+    fprintf(stderr, BENCH_NAME ": %s: line %u is not \"a SLOT SIZE\" or \"f SLOT\"\n", path, lineno);
+    return 1;
+  }
+  return 0;
 }
 
 /* The churn trace of torch_alloc_churn.py. Slots that hold a buffer are
@@ -272,8 +308,9 @@ static void sample(cube_client_t* c, figures_t* fg) {
   }
 }
 
-/* Replays |t|, sampling every 100 ops (as the Python). */
-static figures_t replay(cube_client_t* c, const trace_t* t) {
+/* Replays |t|, sampling every |every| ops (100 as the Python; a recorded
+ * trace every op, as PyTorch's own peaks are exact). */
+static figures_t replay(cube_client_t* c, const trace_t* t, size_t every) {
   figures_t fg = {0};
   cube_handle_t* h = calloc(t->slots, sizeof(*h));
   if (!h) exit(1);
@@ -290,7 +327,7 @@ static figures_t replay(cube_client_t* c, const trace_t* t) {
       }
       fg.allocs++;
     }
-    if (i % 100 == 0) sample(c, &fg);
+    if (i % every == 0) sample(c, &fg);
   }
   for (uint32_t k = 0; k < t->slots; ++k) cube_handle_release(h[k]);
   free(h);
@@ -312,7 +349,8 @@ static void print_row(const char* name, const figures_t* fg) {
 /* Runs every row on a fresh server of |config| (in its own process, so
  * that each configuration gets its own server). */
 static int run_config(cube_memory_config_t config, const char* config_name, uint64_t ops,
-                      const uint32_t* lives, int nl, bool with_step) {
+                      const uint32_t* lives, int nl, bool with_step, const trace_t* recorded,
+                      const char* recorded_name) {
   cube_device_id_t dev = {cube_backend_default(), 0};
   cube_server_options_t o;
   memset(&o, 0, sizeof(o));
@@ -332,7 +370,7 @@ static int run_config(cube_memory_config_t config, const char* config_name, uint
   for (int i = 0; i < nl; ++i) {
     trace_t t = {0};
     churn_trace(&t, ops, lives[i], i == 0 && config == CUBE_MEMORY_CONFIG_FITTED);
-    figures_t fg = replay(c, &t);
+    figures_t fg = replay(c, &t, 100);
     char name[64];
     snprintf(name, sizeof(name), "churn %" PRIu64 " live<=%u", ops, lives[i]);
     print_row(name, &fg);
@@ -341,9 +379,15 @@ static int run_config(cube_memory_config_t config, const char* config_name, uint
   if (with_step) {
     trace_t t = {0};
     step_trace(&t);
-    figures_t fg = replay(c, &t);
+    figures_t fg = replay(c, &t, 100);
     print_row("transformer step", &fg);
     free(t.ops);
+  }
+  if (recorded) {
+    figures_t fg = replay(c, recorded, 1);
+    char name[64];
+    snprintf(name, sizeof(name), "recorded: %s", recorded_name);
+    print_row(name, &fg);
   }
   fflush(stdout);
   cube_client_release(c);
@@ -353,10 +397,12 @@ static int run_config(cube_memory_config_t config, const char* config_name, uint
 int main(int argc, char** argv) {
   bool with_step = true;
   const char* only = NULL;
+  const char* replay_path = NULL;
   int a = 1;
   for (; a < argc && strncmp(argv[a], "--", 2) == 0; ++a) {
     if (strcmp(argv[a], "--no-step") == 0) with_step = false;
     else if (strncmp(argv[a], "--config=", 9) == 0) only = argv[a] + 9;
+    else if (strncmp(argv[a], "--replay=", 9) == 0) replay_path = argv[a] + 9;
     else {
       fprintf(stderr, "%s: unknown option %s\n", argv[0], argv[a]);
       return 2;
@@ -374,9 +420,15 @@ int main(int argc, char** argv) {
   for (int i = 0; i < nl; ++i) {
     if (lives[i] == 0 || ops == 0) {
       fprintf(stderr, "usage: %s [--no-step] [--config=fitted|subslices|exclusive] "
-              "[OPS [LIVE_MAX...]] (positive numbers)\n", argv[0]);
+              "[--replay=FILE] [OPS [LIVE_MAX...]] (positive numbers)\n", argv[0]);
       return 2;
     }
+  }
+  trace_t recorded = {0};
+  const char* recorded_name = NULL;
+  if (replay_path) {
+    if (read_trace(replay_path, &recorded)) return 2;
+    recorded_name = strrchr(replay_path, '/') ? strrchr(replay_path, '/') + 1 : replay_path;
   }
   print_machine("bench_alloc_churn", cube_version());
   printf("in use and reserved: cube_client_memory_usage of the client's stream, sampled every "
@@ -400,10 +452,13 @@ int main(int argc, char** argv) {
       perror("fork");
       return 1;
     }
-    if (pid == 0) _exit(run_config(configs[i].config, configs[i].name, ops, lives, nl, with_step));
+    if (pid == 0)
+      _exit(run_config(configs[i].config, configs[i].name, ops, lives, nl, with_step,
+                       replay_path ? &recorded : NULL, recorded_name));
     int st = 0;
     waitpid(pid, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
   }
+  free(recorded.ops);
   return rc;
 }

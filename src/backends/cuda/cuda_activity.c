@@ -437,7 +437,15 @@ static void cube__act_deliver(cube__cuda_stream_t* s, cube__act_entry_t* e) {
 static void cube__act_buffer_read(const uint8_t* buffer, size_t valid) {
   pthread_mutex_lock(&g_act.lock);
   void* rec = NULL;
+  unsigned held = 0;
   while (valid && g_act.next((uint8_t*)buffer, valid, &rec) == 0) {
+    /* A buffer holds thousands of records: the lock is let go now and then,
+     * so that a launching thread taking records waits for 64 at most. */
+    if (++held == 64) {
+      held = 0;
+      pthread_mutex_unlock(&g_act.lock);
+      pthread_mutex_lock(&g_act.lock);
+    }
     const uint8_t* r = rec;
     if (cube__act_u32(r, 0) != CUBE__CUPTI_KIND_CONCURRENT_KERNEL) continue;
     if (cube__act_u32(r, CUBE__CUPTI_K_GRAPH) != 0) continue; /* a node of a CUDA graph */
@@ -601,6 +609,11 @@ size_t cube__cuda_activity_take(cube__backend_device_t* d, void* stream, bool fl
     if (atomic_load(&g_act.enabled) && !g_act.finished) cube__act_flush();
     pthread_mutex_unlock(&g_act.onoff);
   }
+  /* Records are queued here only for a device whose profile summary keeps
+   * them (the trace gets them from the collector): otherwise there is
+   * nothing to take, and the launching thread must not wait for the lock
+   * that the collector holds while it reads a buffer. */
+  if (!atomic_load_explicit(&d->act_keep, memory_order_relaxed)) return 0;
   cube__act_entry_t e[64];
   size_t n = 0;
   pthread_mutex_lock(&g_act.lock);
