@@ -107,8 +107,10 @@ static __attribute__((noinline)) void cube__backend_lose(const cube__backend_t* 
   cube__backend_loss_t* none = NULL;
   /* |be| is const to the wrappers; the object is not (backend.h). */
   cube__backend_t* mut = (cube__backend_t*)(uintptr_t)be;
-  if (!atomic_compare_exchange_strong_explicit(&mut->loss, &none, want, memory_order_acq_rel,
-                                               memory_order_acquire)) {
+  /* Sequentially consistent: a recovery relies on it (server.h,
+   * cube__stream_enter). */
+  if (!atomic_compare_exchange_strong_explicit(&mut->loss, &none, want, memory_order_seq_cst,
+                                               memory_order_seq_cst)) {
     if (loss) {
       cube_status_free(loss->root);
       free(loss);
