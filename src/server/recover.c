@@ -195,6 +195,12 @@ static cube_status_t cube__recover_run(void* user) {
       status = cube__mm_renew(st->mm, cube__recover_renew, cube__recover_live, r);
     pthread_mutex_unlock(&st->lock);
   }
+  if (!status && r->failure && cube_status_code(r->failure) == CUBE_STATUS_DEVICE_LOST) {
+    /* A restore met a new fault: the new context is lost too, and the
+     * device stays lost (the next recovery resets it again). */
+    status = r->failure;
+    r->failure = NULL;
+  }
   if (!status) {
     atomic_fetch_add_explicit(&s->recoveries, 1, memory_order_relaxed);
     cube__backend_found(&s->be);
