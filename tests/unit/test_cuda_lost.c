@@ -284,6 +284,18 @@ static const char* k_src =
     "  if (i < CUBE_LEN(y)) CUBE_STORE(y, i, a * CUBE_LOAD(x, i));\n"
     "}\n";
 
+/* The kernel above (NULL if it cannot be made). */
+static cube_kernel_t* scale_kernel(void) {
+  cube_kernel_desc_t d;
+  cube_kernel_desc_initialize(&d);
+  d.name = "lost_scale";
+  d.source = k_src;
+  d.entry = "lost_scale";
+  d.cube_dim = (cube_dim_t){256, 1, 1};
+  cube_kernel_t* k = NULL;
+  return cube_status_consume(cube_kernel_create(&d, &k)) == CUBE_STATUS_OK ? k : NULL;
+}
+
 /* The second of three launches faults (the mock's launches run nothing but
  * succeed, CUBE_MOCK_CUDA_LAUNCH_OK): the sync names the kernel and the
  * fault; the launch behind it is not run and its output is tainted with the
@@ -297,14 +309,8 @@ CUBE_TEST(launch_fault_names_the_kernel) {
   cube_client_t *c = NULL, *c1 = NULL;
   REQUIRE_OK(cube_client_load(cuda0, &c));
   REQUIRE_OK(cube_client_load(cuda1, &c1));
-  cube_kernel_desc_t d;
-  cube_kernel_desc_initialize(&d);
-  d.name = "lost_scale";
-  d.source = k_src;
-  d.entry = "lost_scale";
-  d.cube_dim = (cube_dim_t){256, 1, 1};
-  cube_kernel_t* k = NULL;
-  REQUIRE_OK(cube_kernel_create(&d, &k));
+  cube_kernel_t* k = scale_kernel();
+  REQUIRE(k != NULL);
   cube_status_t pre = cube_client_precompile(c, 1, &k, CUBE_EXEC_CHECKED);
   if (pre) {
     fprintf(stderr, "no NVRTC: %s\n", cube_status_message(pre));
@@ -559,17 +565,6 @@ static void kernel_workload(cube_client_t* c, cube_kernel_t* k, cube_handle_t x,
   cube_status_free(cube_client_sync(c));
 }
 
-static cube_kernel_t* sweep_kernel(void) {
-  cube_kernel_desc_t d;
-  cube_kernel_desc_initialize(&d);
-  d.name = "lost_scale";
-  d.source = k_src;
-  d.entry = "lost_scale";
-  d.cube_dim = (cube_dim_t){256, 1, 1};
-  cube_kernel_t* k = NULL;
-  return cube_status_consume(cube_kernel_create(&d, &k)) == CUBE_STATUS_OK ? k : NULL;
-}
-
 /* For every entry point and its 1st, 2nd, ... call (up to 4) in a workload
  * of uploads, copies, reads, a second stream, cleanup, a memory ledger,
  * launches (the first loads the module; one in VALIDATE mode), a profiled
@@ -593,7 +588,7 @@ CUBE_TEST(sticky_fault_sweep_recovers) {
   {
     cube_client_t* c = NULL;
     REQUIRE_OK(cube_client_load(cuda0, &c));
-    cube_kernel_t* k = sweep_kernel();
+    cube_kernel_t* k = scale_kernel();
     REQUIRE(k != NULL);
     cube_status_t pre = cube_client_precompile(c, 1, &k, CUBE_EXEC_CHECKED);
     kernels = pre == CUBE_OK;
@@ -614,7 +609,7 @@ CUBE_TEST(sticky_fault_sweep_recovers) {
       REQUIRE_OK(cube_client_load(cuda0, &c));
       REQUIRE_OK(cube_client_clone(c, &cs));
       cube_client_set_stream(cs, cube_stream_id_new());
-      cube_kernel_t* k = kernels ? sweep_kernel() : NULL;
+      cube_kernel_t* k = kernels ? scale_kernel() : NULL;
       if (kernels) REQUIRE(k != NULL);
       /* On |cs|'s stream: a restorable buffer, a plain one, and a kernel's
        * operands. */
