@@ -9,6 +9,7 @@
  *   bench_pool_calls held [steps]        (default 1000)
  *   bench_pool_calls read [rounds]       (default 100000)
  *   bench_pool_calls replay [replays]    (default 1000)
+ *   bench_pool_calls upload [pairs [bytes]]  (defaults: 100000 pairs of 64 bytes)
  *
  * "launch" counts a launch instead: cube_client_launch of a native kernel of
  * four arguments (three buffers and a u32, the most a queue cell holds
@@ -33,6 +34,12 @@
  * inline-queue CPU device: a launch of a kernel that stores a u32, then
  * cube_client_read_one of those 4 bytes (checked) and the release of the
  * result.
+ *
+ * "upload" counts cube_client_create_from_slice of |bytes| bytes and the
+ * release of its handle: the pool hit plus the upload that runs on the
+ * calling thread (the CPU's memcpy; on CUDA the backend's host-to-device
+ * copy), i.e. the path a recovery must exclude (docs/failures.md,
+ * "Recovery").
  *
  * The device is CUBE_BACKEND's device 0 (the CPU by default; CUDA over the
  * mock driver with CUBE_BACKEND=cuda CUBE_CUDA_DRIVER=.../libcube_mock_cuda.so).
@@ -90,6 +97,21 @@ __attribute__((noinline)) static int pool_loop(cube_client_t* c, size_t bytes, u
     cube_status_t s = cube_client_empty(c, bytes, &h);
     if (s) {
       fail_status("cube_client_empty", s);
+      return 1;
+    }
+    cube_handle_release(h);
+  }
+  return 0;
+}
+
+/* Uploads of |bytes| bytes from |data| into new buffers, released at once. */
+__attribute__((noinline)) static int upload_loop(cube_client_t* c, const void* data, size_t bytes,
+                                                 uint64_t pairs) {
+  for (uint64_t i = 0; i < pairs; ++i) {
+    cube_handle_t h;
+    cube_status_t s = cube_client_create_from_slice(c, data, bytes, &h);
+    if (s) {
+      fail_status("cube_client_create_from_slice", s);
       return 1;
     }
     cube_handle_release(h);
@@ -370,8 +392,13 @@ int main(int argc, char** argv) {
     return launch_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 1000, 3);
   if (argc > 1 && (strcmp(argv[1], "steps") == 0 || strcmp(argv[1], "held") == 0))
     return launch_main(argc > 2 ? strtoull(argv[2], NULL, 10) : 1000, argv[1][0] == 's' ? 1 : 2);
+  bool upload = argc > 1 && strcmp(argv[1], "upload") == 0;
+  if (upload) {
+    argv++;
+    argc--;
+  }
   uint64_t pairs = argc > 1 ? strtoull(argv[1], NULL, 10) : 100000;
-  size_t bytes = argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : (size_t)1 << 20;
+  size_t bytes = argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : upload ? 64 : (size_t)1 << 20;
   cube_client_t* c = NULL;
   cube_device_id_t dev = {cube_backend_default(), 0};
   cube_status_t s = cube_client_load(dev, &c);
@@ -379,27 +406,36 @@ int main(int argc, char** argv) {
     fail_status("cube_client_load", s);
     return 1;
   }
-  if (pool_loop(c, bytes, 1)) return 1; /* the page the loop reuses */
+  unsigned char* data = upload ? malloc(bytes ? bytes : 1) : NULL;
+  if (upload && !data) return 1;
+  for (size_t i = 0; upload && i < bytes; ++i) data[i] = (unsigned char)(i * 131u + 7u);
+  /* The page the loop reuses. */
+  if (upload ? upload_loop(c, data, bytes, 1) : pool_loop(c, bytes, 1)) return 1;
   mock_stats_fn mock = mock_stats_lookup();
   mock_stats_t before = {0}, after = {0};
   if (mock) mock(&before);
 
   CALLGRIND_TOGGLE_COLLECT;
   uint64_t t0 = now_ns();
-  int rc = pool_loop(c, bytes, pairs);
+  int rc = upload ? upload_loop(c, data, bytes, pairs) : pool_loop(c, bytes, pairs);
   uint64_t t1 = now_ns();
   CALLGRIND_TOGGLE_COLLECT;
 
   if (mock) {
     mock(&after);
+    /* An upload is a copy: only allocations and frees count then. */
     uint64_t calls = (after.async_allocs - before.async_allocs) +
-                     (after.async_frees - before.async_frees) + (after.copies - before.copies);
-    printf("mock driver: %" PRIu64 " allocations, frees or copies during the loop\n", calls);
+                     (after.async_frees - before.async_frees) +
+                     (upload ? 0 : after.copies - before.copies);
+    printf("mock driver: %" PRIu64 " allocations, frees%s during the loop\n", calls,
+           upload ? "" : " or copies");
     if (calls) rc = 1;
   }
-  printf("%s: %" PRIu64 " pairs of %zu bytes on %s: %.3f us per pair%s\n", BENCH_NAME, pairs,
-         bytes, cube_client_info(c)->name, pairs ? (double)(t1 - t0) / 1e3 / (double)pairs : 0.0,
+  printf("%s: %" PRIu64 " %s of %zu bytes on %s: %.3f us per pair%s\n", BENCH_NAME, pairs,
+         upload ? "uploads (create_from_slice + release)" : "pairs", bytes,
+         cube_client_info(c)->name, pairs ? (double)(t1 - t0) / 1e3 / (double)pairs : 0.0,
          RUNNING_ON_VALGRIND ? " (under valgrind)" : "");
+  free(data);
   cube_client_release(c);
   cube_shutdown();
   return rc || g_failures;

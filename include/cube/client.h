@@ -374,13 +374,17 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_accept_contents(cube_client_t* cl
  * (also one recovered meanwhile by another thread, and a device of a
  * backend that never loses one) returns CUBE_OK at once, doing nothing.
  * Thread-safe: calls of other threads on the device during the recovery
- * return DEVICE_LOST, or wait and run after it. Fails, the device staying
+ * return DEVICE_LOST (an upload that met the loss after its call's own
+ * check: deferred to its stream, its buffer DATA_LOST), or wait and run
+ * after it; the recovery first waits for uploads and cleanups that other
+ * threads began before the loss. Fails, the device staying
  * lost, with FAILED_PRECONDITION while the program still holds pinned
  * memory of the device (read results, staging buffers: the reset would
  * free it under the program; release them and call again), UNIMPLEMENTED
  * naming the backend where it cannot reset a device, and the driver's
  * failure to reset (DEVICE_LOST again when the GPU itself is gone: then
- * only a new process, or a reset of the GPU, helps); a restorable buffer
+ * only a new process, or a reset of the GPU, helps), or DEVICE_LOST when
+ * the new context faults during the recovery (call again); a restorable buffer
  * that could not be written back fails the call with that failure after
  * the device recovered (that buffer reads as DATA_LOST). Fails as
  * cube_client_load for a device that does not exist. With

@@ -107,8 +107,10 @@ static __attribute__((noinline)) void cube__backend_lose(const cube__backend_t* 
   cube__backend_loss_t* none = NULL;
   /* |be| is const to the wrappers; the object is not (backend.h). */
   cube__backend_t* mut = (cube__backend_t*)(uintptr_t)be;
-  if (!atomic_compare_exchange_strong_explicit(&mut->loss, &none, want, memory_order_acq_rel,
-                                               memory_order_acquire)) {
+  /* Sequentially consistent: a recovery relies on it (server.h,
+   * cube__stream_enter). */
+  if (!atomic_compare_exchange_strong_explicit(&mut->loss, &none, want, memory_order_seq_cst,
+                                               memory_order_seq_cst)) {
     if (loss) {
       cube_status_free(loss->root);
       free(loss);
@@ -214,11 +216,23 @@ void cube__backend_device_destroy(cube__backend_t* be) {
 // Recovery (backend.h): the slots called on a lost device, by its recovery
 //===----------------------------------------------------------------------===//
 
+/* A recovery's call that failed with DEVICE_LOST (a new fault in the
+ * context the reset made): the device is still lost (its loss record was
+ * never ended), and the backend, whose reset had ended its own, is told
+ * again, so that the next recovery resets it again. */
+static cube_status_t cube__backend_recovery_status(const cube__backend_t* be, cube_status_t st) {
+  if (__builtin_expect(st != NULL, 0) && cube_status_code(st) == CUBE_STATUS_DEVICE_LOST &&
+      be->vt->ctl && be->device)
+    cube_status_free(be->vt->ctl(be->device, NULL, CUBE__CTL_DEVICE_LOST, NULL));
+  return st;
+}
+
 cube_status_t cube__backend_reset(cube__backend_t* be) {
   cube_status_t st = be->vt->ctl && be->device
                          ? be->vt->ctl(be->device, NULL, CUBE__CTL_DEVICE_RESET, NULL)
                          : cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "no reset");
-  if (cube_status_code(st) != CUBE_STATUS_UNIMPLEMENTED) return st;
+  if (cube_status_code(st) != CUBE_STATUS_UNIMPLEMENTED)
+    return cube__backend_recovery_status(be, st);
   cube_status_free(st);
   return cube__status_make(CUBE_STATUS_UNIMPLEMENTED,
                            "%s:%u: the %s backend cannot recover a lost device (no reset)",
@@ -232,7 +246,7 @@ cube_status_t cube__backend_renew(const cube__backend_t* be, void* stream,
   cube_status_t st = be->vt->alloc_on
                          ? be->vt->alloc_on(be->device, stream, storage->size, &fresh)
                          : be->vt->alloc(be->device, storage->size, &fresh);
-  if (st) return st;
+  if (st) return cube__backend_recovery_status(be, st);
   storage->ptr = fresh.ptr;
   storage->backend_data = fresh.backend_data;
   return CUBE_OK;
@@ -241,13 +255,15 @@ cube_status_t cube__backend_renew(const cube__backend_t* be, void* stream,
 cube_status_t cube__backend_restore(const cube__backend_t* be, void* stream,
                                     const cube__storage_t* dst, uint64_t offset, const void* src,
                                     uint64_t bytes) {
-  CUBE_RETURN_IF_ERROR(be->vt->write(be->device, stream, dst, offset, bytes, src, bytes, 1));
-  return be->vt->sync ? be->vt->sync(be->device, stream) : CUBE_OK;
+  cube_status_t st = be->vt->write(be->device, stream, dst, offset, bytes, src, bytes, 1);
+  if (!st && be->vt->sync) st = be->vt->sync(be->device, stream);
+  return cube__backend_recovery_status(be, st);
 }
 
 cube_status_t cube__backend_stream_renew(const cube__backend_t* be, uint64_t id, void** out) {
   *out = NULL;
-  return be->vt->stream_create ? be->vt->stream_create(be->device, id, out) : CUBE_OK;
+  return cube__backend_recovery_status(
+      be, be->vt->stream_create ? be->vt->stream_create(be->device, id, out) : CUBE_OK);
 }
 
 void cube__backend_found(cube__backend_t* be) {

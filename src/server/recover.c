@@ -11,8 +11,15 @@
  * staging of other threads wait), while the device is still lost (every
  * other caller is refused at once): the backend is called through the
  * recovery's own wrappers (backend.h, cube__backend_reset ...). The loss is
- * ended last (cube__backend_found). */
+ * ended last (cube__backend_found).
+ *
+ * Work that calling threads do on a stream's backend state outside the
+ * queue (an upload on the caller's thread, a cleanup, staging) goes through
+ * the stream's gate (server.h, cube__stream_enter): the recovery first waits
+ * until every such caller that entered before the loss has left, and none
+ * enters while the device is lost. */
 #include <inttypes.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +38,25 @@ typedef struct cube__recover {
   uint64_t tainted, restored, restored_bytes;
   cube_status_t failure;  /* the first failed restore (the buffer is tainted with it) */
 } cube__recover_t;
+
+/* Waits until no caller is inside a stream of |s| (server.h,
+ * cube__stream_enter). The device is lost (the caller checked it with a
+ * sequentially consistent load), so none enters from now on; one that
+ * entered before the loss is in a driver call that fails or lands in memory
+ * the reset frees, and leaves soon. Under |s->streams_lock|: no stream is
+ * added meanwhile. */
+static void cube__recover_drain(cube__server_t* s) {
+  for (uint32_t i = 0; i < s->max_streams; ++i) {
+    cube__stream_t* st = atomic_load(&s->streams[i]);
+    if (!st) continue;
+    for (unsigned spin = 0; atomic_load_explicit(&st->callers, memory_order_seq_cst) != 0; ++spin) {
+      if (spin < 64)
+        cube__cpu_relax();
+      else
+        sched_yield();
+    }
+  }
+}
 
 /* Pinned memory the program still holds (read results, staging buffers):
  * the reset would free it under the program. */
@@ -143,8 +169,11 @@ static cube__taint_t* cube__recover_taint(cube__server_t* s) {
 static cube_status_t cube__recover_run(void* user) {
   cube__recover_t* r = user;
   cube__server_t* s = r->s;
-  if (!cube__backend_lost(&s->be)) return CUBE_OK; /* another recovery came first */
+  /* Sequentially consistent (server.h, cube__stream_enter). */
+  if (!atomic_load_explicit(&s->be.loss, memory_order_seq_cst))
+    return CUBE_OK; /* another recovery came first */
   pthread_mutex_lock(&s->streams_lock);
+  cube__recover_drain(s);
   cube_status_t status = cube__recover_pinned_check(s, r->fn);
   if (!status) {
     for (uint32_t i = 0; i < s->max_streams; ++i) {
@@ -165,6 +194,12 @@ static cube_status_t cube__recover_run(void* user) {
     else
       status = cube__mm_renew(st->mm, cube__recover_renew, cube__recover_live, r);
     pthread_mutex_unlock(&st->lock);
+  }
+  if (!status && r->failure && cube_status_code(r->failure) == CUBE_STATUS_DEVICE_LOST) {
+    /* A restore met a new fault: the new context is lost too, and the
+     * device stays lost (the next recovery resets it again). */
+    status = r->failure;
+    r->failure = NULL;
   }
   if (!status) {
     atomic_fetch_add_explicit(&s->recoveries, 1, memory_order_relaxed);

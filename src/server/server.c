@@ -178,6 +178,10 @@ void cube__server_device_identity(cube__server_t* s, char* out, size_t size) {
 
 cube_status_t cube__server_native_stream(cube__stream_t* stream, void** out) {
   *out = NULL;
-  return cube__backend_ctl(&stream->server->be, stream->backend_stream, CUBE__CTL_NATIVE_STREAM,
-                           out);
+  /* The backend stream is a recovery's to replace (server.h). */
+  if (!cube__stream_enter(stream)) return cube__backend_lost_status(&stream->server->be, NULL);
+  cube_status_t st = cube__backend_ctl(&stream->server->be, stream->backend_stream,
+                                       CUBE__CTL_NATIVE_STREAM, out);
+  cube__stream_leave(stream);
+  return st;
 }

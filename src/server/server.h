@@ -65,6 +65,35 @@ struct cube__server {
   atomic_uint_fast64_t recoveries; /* recoveries of the device (server/recover.c) */
 };
 
+/* Work outside the device queue ------------------------------------------ */
+
+/* The gate between a recovery (server/recover.c) and the work that a
+ * calling thread does on a stream's backend stream or pools outside the
+ * device queue (an upload on the caller's thread, a cleanup, staging):
+ * cube__stream_enter returns true when the device is not lost, and the
+ * caller is then inside until cube__stream_leave; false (nothing to leave)
+ * when it is lost: the caller must not touch the stream's backend state and
+ * answers as for a lost device. A recovery runs while the device is lost
+ * and first waits until no caller is inside any stream of the device
+ * (recover.c), so that it never replaces a backend stream or a
+ * page's storage under a caller, and a caller never meets them half
+ * replaced. The store of the loss (backend.c) and these two loads are
+ * sequentially consistent: a caller that the recovery did not see enter
+ * sees the loss. Cost while nothing is lost: two atomic read-modify-writes
+ * on the stream's own line and one load of a line every call reads. */
+static inline bool cube__stream_enter(cube__stream_t* st) {
+  atomic_fetch_add_explicit(&st->callers, 1, memory_order_seq_cst);
+  if (__builtin_expect(
+          atomic_load_explicit(&st->server->be.loss, memory_order_seq_cst) == NULL, 1))
+    return true;
+  atomic_fetch_sub_explicit(&st->callers, 1, memory_order_release);
+  return false;
+}
+
+static inline void cube__stream_leave(cube__stream_t* st) {
+  atomic_fetch_sub_explicit(&st->callers, 1, memory_order_release);
+}
+
 /* Memory snapshots, ledger and planning (server/memory_plan.c) ------------ */
 
 /* The device's snapshot document (cube_client_memory_snapshot_json);

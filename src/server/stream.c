@@ -507,9 +507,13 @@ cube_status_t cube__stream_staging(cube__stream_t* st, size_t size, cube_bytes_t
     return cube__status_make(CUBE_STATUS_UNIMPLEMENTED, "staging: %s has no pinned host memory",
                              st->server->props.name);
   cube__memory_t* m = NULL;
+  /* Inside the gate (server.h): a recovery that has waited for the callers
+   * sees this buffer held, and none is reserved while the device is lost. */
+  if (!cube__stream_enter(st)) return cube__backend_lost_status(&st->server->be, "staging");
   pthread_mutex_lock(&st->lock);
   cube_status_t status = cube__mm_reserve(st->pinned, size ? size : 1, &m);
   pthread_mutex_unlock(&st->lock);
+  cube__stream_leave(st);
   if (status) {
     char where[96];
     if (cube_status_code(status) == CUBE_STATUS_OUT_OF_MEMORY)
@@ -564,6 +568,10 @@ cube_allocation_mode_t cube__stream_set_mode(cube__stream_t* st, cube_allocation
 
 void cube__stream_cleanup(cube__stream_t* st) {
   cube__server_t* s = st->server;
+  /* Holds and the backend stream are a recovery's to replace (server.h);
+   * while the device is lost there is nothing to clean up: its recovery
+   * gives the pools new memory. */
+  if (!cube__stream_enter(st)) return;
   if (cube__backend_has_events(&s->be)) cube__stream_release_holds(st, false);
   pthread_mutex_lock(&st->lock);
   cube__mm_cleanup(st->mm, true);
@@ -571,6 +579,7 @@ void cube__stream_cleanup(cube__stream_t* st) {
   pthread_mutex_unlock(&st->lock);
   /* Memory the pools gave back may sit in the driver's own pool. */
   cube__backend_trim(&s->be, st->backend_stream);
+  cube__stream_leave(st);
 }
 
 void cube__stream_release_idle(cube__stream_t* st) {

@@ -76,6 +76,12 @@ typedef struct cube__stream {
   /* The place in the stream's order of its next timed work (trace records
    * carry it: server/timing.h); any thread that issues work on it. */
   atomic_uint_fast64_t timed_order;
+  /* Threads inside work that touches this stream's backend stream or pools
+   * outside the device queue (an upload on the caller's thread, a cleanup,
+   * staging): a recovery waits until none is, and none enters while the
+   * device is lost (cube__stream_enter, server.h). Written by those callers
+   * only: a line of its own. */
+  _Alignas(64) atomic_uint callers;
 } cube__stream_t;
 
 /* The stream that |stream_id| maps to (slot id % max_streams), created on

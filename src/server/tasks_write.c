@@ -67,6 +67,24 @@ static void cube__write_failed(cube__stream_t* st, cube__memory_t* mem, uint64_t
   cube__stream_push_error(st, cube__status_annotate(status, "write of %" PRIu64 " bytes", bytes));
 }
 
+/* An upload on the caller's thread into fresh |mem| that met its device
+ * lost at the gate (a loss after the call's own check): failed as a write
+ * that the driver refused, the buffer tainted and the failure deferred. The
+ * taint is set under the lock of the stream that owns |mem|, under which a
+ * recovery taints that stream's buffers (recover.c). */
+__attribute__((noinline, cold)) static void cube__write_refused(cube__stream_t* st,
+                                                               cube__memory_t* mem,
+                                                               uint64_t bytes) {
+  cube__stream_t* owner = mem->owner ? mem->owner : st;
+  cube_status_t status = cube__backend_lost_status(&st->server->be, NULL);
+  char what[96];
+  snprintf(what, sizeof(what), "write of %" PRIu64 " bytes into memory %" PRIu64, bytes, mem->id);
+  pthread_mutex_lock(&owner->lock);
+  cube__taint_fail(st, &mem, 1, NULL, status, what);
+  pthread_mutex_unlock(&owner->lock);
+  cube__stream_push_error(st, cube__status_annotate(status, "write of %" PRIu64 " bytes", bytes));
+}
+
 static void cube__write_task_drop(void* payload) {
   cube__write_task_t* t = payload;
   cube_bytes_release(t->bytes);
@@ -106,8 +124,16 @@ void cube__server_write(cube__stream_t* st, cube__memory_t* mem, uint64_t offset
     /* The buffer is fresh: no queued work references it, so copying on the
      * calling thread is ordered with everything that can observe it (on a
      * device stream: the copy goes into the stream after what the runner put
-     * there before, and nothing queued after it can run earlier). */
+     * there before, and nothing queued after it can run earlier). Inside the
+     * stream's gate: a recovery does not replace the backend stream, the
+     * buffer's storage or its taint under the copy (server.h). */
+    if (__builtin_expect(!cube__stream_enter(st), 0)) {
+      cube_bytes_release(owner);
+      cube__write_refused(st, mem, width * height);
+      return;
+    }
     cube_status_t status = cube__write_exec(st, mem, offset, pitch, src, width, height);
+    cube__stream_leave(st);
     cube_bytes_release(owner);
     if (status)
       cube__stream_push_error(st, cube__status_annotate(status, "write of %" PRIu64 " bytes",

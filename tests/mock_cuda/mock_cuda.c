@@ -452,6 +452,7 @@ static CUresult m_cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
  * still reads pinned memory of the context reads freed memory: ASan says
  * so), its modules are unloaded, and a lost device works again (the
  * context is retained still: the handle stays the same). */
+static void mock_graphs_reset(int d);
 static CUresult m_cuDevicePrimaryCtxReset(CUdevice d) {
   if (d < 0 || d >= mock.devices) return CUDA_ERROR_INVALID_DEVICE;
   for (;;) {
@@ -495,6 +496,7 @@ static CUresult m_cuDevicePrimaryCtxReset(CUdevice d) {
   }
   mock.modules[d] = 0;
   pthread_mutex_unlock(&mock.lock);
+  mock_graphs_reset(d);
   atomic_fetch_add(&mock_resets, 1);
   atomic_store(&mock_lost[d], 0);
   return CUDA_SUCCESS;
@@ -967,10 +969,26 @@ typedef struct mock_gnode {
   int kind; /* 0 kernel, 1 copy (host-to-device, or device-to-device 1-D), 2 empty */
   CUDA_MEMCPY3D copy;
 } mock_gnode_t;
+/* Graphs and their executables, each of the device current at its
+ * creation: kept in one list (under mock.lock) so that a reset of that
+ * device frees them, as the driver's reset frees what the context held. */
 typedef struct mock_graph {
   mock_gnode_t* nodes;
   size_t n, cap;
+  int device;
+  struct mock_graph *prev, *next;
 } mock_graph_t;
+static mock_graph_t mock_graph_list = {NULL, 0, 0, -1, &mock_graph_list, &mock_graph_list};
+
+static void mock_graph_link(mock_graph_t* g) {
+  g->device = mock_current;
+  pthread_mutex_lock(&mock.lock);
+  g->next = &mock_graph_list;
+  g->prev = mock_graph_list.prev;
+  g->prev->next = g;
+  mock_graph_list.prev = g;
+  pthread_mutex_unlock(&mock.lock);
+}
 static atomic_uint_fast64_t mock_graph_instantiates, mock_graph_launches, mock_graph_kernel_updates,
     mock_graph_copy_updates, mock_graphs_live;
 
@@ -998,6 +1016,7 @@ static CUresult m_cuGraphCreate(CUgraph* out, unsigned flags) {
   MOCK_STICKY("cuGraphCreate", mock_current);
   mock_graph_t* g = calloc(1, sizeof(*g));
   if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+  mock_graph_link(g);
   atomic_fetch_add(&mock_graphs_live, 1);
   *out = (CUgraph)g;
   return CUDA_SUCCESS;
@@ -1036,6 +1055,7 @@ static CUresult m_cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph hg, unsi
   if (!e->nodes) { free(e); return CUDA_ERROR_OUT_OF_MEMORY; }
   if (g->n) memcpy(e->nodes, g->nodes, g->n * sizeof(*e->nodes));
   e->n = e->cap = g->n;
+  mock_graph_link(e);
   atomic_fetch_add(&mock_graph_instantiates, 1);
   atomic_fetch_add(&mock_graphs_live, 1);
   *out = (CUgraphExec)e;
@@ -1089,9 +1109,23 @@ static CUresult m_cuGraphLaunch(CUgraphExec he, CUstream s) {
   return CUDA_SUCCESS;
 }
 static void mock_graph_free(mock_graph_t* g) {
+  pthread_mutex_lock(&mock.lock);
+  g->prev->next = g->next;
+  g->next->prev = g->prev;
+  pthread_mutex_unlock(&mock.lock);
   free(g->nodes);
   free(g);
   atomic_fetch_sub(&mock_graphs_live, 1);
+}
+static void mock_graphs_reset(int d) {
+  for (;;) {
+    pthread_mutex_lock(&mock.lock);
+    mock_graph_t* g = mock_graph_list.next;
+    while (g != &mock_graph_list && g->device != d) g = g->next;
+    pthread_mutex_unlock(&mock.lock);
+    if (g == &mock_graph_list) return;
+    mock_graph_free(g);
+  }
 }
 static CUresult m_cuGraphExecDestroy(CUgraphExec e) { mock_graph_free((mock_graph_t*)e); return CUDA_SUCCESS; }
 static CUresult m_cuGraphDestroy(CUgraph g) { mock_graph_free((mock_graph_t*)g); return CUDA_SUCCESS; }

@@ -15,9 +15,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
+#include "client/handles.h"
 #include "cube/cube.h"
+#include "memory/memory.h"
+#include "memory/taint.h"
 #include "mock_cuda_faults.h"
 #include "read_check.h"
 
@@ -250,6 +254,74 @@ CUBE_TEST(auto_mode_recovers_at_the_next_call) {
   cube_client_release(c);
   cube_shutdown();
   unsetenv("CUBE_DEVICE_RECOVER");
+  m.restore(0);
+}
+
+/* An upload on the caller's thread that meets the loss after its call's own
+ * check, at the stream's gate: a file-backed buffer is first staged into
+ * pinned memory, whose new page's cuMemHostAlloc faults (the staging falls
+ * back to the heap), and the device pool still has room, so the upload
+ * reaches the gate with the device lost. It is not made, as a write the
+ * driver refused: the call succeeds (an upload's failure is deferred), the
+ * buffer is tainted naming the write and the loss; after the recovery it
+ * reads DATA_LOST, a whole write makes it valid, new work round-trips. */
+CUBE_TEST(upload_meets_the_loss_at_the_gate) {
+  MOCK_SETUP("1");
+  mock_t m;
+  REQUIRE(mock_get(&m));
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  cube_handle_t h0;
+  REQUIRE_OK(cube_client_empty(c, 1000, &h0)); /* a device page with room */
+  CHECK_OK(cube_client_sync(c));
+  enum { N = 20011 };
+  static unsigned char data[N];
+  fill_random(data, sizeof(data), 51);
+  const char* dir = getenv("CUBE_TEST_TMPDIR");
+  char path[512];
+  snprintf(path, sizeof(path), "%s/cube_gate_XXXXXX", dir && *dir ? dir : "/tmp");
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, data, sizeof(data)) == (ssize_t)sizeof(data));
+  close(fd);
+  cube_bytes_t* b = NULL;
+  REQUIRE_OK(cube_bytes_map_file(path, 0, sizeof(data), &b));
+  m.fail_sticky_on(0, "cuMemHostAlloc", 1, ERR_ILLEGAL_ADDRESS);
+  cube_handle_t h;
+  CHECK_OK(cube_client_create(c, b, &h));
+  m.fail_sticky("", 0, 0);
+  unlink(path);
+  CHECK(m.lost(0) != 0);
+  /* The buffer holds nothing valid: its taint names the write and the loss
+   * (client calls say DEVICE_LOST at their entry until the recovery). */
+  cube__handle_info_t info;
+  REQUIRE_OK(cube__handle_get(h, "h", &info));
+  cube__taint_t* taint = atomic_load(&info.mem->taint);
+  CHECK(taint != NULL);
+  if (taint) {
+    cube_status_t ts = cube__taint_status(taint, "read of h");
+    CHECK_EQ_U64(cube_status_code(ts), CUBE_STATUS_DATA_LOST);
+    CHECK(strstr(cube_status_message(ts), "write of 20011 bytes into memory") != NULL);
+    CHECK(strstr(cube_status_message(ts), "cuda:0 is lost") != NULL);
+    cube_status_free(ts);
+  }
+  cube_status_t s = cube_client_sync(c);
+  CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_DEVICE_LOST);
+  cube_status_free(s);
+  CHECK_OK(cube_device_recover(cuda0));
+  cube_bytes_t* out = NULL;
+  s = cube_client_read_one(c, h, &out);
+  CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_DATA_LOST);
+  cube_status_free(s);
+  CHECK(out == NULL);
+  CHECK(roundtrip(c, 20011, 52));
+  /* A whole write makes it valid. */
+  CHECK_OK(cube_client_write(c, h, data, sizeof(data)));
+  CHECK(cube_test_read_equals(c, h, data, sizeof(data)));
+  cube_handle_release(h);
+  cube_handle_release(h0);
+  cube_client_release(c);
+  cube_shutdown();
   m.restore(0);
 }
 
