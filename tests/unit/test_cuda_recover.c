@@ -179,6 +179,78 @@ CUBE_TEST(recover_restores_restorable_buffers) {
   m.restore(0);
 }
 
+/* A driver that gives a poisoned process no new context (the H200's, driver
+ * 580: CUBE_MOCK_CUDA_STICKY_PROCESS makes the mock do the same): the
+ * recovery fails with DEVICE_LOST saying so, again on a second try, and the
+ * device refuses work; the host copies of restorable buffers still read back
+ * bit for bit without the device (cube_client_read_restorable), views their
+ * part; another GPU and the CPU keep working. */
+CUBE_TEST(recovery_refused_keeps_restorable_copies) {
+  setenv("CUBE_MOCK_CUDA_STICKY_PROCESS", "1", 1);
+  MOCK_SETUP("2");
+  mock_t m;
+  REQUIRE(mock_get(&m));
+  cube_client_t *c = NULL, *c1 = NULL, *cc = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 1}, &c1));
+  REQUIRE_OK(cube_client_load(cpu0, &cc));
+  static unsigned char a[4099], b[2003], w[4099];
+  fill_random(a, sizeof(a), 31);
+  fill_random(b, sizeof(b), 32);
+  fill_random(w, sizeof(w), 33);
+  cube_handle_t ha, hb, hv;
+  REQUIRE_OK(cube_client_create_restorable(c, a, sizeof(a), &ha));
+  REQUIRE_OK(cube_client_create_from_slice(c, b, sizeof(b), &hb));
+  REQUIRE_OK(cube_handle_offset_view(ha, 9, 1000, &hv));
+  CHECK_OK(cube_client_write(c, ha, w, sizeof(w)));
+  CHECK_OK(cube_client_checkpoint(c, ha)); /* the copy is now |w| */
+
+  lose(&m, c, hb);
+  long resets = m.resets();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    cube_status_t s = cube_device_recover(cuda0);
+    CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_DEVICE_LOST);
+    CHECK(s && strstr(cube_status_message(s), "refuses this process a new context") != NULL);
+    CHECK(s && strstr(cube_status_message(s), "cube_device_recover") != NULL);
+    cube_status_free(s);
+  }
+  CHECK(m.resets() > resets);
+  CHECK(m.lost(0) != 0);
+  /* The device refuses work at once. */
+  cube_bytes_t* out = NULL;
+  cube_status_t s = cube_client_read_one(c, ha, &out);
+  CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_DEVICE_LOST);
+  cube_status_free(s);
+  CHECK(out == NULL);
+  /* What was marked restorable is still the program's. */
+  REQUIRE_OK(cube_client_read_restorable(c, ha, &out));
+  CHECK(cube_bytes_size(out) == sizeof(w) && memcmp(cube_bytes_const_data(out), w, sizeof(w)) == 0);
+  cube_bytes_release(out);
+  REQUIRE_OK(cube_client_read_restorable(c, hv, &out));
+  CHECK(cube_bytes_size(out) == sizeof(w) - 1009 &&
+        memcmp(cube_bytes_const_data(out), w + 9, sizeof(w) - 1009) == 0);
+  cube_bytes_release(out);
+  out = NULL;
+  s = cube_client_read_restorable(c, hb, &out);
+  CHECK_EQ_U64(cube_status_code(s), CUBE_STATUS_FAILED_PRECONDITION);
+  cube_status_free(s);
+  CHECK(out == NULL);
+  /* Elsewhere, work goes on. */
+  for (unsigned i = 0; i < 3; ++i) {
+    CHECK(roundtrip(c1, 1000 + 7919 * i, 40 + i));
+    CHECK(roundtrip(cc, 1001 + 7919 * i, 50 + i));
+  }
+  cube_handle_release(hv);
+  cube_handle_release(ha);
+  cube_handle_release(hb);
+  cube_client_release(c);
+  cube_client_release(c1);
+  cube_client_release(cc);
+  cube_shutdown();
+  m.restore(0);
+  unsetenv("CUBE_MOCK_CUDA_STICKY_PROCESS");
+}
+
 /* Read results the program holds in the device's pinned memory: the reset
  * would free them, so the recovery is refused (the device stays lost) until
  * they are released. The CPU device is not lost: recovering it does nothing. */
