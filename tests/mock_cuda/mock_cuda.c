@@ -342,7 +342,9 @@ static atomic_long mock_resets; /* cuDevicePrimaryCtxReset calls */
  * process, as the H200's driver 580 does (docs/failures.md, "Recovery on a
  * real GPU"): the reset succeeds and frees what the context held, but the
  * device stays lost and retaining its primary context returns the fault. */
-static bool mock_sticky_process;
+static bool mock_sticky_process(void) {
+  return getenv("CUBE_MOCK_CUDA_STICKY_PROCESS") != NULL; /* read at each reset and retain */
+}
 
 static CUresult mock_sticky(const char* name, int dev) {
   if (dev < 0 || dev >= MOCK_MAX_DEVICES) return CUDA_SUCCESS;
@@ -409,7 +411,6 @@ static CUresult m_cuInit(unsigned int flags) {
   v = getenv("CUBE_MOCK_CUDA_DELAY_US");
   mock.delay_us = v ? (unsigned)atoi(v) : 0;
   mock_trace = getenv("CUBE_MOCK_CUDA_TRACE") != NULL;
-  mock_sticky_process = getenv("CUBE_MOCK_CUDA_STICKY_PROCESS") != NULL;
   mock_launch_ok = getenv("CUBE_MOCK_CUDA_LAUNCH_OK") != NULL;
   v = getenv("CUBE_MOCK_CUDA_H2D_DELAY_US");
   mock.h2d_delay_us = v ? (unsigned)atoi(v) : 0;
@@ -447,7 +448,7 @@ static CUresult m_cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d)
   return CUDA_SUCCESS;
 }
 static CUresult m_cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
-  if (mock_sticky_process && d >= 0 && d < MOCK_MAX_DEVICES && atomic_load(&mock_lost[d]))
+  if (mock_sticky_process() && d >= 0 && d < MOCK_MAX_DEVICES && atomic_load(&mock_lost[d]))
     return (CUresult)atomic_load(&mock_lost[d]);
   *c = (CUcontext)&mock.ctx_tag[d];
   pthread_mutex_lock(&mock.lock);
@@ -506,7 +507,7 @@ static CUresult m_cuDevicePrimaryCtxReset(CUdevice d) {
   pthread_mutex_unlock(&mock.lock);
   mock_graphs_reset(d);
   atomic_fetch_add(&mock_resets, 1);
-  if (!mock_sticky_process) atomic_store(&mock_lost[d], 0);
+  if (!mock_sticky_process()) atomic_store(&mock_lost[d], 0);
   return CUDA_SUCCESS;
 }
 MOCK_API long cube_mock_cuda_resets(void) { return atomic_load(&mock_resets); }
