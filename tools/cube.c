@@ -591,18 +591,26 @@ static const char* demo_source =
     "#ifndef BLOCK\n"
     "#define BLOCK 256 /* a compile-time constant; each define set is its own kernel */\n"
     "#endif\n"
+    "#define ITEMS 4 /* values each unit adds before the tree */\n"
     "\n"
     "CUBE_KERNEL(saxpy, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, y), float a) {\n"
     "  uint64_t i = ABSOLUTE_POS;\n"
     "  if (i < CUBE_LEN(y)) CUBE_STORE(y, i, a * CUBE_LOAD(x, i) + CUBE_LOAD(y, i));\n"
     "}\n"
     "\n"
-    "/* Per-cube partial sums: a tree in cube-local memory, one barrier per level. */\n"
+    "/* Per-cube partial sums of BLOCK * ITEMS values: each unit adds ITEMS of\n"
+    " * them (a cube's BLOCK apart), then a tree in cube-local memory, one\n"
+    " * barrier per level. */\n"
     "CUBE_KERNEL(partial_sum, CUBE_ARRAY(const float, x), CUBE_ARRAY(double, out)) {\n"
     "  CUBE_SHARED(double, tile, BLOCK);\n"
     "  uint32_t u = UNIT_POS_X;\n"
-    "  uint64_t i = ABSOLUTE_POS_X;\n"
-    "  tile[u] = i < CUBE_LEN(x) ? (double)x[i] : 0.0;\n"
+    "  uint64_t base = (uint64_t)CUBE_POS_X * BLOCK * ITEMS + u;\n"
+    "  double acc = 0.0;\n"
+    "  for (uint32_t k = 0; k < ITEMS; ++k) {\n"
+    "    uint64_t i = base + (uint64_t)k * BLOCK;\n"
+    "    if (i < CUBE_LEN(x)) acc += (double)x[i];\n"
+    "  }\n"
+    "  tile[u] = acc;\n"
     "  sync_cube();\n"
     "  for (uint32_t s = BLOCK / 2; s > 0; s >>= 1) {\n"
     "    if (u < s) tile[u] += tile[u + s];\n"
@@ -861,15 +869,17 @@ static int cmd_demo(void) {
   DEMO_CHECK(bad == 0, "saxpy (dialect kernel) over %d floats: %d mismatches", N, bad);
   cube_bytes_release(out);
 
-  /* 2. Reduction with cube-local memory. */
+  /* 2. Reduction with cube-local memory: a partial sum per cube of DIM * 4
+   * values (the kernel's ITEMS). */
+  enum { PER_CUBE = DIM * 4, PARTS = N / PER_CUBE };
   cube_handle_t hpart;
-  TRY(cube_client_empty(c, (N / DIM) * sizeof(double), &hpart));
+  TRY(cube_client_empty(c, PARTS * sizeof(double), &hpart));
   cube_arg_t a2[] = {cube_arg_buffer(hx), cube_arg_buffer(hpart)};
-  TRY(cube_client_launch(c, k_sum, cube_count_static(N / DIM, 1, 1), 2, a2));
+  TRY(cube_client_launch(c, k_sum, cube_count_static(PARTS, 1, 1), 2, a2));
   TRY(cube_client_read_one(c, hpart, &out));
   demo_phase(&ph, "sum");
   double total = 0;
-  for (int i = 0; i < N / DIM; ++i) total += ((const double*)cube_bytes_const_data(out))[i];
+  for (int i = 0; i < PARTS; ++i) total += ((const double*)cube_bytes_const_data(out))[i];
   DEMO_CHECK(fabs(total - host) <= 1e-6 * (fabs(host) + 1),
              "sum of %d floats (dialect kernel, sync_cube): %.6f (host %.6f)", N, total, host);
   cube_bytes_release(out);
