@@ -423,3 +423,59 @@ CUBE_TEST(dialect_vector_width_from_io_optimized_sizes) {
   free(e);
   CTS_END(c);
 }
+
+//===----------------------------------------------------------------------===//
+// The example of docs/dialect.md, "Vector types"
+//===----------------------------------------------------------------------===//
+
+static const char* k_scale4 =
+    "CUBE_KERNEL(scale4, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, y), float a)\n"
+    "{\n"
+    "    uint64_t i = ABSOLUTE_POS, nv = CUBE_LEN(y) / 4;   /* whole vectors */\n"
+    "    if (i < nv) {\n"
+    "        float4 v = CUBE_VLOAD(float4, x, i) * a;\n"
+    "        v.w = -v.w;\n"
+    "        CUBE_VSTORE(float4, y, i, v);\n"
+    "    } else if (i == nv) {                               /* one unit does the tail */\n"
+    "        for (uint64_t k = nv * 4; k < CUBE_LEN(y); ++k)\n"
+    "            CUBE_STORE(y, k, (k % 4 == 3 ? -a : a) * CUBE_LOAD(x, k));\n"
+    "    }\n"
+    "}\n";
+
+CUBE_TEST(dialect_vector_docs_example) {
+  CTS_CLIENT(c);
+  cube_kernel_desc_t d;
+  memset(&d, 0, sizeof(d));
+  d.cube_dim = (cube_dim_t){64, 1, 1};
+  d.source = k_scale4;
+  d.entry = "scale4";
+  cube_kernel_t* k = NULL;
+  REQUIRE_OK(cube_kernel_create(&d, &k));
+  uint64_t seed = 0x5CA1E4;
+  const uint32_t lengths[] = {1003, 1004, 2, 7};
+  for (size_t li = 0; li < sizeof(lengths) / sizeof(lengths[0]); ++li) {
+    uint32_t n = lengths[li];
+    float* x = malloc((size_t)n * 4);
+    float* e = malloc((size_t)n * 4);
+    REQUIRE(x && e);
+    float a = frand(&seed, -4.0f, 4.0f);
+    for (uint32_t i = 0; i < n; ++i) {
+      x[i] = frand(&seed, -100.0f, 100.0f);
+      e[i] = (i % 4 == 3 ? -a : a) * x[i]; /* one rounding either way: bit for bit */
+    }
+    cube_handle_t hx, hy;
+    REQUIRE_OK(cube_client_create_from_slice(c, x, (size_t)n * 4, &hx));
+    REQUIRE_OK(cts_poisoned(c, (size_t)n * 4, &hy));
+    uint32_t units = n / 4 + 1;
+    cube_arg_t args[3] = {cube_arg_buffer(hx), cube_arg_buffer(hy), cube_arg_f32(a)};
+    REQUIRE_OK(cube_client_launch(c, k, cube_count_static((units + 63) / 64, 1, 1), 3, args));
+    CHECK(cts_read_equals(c, hy, e, (size_t)n * 4));
+    cube_handle_release(hx);
+    cube_handle_release(hy);
+    free(x);
+    free(e);
+  }
+  CHECK_OK(cube_client_sync(c));
+  cube_kernel_release(k);
+  CTS_END(c);
+}
