@@ -479,3 +479,67 @@ CUBE_TEST(dialect_vector_docs_example) {
   cube_kernel_release(k);
   CTS_END(c);
 }
+
+//===----------------------------------------------------------------------===//
+// Vectors in cube-local memory and across barriers
+//===----------------------------------------------------------------------===//
+
+/* Each unit loads vector g of x into a float4 local and a CUBE_SHARED array
+ * of float4; after the barrier it adds its neighbour's (unit + 1, wrapping in
+ * the cube) to its own local, which lives across the barrier. */
+static const char* k_vec_shared =
+    "CUBE_KERNEL(vec_shared, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, y)) {\n"
+    "  CUBE_SHARED(float4, sh, 64);\n"
+    "  uint32_t u = UNIT_POS;\n"
+    "  uint64_t g = ABSOLUTE_POS;\n"
+    "  float4 mine = CUBE_VLOAD(float4, x, g);\n"
+    "  sh[u] = mine;\n"
+    "  sync_cube();\n"
+    "  float4 next = sh[(u + 1u) % CUBE_DIM];\n"
+    "  mine.x = mine.x + next.w;\n"
+    "  CUBE_VSTORE(float4, y, g, mine * 2.0f + next);\n"
+    "}\n";
+
+CUBE_TEST(dialect_vector_shared_and_barrier) {
+  CTS_CLIENT(c);
+  const uint32_t dim = 48, cubes = 5, nv = dim * cubes, n = nv * 4;
+  cube_kernel_desc_t d;
+  memset(&d, 0, sizeof(d));
+  d.cube_dim = (cube_dim_t){dim, 1, 1};
+  d.source = k_vec_shared;
+  d.entry = "vec_shared";
+  cube_kernel_t* k = NULL;
+  REQUIRE_OK(cube_kernel_create(&d, &k));
+  float* x = malloc((size_t)n * 4);
+  float* e = malloc((size_t)n * 4);
+  REQUIRE(x && e);
+  uint64_t seed = 0x5A4ED;
+  /* Small integers: every sum and product is exact. */
+  for (uint32_t i = 0; i < n; ++i) x[i] = (float)((int)(cube_test_rand(&seed) % 201) - 100);
+  for (uint32_t g = 0; g < nv; ++g) {
+    uint32_t cube = g / dim, u = g % dim;
+    const float* m = x + 4 * (size_t)g;
+    const float* nx = x + 4 * ((size_t)cube * dim + (u + 1) % dim);
+    for (int l = 0; l < 4; ++l) {
+      float mine = m[l] + (l == 0 ? nx[3] : 0.0f);
+      e[4 * (size_t)g + l] = mine * 2.0f + nx[l];
+    }
+  }
+  cube_handle_t hx, hy;
+  REQUIRE_OK(cube_client_create_from_slice(c, x, (size_t)n * 4, &hx));
+  REQUIRE_OK(cts_poisoned(c, (size_t)n * 4, &hy));
+  cube_arg_t args[2] = {cube_arg_buffer(hx), cube_arg_buffer(hy)};
+  static const cube_execution_mode_t modes[3] = {CUBE_EXEC_CHECKED, CUBE_EXEC_VALIDATE,
+                                                 CUBE_EXEC_UNCHECKED};
+  for (int m = 0; m < 3; ++m) {
+    REQUIRE_OK(cube_client_launch_mode(c, k, cube_count_static(cubes, 1, 1), 2, args, modes[m]));
+    CHECK(cts_read_equals(c, hy, e, (size_t)n * 4));
+  }
+  CHECK_OK(cube_client_sync(c));
+  cube_handle_release(hx);
+  cube_handle_release(hy);
+  cube_kernel_release(k);
+  free(x);
+  free(e);
+  CTS_END(c);
+}
