@@ -264,8 +264,9 @@ static bool cube__uses_vectors(const char* v, size_t n) {
       for (size_t p = 0; p < sizeof(k_prefixes) / sizeof(k_prefixes[0]); ++p) {
         size_t pl = strlen(k_prefixes[p]);
         if (e - i > pl && strncmp(v + i, k_prefixes[p], pl) == 0) {
-          for (size_t w = 0; w < 6; ++w)
-            if (e - i - pl == strlen(k_words[w]) && strncmp(v + i + pl, k_words[w], e - i - pl) == 0)
+          for (size_t w = 0; w < 6; ++w) /* the type names: make_float4, cube_vload_int2 */
+            if (e - i - pl == strlen(k_words[w]) &&
+                strncmp(v + i + pl, k_words[w], e - i - pl) == 0)
               return true;
         }
       }
@@ -308,11 +309,15 @@ static char* cube__cpu_vector_members(const char* source, const char* v, size_t 
     } else if (c == '.' && i + 2 < n && v[i + 1] == '.' && v[i + 2] == '.') {
       i += 3;
     } else if (c == '.') {
-      size_t m = cube__skip_space(v, i + 1, n);
+      /* Blanks may separate the '.' from the name, line breaks not (the
+       * rewrite must keep every line where it was). */
+      size_t m = i + 1;
+      while (m < n && (v[m] == ' ' || v[m] == '\t')) ++m;
       size_t e = m;
       while (e < n && cube__is_ident_char(v[e])) ++e;
-      int k = e == m + 1 ? (v[m] == 'x' ? 0 : v[m] == 'y' ? 1 : v[m] == 'z' ? 2 : v[m] == 'w' ? 3 : -1)
-                         : -1;
+      static const char k_members[] = "xyzw";
+      const char* hit = e == m + 1 ? strchr(k_members, v[m]) : NULL;
+      int k = hit ? (int)(hit - k_members) : -1;
       if (k >= 0) {
         cube__sb_put(&sb, source + copied, i - copied);
         cube__sb_printf(&sb, "[%d]", k);

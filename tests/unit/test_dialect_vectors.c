@@ -56,6 +56,8 @@ static const char* k_members =
     "  v.w = v.z;\n"
     "  out[0] = helper(v) + CUBE_VLOAD(float4, out, 1).y + (float)sizeof(\"a.x\");\n"
     "  out[1] = v.xw;\n"
+    "  out[2] = v.\n"
+    "      y;\n"
     "}\n";
 
 CUBE_TEST(cpu_member_access_becomes_subscripts) {
@@ -71,6 +73,8 @@ CUBE_TEST(cpu_member_access_becomes_subscripts) {
         "  v[3] = v[2];\n"
         "  out[0] = helper(v) + CUBE_VLOAD(float4, out, 1)[1] + (float)sizeof(\"a.x\");\n"
         "  out[1] = v.xw;\n" /* no swizzles: left for the compiler to refuse */
+        "  out[2] = v.\n"     /* not across a line break: lines stay where they were */
+        "      y;\n"
         "}\n";
     if (strncmp(u, expect, strlen(expect)) != 0) {
       fprintf(stderr, "CPU unit's source:\n%.600s\n", u);
