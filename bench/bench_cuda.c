@@ -34,7 +34,9 @@
  *   8. saxpy (12 B/element) and copy (8 B/element) dialect kernels over 1 GiB
  *      arrays timed with cube_client_profile (device events), vs raw
  *      cuMemcpyDtoDAsync (read + written), and raw saxpy / copy / add kernels
- *      timed with events. The saxpy and copy outputs are checked.
+ *      timed with events; 8f-8g: the copy with one float4 per unit (the
+ *      dialect's CUBE_VLOAD / CUBE_VSTORE) vs D2D and vs the raw float4 copy.
+ *      The saxpy and copy outputs are checked.
  *   9. graphs: 1000 empty kernels captured once and replayed, per kernel and
  *      the caller-side cost of one replay (also of a 10-node graph), beside
  *      the same chain as a raw CUDA graph; 9d-9f: the step of
@@ -341,6 +343,18 @@ static const char* k_cube_src =
     "        CUBE_STORE(out, i, CUBE_LOAD(in, i));\n"
     "}\n"
     "\n"
+    "/* The same copy 16 bytes per unit (docs/dialect.md, \"Vector types\"); the unit\n"
+    " * after the last whole vector copies the tail. */\n"
+    "CUBE_KERNEL(copy4, CUBE_ARRAY(const float, in), CUBE_ARRAY(float, out))\n"
+    "{\n"
+    "    uint32_t i = ABSOLUTE_POS;\n"
+    "    uint64_t nv = CUBE_LEN(out) / 4;\n"
+    "    if (i < nv)\n"
+    "        CUBE_VSTORE(float4, out, i, CUBE_VLOAD(float4, in, i));\n"
+    "    else if (i == nv)\n"
+    "        for (uint64_t k = nv * 4; k < CUBE_LEN(out); ++k) CUBE_STORE(out, k, CUBE_LOAD(in, k));\n"
+    "}\n"
+    "\n"
     "CUBE_KERNEL(addc, CUBE_ARRAY(float, x), float v)\n"
     "{\n"
     "    uint32_t i = ABSOLUTE_POS;\n"
@@ -375,6 +389,11 @@ static const char* k_raw_src =
     "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
     "  if (i < out_bytes / sizeof(float)) out[i] = in[i];\n"
     "}\n"
+    "extern \"C\" __global__ void copy4(const float4* in, unsigned long long in_bytes, float4* out,\n"
+    "                                  unsigned long long out_bytes) {\n"
+    "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < out_bytes / sizeof(float4)) out[i] = in[i];\n"
+    "}\n"
     "extern \"C\" __global__ void addc(float* x, unsigned long long x_bytes, float v) {\n"
     "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
     "  if (i < x_bytes / sizeof(float)) x[i] = x[i] + v;\n"
@@ -394,7 +413,7 @@ static struct {
   CUstream s;
   char arch[16];
   CUmodule mod;
-  CUfunction f_empty, f_write4, f_saxpy, f_copy, f_add, f_addc;
+  CUfunction f_empty, f_write4, f_saxpy, f_copy, f_copy4, f_add, f_addc;
   CUevent e0, e1;
 } R;
 
@@ -404,6 +423,7 @@ static struct {
   cube_kernel_t* k_write4;
   cube_kernel_t* k_saxpy;
   cube_kernel_t* k_copy;
+  cube_kernel_t* k_copy4;
   cube_kernel_t* k_addc;
   cube_handle_t h_small; /* the empty kernel's argument */
 } C;
@@ -487,6 +507,7 @@ static void raw_setup(void) {
   CK(cu->ModuleGetFunction(&R.f_write4, R.mod, "write4"));
   CK(cu->ModuleGetFunction(&R.f_saxpy, R.mod, "saxpy"));
   CK(cu->ModuleGetFunction(&R.f_copy, R.mod, "copy"));
+  CK(cu->ModuleGetFunction(&R.f_copy4, R.mod, "copy4"));
   CK(cu->ModuleGetFunction(&R.f_add, R.mod, "add"));
   CK(cu->ModuleGetFunction(&R.f_addc, R.mod, "addc"));
   printf("raw: primary context of device 0, own stream, raw module compiled by NVRTC %d.%d for "
@@ -504,10 +525,11 @@ static void cube_setup(void) {
   C.k_write4 = make_kernel(k_cube_src, "write4", 32, NULL, 0);
   C.k_saxpy = make_kernel(k_cube_src, "saxpy", 256, NULL, 0);
   C.k_copy = make_kernel(k_cube_src, "copy", 256, NULL, 0);
+  C.k_copy4 = make_kernel(k_cube_src, "copy4", 256, NULL, 0);
   C.k_addc = make_kernel(k_cube_src, "addc", 256, NULL, 0);
-  cube_kernel_t* all[5] = {C.k_empty, C.k_write4, C.k_saxpy, C.k_copy, C.k_addc};
+  cube_kernel_t* all[6] = {C.k_empty, C.k_write4, C.k_saxpy, C.k_copy, C.k_addc, C.k_copy4};
   uint64_t t0 = now_ns();
-  CHECK("cube_client_precompile", cube_client_precompile(C.c, 5, all, CUBE_EXEC_CHECKED));
+  CHECK("cube_client_precompile", cube_client_precompile(C.c, 6, all, CUBE_EXEC_CHECKED));
   uint64_t t1 = now_ns();
   CHECK("cube_client_empty (empty kernel's argument)", cube_client_empty(C.c, 256, &C.h_small));
   const cube_device_properties_t* p = cube_client_properties(C.c);
@@ -523,6 +545,7 @@ static void cube_teardown(void) {
   cube_kernel_release(C.k_write4);
   cube_kernel_release(C.k_saxpy);
   cube_kernel_release(C.k_copy);
+  cube_kernel_release(C.k_copy4);
   cube_kernel_release(C.k_addc);
   cube_client_release(C.c);
   memset(&C, 0, sizeof(C));
@@ -1551,7 +1574,7 @@ static double cube_profiled(prof_ctx_t* p, const char* name, cube_timing_method_
   return median_of(t, FIG8_TRIALS);
 }
 
-typedef enum raw_op_e { RAW_D2D, RAW_SAXPY, RAW_COPY, RAW_ADD } raw_op_t;
+typedef enum raw_op_e { RAW_D2D, RAW_SAXPY, RAW_COPY, RAW_COPY4, RAW_ADD } raw_op_t;
 
 /* Median over FIG8_TRIALS (after 1 warm-up) of |reps| operations between two
  * events; returns ns per operation. */
@@ -1573,6 +1596,9 @@ static double raw_timed(raw_op_t op, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c
       } else if (op == RAW_COPY) {
         void* args[] = {&a, &nb, &b, &nb};
         CK(cu->LaunchKernel(R.f_copy, blocks, 1, 1, 256, 1, 1, 0, R.s, args, NULL));
+      } else if (op == RAW_COPY4) { /* bytes is a multiple of 1 KiB here */
+        void* args[] = {&a, &nb, &b, &nb};
+        CK(cu->LaunchKernel(R.f_copy4, (n / 4 + 255) / 256, 1, 1, 256, 1, 1, 0, R.s, args, NULL));
       } else {
         void* args[] = {&a, &b, &c, &n};
         CK(cu->LaunchKernel(R.f_add, blocks, 1, 1, 256, 1, 1, 0, R.s, args, NULL));
@@ -1607,12 +1633,13 @@ static void fig_bandwidth(void) {
   double raw_add = gbps(3.0 * (double)bytes, raw_timed(RAW_ADD, a, b, c, bytes, reps));
   double raw_saxpy = gbps(3.0 * (double)bytes, raw_timed(RAW_SAXPY, a, b, c, bytes, reps));
   double raw_copy = gbps(2.0 * (double)bytes, raw_timed(RAW_COPY, a, b, c, bytes, reps));
+  double raw_copy4 = gbps(2.0 * (double)bytes, raw_timed(RAW_COPY4, a, b, c, bytes, reps));
   CK(cu->MemFree(a));
   CK(cu->MemFree(b));
   CK(cu->MemFree(c));
   printf("  raw: cuMemcpyDtoDAsync %.1f GB/s (read + written), add kernel %.1f GB/s, saxpy "
-         "kernel %.1f GB/s, copy kernel %.1f GB/s\n",
-         d2d, raw_add, raw_saxpy, raw_copy);
+         "kernel %.1f GB/s, copy kernel %.1f GB/s, float4 copy kernel %.1f GB/s\n",
+         d2d, raw_add, raw_saxpy, raw_copy, raw_copy4);
 
   /* cube: x[i] = i mod 1024, y[i] = i mod 7 (every value stays exact). */
   float* hx = xmalloc(bytes);
@@ -1625,6 +1652,8 @@ static void fig_bandwidth(void) {
   CHECK("cube_client_create_from_slice (x)", cube_client_create_from_slice(C.c, hx, bytes, &x));
   CHECK("cube_client_create_from_slice (y)", cube_client_create_from_slice(C.c, hy, bytes, &y));
   CHECK("cube_client_empty (out)", cube_client_empty(C.c, bytes, &out));
+  cube_handle_t out4;
+  CHECK("cube_client_empty (out4)", cube_client_empty(C.c, bytes, &out4));
   CHECK("cube_client_sync", cube_client_sync(C.c));
   cube_timing_method_t method = CUBE_TIMING_SYSTEM;
   prof_ctx_t ps = {C.k_saxpy, cube_count_static((uint32_t)(n / 256), 1, 1),
@@ -1634,6 +1663,11 @@ static void fig_bandwidth(void) {
   prof_ctx_t pc = {C.k_copy, cube_count_static((uint32_t)(n / 256), 1, 1),
                    {cube_arg_buffer(x), cube_arg_buffer(out), cube_arg_f32(0)}, 2, reps};
   double cube_copy = gbps(2.0 * (double)bytes, cube_profiled(&pc, "copy", &method));
+  /* float4: one unit per 4 floats, and one more for the tail (none here). */
+  uint64_t units4 = n / 4 + 1;
+  prof_ctx_t pc4 = {C.k_copy4, cube_count_static((uint32_t)((units4 + 255) / 256), 1, 1),
+                    {cube_arg_buffer(x), cube_arg_buffer(out4), cube_arg_f32(0)}, 2, reps};
+  double cube_copy4 = gbps(2.0 * (double)bytes, cube_profiled(&pc4, "copy4", &method));
   printf("  cube: timing method %s\n",
          method == CUBE_TIMING_DEVICE ? "device (events)" : "system (host clock around syncs)");
   add_row("8", "saxpy (12 B/elem) vs raw D2D copy rate", cube_saxpy, "GB/s", d2d, true,
@@ -1646,6 +1680,11 @@ static void fig_bandwidth(void) {
           NULL, T_INFO, 0, NULL);
   add_row("8e", "saxpy vs raw add kernel (cuda_driver_limits)", cube_saxpy, "GB/s", raw_add, true,
           NULL, T_INFO, 0, NULL);
+  /* Issue 16: the vectorised copy kernel >= 0.9x the raw D2D copy rate. */
+  add_row("8f", "float4 copy kernel (16 B/unit) vs raw D2D copy rate", cube_copy4, "GB/s", d2d,
+          true, "raw D2D", T_RATIO_GE, 0.9, NULL);
+  add_row("8g", "float4 copy kernel vs raw float4 copy kernel", cube_copy4, "GB/s", raw_copy4,
+          true, NULL, T_INFO, 0, NULL);
 
   /* Correctness: y = y0 + runs * a * x, exactly; out = x. */
   cube_bytes_t* by = NULL;
@@ -1698,6 +1737,14 @@ static void fig_bandwidth(void) {
   add_check("copy kernel output (same sample)", bad_o == 0);
   cube_bytes_release(by);
   cube_bytes_release(bo);
+  /* The float4 copy, every byte. */
+  cube_bytes_t* b4 = NULL;
+  CHECK("cube_client_read_one (out4)", cube_client_read_one(C.c, out4, &b4));
+  bool ok4 = cube_bytes_size(b4) == bytes && memcmp(cube_bytes_const_data(b4), hx, bytes) == 0;
+  if (!ok4) wrong("float4 copy: the output differs from x");
+  add_check("float4 copy kernel output (every byte)", ok4);
+  cube_bytes_release(b4);
+  cube_handle_release(out4);
   cube_handle_release(x);
   cube_handle_release(y);
   cube_handle_release(out);

@@ -248,6 +248,97 @@ static bool cube__uses_tls(const char* v, size_t n) {
          cube__find_token(v, n, 0, "__thread") < n;
 }
 
+/* True when the source's code uses the dialect's vector types (a type name,
+ * a constructor, the accessors or CUBE_VEC): then, on the CPU, its member
+ * accesses .x .y .z .w are element accesses (cube__cpu_vector_members). */
+static bool cube__uses_vectors(const char* v, size_t n) {
+  static const char* const k_words[] = {"float2", "float4", "int2", "int4", "uint2", "uint4",
+                                        "CUBE_VEC", "CUBE_VLOAD", "CUBE_VSTORE"};
+  static const char* const k_prefixes[] = {"make_", "cube_vload_", "cube_vstore_"};
+  for (size_t i = 0; i < n;) {
+    if (cube__is_ident_start(v[i]) && (i == 0 || !cube__is_ident_char(v[i - 1]))) {
+      size_t e = i;
+      while (e < n && cube__is_ident_char(v[e])) ++e;
+      for (size_t w = 0; w < sizeof(k_words) / sizeof(k_words[0]); ++w)
+        if (cube__tok_is(v, i, e, k_words[w])) return true;
+      for (size_t p = 0; p < sizeof(k_prefixes) / sizeof(k_prefixes[0]); ++p) {
+        size_t pl = strlen(k_prefixes[p]);
+        if (e - i > pl && strncmp(v + i, k_prefixes[p], pl) == 0) {
+          for (size_t w = 0; w < 6; ++w) /* the type names: make_float4, cube_vload_int2 */
+            if (e - i - pl == strlen(k_words[w]) &&
+                strncmp(v + i + pl, k_words[w], e - i - pl) == 0)
+              return true;
+        }
+      }
+      i = e;
+    } else {
+      ++i;
+    }
+  }
+  return false;
+}
+
+/* The CPU's vector types are the compilers' vector extensions, which have no
+ * members: |source| with every member access `.x` `.y` `.z` `.w` (a '.'
+ * that is no part of a number or of "...", then that whole identifier)
+ * written `[0]` .. `[3]` (malloc'd; NULL when out of memory). |v| is its
+ * code view (length |n|): comments and literals are left as they are. Each
+ * rewrite moves the rest of its line one column right. */
+static char* cube__cpu_vector_members(const char* source, const char* v, size_t n) {
+  cube__sb_t sb = {NULL, 0, 0, false};
+  size_t copied = 0;
+  for (size_t i = 0; i < n;) {
+    char c = v[i];
+    if (cube__is_ident_start(c)) {
+      while (i < n && cube__is_ident_char(v[i])) ++i;
+    } else if ((c >= '0' && c <= '9') || (c == '.' && i + 1 < n && v[i + 1] >= '0' &&
+                                          v[i + 1] <= '9')) {
+      /* A preprocessing number: digits, letters, '.', '_' and a sign after
+       * an exponent letter. */
+      ++i;
+      while (i < n) {
+        char d = v[i];
+        if ((d == '+' || d == '-') && (v[i - 1] == 'e' || v[i - 1] == 'E' || v[i - 1] == 'p' ||
+                                       v[i - 1] == 'P'))
+          ++i;
+        else if (cube__is_ident_char(d) || d == '.')
+          ++i;
+        else
+          break;
+      }
+    } else if (c == '.' && i + 2 < n && v[i + 1] == '.' && v[i + 2] == '.') {
+      i += 3;
+    } else if (c == '.') {
+      /* Blanks may separate the '.' from the name, line breaks not (the
+       * rewrite must keep every line where it was). */
+      size_t m = i + 1;
+      while (m < n && (v[m] == ' ' || v[m] == '\t')) ++m;
+      size_t e = m;
+      while (e < n && cube__is_ident_char(v[e])) ++e;
+      static const char k_members[] = "xyzw";
+      const char* hit = e == m + 1 ? strchr(k_members, v[m]) : NULL;
+      int k = hit ? (int)(hit - k_members) : -1;
+      if (k >= 0) {
+        cube__sb_put(&sb, source + copied, i - copied);
+        cube__sb_printf(&sb, "[%d]", k);
+        copied = e;
+        i = e;
+      } else {
+        ++i;
+      }
+    } else {
+      ++i;
+    }
+  }
+  cube__sb_put(&sb, source + copied, n - copied);
+  if (!sb.failed && !sb.data) sb.data = calloc(1, 1);
+  if (sb.failed || !sb.data) {
+    free(sb.data);
+    return NULL;
+  }
+  return sb.data;
+}
+
 /* True when the interior unit loop should count ABSOLUTE_POS_X rather than
  * ABSOLUTE_POS: the source reads the first and not the second (a 2-D kernel
  * whose row index is affine in ABSOLUTE_POS_X only when that is the loop's
@@ -633,6 +724,24 @@ cube_status_t cube__dialect_generate(cube__target_t target, const cube__signatur
   if (!v)
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: kernel '%s': no host memory", fn,
                              entry);
+  /* CPU: a source with vectors reads their members as elements; the pieces
+   * below (the splitter too) see the rewritten text. */
+  char* rewritten = NULL;
+  if (target == CUBE__TARGET_CPU && cube__uses_vectors(v, n)) {
+    rewritten = cube__cpu_vector_members(source, v, n);
+    free(v);
+    v = NULL;
+    if (rewritten) {
+      source = rewritten;
+      n = strlen(source);
+      v = cube__code_view(source, n);
+    }
+    if (!v) {
+      free(rewritten);
+      return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: kernel '%s': no host memory", fn,
+                               entry);
+    }
+  }
 
   static const char* const target_names[] = {"CPU", "CUDA", "OpenCL"};
   cube__sb_t sb = {NULL, 0, 0, false};
@@ -662,6 +771,7 @@ cube_status_t cube__dialect_generate(cube__target_t target, const cube__signatur
     free(split);
   }
   free(v);
+  free(rewritten);
   if (sb.failed) {
     free(sb.data);
     return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: kernel '%s': no host memory", fn,

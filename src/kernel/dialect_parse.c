@@ -363,6 +363,21 @@ static cube_status_t cube__parse_param(const char* v, size_t b, size_t e, const 
       return cube__param_error(entry, line, index, text, "the element type is missing");
     if (strchr(p->type, '"') || strchr(p->type, '\''))
       return cube__param_error(entry, line, index, text, "the element type is not a type");
+    /* Buffers hold scalars; vectors are loaded from them (CUBE_VLOAD): a
+     * CUDA or OpenCL pointer to a vector would need the view aligned to the
+     * vector, which views at any element offset are not. */
+    static const struct {
+      const char* vec;
+      const char* elem;
+    } k_vectors[] = {{"float2", "float"}, {"float4", "float"},   {"int2", "int32_t"},
+                     {"int4", "int32_t"}, {"uint2", "uint32_t"}, {"uint4", "uint32_t"}};
+    for (size_t k = 0; k < sizeof(k_vectors) / sizeof(k_vectors[0]); ++k)
+      if (strcmp(p->type, k_vectors[k].vec) == 0)
+        return cube__param_error(entry, line, index, text,
+                                 "a buffer of vectors is not supported: declare CUBE_ARRAY(%s%s, "
+                                 "%.*s) and use CUBE_VLOAD(%s, %.*s, i) / CUBE_VSTORE",
+                                 p->is_const ? "const " : "", k_vectors[k].elem, (int)(ne - nb),
+                                 v + nb, k_vectors[k].vec, (int)(ne - nb), v + nb);
     memcpy(p->name, v + nb, ne - nb);
     p->name[ne - nb] = '\0';
     p->kind = CUBE_ARG_BUFFER;

@@ -73,6 +73,8 @@ static const cts_unsupported_t cts_unsupported[] = {
     {"null", "bundle_second_directory_compiles_and_tunes_nothing bundle_refusals "
              "bundle_import_is_all_or_none",
      "the null backend runs no kernels: there is nothing to bundle"},
+    {"null", "dialect_vector_*",
+     "the null backend compiles and runs no kernels (its launch slot is UNIMPLEMENTED)"},
     {"null", "dlpack_*",
      "the null backend's memory has no DLPack device (its ctl does not answer "
      "CUBE__CTL_DLPACK_DEVICE)"},

@@ -195,6 +195,8 @@ static cube_kernel_desc_t kd_disagree(void) { cube_kernel_desc_t d = kd_dialect(
 static cube_kernel_desc_t kd_bad_define(void) { cube_kernel_desc_t d = kd_dialect(); d.defines = k_bad_define; d.define_count = 1; return d; }
 static cube_kernel_desc_t kd_malformed(void) { cube_kernel_desc_t d = kd_dialect(); d.source = "CUBE_KERNEL(fill, CUBE_ARRAY(float out) { }\n"; return d; }
 
+static cube_kernel_desc_t kd_vector_buffer(void) { cube_kernel_desc_t d = kd_dialect(); d.source = "CUBE_KERNEL(fill, CUBE_ARRAY(const float4, v)) { }\n"; return d; }
+
 static cube_status_t kernel_try_keep(cube_kernel_desc_t d, cube_kernel_t** out) {
   return cube_kernel_create(&d, out);
 }
@@ -434,6 +436,9 @@ static cube_status_t load_try(cube_device_id_t d) {
     kernel_try(kd_bad_define()), "cube_kernel_create", "'fill'", "desc->defines[0]", "'1bad'")    \
   X("E080", "cube_kernel_create", "dialect: malformed CUBE_KERNEL declaration", INV,             \
     kernel_try(kd_malformed()), "cube_kernel_create", "'fill'", "line 1")                        \
+  X("E456", "cube_kernel_create", "dialect: a buffer of vectors (CUBE_ARRAY(const float4, v))", INV, \
+    kernel_try(kd_vector_buffer()), "cube_kernel_create", "'fill'", "line 1", "parameter 1", \
+    "CUBE_ARRAY(const float, v)", "CUBE_VLOAD(float4, v, i)")                                 \
   V("E081", "cube_kernel_name", "kernel NULL", "\"\"", strcmp(cube_kernel_name(NULL), "") == 0)  \
   V("E082", "cube_kernel_cube_dim", "kernel NULL", "(0, 0, 0)", cube_kernel_cube_dim(NULL).x == 0) \
   V("E083", "cube_kernel_arg_count", "kernel NULL", "0", cube_kernel_arg_count(NULL) == 0)       \

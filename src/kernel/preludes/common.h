@@ -62,4 +62,53 @@
 #define CUBE_STORE(a, i, v) ((CUBE__U64)(i) < CUBE_LEN(a) ? (void)((a)[(i)] = (v)) : (void)0)
 #endif
 
+/* Vector types (docs/dialect.md, "Vector types"): float2 float4 int2 int4
+ * uint2 uint4, each target's own (CPU vector extensions, CUDA's built-in
+ * structs with the prelude's operators, OpenCL's native types). The target
+ * prelude defines, for each type V of element E and width N:
+ *   V, make_V(...) (N elements), cube_vload_V(p, i) and cube_vstore_V(p, i, v)
+ *   (plain access to elements i*N .. i*N+N-1 of the E array p, any element
+ *   alignment) and CUBE__VZERO_V (a V of zeros).
+ * CUBE_VLOAD / CUBE_VSTORE check the whole vector as the mode says: vector i
+ * of array a is inside when i < CUBE_LEN(a) / N (its last element, i*N+N-1,
+ * is below the length); outside, a load gives zeros, a store is dropped, and
+ * Validate records the index of the vector's last element, in elements. The
+ * type may be a macro (CUBE_VEC(float, W)): it is expanded before pasting. */
+#define CUBE__VN_float2 2
+#define CUBE__VN_float4 4
+#define CUBE__VN_int2 2
+#define CUBE__VN_int4 4
+#define CUBE__VN_uint2 2
+#define CUBE__VN_uint4 4
+#define CUBE__VPASTE_I(a, b) a##b
+#define CUBE__VPASTE(a, b) CUBE__VPASTE_I(a, b)
+/* The vector type of N elements of E: CUBE_VEC(float, 4) is float4. */
+#define CUBE_VEC(E, N) CUBE__VPASTE(E, N)
+#define CUBE__VN(V) CUBE__VPASTE(CUBE__VN_, V)
+#define CUBE__VLD(V) CUBE__VPASTE(cube_vload_, V)
+#define CUBE__VST(V) CUBE__VPASTE(cube_vstore_, V)
+#define CUBE__VZ(V) CUBE__VPASTE(CUBE__VZERO_, V)
+#define CUBE__VIN(V, a, i) ((CUBE__U64)(i) < CUBE_LEN(a) / (CUBE__U64)CUBE__VN(V))
+#define CUBE__VLAST(V, a, i) \
+  ((CUBE__U64)(i) * (CUBE__U64)CUBE__VN(V) + (CUBE__U64)(CUBE__VN(V) - 1))
+
+#if defined(CUBE_MODE_UNCHECKED)
+#define CUBE_VLOAD(V, a, i) CUBE__VLD(V)((a), (i))
+#define CUBE_VSTORE(V, a, i, v) CUBE__VST(V)((a), (i), (v))
+#elif defined(CUBE_MODE_VALIDATE)
+#define CUBE_VLOAD(V, a, i)                                                                  \
+  (CUBE__VIN(V, a, i) ? CUBE__VLD(V)((a), (i))                                               \
+                      : (cube__bounds_fail(cube__bounds, cube__argidx_##a, CUBE__VLAST(V, a, i), \
+                                           CUBE_LEN(a), 0u),                                 \
+                         CUBE__VZ(V)))
+#define CUBE_VSTORE(V, a, i, v)                                                              \
+  (CUBE__VIN(V, a, i) ? CUBE__VST(V)((a), (i), (v))                                          \
+                      : cube__bounds_fail(cube__bounds, cube__argidx_##a, CUBE__VLAST(V, a, i), \
+                                          CUBE_LEN(a), 1u))
+#else /* CUBE_MODE_CHECKED */
+#define CUBE_VLOAD(V, a, i) (CUBE__VIN(V, a, i) ? CUBE__VLD(V)((a), (i)) : CUBE__VZ(V))
+#define CUBE_VSTORE(V, a, i, v) \
+  (CUBE__VIN(V, a, i) ? CUBE__VST(V)((a), (i), (v)) : (void)0)
+#endif
+
 #endif /* CUBE__PRELUDE_COMMON_H */

@@ -477,6 +477,45 @@ CUBE__PFN int32_t cube_plane_sum_i32(int32_t v) { return v; }
 CUBE__PFN int32_t cube_plane_min_i32(int32_t v) { return v; }
 CUBE__PFN int32_t cube_plane_max_i32(int32_t v) { return v; }
 
+/* Vector types (common.h, docs/dialect.md "Vector types"): the compiler's
+ * vector extensions, the same under gcc and clang: element-wise + - * /,
+ * a scalar operand is spread over the vector. Locals are naturally aligned;
+ * loads and stores copy bytes (unaligned moves), so any element-aligned
+ * address works. Element access v.x .. v.w is v[0] .. v[3]: the generator
+ * rewrites the members of sources that use vectors (dialect_emit.c). */
+#define CUBE__VEC_TYPE(V, E, N)                                                              \
+  typedef E V __attribute__((vector_size(N * sizeof(E))));                                   \
+  CUBE__PFN V cube_vload_##V(const E* p, uint64_t i) {                                       \
+    V v;                                                                                     \
+    __builtin_memcpy(&v, p + i * N, sizeof v);                                               \
+    return v;                                                                                \
+  }                                                                                          \
+  CUBE__PFN void cube_vstore_##V(E* p, uint64_t i, V v) {                                    \
+    __builtin_memcpy(p + i * N, &v, sizeof v);                                               \
+  }
+CUBE__VEC_TYPE(float2, float, 2)
+CUBE__VEC_TYPE(float4, float, 4)
+CUBE__VEC_TYPE(int2, int32_t, 2)
+CUBE__VEC_TYPE(int4, int32_t, 4)
+CUBE__VEC_TYPE(uint2, uint32_t, 2)
+CUBE__VEC_TYPE(uint4, uint32_t, 4)
+CUBE__PFN float2 make_float2(float x, float y) { return (float2){x, y}; }
+CUBE__PFN float4 make_float4(float x, float y, float z, float w) { return (float4){x, y, z, w}; }
+CUBE__PFN int2 make_int2(int32_t x, int32_t y) { return (int2){x, y}; }
+CUBE__PFN int4 make_int4(int32_t x, int32_t y, int32_t z, int32_t w) {
+  return (int4){x, y, z, w};
+}
+CUBE__PFN uint2 make_uint2(uint32_t x, uint32_t y) { return (uint2){x, y}; }
+CUBE__PFN uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+  return (uint4){x, y, z, w};
+}
+#define CUBE__VZERO_float2 ((float2){0, 0})
+#define CUBE__VZERO_float4 ((float4){0, 0, 0, 0})
+#define CUBE__VZERO_int2 ((int2){0, 0})
+#define CUBE__VZERO_int4 ((int4){0, 0, 0, 0})
+#define CUBE__VZERO_uint2 ((uint2){0, 0})
+#define CUBE__VZERO_uint4 ((uint4){0, 0, 0, 0})
+
 /* A fact the generated entry has checked and tells the optimiser (interior
  * cubes: every unit's ABSOLUTE_POS is inside every array). */
 #if defined(__clang__)

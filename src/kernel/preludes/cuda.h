@@ -192,4 +192,88 @@ CUBE__PLANE_REDUCE(cube_plane_sum_i32, int32_t, v + w)
 CUBE__PLANE_REDUCE(cube_plane_min_i32, int32_t, (w < v ? w : v))
 CUBE__PLANE_REDUCE(cube_plane_max_i32, int32_t, (w > v ? w : v))
 
+/* Vector types (common.h, docs/dialect.md "Vector types"): CUDA's built-in
+ * float2 float4 int2 int4 uint2 uint4 and make_<type>, with the element-wise
+ * operators CUDA does not define (+ - * / of two vectors or of a vector and
+ * a scalar, unary -, += -= *= /=). A load or store is one access of the
+ * vector's width when the address is aligned to it (a pool buffer at a
+ * multiple of the width), else one per element. ----------------------------- */
+
+#define CUBE__VOPS2(V, E)                                                                    \
+  CUBE__PFN V operator+(V a, V b) { return make_##V(a.x + b.x, a.y + b.y); }                 \
+  CUBE__PFN V operator-(V a, V b) { return make_##V(a.x - b.x, a.y - b.y); }                 \
+  CUBE__PFN V operator*(V a, V b) { return make_##V(a.x * b.x, a.y * b.y); }                 \
+  CUBE__PFN V operator/(V a, V b) { return make_##V(a.x / b.x, a.y / b.y); }                 \
+  CUBE__PFN V cube__spread_##V(E s) { return make_##V(s, s); }                              \
+  CUBE__PFN V operator-(V a) { return make_##V(-a.x, -a.y); }
+#define CUBE__VOPS4(V, E)                                                                    \
+  CUBE__PFN V operator+(V a, V b) {                                                          \
+    return make_##V(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);                             \
+  }                                                                                          \
+  CUBE__PFN V operator-(V a, V b) {                                                          \
+    return make_##V(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w);                             \
+  }                                                                                          \
+  CUBE__PFN V operator*(V a, V b) {                                                          \
+    return make_##V(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w);                             \
+  }                                                                                          \
+  CUBE__PFN V operator/(V a, V b) {                                                          \
+    return make_##V(a.x / b.x, a.y / b.y, a.z / b.z, a.w / b.w);                             \
+  }                                                                                          \
+  CUBE__PFN V cube__spread_##V(E s) { return make_##V(s, s, s, s); }                        \
+  CUBE__PFN V operator-(V a) { return make_##V(-a.x, -a.y, -a.z, -a.w); }
+/* What every width shares: scalar mixes, compound assignments, the plain
+ * loads and stores. */
+#define CUBE__VCOMMON(V, E, N)                                                               \
+  CUBE__PFN V operator+(V a, E s) { return a + cube__spread_##V(s); }                       \
+  CUBE__PFN V operator-(V a, E s) { return a - cube__spread_##V(s); }                       \
+  CUBE__PFN V operator*(V a, E s) { return a * cube__spread_##V(s); }                       \
+  CUBE__PFN V operator/(V a, E s) { return a / cube__spread_##V(s); }                       \
+  CUBE__PFN V operator+(E s, V a) { return cube__spread_##V(s) + a; }                       \
+  CUBE__PFN V operator-(E s, V a) { return cube__spread_##V(s) - a; }                       \
+  CUBE__PFN V operator*(E s, V a) { return cube__spread_##V(s) * a; }                       \
+  CUBE__PFN V operator/(E s, V a) { return cube__spread_##V(s) / a; }                       \
+  CUBE__PFN V& operator+=(V& a, V b) { return a = a + b; }                                   \
+  CUBE__PFN V& operator-=(V& a, V b) { return a = a - b; }                                   \
+  CUBE__PFN V& operator*=(V& a, V b) { return a = a * b; }                                   \
+  CUBE__PFN V& operator/=(V& a, V b) { return a = a / b; }                                   \
+  CUBE__PFN V& operator+=(V& a, E s) { return a = a + s; }                                   \
+  CUBE__PFN V& operator-=(V& a, E s) { return a = a - s; }                                   \
+  CUBE__PFN V& operator*=(V& a, E s) { return a = a * s; }                                   \
+  CUBE__PFN V& operator/=(V& a, E s) { return a = a / s; }                                   \
+  CUBE__PFN V cube_vload_##V(const E* p, uint64_t i) {                                       \
+    const E* q = p + i * N;                                                                  \
+    if (((unsigned long long)q & (sizeof(V) - 1)) == 0) return *(const V*)q;                 \
+    V v;                                                                                     \
+    E* e = (E*)&v;                                                                           \
+    for (int k = 0; k < N; ++k) e[k] = q[k];                                                 \
+    return v;                                                                                \
+  }                                                                                          \
+  CUBE__PFN void cube_vstore_##V(E* p, uint64_t i, V v) {                                    \
+    E* q = p + i * N;                                                                        \
+    if (((unsigned long long)q & (sizeof(V) - 1)) == 0) {                                    \
+      *(V*)q = v;                                                                            \
+      return;                                                                                \
+    }                                                                                        \
+    const E* e = (const E*)&v;                                                               \
+    for (int k = 0; k < N; ++k) q[k] = e[k];                                                 \
+  }
+CUBE__VOPS2(float2, float)
+CUBE__VCOMMON(float2, float, 2)
+CUBE__VOPS4(float4, float)
+CUBE__VCOMMON(float4, float, 4)
+CUBE__VOPS2(int2, int)
+CUBE__VCOMMON(int2, int, 2)
+CUBE__VOPS4(int4, int)
+CUBE__VCOMMON(int4, int, 4)
+CUBE__VOPS2(uint2, unsigned int)
+CUBE__VCOMMON(uint2, unsigned int, 2)
+CUBE__VOPS4(uint4, unsigned int)
+CUBE__VCOMMON(uint4, unsigned int, 4)
+#define CUBE__VZERO_float2 make_float2(0.0f, 0.0f)
+#define CUBE__VZERO_float4 make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+#define CUBE__VZERO_int2 make_int2(0, 0)
+#define CUBE__VZERO_int4 make_int4(0, 0, 0, 0)
+#define CUBE__VZERO_uint2 make_uint2(0u, 0u)
+#define CUBE__VZERO_uint4 make_uint4(0u, 0u, 0u, 0u)
+
 #endif /* CUBE__PRELUDE_CUDA_H */

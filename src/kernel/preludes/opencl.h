@@ -210,6 +210,34 @@ static inline float __attribute__((overloadable)) cube_atomic_add_f32(volatile _
 #define cube_plane_min_i32(v) ((int)(v))
 #define cube_plane_max_i32(v) ((int)(v))
 
+/* Vector types (common.h, docs/dialect.md "Vector types"): OpenCL's own.
+ * vloadn/vstoren need only the element's alignment. ------------------------ */
+
+#define make_float2(x, y) ((float2)((float)(x), (float)(y)))
+#define make_float4(x, y, z, w) ((float4)((float)(x), (float)(y), (float)(z), (float)(w)))
+#define make_int2(x, y) ((int2)((int)(x), (int)(y)))
+#define make_int4(x, y, z, w) ((int4)((int)(x), (int)(y), (int)(z), (int)(w)))
+#define make_uint2(x, y) ((uint2)((uint)(x), (uint)(y)))
+#define make_uint4(x, y, z, w) ((uint4)((uint)(x), (uint)(y), (uint)(z), (uint)(w)))
+#define cube_vload_float2(p, i) vload2((size_t)(i), (p))
+#define cube_vload_float4(p, i) vload4((size_t)(i), (p))
+#define cube_vload_int2(p, i) vload2((size_t)(i), (p))
+#define cube_vload_int4(p, i) vload4((size_t)(i), (p))
+#define cube_vload_uint2(p, i) vload2((size_t)(i), (p))
+#define cube_vload_uint4(p, i) vload4((size_t)(i), (p))
+#define cube_vstore_float2(p, i, v) vstore2((v), (size_t)(i), (p))
+#define cube_vstore_float4(p, i, v) vstore4((v), (size_t)(i), (p))
+#define cube_vstore_int2(p, i, v) vstore2((v), (size_t)(i), (p))
+#define cube_vstore_int4(p, i, v) vstore4((v), (size_t)(i), (p))
+#define cube_vstore_uint2(p, i, v) vstore2((v), (size_t)(i), (p))
+#define cube_vstore_uint4(p, i, v) vstore4((v), (size_t)(i), (p))
+#define CUBE__VZERO_float2 ((float2)(0.0f))
+#define CUBE__VZERO_float4 ((float4)(0.0f))
+#define CUBE__VZERO_int2 ((int2)(0))
+#define CUBE__VZERO_int4 ((int4)(0))
+#define CUBE__VZERO_uint2 ((uint2)(0u))
+#define CUBE__VZERO_uint4 ((uint4)(0u))
+
 /* OpenCL C keywords that are ordinary names in the dialect (a cube-local
  * array may well be called `local`): after this prelude, which spells them
  * __global, __local..., they are plain identifiers. */
