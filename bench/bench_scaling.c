@@ -238,7 +238,6 @@ static double launch_trial(cube_client_t** dev_clients, uint32_t devices, cube_k
                            uint32_t nargs, int threads, uint64_t per_thread) {
   launch_worker_t w[16];
   pthread_barrier_t start;
-  pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
   int made = 0;
   for (int i = 0; i < threads; ++i) {
     memset(&w[i], 0, sizeof(w[i]));
@@ -257,18 +256,17 @@ static double launch_trial(cube_client_t** dev_clients, uint32_t devices, cube_k
     TRY("cube_client_sync", cube_client_sync(w[i].client));
     made++;
   }
+  /* The barrier counts the threads made (fewer than asked after a failed
+   * clone, which is counted as a failure) and this one. */
+  pthread_barrier_init(&start, NULL, (unsigned)made + 1);
   for (int i = 0; i < made; ++i) pthread_create(&w[i].thread, NULL, launch_thread, &w[i]);
-  if (made < threads) {
-    /* Fewer threads than asked: let the barrier through with stand-ins. */
-    for (int i = made; i < threads; ++i) pthread_barrier_wait(&start);
-  }
   pthread_barrier_wait(&start);
   uint64_t t0 = now_ns();
   for (int i = 0; i < made; ++i) pthread_join(w[i].thread, NULL);
   uint64_t dt = now_ns() - t0;
   for (int i = 0; i < made; ++i) cube_client_release(w[i].client);
   pthread_barrier_destroy(&start);
-  return (double)per_thread * (double)made / ((double)dt / 1e9);
+  return made ? (double)per_thread * (double)made / ((double)dt / 1e9) : 0.0;
 }
 
 static void launch_curve(const char* name, const char* what, cube_client_t** clients,
