@@ -512,10 +512,19 @@ static void cpu_curve(const cpu_work_t* w, cube_client_t** dev, const int* cores
   cube_kernel_release(k);
 }
 
+#if defined(__AVX2__)
+static const char* const k_bench_isa = ", AVX2 on";
+#else
+static const char* const k_bench_isa = ", no AVX2";
+#endif
+
 static void bench_cpu(void) {
   printf("\n[cpu] CPU kernel throughput against cores: dialect kernels on a CPU device limited to "
          "N threads\n"
-         "      (cube_cpu_params_t.threads) against the same loop under OpenMP with N threads\n");
+         "      (cube_cpu_params_t.threads) against the same loop under OpenMP with N threads\n"
+         "      (the OpenMP loop has the bench's flags: -O3, baseline ISA%s; the CPU\n"
+         "      backend compiles kernels with -O3 -march=native)\n",
+         k_bench_isa);
   static const int all[] = {1, 2, 4, 8, 16};
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   cpu_set_t set;
