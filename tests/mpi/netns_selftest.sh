@@ -63,10 +63,12 @@ rc=$?
 grep -q "did not end within 2 s" "$out" || fail "hang: not named"
 left_nothing "hang"
 
-# 4. The harness terminated mid-job (as an outer timeout would).
+# 4. The harness terminated mid-job (as an outer timeout would), once both
+# ranks run (processes whose whole command line is the rank's: the harness
+# and mpiexec name it too, before any namespace exists).
 start -np 2 sleep 4242
 tries=0
-until [ "$(ps -eo args | grep -c '[s]leep 4242')" -ge 2 ] || [ $tries -ge 100 ]; do
+until [ "$(ps -eo args | grep -cx 'sleep 4242')" -ge 2 ] || [ $tries -ge 100 ]; do
   sleep 0.1
   tries=$((tries + 1))
 done
@@ -80,10 +82,11 @@ left_nothing "signal"
 # 5. The harness killed outright: the next run removes what it left.
 start -np 2 sleep 4242
 tries=0
-until [ "$(ps -eo args | grep -c '[s]leep 4242')" -ge 2 ] || [ $tries -ge 100 ]; do
+until [ "$(ps -eo args | grep -cx 'sleep 4242')" -ge 2 ] || [ $tries -ge 100 ]; do
   sleep 0.1
   tries=$((tries + 1))
 done
+[ $tries -lt 100 ] || fail "kill: the ranks never started"
 kill -KILL $pid
 wait $pid 2>/dev/null
 killed=$pid
