@@ -10,15 +10,15 @@
 # (10.213.0.1/24 on a, 10.213.0.2/24 on b: the addresses exist only inside
 # the two namespaces, so parallel runs use the same ones without a clash).
 # mpiexec runs inside a with a hostfile naming the two addresses; in place of
-# ssh, Open MPI's launch agent (written below) starts the daemon of b inside
-# b, with a clean environment as ssh would (what the ranks need travels with
-# `-x`: this script adds `-x NAME` for every CUBE_* and *SAN_OPTIONS variable
-# set, as a user's command line would). Each host has its own host name (a
-# UTS namespace each). Open MPI is held to TCP over the veth (btl tcp,self;
-# out-of-band and MPI traffic on 10.213.0.0/24 only): the ranks talk through
-# the kernel's network stack, as between two machines.
+# ssh, a launcher script (written below, given as plm_rsh_agent) starts the
+# daemon of b inside b, with a clean environment as ssh would (what the ranks
+# need travels with `-x`: this script adds `-x NAME` for every CUBE_* and
+# *SAN_OPTIONS variable set, as a user's command line would). Each host has
+# its own host name (a UTS namespace each). Open MPI is held to TCP over the
+# veth (btl tcp,self; out-of-band and MPI traffic on 10.213.0.0/24 only): the
+# ranks talk through the kernel's network stack, as between two machines.
 #
-# Every rank first records its network namespace (a fork agent runs before
+# Every rank first records its network namespace (a wrapper runs before
 # the program); the run fails unless the ranks were placed on both hosts.
 # The namespaces, the veth and every process in them are removed on the way
 # out: on success, failure, a signal (CTest's timeout is a kill, so mpiexec
@@ -127,16 +127,16 @@ cat >"$dir/hostfile" <<EOF
 $addr_a slots=$slots_a
 $addr_b slots=$slots_b
 EOF
-# The launch agent, called as ssh would be: <host> <command words...>. The
+# The launcher, called as ssh would be: <host> <command words...>. The
 # words are one command line for the remote shell.
-cat >"$dir/agent" <<EOF
+cat >"$dir/rsh" <<EOF
 #!/bin/sh
 host=\$1
 shift
 case "\$host" in
   $addr_a) ns=$ns_a name=cube-host-a ;;
   $addr_b) ns=$ns_b name=cube-host-b ;;
-  *) echo "netns_mpiexec agent: no host \$host" >&2; exit 255 ;;
+  *) echo "netns_mpiexec rsh: no host \$host" >&2; exit 255 ;;
 esac
 exec ip netns exec "\$ns" unshare --uts -- env -i PATH="$PATH" HOME="\${HOME:-/root}" \\
   USER=root LOGNAME=root SHELL=/bin/sh sh -c 'echo "\$0" >/proc/sys/kernel/hostname && exec sh -c "\$1"' "\$name" "\$*"
@@ -147,7 +147,7 @@ cat >"$dir/probe" <<EOF
 echo "\$(readlink /proc/self/ns/net) \$(cat /proc/sys/kernel/hostname)" >"$dir/rank.\${OMPI_COMM_WORLD_RANK:-x\$\$}"
 exec "\$@"
 EOF
-chmod 755 "$dir/agent" "$dir/probe"
+chmod 755 "$dir/rsh" "$dir/probe"
 
 forward=
 for name in $(env | sed -n 's/^\(CUBE_[A-Za-z0-9_]*\)=.*/\1/p; s/^\([A-Z]*SAN_OPTIONS\)=.*/\1/p'); do
@@ -163,7 +163,7 @@ echo "netns_mpiexec: hosts $ns_a ($addr_a, $slots_a slots) and $ns_b ($addr_b, $
 timeout -k 5 "$limit" ip netns exec "$ns_a" unshare --uts -- \
   sh -c 'echo cube-host-a >/proc/sys/kernel/hostname && exec "$@"' sh \
   "$mpiexec" --hostfile "$dir/hostfile" \
-  --mca plm_rsh_agent "$dir/agent" --mca orte_fork_agent "$dir/probe" \
+  --mca plm_rsh_agent "$dir/rsh" --mca orte_fork_agent "$dir/probe" \
   --mca btl tcp,self --mca btl_tcp_if_include "$net.0/24" --mca oob_tcp_if_include "$net.0/24" \
   $forward "$@" &
 child=$!
