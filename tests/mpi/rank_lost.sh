@@ -1,6 +1,6 @@
 #!/bin/sh
 # The rank-killed case (tests/mpi/test_rank_lost.c) under `mpiexec -np 3`.
-#   rank_lost.sh <mpiexec or ""> <test_rank_lost> <collective timeout, s>
+#   rank_lost.sh <mpiexec or ""> <test_rank_lost> <collective timeout, s> [case]
 # Open MPI aborts the whole job when a process dies unless --enable-recovery
 # is given; with it the survivors go on and mpiexec reports the dead rank (its
 # exit status is not the test's). The test passes only when both survivors
@@ -16,8 +16,9 @@ set -u
 mpiexec=$1
 prog=$2
 timeout=$3
+case=${4:-rank_killed_mid_all_reduce}
 if [ -z "$mpiexec" ]; then
-  exec "$prog" rank_killed_mid_all_reduce
+  exec "$prog" "$case"
 fi
 dir=$(mktemp -d "${CUBE_TEST_TMPDIR:-${TMPDIR:-/tmp}}/rank_lost.XXXXXX") || exit 1
 seed=${CUBE_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
@@ -27,7 +28,7 @@ CUBE_TEST_RANK_LOST_DIR=$dir CUBE_TEST_SEED=$seed CUBE_TEST_RANK_LOST_TIMEOUT=$t
   "$mpiexec" --mca btl_vader_single_copy_mechanism none --allow-run-as-root --oversubscribe --enable-recovery -np 3 \
   -x CUBE_TEST_RANK_LOST_DIR -x CUBE_TEST_SEED -x CUBE_TEST_RANK_LOST_TIMEOUT \
   -x ASAN_OPTIONS -x UBSAN_OPTIONS -x TSAN_OPTIONS \
-  "$prog" rank_killed_mid_all_reduce
+  "$prog" "$case"
 rc=$?
 echo "mpiexec exited with $rc"
 [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && echo "FAIL: mpiexec did not end within ${CUBE_TEST_RANK_LOST_LIMIT:-90} s"

@@ -39,8 +39,11 @@ static uint64_t now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static cube_device_id_t cpu(uint32_t i) {
-  cube_device_id_t d = {CUBE_BACKEND_CPU, i};
+static cube_backend_t g_backend = CUBE_BACKEND_CPU;
+
+/* Device |i| of the case's backend (one per rank: global id = rank). */
+static cube_device_id_t dev(uint32_t i) {
+  cube_device_id_t d = {g_backend, i};
   return d;
 }
 
@@ -100,7 +103,21 @@ static cube_status_t all_reduce_step(cube_client_t* c, const int64_t* data, size
   return s;
 }
 
-CUBE_TEST(rank_killed_mid_all_reduce) {
+static void rank_killed(bool nccl) {
+  if (nccl) {
+#if defined(CUBE_MOCK_CUDA_PATH) && defined(CUBE_MOCK_NCCL_PATH)
+    /* One GPU of the mock driver per rank, NCCL the mock (parts between
+     * processes through files in CUBE_MOCK_NCCL_DIR). */
+    setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);
+    setenv("CUBE_NCCL_LIBRARY", CUBE_MOCK_NCCL_PATH, 1);
+    setenv("CUBE_MOCK_CUDA_DEVICES", "1", 1);
+    const char* d = getenv("CUBE_TEST_RANK_LOST_DIR");
+    if (d) setenv("CUBE_MOCK_NCCL_DIR", d, 1);
+    g_backend = CUBE_BACKEND_CUDA;
+#else
+    CUBE_SKIP("the mock CUDA driver and NCCL are not built");
+#endif
+  }
   setenv("CUBE_CPU_DEVICES", "1", 1);
   setenv("CUBE_DEVICE_QUEUE", "threaded", 1);
   uint32_t rank = 0, ranks = 1;
@@ -119,21 +136,25 @@ CUBE_TEST(rank_killed_mid_all_reduce) {
   uint64_t timeout_ms = strtoull(tmo_s, NULL, 10) * 1000u;
   REQUIRE(timeout_ms > 0);
   REQUIRE_OK(cube_option_set("CUBE_COLLECTIVE_TIMEOUT", tmo_s));
+  if (nccl) {
+    const char* t = cube_collective_transport(CUBE_BACKEND_CUDA, NULL);
+    REQUIRE(t && strcmp(t, "nccl") == 0);
+  }
   uint32_t victim = (uint32_t)((seed >> 7) % 3);
   uint32_t kill_step = 2 + (uint32_t)((seed >> 11) % 6);
   size_t n = 1001 + (size_t)((seed >> 17) % 4000); /* odd sizes, a few KiB to 40 KiB */
-  fprintf(stderr, "rank %u: seed %" PRIu64 ", victim %u at step %u, %zu elements\n", rank, seed,
-          victim, kill_step, n);
+  fprintf(stderr, "rank %u: seed %" PRIu64 ", victim %u at step %u, %zu elements, %s\n", rank,
+          seed, victim, kill_step, n, nccl ? "cuda (mock) through nccl (mock)" : "cpu");
 
   cube_client_t* c = NULL;
-  REQUIRE_OK(cube_client_load(cpu(0), &c)); /* local id; cpu:<rank> globally */
+  REQUIRE_OK(cube_client_load(dev(0), &c)); /* local id; <rank> globally */
   int64_t* data = malloc(n * sizeof(int64_t));
   int64_t* got = malloc(n * sizeof(int64_t));
   int64_t* other = malloc(n * sizeof(int64_t));
   REQUIRE(data && got && other);
-  cube_device_id_t set[3] = {cpu(0), cpu(1), cpu(2)};
+  cube_device_id_t set[3] = {dev(0), dev(1), dev(2)};
   size_t set_n = 3;
-  const cube_device_id_t full[3] = {cpu(0), cpu(1), cpu(2)};
+  const cube_device_id_t full[3] = {dev(0), dev(1), dev(2)};
   bool shrunk = false;
   uint32_t done_steps = 0;
   for (uint32_t step = 0; step < STEPS;) {
@@ -170,7 +191,16 @@ CUBE_TEST(rank_killed_mid_all_reduce) {
             cube_status_code_name(code), msg);
     CHECK(!shrunk);
     CHECK(code == CUBE_STATUS_DEADLINE_EXCEEDED || code == CUBE_STATUS_PEER_LOST);
-    CHECK(names_rank(msg, victim));
+    if (nccl) {
+      /* NCCL does not say which peer is missing: the status names the other
+       * processes, the victim among them; the shrink finds which. */
+      char p[32];
+      snprintf(p, sizeof(p), "(process %u)", victim);
+      CHECK(strstr(msg, p) != NULL);
+      CHECK(strstr(msg, "did not join") != NULL);
+    } else {
+      CHECK(names_rank(msg, victim));
+    }
     CHECK(strstr(msg, "all_reduce #") != NULL);
     CHECK(ms >= timeout_ms - 100 && ms < timeout_ms + 5000);
     cube_status_free(s);
@@ -227,3 +257,6 @@ CUBE_TEST(rank_killed_mid_all_reduce) {
     fclose(f);
   }
 }
+
+CUBE_TEST(rank_killed_mid_all_reduce) { rank_killed(false); }
+CUBE_TEST(rank_killed_mid_all_reduce_nccl) { rank_killed(true); }
