@@ -230,6 +230,10 @@ cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* hea
 
 /* Point to point: sends |bytes| with |header| to |rank| / receives from
  * |rank| into |dst|, until |deadline_ns|. */
+/* A shrink found a rank dead: MPI_Finalize is not called at exit (it would
+ * wait for the dead rank). Nothing when MPI is not active. */
+void cube__mpi_peer_lost(void);
+
 /* cube__mpi_exchange, except that a rank whose message did not come by
  * |deadline_ns| is no error: its out_received entry is NULL. */
 cube_status_t cube__mpi_gather(uint64_t tag_key, const cube__mpi_header_t* header,

@@ -103,7 +103,7 @@ static bool cube__mpi_try(const char* path, const char* label, bool must_exist) 
     return false;
   }
   if (t->abi != CUBE__MPI_PLUGIN_ABI || t->size < sizeof(cube__mpi_plugin_t) || !t->start ||
-      !t->exchange || !t->gather || !t->send || !t->recv) {
+      !t->exchange || !t->gather || !t->send || !t->recv || !t->peer_lost) {
     char m[160];
     snprintf(m, sizeof(m), "interface version %u with a %u-byte table, the library needs %u and %zu",
              t->abi, t->size, CUBE__MPI_PLUGIN_ABI, sizeof(cube__mpi_plugin_t));
@@ -246,4 +246,9 @@ cube_status_t cube__mpi_recv(uint64_t tag_key, const cube__mpi_header_t* header,
   const cube__mpi_plugin_t* p = cube__mpi_active();
   if (!p) return cube__mpi_inactive(what);
   return p->recv(tag_key, header, dst, rank, deadline_ns, what);
+}
+
+void cube__mpi_peer_lost(void) {
+  const cube__mpi_plugin_t* p = cube__mpi_active();
+  if (p) p->peer_lost();
 }

@@ -84,6 +84,10 @@ typedef struct cube__mpi_plugin {
                         uint32_t rank, uint64_t deadline_ns, const char* what);
   cube_status_t (*recv)(uint64_t tag_key, const cube__mpi_header_t* header, void* dst,
                         uint32_t rank, uint64_t deadline_ns, const char* what);
+  /* A shrink found a rank of the job dead: the plugin does not call
+   * MPI_Finalize at exit (Open MPI 4.1's fences with every process of the
+   * job, the dead one included, and may wait for it forever). */
+  void (*peer_lost)(void);
 } cube__mpi_plugin_t;
 
 /* The entry point: returns the plugin's table (static, never freed) or NULL

@@ -104,6 +104,7 @@ static void cube__coll_lost_mark(const cube__comm_t* c, const uint8_t* alive, co
     snprintf(g_lost_why, sizeof(g_lost_why), "the shrink of %s", set);
   if (any) atomic_store_explicit(&g_any_lost, true, memory_order_release);
   pthread_mutex_unlock(&g_lost_lock);
+  if (any) cube__mpi_peer_lost();
 }
 
 //===----------------------------------------------------------------------===//
