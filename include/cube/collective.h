@@ -24,7 +24,10 @@
  * read after cube_client_sync_collective. A participant waits at most
  * CUBE_COLLECTIVE_TIMEOUT seconds (default 60) for the others; then the
  * operation fails with DEADLINE_EXCEEDED naming the devices (and ranks) that
- * did not join, on every participant, and the clients stay usable.
+ * did not join, on every participant, and the clients stay usable. A rank
+ * (process) that died shows so too; cube_client_shrink_collective then
+ * rebuilds the set among the survivors, and any set holding a device of a
+ * rank it found lost fails at once with PEER_LOST.
  *
  * Graphs (cube/graph.h, docs/graphs.md). On a stream that captures,
  * all_reduce, send, recv and sync_collective are checked as always and
@@ -133,6 +136,47 @@ typedef struct cube_collective_record {
  * OUT_OF_MEMORY. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_ensure_init_collective(
     cube_client_t* client, size_t device_count, const cube_device_id_t* devices);
+
+/* Rebuilds the communicator of |devices| among the processes (MPI ranks)
+ * still alive, after one of them died (docs/collectives.md, "A rank that
+ * dies"). Without a failure detector, a dead rank shows as a collective that
+ * fails by CUBE_COLLECTIVE_TIMEOUT with DEADLINE_EXCEEDED naming the rank
+ * (or PEER_LOST once a shrink found it lost); every surviving process then
+ * calls this once, through one of its clients whose device is in the set,
+ * with the same |devices|. The survivors agree over MPI point-to-point
+ * messages on who is alive: a rank that does not answer within the timeout
+ * (twice the timeout in the first round, so that a survivor whose own
+ * collective failed one operation later still joins) is left out; agreement
+ * takes one round more than the ranks found lost, each such round waiting
+ * out its timeout. No MPI call waits on a dead rank.
+ *
+ * On success, *out_count gets the number of surviving devices and
+ * out_devices[0 .. *out_count) their global ids, ascending (|out_devices|
+ * holds device_count entries; it may be |devices| itself); their
+ * communicator is set up, so the program goes on with collectives over
+ * exactly that set. The ranks left out are lost for the rest of the
+ * process: any collective over a set holding one of their devices fails at
+ * once with PEER_LOST naming them. Collectives of the old set still queued
+ * fail (PEER_LOST); read their errors with sync_collective and a flush first.
+ * The survivors may disagree on whether the last operation before the death
+ * completed (a rank that died between its messages reached some survivors
+ * only); a program that must know agrees on where to resume, e.g. with an
+ * all_reduce of MIN over the new set.
+ *
+ * A set within this process only (or no MPI and one process) has nothing to
+ * agree on: its devices are returned as they are. Blocks the calling thread
+ * (up to (lost ranks + 2) x the timeout); shrinks of one process run one at
+ * a time. Thread-safe. Fails with INVALID_ARGUMENT (NULL client, out_count
+ * or out_devices, the device list as for ensure_init_collective),
+ * NOT_FOUND, UNIMPLEMENTED (no transport), FAILED_PRECONDITION (the client's
+ * stream is capturing), UNAVAILABLE (a set spanning processes without MPI),
+ * ABORTED (another survivor holds this rank lost: it heard nothing from it
+ * in time; this process is then not among the survivors; or no agreement
+ * was reached, as when ranks keep dying during the shrink), OUT_OF_MEMORY;
+ * *out_count and out_devices are then unspecified. */
+CUBE_MUST_USE_RESULT cube_status_t cube_client_shrink_collective(
+    cube_client_t* client, size_t device_count, const cube_device_id_t* devices,
+    size_t* out_count, cube_device_id_t* out_devices);
 
 /* Makes the calling stream's later work wait for the collectives this client's
  * stream queued before; their failures go to the stream's deferred errors.

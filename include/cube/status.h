@@ -83,6 +83,11 @@ typedef enum cube_status_code_e {
                                           program releases its handles and shuts down (or
                                           recovers it); other devices go on (docs/failures.md,
                                           "Lost devices") */
+  CUBE_STATUS_PEER_LOST = 17,          /* a collective's communicator holds a rank (process) that
+                                          a shrink found lost: the operation fails at once, naming
+                                          the rank; go on over the devices that
+                                          cube_client_shrink_collective returned
+                                          (docs/collectives.md, "A rank that dies") */
 } cube_status_code_t;
 
 /* A new status with |code| and the printf-style message |fmt| (NULL = "").

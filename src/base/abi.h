@@ -23,7 +23,7 @@
  * moves its extent here (the tables sized by these check it where they are
  * defined). */
 #define CUBE__BACKEND_COUNT ((int)CUBE_BACKEND_NULL + 1)
-#define CUBE__STATUS_CODE_COUNT ((int)CUBE_STATUS_DEVICE_LOST + 1)
+#define CUBE__STATUS_CODE_COUNT ((int)CUBE_STATUS_PEER_LOST + 1)
 #define CUBE__ARG_KIND_COUNT ((int)CUBE_ARG_F64 + 1)
 #define CUBE__DTYPE_COUNT ((int)CUBE_DTYPE_F64 + 1)
 #define CUBE__REDUCE_OP_COUNT ((int)CUBE_REDUCE_PROD + 1)

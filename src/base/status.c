@@ -23,7 +23,7 @@ static const char* const cube__code_names[] = {
     "OK",          "INVALID_ARGUMENT", "NOT_FOUND",   "ALREADY_EXISTS",
     "OUT_OF_MEMORY", "FAILED_PRECONDITION", "UNAVAILABLE", "UNIMPLEMENTED",
     "COMPILATION_FAILED", "LAUNCH_FAILED", "DEADLINE_EXCEEDED", "OUT_OF_RANGE",
-    "UNSUPPORTED", "ABORTED", "INTERNAL", "DATA_LOST", "DEVICE_LOST"};
+    "UNSUPPORTED", "ABORTED", "INTERNAL", "DATA_LOST", "DEVICE_LOST", "PEER_LOST"};
 _Static_assert(sizeof(cube__code_names) / sizeof(cube__code_names[0]) == CUBE__STATUS_CODE_COUNT,
                "a name for every status code");
 

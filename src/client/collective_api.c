@@ -153,6 +153,26 @@ cube_status_t cube_client_ensure_init_collective(cube_client_t* c, size_t device
   return CUBE_OK;
 }
 
+cube_status_t cube_client_shrink_collective(cube_client_t* c, size_t device_count,
+                                            const cube_device_id_t* devices,
+                                            size_t* out_count, cube_device_id_t* out_devices) {
+  const char* fn = "cube_client_shrink_collective";
+  CUBE__CHECK_CLIENT(c, fn);
+  CUBE__CHECK_OUT(out_count, fn, "out_count");
+  CUBE__CHECK_OUT(out_devices, fn, "out_devices");
+  CUBE_RETURN_IF_ERROR(cube__check_devices(fn, device_count, devices));
+  if (!cube__coll_transport_for(c->server->id.backend)) return cube__no_collectives(c, fn);
+  cube__stream_t* stream;
+  CUBE_RETURN_IF_ERROR(cube__client_stream(c, &stream));
+  if (cube__stream_capturing(stream))
+    return cube__stream_capture_refusal(stream, fn, "the shrink of a communicator");
+  size_t n = 0;
+  CUBE_RETURN_IF_ERROR(cube__coll_shrink(fn, device_count, devices,
+                                         cube__coll_global_id(c->server->id), &n, out_devices));
+  *out_count = n;
+  return CUBE_OK;
+}
+
 cube_status_t cube_client_sync_collective(cube_client_t* c) {
   const char* fn = "cube_client_sync_collective";
   CUBE__CHECK_CLIENT(c, fn);

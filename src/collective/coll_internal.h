@@ -69,11 +69,24 @@ struct cube__comm {
   const cube__coll_transport_t* transport;
   void* tstate; /* the transport's state (nccl: its communicators), freed by comm_destroy */
   pthread_mutex_t lock;
+  uint32_t shrinks;   /* shrinks of this communicator run by this process (under lock) */
   uint64_t* ar_seq;   /* [n] all_reduces joined */
   uint64_t* send_seq; /* [n*n] sends from i to j */
   uint64_t* recv_seq; /* [n*n] recvs at j from i (index i*n+j) */
   cube__coll_op_t* ops;
 };
+
+/* cube__coll_comm_get without the check for lost ranks (the shrink's). */
+cube_status_t cube__coll_comm_find(const char* fn, size_t count, const cube_device_id_t* devices,
+                                   cube_device_id_t self, cube__comm_t** out_comm,
+                                   uint32_t* out_rank);
+
+/* Lost ranks (shrink.c) ----------------------------------------------------- */
+
+/* PEER_LOST naming the ranks of |comm| that a shrink found lost, prefixed
+ * with |what|; CUBE_OK when it has none (one relaxed load when no rank was
+ * ever lost). */
+cube_status_t cube__coll_lost_check(const cube__comm_t* comm, const char* what);
 
 /* World (world.c) ---------------------------------------------------------- */
 

@@ -146,10 +146,18 @@ uint32_t cube__coll_global_count(cube_backend_t backend);
 /* The communicator of the set |devices| (global ids, any order, no
  * duplicates), created on first use. *out_rank: the place of |self| in it
  * (INVALID_ARGUMENT naming the set when |self| is not a member). |fn| prefixes
- * messages. The communicator lives until cube__coll_shutdown. */
+ * messages. The communicator lives until cube__coll_shutdown. PEER_LOST
+ * when the set holds a device of a rank that a shrink found lost. */
 cube_status_t cube__coll_comm_get(const char* fn, size_t count, const cube_device_id_t* devices,
                                   cube_device_id_t self, cube__comm_t** out_comm,
                                   uint32_t* out_rank);
+
+/* The shrink of |devices| (cube_client_shrink_collective, src/collective/
+ * shrink.c): the surviving devices into |out_devices| (capacity |count|),
+ * their number into *out_count, and their communicator set up for |self|. */
+cube_status_t cube__coll_shrink(const char* fn, size_t count, const cube_device_id_t* devices,
+                                cube_device_id_t self, size_t* out_count,
+                                cube_device_id_t* out_devices);
 
 /* "{cpu:0, cpu:1}" into |buf|. */
 const char* cube__coll_comm_name(const cube__comm_t* comm, char* buf, size_t size);
@@ -214,7 +222,7 @@ cube_status_t cube__mpi_start(bool* out_active, uint32_t* out_rank, uint32_t* ou
  * (cube__mpi_header_t, mpi_abi.h). out_received[i] gets rank ranks[i]'s
  * payload (a scratch buffer: cube__coll_scratch_put it). Waits until
  * |deadline_ns| (cube__now_ns clock); on timeout the error names the ranks
- * whose message did not come. The three functions below are UNAVAILABLE
+ * whose message did not come. The functions below are UNAVAILABLE
  * unless cube__mpi_start made MPI active. */
 cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* header,
                                  const void* partial, uint32_t count, const uint32_t* ranks,
@@ -222,6 +230,16 @@ cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* hea
 
 /* Point to point: sends |bytes| with |header| to |rank| / receives from
  * |rank| into |dst|, until |deadline_ns|. */
+/* A shrink found a rank dead: MPI_Finalize is not called at exit (it would
+ * wait for the dead rank). Nothing when MPI is not active. */
+void cube__mpi_peer_lost(void);
+
+/* cube__mpi_exchange, except that a rank whose message did not come by
+ * |deadline_ns| is no error: its out_received entry is NULL. */
+cube_status_t cube__mpi_gather(uint64_t tag_key, const cube__mpi_header_t* header,
+                               const void* partial, uint32_t count, const uint32_t* ranks,
+                               void** out_received, uint64_t deadline_ns, const char* what);
+
 cube_status_t cube__mpi_send(uint64_t tag_key, const cube__mpi_header_t* header, const void* src,
                              uint32_t rank, uint64_t deadline_ns, const char* what);
 cube_status_t cube__mpi_recv(uint64_t tag_key, const cube__mpi_header_t* header, void* dst,

@@ -53,7 +53,11 @@ static cube_status_t cube__coll_host_reduce(cube__coll_op_t* op, uint64_t timeou
                           (uint32_t)op->op, c->local_per_rank, c->my_rank, 0};
   char what[320];
   cube__coll_op_name(op, what, sizeof(what));
-  st = cube__mpi_exchange(c->hash * 4u + 1u, &h, partial, no, others, received,
+  /* Queued before a shrink found one of its ranks lost: fail now rather than
+   * wait out the timeout for it. */
+  st = cube__coll_lost_check(c, what);
+  if (!st)
+    st = cube__mpi_exchange(c->hash * 4u + 1u, &h, partial, no, others, received,
                           cube__now_ns() + timeout_ns, what);
   if (st) goto done;
   /* received[j] belongs to others[j]; combine in rank order into |acc|. */

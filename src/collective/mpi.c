@@ -103,7 +103,7 @@ static bool cube__mpi_try(const char* path, const char* label, bool must_exist) 
     return false;
   }
   if (t->abi != CUBE__MPI_PLUGIN_ABI || t->size < sizeof(cube__mpi_plugin_t) || !t->start ||
-      !t->exchange || !t->send || !t->recv) {
+      !t->exchange || !t->gather || !t->send || !t->recv || !t->peer_lost) {
     char m[160];
     snprintf(m, sizeof(m), "interface version %u with a %u-byte table, the library needs %u and %zu",
              t->abi, t->size, CUBE__MPI_PLUGIN_ABI, sizeof(cube__mpi_plugin_t));
@@ -226,6 +226,14 @@ cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* hea
   return p->exchange(tag_key, header, partial, count, ranks, out_received, deadline_ns, what);
 }
 
+cube_status_t cube__mpi_gather(uint64_t tag_key, const cube__mpi_header_t* header,
+                               const void* partial, uint32_t count, const uint32_t* ranks,
+                               void** out_received, uint64_t deadline_ns, const char* what) {
+  const cube__mpi_plugin_t* p = cube__mpi_active();
+  if (!p) return cube__mpi_inactive(what);
+  return p->gather(tag_key, header, partial, count, ranks, out_received, deadline_ns, what);
+}
+
 cube_status_t cube__mpi_send(uint64_t tag_key, const cube__mpi_header_t* header, const void* src,
                              uint32_t rank, uint64_t deadline_ns, const char* what) {
   const cube__mpi_plugin_t* p = cube__mpi_active();
@@ -238,4 +246,9 @@ cube_status_t cube__mpi_recv(uint64_t tag_key, const cube__mpi_header_t* header,
   const cube__mpi_plugin_t* p = cube__mpi_active();
   if (!p) return cube__mpi_inactive(what);
   return p->recv(tag_key, header, dst, rank, deadline_ns, what);
+}
+
+void cube__mpi_peer_lost(void) {
+  const cube__mpi_plugin_t* p = cube__mpi_active();
+  if (p) p->peer_lost();
 }

@@ -28,13 +28,15 @@
 
 #include "cube/status.h"
 
-#define CUBE__MPI_PLUGIN_ABI 1u
+#define CUBE__MPI_PLUGIN_ABI 2u
 #define CUBE__MPI_PLUGIN_ENTRY "cube_mpi_plugin_open"
 #define CUBE__MPI_PLUGIN_FILE "libcube_mpi.so"
 
 /* The header of every message between ranks (compared on receipt: a header
  * that differs in anything but the rank is a mismatch). kind 0 is a reduction
- * (dtype and op name it), anything else is data (send/recv, NCCL's id). */
+ * (dtype and op name it), anything else is data (send/recv, NCCL's id, the
+ * proposals of a shrink: CUBE__MPI_KIND_SHRINK). */
+#define CUBE__MPI_KIND_SHRINK 3u
 typedef struct cube__mpi_header {
   uint64_t comm_hash;
   uint64_t sequence;
@@ -72,10 +74,20 @@ typedef struct cube__mpi_plugin {
   cube_status_t (*exchange)(uint64_t tag_key, const cube__mpi_header_t* header,
                             const void* partial, uint32_t count, const uint32_t* ranks,
                             void** out_received, uint64_t deadline_ns, const char* what);
+  /* exchange, except that a rank whose message did not come by the deadline
+   * is no error: its out_received entry stays NULL (the shrink's rounds,
+   * src/collective/shrink.c). Errors are those of exchange but the timeout. */
+  cube_status_t (*gather)(uint64_t tag_key, const cube__mpi_header_t* header,
+                          const void* partial, uint32_t count, const uint32_t* ranks,
+                          void** out_received, uint64_t deadline_ns, const char* what);
   cube_status_t (*send)(uint64_t tag_key, const cube__mpi_header_t* header, const void* src,
                         uint32_t rank, uint64_t deadline_ns, const char* what);
   cube_status_t (*recv)(uint64_t tag_key, const cube__mpi_header_t* header, void* dst,
                         uint32_t rank, uint64_t deadline_ns, const char* what);
+  /* A shrink found a rank of the job dead: the plugin does not call
+   * MPI_Finalize at exit (Open MPI 4.1's fences with every process of the
+   * job, the dead one included, and may wait for it forever). */
+  void (*peer_lost)(void);
 } cube__mpi_plugin_t;
 
 /* The entry point: returns the plugin's table (static, never freed) or NULL

@@ -86,9 +86,9 @@ static void cube__coll_comm_free(cube__comm_t* c) {
   free(c);
 }
 
-cube_status_t cube__coll_comm_get(const char* fn, size_t count, const cube_device_id_t* devices,
-                                  cube_device_id_t self, cube__comm_t** out_comm,
-                                  uint32_t* out_rank) {
+cube_status_t cube__coll_comm_find(const char* fn, size_t count, const cube_device_id_t* devices,
+                                   cube_device_id_t self, cube__comm_t** out_comm,
+                                   uint32_t* out_rank) {
   if (count == 0 || count > 4096)
     return CUBE_INVALID("%s: device_count %zu is out of range [1, 4096]", fn, count);
   cube__coll_world_t w;
@@ -200,6 +200,18 @@ cube_status_t cube__coll_comm_get(const char* fn, size_t count, const cube_devic
   c->next = g_comms;
   g_comms = c;
   pthread_mutex_unlock(&g_coll_lock);
+  *out_comm = c;
+  *out_rank = rank;
+  return CUBE_OK;
+}
+
+cube_status_t cube__coll_comm_get(const char* fn, size_t count, const cube_device_id_t* devices,
+                                  cube_device_id_t self, cube__comm_t** out_comm,
+                                  uint32_t* out_rank) {
+  cube__comm_t* c;
+  uint32_t rank;
+  CUBE_RETURN_IF_ERROR(cube__coll_comm_find(fn, count, devices, self, &c, &rank));
+  CUBE_RETURN_IF_ERROR(cube__coll_lost_check(c, fn));
   *out_comm = c;
   *out_rank = rank;
   return CUBE_OK;

@@ -180,8 +180,11 @@ static const char* mock_dir_locked(mock_clique_t* cl) {
     cl->dir_checked = true;
     const char* base = getenv("CUBE_MOCK_NCCL_DIR");
     if (base && *base) {
-      char hex[33];
-      for (int i = 0; i < 16; ++i) snprintf(hex + 2 * i, 3, "%02x", (unsigned char)cl->id[i]);
+      /* The whole id ncclGetUniqueId fills (32 bytes: its counter and time
+       * too), so that two communicators whose ids one process made do not
+       * share a directory. */
+      char hex[65];
+      for (int i = 0; i < 32; ++i) snprintf(hex + 2 * i, 3, "%02x", (unsigned char)cl->id[i]);
       snprintf(cl->dir, sizeof(cl->dir), "%s/mock-nccl-%s", base, hex);
       mkdir(cl->dir, 0700);
     }

@@ -437,6 +437,51 @@ CUBE_TEST(timeout_names_missing_rank) {
   CHECK_OK(cube_option_set("CUBE_COLLECTIVE_TIMEOUT", NULL));
 }
 
+/* A shrink when every rank is alive: one round of proposals, both ranks
+ * agree on the whole set (in order), and an all_reduce over it is right.
+ * (A rank that dies: tests/mpi/test_rank_lost.c.) */
+CUBE_TEST(shrink_with_every_rank_alive) {
+  SKIP_WITHOUT_MPI("2", "threaded");
+  cube_client_t* c0 = load(0);
+  cube_client_t* c1 = load(1);
+  REQUIRE(c0 && c1);
+  cube_device_id_t set[4] = {cpu(3), cpu(1), cpu(0), cpu(2)};
+  cube_device_id_t out[4];
+  size_t n = 0;
+  uint64_t t0 = now_ms();
+  /* One call per process, through either of its clients. */
+  REQUIRE_OK(cube_client_shrink_collective(g_rank == 0 ? c1 : c0, 4, set, &n, out));
+  CHECK(now_ms() - t0 < 10000);
+  REQUIRE(n == 4);
+  for (uint32_t i = 0; i < 4; ++i) CHECK(out[i].index == i);
+  enum { N = 777 };
+  int64_t v[2][N];
+  cube_handle_t h[2];
+  cube_client_t* cl[2] = {c0, c1};
+  for (uint32_t d = 0; d < 2; ++d) {
+    for (uint32_t i = 0; i < N; ++i) v[d][i] = (int64_t)(i * 7 + d + 3 * g_rank);
+    REQUIRE_OK(cube_client_create_from_slice(cl[d], v[d], sizeof(v[d]), &h[d]));
+    CHECK_OK(cube_client_all_reduce(cl[d], h[d], h[d], CUBE_DTYPE_I64, n, out, CUBE_REDUCE_SUM));
+  }
+  for (uint32_t d = 0; d < 2; ++d) CHECK_OK(cube_client_sync_collective(cl[d]));
+  for (uint32_t d = 0; d < 2; ++d) {
+    cube_bytes_t* b = NULL;
+    CHECK_OK(cube_client_read_one(cl[d], h[d], &b));
+    if (b) {
+      const int64_t* g = cube_bytes_const_data(b);
+      size_t bad = 0;
+      /* sum over ranks r and local devices d of i*7 + d + 3r = 4*7i + 2 + 6 */
+      for (uint32_t i = 0; i < N; ++i) bad += g[i] != (int64_t)(28 * i + 8);
+      CHECK(bad == 0);
+    }
+    cube_bytes_release(b);
+    cube_handle_release(h[d]);
+  }
+  cube_client_release(c0);
+  cube_client_release(c1);
+  cube_shutdown();
+}
+
 /* CUDA across processes through the nccl transport, in CI: each rank sees
  * one GPU of the mock driver (tests/mock_cuda), NCCL is the mock of
  * tests/mock_nccl (parts between processes through files in

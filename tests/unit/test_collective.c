@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/abi.h"
@@ -808,6 +809,52 @@ CUBE_TEST(bad_input) {
   cube_handle_release(other);
   cube_client_release(c);
   cube_client_release(c1);
+  cube_shutdown();
+}
+
+/* One process: a shrink has nobody to lose. It returns the set sorted (in
+ * place too), the all_reduce over it still works, and its bad inputs fail
+ * as ensure_init's do. */
+CUBE_TEST(shrink_in_one_process_keeps_every_device) {
+  setup("threaded");
+  cube_client_t* c[3] = {load(0), load(1), load(2)};
+  REQUIRE(c[0] && c[1] && c[2]);
+  cube_device_id_t set[3] = {cpu(2), cpu(0), cpu(1)};
+  cube_device_id_t out[3];
+  size_t n = 0;
+  REQUIRE_OK(cube_client_shrink_collective(c[1], 3, set, &n, out));
+  REQUIRE(n == 3);
+  for (uint32_t i = 0; i < 3; ++i) CHECK(out[i].backend == CUBE_BACKEND_CPU && out[i].index == i);
+  n = 0;
+  REQUIRE_OK(cube_client_shrink_collective(c[0], 3, set, &n, set)); /* in place */
+  CHECK(n == 3 && set[0].index == 0 && set[1].index == 1 && set[2].index == 2);
+  const cube_device_id_t not_me[2] = {cpu(1), cpu(2)};
+  CHECK_STATUS(cube_client_shrink_collective(c[0], 2, not_me, &n, out),
+               CUBE_STATUS_INVALID_ARGUMENT, "cube_client_shrink_collective", "cpu:0",
+               "is not among devices {cpu:1, cpu:2}");
+  /* Random data of an odd length, summed over the three. */
+  enum { N = 1001 };
+  int32_t v[3][N], want[N];
+  uint64_t seed = (uint64_t)time(NULL);
+  for (uint32_t i = 0; i < N; ++i) want[i] = 0;
+  cube_handle_t h[3];
+  for (uint32_t d = 0; d < 3; ++d) {
+    cube_test_fill_random(v[d], sizeof(v[d]), seed + d);
+    for (uint32_t i = 0; i < N; ++i)
+      want[i] = (int32_t)((uint32_t)want[i] + (uint32_t)v[d][i]);
+    REQUIRE_OK(cube_client_create_from_slice(c[d], v[d], sizeof(v[d]), &h[d]));
+  }
+  for (uint32_t d = 0; d < 3; ++d)
+    CHECK_OK(cube_client_all_reduce(c[d], h[d], h[d], CUBE_DTYPE_I32, n, out, CUBE_REDUCE_SUM));
+  for (uint32_t d = 0; d < 3; ++d) CHECK_OK(cube_client_sync_collective(c[d]));
+  for (uint32_t d = 0; d < 3; ++d) {
+    cube_bytes_t* b = NULL;
+    CHECK_OK(cube_client_read_one(c[d], h[d], &b));
+    if (b) CHECK(memcmp(cube_bytes_const_data(b), want, sizeof(want)) == 0);
+    cube_bytes_release(b);
+    cube_handle_release(h[d]);
+  }
+  for (uint32_t d = 0; d < 3; ++d) cube_client_release(c[d]);
   cube_shutdown();
 }
 

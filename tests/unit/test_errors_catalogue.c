@@ -289,8 +289,8 @@ static cube_status_t load_try(cube_device_id_t d) {
     strcmp(cube_bytes_property_name((cube_bytes_property_t)9), "unknown") == 0)                  \
   V("E011", "cube_profile_level_name", "level out of range (9)", "\"unknown\"",                  \
     strcmp(cube_profile_level_name((cube_profile_level_t)9), "unknown") == 0)                    \
-  V("E012", "cube_status_code_name", "code out of range (17)", "\"UNKNOWN\"", \
-    strcmp(cube_status_code_name((cube_status_code_t)17), "UNKNOWN") == 0)                       \
+  V("E012", "cube_status_code_name", "code out of range (18)", "\"UNKNOWN\"", \
+    strcmp(cube_status_code_name((cube_status_code_t)18), "UNKNOWN") == 0)                       \
   V("E013", "cube_status_message", "status NULL (CUBE_OK)", "\"\"",                              \
     strcmp(cube_status_message(CUBE_OK), "") == 0)                                               \
   V("E014", "cube_status_oom_report", "status that is not OUT_OF_MEMORY", "false",               \
@@ -930,7 +930,19 @@ static cube_status_t load_try(cube_device_id_t d) {
   X("E302", "cube_client_all_reduce", "devices NULL", INV,                                       \
     cube_client_all_reduce(c, h0, h0b, CUBE_DTYPE_F32, 1, NULL, CUBE_REDUCE_SUM), "cube_client_all_reduce", "devices is NULL") \
   X("E303", "cube_client_all_reduce", "devices[1] out of range (cpu:99)", NOTF,                  \
-    cube_client_all_reduce(c, h0, h0b, CUBE_DTYPE_F32, 2, devs_bad, CUBE_REDUCE_SUM), "cube_client_all_reduce", "devices[1] = cpu:99")
+    cube_client_all_reduce(c, h0, h0b, CUBE_DTYPE_F32, 2, devs_bad, CUBE_REDUCE_SUM), "cube_client_all_reduce", "devices[1] = cpu:99") \
+  X("E462", "cube_client_shrink_collective", "client NULL", INV,                                 \
+    cube_client_shrink_collective(NULL, 1, devs1, &shrunk_n, shrunk), "cube_client_shrink_collective", "client is NULL") \
+  X("E463", "cube_client_shrink_collective", "out_count NULL", INV,                              \
+    cube_client_shrink_collective(c, 1, devs1, NULL, shrunk), "cube_client_shrink_collective", "out_count", "NULL") \
+  X("E464", "cube_client_shrink_collective", "out_devices NULL", INV,                            \
+    cube_client_shrink_collective(c, 1, devs1, &shrunk_n, NULL), "cube_client_shrink_collective", "out_devices", "NULL") \
+  X("E465", "cube_client_shrink_collective", "device_count 0", INV,                              \
+    cube_client_shrink_collective(c, 0, devs1, &shrunk_n, shrunk), "cube_client_shrink_collective", "device_count is 0") \
+  X("E466", "cube_client_shrink_collective", "devices[1] out of range (cpu:99)", NOTF,           \
+    cube_client_shrink_collective(c, 2, devs_bad, &shrunk_n, shrunk), "cube_client_shrink_collective", "devices[1] = cpu:99", "does not exist") \
+  X("E467", "cube_client_shrink_collective", "devices listing cpu:0 twice", INV,                 \
+    cube_client_shrink_collective(c, 2, devs_twice, &shrunk_n, shrunk), "cube_client_shrink_collective", "lists cpu:0 twice")
 
 /* Kernel cache. */
 #define G_CACHE(X, V)                                                                             \
@@ -1664,6 +1676,8 @@ CUBE_TEST(collectives) {
   const cube_device_id_t devs1[1] = {cpu0()};
   const cube_device_id_t devs_bad[2] = {cpu0(), dev(CUBE_BACKEND_CPU, 99)};
   const cube_device_id_t devs_bad_backend[1] = {dev(9, 0)};
+  cube_device_id_t shrunk[2];
+  size_t shrunk_n = 0;
   G_COLLECTIVES(CHECK_X, CHECK_V)
   cube_handle_release(h0);
   cube_handle_release(h0b);

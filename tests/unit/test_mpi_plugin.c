@@ -253,8 +253,9 @@ CUBE_TEST(wanted_plugin_refuses_is_unavailable) {
 #else
   setup("1", CUBE_TEST_FAKE_MPI_PLUGIN);
   setenv("CUBE_TEST_FAKE_MPI_PLUGIN_MODE", "refuse", 1);
-  check_unavailable("CUBE_MPI_PLUGIN=" CUBE_TEST_FAKE_MPI_PLUGIN,
-                    "the stand-in refuses interface version 1", "");
+  char want[80];
+  snprintf(want, sizeof(want), "the stand-in refuses interface version %u", CUBE__MPI_PLUGIN_ABI);
+  check_unavailable("CUBE_MPI_PLUGIN=" CUBE_TEST_FAKE_MPI_PLUGIN, want, "");
 #endif
 }
 
@@ -264,8 +265,12 @@ CUBE_TEST(wanted_plugin_other_abi_is_unavailable) {
 #else
   setup("1", CUBE_TEST_FAKE_MPI_PLUGIN);
   setenv("CUBE_TEST_FAKE_MPI_PLUGIN_MODE", "abi", 1);
-  check_unavailable("CUBE_MPI_PLUGIN=" CUBE_TEST_FAKE_MPI_PLUGIN, "interface version 2 with a",
-                    "the library needs 1");
+  /* The stand-in answers with the next version (the numbers follow
+   * CUBE__MPI_PLUGIN_ABI). */
+  char theirs[80], ours[80];
+  snprintf(theirs, sizeof(theirs), "interface version %u with a", CUBE__MPI_PLUGIN_ABI + 1);
+  snprintf(ours, sizeof(ours), "the library needs %u", CUBE__MPI_PLUGIN_ABI);
+  check_unavailable("CUBE_MPI_PLUGIN=" CUBE_TEST_FAKE_MPI_PLUGIN, theirs, ours);
 #endif
 }
 

@@ -42,6 +42,7 @@ class StatusCode(enum.IntEnum):
     INTERNAL = 14
     DATA_LOST = 15
     DEVICE_LOST = 16
+    PEER_LOST = 17
 
 
 class CubeError(Exception):

@@ -65,15 +65,20 @@ static inline void cube__mpi_cpu_relax(void) {
 static pthread_mutex_t g_mpi_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_tag_ub = 32767;
 
-/* Sends that did not complete by their deadline: their buffers stay alive
- * until MPI is done with them. */
+/* Sends that did not complete by their deadline, and receives that could not
+ * be cancelled (matched by a message whose sender died in the middle of it:
+ * MPI_Wait on them never returns): their buffers stay alive until MPI is
+ * done with them. */
 typedef struct cube__mpi_zombie {
   struct cube__mpi_zombie* next;
   MPI_Request* reqs;
   int count;
   void* msg;
+  bool recv; /* at exit its buffer is not freed: MPI may still write into it */
 } cube__mpi_zombie_t;
 static cube__mpi_zombie_t* g_zombies;
+/* Set by peer_lost (under g_mpi_lock): no MPI_Finalize at exit. */
+static bool g_peer_lost;
 
 /* Between two polls that found nothing. MPI progresses only inside our calls
  * and a large message needs many, so poll without giving the core away for
@@ -105,7 +110,9 @@ static void cube__mpi_reap_locked(bool force) {
     if (done) {
       *p = z->next;
       free(z->reqs);
-      if (force)
+      if (force && z->recv)
+        ; /* left to the process's end: a dead sender's transfer may be half done */
+      else if (force)
         g_host->scratch_free(z->msg);
       else
         cube__mpi_scratch_put(z->msg);
@@ -155,10 +162,21 @@ static void cube__mpi_atexit(void) {
   MPI_Finalized(&fin);
   if (!fin) {
     cube__mpi_reap_locked(true);
-    MPI_Finalize();
+    /* After a rank died, Open MPI 4.1's MPI_Finalize fences with every
+     * process of the job, the dead one included, and can wait forever (seen
+     * in mpi.rank_killed_mid_all_reduce about once in ten runs): the process
+     * exits without it, which a job launched with --enable-recovery
+     * accepts. */
+    if (!g_peer_lost) MPI_Finalize();
   }
   pthread_mutex_unlock(&g_mpi_lock);
   cube__mpi_free_taken(taken, taken_n);
+}
+
+static void cube__mpi_peer_lost(void) {
+  pthread_mutex_lock(&g_mpi_lock);
+  g_peer_lost = true;
+  pthread_mutex_unlock(&g_mpi_lock);
 }
 
 //===----------------------------------------------------------------------===//
@@ -298,11 +316,34 @@ static cube_status_t cube__mpi_rx_poll(cube__mpi_rx_t* rx, const cube__mpi_heade
   return CUBE_OK;
 }
 
+/* Lets go of |rx|: cancelled if it is still posted. A receive that the
+ * cancel cannot end (already matched by a message in transit, whose sender
+ * may be dead: MPI_Wait would never return) becomes a zombie with its
+ * buffer, reaped once MPI completes it. */
 static void cube__mpi_rx_release(cube__mpi_rx_t* rx) {
   if (rx->active) {
     pthread_mutex_lock(&g_mpi_lock);
     MPI_Cancel(&rx->req);
-    MPI_Wait(&rx->req, MPI_STATUS_IGNORE);
+    int done = 0;
+    MPI_Test(&rx->req, &done, MPI_STATUS_IGNORE);
+    if (!done) {
+      cube__mpi_zombie_t* z = calloc(1, sizeof(*z));
+      MPI_Request* copy = malloc(sizeof(*copy));
+      if (z && copy) {
+        copy[0] = rx->req;
+        z->reqs = copy;
+        z->count = 1;
+        z->msg = rx->buf;
+        z->recv = true;
+        z->next = g_zombies;
+        g_zombies = z;
+      } else {
+        free(z);
+        free(copy);
+        MPI_Request_free(&rx->req); /* the buffer is leaked on purpose: MPI may write it */
+      }
+      rx->buf = NULL;
+    }
     pthread_mutex_unlock(&g_mpi_lock);
     rx->active = false;
   }
@@ -377,10 +418,13 @@ static bool cube__mpi_wait_sends(MPI_Request* reqs, int count, void* msg, uint64
   }
 }
 
-static cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* header,
-                                        const void* partial, uint32_t count,
-                                        const uint32_t* ranks, void** out_received,
-                                        uint64_t deadline_ns, const char* what) {
+/* exchange and gather: |partial| (gather) leaves the ranks that did not
+ * answer by the deadline with a NULL entry instead of failing. */
+static cube_status_t cube__mpi_exchange_some(uint64_t tag_key, const cube__mpi_header_t* header,
+                                             const void* partial, uint32_t count,
+                                             const uint32_t* ranks, void** out_received,
+                                             uint64_t deadline_ns, const char* what,
+                                             bool some) {
   int tag = cube__mpi_tag(tag_key);
   size_t msg_size = 0;
   void* msg = cube__mpi_message(header, partial, &msg_size);
@@ -395,6 +439,7 @@ static cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header
     return cube__mpi_status(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", what);
   }
   cube_status_t st = CUBE_OK;
+  for (uint32_t i = 0; i < count; ++i) out_received[i] = NULL;
   for (uint32_t i = 0; !st && i < count; ++i)
     st = cube__mpi_rx_post(&rx[i], (int)ranks[i], tag, msg_size, what);
   pthread_mutex_lock(&g_mpi_lock);
@@ -433,6 +478,7 @@ static cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header
     }
     if (st || have == count) break;
     if (cube__mpi_now_ns() >= deadline_ns) {
+      if (some) break;
       char missing[256];
       size_t o = 0;
       uint32_t k = 0;
@@ -464,6 +510,22 @@ static cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header
       out_received[i] = NULL;
     }
   return st;
+}
+
+static cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* header,
+                                        const void* partial, uint32_t count,
+                                        const uint32_t* ranks, void** out_received,
+                                        uint64_t deadline_ns, const char* what) {
+  return cube__mpi_exchange_some(tag_key, header, partial, count, ranks, out_received,
+                                 deadline_ns, what, false);
+}
+
+static cube_status_t cube__mpi_gather(uint64_t tag_key, const cube__mpi_header_t* header,
+                                      const void* partial, uint32_t count, const uint32_t* ranks,
+                                      void** out_received, uint64_t deadline_ns,
+                                      const char* what) {
+  return cube__mpi_exchange_some(tag_key, header, partial, count, ranks, out_received,
+                                 deadline_ns, what, true);
 }
 
 static cube_status_t cube__mpi_send(uint64_t tag_key, const cube__mpi_header_t* header,
@@ -532,8 +594,10 @@ static const cube__mpi_plugin_t g_plugin = {
     .size = sizeof(cube__mpi_plugin_t),
     .start = cube__mpi_start,
     .exchange = cube__mpi_exchange,
+    .gather = cube__mpi_gather,
     .send = cube__mpi_send,
     .recv = cube__mpi_recv,
+    .peer_lost = cube__mpi_peer_lost,
 };
 
 /* The one symbol the plugin exports (the build hides every other). Its type
