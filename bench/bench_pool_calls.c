@@ -71,7 +71,7 @@
 #endif
 #endif
 #ifndef HAVE_CALLGRIND
-#define CALLGRIND_TOGGLE_COLLECT
+#define CALLGRIND_TOGGLE_COLLECT do { } while (0)
 #define RUNNING_ON_VALGRIND 0
 #endif
 
@@ -178,7 +178,9 @@ __attribute__((noinline)) static int steps_loop(cube_client_t* c, cube_kernel_t*
                                                 bool held_only) {
   for (uint64_t i = 0; i < steps; ++i) {
     for (int j = 0; j < STEP_LAUNCHES; ++j) {
-      if (held_only && j == STEP_LAUNCHES - 1) CALLGRIND_TOGGLE_COLLECT;
+      if (held_only && j == STEP_LAUNCHES - 1) {
+        CALLGRIND_TOGGLE_COLLECT;
+      }
       cube_status_t s = cube_client_launch(c, k, cube_count_static(1, 1, 1), 4, args);
       if (s) {
         fail_status("cube_client_launch", s);
@@ -186,7 +188,9 @@ __attribute__((noinline)) static int steps_loop(cube_client_t* c, cube_kernel_t*
       }
     }
     cube_status_t s = cube_client_flush(c);
-    if (held_only) CALLGRIND_TOGGLE_COLLECT;
+    if (held_only) {
+      CALLGRIND_TOGGLE_COLLECT;
+    }
     if (s) {
       fail_status("cube_client_flush", s);
       return 1;

@@ -11,7 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifndef XXH_INLINE_ALL
 #define XXH_INLINE_ALL
+#endif
 #include <xxhash.h>
 
 #include "base/fault.h"

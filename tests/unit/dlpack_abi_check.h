@@ -10,7 +10,7 @@
 
 #define ABI_AT(type, field, want) CHECK_EQ_U64(offsetof(type, field), (want))
 
-static void dlpack_abi_check(void) {
+static inline void dlpack_abi_check(void) {
   if (sizeof(void*) != 8) CUBE_SKIP("the offsets below are LP64's");
   CHECK_EQ_U64(sizeof(DLDevice), 8);
   CHECK_EQ_U64(sizeof(DLDataType), 4);
