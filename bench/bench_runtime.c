@@ -12,13 +12,19 @@
  *      automatic capture (CUBE_GRAPHS=auto) of steps of 100 launches vs the
  *      same steps launched eagerly
  *   6. saxpy over 16M floats: native kernel vs a plain C loop (vs OpenMP when
- *      built with -fopenmp)
+ *      built with -fopenmp), in alternating rounds (bench_rounds.h): each
+ *      figure the median of >= 5 rounds (CUBE_BENCH_ROUNDS raises it), each
+ *      ratio the median of the per-round ratios with min and max
+ *
+ * Arguments: "quick" (or CUBE_BENCH_QUICK=1) shrinks section 6 to 1M floats
+ * and 2 rounds for the smoke test (not results). CUBE_BENCH_ONLY=saxpy runs
+ * section 6 alone, CUBE_BENCH_ONLY=trace section 8 alone.
  *
  * Four CPU devices: cpu:0 runs with the threaded queue, cpu:1 with the inline
  * queue, cpu:2 and cpu:3 the same with automatic capture on (graphs auto);
  * CUBE_CPU_DEVICES=4 is set here before the first cube call.
  *
- * Every figure is the median and the minimum over repeated trials after
+ * Every other figure is the median and the minimum over repeated trials after
  * warm-up trials, timed with CLOCK_MONOTONIC. On time lines "ratio vs B" =
  * median time / B's median time (lower is better); on lines that end in
  * "(of GB/s)" it is GB/s / B's GB/s (higher is better). GB/s = 1e9 bytes per second; for copies it counts
@@ -41,6 +47,7 @@
 
 #define BENCH_NAME "bench_runtime"
 #include "bench_common.h"
+#include "bench_rounds.h"
 #include "cube/cube.h"
 
 //===----------------------------------------------------------------------===//
@@ -602,6 +609,32 @@ static uint64_t trial_saxpy_omp(void* p, uint64_t iters) {
 }
 #endif
 
+/* Between systems of a round: lets OpenMP's spinning team go to sleep. */
+static void settle_ms(void) {
+  struct timespec ts = {0, 30 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+}
+
+/* A rate line over the round figures of system |i| (bench_rounds.h). */
+static void line_fig_bw(const rounds_t* r, int i, const char* name, double bytes) {
+  spread_t f = rounds_figure(r, i);
+  if (!f.n_valid) {
+    printf("%-58s no valid round\n", name);
+    return;
+  }
+  printf("%-58s median %9.1f us (min %9.1f, max %9.1f) = %6.2f GB/s (%.2f-%.2f)\n", name,
+         f.median, f.min, f.max, gbps(bytes, f.median), gbps(bytes, f.max), gbps(bytes, f.min));
+}
+
+/* The per-round GB/s ratio of |a| over |b|: "median of N alternating rounds
+ * X.XXx (min A, max B)". */
+static spread_t line_round_ratio(const rounds_t* r, const char* name, int a, int b) {
+  spread_t s = rounds_ratio(r, a, b, true);
+  printf("%-58s ", name);
+  print_ratio_spread(s, r->n_rounds);
+  return s;
+}
+
 //===----------------------------------------------------------------------===//
 // Header
 //===----------------------------------------------------------------------===//
@@ -628,7 +661,9 @@ static void print_header(void) {
   printf("devices: cpu:0 threaded queue, cpu:1 inline queue, cpu:2/cpu:3 the same with graphs "
          "auto; %s\n",
          cube_client_info(g_threaded)->version);
-  printf("each line: median and min per operation over trials after warm-up;\n"
+  printf("each line: median and min per operation over trials after warm-up (section [6]: "
+         "median, min and max over alternating rounds,\nits ratios the median of per-round "
+         "ratios);\n"
          "ratio vs B = time / B's time, or on lines ending \"(of GB/s)\" GB/s / B's GB/s\n"
          "(GB = 1e9 bytes; a copy's bytes are counted once)\n\n");
 }
@@ -637,8 +672,22 @@ static void print_header(void) {
 // Main
 //===----------------------------------------------------------------------===//
 
-int main(void) {
+int main(int argc, char** argv) {
   if (setenv("CUBE_CPU_DEVICES", "4", 1) != 0) return 1;
+  bool quick = bench_quick_env();
+  for (int a = 1; a < argc; ++a) {
+    if (strcmp(argv[a], "quick") != 0) {
+      fprintf(stderr, "bench_runtime: unknown argument '%s' (quick; CUBE_BENCH_ONLY=saxpy or "
+                      "trace runs one section)\n", argv[a]);
+      return 2;
+    }
+    quick = true;
+  }
+  bool adjusted = false;
+  const int rounds = rounds_parse(getenv("CUBE_BENCH_ROUNDS"), quick, &adjusted);
+  if (adjusted)
+    fprintf(stderr, "bench_runtime: CUBE_BENCH_ROUNDS='%s' taken as %d (%d to %d)\n",
+            getenv("CUBE_BENCH_ROUNDS"), rounds, ROUNDS_MIN, ROUNDS_MAX);
 
   cube_server_options_t o;
   cube_server_options_initialize(&o);
@@ -683,6 +732,8 @@ int main(void) {
   fflush(stdout);
   /* CUBE_BENCH_ONLY naming trace runs section [8] alone (bench_common.h). */
   if (bench_only_set() && bench_wanted("trace")) goto trace_section;
+  /* CUBE_BENCH_ONLY naming saxpy runs section [6] alone. */
+  if (bench_only_set() && bench_wanted("saxpy")) goto saxpy_section;
 
   /* 1. Caller-side launch cost: N back-to-back launches / N. */
   {
@@ -836,13 +887,16 @@ int main(void) {
     fflush(stdout);
   }
 
-  /* 6. saxpy over 16M floats. */
+saxpy_section:
+  /* 6. saxpy over 16M floats, in alternating rounds (bench_rounds.h). */
   {
-    const uint64_t n = 16u << 20;
+    const uint64_t n = quick ? (1u << 20) : (16u << 20);
     const double bytes = 12.0 * (double)n;
-    printf("[6] saxpy y = a*x + y over 16M floats (12 bytes per element), cube_dim 256, %llu "
-           "cubes\n",
-           (unsigned long long)(n / SAXPY_DIM));
+    const int per = quick ? 1 : 3, warm = quick ? 1 : 3;
+    printf("[6] saxpy y = a*x + y over %lluM floats (12 bytes per element), cube_dim 256, %llu "
+           "cubes; %d alternating rounds, each system's round figure the median of %d trial(s)%s\n",
+           (unsigned long long)(n >> 20), (unsigned long long)(n / SAXPY_DIM), rounds, per,
+           quick ? " -- QUICK MODE: not a result" : "");
     float* hx = malloc(n * sizeof(float));
     float* hy = malloc(n * sizeof(float));
     if (!hx || !hy) abort();
@@ -857,27 +911,34 @@ int main(void) {
     TRY("create x", cube_client_create_from_slice(g_inline, hx, n * sizeof(float), &si.x));
     TRY("create y", cube_client_create_from_slice(g_inline, hy, n * sizeof(float), &si.y));
 
-    stats_t plain = measure(trial_saxpy_plain, &sc, 1, 2, 21);
+    rounds_t R;
+    rounds_init(&R, rounds, settle_ms);
+    int i_plain = rounds_add(&R, "plain C", trial_saxpy_plain, &sc, 1, warm > 2 ? 2 : warm, per);
 #ifdef _OPENMP
-    stats_t omp = measure(trial_saxpy_omp, &sc, 1, 3, 21);
+    int i_omp = rounds_add(&R, "OpenMP", trial_saxpy_omp, &sc, 1, warm, per);
 #endif
-    stats_t ct = measure(trial_saxpy_cube, &sc, 1, 3, 21);
-    stats_t ci = measure(trial_saxpy_cube, &si, 1, 3, 21);
-    line_bw_base("plain C loop (1 thread):", plain, bytes);
+    int i_ct = rounds_add(&R, "cube threaded", trial_saxpy_cube, &sc, 1, warm, per);
+    int i_ci = rounds_add(&R, "cube inline", trial_saxpy_cube, &si, 1, warm, per);
+    rounds_run(&R);
+    line_fig_bw(&R, i_plain, "plain C loop (1 thread):", bytes);
 #ifdef _OPENMP
-    line_bw("OpenMP parallel for loop:", omp, bytes, "plain C loop", plain, bytes);
-    line_bw("cube native kernel, launch + sync (threaded dev):", ct, bytes, "OpenMP", omp, bytes);
-    line_bw("cube native kernel, launch + sync (inline dev):", ci, bytes, "OpenMP", omp, bytes);
+    line_fig_bw(&R, i_omp, "OpenMP parallel for loop:", bytes);
 #else
     printf("%-58s not built with -fopenmp\n", "OpenMP parallel for loop:");
 #endif
-    line_bw("cube native kernel, launch + sync (threaded dev):", ct, bytes, "plain C loop", plain,
-            bytes);
-    line_bw("cube native kernel, launch + sync (inline dev):", ci, bytes, "plain C loop", plain,
-            bytes);
+    line_fig_bw(&R, i_ct, "cube native kernel, launch + sync (threaded dev):", bytes);
+    line_fig_bw(&R, i_ci, "cube native kernel, launch + sync (inline dev):", bytes);
 #ifdef _OPENMP
-    printf("  target: >= 0.9x the OpenMP loop -> %s\n",
-           gbps(bytes, ct.median_us) >= 0.9 * gbps(bytes, omp.median_us) ? "met" : "NOT met");
+    line_round_ratio(&R, "OpenMP vs plain C loop (of GB/s):", i_omp, i_plain);
+    spread_t vs_omp =
+        line_round_ratio(&R, "cube native, threaded dev, vs OpenMP (of GB/s):", i_ct, i_omp);
+    line_round_ratio(&R, "cube native, inline dev, vs OpenMP (of GB/s):", i_ci, i_omp);
+#endif
+    line_round_ratio(&R, "cube native, threaded dev, vs plain C (of GB/s):", i_ct, i_plain);
+    line_round_ratio(&R, "cube native, inline dev, vs plain C (of GB/s):", i_ci, i_plain);
+#ifdef _OPENMP
+    printf("  target (on the median of the per-round ratios): native >= 0.9x the OpenMP loop -> "
+           "%s\n", !vs_omp.n_valid ? "not measured" : vs_omp.median >= 0.9 ? "met" : "NOT met");
 #endif
     /* Check the device result: y = runs * a * 1.0 everywhere (exact). */
     saxpy_ctx_t* all[2] = {&sc, &si};
@@ -905,6 +966,7 @@ int main(void) {
     free(hy);
     fflush(stdout);
   }
+  if (bench_only_set() && bench_wanted("saxpy")) goto finish;
 
   /* 7. Graph replay against eager launches of the same kernels. */
   {
@@ -1022,6 +1084,7 @@ trace_section:
     fflush(stdout);
   }
 
+finish:
   cube_kernel_release(g_k_empty);
   cube_kernel_release(g_k_result);
   cube_kernel_release(g_k_saxpy);
