@@ -12,12 +12,16 @@
  *      automatic capture (CUBE_GRAPHS=auto) of steps of 100 launches vs the
  *      same steps launched eagerly
  *   6. saxpy over 16M floats: native kernel vs a plain C loop (vs OpenMP when
- *      built with -fopenmp), in alternating rounds (bench_rounds.h): each
- *      figure the median of >= 5 rounds (CUBE_BENCH_ROUNDS raises it), each
- *      ratio the median of the per-round ratios with min and max
+ *      built with -fopenmp)
  *
- * Arguments: "quick" (or CUBE_BENCH_QUICK=1) shrinks section 6 to 1M floats
- * and 2 rounds for the smoke test (not results). CUBE_BENCH_ONLY=saxpy runs
+ * Sections 2, 5 and 6 run their systems in alternating rounds
+ * (bench_rounds.h): each figure the median of >= 5 rounds (CUBE_BENCH_ROUNDS
+ * raises it) with min and max, each ratio the median of the per-round ratios
+ * (both sides from the same round) with min and max.
+ *
+ * Arguments: "quick" (or CUBE_BENCH_QUICK=1) runs 2 rounds and shrinks
+ * sections 2, 5 and 6 (10,000 allocations, 4 MiB, 1M floats) for the smoke
+ * test bench.runtime_smoke (not results). CUBE_BENCH_ONLY=saxpy runs
  * section 6 alone, CUBE_BENCH_ONLY=trace section 8 alone.
  *
  * Four CPU devices: cpu:0 runs with the threaded queue, cpu:1 with the inline
@@ -67,19 +71,6 @@ static void line_base(const char* name, stats_t s) {
 }
 
 static double gbps(double bytes, double us) { return bytes / (us * 1e3); }
-
-static void line_bw(const char* name, stats_t s, double bytes, const char* base_name, stats_t base,
-                    double base_bytes) {
-  double g = gbps(bytes, s.median_us), gb = gbps(base_bytes, base.median_us);
-  printf("%-58s median %9.1f us (min %9.1f) = %6.2f GB/s (best %6.2f), ratio vs %s "
-         "%.2f (of GB/s)\n",
-         name, s.median_us, s.min_us, g, gbps(bytes, s.min_us), base_name, g / gb);
-}
-
-static void line_bw_base(const char* name, stats_t s, double bytes) {
-  printf("%-58s median %9.1f us (min %9.1f) = %6.2f GB/s (best %6.2f), baseline\n", name,
-         s.median_us, s.min_us, gbps(bytes, s.median_us), gbps(bytes, s.min_us));
-}
 
 //===----------------------------------------------------------------------===//
 // Kernels
@@ -626,6 +617,21 @@ static void line_fig_bw(const rounds_t* r, int i, const char* name, double bytes
          f.median, f.min, f.max, gbps(bytes, f.median), gbps(bytes, f.max), gbps(bytes, f.min));
 }
 
+/* A time line over the round figures of system |i|. */
+static void line_fig_us(const rounds_t* r, int i, const char* name) {
+  spread_t f = rounds_figure(r, i);
+  if (!f.n_valid) printf("%-58s no valid round\n", name);
+  else printf("%-58s median %9.3f us (min %9.3f, max %9.3f)\n", name, f.median, f.min, f.max);
+}
+
+/* The per-round time ratio of |a| over |b| (lower is better). */
+static spread_t line_round_ratio_time(const rounds_t* r, const char* name, int a, int b) {
+  spread_t s = rounds_ratio(r, a, b, false);
+  printf("%-58s ", name);
+  print_ratio_spread(s, r->n_rounds);
+  return s;
+}
+
 /* The per-round GB/s ratio of |a| over |b|: "median of N alternating rounds
  * X.XXx (min A, max B)". */
 static spread_t line_round_ratio(const rounds_t* r, const char* name, int a, int b) {
@@ -661,9 +667,9 @@ static void print_header(void) {
   printf("devices: cpu:0 threaded queue, cpu:1 inline queue, cpu:2/cpu:3 the same with graphs "
          "auto; %s\n",
          cube_client_info(g_threaded)->version);
-  printf("each line: median and min per operation over trials after warm-up (section [6]: "
-         "median, min and max over alternating rounds,\nits ratios the median of per-round "
-         "ratios);\n"
+  printf("each line: median and min per operation over trials after warm-up (sections [2], [5] "
+         "and [6]: median, min and max over\nalternating rounds, their ratios the median of "
+         "per-round ratios);\n"
          "ratio vs B = time / B's time, or on lines ending \"(of GB/s)\" GB/s / B's GB/s\n"
          "(GB = 1e9 bytes; a copy's bytes are counted once)\n\n");
 }
@@ -752,29 +758,41 @@ int main(int argc, char** argv) {
     fflush(stdout);
   }
 
-  /* 2. Allocation + release through the pools. */
+  /* 2. Allocation + release through the pools, in alternating rounds. */
   {
-    printf("[2] allocation + release (pool hit: the same size again and again)\n");
+    printf("[2] allocation + release (pool hit: the same size again and again); %d alternating "
+           "rounds, each system's round figure the median of 3 trials\n", rounds);
     static const size_t sizes[2] = {1u << 20, 4u << 10};
     static const char* names[2] = {"1 MiB", "4 KiB"};
     for (int i = 0; i < 2; ++i) {
       alloc_ctx_t a = {g_threaded, sizes[i]};
       alloc_ctx_t b = {g_inline, sizes[i]};
-      const uint64_t n = 100000;
-      stats_t m = measure(trial_malloc, &a, n, 1, 7);
-      stats_t pm = measure(trial_memalign, &a, n, 1, 7);
-      stats_t pt = measure(trial_pool_alloc, &a, n, 1, 7);
-      stats_t pi = measure(trial_pool_alloc, &b, n, 1, 7);
+      const uint64_t n = quick ? 10000 : 100000;
+      rounds_t R;
+      rounds_init(&R, rounds, NULL);
+      int i_m = rounds_add(&R, "malloc", trial_malloc, &a, n, 1, 3);
+      int i_pm = rounds_add(&R, "posix_memalign", trial_memalign, &a, n, 1, 3);
+      int i_pt = rounds_add(&R, "pool threaded", trial_pool_alloc, &a, n, 1, 3);
+      int i_pi = rounds_add(&R, "pool inline", trial_pool_alloc, &b, n, 1, 3);
+      rounds_run(&R);
       char label[96];
       snprintf(label, sizeof(label), "malloc + touch + free, %s:", names[i]);
-      line_base(label, m);
+      line_fig_us(&R, i_m, label);
       snprintf(label, sizeof(label), "posix_memalign(64) + touch + free, %s:", names[i]);
-      line_time(label, pm, "malloc", m);
+      line_fig_us(&R, i_pm, label);
       snprintf(label, sizeof(label), "cube_client_empty + release, %s (threaded dev):", names[i]);
-      line_time(label, pt, "malloc", m);
+      line_fig_us(&R, i_pt, label);
       snprintf(label, sizeof(label), "cube_client_empty + release, %s (inline dev):", names[i]);
-      line_time(label, pi, "malloc", m);
-      printf("  target: pool hit <= 0.200 us -> %s\n", pt.median_us <= 0.2 ? "met" : "NOT met");
+      line_fig_us(&R, i_pi, label);
+      snprintf(label, sizeof(label), "  posix_memalign vs malloc, %s (time):", names[i]);
+      line_round_ratio_time(&R, label, i_pm, i_m);
+      snprintf(label, sizeof(label), "  pool hit, threaded dev, vs malloc, %s (time):", names[i]);
+      line_round_ratio_time(&R, label, i_pt, i_m);
+      snprintf(label, sizeof(label), "  pool hit, inline dev, vs malloc, %s (time):", names[i]);
+      line_round_ratio_time(&R, label, i_pi, i_m);
+      spread_t pt = rounds_figure(&R, i_pt);
+      printf("  target: pool hit <= 0.200 us (median of the round figures) -> %s\n",
+             !pt.n_valid ? "not measured" : pt.median <= 0.2 ? "met" : "NOT met");
     }
     printf("\n");
     fflush(stdout);
@@ -835,10 +853,13 @@ int main(int argc, char** argv) {
     fflush(stdout);
   }
 
-  /* 5. Upload / download of 64 MiB. */
+  /* 5. Upload / download of 64 MiB, in alternating rounds. */
   {
-    const size_t size = 64u << 20;
-    printf("[5] upload / download of 64 MiB from / into pageable memory\n");
+    const size_t size = quick ? (4u << 20) : (64u << 20);
+    const int per = quick ? 1 : 3;
+    printf("[5] upload / download of %zu MiB from / into pageable memory; %d alternating rounds, "
+           "each system's round figure the median of %d trial(s)%s\n", size >> 20, rounds, per,
+           quick ? " -- QUICK MODE: not a result" : "");
     uint8_t* src = malloc(size);
     uint8_t* dst = malloc(size);
     if (!src || !dst) abort();
@@ -846,14 +867,18 @@ int main(int argc, char** argv) {
     memset(dst, 1, size);
     copy_ctx_t c = {g_threaded, src, dst, size, CUBE_HANDLE_NULL};
     copy_ctx_t ci = {g_inline, src, dst, size, CUBE_HANDLE_NULL};
-    stats_t mc = measure(trial_memcpy, &c, 1, 2, 11);
-    stats_t mf = measure(trial_memcpy_fresh, &c, 1, 1, 7);
-    stats_t up = measure(trial_upload, &c, 1, 2, 11);
-    stats_t upi = measure(trial_upload, &ci, 1, 2, 11);
+    copy_ctx_t cu = c, cui = ci; /* the uploads' own contexts (no resident handle) */
     TRY("cube_client_create_from_slice", cube_client_create_from_slice(g_threaded, src, size, &c.h));
     TRY("cube_client_create_from_slice", cube_client_create_from_slice(g_inline, src, size, &ci.h));
-    stats_t dn = measure(trial_download, &c, 1, 2, 11);
-    stats_t dni = measure(trial_download, &ci, 1, 2, 11);
+    rounds_t R;
+    rounds_init(&R, rounds, NULL);
+    int i_mc = rounds_add(&R, "memcpy", trial_memcpy, &c, 1, 2, per);
+    int i_mf = rounds_add(&R, "malloc + memcpy", trial_memcpy_fresh, &c, 1, 1, per);
+    int i_up = rounds_add(&R, "upload threaded", trial_upload, &cu, 1, 2, per);
+    int i_upi = rounds_add(&R, "upload inline", trial_upload, &cui, 1, 2, per);
+    int i_dn = rounds_add(&R, "download threaded", trial_download, &c, 1, 2, per);
+    int i_dni = rounds_add(&R, "download inline", trial_download, &ci, 1, 2, per);
+    rounds_run(&R);
     /* The content must survive the round trip. */
     cube_bytes_t* b = NULL;
     s = cube_client_read_one(g_threaded, c.h, &b);
@@ -861,26 +886,26 @@ int main(int argc, char** argv) {
       fail_status("cube_client_read_one", s);
     } else {
       if (cube_bytes_size(b) != size || memcmp(cube_bytes_const_data(b), src, size) != 0) {
-        fprintf(stderr, "bench_runtime: 64 MiB round trip differs\n");
+        fprintf(stderr, "bench_runtime: %zu MiB round trip differs\n", size >> 20);
         g_failures++;
       }
       cube_bytes_release(b);
     }
     cube_handle_release(c.h);
     cube_handle_release(ci.h);
-    line_bw_base("memcpy 64 MiB into a touched buffer:", mc, (double)size);
-    line_bw("malloc + memcpy 64 MiB into fresh memory:", mf, (double)size, "memcpy", mc,
-            (double)size);
-    line_bw("upload: create_from_slice 64 MiB (threaded dev):", up, (double)size, "memcpy", mc,
-            (double)size);
-    line_bw("upload: create_from_slice 64 MiB (inline dev):", upi, (double)size, "memcpy", mc,
-            (double)size);
-    line_bw("download: read_one 64 MiB (threaded dev):", dn, (double)size, "memcpy", mc,
-            (double)size);
-    line_bw("download: read_one 64 MiB (inline dev):", dni, (double)size, "memcpy", mc,
-            (double)size);
-    line_bw("download: read_one 64 MiB (threaded dev) vs fresh memcpy:", dn, (double)size,
-            "malloc + memcpy", mf, (double)size);
+    const double sz = (double)size;
+    line_fig_bw(&R, i_mc, "memcpy into a touched buffer:", sz);
+    line_fig_bw(&R, i_mf, "malloc + memcpy into fresh memory:", sz);
+    line_fig_bw(&R, i_up, "upload: create_from_slice (threaded dev):", sz);
+    line_fig_bw(&R, i_upi, "upload: create_from_slice (inline dev):", sz);
+    line_fig_bw(&R, i_dn, "download: read_one (threaded dev):", sz);
+    line_fig_bw(&R, i_dni, "download: read_one (inline dev):", sz);
+    line_round_ratio(&R, "malloc + memcpy vs memcpy (of GB/s):", i_mf, i_mc);
+    line_round_ratio(&R, "upload, threaded dev, vs memcpy (of GB/s):", i_up, i_mc);
+    line_round_ratio(&R, "upload, inline dev, vs memcpy (of GB/s):", i_upi, i_mc);
+    line_round_ratio(&R, "download, threaded dev, vs memcpy (of GB/s):", i_dn, i_mc);
+    line_round_ratio(&R, "download, inline dev, vs memcpy (of GB/s):", i_dni, i_mc);
+    line_round_ratio(&R, "download, threaded dev, vs fresh memcpy (of GB/s):", i_dn, i_mf);
     printf("\n");
     free(src);
     free(dst);
