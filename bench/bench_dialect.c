@@ -1056,8 +1056,7 @@ static void bench_reduce(void) {
     ocl_arg_t args[2] = {ocl_buf(r_pocl.cx, n * sizeof(float)),
                          ocl_buf(r_pocl.cp, r.cubes * sizeof(float))};
     if (r_pocl.cx && r_pocl.cp && ocl_set_args(&r_pocl.ok, 2, args))
-      i_pocl = rounds_add(&R, "PoCL", trial_reduce_ocl, &r_pocl, 1, g_quick ? 1 : 1,
-                          g_quick ? 1 : 3);
+      i_pocl = rounds_add(&R, "PoCL", trial_reduce_ocl, &r_pocl, 1, 1, per);
   }
 
   rounds_run(&R);
@@ -1336,6 +1335,7 @@ static void bench_matmul(void) {
   }
 
   print_rounds_header(&R, per);
+  printf("  (the 1-thread naive loop: 1 trial per round)\n");
   printf("  cube compile of the dialect kernel (precompile, cold): %.1f ms\n", compile);
   if (m.ok.ok) printf("  PoCL build of the same source: %.1f ms\n", m.ok.build_ms);
   line_fig_rate(&R, i_naive, "naive C triple loop i-j-k (1 thread):", flops, "GFLOP/s");
