@@ -49,8 +49,9 @@
  * ratio line "median of N alternating rounds X.XXx (min A, max B)" is the
  * median of the per-round ratios (both sides from the same round), and the
  * target verdicts use that median. N >= 5 (CUBE_BENCH_ROUNDS raises it);
- * "quick" (or CUBE_BENCH_QUICK=1) runs 2 rounds of 1 trial on 1M floats for
- * the smoke test (tests/CMakeLists.txt, bench.dialect_smoke): not results.
+ * "quick" (or CUBE_BENCH_QUICK=1) runs 2 rounds of 1 trial, saxpy and sum on
+ * 1M floats (matmul stays 512), for the smoke test (tests/CMakeLists.txt,
+ * bench.dialect_smoke): not results.
  * Other sections: median and minimum over trials after warm-up. Timed with
  * CLOCK_MONOTONIC; cube trials are launch + sync, PoCL trials enqueue +
  * clFinish (buffers created once). A "rate ratio" is rate / B's rate
