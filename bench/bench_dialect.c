@@ -19,9 +19,10 @@
  *      plain launch of the same kernel (target: <= 0.1 us)
  *
  * Arguments name the sections to run (saxpy reduce matmul cache empty tune
- * tune_hit); none runs all of them. CUBE_BENCH_ONLY=saxpy,reduce,... (a
- * comma-separated subset of the same names) runs only those sections too;
- * with both, a section runs when both name it.
+ * tune_hit), and "quick"; no section named runs all of them.
+ * CUBE_BENCH_ONLY=saxpy,reduce,... (a comma-separated subset of the same
+ * names) runs only those sections too; with both, a section runs when both
+ * name it.
  *
  * Sections 1-3 and 5 also run the same kernel objects through cube's own
  * opencl backend (opencl:0, PoCL here), beside the cpu backend, in the same
@@ -39,11 +40,22 @@
  * relative of a double host sum, matmul max relative error < 1e-4); a wrong
  * result makes the exit status 1.
  *
- * Figures: median and minimum over trials after warm-up trials, timed with
+ * Figures of sections 1, 2, 3 and 5: alternating rounds (bench_rounds.h).
+ * Every system of a section (cube cpu, cube opencl, the C and OpenMP loops,
+ * PoCL direct) runs once per round, in an order rotated and reversed each
+ * round; its round figure is the median of that round's few trials (section
+ * 5: a trial's figure is the median of its launches, each timed alone). A
+ * system line gives the median of its round figures with min and max; a
+ * ratio line "median of N alternating rounds X.XXx (min A, max B)" is the
+ * median of the per-round ratios (both sides from the same round), and the
+ * target verdicts use that median. N >= 5 (CUBE_BENCH_ROUNDS raises it);
+ * "quick" (or CUBE_BENCH_QUICK=1) runs 2 rounds of 1 trial, saxpy and sum on
+ * 1M floats (matmul stays 512), for the smoke test (tests/CMakeLists.txt,
+ * bench.dialect_smoke): not results.
+ * Other sections: median and minimum over trials after warm-up. Timed with
  * CLOCK_MONOTONIC; cube trials are launch + sync, PoCL trials enqueue +
- * clFinish (buffers created once). "ratio vs B" on a rate line is rate / B's
- * rate (higher is better); on a time line it is time / B's time (lower is
- * better).
+ * clFinish (buffers created once). A "rate ratio" is rate / B's rate
+ * (higher is better); a "time ratio" time / B's time (lower is better).
  */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -72,6 +84,7 @@
 
 #define BENCH_NAME "bench_dialect"
 #include "bench_common.h"
+#include "bench_rounds.h"
 #include "../examples/tuned_matmul.h"
 #include "cube/cube.h"
 /* Internal: the OpenCL unit of a dialect source, and the CPU compiler. */
@@ -158,26 +171,6 @@ static void wrong(const char* fmt, ...) {
 
 /* Rates: |work| units of work per operation (bytes, flops) -> G<unit>/s. */
 static double grate(double work, double us) { return work / (us * 1e3); }
-
-static void line_rate_base(const char* name, stats_t s, double work, const char* unit) {
-  printf("%-*s median %9.3f ms (min %9.3f) = %7.2f %s (best %7.2f), baseline\n", LABEL_W, name,
-         s.median_us / 1e3, s.min_us / 1e3, grate(work, s.median_us), unit,
-         grate(work, s.min_us));
-}
-
-static void line_rate(const char* name, stats_t s, double work, const char* unit,
-                      const char* base_name, stats_t base, double base_work) {
-  printf("%-*s median %9.3f ms (min %9.3f) = %7.2f %s (best %7.2f), ratio vs %s %.2f\n", LABEL_W,
-         name, s.median_us / 1e3, s.min_us / 1e3, grate(work, s.median_us), unit,
-         grate(work, s.min_us), base_name,
-         grate(work, s.median_us) / grate(base_work, base.median_us));
-}
-
-static void line_ratio(const char* name, stats_t s, double work, stats_t base, double base_work,
-                       const char* base_name) {
-  printf("%-*s ratio vs %s %.2f (of rate)\n", LABEL_W, name, base_name,
-         grate(work, s.median_us) / grate(base_work, base.median_us));
-}
 
 //===----------------------------------------------------------------------===//
 // Data
@@ -558,10 +551,6 @@ static cube_client_t* g_cpu_client; /* cpu:0, threaded queue */
 static cube_client_t* g_cl_client;  /* opencl:0, threaded queue; NULL when unavailable */
 static char g_cl_reason[256];
 
-/* Prints "cube opencl" lines next to the cpu ones. */
-static void line_cl(const char* name, stats_t cl, stats_t cpu, stats_t pocl, double work,
-                    const char* unit);
-
 static cube_kernel_t* make_dialect(const char* source, const char* entry, uint32_t dx, uint32_t dy,
                                    const cube_define_t* defs, uint32_t ndefs) {
   cube_kernel_desc_t d;
@@ -620,19 +609,64 @@ static bool download(cube_handle_t h, void* dst, size_t size) {
   return ok;
 }
 
-static void line_cl(const char* name, stats_t cl, stats_t cpu, stats_t pocl, double work,
-                    const char* unit) {
-  if (!g_cl_client) {
-    printf("%-*s not available (%s)\n", LABEL_W, name, g_cl_reason);
+/* A trial of |fn| on |client| (g_client for the time of the trial): lets a
+ * round alternate cube's cpu and opencl clients. */
+typedef struct on_client {
+  cube_client_t* client;
+  trial_fn fn;
+  void* ctx;
+} on_client_t;
+
+static uint64_t trial_on_client(void* p, uint64_t iters) {
+  on_client_t* o = p;
+  cube_client_t* saved = g_client;
+  g_client = o->client;
+  uint64_t t = o->fn(o->ctx, iters);
+  g_client = saved;
+  return t;
+}
+
+static bool g_quick;  /* quick mode: small sizes, ROUNDS_QUICK rounds (smoke tests) */
+static int g_rounds = ROUNDS_MIN;
+
+static void print_rounds_header(const rounds_t* r, int per) {
+  printf("  %d alternating rounds (order rotated and reversed each round), each system's figure "
+         "per round the median of %d trial(s)%s\n", r->n_rounds, per,
+         g_quick ? "; QUICK MODE: not a result" : "");
+}
+
+/* "<name> median X ms (min A, max B) = R unit (min-max ...)" over the round
+ * figures of |i|. */
+static void line_fig_rate(const rounds_t* r, int i, const char* name, double work,
+                          const char* unit) {
+  spread_t f = rounds_figure(r, i);
+  if (!f.n_valid) {
+    printf("%-*s no valid round\n", LABEL_W, name);
     return;
   }
-  if (!cl.valid) {
-    printf("%-*s no valid result\n", LABEL_W, name);
-    return;
-  }
-  line_rate(name, cl, work, unit, "cube cpu", cpu, work);
-  line_ratio("cube opencl vs cube cpu:", cl, work, cpu, work, "cube cpu");
-  if (pocl.valid) line_ratio("cube opencl vs PoCL direct:", cl, work, pocl, work, "PoCL");
+  printf("%-*s median %9.3f ms (min %9.3f, max %9.3f) = %7.2f %s (%.2f-%.2f)\n", LABEL_W, name,
+         f.median / 1e3, f.min / 1e3, f.max / 1e3, grate(work, f.median), unit,
+         grate(work, f.max), grate(work, f.min));
+}
+
+/* The per-round ratio of |a| over |b| (of rates when |rate|, else of times). */
+static spread_t line_rounds_ratio(const rounds_t* r, const char* name, int a, int b, bool rate) {
+  spread_t s = rounds_ratio(r, a, b, rate);
+  printf("%-*s %s ", LABEL_W, name, rate ? "rate ratio," : "time ratio,");
+  print_ratio_spread(s, r->n_rounds);
+  return s;
+}
+
+/* "met" / "NOT met" on the median of a ratio against |bound| (at least it
+ * when |at_least|, else at most). */
+static const char* verdict(spread_t s, double bound, bool at_least) {
+  if (!s.n_valid) return "not measured";
+  return (at_least ? s.median >= bound : s.median <= bound) ? "met" : "NOT met";
+}
+
+static void line_cl_absent(const char* name) {
+  if (!g_cl_client) printf("%-*s not available (%s)\n", LABEL_W, name, g_cl_reason);
+  else printf("%-*s no valid result\n", LABEL_W, name);
 }
 
 //===----------------------------------------------------------------------===//
@@ -737,10 +771,10 @@ static uint64_t trial_saxpy_ocl(void* p, uint64_t iters) {
 }
 
 static void bench_saxpy(void) {
-  const uint64_t n = 16u << 20;
+  const uint64_t n = g_quick ? (1u << 20) : (16u << 20);
   const double bytes = 12.0 * (double)n;
-  printf("[1] saxpy y = a*x + y over 16M floats (12 bytes per element), cube_dim 256, %llu cubes\n",
-         (unsigned long long)(n / DIM));
+  printf("[1] saxpy y = a*x + y over %lluM floats (12 bytes per element), cube_dim 256, %llu "
+         "cubes\n", (unsigned long long)(n >> 20), (unsigned long long)(n / DIM));
   saxpy_ctx_t s;
   memset(&s, 0, sizeof(s));
   s.n = n;
@@ -752,48 +786,49 @@ static void bench_saxpy(void) {
   for (uint64_t i = 0; i < n; ++i) x[i] = rnd(&seed), y0[i] = rnd(&seed);
   s.x = x;
   s.y0 = y0;
+  const int warm = g_quick ? 1 : 3, per = g_quick ? 1 : 3;
+  rounds_t R;
+  rounds_init(&R, g_rounds, settle);
 
-  /* cube: compile, one checked launch on y0, then the timed trials. */
+  /* cube: compile, one checked launch on y0; timed in the rounds below. */
   s.k = make_dialect(k_saxpy_src, "saxpy", DIM, 1, NULL, 0);
   double compile = precompile_ms(s.k);
   s.hx = upload(x, n * sizeof(float));
   s.hy = upload(y0, n * sizeof(float));
   bool cube_ok = saxpy_cube_once(&s) && download(s.hy, s.yw, n * sizeof(float)) &&
                  saxpy_check("cube", &s, s.yw);
-  stats_t cube = measure(trial_saxpy_cube, &s, 1, 3, 21);
-  settle();
-  /* The same kernel object through cube's opencl backend. */
-  stats_t cube_cl = {0};
+  on_client_t on_cpu = {g_cpu_client, trial_saxpy_cube, &s};
+  int i_cube = rounds_add(&R, "cube cpu", trial_on_client, &on_cpu, 1, warm, per);
+  /* The same kernel object through cube's opencl backend (its own buffers). */
+  saxpy_ctx_t t = s;
+  on_client_t on_cl = {g_cl_client, trial_saxpy_cube, &t};
+  int i_cl = -1;
+  t.hx = t.hy = CUBE_HANDLE_NULL;
   if (g_cl_client) {
-    saxpy_ctx_t t = s;
     g_client = g_cl_client;
     (void)precompile_ms(t.k);
     t.hx = upload(x, n * sizeof(float));
     t.hy = upload(y0, n * sizeof(float));
     if (saxpy_cube_once(&t) && download(t.hy, s.yw, n * sizeof(float)) &&
         saxpy_check("cube opencl", &t, s.yw))
-      cube_cl = measure(trial_saxpy_cube, &t, 1, 3, 21);
-    cube_handle_release(t.hx);
-    cube_handle_release(t.hy);
+      i_cl = rounds_add(&R, "cube opencl", trial_on_client, &on_cl, 1, warm, per);
     g_client = g_cpu_client;
-    settle();
   }
 
   /* Plain C loop and OpenMP: checked on a fresh copy of y0 first. */
   memcpy(s.yw, y0, n * sizeof(float));
   saxpy_plain(n, s.a, x, s.yw);
   (void)saxpy_check("plain C loop", &s, s.yw);
-  stats_t plain = measure(trial_saxpy_plain, &s, 1, 2, 11);
+  int i_plain = rounds_add(&R, "plain C", trial_saxpy_plain, &s, 1, warm > 2 ? 2 : warm, per);
 #ifdef _OPENMP
   memcpy(s.yw, y0, n * sizeof(float));
   saxpy_omp(n, s.a, x, s.yw);
   (void)saxpy_check("OpenMP loop", &s, s.yw);
-  stats_t omp = measure(trial_saxpy_omp, &s, 1, 3, 21);
-  settle();
+  int i_omp = rounds_add(&R, "OpenMP", trial_saxpy_omp, &s, 1, warm, per);
 #endif
 
-  /* PoCL: buffers created once (copied once), checked launch, trials. */
-  stats_t pocl = {0};
+  /* PoCL: buffers created once (copied once), checked launch. */
+  int i_pocl = -1;
   if (ocl_build(k_saxpy_src, "saxpy", NULL, 0, &s.ok)) {
     s.cx = ocl_buffer(CL_MEM_READ_ONLY, n * sizeof(float), x);
     s.cy = ocl_buffer(CL_MEM_READ_WRITE, n * sizeof(float), y0);
@@ -801,46 +836,54 @@ static void bench_saxpy(void) {
                          ocl_scalar(cube_arg_f32(s.a))};
     size_t global = n, local = DIM;
     if (s.cx && s.cy && ocl_set_args(&s.ok, 3, args) && ocl_run(&s.ok, 1, &global, &local) &&
-        ocl_read(s.cy, n * sizeof(float), s.yw) && saxpy_check("PoCL", &s, s.yw)) {
-      pocl = measure(trial_saxpy_ocl, &s, 1, 3, 21);
-    }
-    settle();
+        ocl_read(s.cy, n * sizeof(float), s.yw) && saxpy_check("PoCL", &s, s.yw))
+      i_pocl = rounds_add(&R, "PoCL", trial_saxpy_ocl, &s, 1, warm, per);
   }
 
+  rounds_run(&R);
+  print_rounds_header(&R, per);
   printf("  cube compile of the dialect kernel (precompile, cold): %.1f ms\n", compile);
   if (s.ok.ok) printf("  PoCL build of the same source (clBuildProgram, POCL_CACHE_DIR may hit): "
                       "%.1f ms\n", s.ok.build_ms);
-  line_rate_base("plain C loop (1 thread):", plain, bytes, "GB/s");
+  line_fig_rate(&R, i_plain, "plain C loop (1 thread):", bytes, "GB/s");
 #ifdef _OPENMP
-  line_rate("OpenMP parallel for simd loop:", omp, bytes, "GB/s", "plain C", plain, bytes);
+  line_fig_rate(&R, i_omp, "OpenMP parallel for simd loop:", bytes, "GB/s");
 #else
   printf("%-*s not built with -fopenmp\n", LABEL_W, "OpenMP parallel for simd loop:");
 #endif
-  line_rate("cube dialect kernel, launch + sync:", cube, bytes, "GB/s", "plain C", plain, bytes);
-  if (pocl.valid)
-    line_rate("PoCL, same source (enqueue + clFinish):", pocl, bytes, "GB/s", "plain C", plain,
-              bytes);
+  line_fig_rate(&R, i_cube, "cube dialect kernel, launch + sync:", bytes, "GB/s");
+  if (i_pocl >= 0)
+    line_fig_rate(&R, i_pocl, "PoCL, same source (enqueue + clFinish):", bytes, "GB/s");
   else if (!g_ocl.ok)
     ocl_not_available();
+  if (i_cl >= 0) line_fig_rate(&R, i_cl, "cube opencl backend, launch + sync:", bytes, "GB/s");
+  else line_cl_absent("cube opencl backend, launch + sync:");
 #ifdef _OPENMP
-  line_ratio("cube vs OpenMP:", cube, bytes, omp, bytes, "OpenMP");
-  if (pocl.valid) line_ratio("PoCL vs OpenMP:", pocl, bytes, omp, bytes, "OpenMP");
+  line_rounds_ratio(&R, "OpenMP vs plain C:", i_omp, i_plain, true);
 #endif
-  if (pocl.valid) line_ratio("cube vs PoCL:", cube, bytes, pocl, bytes, "PoCL");
-  line_cl("cube opencl backend, launch + sync:", cube_cl, cube, pocl, bytes, "GB/s");
+  line_rounds_ratio(&R, "cube vs plain C:", i_cube, i_plain, true);
 #ifdef _OPENMP
-  printf("  target: cube >= 0.9x the OpenMP loop -> %s",
-         grate(bytes, cube.median_us) >= 0.9 * grate(bytes, omp.median_us) ? "met" : "NOT met");
+  spread_t vs_omp = line_rounds_ratio(&R, "cube vs OpenMP:", i_cube, i_omp, true);
+  if (i_pocl >= 0) line_rounds_ratio(&R, "PoCL vs OpenMP:", i_pocl, i_omp, true);
+#endif
+  spread_t vs_pocl = {NAN, NAN, NAN, 0};
+  if (i_pocl >= 0) vs_pocl = line_rounds_ratio(&R, "cube vs PoCL:", i_cube, i_pocl, true);
+  if (i_cl >= 0) {
+    line_rounds_ratio(&R, "cube opencl vs cube cpu:", i_cl, i_cube, true);
+    if (i_pocl >= 0) line_rounds_ratio(&R, "cube opencl vs PoCL direct:", i_cl, i_pocl, true);
+  }
+#ifdef _OPENMP
+  printf("  target (on the medians of the per-round ratios): cube >= 0.9x the OpenMP loop -> %s",
+         verdict(vs_omp, 0.9, true));
 #else
   printf("  target: cube >= 0.9x the OpenMP loop -> not measured (no OpenMP)");
 #endif
-  if (pocl.valid)
-    printf("; cube >= PoCL -> %s\n", cube.median_us <= pocl.median_us ? "met" : "NOT met");
-  else
-    printf("; cube >= PoCL -> not measured\n");
+  printf("; cube >= PoCL -> %s\n", i_pocl >= 0 ? verdict(vs_pocl, 1.0, true) : "not measured");
   if (!cube_ok) printf("  cube result was WRONG\n");
   printf("\n");
 
+  cube_handle_release(t.hx);
+  cube_handle_release(t.hy);
   if (s.cx) g_ocl.clReleaseMemObject(s.cx);
   if (s.cy) g_ocl.clReleaseMemObject(s.cy);
   ocl_kernel_release(&s.ok);
@@ -963,98 +1006,109 @@ static void reduce_verdict(reduce_ctx_t* r, const char* who) {
 }
 
 static void bench_reduce(void) {
-  const uint64_t n = 16u << 20;
+  const uint64_t n = g_quick ? (1u << 20) : (16u << 20);
   const double bytes = 4.0 * (double)n;
   reduce_ctx_t r;
   memset(&r, 0, sizeof(r));
   r.n = n;
   r.cubes = (uint32_t)(n / DIM);
-  printf("[2] sum over 16M floats: cube of 256 units, CUBE_SHARED + sync_cube tree, %u partial "
+  printf("[2] sum over %lluM floats: cube of 256 units, CUBE_SHARED + sync_cube tree, %u partial "
          "sums finished on the host (timed: launch + read of the partials + host sum)\n",
-         r.cubes);
+         (unsigned long long)(n >> 20), r.cubes);
   float* x = xmalloc(n * sizeof(float));
   r.partial = xmalloc(r.cubes * sizeof(float));
   uint64_t seed = 7;
   for (uint64_t i = 0; i < n; ++i) r.expect += x[i] = rnd(&seed);
   r.x = x;
+  const int warm = g_quick ? 1 : 2, per = g_quick ? 1 : 3;
+  rounds_t R;
+  rounds_init(&R, g_rounds, settle);
 
+  /* Each system has its own context: its wrong sums are counted apart. */
   cube_define_t defs[] = {{"BLOCK", "256"}};
   r.k = make_dialect(k_reduce_src, "block_sum", DIM, 1, defs, 1);
   double compile = precompile_ms(r.k);
   r.hx = upload(x, n * sizeof(float));
   TRY("cube_client_empty", cube_client_empty(g_client, r.cubes * sizeof(float), &r.hp));
-  stats_t cube = measure(trial_reduce_cube, &r, 1, 2, 11);
-  reduce_verdict(&r, "cube");
-  settle();
-  stats_t cube_cl = {0};
+  on_client_t on_cpu = {g_cpu_client, trial_reduce_cube, &r};
+  int i_cube = rounds_add(&R, "cube cpu", trial_on_client, &on_cpu, 1, warm, per);
+  reduce_ctx_t t = r;
+  t.hx = t.hp = CUBE_HANDLE_NULL;
+  on_client_t on_cl = {g_cl_client, trial_reduce_cube, &t};
+  int i_cl = -1;
   if (g_cl_client) {
-    reduce_ctx_t t = r;
     g_client = g_cl_client;
     (void)precompile_ms(t.k);
     t.hx = upload(x, n * sizeof(float));
     TRY("cube_client_empty", cube_client_empty(g_client, t.cubes * sizeof(float), &t.hp));
-    cube_cl = measure(trial_reduce_cube, &t, 1, 2, 11);
-    reduce_verdict(&t, "cube opencl");
-    cube_handle_release(t.hx);
-    cube_handle_release(t.hp);
     g_client = g_cpu_client;
-    settle();
+    i_cl = rounds_add(&R, "cube opencl", trial_on_client, &on_cl, 1, warm, per);
   }
-
 #ifdef _OPENMP
-  stats_t omp = measure(trial_reduce_omp_simd, &r, 1, 2, 11);
-  reduce_verdict(&r, "OpenMP simd");
-  stats_t omps = measure(trial_reduce_omp_scalar, &r, 1, 2, 11);
-  reduce_verdict(&r, "OpenMP");
-  settle();
+  reduce_ctx_t r_omp = r, r_omps = r;
+  int i_omp = rounds_add(&R, "OpenMP simd", trial_reduce_omp_simd, &r_omp, 1, warm, per);
+  int i_omps = rounds_add(&R, "OpenMP", trial_reduce_omp_scalar, &r_omps, 1, warm, per);
 #endif
-
-  stats_t pocl = {0};
-  if (ocl_build(k_reduce_src, "block_sum", defs, 1, &r.ok)) {
-    r.cx = ocl_buffer(CL_MEM_READ_ONLY, n * sizeof(float), x);
-    r.cp = ocl_buffer(CL_MEM_READ_WRITE, r.cubes * sizeof(float), NULL);
-    ocl_arg_t args[2] = {ocl_buf(r.cx, n * sizeof(float)),
-                         ocl_buf(r.cp, r.cubes * sizeof(float))};
-    if (r.cx && r.cp && ocl_set_args(&r.ok, 2, args)) {
-      pocl = measure(trial_reduce_ocl, &r, 1, 1, 7);
-      reduce_verdict(&r, "PoCL");
-    }
-    settle();
+  reduce_ctx_t r_pocl = r;
+  int i_pocl = -1;
+  if (ocl_build(k_reduce_src, "block_sum", defs, 1, &r_pocl.ok)) {
+    r_pocl.cx = ocl_buffer(CL_MEM_READ_ONLY, n * sizeof(float), x);
+    r_pocl.cp = ocl_buffer(CL_MEM_READ_WRITE, r.cubes * sizeof(float), NULL);
+    ocl_arg_t args[2] = {ocl_buf(r_pocl.cx, n * sizeof(float)),
+                         ocl_buf(r_pocl.cp, r.cubes * sizeof(float))};
+    if (r_pocl.cx && r_pocl.cp && ocl_set_args(&r_pocl.ok, 2, args))
+      i_pocl = rounds_add(&R, "PoCL", trial_reduce_ocl, &r_pocl, 1, 1, per);
   }
 
+  rounds_run(&R);
+  reduce_verdict(&r, "cube");
+  if (i_cl >= 0) reduce_verdict(&t, "cube opencl");
+#ifdef _OPENMP
+  reduce_verdict(&r_omp, "OpenMP simd");
+  reduce_verdict(&r_omps, "OpenMP");
+#endif
+  if (i_pocl >= 0) reduce_verdict(&r_pocl, "PoCL");
+
+  print_rounds_header(&R, per);
   printf("  host sum (double): %.6f\n", r.expect);
   printf("  cube compile of the dialect kernel (precompile, cold): %.1f ms\n", compile);
-  if (r.ok.ok) printf("  PoCL build of the same source: %.1f ms\n", r.ok.build_ms);
+  if (r_pocl.ok.ok) printf("  PoCL build of the same source: %.1f ms\n", r_pocl.ok.build_ms);
 #ifdef _OPENMP
-  line_rate_base("OpenMP parallel for simd reduction(+):", omp, bytes, "GB/s");
-  line_rate("OpenMP parallel for reduction(+) (no simd):", omps, bytes, "GB/s", "OpenMP simd", omp,
-            bytes);
-  line_rate("cube dialect kernel (sync_cube), launch + read:", cube, bytes, "GB/s", "OpenMP simd",
-            omp, bytes);
-  if (pocl.valid)
-    line_rate("PoCL, same source (enqueue + clFinish + read):", pocl, bytes, "GB/s",
-              "OpenMP simd", omp, bytes);
-#else
-  line_rate_base("cube dialect kernel (sync_cube), launch + read:", cube, bytes, "GB/s");
-  if (pocl.valid)
-    line_rate("PoCL, same source (enqueue + clFinish + read):", pocl, bytes, "GB/s", "cube", cube,
-              bytes);
+  line_fig_rate(&R, i_omp, "OpenMP parallel for simd reduction(+):", bytes, "GB/s");
+  line_fig_rate(&R, i_omps, "OpenMP parallel for reduction(+) (no simd):", bytes, "GB/s");
 #endif
-  if (!pocl.valid && !g_ocl.ok) ocl_not_available();
-  line_cl("cube opencl backend, launch + read:", cube_cl, cube, pocl, bytes, "GB/s");
-  if (pocl.valid) {
-    line_ratio("cube vs PoCL:", cube, bytes, pocl, bytes, "PoCL");
-    printf("  target: cube no slower than PoCL -> %s\n",
-           cube.median_us <= pocl.median_us ? "met" : "NOT met");
+  line_fig_rate(&R, i_cube, "cube dialect kernel (sync_cube), launch + read:", bytes, "GB/s");
+  if (i_pocl >= 0)
+    line_fig_rate(&R, i_pocl, "PoCL, same source (enqueue + clFinish + read):", bytes, "GB/s");
+  else if (!g_ocl.ok)
+    ocl_not_available();
+  if (i_cl >= 0) line_fig_rate(&R, i_cl, "cube opencl backend, launch + read:", bytes, "GB/s");
+  else line_cl_absent("cube opencl backend, launch + read:");
+#ifdef _OPENMP
+  line_rounds_ratio(&R, "OpenMP (no simd) vs OpenMP simd:", i_omps, i_omp, true);
+  line_rounds_ratio(&R, "cube vs OpenMP simd:", i_cube, i_omp, true);
+  if (i_pocl >= 0) line_rounds_ratio(&R, "PoCL vs OpenMP simd:", i_pocl, i_omp, true);
+#endif
+  if (i_cl >= 0) {
+    line_rounds_ratio(&R, "cube opencl vs cube cpu:", i_cl, i_cube, true);
+    if (i_pocl >= 0) line_rounds_ratio(&R, "cube opencl vs PoCL direct:", i_cl, i_pocl, true);
+  }
+  if (i_pocl >= 0) {
+    spread_t vs = line_rounds_ratio(&R, "cube vs PoCL:", i_cube, i_pocl, true);
+    printf("  target (on the median of the per-round ratios): cube no slower than PoCL -> %s; "
+           "issue 16: cube >= 1.2x PoCL -> %s\n", verdict(vs, 1.0, true), verdict(vs, 1.2, true));
   } else {
+    spread_t f = rounds_figure(&R, i_cube);
     printf("  target: cube no slower than PoCL (docs/benchmarks.md: 109 ms) -> PoCL not measured; "
-           "cube %.1f ms\n", cube.median_us / 1e3);
+           "cube %.1f ms\n", f.median / 1e3);
   }
   printf("\n");
 
-  if (r.cx) g_ocl.clReleaseMemObject(r.cx);
-  if (r.cp) g_ocl.clReleaseMemObject(r.cp);
-  ocl_kernel_release(&r.ok);
+  if (r_pocl.cx) g_ocl.clReleaseMemObject(r_pocl.cx);
+  if (r_pocl.cp) g_ocl.clReleaseMemObject(r_pocl.cp);
+  ocl_kernel_release(&r_pocl.ok);
+  cube_handle_release(t.hx);
+  cube_handle_release(t.hp);
   cube_handle_release(r.hx);
   cube_handle_release(r.hp);
   cube_kernel_release(r.k);
@@ -1145,14 +1199,15 @@ typedef void (*mm_fn)(const float* restrict, const float* restrict, float* restr
 typedef struct mm_host_ctx {
   mm_ctx_t* m;
   mm_fn fn;
+  float* c; /* this loop's own result, checked after the rounds */
 } mm_host_ctx_t;
 
 static uint64_t trial_mm_host(void* p, uint64_t iters) {
   mm_host_ctx_t* h = p;
   uint64_t t0 = now_ns();
-  for (uint64_t i = 0; i < iters; ++i) h->fn(h->m->a, h->m->b, h->m->c);
+  for (uint64_t i = 0; i < iters; ++i) h->fn(h->m->a, h->m->b, h->c);
   uint64_t t1 = now_ns();
-  g_sink = h->m->c[7];
+  g_sink = h->c[7];
   return t1 - t0;
 }
 
@@ -1209,50 +1264,39 @@ static void bench_matmul(void) {
   m.ref = ref;
   m.mag = mag;
 
+  const int per = g_quick ? 1 : 3;
+  rounds_t R;
+  rounds_init(&R, g_rounds, settle);
   cube_define_t defs[] = {{"TILE", "16"}};
   m.k = make_dialect(k_matmul_src, "matmul", TILE, TILE, defs, 1);
   double compile = precompile_ms(m.k);
   m.ha = upload(a, bytes);
   m.hb = upload(b, bytes);
   TRY("cube_client_empty", cube_client_empty(g_client, bytes, &m.hc));
-  stats_t cube = measure(trial_mm_cube, &m, 1, 1, 7);
-  if (download(m.hc, m.c, bytes)) (void)mm_check("cube", &m, m.c);
-  settle();
-  stats_t cube_cl = {0};
+  on_client_t on_cpu = {g_cpu_client, trial_mm_cube, &m};
+  int i_cube = rounds_add(&R, "cube cpu", trial_on_client, &on_cpu, 1, 1, per);
+  mm_ctx_t t = m;
+  t.ha = t.hb = t.hc = CUBE_HANDLE_NULL;
+  on_client_t on_cl = {g_cl_client, trial_mm_cube, &t};
+  int i_cl = -1;
   if (g_cl_client) {
-    mm_ctx_t t = m;
     g_client = g_cl_client;
     (void)precompile_ms(t.k);
     t.ha = upload(a, bytes);
     t.hb = upload(b, bytes);
     TRY("cube_client_empty", cube_client_empty(g_client, bytes, &t.hc));
-    cube_cl = measure(trial_mm_cube, &t, 1, 1, 7);
-    memset(m.c, 0, bytes);
-    if (!download(t.hc, m.c, bytes) || !mm_check("cube opencl", &t, m.c)) cube_cl.valid = false;
-    cube_handle_release(t.ha);
-    cube_handle_release(t.hb);
-    cube_handle_release(t.hc);
     g_client = g_cpu_client;
-    settle();
+    i_cl = rounds_add(&R, "cube opencl", trial_on_client, &on_cl, 1, 1, per);
   }
-
-  mm_host_ctx_t h = {&m, mm_naive};
-  memset(m.c, 0, bytes);
-  stats_t naive = measure(trial_mm_host, &h, 1, 1, 5);
-  (void)mm_check("naive C loop", &m, m.c);
+  /* The 1-thread loop is slow: one trial per round. */
+  mm_host_ctx_t h_naive = {&m, mm_naive, xmalloc(bytes)};
+  int i_naive = rounds_add(&R, "naive", trial_mm_host, &h_naive, 1, g_quick ? 0 : 1, 1);
 #ifdef _OPENMP
-  h.fn = mm_omp;
-  memset(m.c, 0, bytes);
-  stats_t omp = measure(trial_mm_host, &h, 1, 1, 7);
-  (void)mm_check("OpenMP i-parallel loop", &m, m.c);
-  h.fn = mm_omp_ikj;
-  memset(m.c, 0, bytes);
-  stats_t ikj = measure(trial_mm_host, &h, 1, 2, 11);
-  (void)mm_check("OpenMP i-k-j loop", &m, m.c);
-  settle();
+  mm_host_ctx_t h_omp = {&m, mm_omp, xmalloc(bytes)}, h_ikj = {&m, mm_omp_ikj, xmalloc(bytes)};
+  int i_omp = rounds_add(&R, "OpenMP i-j-k", trial_mm_host, &h_omp, 1, 1, per);
+  int i_ikj = rounds_add(&R, "OpenMP i-k-j", trial_mm_host, &h_ikj, 1, g_quick ? 1 : 2, per);
 #endif
-
-  stats_t pocl = {0};
+  int i_pocl = -1;
   if (ocl_build(k_matmul_src, "matmul", defs, 1, &m.ok)) {
     m.ca = ocl_buffer(CL_MEM_READ_ONLY, bytes, a);
     m.cb = ocl_buffer(CL_MEM_READ_ONLY, bytes, b);
@@ -1260,44 +1304,86 @@ static void bench_matmul(void) {
     ocl_arg_t args[6] = {ocl_buf(m.ca, bytes), ocl_buf(m.cb, bytes), ocl_buf(m.cc, bytes),
                          ocl_scalar(cube_arg_u32(MM)), ocl_scalar(cube_arg_u32(MM)),
                          ocl_scalar(cube_arg_u32(MM))};
-    if (m.ca && m.cb && m.cc && ocl_set_args(&m.ok, 6, args)) {
-      pocl = measure(trial_mm_ocl, &m, 1, 1, 7);
-      memset(m.c, 0, bytes);
-      if (ocl_read(m.cc, bytes, m.c) && !mm_check("PoCL", &m, m.c)) pocl.valid = false;
-    }
-    settle();
+    if (m.ca && m.cb && m.cc && ocl_set_args(&m.ok, 6, args))
+      i_pocl = rounds_add(&R, "PoCL", trial_mm_ocl, &m, 1, 1, per);
   }
 
+  rounds_run(&R);
+  /* Every result, checked after the rounds (each system wrote its own C). A
+   * wrong one makes its figures NaN ("no valid round"). */
+  if (!download(m.hc, m.c, bytes) || !mm_check("cube", &m, m.c))
+    for (int i = 0; i < R.n_rounds; ++i) R.sys[i_cube].us[i] = NAN;
+  if (i_cl >= 0) {
+    memset(m.c, 0, bytes);
+    g_client = g_cl_client;
+    bool fine = download(t.hc, m.c, bytes) && mm_check("cube opencl", &t, m.c);
+    g_client = g_cpu_client;
+    if (!fine)
+      for (int i = 0; i < R.n_rounds; ++i) R.sys[i_cl].us[i] = NAN;
+  }
+  if (!mm_check("naive C loop", &m, h_naive.c))
+    for (int i = 0; i < R.n_rounds; ++i) R.sys[i_naive].us[i] = NAN;
+#ifdef _OPENMP
+  if (!mm_check("OpenMP i-parallel loop", &m, h_omp.c))
+    for (int i = 0; i < R.n_rounds; ++i) R.sys[i_omp].us[i] = NAN;
+  if (!mm_check("OpenMP i-k-j loop", &m, h_ikj.c))
+    for (int i = 0; i < R.n_rounds; ++i) R.sys[i_ikj].us[i] = NAN;
+#endif
+  if (i_pocl >= 0) {
+    memset(m.c, 0, bytes);
+    if (!ocl_read(m.cc, bytes, m.c) || !mm_check("PoCL", &m, m.c))
+      for (int i = 0; i < R.n_rounds; ++i) R.sys[i_pocl].us[i] = NAN;
+  }
+
+  print_rounds_header(&R, per);
+  printf("  (the 1-thread naive loop: 1 trial per round)\n");
   printf("  cube compile of the dialect kernel (precompile, cold): %.1f ms\n", compile);
   if (m.ok.ok) printf("  PoCL build of the same source: %.1f ms\n", m.ok.build_ms);
-  line_rate_base("naive C triple loop i-j-k (1 thread):", naive, flops, "GFLOP/s");
+  line_fig_rate(&R, i_naive, "naive C triple loop i-j-k (1 thread):", flops, "GFLOP/s");
 #ifdef _OPENMP
-  line_rate("OpenMP i-parallel loop (same i-j-k nest):", omp, flops, "GFLOP/s", "naive", naive,
-            flops);
-  line_rate("OpenMP i-parallel loop, i-k-j order (vectorised):", ikj, flops, "GFLOP/s", "naive",
-            naive, flops);
+  line_fig_rate(&R, i_omp, "OpenMP i-parallel loop (same i-j-k nest):", flops, "GFLOP/s");
+  line_fig_rate(&R, i_ikj, "OpenMP i-parallel loop, i-k-j order (vectorised):", flops,
+                "GFLOP/s");
 #endif
-  line_rate("cube dialect kernel, launch + sync:", cube, flops, "GFLOP/s", "naive", naive, flops);
-  if (pocl.valid)
-    line_rate("PoCL, same source (enqueue + clFinish):", pocl, flops, "GFLOP/s", "naive", naive,
-              flops);
+  line_fig_rate(&R, i_cube, "cube dialect kernel, launch + sync:", flops, "GFLOP/s");
+  if (i_pocl >= 0)
+    line_fig_rate(&R, i_pocl, "PoCL, same source (enqueue + clFinish):", flops, "GFLOP/s");
   else if (!g_ocl.ok)
     ocl_not_available();
+  if (i_cl >= 0) line_fig_rate(&R, i_cl, "cube opencl backend, launch + sync:", flops, "GFLOP/s");
+  else line_cl_absent("cube opencl backend, launch + sync:");
+  line_rounds_ratio(&R, "cube vs naive:", i_cube, i_naive, true);
 #ifdef _OPENMP
-  line_ratio("cube vs OpenMP i-parallel (i-j-k):", cube, flops, omp, flops, "OpenMP");
+  line_rounds_ratio(&R, "cube vs OpenMP i-parallel (i-j-k):", i_cube, i_omp, true);
+  line_rounds_ratio(&R, "cube vs OpenMP i-k-j:", i_cube, i_ikj, true);
 #endif
-  if (pocl.valid) line_ratio("cube vs PoCL:", cube, flops, pocl, flops, "PoCL");
-  line_cl("cube opencl backend, launch + sync:", cube_cl, cube, pocl, flops, "GFLOP/s");
+  if (i_cl >= 0) {
+    line_rounds_ratio(&R, "cube opencl vs cube cpu:", i_cl, i_cube, true);
+    if (i_pocl >= 0) line_rounds_ratio(&R, "cube opencl vs PoCL direct:", i_cl, i_pocl, true);
+  }
+  if (i_pocl >= 0) {
+    spread_t vs = line_rounds_ratio(&R, "cube vs PoCL:", i_cube, i_pocl, true);
+    printf("  target (issue 16, on the median of the per-round ratios): cube >= 1.5x PoCL -> %s\n",
+           verdict(vs, 1.5, true));
+  }
   printf("\n");
 
   if (m.ca) g_ocl.clReleaseMemObject(m.ca);
   if (m.cb) g_ocl.clReleaseMemObject(m.cb);
   if (m.cc) g_ocl.clReleaseMemObject(m.cc);
   ocl_kernel_release(&m.ok);
+  cube_handle_release(t.ha);
+  cube_handle_release(t.hb);
+  cube_handle_release(t.hc);
   cube_handle_release(m.ha);
   cube_handle_release(m.hb);
   cube_handle_release(m.hc);
   cube_kernel_release(m.k);
+  free(h_naive.c);
+#ifdef _OPENMP
+  free(h_omp.c);
+  free(h_ikj.c);
+#endif
   free(a);
   free(b);
   free(m.c);
@@ -1559,21 +1645,6 @@ static void bench_cache(void) {
 // 5. Empty launch + sync
 //===----------------------------------------------------------------------===//
 
-typedef struct dist {
-  double median_us, min_us, p99_us;
-  bool valid;
-} dist_t;
-
-static dist_t dist_of(double* t, int n) {
-  qsort(t, (size_t)n, sizeof(double), cmp_double);
-  dist_t d;
-  d.median_us = median_sorted(t, n);
-  d.min_us = t[0];
-  d.p99_us = t[(int)((double)n * 0.99)];
-  d.valid = true;
-  return d;
-}
-
 static int k_native_empty(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
   (void)cube;
   (void)args;
@@ -1581,39 +1652,77 @@ static int k_native_empty(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* arg
   return 0;
 }
 
-static dist_t cube_empty_rounds(cube_kernel_t* k, int warm, int n, double* t) {
+/* An empty-launch trial times each of its launches alone and returns the
+ * median launch times |iters| (so the round's per-operation figure is the
+ * median single launch + sync, not a mean that one preemption can move). */
+typedef struct empty_ctx {
+  cube_kernel_t* k;    /* cube systems (on g_client) */
+  ocl_kernel_t* ocl;   /* PoCL direct */
+  double t[4096];
+} empty_ctx_t;
+
+static uint64_t empty_median_times(empty_ctx_t* e, uint64_t iters) {
+  qsort(e->t, (size_t)iters, sizeof(double), cmp_double);
+  return (uint64_t)(median_sorted(e->t, (int)iters) * (double)iters);
+}
+
+static uint64_t trial_empty_cube(void* p, uint64_t iters) {
+  empty_ctx_t* e = p;
   cube_arg_t arg = cube_arg_u32(0);
   cube_count_t one = cube_count_static(1, 1, 1);
-  for (int i = 0; i < warm + n; ++i) {
+  if (iters > 4096) iters = 4096;
+  for (uint64_t i = 0; i < iters; ++i) {
     uint64_t t0 = now_ns();
-    cube_status_t s = cube_client_launch(g_client, k, one, 1, &arg);
+    cube_status_t s = cube_client_launch(g_client, e->k, one, 1, &arg);
     if (!s) s = cube_client_sync(g_client);
     uint64_t t1 = now_ns();
     if (s) {
       fail_status("launch + sync (empty)", s);
-      dist_t d = {0};
-      return d;
+      return 0;
     }
-    if (i >= warm) t[i - warm] = (double)(t1 - t0) / 1e3;
+    e->t[i] = (double)(t1 - t0);
   }
-  return dist_of(t, n);
+  return empty_median_times(e, iters);
 }
 
-static void line_dist(const char* name, dist_t d, const char* base_name, dist_t base) {
-  printf("%-*s median %8.2f us (min %8.2f, p99 %8.2f)", LABEL_W, name, d.median_us, d.min_us,
-         d.p99_us);
-  if (base_name) printf(", ratio vs %s %.2f\n", base_name, d.median_us / base.median_us);
-  else printf(", baseline\n");
+static uint64_t trial_empty_ocl(void* p, uint64_t iters) {
+  empty_ctx_t* e = p;
+  size_t one = 1;
+  if (iters > 4096) iters = 4096;
+  for (uint64_t i = 0; i < iters; ++i) {
+    uint64_t t0 = now_ns();
+    bool fine = ocl_run(e->ocl, 1, &one, &one);
+    uint64_t t1 = now_ns();
+    if (!fine) return 0;
+    e->t[i] = (double)(t1 - t0);
+  }
+  return empty_median_times(e, iters);
+}
+
+static void line_fig_time(const rounds_t* r, int i, const char* name) {
+  spread_t f = rounds_figure(r, i);
+  if (!f.n_valid) printf("%-*s no valid round\n", LABEL_W, name);
+  else
+    printf("%-*s median %8.2f us (min %8.2f, max %8.2f)\n", LABEL_W, name, f.median, f.min,
+           f.max);
 }
 
 static void bench_empty(void) {
-  enum { N = 10000, WARM = 1000 };
-  printf("[5] empty launch + sync, 1 cube of 1 unit, threaded queue (each round timed alone; "
-         "median over %d)\n", N);
-  double* t = xmalloc(N * sizeof(double));
+  const uint64_t per_trial = g_quick ? 200 : 2000;
+  const int per = g_quick ? 1 : 3;
+  printf("[5] empty launch + sync, 1 cube of 1 unit, threaded queue (each launch timed alone; a "
+         "trial's figure is the median of its %llu launches)\n", (unsigned long long)per_trial);
+  rounds_t R;
+  rounds_init(&R, g_rounds, settle);
+  empty_ctx_t* dia = xmalloc(sizeof(empty_ctx_t));
+  empty_ctx_t* nat = xmalloc(sizeof(empty_ctx_t));
+  empty_ctx_t* cl = xmalloc(sizeof(empty_ctx_t));
+  empty_ctx_t* pocl = xmalloc(sizeof(empty_ctx_t));
   cube_kernel_t* k = make_dialect(k_empty_src, "empty", 1, 1, NULL, 0);
   (void)precompile_ms(k);
-  dist_t dia = cube_empty_rounds(k, WARM, N, t);
+  dia->k = k;
+  on_client_t on_dia = {g_cpu_client, trial_empty_cube, dia};
+  int i_dia = rounds_add(&R, "cube dialect", trial_on_client, &on_dia, per_trial, 1, per);
   static const cube_arg_kind_t kinds[1] = {CUBE_ARG_U32};
   cube_kernel_desc_t d;
   memset(&d, 0, sizeof(d));
@@ -1624,48 +1733,51 @@ static void bench_empty(void) {
   d.cpu_fn = k_native_empty;
   cube_kernel_t* kn = NULL;
   TRY("cube_kernel_create (native)", cube_kernel_create(&d, &kn));
-  dist_t nat = {0};
-  if (kn) nat = cube_empty_rounds(kn, WARM, N, t);
-  settle();
-  dist_t cl = {0};
+  nat->k = kn;
+  on_client_t on_nat = {g_cpu_client, trial_empty_cube, nat};
+  int i_nat = kn ? rounds_add(&R, "cube native", trial_on_client, &on_nat, per_trial, 1, per) : -1;
+  int i_cl = -1;
+  on_client_t on_cl = {g_cl_client, trial_empty_cube, cl};
   if (g_cl_client) {
     g_client = g_cl_client;
     (void)precompile_ms(k);
-    cl = cube_empty_rounds(k, WARM, N, t);
     g_client = g_cpu_client;
-    settle();
+    cl->k = k;
+    i_cl = rounds_add(&R, "cube opencl", trial_on_client, &on_cl, per_trial, 1, per);
   }
-
-  dist_t pocl = {0};
+  int i_pocl = -1;
   ocl_kernel_t ok;
   if (ocl_build(k_empty_src, "empty", NULL, 0, &ok)) {
     ocl_arg_t arg = ocl_scalar(cube_arg_u32(0));
-    size_t one = 1;
-    if (ocl_set_args(&ok, 1, &arg)) {
-      bool fine = true;
-      for (int i = 0; i < WARM / 5 + N && fine; ++i) {
-        uint64_t t0 = now_ns();
-        fine = ocl_run(&ok, 1, &one, &one);
-        uint64_t t1 = now_ns();
-        if (i >= WARM / 5) t[i - WARM / 5] = (double)(t1 - t0) / 1e3;
-      }
-      if (fine) pocl = dist_of(t, N);
-    }
-    ocl_kernel_release(&ok);
+    pocl->ocl = &ok;
+    if (ocl_set_args(&ok, 1, &arg))
+      i_pocl = rounds_add(&R, "PoCL", trial_empty_ocl, pocl, per_trial, 1, per);
   }
-  if (dia.valid) line_dist("cube dialect kernel, launch + sync:", dia, NULL, dia);
-  if (nat.valid) line_dist("cube native kernel, launch + sync:", nat, "dialect", dia);
-  if (pocl.valid) line_dist("PoCL, same source (enqueue + clFinish):", pocl, "cube dialect", dia);
+
+  rounds_run(&R);
+  print_rounds_header(&R, per);
+  line_fig_time(&R, i_dia, "cube dialect kernel, launch + sync:");
+  if (i_nat >= 0) line_fig_time(&R, i_nat, "cube native kernel, launch + sync:");
+  if (i_pocl >= 0) line_fig_time(&R, i_pocl, "PoCL, same source (enqueue + clFinish):");
   else if (!g_ocl.ok) ocl_not_available();
-  if (cl.valid) line_dist("cube opencl backend, launch + sync:", cl, "cube dialect (cpu)", dia);
-  if (cl.valid && pocl.valid) line_dist("  (same, vs PoCL direct)", cl, "PoCL", pocl);
-  else if (!g_cl_client) printf("%-*s not available (%s)\n", LABEL_W, "cube opencl backend:", g_cl_reason);
-  if (dia.valid)
-    printf("  target: empty launch + sync <= 10 us -> %s\n\n",
-           dia.median_us <= 10.0 ? "met" : "NOT met");
+  if (i_cl >= 0) line_fig_time(&R, i_cl, "cube opencl backend, launch + sync:");
+  else line_cl_absent("cube opencl backend:");
+  if (i_nat >= 0) line_rounds_ratio(&R, "cube native vs cube dialect:", i_nat, i_dia, false);
+  if (i_pocl >= 0) line_rounds_ratio(&R, "PoCL vs cube dialect:", i_pocl, i_dia, false);
+  if (i_cl >= 0) line_rounds_ratio(&R, "cube opencl vs cube dialect (cpu):", i_cl, i_dia, false);
+  if (i_cl >= 0 && i_pocl >= 0)
+    line_rounds_ratio(&R, "cube opencl vs PoCL direct:", i_cl, i_pocl, false);
+  spread_t f = rounds_figure(&R, i_dia);
+  if (f.n_valid)
+    printf("  target: empty launch + sync <= 10 us (median of the round figures) -> %s\n\n",
+           f.median <= 10.0 ? "met" : "NOT met");
+  ocl_kernel_release(&ok);
   cube_kernel_release(k);
   cube_kernel_release(kn);
-  free(t);
+  free(dia);
+  free(nat);
+  free(cl);
+  free(pocl);
   fflush(stdout);
 }
 
@@ -2088,9 +2200,13 @@ static void print_header(void) {
   else
     printf("PoCL: not available (%s)\n", g_ocl.reason);
   printf("cube kernel cache: %s (fresh for this run)\n", cube_kernel_cache_dir());
-  printf("each line: median and min over trials after warm-up; rate lines: \"ratio vs B\" = "
-         "rate / B's rate (higher is better);\n"
-         "time lines: \"ratio vs B\" = time / B's time (lower is better). GB = 1e9 bytes.\n\n");
+  printf("sections saxpy, reduce, matmul, empty: %d alternating rounds (CUBE_BENCH_ROUNDS, at "
+         "least %d)%s; each system's round figure is the median of that round's trials;\n"
+         "a system line gives the median of its round figures (min, max); a ratio line the median "
+         "of the per-round ratios, both\nsides from the same round (min, max): \"rate ratio\" = "
+         "rate / B's rate (higher is better), \"time ratio\" = time / B's time\n(lower is "
+         "better). Other sections: median and min over trials after warm-up. GB = 1e9 bytes.\n\n",
+         g_rounds, ROUNDS_MIN, g_quick ? " -- QUICK MODE (small sizes, smoke test): not results" : "");
 }
 
 int main(int argc, char** argv) {
@@ -2103,18 +2219,30 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (setenv("CUBE_CACHE_DIR", g_cache_dir, 1) != 0) return 1;
+  g_quick = bench_quick_env();
+  int named = 0; /* sections named on the command line */
   for (int a = 1; a < argc; ++a) {
     static const char* const known[] = {"saxpy", "reduce", "matmul", "cache",
                                         "empty", "tune",   "tune_hit"};
+    if (!strcmp(argv[a], "quick")) {
+      g_quick = true;
+      continue;
+    }
+    named++;
     bool ok = false;
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); ++i) ok |= !strcmp(argv[a], known[i]);
     if (!ok) {
       fprintf(stderr, "bench_dialect: unknown section '%s' (saxpy reduce matmul cache empty tune "
-                      "tune_hit)\n", argv[a]);
+                      "tune_hit, and quick)\n", argv[a]);
       (void)rmdir(g_cache_dir);
       return 2;
     }
   }
+  bool adjusted = false;
+  g_rounds = rounds_parse(getenv("CUBE_BENCH_ROUNDS"), g_quick, &adjusted);
+  if (adjusted)
+    fprintf(stderr, "bench_dialect: CUBE_BENCH_ROUNDS='%s' taken as %d (%d to %d)\n",
+            getenv("CUBE_BENCH_ROUNDS"), g_rounds, ROUNDS_MIN, ROUNDS_MAX);
   set_pocl_cache_dir();
   /* OpenMP and cube share the cores in one run. libgomp's idle team spins for
    * a long while after each parallel region (GOMP_SPINCOUNT, default 300000
@@ -2162,7 +2290,7 @@ int main(int argc, char** argv) {
                   {"cache", bench_cache},  {"empty", bench_empty},   {"tune", bench_tune},
                   {"tune_hit", bench_tune_hit}};
   for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); ++i) {
-    bool run = argc < 2;
+    bool run = named == 0;
     for (int a = 1; a < argc; ++a) run |= strcmp(argv[a], sections[i].name) == 0;
     if (run && bench_wanted(sections[i].name)) sections[i].run();
   }
