@@ -6,6 +6,40 @@
 #include "base/status.h"
 #include "memory/pool_internal.h"
 
+/* The bin of a free slice of |length| bytes: four per power of two (the
+ * two bits below the top one), lengths under 4 their own. Monotone: a
+ * longer slice never sits in a lower bin. */
+static inline uint32_t cube__bin_index(uint64_t length) {
+  if (length < 4) return (uint32_t)length;
+  uint32_t top = 63u - (uint32_t)__builtin_clzll(length);
+  return top * 4u + (uint32_t)((length >> (top - 2u)) & 3u);
+}
+
+/* A free slice into the bins of |pool| (binned), or out. */
+static inline void cube__bin_insert(cube__pool_t* pool, cube__slice_t* s) {
+  cube__bins_t* bins = pool->bins;
+  uint32_t i = cube__bin_index(s->length);
+  s->bin_prev = NULL;
+  s->bin_next = bins->head[i];
+  if (s->bin_next) s->bin_next->bin_prev = s;
+  bins->head[i] = s;
+  bins->map[i / 64] |= UINT64_C(1) << (i % 64);
+  s->binned = true;
+}
+
+static inline void cube__bin_remove(cube__pool_t* pool, cube__slice_t* s) {
+  cube__bins_t* bins = pool->bins;
+  uint32_t i = cube__bin_index(s->length);
+  if (s->bin_prev)
+    s->bin_prev->bin_next = s->bin_next;
+  else
+    bins->head[i] = s->bin_next;
+  if (s->bin_next) s->bin_next->bin_prev = s->bin_prev;
+  if (!bins->head[i]) bins->map[i / 64] &= ~(UINT64_C(1) << (i % 64));
+  s->bin_prev = s->bin_next = NULL;
+  s->binned = false;
+}
+
 void cube__slice_detach(cube__slice_t* s) {
   cube__memory_t* m = s->memory;
   if (!m) return;
@@ -131,6 +165,22 @@ void cube__page_destroy(cube__page_t* page) {
   free(page);
 }
 
+/* |s| takes binned |old|'s place in bin |index| (the bin of both): a split
+ * or a merge that leaves a free run in the same bin unlinks nothing. */
+static void cube__bin_replace(cube__pool_t* pool, cube__slice_t* old, cube__slice_t* s,
+                              uint32_t index) {
+  s->bin_prev = old->bin_prev;
+  s->bin_next = old->bin_next;
+  if (s->bin_prev)
+    s->bin_prev->bin_next = s;
+  else
+    pool->bins->head[index] = s;
+  if (s->bin_next) s->bin_next->bin_prev = s;
+  s->binned = true;
+  old->bin_prev = old->bin_next = NULL;
+  old->binned = false;
+}
+
 cube_status_t cube__page_bind_split(cube__page_t* page, cube__slice_t* s, uint64_t size,
                                     uint64_t padding, cube__memory_t* m) {
   uint64_t effective = size + padding;
@@ -147,9 +197,18 @@ cube_status_t cube__page_bind_split(cube__page_t* page, cube__slice_t* s, uint64
     if (s->next) s->next->prev = rest;
     s->next = rest;
     page->slice_count++;
-    if (s->binned) cube__bin_insert(page->pool, rest);
+    if (s->binned) {
+      uint32_t index = cube__bin_index(s->length);
+      if (cube__bin_index(rest->length) == index) {
+        cube__bin_replace(page->pool, s, rest, index);
+      } else {
+        cube__bin_remove(page->pool, s);
+        cube__bin_insert(page->pool, rest);
+      }
+    }
+  } else if (s->binned) {
+    cube__bin_remove(page->pool, s);
   }
-  if (s->binned) cube__bin_remove(page->pool, s);
   cube__slice_bind(s, m, size, padding);
   return CUBE_OK;
 }
@@ -219,55 +278,48 @@ uint32_t cube__page_coalesce(cube__page_t* page) {
   return merges;
 }
 
+/* Unlinks |keep|->next (free, out of the bins) into |keep|. */
+static void cube__page_absorb_next(cube__page_t* page, cube__slice_t* keep) {
+  cube__slice_t* gone = keep->next;
+  keep->length += gone->length;
+  keep->next = gone->next;
+  if (gone->next) gone->next->prev = keep;
+  cube__slice_free(page, gone);
+  page->slice_count--;
+}
+
 void cube__page_free_slice(cube__page_t* page, cube__slice_t* s) {
+  /* Free neighbours are binned (queue or scan), so they are whole runs
+   * unless a scan binned them unmerged: one step each way is enough. The
+   * merged run keeps a neighbour's place in the bins when it stays in the
+   * same bin (the common case: a slice freed next to a page's free tail). */
   cube__pool_t* pool = page->pool;
   cube__slice_t* prev = s->prev;
-  if (prev && !prev->memory) {
-    /* Free neighbours are binned (queue or scan), so they are whole runs
-     * unless a scan binned them unmerged: one step each way is enough. */
-    cube__bin_remove(pool, prev);
-    cube__page_merge_next(page, prev);
-    s = prev;
+  cube__slice_t* next = s->next;
+  bool prev_free = prev && !prev->memory;
+  bool next_free = next && !next->memory;
+  cube__slice_t* keep = prev_free ? prev : s;
+  cube__slice_t* anchor = prev_free ? prev : next_free ? next : NULL;
+  uint64_t length = keep->length + (prev_free ? s->length : 0) + (next_free ? next->length : 0);
+  bool same = false;
+  if (prev_free && next_free) cube__bin_remove(pool, next);
+  if (anchor) {
+    uint32_t index = cube__bin_index(anchor->length);
+    same = cube__bin_index(length) == index;
+    if (!same)
+      cube__bin_remove(pool, anchor);
+    else if (anchor != keep)
+      cube__bin_replace(pool, anchor, keep, index);
+  }
+  if (prev_free) {
+    cube__page_absorb_next(page, prev);
     pool->stats.merges++;
   }
-  if (s->next && !s->next->memory) {
-    cube__page_merge_next(page, s);
+  if (next_free) {
+    cube__page_absorb_next(page, keep);
     pool->stats.merges++;
   }
-  cube__bin_insert(pool, s);
-}
-
-/* The bin of a free slice of |length| bytes: four per power of two (the
- * two bits below the top one), lengths under 4 their own. Monotone: a
- * longer slice never sits in a lower bin. */
-static uint32_t cube__bin_index(uint64_t length) {
-  if (length < 4) return (uint32_t)length;
-  uint32_t top = 63u - (uint32_t)__builtin_clzll(length);
-  return top * 4u + (uint32_t)((length >> (top - 2u)) & 3u);
-}
-
-void cube__bin_insert(cube__pool_t* pool, cube__slice_t* s) {
-  cube__bins_t* bins = pool->bins;
-  uint32_t i = cube__bin_index(s->length);
-  s->bin_prev = NULL;
-  s->bin_next = bins->head[i];
-  if (s->bin_next) s->bin_next->bin_prev = s;
-  bins->head[i] = s;
-  bins->map[i / 64] |= UINT64_C(1) << (i % 64);
-  s->binned = true;
-}
-
-void cube__bin_remove(cube__pool_t* pool, cube__slice_t* s) {
-  cube__bins_t* bins = pool->bins;
-  uint32_t i = cube__bin_index(s->length);
-  if (s->bin_prev)
-    s->bin_prev->bin_next = s->bin_next;
-  else
-    bins->head[i] = s->bin_next;
-  if (s->bin_next) s->bin_next->bin_prev = s->bin_prev;
-  if (!bins->head[i]) bins->map[i / 64] &= ~(UINT64_C(1) << (i % 64));
-  s->bin_prev = s->bin_next = NULL;
-  s->binned = false;
+  if (!same) cube__bin_insert(pool, keep);
 }
 
 cube__slice_t* cube__bins_find(cube__pool_t* pool, uint64_t effective, uint64_t* visited) {

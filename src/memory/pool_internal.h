@@ -173,10 +173,6 @@ typedef struct cube__pool_stats {
   uint64_t lazy;        /* free slices found by a scan, not by the queue */
 } cube__pool_stats_t;
 
-/* Bins of |pool| (page.c): a free slice in (binned), or out. */
-void cube__bin_insert(cube__pool_t* pool, cube__slice_t* s);
-void cube__bin_remove(cube__pool_t* pool, cube__slice_t* s);
-
 /* Frees bound slice |s| of a sliced pool whose descriptor the owner has
  * taken over (unbound already) and merges it with its free neighbours
  * (page.c). */
