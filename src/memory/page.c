@@ -328,16 +328,25 @@ cube__slice_t* cube__bins_find(cube__pool_t* pool, uint64_t effective, uint64_t*
   uint32_t own = cube__bin_index(effective);
   /* A few of the request's own bin: the tightest fits. */
   cube__slice_t* s = bins->head[own];
+  cube__slice_t* best = NULL;
   for (uint32_t n = 0; s && n < CUBE__BIN_SCAN; ++n, s = s->bin_next) {
     ++*visited;
-    if (s->length >= effective) return s;
+    if (s->length == effective) return s;
+    if (s->length > effective && (!best || s->length < best->length)) best = s;
   }
+  if (best) return best;
   /* Any slice of a bin above fits: the first non-empty one. */
   for (uint32_t i = own + 1; i < CUBE__BIN_COUNT;) {
     uint64_t word = bins->map[i / 64] >> (i % 64);
     if (word) {
-      ++*visited;
-      return bins->head[i + (uint32_t)__builtin_ctzll(word)];
+      /* The shortest of a few there: the rest of the run stays long. */
+      cube__slice_t* pick = bins->head[i + (uint32_t)__builtin_ctzll(word)];
+      cube__slice_t* c = pick;
+      for (uint32_t n = 0; c && n < CUBE__BIN_SCAN; ++n, c = c->bin_next) {
+        ++*visited;
+        if (c->length < pick->length) pick = c;
+      }
+      return pick;
     }
     i = (i / 64 + 1) * 64;
   }

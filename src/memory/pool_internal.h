@@ -142,20 +142,22 @@ void cube__page_usage(cube__page_t* page, cube_memory_usage_t* usage);
  *    either side (the slice list is doubly linked), so free runs are always
  *    whole: what CubeCL's coalesce would give, without its walk.
  *  - Free slices sit in size bins (CUBE__BIN_COUNT: four per power of two of
- *    the length). A reservation of e effective bytes looks at a few slices of
- *    e's own bin (the tightest fit), then takes any slice of the first
- *    non-empty bin above (each fits: a bitmap finds it), and only when there
- *    is none walks the rest of e's own bin before the pool adds a page. So a
- *    page is added only when no free run of any page fits, as before.
+ *    the length). A reservation of e effective bytes takes the shortest that
+ *    fits of a few slices of e's own bin, else the shortest of a few slices
+ *    of the first non-empty bin above (each fits: a bitmap finds the bin),
+ *    and only when there is none walks the rest of e's own bin before the
+ *    pool adds a page. So a page is added only when no free run of any page
+ *    fits, as before.
  *
  * The alternative weighed, an index of known-free slices rebuilt by the full
  * scan when nothing known fits, keeps the scan: a pool whose pages are full
  * of live slices would pay it on every hit whose slice was freed since the
- * last scan. Reuse order changes: the tightest bin first, the most recently
- * freed first inside a bin (warm), not the lowest address; the replayed
- * traces of bench_alloc_churn measure the effect (docs/benchmarks.md). */
+ * last scan. Reuse order changes: the shortest of a few slices of the
+ * tightest bin, not the lowest address; on bench_alloc_churn's traces no
+ * row reserves more than with first fit, some less (docs/benchmarks.md). */
 #define CUBE__BIN_COUNT 256u
-/* Slices of the request's own bin looked at before the bins above it. */
+/* Slices of a bin looked at: of the request's own before the bins above,
+ * and of the first non-empty bin above. */
 #define CUBE__BIN_SCAN 8u
 
 typedef struct cube__bins {
