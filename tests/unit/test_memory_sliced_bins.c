@@ -443,3 +443,35 @@ CUBE_TEST(own_bin_walked_before_the_pool_grows) {
   CHECK_EQ_U64(f.pool->pages[0]->slice_count, 1);
   close_fixture(&f);
 }
+
+/* The fallback for a release the queue did not see (a scan finds it free:
+ * refs 1 and not pending): usage counts it free at once, the scan bins it
+ * without merging, and a request that only the merged run fits merges the
+ * pages first instead of adding one. Made here by clearing |notify| by hand
+ * before the drops, which the library itself never does while bound. */
+CUBE_TEST(release_found_by_a_scan_is_merged_before_growth) {
+  fixture_t f;
+  REQUIRE(open_sliced(&f, 4 * KiB, 16));
+  cube__memory_t* a = reserve(f.mm, 2048);
+  cube__memory_t* b = reserve(f.mm, 2048);
+  REQUIRE(a && b);
+  CHECK_EQ_U64(f.pool->page_count, 1);
+  atomic_store(&a->notify, NULL);
+  atomic_store(&b->notify, NULL);
+  cube__memory_handle_unref(a);
+  cube__memory_handle_unref(b);
+  cube_memory_usage_t u;
+  cube__mm_usage(f.mm, &u); /* the scan finds both */
+  CHECK_EQ_U64(u.number_allocs, 0);
+  CHECK_EQ_U64(f.pool->stats.lazy, 2);
+  CHECK_EQ_U64(f.pool->stats.drained, 0);
+  CHECK_EQ_U64(f.pool->pages[0]->slice_count, 2); /* not merged yet */
+  cube__memory_t* c = reserve(f.mm, 4096);
+  REQUIRE(c != NULL);
+  CHECK_EQ_U64(f.pool->page_count, 1);
+  CHECK_EQ_U64(f.pool->unmerged, 0);
+  cube__memory_handle_unref(c);
+  check_pages(__LINE__, f.pool);
+  CHECK_EQ_U64(f.pool->pages[0]->slice_count, 1);
+  close_fixture(&f);
+}
