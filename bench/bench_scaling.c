@@ -29,7 +29,8 @@
  *
  * A pool point whose live set is projected to take longer to grow than
  * CUBE_BENCH_POOL_BUDGET_S seconds (default 30) is skipped with the
- * projection (the pool hit grows with the live set: docs/benchmarks.md).
+ * projection (a pool whose hit grows with the live set, as the sliced pool's
+ * did before its release queue and bins: docs/benchmarks.md).
  *
  * Trials alternate: the launch curve measures every thread count once per
  * round; the CPU curve alternates cube and OpenMP at each point; the transfer

@@ -8,7 +8,9 @@ Reads the lines "curve <name> <x> <median> <min> <max> <unit>" and draws the med
 the min-max spread as error bars. Curves that belong together share a figure (cube and
 OpenMP on the same cores, upload and download). Where the design promises a flat line (the
 pool hit against live buffers; launches per second against submitting threads) a dashed
-reference line is drawn at the first point's median. Without matplotlib it says so and
+reference line is drawn at the first point's median of the figure's first curve.
+"pool_hit_scan" (a run of the sliced pool's former coalescing scan, renamed by hand as in
+bench/data/scaling_vm_pool_2026-12-04.txt) is drawn with "pool_hit" when present. Without matplotlib it says so and
 exits 0 (the plots are documentation, never a test).
 """
 import collections
@@ -18,7 +20,7 @@ import sys
 # figure name -> (title, curve names, x label, log x, log y, flat reference?)
 FIGURES = [
     ("pool_hit", "Pool hit (256 B empty + release) against live buffers",
-     ["pool_hit"], "live 256-byte buffers", True, True, True),
+     ["pool_hit", "pool_hit_scan"], "live 256-byte buffers", True, True, True),
     ("launch", "Empty-kernel launches per second against submitting threads",
      ["launch_one_device", "launch_several_devices"], "submitting threads (one stream each)",
      True, False, True),
@@ -81,7 +83,7 @@ def main(argv):
             med = [p[1] for p in pts]
             err = [[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]]
             ax.errorbar(xs, med, yerr=err, marker="o", capsize=3, label=n)
-            if flat:
+            if flat and n == present[0]:
                 ax.axhline(med[0], linestyle="--", linewidth=1, color="grey",
                            label="flat (design): %s at x=%g" % (n, xs[0]))
         if fig_name == "cpu_ratio":

@@ -31,9 +31,29 @@ void cube__memory_ref(cube__memory_t* m) {
 
 static void cube__external_free(cube__memory_t* m);
 
+/* Drops |what| from |m|'s counts. A drop on a descriptor bound in a sliced
+ * pool that leaves only the pool's reference marks the count pending and
+ * queues the descriptor on that pool (pool_internal.h, "Release queue").
+ * |notify| is read after an acquire load of the count that the exchange then
+ * confirms unchanged: the bind stores |notify| before its release increment
+ * takes the pool's reference, so a count that holds the pool's reference is
+ * always read together with its |notify| (no release goes unnoticed); the
+ * unbinding clears |notify| before it drops the pool's reference. */
 static void cube__memory_drop(cube__memory_t* m, uint64_t what) {
-  uint64_t before = atomic_fetch_sub_explicit(&m->counts, what, memory_order_acq_rel);
-  if ((uint32_t)before != 1) return;
+  uint64_t old = atomic_load_explicit(&m->counts, memory_order_acquire);
+  uint64_t next;
+  cube__pool_t* pool;
+  do {
+    pool = atomic_load_explicit(&m->notify, memory_order_relaxed);
+    next = old - what;
+    if (pool && (uint32_t)next == 1) next |= CUBE__MEMORY_PENDING;
+  } while (!atomic_compare_exchange_weak_explicit(&m->counts, &old, next, memory_order_acq_rel,
+                                                  memory_order_acquire));
+  if (next & CUBE__MEMORY_PENDING) {
+    cube__pool_notify(pool, m); /* the pool's owner takes it from here */
+    return;
+  }
+  if ((uint32_t)next != 0) return;
   if (__builtin_expect(atomic_load_explicit(&m->taint, memory_order_relaxed) != NULL, 0))
     cube__memory_set_taint(m, NULL);
   if (__builtin_expect(atomic_load_explicit(&m->keep, memory_order_relaxed) != NULL, 0))

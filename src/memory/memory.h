@@ -4,9 +4,13 @@
  *
  * Threading: a manager (cube__mm_t) is not thread-safe; its owner (a stream)
  * serialises calls with its own lock. Descriptor reference counts are atomic
- * and may be dropped from any thread: freeing is lazy -- a pool discovers
- * that only its own reference is left when it next scans (reserve, usage,
- * cleanup), exactly as CubeCL. Such a descriptor is nobody else's any more:
+ * and may be dropped from any thread. For a slice of a sliced pool, the drop
+ * that leaves only the pool's reference marks the count (CUBE__MEMORY_PENDING)
+ * and pushes the descriptor onto that pool's release queue (lock-free); the
+ * pool's owner takes the queue whole at its next reserve, usage, report or
+ * cleanup and frees those slices into its size bins (pool_internal.h). The
+ * other pool kinds discover such a descriptor lazily when they next scan, as
+ * CubeCL does for every pool. Such a descriptor is nobody else's any more:
  * the manager keeps it (up to CUBE__MM_SPARE_DESCRIPTORS) and hands it out
  * again, re-initialised with a new id, by its next cube__mm_reserve, so a
  * pool hit allocates and frees no host memory.
@@ -59,6 +63,13 @@ typedef struct cube__mm cube__mm_t;
  * slice), bits 32-63 the user handle references only (can_mut). */
 #define CUBE__MEMORY_REF UINT64_C(1)
 #define CUBE__MEMORY_HANDLE_REF ((UINT64_C(1) << 32) | UINT64_C(1))
+/* Bit 31 of the refs: the descriptor is on its sliced pool's release queue
+ * (set by the drop that left only the pool's reference, cleared by the pool's
+ * owner when it takes the queue). Not a reference: cube__memory_refs masks
+ * it; a pool scan treats a pending slice as not yet free. */
+#define CUBE__MEMORY_PENDING (UINT64_C(1) << 31)
+
+struct cube__pool;
 
 typedef struct cube__memory {
   atomic_uint_fast64_t counts; /* refs (low 32 bits) and handle_refs (high 32) */
@@ -74,6 +85,12 @@ typedef struct cube__memory {
   atomic_uint_fast64_t auto_tag; /* the server's: the held step of automatic capture that
                                     used it last (src/server/graph_auto.c), 0: none */
   struct cube__memory* next_spare; /* the manager's: its list of descriptors to reuse */
+  /* The sliced pool to tell when the drop of a reference leaves only its own
+   * (memory/pool_internal.h, "Release queue"): set by the bind before the
+   * pool's reference is taken (release), cleared before it is dropped; NULL
+   * for the other pool kinds and while unbound. */
+  _Atomic(struct cube__pool*) notify;
+  struct cube__memory* notify_next; /* link on that pool's release queue */
   /* Allocation tracking (memory/track.h): the tag (interned, NULL: none) and
    * the time of the allocation (cube__now_ns, 0: not recorded). Stamped by
    * the manager while tracking is on; the tag also by cube_handle_set_tag. */
@@ -114,7 +131,8 @@ uint64_t cube__memory_take_ids(uint64_t count);
 
 /* The two counts (for tests and checks; a snapshot). */
 static inline uint32_t cube__memory_refs(const cube__memory_t* m) {
-  return (uint32_t)atomic_load_explicit(&((cube__memory_t*)m)->counts, memory_order_acquire);
+  return (uint32_t)(atomic_load_explicit(&((cube__memory_t*)m)->counts, memory_order_acquire) &
+                    (CUBE__MEMORY_PENDING - 1));
 }
 static inline uint32_t cube__memory_handle_refs(const cube__memory_t* m) {
   return (uint32_t)(atomic_load_explicit(&((cube__memory_t*)m)->counts, memory_order_acquire) >>

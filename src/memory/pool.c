@@ -1,6 +1,7 @@
 /* What the three pool kinds share: the page array, storage allocation,
  * usage and reports, and dispatch by kind. */
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@ static void cube__pool_init_common(cube__pool_t* pool, cube_pool_kind_t kind, ui
   pool->alignment = alignment ? alignment : 1;
   pool->storage = storage;
   pool->mm = mm;
+  atomic_init(&pool->released, NULL);
 }
 
 void cube__pool_init(cube__pool_t* pool, const cube__pool_options_t* options, uint64_t alignment,
@@ -38,6 +40,7 @@ void cube__pool_init_persistent(cube__pool_t* pool, uint64_t alignment,
 }
 
 void cube__pool_deinit(cube__pool_t* pool) {
+  cube__pool_drain(pool); /* a queued descriptor is recycled, not detached */
   while (pool->page_count > 0) cube__pool_remove_page(pool, pool->page_count - 1);
   while (pool->spare_slices) {
     cube__slice_t* s = pool->spare_slices;
@@ -47,8 +50,11 @@ void cube__pool_deinit(cube__pool_t* pool) {
   pool->spare_slice_count = 0;
   free(pool->pages);
   free(pool->buckets);
+  free(pool->bins);
   pool->pages = NULL;
   pool->buckets = NULL;
+  pool->bins = NULL;
+  pool->unmerged = 0;
   pool->page_cap = pool->bucket_count = pool->bucket_cap = 0;
 }
 
@@ -132,6 +138,7 @@ void cube__pool_cleanup(cube__pool_t* pool, uint64_t alloc_nr, bool explicit_cle
 }
 
 void cube__pool_usage(cube__pool_t* pool, cube_memory_usage_t* usage) {
+  cube__pool_drain(pool);
   for (uint32_t i = 0; i < pool->page_count; ++i) {
     cube__page_t* page = pool->pages[i];
     if (pool->kind != CUBE_POOL_EXCLUSIVE) {
@@ -150,6 +157,7 @@ void cube__pool_usage(cube__pool_t* pool, cube_memory_usage_t* usage) {
 
 void cube__pool_report(cube__pool_t* pool, cube_pool_report_t* out) {
   memset(out, 0, sizeof(*out));
+  cube__pool_drain(pool);
   out->kind = pool->kind;
   out->page_size = pool->kind == CUBE_POOL_SLICED     ? pool->page_size
                    : pool->kind == CUBE_POOL_EXCLUSIVE ? pool->max_alloc_size
@@ -229,6 +237,7 @@ cube_status_t cube__pool_add_page(cube__pool_t* pool, uint64_t bytes, cube__page
 }
 
 void cube__pool_release_page(cube__pool_t* pool, cube__page_t* page) {
+  cube__pool_drain(pool); /* none of its slices is left on the queue */
   cube__storage_t storage = page->storage;
   cube__page_destroy(page); /* detaches descriptors before the storage goes */
   pool->storage->dealloc(pool->storage->self, &storage);

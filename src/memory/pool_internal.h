@@ -5,12 +5,17 @@
  * Ownership: a pool owns its pages, a page owns its storage buffer and its
  * slices. A bound slice holds one reference on its descriptor (the "pool's
  * reference"); the descriptor points back at the slice. A slice is free when
- * it holds no descriptor. A slice whose descriptor has only the pool's
- * reference left is discovered lazily by cube__slice_check_free, which
- * detaches it (descriptor unbound, reference dropped).
+ * it holds no descriptor. In exclusive and persistent pools (and pages of
+ * no pool), a slice whose descriptor has only the pool's reference left is
+ * discovered lazily by cube__slice_check_free, which detaches it
+ * (descriptor unbound, reference dropped).
+ *
+ * Sliced pools are told instead (the release queue and the size bins, below):
+ * a reservation costs the same however many slices of the pool are live.
  *
  * Thread-compatible: one thread at a time per pool (the manager's owner);
- * only descriptor reference counts are touched from other threads.
+ * only descriptor reference counts and a sliced pool's release queue
+ * (cube__pool_notify) are touched from other threads.
  */
 #ifndef CUBE_MEMORY_POOL_INTERNAL_H_
 #define CUBE_MEMORY_POOL_INTERNAL_H_
@@ -33,6 +38,11 @@ struct cube__slice {
   uint64_t size;    /* requested size; meaningful while bound */
   uint64_t padding; /* alignment padding; meaningful while bound */
   cube__memory_t* memory; /* bound descriptor (holds one ref on it), NULL = free */
+  /* Sliced pools: a free slice is on its pool's bin for its length (in no
+   * order), linked by these. */
+  cube__slice_t* bin_prev;
+  cube__slice_t* bin_next;
+  bool binned;
 };
 
 struct cube__page {
@@ -114,6 +124,78 @@ void cube__page_usage(cube__page_t* page, cube_memory_usage_t* usage);
 
 /* Pools (pool.c, sliced_pool.c, exclusive_pool.c, persistent_pool.c) ----- */
 
+/* Release queue and size bins (sliced pools) ------------------------------
+ *
+ * Why not CubeCL's scan: its reservation coalesces every page (a walk of
+ * every slice, asking each descriptor whether only the pool's reference is
+ * left) and then first-fits from each page's start, so a pool hit costs
+ * O(live slices of the pool) (docs/benchmarks.md, "Pool hit against live
+ * buffers"). Here the release tells the pool instead, and the pool keeps its
+ * free slices where a reservation finds them without walking the live ones:
+ *
+ *  - The drop of the last reference other than the pool's (any thread;
+ *    memory.c) marks the count CUBE__MEMORY_PENDING and pushes the
+ *    descriptor onto the pool's |released| stack (lock-free, push only).
+ *  - The owner takes the whole stack (one exchange) at its next reserve,
+ *    usage, report or cleanup (cube__pool_drain): each descriptor is
+ *    recycled and its slice freed, merged at once with a free neighbour on
+ *    either side (the slice list is doubly linked), so free runs are always
+ *    whole: what CubeCL's coalesce would give, without its walk.
+ *  - Free slices sit in size bins (CUBE__BIN_COUNT: four per power of two of
+ *    the length). A reservation of e effective bytes takes the shortest that
+ *    fits of a few slices of e's own bin, else the shortest of a few slices
+ *    of the first non-empty bin above (each fits: a bitmap finds the bin),
+ *    and only when there is none walks the rest of e's own bin before the
+ *    pool adds a page. So a page is added only when no free run of any page
+ *    fits, as before.
+ *
+ * The alternative weighed, an index of known-free slices rebuilt by the full
+ * scan when nothing known fits, keeps the scan: a pool whose pages are full
+ * of live slices would pay it on every hit whose slice was freed since the
+ * last scan. Reuse order changes: the shortest of a few slices of the
+ * tightest bin, not the lowest address; on bench_alloc_churn's traces no
+ * row reserves more than with first fit, some less (docs/benchmarks.md). */
+#define CUBE__BIN_COUNT 256u
+/* Slices of a bin looked at: of the request's own before the bins above,
+ * and of the first non-empty bin above. */
+#define CUBE__BIN_SCAN 8u
+
+typedef struct cube__bins {
+  cube__slice_t* head[CUBE__BIN_COUNT];
+  uint64_t map[CUBE__BIN_COUNT / 64]; /* bit set: that bin is not empty */
+} cube__bins_t;
+
+/* Counters of a sliced pool's reservations (tests and benches read them). */
+typedef struct cube__pool_stats {
+  uint64_t reserves;    /* cube__sliced_try_reserve calls */
+  uint64_t visited;     /* free slices looked at by them */
+  uint64_t max_visited; /* most by one of them */
+  uint64_t drained;     /* releases taken from the queue */
+  uint64_t merges;      /* free neighbours merged when a slice was freed */
+  uint64_t lazy;        /* free slices found by a scan, not by the queue */
+} cube__pool_stats_t;
+
+/* Frees bound slice |s| of a sliced pool whose descriptor the owner has
+ * taken over (unbound already) and merges it with its free neighbours
+ * (page.c). */
+void cube__page_free_slice(cube__page_t* page, cube__slice_t* s);
+
+/* The free slice for |effective| bytes (see above), NULL when none fits;
+ * adds the slices looked at to *visited (page.c). */
+cube__slice_t* cube__bins_find(cube__pool_t* pool, uint64_t effective, uint64_t* visited);
+
+/* Binds |m| to free slice |s| for |size| bytes with |padding|, splitting off
+ * the rest (size + padding onwards) as a new free slice; out of bins first
+ * when binned. Fails only when out of host memory (page.c). */
+cube_status_t cube__page_bind_split(cube__page_t* page, cube__slice_t* s, uint64_t size,
+                                    uint64_t padding, cube__memory_t* m);
+
+/* Any thread: queues |m| (its count just marked pending) on |pool|. */
+void cube__pool_notify(cube__pool_t* pool, cube__memory_t* m);
+/* The owner: frees the slices of every queued release (sliced pools; no-op
+ * for the others). */
+void cube__pool_drain(cube__pool_t* pool);
+
 typedef struct cube__bucket {
   uint64_t effective_size;
   cube__page_t* head; /* pages in creation order, linked by bucket_next */
@@ -158,9 +240,22 @@ struct cube__pool {
    * page's free slice and merges it back later allocates nothing. */
   cube__slice_t* spare_slices;
   uint32_t spare_slice_count;
+
+  /* Sliced: the release queue and the size bins (above; bins made with the
+   * first page), and the counters. |unmerged|: free slices binned by a scan
+   * without merging their neighbours since the last whole coalesce. */
+  _Atomic(cube__memory_t*) released;
+  cube__bins_t* bins;
+  uint64_t unmerged;
+  cube__pool_stats_t stats;
 };
 
 #define CUBE__POOL_SPARE_SLICES 64u
+
+/* True when |page|'s free slices are kept in its pool's bins. */
+static inline bool cube__page_binned(const cube__page_t* page) {
+  return page->pool && page->pool->kind == CUBE_POOL_SLICED;
+}
 
 /* A fitted pool (docs/observability.md, "Memory that is not wasted"): an
  * exclusive pool whose page_size is a granule. Each page is one request's

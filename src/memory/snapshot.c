@@ -146,6 +146,7 @@ void cube__mm_tag_totals(cube__mm_t* mm, cube__tag_total_t* totals, uint32_t* co
                          uint32_t cap) {
   cube__pool_t* list[CUBE_MAX_POOLS];
   uint32_t n = cube__mm_pool_list(mm, list);
+  for (uint32_t p = 0; p < n; ++p) cube__pool_drain(list[p]);
   for (uint32_t p = 0; p < n; ++p)
     for (uint32_t i = 0; i < list[p]->page_count; ++i)
       for (cube__slice_t* s = list[p]->pages[i]->first; s; s = s->next) {
