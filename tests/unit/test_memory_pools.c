@@ -8,7 +8,7 @@
 
 #include "check.h"
 #include "memory/pool_internal.h"
-#include "test_memory_storage.h"
+#include "test_memory_mm.h"
 
 #define KiB (1024ull)
 #define MiB (1024ull * 1024ull)
@@ -22,15 +22,7 @@ typedef struct {
 } fixture_t;
 
 static bool open_with(fixture_t* f, const cube__mm_options_t* o, uint64_t alignment) {
-  test_storage_init(&f->ts, alignment);
-  f->mm = NULL;
-  cube_status_t s = cube__mm_create(o, &f->ts.ops, &f->mm);
-  if (s != CUBE_OK) {
-    fprintf(stderr, "cube__mm_create: %s\n", cube_status_message(s));
-    cube_status_free(s);
-    return false;
-  }
-  return true;
+  return test_mm_open(&f->ts, o, alignment, &f->mm);
 }
 
 static bool open_config(fixture_t* f, cube_memory_config_t config) {
@@ -45,24 +37,9 @@ static bool open_custom(fixture_t* f, const cube__pool_options_t* pools, uint32_
   return open_with(f, &o, alignment);
 }
 
-/* Destroys the manager; every storage buffer must have been returned. */
-static void close_fixture(fixture_t* f) {
-  cube__mm_destroy(f->mm);
-  CHECK_EQ_U64(f->ts.allocs, f->ts.deallocs);
-  CHECK_EQ_U64(f->ts.live_bytes, 0);
-}
+static void close_fixture(fixture_t* f) { test_mm_close(&f->ts, f->mm); }
 
-static cube__memory_t* reserve(cube__mm_t* mm, uint64_t size) {
-  cube__memory_t* m = NULL;
-  cube_status_t s = cube__mm_reserve(mm, size, &m);
-  if (s != CUBE_OK) {
-    fprintf(stderr, "reserve(%" PRIu64 "): %s\n", size, cube_status_message(s));
-    cube_status_free(s);
-    cube_test_failures++;
-    return NULL;
-  }
-  return m;
-}
+static cube__memory_t* reserve(cube__mm_t* mm, uint64_t size) { return test_mm_reserve(mm, size); }
 
 static void drop(cube__memory_t* m) { cube__memory_handle_unref(m); }
 

@@ -9,7 +9,7 @@
 
 #include "check.h"
 #include "memory/pool_internal.h"
-#include "test_memory_storage.h"
+#include "test_memory_mm.h"
 
 #define KiB (1024ull)
 #define MiB (1024ull * 1024ull)
@@ -21,40 +21,19 @@ typedef struct {
 } fixture_t;
 
 static bool open_sliced(fixture_t* f, uint64_t page, uint64_t alignment) {
-  test_storage_init(&f->ts, alignment);
   cube__pool_options_t p = {.kind = CUBE_POOL_SLICED, .page_size = page, .max_alloc_size = page};
   cube__mm_options_t o = {.name = "test memory", .custom = &p, .custom_count = 1,
                           .max_page_size = page};
-  f->mm = NULL;
-  cube_status_t s = cube__mm_create(&o, &f->ts.ops, &f->mm);
-  if (s != CUBE_OK) {
-    fprintf(stderr, "cube__mm_create: %s\n", cube_status_message(s));
-    cube_status_free(s);
-    return false;
-  }
+  if (!test_mm_open(&f->ts, &o, alignment, &f->mm)) return false;
   cube__pool_t* list[CUBE_MAX_POOLS];
   cube__mm_pool_list(f->mm, list);
   f->pool = list[0];
   return f->pool->kind == CUBE_POOL_SLICED;
 }
 
-static void close_fixture(fixture_t* f) {
-  cube__mm_destroy(f->mm);
-  CHECK_EQ_U64(f->ts.allocs, f->ts.deallocs);
-  CHECK_EQ_U64(f->ts.live_bytes, 0);
-}
+static void close_fixture(fixture_t* f) { test_mm_close(&f->ts, f->mm); }
 
-static cube__memory_t* reserve(cube__mm_t* mm, uint64_t size) {
-  cube__memory_t* m = NULL;
-  cube_status_t s = cube__mm_reserve(mm, size, &m);
-  if (s != CUBE_OK) {
-    fprintf(stderr, "reserve(%" PRIu64 "): %s\n", size, cube_status_message(s));
-    cube_status_free(s);
-    cube_test_failures++;
-    return NULL;
-  }
-  return m;
-}
+static cube__memory_t* reserve(cube__mm_t* mm, uint64_t size) { return test_mm_reserve(mm, size); }
 
 static uint64_t rng_next(uint64_t* state) {
   *state ^= *state << 13;
