@@ -16,10 +16,15 @@
  * proposal is P intersected with the ranks it heard from and with every
  * proposal it received. It decides when it heard from every other member of
  * P and every proposal equals P. A dead rank costs the round in which it is
- * missed its deadline, the next round agrees at once. The first round waits
+ * missed its deadline, the next round agrees at once. Every round waits
  * twice the collective timeout: a survivor whose own collective failed one
  * operation later (the dead rank had answered it) enters the shrink up to one
- * timeout after the others. A rank that dies during the shrink can leave the
+ * timeout after the others, and each of its rounds ends that much later, so a
+ * round of the earlier ranks must outlast the offset (with one timeout a round
+ * of the earlier rank could end just before the later rank's proposal for it
+ * was sent, leaving the two with different sets). A round ends as soon as
+ * every rank it waits for answered, so the longer deadline costs time only
+ * when a rank does not answer. A rank that dies during the shrink can leave the
  * survivors with different sets (no agreement protocol tolerates every
  * failure); their next collective then times out and they shrink again.
  *
@@ -170,7 +175,7 @@ static cube_status_t cube__coll_agree(cube__comm_t* c, uint8_t* alive, uint64_t 
     if (no == 0) break; /* alone: nothing to agree on */
     cube__mpi_header_t h = {c->hash,          (epoch << 20) | round, n, CUBE__MPI_KIND_SHRINK, 0, 0,
                             c->local_per_rank, c->my_rank,          0};
-    uint64_t wait = round == 0 ? 2 * timeout_ns : timeout_ns;
+    uint64_t wait = 2 * timeout_ns;
     st = cube__mpi_gather((c->hash ^ 0x736872696e6bull) * 4u + 3u, &h, alive, no, others, got,
                           cube__now_ns() + wait, what);
     if (st) goto done;

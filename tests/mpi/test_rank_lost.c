@@ -13,7 +13,13 @@
  * step ahead), and finish the steps with correct sums over the two. Each
  * survivor that did all of it without a failed check writes
  * $CUBE_TEST_RANK_LOST_DIR/survivor.<rank> ("victim <v> steps <n>"); the
- * script requires both. Without MPI, or not 3 ranks, the case skips (77). */
+ * script requires both. Without MPI, or not 3 ranks, the case skips (77).
+ *
+ * rank_killed_survivor_shrinks_late: the same, and the higher survivor waits
+ * 1.6 timeouts before its shrink, as one whose collective the victim still
+ * answered (it failed one operation later) can: the other survivor must
+ * still hear each of its rounds (a round of one timeout did not, and the two
+ * decided different sets). */
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -103,7 +109,7 @@ static cube_status_t all_reduce_step(cube_client_t* c, const int64_t* data, size
   return s;
 }
 
-static void rank_killed(bool nccl) {
+static void rank_killed(bool nccl, bool late) {
   if (nccl) {
 #if defined(CUBE_MOCK_CUDA_PATH) && defined(CUBE_MOCK_NCCL_PATH)
     /* One GPU of the mock driver per rank, NCCL the mock (parts between
@@ -209,6 +215,12 @@ static void rank_killed(bool nccl) {
     /* Shrink: the two survivors, agreed. */
     cube_device_id_t alive[3];
     size_t alive_n = 0;
+    if (late && rank == (victim == 2 ? 1u : 2u)) {
+      uint64_t late_ms = timeout_ms * 8 / 5;
+      fprintf(stderr, "rank %u: enters the shrink %" PRIu64 " ms late\n", rank, late_ms);
+      struct timespec ts = {(time_t)(late_ms / 1000), (long)(late_ms % 1000) * 1000000L};
+      nanosleep(&ts, NULL);
+    }
     uint64_t t0 = now_ms();
     REQUIRE_OK(cube_client_shrink_collective(c, 3, full, &alive_n, alive));
     fprintf(stderr, "rank %u: shrunk to %zu devices in %" PRIu64 " ms\n", rank, alive_n,
@@ -258,5 +270,6 @@ static void rank_killed(bool nccl) {
   }
 }
 
-CUBE_TEST(rank_killed_mid_all_reduce) { rank_killed(false); }
-CUBE_TEST(rank_killed_mid_all_reduce_nccl) { rank_killed(true); }
+CUBE_TEST(rank_killed_mid_all_reduce) { rank_killed(false, false); }
+CUBE_TEST(rank_killed_mid_all_reduce_nccl) { rank_killed(true, false); }
+CUBE_TEST(rank_killed_survivor_shrinks_late) { rank_killed(false, true); }
