@@ -6,7 +6,9 @@
  * unit of the cube; a `for` loop with barriers at the top level of its body
  * and a header that reads no per-unit value runs once, outside the unit
  * loops; top-level scalar locals ("private" locals) live in per-unit arrays
- * in cube->scratch. Anything outside that subset (return, break, barriers
+ * in cube->scratch, held in locals of the unit iteration within each region
+ * (cube__split_close), except those that are the unit's position on an axis
+ * and never written, which are the unit loop's counter. Anything outside that subset (return, break, barriers
  * under if/while, local arrays, ...) keeps the fiber entry. The units of a
  * region run in the fibers' order (unit 0 first), so a kernel without data
  * races computes exactly what it computes as fibers. The define
@@ -31,6 +33,12 @@ typedef struct cube__split_priv {
   char type[16]; /* its scalar type, const dropped */
   bool unit_pos; /* declared at the top level of the body, of an unsigned or 64-bit
                     integer type, initialised with UNIT_POS_X or UNIT_POS alone */
+  char axis;     /* 'x', 'y' or 'z': declared at the top level of the body and
+                    initialised with UNIT_POS_X, _Y or _Z alone; 0 otherwise */
+  bool axis_only; /* axis set and the name never written again: it means the
+                     unit loop's own counter (no per-unit array) */
+  bool addressed; /* its address is taken somewhere ('&name'): never held in a
+                     region's local copy (cube__split_close) */
 } cube__split_priv_t;
 
 typedef struct cube__split {
@@ -47,6 +55,7 @@ typedef struct cube__split {
   cube__sb_t body;   /* regions and uniform loops */
   cube__sb_t shared; /* the CUBE_SHARED declarations */
   bool in_region;
+  size_t region_at; /* where the open region's statements start in |body| */
   cube__split_priv_t priv[CUBE__SPLIT_MAX_PRIV];
   uint32_t npriv;
   size_t hdr_b[CUBE__SPLIT_MAX_LOOPS], hdr_e[CUBE__SPLIT_MAX_LOOPS]; /* uniform headers */
@@ -145,6 +154,9 @@ static void cube__split_line(cube__split_t* s, cube__sb_t* sb, size_t off) {
   for (size_t i = start; i < off; ++i) cube__sb_put(sb, s->src[i] == '\t' ? "\t" : " ", 1);
 }
 
+/* The unit's index (cube__unit) is computed in 64 bits: its private slots'
+ * addresses are then affine in the x loop's counter for the compilers, which
+ * vectorise that loop only so (a 32-bit index may wrap). */
 static void cube__split_open(cube__split_t* s) {
   if (s->in_region) return;
   s->in_region = true;
@@ -152,16 +164,76 @@ static void cube__split_open(cube__split_t* s) {
                 "for (uint32_t cube__uz = 0; cube__uz < cube__dz; ++cube__uz)\n"
                 "for (uint32_t cube__uy = 0; cube__uy < cube__dy; ++cube__uy)\n"
                 "for (uint32_t cube__ux = 0; cube__ux < cube__dx; ++cube__ux) {\n"
-                "const uint32_t cube__unit CUBE__UNUSED = "
-                "cube__ux + cube__dx * (cube__uy + cube__dy * cube__uz);\n"
+                "const uint64_t cube__unit CUBE__UNUSED = (uint64_t)cube__ux + "
+                "(uint64_t)cube__dx * ((uint64_t)cube__uy + (uint64_t)cube__dy * cube__uz);\n"
                 "const uint32_t cube__ax CUBE__UNUSED = cube__cx * cube__dx + cube__ux;\n"
                 "const uint32_t cube__abs CUBE__UNUSED = CUBE__ABSOLUTE_POS_OF_AXES;\n");
+  s->region_at = s->body.len;
 }
 
+/* Closes the open region. The private locals its statements name are held in
+ * locals of the unit's iteration: read from their slots first, written back
+ * last (when the region or a define may write them), and the name means the
+ * local in between (#define). A unit's slots are its own, so nothing else
+ * reads them meanwhile; the compiler can keep the value in a register (an
+ * accumulator across an unrolled loop) instead of reading and writing its
+ * slot at every use, which it must do when a store through another pointer
+ * (a shared array) might alias the slot. A private whose address is taken
+ * keeps its slot. A guard's `break` leaves before the region's statements:
+ * nothing to write back then. */
 static void cube__split_close(cube__split_t* s) {
   if (!s->in_region) return;
   s->in_region = false;
-  cube__sb_puts(&s->body, "}\n");
+  cube__sb_t* b = &s->body;
+  if (b->failed || !b->data || s->region_at > b->len) {
+    cube__sb_puts(b, "}\n");
+    return;
+  }
+  size_t rn = b->len - s->region_at;
+  char* region = malloc(rn + 1);
+  if (!region) {
+    b->failed = true;
+    return;
+  }
+  memcpy(region, b->data + s->region_at, rn);
+  region[rn] = '\0';
+  cube__sb_t pro = {NULL, 0, 0, false}, epi = {NULL, 0, 0, false};
+  for (uint32_t k = 0; k < s->npriv; ++k) {
+    const cube__split_priv_t* p = &s->priv[k];
+    if (p->axis_only || p->addressed) continue;
+    char name[64];
+    size_t len = p->e - p->b;
+    if (len >= sizeof name) continue;
+    memcpy(name, s->v + p->b, len);
+    name[len] = '\0';
+    /* The region's text is the user's, unblanked: a name in a comment only
+     * costs a copy. */
+    size_t at = cube__find_token(region, rn, 0, name);
+    if (at >= rn) continue;
+    bool written = false;
+    for (; at < rn && !written; at = cube__find_token(region, rn, at + 1, name))
+      written = cube__is_modified(region, rn, at, len);
+    for (uint32_t d = 0; d < s->define_count && !written; ++d) {
+      const char* val = s->defines[d].value ? s->defines[d].value : "";
+      written = cube__find_token(val, strlen(val), 0, name) < strlen(val);
+    }
+    cube__sb_printf(&pro, "%s cube__l_%s = cube__pv_%s[cube__unit];\n#undef %s\n"
+                    "#define %s cube__l_%s\n", p->type, name, name, name, name, name);
+    if (written) cube__sb_printf(&epi, "cube__pv_%s[cube__unit] = cube__l_%s;\n", name, name);
+    cube__sb_printf(&epi, "#undef %s\n#define %s (cube__pv_%s[cube__unit])\n", name, name,
+                    name);
+  }
+  if (pro.len) {
+    b->len = s->region_at;
+    cube__sb_put(b, pro.data, pro.len);
+    cube__sb_put(b, region, rn);
+    cube__sb_put(b, epi.data, epi.len);
+  }
+  if (pro.failed || epi.failed) b->failed = true;
+  free(region);
+  free(pro.data);
+  free(epi.data);
+  cube__sb_puts(b, "}\n");
 }
 
 /* The scalar type words at |i| ([const] T [const]); *out_end after them and
@@ -200,6 +272,39 @@ static int cube__split_type(const char* v, size_t i, size_t e, size_t* out_end, 
   return -1;
 }
 
+/* Whether the name declared at [b, e) is written nowhere in the kernel's
+ * body after its declaration (assigned, incremented, decremented, its address
+ * taken). */
+static bool cube__split_never_written(const cube__split_t* s, size_t b, size_t e) {
+  char name[64];
+  size_t len = e - b;
+  if (len >= sizeof name) return false;
+  memcpy(name, s->v + b, len);
+  name[len] = '\0';
+  for (size_t at = cube__find_token(s->v, s->body_e, s->body_b, name); at < s->body_e;
+       at = cube__find_token(s->v, s->body_e, at + 1, name))
+    if (at != b && cube__is_modified(s->v, s->body_e, at, len)) return false;
+  return true;
+}
+
+/* Whether the address of the name declared at [b, e) is taken in the body
+ * ('&name', '& name'; not '&&'). */
+static bool cube__split_addressed(const cube__split_t* s, size_t b, size_t e) {
+  char name[64];
+  size_t len = e - b;
+  if (len >= sizeof name) return true;
+  memcpy(name, s->v + b, len);
+  name[len] = '\0';
+  for (size_t at = cube__find_token(s->v, s->body_e, s->body_b, name); at < s->body_e;
+       at = cube__find_token(s->v, s->body_e, at + 1, name)) {
+    size_t k = at;
+    while (k > s->body_b && cube__is_space(s->v[k - 1])) --k;
+    if (k > s->body_b && s->v[k - 1] == '&' && (k < s->body_b + 2 || s->v[k - 2] != '&'))
+      return true;
+  }
+  return false;
+}
+
 /* A top-level declaration [i, end): 1 when handled (private locals; their
  * initialisers become assignments in the current region), 0 when the
  * statement is no declaration, -1 when it must keep the fibers. */
@@ -236,6 +341,14 @@ static int cube__split_decl(cube__split_t* s, size_t i, size_t end, int depth) {
     pv->e = ne;
     memcpy(pv->type, type, sizeof pv->type);
     pv->unit_pos = false;
+    pv->axis = 0;
+    pv->axis_only = false;
+    if (ib < ie && depth == 0) {
+      static const char* const axes[] = {"UNIT_POS_X", "UNIT_POS_Y", "UNIT_POS_Z"};
+      for (size_t w = 0; w < 3; ++w)
+        if (cube__tok_is(v, ib, ie, axes[w]) && ib + strlen(axes[w]) == ie)
+          pv->axis = (char)('x' + w);
+    }
     if (ib < ie && depth == 0 &&
         (cube__tok_is(v, ib, ie, "UNIT_POS_X") || cube__tok_is(v, ib, ie, "UNIT_POS"))) {
       size_t we = ib;
@@ -244,6 +357,14 @@ static int cube__split_decl(cube__split_t* s, size_t i, size_t end, int depth) {
                                        "unsigned int"};
       for (size_t w = 0; we == ie && w < sizeof ok / sizeof ok[0]; ++w)
         if (strcmp(type, ok[w]) == 0) pv->unit_pos = true;
+    }
+    pv->addressed = cube__split_addressed(s, b, ne);
+    if (pv->axis && cube__split_never_written(s, b, ne)) {
+      /* The name means the unit loop's counter (cube__split_generate): no
+       * array, no assignment, and an index computed from it is affine in the
+       * loop's counter, so that the loop vectorises with plain loads. */
+      pv->axis_only = true;
+      continue;
     }
     if (ib < ie) {
       cube__split_open(s);
@@ -742,6 +863,7 @@ char* cube__split_generate(const cube__signature_t* sig, const char* source, con
   for (uint32_t k = 0; k < s->npriv; ++k) {
     const cube__split_priv_t* p = &s->priv[k];
     int len = (int)(p->e - p->b);
+    if (p->axis_only) continue;
     cube__sb_printf(&out,
                     "  %s* restrict const cube__pv_%.*s = (%s*)cube__sp;\n"
                     "  cube__sp += (uintptr_t)((cube__units * sizeof(%s) + 63u) & "
@@ -771,10 +893,12 @@ char* cube__split_generate(const cube__signature_t* sig, const char* source, con
   for (uint32_t k = 0; k < s->npriv; ++k) {
     int len = (int)(s->priv[k].e - s->priv[k].b);
     const char* nm = v + s->priv[k].b;
-    cube__sb_printf(&out,
-                    "#pragma push_macro(\"%.*s\")\n#undef %.*s\n"
-                    "#define %.*s (cube__pv_%.*s[cube__unit])\n",
-                    len, nm, len, nm, len, nm, len, nm);
+    cube__sb_printf(&out, "#pragma push_macro(\"%.*s\")\n#undef %.*s\n", len, nm, len, nm);
+    if (s->priv[k].axis_only)
+      cube__sb_printf(&out, "#define %.*s ((%s)cube__u%c)\n", len, nm, s->priv[k].type,
+                      s->priv[k].axis);
+    else
+      cube__sb_printf(&out, "#define %.*s (cube__pv_%.*s[cube__unit])\n", len, nm, len, nm);
   }
   cube__sb_put(&out, s->body.data ? s->body.data : "", s->body.len);
   cube__sb_puts(&out, "  return 0;\n}\n");

@@ -486,6 +486,153 @@ out:
   unload(&kf);
 }
 
+/* Unit axes and region locals ------------------------------------------------------- */
+
+/* Privates initialised with UNIT_POS_X/_Y/_Z and never written mean the unit
+ * loop's counters (tx, ty, tz); wx is written, so it keeps its slot. Each
+ * region holds the privates it names in locals (acc, dacc), but acc2, whose
+ * address is taken, and dacc where only a define (STEP) names it. */
+static const char* const K_AXES =
+    "static inline void bump(float* p, float v) { *p += v * 0.125f; }\n"
+    "CUBE_KERNEL(axes, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, out), uint32_t reps)\n"
+    "{\n"
+    "    CUBE_SHARED(float, sh, 512);\n"
+    "    uint32_t tx = UNIT_POS_X, ty = UNIT_POS_Y;\n"
+    "    int32_t tz = UNIT_POS_Z;\n"
+    "    uint32_t wx = UNIT_POS_X;\n"
+    "    float acc = 0.0f, acc2 = 1.0f;\n"
+    "    double dacc = 0.0;\n"
+    "    uint32_t me = UNIT_POS;\n"
+    "    sh[me] = CUBE_LOAD(x, ABSOLUTE_POS);\n"
+    "    wx += 2u;\n"
+    "    sync_cube();\n"
+    "    for (uint32_t r = 0; r < reps; ++r) {\n"
+    "        for (uint32_t q = 0; q < CUBE_DIM_X; ++q)\n"
+    "            acc += sh[(ty + (uint32_t)tz * CUBE_DIM_Y) * CUBE_DIM_X + q] *\n"
+    "                   sh[(q * CUBE_DIM_X + tx) % CUBE_DIM];\n"
+    "        bump(&acc2, acc);\n"
+    "        sync_cube();\n"
+    "        sh[me] = acc * 0.5f + (float)wx + (float)dacc;\n"
+    "        acc -= sh[me] * 0.25f;\n"
+    "        STEP;\n"
+    "        sync_cube();\n"
+    "        STEP;\n"
+    "        sync_cube();\n"
+    "        dacc += (double)acc + (double)acc2;\n"
+    "    }\n"
+    "    CUBE_STORE(out, 2u * ABSOLUTE_POS, acc + acc2);\n"
+    "    CUBE_STORE(out, 2u * ABSOLUTE_POS + 1u, (float)dacc + (float)(tx + 3u * ty) + (float)tz);\n"
+    "}\n";
+
+CUBE_TEST(split_unit_axes_and_region_locals) {
+  cube_define_t step = {"STEP", "dacc += 0.5"};
+  /* The text: no slots for the axes, a slot for wx; locals for acc and dacc
+   * (written back), none for acc2. */
+  cube__signature_t sig;
+  char* text = NULL;
+  REQUIRE_OK(cube__dialect_parse(K_AXES, "axes", &sig));
+  REQUIRE_OK(cube__dialect_generate(CUBE__TARGET_CPU, &sig, K_AXES, &step, 1, CUBE_EXEC_CHECKED,
+                                    &text));
+  CHECK(strstr(text, "cube__split_run(") != NULL);
+  CHECK(strstr(text, "cube__pv_tx") == NULL);
+  CHECK(strstr(text, "cube__pv_ty") == NULL);
+  CHECK(strstr(text, "cube__pv_tz") == NULL);
+  CHECK(strstr(text, "#define tz ((int32_t)cube__uz)") != NULL);
+  CHECK(strstr(text, "cube__pv_wx") != NULL);
+  CHECK(strstr(text, "float cube__l_acc = cube__pv_acc[cube__unit];") != NULL);
+  CHECK(strstr(text, "cube__pv_acc[cube__unit] = cube__l_acc;") != NULL);
+  CHECK(strstr(text, "cube__pv_dacc[cube__unit] = cube__l_dacc;") != NULL);
+  CHECK(strstr(text, "cube__l_acc2") == NULL);
+  /* Five regions name dacc or run STEP; the one of `STEP;` alone names no
+   * private, so dacc stays in its slot there: four hold it, not five. */
+  int held = 0;
+  for (const char* p = strstr(text, "double cube__l_dacc ="); p; p = strstr(p + 1, "double cube__l_dacc ="))
+    ++held;
+  CHECK_EQ_U64(held, 4);
+  free(text);
+
+  kern_t ks, kf;
+  if (!build_both(&ks, &kf, K_AXES, "axes", &step, 1)) goto out;
+  static const uint32_t cfg[][6] = {{4, 4, 1, 2, 1, 1}, {8, 2, 3, 1, 2, 1}, {5, 3, 2, 1, 1, 2},
+                                    {16, 16, 1, 1, 1, 1}, {7, 1, 1, 3, 1, 1}};
+  uint64_t rng = 0x5eed0a7e5ull;
+  for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; ++k)
+    for (uint32_t reps = 0; reps < 4; reps += 1 + (uint32_t)(k & 1)) {
+      uint32_t dim[3] = {cfg[k][0], cfg[k][1], cfg[k][2]};
+      uint32_t count[3] = {cfg[k][3], cfg[k][4], cfg[k][5]};
+      uint32_t gx = dim[0] * count[0], gy = dim[1] * count[1], gz = dim[2] * count[2];
+      uint32_t total = gx * gy * gz, U = dim[0] * dim[1] * dim[2];
+      float* x = malloc(total * sizeof(float));
+      float* o1 = malloc(2 * total * sizeof(float));
+      float* o2 = malloc(2 * total * sizeof(float));
+      REQUIRE(x && o1 && o2);
+      for (uint32_t i = 0; i < total; ++i) x[i] = rand_float(&rng);
+      for (uint32_t i = 0; i < 2 * total; ++i) o1[i] = o2[i] = NAN; /* poison */
+      cube_cpu_arg_t a1[3] = {buf_arg(x, total * 4), buf_arg(o1, 2 * total * 4), u32_arg(reps)};
+      cube_cpu_arg_t a2[3] = {buf_arg(x, total * 4), buf_arg(o2, 2 * total * 4), u32_arg(reps)};
+      CHECK_EQ_U64(run(&ks, count, dim, a1, 3), 0);
+      CHECK_EQ_U64(run(&kf, count, dim, a2, 3), 0);
+      CHECK(memcmp(o1, o2, 2 * total * sizeof(float)) == 0);
+      /* Host: region by region over the units of each cube. */
+      uint32_t bad = 0;
+      float sh[512], acc[512], acc2[512];
+      double dacc[512];
+      uint32_t wx[512], absu[512];
+      for (uint32_t cz = 0; cz < count[2]; ++cz)
+        for (uint32_t cy = 0; cy < count[1]; ++cy)
+          for (uint32_t cx = 0; cx < count[0]; ++cx) {
+            for (uint32_t u = 0; u < U; ++u) {
+              uint32_t ux = u % dim[0], uy = u / dim[0] % dim[1], uz = u / dim[0] / dim[1];
+              uint32_t ax = cx * dim[0] + ux, ay = cy * dim[1] + uy, az = cz * dim[2] + uz;
+              absu[u] = ax + gx * (ay + gy * az);
+              sh[u] = x[absu[u]];
+              wx[u] = ux + 2u;
+              acc[u] = 0.0f;
+              acc2[u] = 1.0f;
+              dacc[u] = 0.0;
+            }
+            for (uint32_t r = 0; r < reps; ++r) {
+              for (uint32_t u = 0; u < U; ++u) {
+                uint32_t ux = u % dim[0], uy = u / dim[0] % dim[1], uz = u / dim[0] / dim[1];
+                for (uint32_t q = 0; q < dim[0]; ++q) {
+                  float prod = sh[(uy + uz * dim[1]) * dim[0] + q] * sh[(q * dim[0] + ux) % U];
+                  acc[u] += prod;
+                }
+                float inc = acc[u] * 0.125f;
+                acc2[u] += inc;
+              }
+              for (uint32_t u = 0; u < U; ++u) {
+                float h = acc[u] * 0.5f;
+                h += (float)wx[u];
+                sh[u] = h + (float)dacc[u];
+                float d = sh[u] * 0.25f;
+                acc[u] -= d;
+                dacc[u] += 0.5;
+              }
+              for (uint32_t u = 0; u < U; ++u) dacc[u] += 0.5;
+              for (uint32_t u = 0; u < U; ++u) dacc[u] += (double)acc[u] + (double)acc2[u];
+            }
+            for (uint32_t u = 0; u < U; ++u) {
+              uint32_t ux = u % dim[0], uy = u / dim[0] % dim[1], uz = u / dim[0] / dim[1];
+              float w0 = acc[u] + acc2[u];
+              float w1 = (float)dacc[u] + (float)(ux + 3u * uy) + (float)uz;
+              float g0 = o1[2 * absu[u]], g1 = o1[2 * absu[u] + 1];
+              if (!(fabsf(g0 - w0) <= 1e-4f * (1.0f + fabsf(w0))) ||
+                  !(fabsf(g1 - w1) <= 1e-4f * (1.0f + fabsf(w1))))
+                ++bad;
+            }
+          }
+      if (bad) fprintf(stderr, "config %zu reps %u: %u units differ from the host\n", k, reps, bad);
+      CHECK_EQ_U64(bad, 0);
+      free(x);
+      free(o1);
+      free(o2);
+    }
+out:
+  unload(&ks);
+  unload(&kf);
+}
+
 /* Private locals of every supported type across barriers --------------------------- */
 
 static const char* const K_PRIV =
