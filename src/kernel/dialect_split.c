@@ -272,37 +272,28 @@ static int cube__split_type(const char* v, size_t i, size_t e, size_t* out_end, 
   return -1;
 }
 
-/* Whether the name declared at [b, e) is written nowhere in the kernel's
- * body after its declaration (assigned, incremented, decremented, its address
- * taken). */
-static bool cube__split_never_written(const cube__split_t* s, size_t b, size_t e) {
+/* How the body uses the name declared at [b, e) after its declaration:
+ * *written when it is assigned, incremented, decremented or its address is
+ * taken; *addressed when its address is taken ('&name', not '&&'). A name of
+ * 64 characters or more counts as both. */
+static void cube__split_uses(const cube__split_t* s, size_t b, size_t e, bool* written,
+                             bool* addressed) {
   char name[64];
   size_t len = e - b;
-  if (len >= sizeof name) return false;
+  *written = *addressed = true;
+  if (len >= sizeof name) return;
   memcpy(name, s->v + b, len);
   name[len] = '\0';
-  for (size_t at = cube__find_token(s->v, s->body_e, s->body_b, name); at < s->body_e;
-       at = cube__find_token(s->v, s->body_e, at + 1, name))
-    if (at != b && cube__is_modified(s->v, s->body_e, at, len)) return false;
-  return true;
-}
-
-/* Whether the address of the name declared at [b, e) is taken in the body
- * ('&name', '& name'; not '&&'). */
-static bool cube__split_addressed(const cube__split_t* s, size_t b, size_t e) {
-  char name[64];
-  size_t len = e - b;
-  if (len >= sizeof name) return true;
-  memcpy(name, s->v + b, len);
-  name[len] = '\0';
+  *written = *addressed = false;
   for (size_t at = cube__find_token(s->v, s->body_e, s->body_b, name); at < s->body_e;
        at = cube__find_token(s->v, s->body_e, at + 1, name)) {
+    if (at == b) continue;
+    if (cube__is_modified(s->v, s->body_e, at, len)) *written = true;
     size_t k = at;
     while (k > s->body_b && cube__is_space(s->v[k - 1])) --k;
     if (k > s->body_b && s->v[k - 1] == '&' && (k < s->body_b + 2 || s->v[k - 2] != '&'))
-      return true;
+      *addressed = true;
   }
-  return false;
 }
 
 /* A top-level declaration [i, end): 1 when handled (private locals; their
@@ -358,8 +349,9 @@ static int cube__split_decl(cube__split_t* s, size_t i, size_t end, int depth) {
       for (size_t w = 0; we == ie && w < sizeof ok / sizeof ok[0]; ++w)
         if (strcmp(type, ok[w]) == 0) pv->unit_pos = true;
     }
-    pv->addressed = cube__split_addressed(s, b, ne);
-    if (pv->axis && cube__split_never_written(s, b, ne)) {
+    bool written;
+    cube__split_uses(s, b, ne, &written, &pv->addressed);
+    if (pv->axis && !written) {
       /* The name means the unit loop's counter (cube__split_generate): no
        * array, no assignment, and an index computed from it is affine in the
        * loop's counter, so that the loop vectorises with plain loads. */
