@@ -3,13 +3,23 @@
  *
  * A kernel whose body has a simple enough shape runs as loops over its units
  * instead of fibers: each region between barriers becomes one loop over every
- * unit of the cube; a `for` loop with barriers at the top level of its body
- * and a header that reads no per-unit value runs once, outside the unit
- * loops; top-level scalar locals ("private" locals) live in per-unit arrays
- * in cube->scratch. Anything outside that subset (return, break, barriers
- * under if/while, local arrays, ...) keeps the fiber entry. The units of a
- * region run in the fibers' order (unit 0 first), so a kernel without data
- * races computes exactly what it computes as fibers. The define
+ * unit of the cube. Control whose condition is uniform (the same for every
+ * unit, free of side effects: cube__split_uniform_cond) runs once, outside
+ * the unit loops, its bodies split in turn: a `for` with barriers whose
+ * header reads no per-unit value, an `if`/`else` or `while` with barriers,
+ * and `break;`/`continue;` of such a loop (also under a uniform `if`).
+ * Top-level scalar locals ("private" locals) and local arrays of a size known
+ * here live in per-unit arrays in cube->scratch, within the bytes the fibers
+ * would take (CUBE_CPU_FIBER_STACK per unit); a scalar local that only
+ * uniform writes change (whole statements between regions) is one variable
+ * (a "uniform local"; when it is written elsewhere the kernel is read again
+ * with it per unit). A `return;` in a region marks the unit in a per-unit
+ * "returned" array (cube__rt) that later regions skip, and the kernel ends
+ * once every unit has returned; a `return;` every unit reaches ends it.
+ * Anything outside that subset (a barrier under a condition that is not
+ * uniform, goto, switch, do, pointer locals, ...) keeps the fiber entry. The
+ * units of a region run in the fibers' order (unit 0 first), so a kernel
+ * without data races computes exactly what it computes as fibers. The define
  * CUBE_CPU_FIBERS forces the fiber entry.
  */
 #include <inttypes.h>
@@ -169,7 +179,12 @@ static void cube__split_open(cube__split_t* s) {
                 "cube__ux + cube__dx * (cube__uy + cube__dy * cube__uz);\n"
                 "const uint32_t cube__ax CUBE__UNUSED = cube__cx * cube__dx + cube__ux;\n"
                 "const uint32_t cube__abs CUBE__UNUSED = CUBE__ABSOLUTE_POS_OF_AXES;\n");
-  if (s->returns) cube__sb_puts(&s->body, "if (cube__rt[cube__unit]) continue;\n");
+  /* Units that returned take part in no later region. The flags are read
+   * only once some unit has returned: until then the test is the same for
+   * the whole loop, which the compiler takes out of it. */
+  if (s->returns)
+    cube__sb_puts(&s->body,
+                  "if (cube__live != cube__all && cube__rt[cube__unit]) continue;\n");
 }
 
 static void cube__split_close(cube__split_t* s) {
@@ -1199,7 +1214,8 @@ char* cube__split_generate(const cube__signature_t* sig, const char* source, con
   if (s->returns)
     cube__sb_puts(&out,
                   "  __builtin_memset(cube__rt, 0, cube__units);\n"
-                  "  uint32_t cube__live CUBE__UNUSED = (uint32_t)cube__units;\n");
+                  "  uint32_t cube__live CUBE__UNUSED = (uint32_t)cube__units;\n"
+                  "  const uint32_t cube__all CUBE__UNUSED = (uint32_t)cube__units;\n");
   cube__sb_put(&out, s->shared.data ? s->shared.data : "", s->shared.len);
   /* CUBE_SHARED is thread-local storage, and in a loaded shared object each
    * access to it is a call (__tls_get_addr) that gcc and clang keep in the
