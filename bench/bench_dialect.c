@@ -115,6 +115,25 @@ static const char* const k_reduce_src =
     "  if (u == 0) partial[CUBE_POS_X] = tile[0];\n"
     "}\n";
 
+/* The same tree behind the common guard `if (i >= n) return;` before the
+ * barriers: split into loops with a per-unit "returned" flag since issue 16
+ * part 3 (fibers before); run both ways in section 2. */
+static const char* const k_reduce_ret_src =
+    "CUBE_KERNEL(block_sum_ret, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, partial)) {\n"
+    "  CUBE_SHARED(float, tile, BLOCK);\n"
+    "  uint32_t u = UNIT_POS_X;\n"
+    "  uint64_t i = ABSOLUTE_POS_X;\n"
+    "  tile[u] = 0.0f;\n"
+    "  if (i >= CUBE_LEN(x)) return;\n"
+    "  tile[u] = x[i];\n"
+    "  sync_cube();\n"
+    "  for (uint32_t s = BLOCK / 2; s > 0; s >>= 1) {\n"
+    "    if (u < s) tile[u] += tile[u + s];\n"
+    "    sync_cube();\n"
+    "  }\n"
+    "  if (u == 0) partial[CUBE_POS_X] = tile[0];\n"
+    "}\n";
+
 static const char* const k_matmul_src =
     "CUBE_KERNEL(matmul, CUBE_ARRAY(const float, a), CUBE_ARRAY(const float, b),\n"
     "            CUBE_ARRAY(float, c), uint32_t m, uint32_t n, uint32_t k) {\n"
@@ -1032,6 +1051,19 @@ static void bench_reduce(void) {
   TRY("cube_client_empty", cube_client_empty(g_client, r.cubes * sizeof(float), &r.hp));
   on_client_t on_cpu = {g_cpu_client, trial_reduce_cube, &r};
   int i_cube = rounds_add(&R, "cube cpu", trial_on_client, &on_cpu, 1, warm, per);
+  /* The return-guard tree on the cpu client, split and as fibers. */
+  cube_define_t defs_fib[] = {{"BLOCK", "256"}, {"CUBE_CPU_FIBERS", "1"}};
+  reduce_ctx_t r_ret = r, r_retf = r;
+  r_ret.k = make_dialect(k_reduce_ret_src, "block_sum_ret", DIM, 1, defs, 1);
+  r_retf.k = make_dialect(k_reduce_ret_src, "block_sum_ret", DIM, 1, defs_fib, 2);
+  (void)precompile_ms(r_ret.k);
+  (void)precompile_ms(r_retf.k);
+  on_client_t on_ret = {g_cpu_client, trial_reduce_cube, &r_ret};
+  on_client_t on_retf = {g_cpu_client, trial_reduce_cube, &r_retf};
+  int i_ret = rounds_add(&R, "cube cpu, return guard, split", trial_on_client, &on_ret, 1, warm,
+                         per);
+  int i_retf = rounds_add(&R, "cube cpu, return guard, fibers", trial_on_client, &on_retf, 1,
+                          warm, per);
   reduce_ctx_t t = r;
   t.hx = t.hp = CUBE_HANDLE_NULL;
   on_client_t on_cl = {g_cl_client, trial_reduce_cube, &t};
@@ -1062,6 +1094,8 @@ static void bench_reduce(void) {
 
   rounds_run(&R);
   reduce_verdict(&r, "cube");
+  reduce_verdict(&r_ret, "cube, return guard, split");
+  reduce_verdict(&r_retf, "cube, return guard, fibers");
   if (i_cl >= 0) reduce_verdict(&t, "cube opencl");
 #ifdef _OPENMP
   reduce_verdict(&r_omp, "OpenMP simd");
@@ -1078,6 +1112,10 @@ static void bench_reduce(void) {
   line_fig_rate(&R, i_omps, "OpenMP parallel for reduction(+) (no simd):", bytes, "GB/s");
 #endif
   line_fig_rate(&R, i_cube, "cube dialect kernel (sync_cube), launch + read:", bytes, "GB/s");
+  line_fig_rate(&R, i_ret, "same behind `if (i >= n) return;`, split:", bytes, "GB/s");
+  line_fig_rate(&R, i_retf, "same behind `if (i >= n) return;`, fibers:", bytes, "GB/s");
+  line_rounds_ratio(&R, "return guard: split vs fibers:", i_ret, i_retf, true);
+  line_rounds_ratio(&R, "return guard split vs plain tree:", i_ret, i_cube, true);
   if (i_pocl >= 0)
     line_fig_rate(&R, i_pocl, "PoCL, same source (enqueue + clFinish + read):", bytes, "GB/s");
   else if (!g_ocl.ok)
@@ -1112,6 +1150,8 @@ static void bench_reduce(void) {
   cube_handle_release(r.hx);
   cube_handle_release(r.hp);
   cube_kernel_release(r.k);
+  cube_kernel_release(r_ret.k);
+  cube_kernel_release(r_retf.k);
   free(x);
   free(r.partial);
   fflush(stdout);

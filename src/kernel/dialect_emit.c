@@ -115,7 +115,7 @@ static bool cube__fiber_stack_value(const char* value, uint64_t* stack) {
 }
 
 /* Bytes of fiber stack per unit: the CUBE_CPU_FIBER_STACK define or the default. */
-static uint64_t cube__cpu_fiber_stack(const cube_define_t* defines, uint32_t define_count) {
+uint64_t cube__cpu_fiber_stack(const cube_define_t* defines, uint32_t define_count) {
   bool present;
   const char* value = cube__find_define(defines, define_count, "CUBE_CPU_FIBER_STACK", &present);
   uint64_t stack;

@@ -132,6 +132,10 @@ void cube__sb_printf(cube__sb_t* sb, const char* fmt, ...) CUBE_PRINTF(2, 3);
 const char* cube__find_define(const cube_define_t* defines, uint32_t count, const char* name,
                               bool* present);
 
+/* Bytes of fiber stack per unit of a CPU kernel generated with |defines|:
+ * CUBE_CPU_FIBER_STACK when it is valid, else the default (dialect_emit.c). */
+uint64_t cube__cpu_fiber_stack(const cube_define_t* defines, uint32_t define_count);
+
 //===----------------------------------------------------------------------===//
 // The CPU barrier splitter (dialect_split.c)
 //===----------------------------------------------------------------------===//

@@ -3,15 +3,23 @@
  *
  * A kernel whose body has a simple enough shape runs as loops over its units
  * instead of fibers: each region between barriers becomes one loop over every
- * unit of the cube; a `for` loop with barriers at the top level of its body
- * and a header that reads no per-unit value runs once, outside the unit
- * loops; top-level scalar locals ("private" locals) live in per-unit arrays
- * in cube->scratch, held in locals of the unit iteration within each region
- * (cube__split_close), except those that are the unit's position on an axis
- * and never written, which are the unit loop's counter. Anything outside that subset (return, break, barriers
- * under if/while, local arrays, ...) keeps the fiber entry. The units of a
- * region run in the fibers' order (unit 0 first), so a kernel without data
- * races computes exactly what it computes as fibers. The define
+ * unit of the cube. Control whose condition is uniform (the same for every
+ * unit, free of side effects: cube__split_uniform_cond) runs once, outside
+ * the unit loops, its bodies split in turn: a `for` with barriers whose
+ * header reads no per-unit value, an `if`/`else` or `while` with barriers,
+ * and `break;`/`continue;` of such a loop (also under a uniform `if`).
+ * Top-level scalar locals ("private" locals) and local arrays of a size known
+ * here live in per-unit arrays in cube->scratch, within the bytes the fibers
+ * would take (CUBE_CPU_FIBER_STACK per unit); a scalar local that only
+ * uniform writes change (whole statements between regions) is one variable
+ * (a "uniform local"; when it is written elsewhere the kernel is read again
+ * with it per unit). A `return;` in a region marks the unit in a per-unit
+ * "returned" array (cube__rt) that later regions skip, and the kernel ends
+ * once every unit has returned; a `return;` every unit reaches ends it.
+ * Anything outside that subset (a barrier under a condition that is not
+ * uniform, goto, switch, do, pointer locals, ...) keeps the fiber entry. The
+ * units of a region run in the fibers' order (unit 0 first), so a kernel
+ * without data races computes exactly what it computes as fibers. The define
  * CUBE_CPU_FIBERS forces the fiber entry.
  */
 #include <inttypes.h>
@@ -26,6 +34,7 @@
 #define CUBE__SPLIT_MAX_PRIV 32
 #define CUBE__SPLIT_MAX_LOOPS 32
 #define CUBE__SPLIT_MAX_SHARED 32
+#define CUBE__SPLIT_MAX_WRITES 64
 #define CUBE__SPLIT_NONE ((size_t)-1)
 
 typedef struct cube__split_priv {
@@ -33,10 +42,12 @@ typedef struct cube__split_priv {
   char type[16]; /* its scalar type, const dropped */
   bool unit_pos; /* declared at the top level of the body, of an unsigned or 64-bit
                     integer type, initialised with UNIT_POS_X or UNIT_POS alone */
-  char axis;     /* 'x', 'y' or 'z': declared at the top level of the body and
-                    initialised with UNIT_POS_X, _Y or _Z alone; 0 otherwise */
-  bool axis_only; /* axis set and the name never written again: it means the
-                     unit loop's own counter (no per-unit array) */
+  uint32_t count; /* elements of a local array, 0 for a scalar */
+  bool uniform;   /* a uniform local: one plain variable (cube__split_uniform_write) */
+  char axis;      /* 'x', 'y' or 'z': a scalar declared at the top level of the body and
+                     initialised with UNIT_POS_X, _Y or _Z alone; 0 otherwise */
+  bool axis_only; /* axis set and the name never written again: it means the unit
+                     loop's own counter (no per-unit array) */
   bool addressed; /* its address is taken somewhere ('&name'): never held in a
                      region's local copy (cube__split_close) */
 } cube__split_priv_t;
@@ -55,7 +66,6 @@ typedef struct cube__split {
   cube__sb_t body;   /* regions and uniform loops */
   cube__sb_t shared; /* the CUBE_SHARED declarations */
   bool in_region;
-  size_t region_at; /* where the open region's statements start in |body| */
   cube__split_priv_t priv[CUBE__SPLIT_MAX_PRIV];
   uint32_t npriv;
   size_t hdr_b[CUBE__SPLIT_MAX_LOOPS], hdr_e[CUBE__SPLIT_MAX_LOOPS]; /* uniform headers */
@@ -66,6 +76,16 @@ typedef struct cube__split {
   size_t sh_b[CUBE__SPLIT_MAX_SHARED], sh_e[CUBE__SPLIT_MAX_SHARED]; /* shared names */
   bool sh_alias[CUBE__SPLIT_MAX_SHARED]; /* read through a pointer (cube__split_sole_name) */
   uint32_t nshared;
+  bool returns;    /* the body has a return: per-unit "returned" flags (cube__rt) */
+  uint32_t uloops; /* uniform loops around the statement being read */
+  uint32_t labels; /* labels cube__nxN emitted so far */
+  bool region_jump; /* the open region has a return, which jumps to its label */
+  size_t region_at; /* where the open region's unit loops start in |body| */
+  size_t region_stmts; /* where its statements start (after the loops' heads) */
+  size_t uw[CUBE__SPLIT_MAX_WRITES]; /* where uniform locals are written (their name) */
+  uint32_t nuw;
+  size_t banned[CUBE__SPLIT_MAX_PRIV]; /* declarations that may not be uniform locals */
+  uint32_t nbanned;
 } cube__split_t;
 
 static bool cube__range_has(const char* v, size_t b, size_t e, const char* word) {
@@ -160,6 +180,7 @@ static void cube__split_line(cube__split_t* s, cube__sb_t* sb, size_t off) {
 static void cube__split_open(cube__split_t* s) {
   if (s->in_region) return;
   s->in_region = true;
+  s->region_at = s->body.len;
   cube__sb_puts(&s->body,
                 "for (uint32_t cube__uz = 0; cube__uz < cube__dz; ++cube__uz)\n"
                 "for (uint32_t cube__uy = 0; cube__uy < cube__dy; ++cube__uy)\n"
@@ -168,39 +189,40 @@ static void cube__split_open(cube__split_t* s) {
                 "(uint64_t)cube__dx * ((uint64_t)cube__uy + (uint64_t)cube__dy * cube__uz);\n"
                 "const uint32_t cube__ax CUBE__UNUSED = cube__cx * cube__dx + cube__ux;\n"
                 "const uint32_t cube__abs CUBE__UNUSED = CUBE__ABSOLUTE_POS_OF_AXES;\n");
-  s->region_at = s->body.len;
+  /* Units that returned take part in no later region. The flags are read
+   * only once some unit has returned: until then the test is the same for
+   * the whole loop, which the compiler takes out of it. */
+  if (s->returns)
+    cube__sb_puts(&s->body,
+                  "if (cube__live != cube__all && cube__rt[cube__unit]) continue;\n");
+  s->region_stmts = s->body.len;
 }
 
-/* Closes the open region. The private locals its statements name are held in
- * locals of the unit's iteration: read from their slots first, written back
- * last (when the region or a define may write them), and the name means the
- * local in between (#define). A unit's slots are its own, so nothing else
- * reads them meanwhile; the compiler can keep the value in a register (an
- * accumulator across an unrolled loop) instead of reading and writing its
- * slot at every use, which it must do when a store through another pointer
- * (a shared array) might alias the slot. A private whose address is taken
- * keeps its slot. A guard's `break` leaves before the region's statements:
- * nothing to write back then. */
-static void cube__split_close(cube__split_t* s) {
-  if (!s->in_region) return;
-  s->in_region = false;
+/* The open region's private locals held in locals of the unit's iteration:
+ * those its statements name are read from their slots first, written back
+ * last (when the region or a define it may use writes them), and the name
+ * means the local in between (#define). A unit's slots are its own, so
+ * nothing else reads them meanwhile; the compiler can keep the value in a
+ * register (an accumulator across an unrolled loop) instead of reading and
+ * writing its slot at every use, which it must do when a store through
+ * another pointer (a shared array) might alias the slot. Uniform locals,
+ * local arrays, unit axes and locals whose address is taken keep what they
+ * are. A unit's `return;` jumps past the write-back: it runs no later region. */
+static void cube__split_hold(cube__split_t* s) {
   cube__sb_t* b = &s->body;
-  if (b->failed || !b->data || s->region_at > b->len) {
-    cube__sb_puts(b, "}\n");
-    return;
-  }
-  size_t rn = b->len - s->region_at;
+  if (b->failed || !b->data || s->region_stmts > b->len) return;
+  size_t rn = b->len - s->region_stmts;
   char* region = malloc(rn + 1);
   if (!region) {
     b->failed = true;
     return;
   }
-  memcpy(region, b->data + s->region_at, rn);
+  memcpy(region, b->data + s->region_stmts, rn);
   region[rn] = '\0';
   cube__sb_t pro = {NULL, 0, 0, false}, epi = {NULL, 0, 0, false};
   for (uint32_t k = 0; k < s->npriv; ++k) {
     const cube__split_priv_t* p = &s->priv[k];
-    if (p->axis_only || p->addressed) continue;
+    if (p->axis_only || p->addressed || p->uniform || p->count) continue;
     char name[64];
     size_t len = p->e - p->b;
     if (len >= sizeof name) continue;
@@ -224,7 +246,7 @@ static void cube__split_close(cube__split_t* s) {
                     name);
   }
   if (pro.len) {
-    b->len = s->region_at;
+    b->len = s->region_stmts;
     cube__sb_put(b, pro.data, pro.len);
     cube__sb_put(b, region, rn);
     cube__sb_put(b, epi.data, epi.len);
@@ -233,7 +255,19 @@ static void cube__split_close(cube__split_t* s) {
   free(region);
   free(pro.data);
   free(epi.data);
-  cube__sb_puts(b, "}\n");
+}
+
+static void cube__split_close(cube__split_t* s) {
+  if (!s->in_region) return;
+  s->in_region = false;
+  cube__split_hold(s);
+  if (s->region_jump) cube__sb_printf(&s->body, "cube__nx%" PRIu32 ": ;\n", s->labels++);
+  cube__sb_puts(&s->body, "}\n");
+  /* Once every unit has returned, nothing more runs: no uniform condition,
+   * header or local below is evaluated that no unit evaluates as a fiber
+   * (a division by zero a return guards against). */
+  if (s->region_jump) cube__sb_puts(&s->body, "if (cube__live == 0) return 0;\n");
+  s->region_jump = false;
 }
 
 /* The scalar type words at |i| ([const] T [const]); *out_end after them and
@@ -270,6 +304,68 @@ static int cube__split_type(const char* v, size_t i, size_t e, size_t* out_end, 
   for (size_t k = 0; k < sizeof ok / sizeof ok[0]; ++k)
     if (strcmp(type, ok[k]) == 0) return 1;
   return -1;
+}
+
+static bool cube__split_uniform_cond(const cube__split_t* s, size_t b, size_t e);
+
+/* The integer literal (decimal or hex, a u or U suffix allowed) that
+ * [b, e) is alone, in *out; false otherwise or when it exceeds 2^20. */
+static bool cube__split_number(const char* t, size_t b, size_t e, uint64_t* out) {
+  while (b < e && cube__is_space(t[b])) ++b;
+  while (e > b && cube__is_space(t[e - 1])) --e;
+  if (e > b && (t[e - 1] == 'u' || t[e - 1] == 'U')) --e;
+  if (b >= e) return false;
+  unsigned base = 10;
+  if (e - b > 2 && t[b] == '0' && (t[b + 1] == 'x' || t[b + 1] == 'X')) {
+    base = 16;
+    b += 2;
+  }
+  uint64_t x = 0;
+  for (size_t i = b; i < e; ++i) {
+    char c = t[i];
+    unsigned d;
+    if (c >= '0' && c <= '9')
+      d = (unsigned)(c - '0');
+    else if (base == 16 && c >= 'a' && c <= 'f')
+      d = (unsigned)(c - 'a' + 10);
+    else if (base == 16 && c >= 'A' && c <= 'F')
+      d = (unsigned)(c - 'A' + 10);
+    else
+      return false;
+    x = x * base + d;
+    if (x > (1u << 20)) return false;
+  }
+  *out = x;
+  return true;
+}
+
+/* The element count of a local array, [b, e) inside its brackets: a product
+ * ('*') of integer literals and of defines whose value is one; 0 when it is
+ * anything else, zero, or more than 2^16. */
+static uint32_t cube__split_array_count(const cube__split_t* s, size_t b, size_t e) {
+  const char* v = s->v;
+  uint64_t total = 1;
+  size_t i = b;
+  while (i <= e) {
+    size_t j = i;
+    while (j < e && v[j] != '*') ++j;
+    size_t tb = i, te = j;
+    cube__trim(v, &tb, &te);
+    uint64_t x = 0;
+    bool ok = cube__split_number(v, tb, te, &x);
+    for (uint32_t k = 0; !ok && k < s->define_count; ++k) {
+      if (!cube__tok_is(v, tb, te, s->defines[k].name) ||
+          te - tb != strlen(s->defines[k].name))
+        continue;
+      const char* val = s->defines[k].value ? s->defines[k].value : "";
+      ok = cube__split_number(val, 0, strlen(val), &x);
+    }
+    if (!ok || x == 0) return 0;
+    total *= x;
+    if (total > (1u << 16)) return 0;
+    i = j + 1;
+  }
+  return (uint32_t)total;
 }
 
 /* How the body uses the name declared at [b, e) after its declaration:
@@ -317,6 +413,22 @@ static int cube__split_decl(cube__split_t* s, size_t i, size_t end, int depth) {
     if (ne - b >= 64 || (ne - b >= 6 && memcmp(v + b, "cube__", 6) == 0)) return -1;
     size_t q = cube__skip_space(v, ne, e);
     size_t ib = e, ie = e;
+    uint32_t count = 0;
+    if (q < e && v[q] == '[') {
+      /* A local array of a size known here: per-unit arrays too, its
+       * initialiser (a braced list or none) copied in element by element. */
+      size_t c = cube__match_paren(v, e, q);
+      if (c >= e || (count = cube__split_array_count(s, q + 1, c)) == 0) return -1;
+      q = cube__skip_space(v, c + 1, e);
+      if (q < e) {
+        if (v[q] != '=' || (q + 1 < e && v[q + 1] == '=')) return -1;
+        ib = cube__skip_space(v, q + 1, e);
+        ie = e;
+        cube__trim(v, &ib, &ie);
+        if (ib >= ie || v[ib] != '{' || cube__match_paren(v, ie, ib) + 1 != ie) return -1;
+      }
+      q = e;
+    }
     if (q < e) {
       if (v[q] != '=' || (q + 1 < e && v[q + 1] == '=')) return -1;
       ib = q + 1;
@@ -332,13 +444,61 @@ static int cube__split_decl(cube__split_t* s, size_t i, size_t end, int depth) {
     pv->e = ne;
     memcpy(pv->type, type, sizeof pv->type);
     pv->unit_pos = false;
+    pv->uniform = false;
+    pv->count = count;
     pv->axis = 0;
     pv->axis_only = false;
-    if (ib < ie && depth == 0) {
-      static const char* const axes[] = {"UNIT_POS_X", "UNIT_POS_Y", "UNIT_POS_Z"};
-      for (size_t w = 0; w < 3; ++w)
-        if (cube__tok_is(v, ib, ie, axes[w]) && ib + strlen(axes[w]) == ie)
-          pv->axis = (char)('x' + w);
+    bool written;
+    cube__split_uses(s, b, ne, &written, &pv->addressed);
+    if (count && ib < ie) {
+      cube__split_open(s);
+      cube__split_line(s, &s->body, b);
+      cube__sb_printf(&s->body, "{ %s cube__in[%" PRIu32 "] = ", type, count);
+      cube__sb_put(&s->body, s->src + ib, ie - ib);
+      cube__sb_printf(&s->body,
+                      "; for (uint32_t cube__i = 0; cube__i < %" PRIu32 "u; ++cube__i) ", count);
+      cube__sb_put(&s->body, s->src + b, ne - b);
+      cube__sb_puts(&s->body, "[cube__i] = cube__in[cube__i]; }\n");
+      continue;
+    }
+    if (count) continue;
+    /* A uniform local: its initial value (if any) the same for every unit. It
+     * stays one when every write of it is a uniform write (checked after). */
+    bool banned = false;
+    for (uint32_t j = 0; j < s->nbanned; ++j) banned = banned || s->banned[j] == b;
+    if (!banned && (ib == ie || cube__split_uniform_cond(s, ib, ie))) {
+      /* Declared before the open region's unit loops (its value, read from
+       * no per-unit value and no object the region can write, is the same
+       * there), so that the region stays one loop; but not before a region
+       * where a unit may return (all of them might: see cube__split_close). */
+      cube__sb_t decl = {NULL, 0, 0, false};
+      cube__split_line(s, &decl, b);
+      cube__sb_printf(&decl, "%s ", type);
+      cube__sb_put(&decl, s->src + b, ne - b);
+      cube__sb_puts(&decl, " CUBE__UNUSED");
+      if (ib < ie) {
+        cube__sb_puts(&decl, " = ");
+        cube__sb_put(&decl, s->src + ib, ie - ib);
+      }
+      cube__sb_puts(&decl, ";\n");
+      if (decl.failed) {
+        free(decl.data);
+        return -1;
+      }
+      if (s->region_jump) cube__split_close(s); /* not before a unit's return */
+      size_t at = s->in_region ? s->region_at : s->body.len, old = s->body.len;
+      cube__sb_put(&s->body, decl.data, decl.len); /* room at the end */
+      if (!s->body.failed && at < old) {
+        memmove(s->body.data + at + decl.len, s->body.data + at, old - at);
+        memcpy(s->body.data + at, decl.data, decl.len);
+      }
+      if (s->in_region) {
+        s->region_at += decl.len;
+        s->region_stmts += decl.len;
+      }
+      free(decl.data);
+      pv->uniform = true;
+      continue;
     }
     if (ib < ie && depth == 0 &&
         (cube__tok_is(v, ib, ie, "UNIT_POS_X") || cube__tok_is(v, ib, ie, "UNIT_POS"))) {
@@ -349,8 +509,12 @@ static int cube__split_decl(cube__split_t* s, size_t i, size_t end, int depth) {
       for (size_t w = 0; we == ie && w < sizeof ok / sizeof ok[0]; ++w)
         if (strcmp(type, ok[w]) == 0) pv->unit_pos = true;
     }
-    bool written;
-    cube__split_uses(s, b, ne, &written, &pv->addressed);
+    if (ib < ie && depth == 0) {
+      static const char* const axes[] = {"UNIT_POS_X", "UNIT_POS_Y", "UNIT_POS_Z"};
+      for (size_t w = 0; w < 3; ++w)
+        if (cube__tok_is(v, ib, ie, axes[w]) && ib + strlen(axes[w]) == ie)
+          pv->axis = (char)('x' + w);
+    }
     if (pv->axis && !written) {
       /* The name means the unit loop's counter (cube__split_generate): no
        * array, no assignment, and an index computed from it is affine in the
@@ -368,6 +532,11 @@ static int cube__split_decl(cube__split_t* s, size_t i, size_t end, int depth) {
     }
   }
   return 1;
+}
+
+/* Bytes of one of the scalar types of cube__split_type. */
+static uint64_t cube__split_type_size(const char* type) {
+  return strstr(type, "64") || strcmp(type, "double") == 0 ? 8u : 4u;
 }
 
 /* Whether a statement of a region, [i, end), may sit in a loop over units: it
@@ -448,6 +617,11 @@ static bool cube__split_uniform_expr(const cube__split_t* s, size_t b, size_t e)
           number = cube__is_ident_char(val[q]) || val[q] == '.' || cube__is_space(val[q]);
         ok = number && cube__tok_is(v, tb, i, s->defines[k].name);
       }
+      bool uniform_local = false;
+      for (uint32_t k = 0; k < s->npriv; ++k)
+        if (cube__same_name(v, tb, i, s->priv[k].b, s->priv[k].e))
+          uniform_local = s->priv[k].uniform;
+      if (uniform_local) continue;
       /* A name the kernel declares again (a local of that name) is not the
        * object above. */
       for (uint32_t k = 0; ok && k < s->npriv; ++k)
@@ -466,6 +640,140 @@ static bool cube__split_uniform_expr(const cube__split_t* s, size_t b, size_t e)
     ++i;
   }
   return any;
+}
+
+/* Whether [b, e) is a condition the same for every unit and free of side
+ * effects: the names and numbers of cube__split_uniform_expr, joined by any
+ * arithmetic, relational, equality, bitwise, logical or conditional
+ * operator; no assignment, increment, comma, call, index or member. */
+static bool cube__split_uniform_cond(const cube__split_t* s, size_t b, size_t e) {
+  const char* v = s->v;
+  bool any = false;
+  size_t i = b;
+  while (i < e) {
+    char c = v[i], c1 = i + 1 < e ? v[i + 1] : 0, c2 = i + 2 < e ? v[i + 2] : 0;
+    if (cube__is_space(c) || c == '(' || c == ')') {
+      ++i;
+      continue;
+    }
+    if (c >= '0' && c <= '9') {
+      any = true;
+      while (i < e && (cube__is_ident_char(v[i]) || v[i] == '.')) ++i;
+      continue;
+    }
+    if (cube__is_ident_start(c)) {
+      size_t tb = i;
+      while (i < e && cube__is_ident_char(v[i])) ++i;
+      if (!cube__split_uniform_expr(s, tb, i)) return false;
+      size_t p = cube__skip_space(v, i, e);
+      if (p < e && (v[p] == '(' || v[p] == '[' || v[p] == '.')) return false;
+      any = true;
+      continue;
+    }
+    if ((c == '<' || c == '>') && c1 == c) { /* << >>, not <<= >>= */
+      if (c2 == '=') return false;
+      i += 2;
+      continue;
+    }
+    if ((c == '<' || c == '>' || c == '!' || c == '=') && c1 == '=') { /* <= >= != == */
+      i += 2;
+      continue;
+    }
+    if ((c == '&' || c == '|') && c1 == c) {
+      i += 2;
+      continue;
+    }
+    if (c == '=' || ((c == '+' || c == '-') && c1 == c)) return false;
+    if (strchr("+-*/%&|^", c) && c1 == '=') return false;
+    if (!strchr("+-*/%~!<>&|^?:", c)) return false;
+    ++i;
+  }
+  return any;
+}
+
+/* Whether [b, e) names a uniform local. */
+static bool cube__split_uniform_local(const cube__split_t* s, size_t b, size_t e) {
+  for (uint32_t k = 0; k < s->npriv; ++k)
+    if (cube__same_name(s->v, b, e, s->priv[k].b, s->priv[k].e)) return s->priv[k].uniform;
+  return false;
+}
+
+/* Whether the statement [i, end) is a uniform write: `x = E;`, `x op= E;`,
+ * `++x;`, `--x;`, `x++;` or `x--;` with x a uniform local and E the same for
+ * every unit (cube__split_uniform_cond); *at: where x is. */
+static bool cube__split_uniform_write(const cube__split_t* s, size_t i, size_t end, size_t* at) {
+  const char* v = s->v;
+  size_t last = end - 1; /* the ';' */
+  if (last <= i || v[last] != ';') return false;
+  bool pre = (v[i] == '+' || v[i] == '-') && i + 1 < last && v[i + 1] == v[i];
+  size_t nb = cube__skip_space(v, pre ? i + 2 : i, last), ne = nb;
+  while (ne < last && cube__is_ident_char(v[ne])) ++ne;
+  if (ne == nb || !cube__is_ident_start(v[nb]) || !cube__split_uniform_local(s, nb, ne))
+    return false;
+  *at = nb;
+  size_t q = cube__skip_space(v, ne, last);
+  if (pre) return q == last;
+  if (q + 1 < last && (v[q] == '+' || v[q] == '-') && v[q + 1] == v[q])
+    return cube__skip_space(v, q + 2, last) == last;
+  if (q + 2 < last && (v[q] == '<' || v[q] == '>') && v[q + 1] == v[q] && v[q + 2] == '=')
+    q += 3;
+  else if (q + 1 < last && strchr("+-*/%&|^", v[q]) && v[q + 1] == '=')
+    q += 2;
+  else if (q < last && v[q] == '=' && (q + 1 >= last || v[q + 1] != '='))
+    q += 1;
+  else
+    return false;
+  return cube__split_uniform_cond(s, q, last);
+}
+
+/* Whether the statement [b, e) has a `break` or `continue` outside every
+ * loop inside it (one that leaves the statement); *ok false when one cannot
+ * be placed (a loop whose end is not read). */
+static bool cube__split_escapes(const char* v, size_t b, size_t e, bool* ok) {
+  *ok = true;
+  static const char* const jumps[] = {"break", "continue"};
+  for (size_t w = 0; w < 2; ++w) {
+    for (size_t at = cube__find_token(v, e, b, jumps[w]); at < e;
+         at = cube__find_token(v, e, at + 1, jumps[w])) {
+      bool inside = false;
+      static const char* const loops[] = {"for", "while", "do"};
+      for (size_t l = 0; !inside && l < 3; ++l)
+        for (size_t k = cube__find_token(v, at, b, loops[l]); !inside && k < at;
+             k = cube__find_token(v, at, k + 1, loops[l])) {
+          size_t end = cube__stmt_end(v, k, e);
+          if (end == CUBE__SPLIT_NONE) {
+            *ok = false;
+            return true;
+          }
+          inside = at < end;
+        }
+      if (!inside) return true;
+    }
+  }
+  return false;
+}
+
+/* Copies the statement [i, end) of a region into the current region, each
+ * `return;` turned into "this unit has returned; on to the next unit" (its
+ * flag set, a jump to the end of the region's unit loop). False for a
+ * `return` with a value. */
+static bool cube__split_copy(cube__split_t* s, size_t i, size_t end) {
+  const char* v = s->v;
+  size_t from = i;
+  for (size_t at = cube__find_token(v, end, i, "return"); at < end;
+       at = cube__find_token(v, end, at + 1, "return")) {
+    size_t semi = cube__skip_space(v, at + 6, end);
+    if (semi >= end || v[semi] != ';') return false;
+    cube__sb_put(&s->body, s->src + from, at - from);
+    cube__sb_printf(&s->body,
+                    "{ cube__rt[cube__unit] = 1; --cube__live; goto cube__nx%" PRIu32 "; }",
+                    s->labels);
+    s->region_jump = true;
+    from = semi + 1;
+  }
+  cube__sb_put(&s->body, s->src + from, end - from);
+  cube__sb_puts(&s->body, "\n");
+  return true;
 }
 
 /* Whether [b, e) names a private local whose value is the unit's position
@@ -623,8 +931,86 @@ static bool cube__split_block(cube__split_t* s, size_t b, size_t e, int depth) {
       cube__split_line(s, &s->body, i);
       cube__sb_put(&s->body, s->src + i, c + 1 - i);
       cube__sb_puts(&s->body, " {\n");
+      ++s->uloops;
       if (!cube__split_block(s, bb + 1, be, depth + 1)) return false;
+      --s->uloops;
       cube__sb_puts(&s->body, "}\n");
+      i = end;
+      continue;
+    }
+    bool jump_ok;
+    bool escapes = !has_sync && cube__split_escapes(v, i, end, &jump_ok);
+    if (escapes && !jump_ok) return false;
+    if ((has_sync || escapes) &&
+        (cube__tok_is(v, i, end, "if") || cube__tok_is(v, i, end, "while"))) {
+      /* A uniform if (else) or while: once, outside the unit loops, its
+       * bodies split in turn. A break or continue it holds leaves the
+       * uniform loop around it (a while of its own when it has barriers). */
+      bool is_while = cube__tok_is(v, i, end, "while");
+      size_t p = cube__skip_space(v, i + (is_while ? 5 : 2), end);
+      if (p >= end || v[p] != '(') return false;
+      size_t c = cube__match_paren(v, end, p);
+      if (c >= end || !cube__split_uniform_cond(s, p + 1, c)) return false;
+      if (is_while && !has_sync) return false; /* a break of the while: no barrier, no need */
+      size_t tb = cube__skip_space(v, c + 1, end);
+      size_t te = cube__stmt_end(v, tb, end);
+      if (te == CUBE__SPLIT_NONE) return false;
+      size_t eb = end, ee = end;
+      size_t q = cube__skip_space(v, te, end);
+      if (q < end) {
+        if (is_while || !cube__tok_is(v, q, end, "else")) return false;
+        eb = cube__skip_space(v, q + 4, end);
+        ee = cube__stmt_end(v, eb, end);
+        if (ee != end) return false;
+      }
+      cube__split_close(s);
+      cube__split_line(s, &s->body, i);
+      cube__sb_put(&s->body, s->src + i, c + 1 - i);
+      cube__sb_puts(&s->body, " {\n");
+      if (is_while) ++s->uloops;
+      bool ok = v[tb] == '{' ? cube__split_block(s, tb + 1, te - 1, depth + 1)
+                             : cube__split_block(s, tb, te, depth + 1);
+      if (is_while) --s->uloops;
+      if (!ok) return false;
+      cube__sb_puts(&s->body, "}\n");
+      if (eb < ee) {
+        cube__sb_puts(&s->body, "else {\n");
+        ok = v[eb] == '{' ? cube__split_block(s, eb + 1, ee - 1, depth + 1)
+                          : cube__split_block(s, eb, ee, depth + 1);
+        if (!ok) return false;
+        cube__sb_puts(&s->body, "}\n");
+      }
+      i = end;
+      continue;
+    }
+    if (escapes) {
+      /* `break;` or `continue;` of a uniform loop, reached by every unit. */
+      bool brk = cube__tok_is(v, i, end, "break");
+      if (!brk && !cube__tok_is(v, i, end, "continue")) return false;
+      if (s->uloops == 0 || cube__skip_space(v, i + (brk ? 5 : 8), end) + 1 != end) return false;
+      cube__split_close(s);
+      cube__split_line(s, &s->body, i);
+      cube__sb_puts(&s->body, brk ? "break;\n" : "continue;\n");
+      i = end;
+      continue;
+    }
+    size_t wat;
+    if (!has_sync && cube__split_uniform_write(s, i, end, &wat)) {
+      /* Once, between the regions (it writes no per-unit value). */
+      if (s->nuw == CUBE__SPLIT_MAX_WRITES) return false;
+      s->uw[s->nuw++] = wat;
+      cube__split_close(s);
+      cube__split_line(s, &s->body, i);
+      cube__sb_put(&s->body, s->src + i, end - i);
+      cube__sb_puts(&s->body, "\n");
+      i = end;
+      continue;
+    }
+    if (cube__tok_is(v, i, end, "return")) {
+      /* Every unit returns here: the kernel ends once the open region is done. */
+      if (cube__skip_space(v, i + 6, end) + 1 != end) return false;
+      cube__split_close(s);
+      cube__sb_puts(&s->body, "return 0;\n");
       i = end;
       continue;
     }
@@ -650,8 +1036,7 @@ static bool cube__split_block(cube__split_t* s, size_t b, size_t e, int depth) {
       }
       cube__split_open(s);
       cube__split_line(s, &s->body, i);
-      cube__sb_put(&s->body, s->src + i, end - i);
-      cube__sb_puts(&s->body, "\n");
+      if (!cube__split_copy(s, i, end)) return false;
     }
     i = end;
   }
@@ -706,7 +1091,7 @@ static bool cube__split_checks(cube__split_t* s, const cube__signature_t* sig, s
   const char* v = s->v;
   size_t n = s->n;
   static const char* const banned[] = {
-      "return", "goto", "break", "continue", "switch", "static", "_Thread_local", "__thread",
+      "goto", "switch", "static", "_Thread_local", "__thread",
       "setjmp", "longjmp", "cube__sched", "CUBE_UNIT_PARAMS", "__label__", "asm", "__asm__",
       "__asm", "alloca", "__builtin_alloca", "cube__unit", "cube__ax"};
   for (size_t k = 0; k < sizeof banned / sizeof banned[0]; ++k)
@@ -786,7 +1171,8 @@ static bool cube__split_checks(cube__split_t* s, const cube__signature_t* sig, s
       for (size_t k = 0; k < sizeof unit_words / sizeof unit_words[0]; ++k)
         if (cube__tok_is(v, tb, i, unit_words[k])) return false;
       for (uint32_t k = 0; k < s->npriv; ++k)
-        if (cube__same_name(v, tb, i, s->priv[k].b, s->priv[k].e)) return false;
+        if (cube__same_name(v, tb, i, s->priv[k].b, s->priv[k].e) && !s->priv[k].uniform)
+          return false;
       for (uint32_t k = 0; k < s->nshared; ++k)
         if (cube__same_name(v, tb, i, s->sh_b[k], s->sh_e[k])) return false;
       size_t p = cube__skip_space(v, i, e);
@@ -821,9 +1207,73 @@ char* cube__split_generate(const cube__signature_t* sig, const char* source, con
   s->sig = sig;
   s->defines = defines;
   s->define_count = define_count;
-  if (!cube__split_block(s, eb + 1, ee - 1, 0)) goto done;
+  s->returns = cube__range_has(v, eb + 1, ee - 1, "return");
+  for (;;) {
+    if (!cube__split_block(s, eb + 1, ee - 1, 0)) goto done;
+    /* A uniform local written anywhere but by a uniform write (in a region,
+     * a loop header, its address taken, named by a define) is a private
+     * local: read again. */
+    size_t bad = CUBE__SPLIT_NONE;
+    for (uint32_t k = 0; bad == CUBE__SPLIT_NONE && k < s->npriv; ++k) {
+      const cube__split_priv_t* p = &s->priv[k];
+      if (!p->uniform) continue;
+      char name[64];
+      size_t len = p->e - p->b;
+      if (len >= sizeof name) goto done;
+      memcpy(name, v + p->b, len);
+      name[len] = '\0';
+      for (uint32_t k2 = 0; k2 < define_count; ++k2) { /* a macro that might write it */
+        const char* val = defines[k2].value ? defines[k2].value : "";
+        if (cube__find_token(val, strlen(val), 0, name) < strlen(val)) bad = p->b;
+      }
+      for (size_t wa = cube__find_token(v, ee - 1, eb + 1, name); wa < ee - 1;
+           wa = cube__find_token(v, ee - 1, wa + 1, name)) {
+        if (wa == p->b || !cube__is_modified(v, ee - 1, wa, len)) continue;
+        bool listed = false;
+        for (uint32_t w = 0; w < s->nuw; ++w) listed = listed || s->uw[w] == wa;
+        if (!listed) bad = p->b;
+      }
+    }
+    if (bad == CUBE__SPLIT_NONE) break;
+    if (s->nbanned == CUBE__SPLIT_MAX_PRIV) goto done;
+    /* Again from the start, that local per unit. */
+    size_t banned[CUBE__SPLIT_MAX_PRIV];
+    uint32_t nbanned = s->nbanned;
+    memcpy(banned, s->banned, sizeof banned);
+    banned[nbanned++] = bad;
+    free(s->body.data);
+    free(s->shared.data);
+    bool returns = s->returns;
+    memset(s, 0, sizeof *s);
+    memcpy(s->banned, banned, sizeof banned);
+    s->nbanned = nbanned;
+    s->returns = returns;
+    s->src = source;
+    s->v = v;
+    s->n = n;
+    s->entry = sig->entry;
+    s->entry_close = d.close;
+    s->body_b = eb + 1;
+    s->body_e = ee - 1;
+    s->sig = sig;
+    s->defines = defines;
+    s->define_count = define_count;
+  }
   if (!cube__split_checks(s, sig, eb + 1, ee - 1, eb, ee, defines, define_count)) goto done;
   if (s->body.failed || s->shared.failed) goto done;
+  {
+    /* The per-unit arrays fit in the scratch the fibers ask for (so that the
+     * kernel runs with the same scratch either way): each takes at most its
+     * units' bytes plus 63 of rounding, and with two units or more that is
+     * below units * (bytes + 32); the fibers have CUBE_CPU_FIBER_STACK per
+     * unit. */
+    uint64_t per_unit = s->returns ? 1u + 32u : 0u;
+    for (uint32_t k = 0; k < s->npriv; ++k)
+      if (!s->priv[k].uniform)
+        per_unit += cube__split_type_size(s->priv[k].type) *
+                      (s->priv[k].count ? s->priv[k].count : 1u) + 32u;
+    if (per_unit > cube__cpu_fiber_stack(defines, define_count)) goto done;
+  }
 
   cube__sb_t out = {NULL, 0, 0, false};
   cube__sb_puts(&out,
@@ -855,15 +1305,32 @@ char* cube__split_generate(const cube__signature_t* sig, const char* source, con
   for (uint32_t k = 0; k < s->npriv; ++k) {
     const cube__split_priv_t* p = &s->priv[k];
     int len = (int)(p->e - p->b);
-    if (p->axis_only) continue;
-    cube__sb_printf(&out,
-                    "  %s* restrict const cube__pv_%.*s = (%s*)cube__sp;\n"
-                    "  cube__sp += (uintptr_t)((cube__units * sizeof(%s) + 63u) & "
-                    "~(uint64_t)63u);\n",
-                    p->type, len, v + p->b, p->type, p->type);
+    if (p->uniform || p->axis_only) continue;
+    if (p->count)
+      cube__sb_printf(&out,
+                      "  %s (*restrict const cube__pv_%.*s)[%" PRIu32 "] = (%s(*)[%" PRIu32
+                      "])cube__sp;\n"
+                      "  cube__sp += (uintptr_t)((cube__units * sizeof(%s[%" PRIu32
+                      "]) + 63u) & ~(uint64_t)63u);\n",
+                      p->type, len, v + p->b, p->count, p->type, p->count, p->type, p->count);
+    else
+      cube__sb_printf(&out,
+                      "  %s* restrict const cube__pv_%.*s = (%s*)cube__sp;\n"
+                      "  cube__sp += (uintptr_t)((cube__units * sizeof(%s) + 63u) & "
+                      "~(uint64_t)63u);\n",
+                      p->type, len, v + p->b, p->type, p->type);
   }
+  if (s->returns)
+    cube__sb_puts(&out,
+                  "  unsigned char* restrict const cube__rt = (unsigned char*)cube__sp;\n"
+                  "  cube__sp += (uintptr_t)((cube__units + 63u) & ~(uint64_t)63u);\n");
   cube__sb_puts(&out,
                 "  if (cube__sp - (uintptr_t)cube__scratch > cube__scratch_size) return 1;\n");
+  if (s->returns)
+    cube__sb_puts(&out,
+                  "  __builtin_memset(cube__rt, 0, cube__units);\n"
+                  "  uint32_t cube__live CUBE__UNUSED = (uint32_t)cube__units;\n"
+                  "  const uint32_t cube__all CUBE__UNUSED = (uint32_t)cube__units;\n");
   cube__sb_put(&out, s->shared.data ? s->shared.data : "", s->shared.len);
   /* CUBE_SHARED is thread-local storage, and in a loaded shared object each
    * access to it is a call (__tls_get_addr) that gcc and clang keep in the
@@ -885,6 +1352,7 @@ char* cube__split_generate(const cube__signature_t* sig, const char* source, con
   for (uint32_t k = 0; k < s->npriv; ++k) {
     int len = (int)(s->priv[k].e - s->priv[k].b);
     const char* nm = v + s->priv[k].b;
+    if (s->priv[k].uniform) continue;
     cube__sb_printf(&out, "#pragma push_macro(\"%.*s\")\n#undef %.*s\n", len, nm, len, nm);
     if (s->priv[k].axis_only)
       cube__sb_printf(&out, "#define %.*s ((%s)cube__u%c)\n", len, nm, s->priv[k].type,
@@ -897,6 +1365,7 @@ char* cube__split_generate(const cube__signature_t* sig, const char* source, con
   for (uint32_t k = 0; k < s->npriv; ++k) {
     int len = (int)(s->priv[k].e - s->priv[k].b);
     const char* nm = v + s->priv[k].b;
+    if (s->priv[k].uniform) continue;
     cube__sb_printf(&out, "#undef %.*s\n#pragma pop_macro(\"%.*s\")\n", len, nm, len, nm);
   }
   for (uint32_t k = 0; k < s->nshared; ++k) {

@@ -727,7 +727,7 @@ out:
   unload(&kf);
 }
 
-/* Kernels that keep the fibers ------------------------------------------------------ */
+/* Kernels that kept the fibers before (issue 16, part 3) -------------------------- */
 
 /* Each writes out[ABSOLUTE_POS] = (sum of (k + 1) over the units k < active of
  * the cube) + UNIT_POS, with |active| = n or every unit. */
@@ -799,37 +799,48 @@ static const char* const K_FB_IF =
     "    CUBE_STORE(out, ABSOLUTE_POS, sum + u);\n"
     "}\n";
 
-CUBE_TEST(split_fallbacks_still_correct) {
+/* Kernels that kept the fibers before issue 16 part 3 (a return, a break, a
+ * while, a local array, a barrier under an if) and now split: the same
+ * results split, as fibers and as the host computes them, in 1-D and 2-D
+ * cubes. */
+CUBE_TEST(split_former_fallbacks_now_split) {
   static const char* const srcs[] = {K_FB_RETURN, K_FB_BREAK, K_FB_WHILE, K_FB_ARRAY, K_FB_IF};
   static const char* const names[] = {"return", "break", "while", "local array", "if"};
   for (size_t s = 0; s < 5; ++s) {
-    CHECK(!splits(srcs[s], "fb", NULL, 0));
-    kern_t k;
-    if (!build(&k, srcs[s], "fb", NULL, 0, false)) {
-      CHECK(!"build fallback");
-      unload(&k);
+    CHECK(splits(srcs[s], "fb", NULL, 0));
+    kern_t ks, kf;
+    if (!build_both(&ks, &kf, srcs[s], "fb", NULL, 0)) {
+      unload(&ks);
+      unload(&kf);
       continue;
     }
-    CHECK(!k.split);
-    static const uint32_t dims[] = {1, 7, 64};
-    for (size_t d = 0; d < 3; ++d) {
-      uint32_t U = dims[d], n = U > 3 ? U - 3 : U;
-      uint32_t dim[3] = {U, 1, 1}, count[3] = {2, 1, 1};
-      uint32_t out[128];
-      memset(out, 0xff, sizeof out);
-      cube_cpu_arg_t args[2] = {buf_arg(out, 2 * U * sizeof(uint32_t)), u32_arg(n)};
-      CHECK_EQ_U64(run(&k, count, dim, args, 2), 0);
+    static const uint32_t dims[][3] = {{1, 1, 1}, {7, 1, 1}, {64, 1, 1}, {5, 3, 1}, {3, 5, 2}};
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; ++d) {
+      uint32_t U = dims[d][0] * dims[d][1] * dims[d][2], n = U > 3 ? U - 3 : U;
+      uint32_t count[3] = {2, 1, 1};
+      uint32_t o1[128], o2[128];
+      memset(o1, 0xff, sizeof o1);
+      memset(o2, 0xff, sizeof o2);
+      cube_cpu_arg_t a1[2] = {buf_arg(o1, 2 * U * sizeof(uint32_t)), u32_arg(n)};
+      cube_cpu_arg_t a2[2] = {buf_arg(o2, 2 * U * sizeof(uint32_t)), u32_arg(n)};
+      CHECK_EQ_U64(run(&ks, count, dims[d], a1, 2), 0);
+      CHECK_EQ_U64(run(&kf, count, dims[d], a2, 2), 0);
+      CHECK(memcmp(o1, o2, sizeof o1) == 0);
       uint32_t bad = 0;
       for (uint32_t c = 0; c < 2; ++c)
         for (uint32_t u = 0; u < U; ++u) {
+          /* out[ABSOLUTE_POS]: the cubes lie along x. */
+          uint32_t dx = dims[d][0], dy = dims[d][1];
+          uint32_t ux = u % dx, uy = u / dx % dy, uz = u / dx / dy;
+          uint32_t p = c * dx + ux + 2 * dx * (uy + dy * uz);
           uint32_t want = s == 0 && u >= n ? u : n * (n + 1) / 2 + u;
-          if (out[c * U + u] != want && bad++ < 2)
-            fprintf(stderr, "%s dim %u unit %u: %u, want %u\n", names[s], U, u, out[c * U + u],
-                    want);
+          if (o1[p] != want && bad++ < 2)
+            fprintf(stderr, "%s dim %u unit %u: %u, want %u\n", names[s], U, u, o1[p], want);
         }
       CHECK_EQ_U64(bad, 0);
     }
-    unload(&k);
+    unload(&ks);
+    unload(&kf);
   }
 }
 
@@ -1114,4 +1125,432 @@ CUBE_TEST(split_guarded_regions_results) {
   }
   unload(&ks);
   unload(&kf);
+}
+
+/* More forms as loops (issue 16, part 3) -------------------------------------------- */
+
+/* The host's result of a kernel of (const float in, float out, uint32_t n)
+ * over |cubes| cubes of |dim|, into |out| (poisoned where the kernel writes
+ * nothing). */
+typedef void (*host_fn)(const float* in, float* out, const uint32_t dim[3], uint32_t cubes,
+                        uint32_t n);
+
+/* Runs |entry| of |src| split and as fibers over odd 1-D and 2-D cubes with
+ * random inputs (|in_per_unit| floats per unit) and a poisoned output, for
+ * each n of |ns|; compares both bit for bit with each other and with |host|. */
+static void compare_forms(const char* src, const char* name, const cube_define_t* defs,
+                          uint32_t ndefs, uint32_t in_per_unit, const uint32_t* ns, size_t nns,
+                          host_fn host) {
+  kern_t ks, kf;
+  if (!build_both(&ks, &kf, src, "k", defs, ndefs)) goto out;
+  static const uint32_t dims[][3] = {{1, 1, 1},  {2, 1, 1}, {7, 1, 1},  {64, 1, 1}, {100, 1, 1},
+                                     {1, 7, 1},  {5, 3, 1}, {3, 5, 2},  {33, 3, 1}, {255, 1, 1}};
+  uint64_t rng = 71;
+  for (size_t d = 0; d < sizeof dims / sizeof dims[0]; ++d)
+    for (size_t q = 0; q < nns; ++q) {
+      uint32_t U = dims[d][0] * dims[d][1] * dims[d][2], cubes = 5, total = U * cubes;
+      uint32_t count[3] = {cubes, 1, 1};
+      uint32_t n = ns[q] == UINT32_MAX ? total - U / 2 - 1 : ns[q];
+      float* in = malloc((size_t)total * in_per_unit * sizeof(float));
+      float* o1 = malloc(total * sizeof(float));
+      float* o2 = malloc(total * sizeof(float));
+      float* want = malloc(total * sizeof(float));
+      for (uint32_t i = 0; i < total * in_per_unit; ++i) in[i] = rand_float(&rng);
+      memset(o1, 0xff, total * sizeof(float));
+      memset(o2, 0xff, total * sizeof(float));
+      memset(want, 0xff, total * sizeof(float));
+      cube_cpu_arg_t a1[3] = {buf_arg(in, (uint64_t)total * in_per_unit * sizeof(float)),
+                              buf_arg(o1, total * sizeof(float)), u32_arg(n)};
+      cube_cpu_arg_t a2[3] = {a1[0], buf_arg(o2, total * sizeof(float)), u32_arg(n)};
+      CHECK_EQ_U64(run(&ks, count, dims[d], a1, 3), 0);
+      CHECK_EQ_U64(run(&kf, count, dims[d], a2, 3), 0);
+      CHECK(memcmp(o1, o2, total * sizeof(float)) == 0);
+      host(in, want, dims[d], cubes, n);
+      uint32_t bad = 0;
+      for (uint32_t i = 0; i < total; ++i)
+        if (memcmp(&want[i], &o1[i], sizeof(float)) != 0 && bad++ < 3)
+          fprintf(stderr, "%s, cube %ux%ux%u, n %u, element %u: %.9g, want %.9g\n", name,
+                  dims[d][0], dims[d][1], dims[d][2], n, i, (double)o1[i], (double)want[i]);
+      CHECK_EQ_U64(bad, 0);
+      free(in);
+      free(o1);
+      free(o2);
+      free(want);
+    }
+out:
+  unload(&ks);
+  unload(&kf);
+}
+
+/* 1. Barriers under a uniform if / else if / else (the else if's body a
+ * uniform for). */
+static const char* const K_IFELSE =
+    "CUBE_KERNEL(k, CUBE_ARRAY(const float, in), CUBE_ARRAY(float, out), uint32_t n) {\n"
+    "  CUBE_SHARED(float, sh, 1024);\n"
+    "  uint32_t u = UNIT_POS;\n"
+    "  float x = CUBE_LOAD(in, CUBE_POS * CUBE_DIM + u);\n"
+    "  if (n % 2u == 1u && CUBE_DIM_X > 1u) {\n"
+    "    sh[u] = x + 1.0f;\n"
+    "    sync_cube();\n"
+    "    x += sh[(u + 1u) % CUBE_DIM];\n"
+    "  } else if (n > 4u)\n"
+    "    for (uint32_t r = 0; r < n; r += 4u) {\n"
+    "      sh[CUBE_DIM - 1u - u] = x;\n"
+    "      sync_cube();\n"
+    "      x -= sh[u];\n"
+    "      sync_cube();\n"
+    "    }\n"
+    "  else\n"
+    "    x = -x;\n"
+    "  sync_cube();\n"
+    "  sh[u] = x;\n"
+    "  sync_cube();\n"
+    "  CUBE_STORE(out, CUBE_POS * CUBE_DIM + u, x + sh[(u + 3u) % CUBE_DIM]);\n"
+    "}\n";
+
+static void host_ifelse(const float* in, float* out, const uint32_t dim[3], uint32_t cubes,
+                        uint32_t n) {
+  uint32_t U = dim[0] * dim[1] * dim[2];
+  float x[1024], t[1024];
+  for (uint32_t c = 0; c < cubes; ++c) {
+    for (uint32_t u = 0; u < U; ++u) x[u] = in[c * U + u];
+    if (n % 2u == 1u && dim[0] > 1u) {
+      for (uint32_t u = 0; u < U; ++u) t[u] = x[u] + 1.0f;
+      for (uint32_t u = 0; u < U; ++u) x[u] += t[(u + 1u) % U];
+    } else if (n > 4u) {
+      for (uint32_t r = 0; r < n; r += 4u) {
+        for (uint32_t u = 0; u < U; ++u) t[U - 1u - u] = x[u];
+        for (uint32_t u = 0; u < U; ++u) x[u] -= t[u];
+      }
+    } else {
+      for (uint32_t u = 0; u < U; ++u) x[u] = -x[u];
+    }
+    for (uint32_t u = 0; u < U; ++u) out[c * U + u] = x[u] + x[(u + 3u) % U];
+  }
+}
+
+CUBE_TEST(split_uniform_if_else) {
+  static const uint32_t ns[] = {3, 9, 6, 8, 2};
+  compare_forms(K_IFELSE, "if/else", NULL, 0, 1, ns, 5, host_ifelse);
+}
+
+/* 2. A uniform while: its condition reads a uniform local (one variable, written
+ * only between regions); a uniform break and continue under uniform ifs. */
+static const char* const K_WHILE =
+    "CUBE_KERNEL(k, CUBE_ARRAY(const float, in), CUBE_ARRAY(float, out), uint32_t n) {\n"
+    "  CUBE_SHARED(float, sh, 1024);\n"
+    "  uint32_t u = UNIT_POS, r = 0, step = n / 2u + 1u;\n"
+    "  float x = CUBE_LOAD(in, CUBE_POS * CUBE_DIM + u);\n"
+    "  while (r < n) {\n"
+    "    r += step;\n"
+    "    if (r % 3u == 0u) continue;\n"
+    "    sh[u] = x;\n"
+    "    sync_cube();\n"
+    "    x = 0.5f - sh[(u + r) % CUBE_DIM];\n"
+    "    sync_cube();\n"
+    "    if (r > 40u) break;\n"
+    "  }\n"
+    "  CUBE_STORE(out, CUBE_POS * CUBE_DIM + u, x + (float)r);\n"
+    "}\n";
+
+static void host_while(const float* in, float* out, const uint32_t dim[3], uint32_t cubes,
+                       uint32_t n) {
+  uint32_t U = dim[0] * dim[1] * dim[2];
+  float x[1024], t[1024];
+  for (uint32_t c = 0; c < cubes; ++c) {
+    for (uint32_t u = 0; u < U; ++u) x[u] = in[c * U + u];
+    uint32_t r = 0, step = n / 2u + 1u;
+    while (r < n) {
+      r += step;
+      if (r % 3u == 0u) continue;
+      for (uint32_t u = 0; u < U; ++u) t[u] = x[u];
+      for (uint32_t u = 0; u < U; ++u) x[u] = 0.5f - t[(u + r) % U];
+      if (r > 40u) break;
+    }
+    for (uint32_t u = 0; u < U; ++u) out[c * U + u] = x[u] + (float)r;
+  }
+}
+
+CUBE_TEST(split_uniform_while_break_continue) {
+  /* r and step are one variable each, not per-unit arrays. */
+  char* text = split_text(K_WHILE, "k");
+  CHECK(text != NULL);
+  if (text) {
+    CHECK(strstr(text, "cube__split_run(") != NULL);
+    CHECK(strstr(text, "cube__pv_r ") == NULL);
+    CHECK(strstr(text, "cube__pv_step ") == NULL);
+    CHECK(strstr(text, "cube__pv_x ") != NULL);
+  }
+  free(text);
+  static const uint32_t ns[] = {0, 1, 5, 12, 100};
+  compare_forms(K_WHILE, "while", NULL, 0, 1, ns, 5, host_while);
+}
+
+/* 3. Returns: the common guard before the barriers, a per-unit return in a
+ * region, and a uniform return (every unit) in a uniform if with a barrier.
+ * A unit that returned takes part in no later region. */
+static const char* const K_RETURN =
+    "CUBE_KERNEL(k, CUBE_ARRAY(const float, in), CUBE_ARRAY(float, out), uint32_t n) {\n"
+    "  CUBE_SHARED(float, sh, 1024);\n"
+    "  uint32_t u = UNIT_POS;\n"
+    "  uint32_t i = CUBE_POS * CUBE_DIM + u;\n"
+    "  if (i >= n) return;\n"
+    "  uint32_t live = n - CUBE_POS * CUBE_DIM < CUBE_DIM ? n - CUBE_POS * CUBE_DIM : CUBE_DIM;\n"
+    "  uint32_t q = 1000u / (n > CUBE_POS * CUBE_DIM ? live : 0u);\n"
+    "  sh[u] = CUBE_LOAD(in, i);\n"
+    "  sync_cube();\n"
+    "  float acc = sh[u] + sh[(u + 1u) % live];\n"
+    "  sync_cube();\n"
+    "  if (n % 5u == 0u) {\n"
+    "    CUBE_STORE(out, i, -acc);\n"
+    "    sync_cube();\n"
+    "    return;\n"
+    "  }\n"
+    "  if (u % 3u == 2u) { CUBE_STORE(out, i, acc); return; }\n"
+    "  sh[u] = acc;\n"
+    "  sync_cube();\n"
+    "  CUBE_STORE(out, i, acc - sh[(u + live - 1u) % live] + (float)q);\n"
+    "}\n";
+
+static void host_return(const float* in, float* out, const uint32_t dim[3], uint32_t cubes,
+                        uint32_t n) {
+  uint32_t U = dim[0] * dim[1] * dim[2];
+  float sh[1024], acc[1024];
+  for (uint32_t c = 0; c < cubes; ++c) {
+    if (c * U >= n) continue;
+    uint32_t live = n - c * U < U ? n - c * U : U, q = 1000u / live;
+    for (uint32_t u = 0; u < live; ++u) sh[u] = in[c * U + u];
+    for (uint32_t u = 0; u < live; ++u) acc[u] = sh[u] + sh[(u + 1u) % live];
+    if (n % 5u == 0u) {
+      for (uint32_t u = 0; u < live; ++u) out[c * U + u] = -acc[u];
+      continue;
+    }
+    for (uint32_t u = 0; u < live; ++u)
+      if (u % 3u == 2u) out[c * U + u] = acc[u];
+      else sh[u] = acc[u];
+    for (uint32_t u = 0; u < live; ++u)
+      if (u % 3u != 2u)
+        out[c * U + u] = acc[u] - sh[(u + live - 1u) % live] + (float)q;
+  }
+}
+
+CUBE_TEST(split_returns) {
+  char* text = split_text(K_RETURN, "k");
+  CHECK(text != NULL);
+  if (text) {
+    CHECK(strstr(text, "cube__split_run(") != NULL);
+    CHECK(strstr(text, "cube__rt[cube__unit] = 1;") != NULL);
+    CHECK(strstr(text, "cube__rt[cube__unit]) continue;") != NULL);
+    CHECK(strstr(text, "return 0;\n") != NULL);
+  }
+  free(text);
+  /* n: every unit, a cut inside a cube, cubes whose units all return (then
+   * q's division by zero, which no unit reaches, must not run), a uniform
+   * return. */
+  static const uint32_t ns[] = {100000, UINT32_MAX, 1, 4, 10, 15};
+  compare_forms(K_RETURN, "return", NULL, 0, 1, ns, 6, host_return);
+}
+
+/* 4. break and continue in loops inside one region (plain C there). */
+static const char* const K_INNER_BREAK =
+    "CUBE_KERNEL(k, CUBE_ARRAY(const float, in), CUBE_ARRAY(float, out), uint32_t n) {\n"
+    "  CUBE_SHARED(float, sh, 1024);\n"
+    "  uint32_t u = UNIT_POS;\n"
+    "  float x = CUBE_LOAD(in, CUBE_POS * CUBE_DIM + u);\n"
+    "  for (uint32_t r = 0; r < n; ++r) {\n"
+    "    sh[u] = x;\n"
+    "    sync_cube();\n"
+    "    float best = x;\n"
+    "    for (uint32_t j = 0; j < CUBE_DIM; ++j) {\n"
+    "      if (j == u) continue;\n"
+    "      if (sh[j] > x + 0.25f) { best = sh[j]; break; }\n"
+    "    }\n"
+    "    uint32_t w = 0;\n"
+    "    do { if (w == u) break; ++w; } while (w < 3u);\n"
+    "    sync_cube();\n"
+    "    x = best - 0.125f * (float)w;\n"
+    "  }\n"
+    "  CUBE_STORE(out, CUBE_POS * CUBE_DIM + u, x);\n"
+    "}\n";
+
+static void host_inner_break(const float* in, float* out, const uint32_t dim[3],
+                             uint32_t cubes, uint32_t n) {
+  uint32_t U = dim[0] * dim[1] * dim[2];
+  float x[1024], sh[1024];
+  for (uint32_t c = 0; c < cubes; ++c) {
+    for (uint32_t u = 0; u < U; ++u) x[u] = in[c * U + u];
+    for (uint32_t r = 0; r < n; ++r) {
+      for (uint32_t u = 0; u < U; ++u) sh[u] = x[u];
+      for (uint32_t u = 0; u < U; ++u) {
+        float best = x[u];
+        for (uint32_t j = 0; j < U; ++j)
+          if (j != u && sh[j] > x[u] + 0.25f) {
+            best = sh[j];
+            break;
+          }
+        uint32_t w = u < 3u ? u : 3u;
+        x[u] = best - 0.125f * (float)w;
+      }
+    }
+    for (uint32_t u = 0; u < U; ++u) out[c * U + u] = x[u];
+  }
+}
+
+CUBE_TEST(split_break_continue_inside_a_region) {
+  static const uint32_t ns[] = {0, 1, 4};
+  compare_forms(K_INNER_BREAK, "inner break", NULL, 0, 1, ns, 3, host_inner_break);
+}
+
+/* 5. Local arrays across barriers: per-unit arrays in the scratch (a size
+ * from a define, an initialiser, sizeof). */
+static const char* const K_ARRAY =
+    "CUBE_KERNEL(k, CUBE_ARRAY(const float, in), CUBE_ARRAY(float, out), uint32_t n) {\n"
+    "  CUBE_SHARED(float, sh, 1024);\n"
+    "  uint32_t u = UNIT_POS;\n"
+    "  float acc[ACC];\n"
+    "  uint32_t hist[4] = {u, 1u};\n"
+    "  for (uint32_t j = 0; j < ACC; ++j) acc[j] = CUBE_LOAD(in, (CUBE_POS * CUBE_DIM + u) * ACC + j);\n"
+    "  for (uint32_t r = 0; r < n; ++r) {\n"
+    "    sh[u] = acc[r % ACC];\n"
+    "    sync_cube();\n"
+    "    for (uint32_t j = 0; j < ACC; ++j) acc[j] += sh[(u + j + 1u) % CUBE_DIM];\n"
+    "    hist[r % 4u] += (uint32_t)sizeof(acc) + hist[(r + 1u) % 4u];\n"
+    "    sync_cube();\n"
+    "  }\n"
+    "  float s = 0.0f;\n"
+    "  for (uint32_t j = 0; j < ACC; ++j) s += acc[j];\n"
+    "  CUBE_STORE(out, CUBE_POS * CUBE_DIM + u,\n"
+    "             s + (float)(hist[0] + hist[1] * 3u + hist[2] * 5u + hist[3] * 7u));\n"
+    "}\n";
+
+static void host_array(const float* in, float* out, const uint32_t dim[3], uint32_t cubes,
+                       uint32_t n) {
+  enum { A = 4 };
+  uint32_t U = dim[0] * dim[1] * dim[2];
+  static float acc[1024][A];
+  static uint32_t hist[1024][4];
+  float sh[1024];
+  for (uint32_t c = 0; c < cubes; ++c) {
+    for (uint32_t u = 0; u < U; ++u) {
+      for (uint32_t j = 0; j < A; ++j) acc[u][j] = in[(c * U + u) * A + j];
+      hist[u][0] = u;
+      hist[u][1] = 1u;
+      hist[u][2] = hist[u][3] = 0;
+    }
+    for (uint32_t r = 0; r < n; ++r) {
+      for (uint32_t u = 0; u < U; ++u) sh[u] = acc[u][r % A];
+      for (uint32_t u = 0; u < U; ++u) {
+        for (uint32_t j = 0; j < A; ++j) acc[u][j] += sh[(u + j + 1u) % U];
+        hist[u][r % 4u] += (uint32_t)sizeof(float[A]) + hist[u][(r + 1u) % 4u];
+      }
+    }
+    for (uint32_t u = 0; u < U; ++u) {
+      float s = 0.0f;
+      for (uint32_t j = 0; j < A; ++j) s += acc[u][j];
+      out[c * U + u] =
+          s + (float)(hist[u][0] + hist[u][1] * 3u + hist[u][2] * 5u + hist[u][3] * 7u);
+    }
+  }
+}
+
+CUBE_TEST(split_local_arrays) {
+  cube_define_t acc = {"ACC", "4"};
+  char* text = NULL;
+  {
+    cube__signature_t sig;
+    cube_status_t st = cube__dialect_parse(K_ARRAY, "k", &sig);
+    CHECK(st == NULL);
+    if (!st)
+      st = cube__dialect_generate(CUBE__TARGET_CPU, &sig, K_ARRAY, &acc, 1, CUBE_EXEC_CHECKED,
+                                  &text);
+    if (st) cube_status_free(st);
+  }
+  CHECK(text != NULL && strstr(text, "(*restrict const cube__pv_acc)[4]") != NULL);
+  CHECK(text != NULL && strstr(text, "(*restrict const cube__pv_hist)[4]") != NULL);
+  free(text);
+  static const uint32_t ns[] = {0, 1, 6};
+  compare_forms(K_ARRAY, "local array", &acc, 1, 4, ns, 3, host_array);
+}
+
+/* What still keeps the fibers, each with a reason the split cannot prove
+ * safe, and still computes what the host does. */
+CUBE_TEST(split_more_forms_refused) {
+  static const char* const refused[] = {
+      /* a barrier under an if that reads a shared value (not provably uniform) */
+      "CUBE_KERNEL(k, CUBE_ARRAY(uint32_t, o), uint32_t n) {\n  CUBE_SHARED(uint32_t, sh, 4);\n"
+      "  if (UNIT_POS == 0) sh[0] = n;\n  sync_cube();\n"
+      "  if (sh[0] > 2u) { o[UNIT_POS] = 1u; sync_cube(); }\n}\n",
+      /* a barrier under an if that reads a private */
+      "CUBE_KERNEL(k, CUBE_ARRAY(uint32_t, o), uint32_t n) {\n  uint32_t u = UNIT_POS;\n"
+      "  if (u < n) { o[u] = 1u; sync_cube(); }\n}\n",
+      /* a while whose condition reads a local written per unit */
+      "CUBE_KERNEL(k, CUBE_ARRAY(uint32_t, o), uint32_t n) {\n  uint32_t r = 0;\n"
+      "  while (r < n) { o[UNIT_POS] = r; sync_cube(); r += UNIT_POS < 1000u ? 1u : 0u; }\n}\n",
+      /* a uniform-looking local written in a loop header */
+      "CUBE_KERNEL(k, CUBE_ARRAY(uint32_t, o), uint32_t n) {\n  uint32_t r = 0;\n"
+      "  for (; r < n; ++r) { o[UNIT_POS] = r; sync_cube(); }\n}\n",
+      /* a local whose address is taken */
+      "CUBE_KERNEL(k, CUBE_ARRAY(uint32_t, o), uint32_t n) {\n  uint32_t r = 0;\n"
+      "  uint32_t* p = &r;\n  while (r < n) { sync_cube(); ++*p; }\n}\n",
+      /* a break under a condition that reads shared memory */
+      "CUBE_KERNEL(k, CUBE_ARRAY(uint32_t, o), uint32_t n) {\n  CUBE_SHARED(uint32_t, sh, 4);\n"
+      "  for (uint32_t r = 0; r < n; ++r) {\n    sh[0] = r;\n    sync_cube();\n"
+      "    if (sh[0] == 3u) break;\n    sync_cube();\n  }\n}\n",
+      /* a break outside any loop of the region, at the top level */
+      "CUBE_KERNEL(k, CUBE_ARRAY(uint32_t, o), uint32_t n) {\n"
+      "  for (uint32_t r = 0; r < n; ++r) {\n    { o[0] = r; break; }\n    sync_cube();\n  }\n}\n",
+      /* a local array of a size known only at run time */
+      "CUBE_KERNEL(k, CUBE_ARRAY(uint32_t, o), uint32_t n) {\n  uint32_t a[n + 1u];\n"
+      "  a[0] = n;\n  sync_cube();\n  o[UNIT_POS] = a[0];\n}\n",
+      /* a two-dimensional local array */
+      "CUBE_KERNEL(k, CUBE_ARRAY(uint32_t, o), uint32_t n) {\n  uint32_t a[2][2];\n"
+      "  a[1][1] = n;\n  sync_cube();\n  o[UNIT_POS] = a[1][1];\n}\n",
+      /* a local array larger than a unit's fiber stack */
+      "CUBE_KERNEL(k, CUBE_ARRAY(uint32_t, o), uint32_t n) {\n  uint32_t a[4096];\n"
+      "  a[0] = n;\n  sync_cube();\n  o[UNIT_POS] = a[0];\n}\n",
+      /* goto */
+      "CUBE_KERNEL(k, CUBE_ARRAY(uint32_t, o), uint32_t n) {\n  sync_cube();\n"
+      "  if (n) goto end;\n  o[0] = 1u;\nend:\n  o[1] = 2u;\n}\n",
+      /* a uniform-looking local that a define writes */
+      "CUBE_KERNEL(k, CUBE_ARRAY(uint32_t, o), uint32_t n) {\n  uint32_t r = 0;\n"
+      "  while (r < n) { o[UNIT_POS] = r; sync_cube(); BUMP; }\n}\n",
+  };
+  cube_define_t bump = {"BUMP", "r++"};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; ++i)
+    if (splits(refused[i], "k", &bump, 1)) {
+      fprintf(stderr, "split, but should not be: case %zu\n", i);
+      CHECK(!"refused case was split");
+    }
+  /* A larger fiber stack makes room for the array: then it splits. */
+  cube_define_t big = {"CUBE_CPU_FIBER_STACK", "65536"};
+  CHECK(splits(refused[9], "k", &big, 1));
+  CHECK(splits("CUBE_KERNEL(k, CUBE_ARRAY(uint32_t, o), uint32_t n) {\n  uint32_t a[4000];\n"
+               "  a[0] = n;\n  sync_cube();\n  o[UNIT_POS] = a[0];\n}\n",
+               "k", NULL, 0));
+  /* The first three still compute the host's result as fibers. */
+  for (size_t i = 0; i < 3; ++i) {
+    kern_t k;
+    if (!build(&k, refused[i], "k", NULL, 0, false)) {
+      CHECK(!"build fallback");
+      unload(&k);
+      continue;
+    }
+    CHECK(!k.split);
+    uint32_t dim[3] = {7, 1, 1}, count[3] = {2, 1, 1};
+    for (uint32_t n = 1; n < 6; n += 4) {
+      uint32_t o[14];
+      memset(o, 0xff, sizeof o);
+      cube_cpu_arg_t args[2] = {buf_arg(o, sizeof o), u32_arg(n)};
+      CHECK_EQ_U64(run(&k, count, dim, args, 2), 0);
+      for (uint32_t j = 0; j < 14; ++j) {
+        uint32_t u = j % 7, want;
+        if (i == 0) want = n > 2u ? 1u : 0xffffffffu;
+        else if (i == 1) want = u < n ? 1u : 0xffffffffu;
+        else want = n - 1u;
+        if (j >= 7) want = 0xffffffffu; /* o[UNIT_POS]: both cubes write the first 7 */
+        CHECK_EQ_U64(o[j], want);
+      }
+    }
+    unload(&k);
+  }
 }
