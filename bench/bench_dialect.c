@@ -43,7 +43,7 @@
  * relative of a double host sum, matmul max relative error < 1e-4); a wrong
  * result makes the exit status 1.
  *
- * Figures of sections 1, 2, 3 and 5: alternating rounds (bench_rounds.h).
+ * Figures of sections 1, 2, 3, 5 and 8: alternating rounds (bench_rounds.h).
  * Every system of a section (cube cpu, cube opencl, the C and OpenMP loops,
  * PoCL direct) runs once per round, in an order rotated and reversed each
  * round; its round figure is the median of that round's few trials (section
@@ -2377,8 +2377,8 @@ static void print_header(void) {
   else
     printf("PoCL: not available (%s)\n", g_ocl.reason);
   printf("cube kernel cache: %s (fresh for this run)\n", cube_kernel_cache_dir());
-  printf("sections saxpy, reduce, matmul, empty: %d alternating rounds (CUBE_BENCH_ROUNDS, at "
-         "least %d)%s; each system's round figure is the median of that round's trials;\n"
+  printf("sections saxpy, reduce, matmul, empty, ocl_streams: %d alternating rounds "
+         "(CUBE_BENCH_ROUNDS, at least %d)%s; each system's round figure is the median of that round's trials;\n"
          "a system line gives the median of its round figures (min, max); a ratio line the median "
          "of the per-round ratios, both\nsides from the same round (min, max): \"rate ratio\" = "
          "rate / B's rate (higher is better), \"time ratio\" = time / B's time\n(lower is "
