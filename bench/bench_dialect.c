@@ -17,9 +17,12 @@
  *      3 % of the best), and its speedup over the untuned default (TILE 16)
  *   7. the cost of a tuned launch that hits (key function + lookup) over a
  *      plain launch of the same kernel (target: <= 0.1 us)
+ *   8. opencl only: 16 writes of 4 KiB + sync, and 16 empty launches
+ *      alternating between two streams + sync of both, against PoCL direct
+ *      (non-blocking writes; two queues with no ordering between them)
  *
  * Arguments name the sections to run (saxpy reduce matmul cache empty tune
- * tune_hit), and "quick"; no section named runs all of them.
+ * tune_hit ocl_streams), and "quick"; no section named runs all of them.
  * CUBE_BENCH_ONLY=saxpy,reduce,... (a comma-separated subset of the same
  * names) runs only those sections too; with both, a section runs when both
  * name it.
@@ -40,7 +43,7 @@
  * relative of a double host sum, matmul max relative error < 1e-4); a wrong
  * result makes the exit status 1.
  *
- * Figures of sections 1, 2, 3 and 5: alternating rounds (bench_rounds.h).
+ * Figures of sections 1, 2, 3, 5 and 8: alternating rounds (bench_rounds.h).
  * Every system of a section (cube cpu, cube opencl, the C and OpenMP loops,
  * PoCL direct) runs once per round, in an order rotated and reversed each
  * round; its round figure is the median of that round's few trials (section
@@ -233,6 +236,7 @@ static void* xmalloc(size_t n) {
   X(clReleaseMemObject)                                                                  \
   X(clEnqueueNDRangeKernel)                                                              \
   X(clEnqueueReadBuffer)                                                                 \
+  X(clEnqueueWriteBuffer)                                                                \
   X(clFinish)
 
 typedef struct ocl {
@@ -1822,6 +1826,179 @@ static void bench_empty(void) {
 }
 
 //===----------------------------------------------------------------------===//
+// 8. OpenCL: small writes, and launches that alternate between two streams
+//===----------------------------------------------------------------------===//
+
+/* What the OpenCL backend waits for besides the work itself: 16 writes of
+ * 4 KiB then a sync (a write that blocks waits for PoCL's thread each time),
+ * and 16 empty launches alternating between two streams (two queues) then a
+ * sync of both (ordering every command after the other queue's last one
+ * serialises the switch). PoCL direct does the same with non-blocking
+ * clEnqueueWriteBuffer on one queue, and with two queues and no ordering
+ * between them. A trial's figure is one batch of 16, in microseconds. */
+enum { OCLS_BATCH = 16, OCLS_BYTES = 4096 };
+
+typedef struct ocls_ctx {
+  cube_client_t* b;   /* a clone of the opencl client on a second stream */
+  cube_handle_t h[OCLS_BATCH];
+  cube_kernel_t* k;
+  ocl_kernel_t* ocl;
+  cl_command_queue q2;
+  cl_mem m[OCLS_BATCH];
+  unsigned char src[OCLS_BATCH][OCLS_BYTES];
+} ocls_ctx_t;
+
+static uint64_t trial_ocls_write_cube(void* p, uint64_t iters) {
+  ocls_ctx_t* c = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t it = 0; it < iters; ++it) {
+    cube_status_t s = CUBE_OK;
+    for (int i = 0; i < OCLS_BATCH && !s; ++i)
+      s = cube_client_write(g_cl_client, c->h[i], c->src[i], OCLS_BYTES);
+    if (!s) s = cube_client_sync(g_cl_client);
+    if (s) {
+      fail_status("16 writes + sync (opencl)", s);
+      return 0;
+    }
+  }
+  return now_ns() - t0;
+}
+
+static uint64_t trial_ocls_write_pocl(void* p, uint64_t iters) {
+  ocls_ctx_t* c = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t it = 0; it < iters; ++it) {
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < OCLS_BATCH && err == CL_SUCCESS; ++i)
+      err = g_ocl.clEnqueueWriteBuffer(g_ocl.queue, c->m[i], CL_FALSE, 0, OCLS_BYTES, c->src[i],
+                                       0, NULL, NULL);
+    if (err == CL_SUCCESS) err = g_ocl.clFinish(g_ocl.queue);
+    if (err != CL_SUCCESS) {
+      fprintf(stderr, "bench_dialect: PoCL writes failed: error %d\n", (int)err);
+      g_failures++;
+      return 0;
+    }
+  }
+  return now_ns() - t0;
+}
+
+static uint64_t trial_ocls_switch_cube(void* p, uint64_t iters) {
+  ocls_ctx_t* c = p;
+  cube_arg_t arg = cube_arg_u32(0);
+  cube_count_t one = cube_count_static(1, 1, 1);
+  uint64_t t0 = now_ns();
+  for (uint64_t it = 0; it < iters; ++it) {
+    cube_status_t s = CUBE_OK;
+    for (int i = 0; i < OCLS_BATCH && !s; ++i)
+      s = cube_client_launch(i % 2 ? c->b : g_cl_client, c->k, one, 1, &arg);
+    if (!s) s = cube_client_sync(g_cl_client);
+    if (!s) s = cube_client_sync(c->b);
+    if (s) {
+      fail_status("16 launches on two streams + sync (opencl)", s);
+      return 0;
+    }
+  }
+  return now_ns() - t0;
+}
+
+static uint64_t trial_ocls_switch_pocl(void* p, uint64_t iters) {
+  ocls_ctx_t* c = p;
+  size_t one = 1;
+  uint64_t t0 = now_ns();
+  for (uint64_t it = 0; it < iters; ++it) {
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < OCLS_BATCH && err == CL_SUCCESS; ++i)
+      err = g_ocl.clEnqueueNDRangeKernel(i % 2 ? c->q2 : g_ocl.queue, c->ocl->kernel, 1, NULL,
+                                         &one, &one, 0, NULL, NULL);
+    if (err == CL_SUCCESS) err = g_ocl.clFinish(g_ocl.queue);
+    if (err == CL_SUCCESS) err = g_ocl.clFinish(c->q2);
+    if (err != CL_SUCCESS) {
+      fprintf(stderr, "bench_dialect: PoCL launches on two queues failed: error %d\n", (int)err);
+      g_failures++;
+      return 0;
+    }
+  }
+  return now_ns() - t0;
+}
+
+static void bench_ocl_streams(void) {
+  printf("[8] opencl: %d writes of %d bytes + sync; %d empty launches alternating between two "
+         "streams + sync of both (a trial's figure: one batch)\n", OCLS_BATCH, OCLS_BYTES,
+         OCLS_BATCH);
+  if (!g_cl_client) {
+    line_cl_absent("cube opencl backend:");
+    return;
+  }
+  if (!g_ocl.ok) {
+    ocl_not_available();
+    return;
+  }
+  const uint64_t per_trial = g_quick ? 10 : 100;
+  const int per = g_quick ? 1 : 3;
+  ocls_ctx_t* c = xmalloc(sizeof(ocls_ctx_t));
+  memset(c, 0, sizeof(*c));
+  for (int i = 0; i < OCLS_BATCH; ++i) {
+    for (int j = 0; j < OCLS_BYTES; ++j) c->src[i][j] = (unsigned char)(i * 31 + j);
+    TRY("cube_client_empty", cube_client_empty(g_cl_client, OCLS_BYTES, &c->h[i]));
+    c->m[i] = ocl_buffer(CL_MEM_READ_WRITE, OCLS_BYTES, NULL);
+  }
+  TRY("cube_client_clone", cube_client_clone(g_cl_client, &c->b));
+  if (c->b) cube_client_set_stream(c->b, cube_stream_id_new());
+  c->k = make_dialect(k_empty_src, "empty", 1, 1, NULL, 0);
+  g_client = g_cl_client;
+  (void)precompile_ms(c->k);
+  g_client = g_cpu_client;
+  cl_int err = CL_SUCCESS;
+  c->q2 = g_ocl.clCreateCommandQueue(g_ocl.context, g_ocl.device, 0, &err);
+  ocl_kernel_t ok;
+  bool built = ocl_build(k_empty_src, "empty", NULL, 0, &ok);
+  ocl_arg_t arg = ocl_scalar(cube_arg_u32(0));
+  if (built && ocl_set_args(&ok, 1, &arg)) c->ocl = &ok;
+
+  rounds_t R;
+  rounds_init(&R, g_rounds, settle);
+  int i_wc = rounds_add(&R, "cube opencl writes", trial_ocls_write_cube, c, per_trial, 1, per);
+  int i_wp = rounds_add(&R, "PoCL writes", trial_ocls_write_pocl, c, per_trial, 1, per);
+  int i_sc = -1, i_sp = -1;
+  if (c->b && c->k) i_sc = rounds_add(&R, "cube opencl two streams", trial_ocls_switch_cube, c,
+                                      per_trial, 1, per);
+  if (c->q2 && c->ocl)
+    i_sp = rounds_add(&R, "PoCL two queues", trial_ocls_switch_pocl, c, per_trial, 1, per);
+  rounds_run(&R);
+  print_rounds_header(&R, per);
+  /* The writes landed: every buffer holds its source. */
+  for (int i = 0; i < OCLS_BATCH; ++i) {
+    cube_bytes_t* b = NULL;
+    cube_status_t s = cube_client_read_one(g_cl_client, c->h[i], &b);
+    if (s) fail_status("read after the writes (opencl)", s);
+    else if (cube_bytes_size(b) != OCLS_BYTES ||
+             memcmp(cube_bytes_const_data(b), c->src[i], OCLS_BYTES) != 0) {
+      fprintf(stderr, "bench_dialect: opencl buffer %d does not hold what was written\n", i);
+      g_failures++;
+    }
+    cube_bytes_release(b);
+  }
+  line_fig_time(&R, i_wc, "cube opencl, 16 writes of 4 KiB + sync:");
+  line_fig_time(&R, i_wp, "PoCL, 16 non-blocking writes + clFinish:");
+  if (i_sc >= 0) line_fig_time(&R, i_sc, "cube opencl, 16 launches on 2 streams + syncs:");
+  if (i_sp >= 0) line_fig_time(&R, i_sp, "PoCL, 16 launches on 2 queues + clFinish x2:");
+  line_rounds_ratio(&R, "writes: cube opencl vs PoCL direct:", i_wc, i_wp, false);
+  if (i_sc >= 0 && i_sp >= 0)
+    line_rounds_ratio(&R, "two streams: cube opencl vs PoCL direct:", i_sc, i_sp, false);
+  printf("\n");
+  if (c->ocl) ocl_kernel_release(&ok);
+  if (c->q2) g_ocl.clReleaseCommandQueue(c->q2);
+  for (int i = 0; i < OCLS_BATCH; ++i) {
+    cube_handle_release(c->h[i]);
+    if (c->m[i]) g_ocl.clReleaseMemObject(c->m[i]);
+  }
+  cube_kernel_release(c->k);
+  cube_client_release(c->b);
+  free(c);
+  fflush(stdout);
+}
+
+//===----------------------------------------------------------------------===//
 // 6. tuned matmul
 //===----------------------------------------------------------------------===//
 
@@ -2240,8 +2417,8 @@ static void print_header(void) {
   else
     printf("PoCL: not available (%s)\n", g_ocl.reason);
   printf("cube kernel cache: %s (fresh for this run)\n", cube_kernel_cache_dir());
-  printf("sections saxpy, reduce, matmul, empty: %d alternating rounds (CUBE_BENCH_ROUNDS, at "
-         "least %d)%s; each system's round figure is the median of that round's trials;\n"
+  printf("sections saxpy, reduce, matmul, empty, ocl_streams: %d alternating rounds "
+         "(CUBE_BENCH_ROUNDS, at least %d)%s; each system's round figure is the median of that round's trials;\n"
          "a system line gives the median of its round figures (min, max); a ratio line the median "
          "of the per-round ratios, both\nsides from the same round (min, max): \"rate ratio\" = "
          "rate / B's rate (higher is better), \"time ratio\" = time / B's time\n(lower is "
@@ -2262,8 +2439,8 @@ int main(int argc, char** argv) {
   g_quick = bench_quick_env();
   int named = 0; /* sections named on the command line */
   for (int a = 1; a < argc; ++a) {
-    static const char* const known[] = {"saxpy", "reduce", "matmul", "cache",
-                                        "empty", "tune",   "tune_hit"};
+    static const char* const known[] = {"saxpy", "reduce", "matmul",   "cache",
+                                        "empty", "tune",   "tune_hit", "ocl_streams"};
     if (!strcmp(argv[a], "quick")) {
       g_quick = true;
       continue;
@@ -2273,7 +2450,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); ++i) ok |= !strcmp(argv[a], known[i]);
     if (!ok) {
       fprintf(stderr, "bench_dialect: unknown section '%s' (saxpy reduce matmul cache empty tune "
-                      "tune_hit, and quick)\n", argv[a]);
+                      "tune_hit ocl_streams, and quick)\n", argv[a]);
       (void)rmdir(g_cache_dir);
       return 2;
     }
@@ -2328,7 +2505,7 @@ int main(int argc, char** argv) {
     void (*run)(void);
   } sections[] = {{"saxpy", bench_saxpy}, {"reduce", bench_reduce}, {"matmul", bench_matmul},
                   {"cache", bench_cache},  {"empty", bench_empty},   {"tune", bench_tune},
-                  {"tune_hit", bench_tune_hit}};
+                  {"tune_hit", bench_tune_hit}, {"ocl_streams", bench_ocl_streams}};
   for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); ++i) {
     bool run = named == 0;
     for (int a = 1; a < argc; ++a) run |= strcmp(argv[a], sections[i].name) == 0;

@@ -280,9 +280,9 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_empty_tensors(cube_client_t* clie
  * view), ordered on the client's stream as CubeCL's write is: work queued on
  * the stream before the call sees the old contents, work queued after it the
  * new ones, so a buffer's inputs can be refreshed between launches without a
- * new allocation. On a backend with events (CUDA) the write also waits for
- * the buffer's last use on another stream. |data| is copied before the call
- * returns: the caller may reuse it at once. Thread-safe. A view of 0 bytes
+ * new allocation. On a backend with events (CUDA, OpenCL) the write also
+ * waits for the buffer's last use on another stream. |data| is copied before
+ * the call returns: the caller may reuse it at once. Thread-safe. A view of 0 bytes
  * with |size| 0 writes nothing. Fails at once with INVALID_ARGUMENT (a NULL
  * client, a |size| that is not the view's size, NULL |data| with a non-zero
  * size, a handle of another device), NOT_FOUND (a released handle),
@@ -306,8 +306,8 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_write_tensor(cube_client_t* clien
  * device, both handles of the client's device and views of one size. The
  * copy is ordered on the client's stream as a write is: work queued before
  * the call sees dst's old contents and src's contents as that work leaves
- * them, work queued after it sees the copy; on a backend with events (CUDA)
- * it also waits for each buffer's last use on another stream. It returns
+ * them, work queued after it sees the copy; on a backend with events (CUDA,
+ * OpenCL) it also waits for each buffer's last use on another stream. It returns
  * once the copy is queued (the bytes never reach the host where the device
  * copies them itself: CUDA, OpenCL), and a failure of the copy on the device
  * is deferred to the stream, as a launch's is. The handles stay the

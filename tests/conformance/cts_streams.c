@@ -222,6 +222,117 @@ CUBE_TEST(streams_handle_used_on_another_stream) {
   CTS_END(c);
 }
 
+/* A write on stream A, a launch (or a copy) reading it on stream B, a read of
+ * the result on stream C, then a write on A into the buffer B read, which
+ * must wait for B's work (its last use on another stream), and a read of
+ * that on C:
+ * three threads at once, each with its own three streams, random data every
+ * round, a buffer under and one over the OpenCL backend's copy limit
+ * (256 KiB), sources overwritten as soon as each write returns. */
+typedef struct cts_three {
+  cube_client_t* base;
+  int index;
+  int copy; /* B copies instead of launching a kernel */
+  int failures;
+  char first_error[256];
+} cts_three_t;
+
+static void cts_three_fail(cts_three_t* w, const char* what, cube_status_t s) {
+  if (!w->failures++)
+    snprintf(w->first_error, sizeof(w->first_error), "%s: %s", what,
+             s ? cube_status_message(s) : "mismatch");
+  cube_status_free(s);
+}
+
+static void* cts_three_main(void* p) {
+  cts_three_t* w = p;
+  enum { ROUNDS = 24 };
+  const uint32_t sizes[2] = {10007, 70001}; /* 40 KB, 280 KB */
+  cube_client_t* cl[3] = {NULL, NULL, NULL};
+  cube_kernel_t* k = NULL;
+  cube_handle_t hin[2] = {CUBE_HANDLE_NULL, CUBE_HANDLE_NULL};
+  cube_handle_t hout[2] = {CUBE_HANDLE_NULL, CUBE_HANDLE_NULL};
+  uint32_t* src = malloc(70001 * 4);
+  uint32_t* next = malloc(70001 * 4);
+  uint32_t* want = malloc(70001 * 4);
+  cube_status_t s = src && next && want ? CUBE_OK
+                                        : cube_status_make(CUBE_STATUS_OUT_OF_MEMORY, "host");
+  for (int i = 0; i < 3 && !s; ++i)
+    if (!(s = cube_client_clone(w->base, &cl[i]))) cube_client_set_stream(cl[i], cube_stream_id_new());
+  const cube_arg_kind_t kinds[4] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_U32, CUBE_ARG_U32};
+  const cube_dim_t dim = {64, 1, 1};
+  if (!s && !w->copy) s = cts_kernel_create("add_three", cts_k_add_u32, dim, 0, 4, kinds, &k);
+  for (int j = 0; j < 2 && !s; ++j) {
+    s = cts_poisoned(cl[0], sizes[j] * 4, &hin[j]); /* stream A's */
+    if (!s) s = cts_poisoned(cl[2], sizes[j] * 4, &hout[j]); /* stream C's */
+  }
+  if (s) cts_three_fail(w, "setup", s);
+  for (int r = 0; r < ROUNDS && !w->failures; ++r) {
+    int j = r % 2;
+    uint32_t n = sizes[j], add = w->copy ? 0 : (uint32_t)(w->index * 1000 + r);
+    cube_test_fill_random(src, n * 4, 6100 + (uint64_t)w->index * 100 + (uint64_t)r);
+    cube_test_fill_random(next, n * 4, 6900 + (uint64_t)w->index * 100 + (uint64_t)r);
+    for (uint32_t i = 0; i < n; ++i) want[i] = src[i] + add;
+    if ((s = cube_client_write(cl[0], hin[j], src, n * 4))) {
+      cts_three_fail(w, "write on A", s);
+      break;
+    }
+    memset(src, 0xEE, n * 4);
+    cube_arg_t args[4] = {cube_arg_buffer(hin[j]), cube_arg_buffer(hout[j]), cube_arg_u32(add),
+                          cube_arg_u32(n)};
+    s = w->copy ? cube_client_copy(cl[1], hin[j], hout[j])
+                : cube_client_launch(cl[1], k, cube_count_static((n + 63) / 64, 1, 1), 4, args);
+    if (s) {
+      cts_three_fail(w, w->copy ? "copy on B" : "launch on B", s);
+      break;
+    }
+    /* After B's work read |hin|: this write waits for it. */
+    if ((s = cube_client_write(cl[0], hin[j], next, n * 4))) {
+      cts_three_fail(w, "second write on A", s);
+      break;
+    }
+    if (!cts_read_equals(cl[2], hout[j], want, n * 4)) cts_three_fail(w, "read of B's result on C", NULL);
+    else if (!cts_read_equals(cl[2], hin[j], next, n * 4)) cts_three_fail(w, "read of A's second write on C", NULL);
+  }
+  for (int i = 0; i < 3; ++i)
+    if (cl[i] && (s = cube_client_sync(cl[i]))) cts_three_fail(w, "sync", s);
+  for (int j = 0; j < 2; ++j) {
+    cube_handle_release(hin[j]);
+    cube_handle_release(hout[j]);
+  }
+  cube_kernel_release(k);
+  for (int i = 0; i < 3; ++i) cube_client_release(cl[i]);
+  free(src);
+  free(next);
+  free(want);
+  return NULL;
+}
+
+static void cts_three_streams(int copy) {
+  CTS_CLIENT(c);
+  enum { THREADS = 3 };
+  cts_three_t w[THREADS];
+  pthread_t th[THREADS];
+  for (int i = 0; i < THREADS; ++i) {
+    memset(&w[i], 0, sizeof(w[i]));
+    w[i].base = c;
+    w[i].index = i + 1;
+    w[i].copy = copy;
+    REQUIRE(pthread_create(&th[i], NULL, cts_three_main, &w[i]) == 0);
+  }
+  for (int i = 0; i < THREADS; ++i) pthread_join(th[i], NULL);
+  for (int i = 0; i < THREADS; ++i) {
+    if (w[i].failures) fprintf(stderr, "worker %d: %d failures, first: %s\n", i, w[i].failures, w[i].first_error);
+    CHECK(w[i].failures == 0);
+  }
+  CTS_END(c);
+}
+
+CUBE_TEST(streams_write_launch_read_on_three_streams) { cts_three_streams(0); }
+
+/* The same with a copy on B: no kernel, so it runs on every backend. */
+CUBE_TEST(streams_write_copy_read_on_three_streams) { cts_three_streams(1); }
+
 static void* cts_fail_thread(void* p) {
   cube_kernel_t* k = p;
   cube_client_t* c = NULL;

@@ -37,6 +37,7 @@ static const cts_unsupported_t cts_unsupported[] = {
      "memory_handle_can_mut_and_accessors streams_two_threads_independent "
      "streams_two_threads_one_client streams_pinned_stream_errors_separate "
      "streams_handle_used_on_another_stream streams_thread_errors_do_not_leak "
+     "streams_write_launch_read_on_three_streams "
      "exclusive_nested_calls exclusive_no_interleaving write_ordered_with_launches "
      "graph_replay_matches_eager graph_captured_write graph_rebinding "
      "graph_outlives_handles graph_replay_several_threads profile_graph_replay_one_row "

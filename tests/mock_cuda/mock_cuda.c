@@ -12,7 +12,8 @@
  *    land late, deterministically); a pinned source is read when the copy runs (reusing it early corrupts the
  *    copy, as on a GPU); a pageable source is staged at the call; a copy into
  *    pageable memory returns when done; events complete when the stream
- *    reaches them; cuStreamWaitEvent blocks the stream until the event;
+ *    reaches them; cuStreamWaitEvent blocks the stream until the event's
+ *    record it names (the last one when it was called) completed;
  *  - cuMemFreeAsync frees when the stream reaches it;
  *  - modules load anything; cuLaunchKernel runs nothing and returns
  *    CUDA_ERROR_NOT_SUPPORTED (kernels need a GPU);
@@ -47,9 +48,23 @@
 #define MOCK_MAX_DEVICES 8
 
 typedef struct mock_op mock_op_t;
+/* One record of an event: a wait names the record that was the event's last
+ * when the wait was queued, as the driver's does, so recording the event
+ * again (on another stream, which may reach it first) does not release it.
+ * Guarded by its event's lock. */
+typedef struct mock_mark {
+  bool done;
+  int refs; /* the event's (while it is its last record) + queued operations */
+} mock_mark_t;
+
+static void mock_mark_unref(mock_mark_t* m) {
+  if (m && --m->refs == 0) free(m);
+}
+
 typedef struct mock_event {
   pthread_mutex_t lock;
   pthread_cond_t cond;
+  mock_mark_t* last; /* the last record (NULL: never recorded) */
   uint64_t recorded; /* generation asked for by the last record */
   uint64_t reached;  /* generation the stream reached */
   uint64_t ns;       /* when it was reached */
@@ -73,6 +88,7 @@ struct mock_op {
   uint32_t value;
   void* owned; /* staged source, freed after the op */
   mock_event_t* event;
+  mock_mark_t* mark; /* OP_EVENT: the record; OP_WAIT: the record it waits for */
   uint64_t generation;
   atomic_bool* done; /* set after the op, for synchronous calls */
   CUhostFn fn;       /* OP_HOST: runs on the stream's thread (cuLaunchHostFunc) */
@@ -163,6 +179,7 @@ static void mock_event_unref(mock_event_t* ev) {
   else mock_events = ev->next_all;
   if (ev->next_all) ev->next_all->prev_all = ev->prev_all;
   pthread_mutex_unlock(&mock_events_lock);
+  mock_mark_unref(ev->last);
   pthread_mutex_destroy(&ev->lock);
   pthread_cond_destroy(&ev->cond);
   free(ev);
@@ -197,12 +214,15 @@ static void mock_run(mock_op_t* op) {
         op->event->reached = op->generation;
         op->event->ns = mock_now_ns();
       }
+      op->mark->done = true;
+      mock_mark_unref(op->mark);
       pthread_cond_broadcast(&op->event->cond);
       pthread_mutex_unlock(&op->event->lock);
       break;
     case OP_WAIT:
       pthread_mutex_lock(&op->event->lock);
-      while (op->event->reached < op->generation) pthread_cond_wait(&op->event->cond, &op->event->lock);
+      while (op->mark && !op->mark->done) pthread_cond_wait(&op->event->cond, &op->event->lock);
+      mock_mark_unref(op->mark);
       pthread_mutex_unlock(&op->event->lock);
       break;
     case OP_FREE:
@@ -616,8 +636,17 @@ static CUresult m_cuEventRecord(CUevent e, CUstream hs) {
   MOCK_STICKY("cuEventRecord", MOCK_DEV_OF(hs));
   mock_event_t* ev = (mock_event_t*)e;
   mock_op_t* op = mock_op(OP_EVENT);
-  if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+  mock_mark_t* mark = calloc(1, sizeof(*mark));
+  if (!op || !mark) {
+    free(op);
+    free(mark);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  mark->refs = 2;
   pthread_mutex_lock(&ev->lock);
+  mock_mark_unref(ev->last);
+  ev->last = mark;
+  op->mark = mark;
   op->generation = ++ev->recorded;
   ev->refs++;
   pthread_mutex_unlock(&ev->lock);
@@ -665,6 +694,8 @@ static CUresult m_cuStreamWaitEvent(CUstream hs, CUevent e, unsigned int flags) 
   if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
   pthread_mutex_lock(&ev->lock);
   op->generation = ev->recorded;
+  op->mark = ev->last;
+  if (op->mark) op->mark->refs++;
   ev->refs++;
   pthread_mutex_unlock(&ev->lock);
   op->event = ev;

@@ -2,7 +2,8 @@
  * unavailable paths (no library, no platform), views at offsets that no
  * sub-buffer could take, the build log of a broken kernel with the user's
  * line, the program binary in the kernel cache, device timestamps in
- * profiles, and streams as separate command queues.
+ * profiles, streams as separate command queues ordered by the event slots,
+ * and writes that do not wait.
  *
  * Each case is its own process (CTest), so the environment a case sets
  * before its first cube call is what the loader sees.
@@ -253,4 +254,146 @@ CUBE_TEST(profile_uses_device_timestamps) {
   cube_kernel_release(k);
   cube_client_release(c);
   cube_shutdown();
+}
+
+//===----------------------------------------------------------------------===//
+// The backend's table driven directly: events and writes that do not wait
+//===----------------------------------------------------------------------===//
+
+/* Device 0 and two streams (two command queues) of the OpenCL table. */
+typedef struct ocl_fixture {
+  const cube__backend_vtable_t* vt;
+  cube__backend_device_t* dev;
+  void* a;
+  void* b;
+} ocl_fixture_t;
+
+#define OCL_FIXTURE(f)                                                        \
+  ocl_fixture_t f;                                                            \
+  do {                                                                        \
+    memset(&f, 0, sizeof(f));                                                 \
+    f.vt = cube__backend_get(CUBE_BACKEND_OPENCL);                            \
+    if (!f.vt) CUBE_SKIP("the backend is not built into this library");      \
+    cube_status_t s_ = f.vt->availability();                                  \
+    if (s_) {                                                                 \
+      fprintf(stderr, "%s\n", cube_status_message(s_));                       \
+      cube_status_free(s_);                                                   \
+      CUBE_SKIP("no OpenCL device");                                          \
+    }                                                                         \
+    cube_device_properties_t p_;                                              \
+    cube_features_t feat_;                                                    \
+    cube_backend_info_t info_;                                                \
+    REQUIRE_OK(f.vt->device_create(0, NULL, &f.dev, &p_, &feat_, &info_));    \
+    REQUIRE_OK(f.vt->stream_create(f.dev, 1, &f.a));                          \
+    REQUIRE_OK(f.vt->stream_create(f.dev, 2, &f.b));                          \
+  } while (0)
+
+static void ocl_fixture_close(ocl_fixture_t* f) {
+  f->vt->stream_destroy(f->dev, f->a);
+  f->vt->stream_destroy(f->dev, f->b);
+  f->vt->device_destroy(f->dev);
+}
+
+/* The event slots are all there, and order two queues: a write and a copy
+ * queued on stream A (neither waits), an event recorded after them, stream B
+ * made to wait for it and B's blocking read of the copy's destination sees
+ * the write. Random data each round; without the wait, B's read races A's
+ * work (PoCL runs the two queues on its worker threads). */
+CUBE_TEST(events_order_two_queues) {
+  OCL_FIXTURE(f);
+  CHECK(f.vt->event_record && f.vt->event_wait && f.vt->event_done && f.vt->event_sync &&
+        f.vt->event_destroy);
+  enum { ROUNDS = 200, BYTES = 200 * 1024 + 12 }; /* under CUBE__OCL_WRITE_COPY_MAX */
+  cube__storage_t x, y;
+  REQUIRE_OK(f.vt->alloc(f.dev, BYTES, &x));
+  REQUIRE_OK(f.vt->alloc(f.dev, BYTES, &y));
+  unsigned char* want = malloc(BYTES);
+  unsigned char* got = malloc(BYTES);
+  REQUIRE(want && got);
+  int bad = 0;
+  for (int r = 0; r < ROUNDS && !bad; ++r) {
+    cube_test_fill_random(want, BYTES, 7100 + (uint64_t)r);
+    /* The source is freed (and its memory poisoned) at once. */
+    unsigned char* src = malloc(BYTES);
+    REQUIRE(src);
+    memcpy(src, want, BYTES);
+    CHECK_OK(f.vt->write(f.dev, f.a, &x, 0, BYTES, src, BYTES, 1));
+    memset(src, 0xA5, BYTES);
+    free(src);
+    CHECK_OK(f.vt->copy(f.dev, f.a, &y, 0, &x, 0, BYTES));
+    void* ev = NULL;
+    CHECK_OK(f.vt->event_record(f.dev, f.a, &ev));
+    REQUIRE(ev != NULL);
+    CHECK_OK(f.vt->event_wait(f.dev, f.b, ev));
+    memset(got, 0x5A, BYTES);
+    CHECK_OK(f.vt->read(f.dev, f.b, got, &y, 0, BYTES, BYTES, 1));
+    if (memcmp(got, want, BYTES) != 0) {
+      fprintf(stderr, "round %d: stream B read before stream A's write and copy\n", r);
+      bad = 1;
+    }
+    /* B's read waited for the event: it has completed. */
+    CHECK(f.vt->event_done(f.dev, ev));
+    CHECK_OK(f.vt->event_sync(f.dev, ev));
+    f.vt->event_destroy(f.dev, ev);
+  }
+  CHECK(!bad);
+  CHECK_OK(f.vt->sync(f.dev, f.a));
+  CHECK_OK(f.vt->sync(f.dev, f.b));
+  f.vt->dealloc(f.dev, &x);
+  f.vt->dealloc(f.dev, &y);
+  free(want);
+  free(got);
+  ocl_fixture_close(&f);
+}
+
+/* Many small writes (rows, pitched rows, odd sizes) that do not wait, each
+ * from a source freed and poisoned right after the call: every one lands
+ * (the backend keeps its own copy until the write completed). Then a write
+ * larger than the copy limit (a blocking one) over part of them. */
+CUBE_TEST(writes_from_released_sources_land) {
+  OCL_FIXTURE(f);
+  enum { COUNT = 300, ROW = 37, ROWS = 5, PITCH = 64, PART = COUNT * ROWS * PITCH };
+  enum { BIG = 300 * 1024, BIG_AT = PART - 4000, BYTES = BIG_AT + BIG }; /* BIG over the limit */
+  cube__storage_t x;
+  REQUIRE_OK(f.vt->alloc(f.dev, BYTES, &x));
+  unsigned char* want = malloc(BYTES);
+  unsigned char* got = malloc(BYTES);
+  REQUIRE(want && got);
+  memset(want, 0, BYTES);
+  unsigned char zero[PITCH] = {0};
+  for (uint64_t at = 0; at < BYTES; at += PITCH) {
+    uint64_t n = BYTES - at < PITCH ? BYTES - at : PITCH;
+    CHECK_OK(f.vt->write(f.dev, f.a, &x, at, n, zero, n, 1));
+  }
+  for (int i = 0; i < COUNT; ++i) {
+    uint64_t base = (uint64_t)i * ROWS * PITCH;
+    unsigned char* src = malloc(ROW * ROWS);
+    REQUIRE(src);
+    cube_test_fill_random(src, ROW * ROWS, 7300 + (uint64_t)i);
+    if (i % 2) { /* pitched rows */
+      for (int r = 0; r < ROWS; ++r) memcpy(want + base + (uint64_t)r * PITCH, src + r * ROW, ROW);
+      CHECK_OK(f.vt->write(f.dev, f.a, &x, base, PITCH, src, ROW, ROWS));
+    } else { /* one row */
+      memcpy(want + base, src, ROW * ROWS);
+      CHECK_OK(f.vt->write(f.dev, f.a, &x, base, ROW * ROWS, src, ROW * ROWS, 1));
+    }
+    memset(src, 0xC3, ROW * ROWS);
+    free(src);
+  }
+  /* Larger than the copy limit: written blocking, ordered after the rest
+   * (its first 4000 bytes over the last small writes). */
+  unsigned char* big = malloc(BIG);
+  REQUIRE(big);
+  cube_test_fill_random(big, BIG, 7399);
+  memcpy(want + BIG_AT, big, BIG);
+  CHECK_OK(f.vt->write(f.dev, f.a, &x, BIG_AT, BIG, big, BIG, 1));
+  free(big);
+  CHECK_OK(f.vt->sync(f.dev, f.a));
+  memset(got, 0x5A, BYTES);
+  CHECK_OK(f.vt->read(f.dev, f.a, got, &x, 0, BYTES, BYTES, 1));
+  CHECK(memcmp(got, want, BYTES) == 0);
+  f.vt->dealloc(f.dev, &x);
+  free(want);
+  free(got);
+  ocl_fixture_close(&f);
 }

@@ -15,13 +15,14 @@
  * - Staging: CL_MEM_ALLOC_HOST_PTR buffers mapped once for their lifetime;
  *   a staging buffer keeps the context alive (refcounted) so that it may be
  *   freed after the device is gone (backend.h: host_dealloc with device NULL).
- * - Ordering (opencl_stream.c): commands of one stream are ordered by its in-order queue; when a
- *   command goes to another queue than the device's previous one, it waits
- *   for a marker of that previous queue, so the device's work keeps the
- *   submission order of the runner across streams (the CPU backend's
- *   semantics). Writes and reads are blocking (the server frees a write's
- *   source once write returns; a read's bytes are handed out at once);
- *   copies between two buffers (clEnqueueCopyBuffer) are asynchronous.
+ * - Ordering (opencl_stream.c): commands of one stream are ordered by its in-order queue;
+ *   queues are ordered only through the event slots (a marker's cl_event,
+ *   waited for by a barrier on the other queue), which the server uses for
+ *   a buffer that crosses streams, as on CUDA. Writes of up to
+ *   CUBE__OCL_WRITE_COPY_MAX bytes are copied and do not wait; larger writes
+ *   and reads block (the server frees a write's source once write returns;
+ *   a read's bytes are handed out at once); copies between two buffers
+ *   (clEnqueueCopyBuffer) are asynchronous.
  * - Kernels (opencl_kernel.c): the dialect's OpenCL unit built with clBuildProgram; the program
  *   binary (CL_PROGRAM_BINARIES) is stored in the kernel cache on disk and
  *   loaded with clCreateProgramWithBinary, keyed by runtime version, platform,
@@ -63,5 +64,10 @@ const cube__backend_vtable_t cube__backend_opencl = {
     .copy = cube__ocl_copy,
     .activity_begin = cube__ocl_activity_begin,
     .activity_take = cube__ocl_activity_take,
+    .event_record = cube__ocl_event_record,
+    .event_wait = cube__ocl_event_wait,
+    .event_done = cube__ocl_event_done,
+    .event_sync = cube__ocl_event_sync,
+    .event_destroy = cube__ocl_event_destroy,
     .ctl = cube__ocl_ctl,
 };

@@ -4,8 +4,8 @@
  *
  *   opencl_device.c   devices (discovery, properties, teardown) and storage
  *                     (device buffers, mapped staging buffers)
- *   opencl_stream.c   streams, the ordering across their queues, writes,
- *                     reads and sync
+ *   opencl_stream.c   streams, their events (the order across queues),
+ *                     writes, reads and sync
  *   opencl_kernel.c   programs (built, cached on disk), the kernel table and
  *                     the launch path
  *   opencl_backend.c  the backend's table of functions
@@ -69,6 +69,22 @@ typedef struct cube__ocl_timed {
 /* Timed kernels a stream keeps unread at most; past it the oldest is dropped. */
 #define CUBE__OCL_TIMED_MAX 65536u
 
+/* A write that did not wait (opencl_stream.c): the backend's copy of the
+ * source, freed once |done| completed. */
+typedef struct cube__ocl_pending {
+  cl_event done;
+  void* bytes;
+  uint64_t size;
+  uint64_t storage_id, offset; /* for the message of a failure */
+} cube__ocl_pending_t;
+
+/* Writes of up to this many bytes are copied and do not wait; larger ones
+ * block (a second copy of a large source costs more than the wait saves). */
+#define CUBE__OCL_WRITE_COPY_MAX (256u << 10)
+/* Bytes of such copies a stream keeps in flight at most; past it a write
+ * waits for the oldest ones. */
+#define CUBE__OCL_PENDING_BYTES_MAX (32u << 20)
+
 typedef struct cube__ocl_stream {
   cl_command_queue queue;
   uint64_t id;
@@ -80,6 +96,12 @@ typedef struct cube__ocl_stream {
   bool clock_known;
   bool time_copy;       /* the next copy is timed (activity_begin for a copy armed it) */
   int64_t clock_offset; /* cube__now_ns() - the device's profiling clock */
+  /* Writes that did not wait, oldest first: a ring of |pending_cap|, owner
+   * thread only; their failures, returned by the next sync. */
+  cube__ocl_pending_t* pending;
+  uint32_t pending_head, pending_count, pending_cap;
+  uint64_t pending_bytes;
+  cube_status_t write_errors;
 } cube__ocl_stream_t;
 
 struct cube__backend_device {
@@ -98,7 +120,6 @@ struct cube__backend_device {
   bool fp64;
   /* Runner-only state. */
   cl_mem bounds;                 /* Validate record, 32 bytes */
-  cl_command_queue last_queue;   /* queue of the previous command (not owned) */
   /* Kernel table, guarded by |lock| (prepare may run on any thread). */
   pthread_mutex_t lock;
   cube__ocl_entry_t* entries;
@@ -150,11 +171,14 @@ size_t cube__ocl_activity_take(cube__backend_device_t* dev, void* stream, bool f
 void cube__ocl_timed_push(cube__backend_device_t* dev, cube__ocl_stream_t* s, cl_event done,
                           uint32_t kind, const char* name, const uint32_t count[3],
                           uint64_t bytes);
-/* Before a command on |s|: when the device's previous command went to another
- * queue, a marker there that this command must wait for (*out_wait, to
- * release after the enqueue; NULL when none is needed). Runner only. */
-cube_status_t cube__ocl_order(cube__backend_device_t* dev, cube__ocl_stream_t* s,
-                              cl_event* out_wait);
+/* The event slots: a marker's cl_event on the stream's queue, waited for by
+ * a barrier on another queue. The server orders a buffer that crosses
+ * streams with them (src/server/stream.c); nothing else orders queues. */
+cube_status_t cube__ocl_event_record(cube__backend_device_t* dev, void* stream, void** out_event);
+cube_status_t cube__ocl_event_wait(cube__backend_device_t* dev, void* stream, void* event);
+bool cube__ocl_event_done(cube__backend_device_t* dev, void* event);
+cube_status_t cube__ocl_event_sync(cube__backend_device_t* dev, void* event);
+void cube__ocl_event_destroy(cube__backend_device_t* dev, void* event);
 cube_status_t cube__ocl_write(cube__backend_device_t* dev, void* stream,
                               const cube__storage_t* dst, uint64_t dst_offset, uint64_t pitch,
                               const void* src, uint64_t width, uint64_t height);

@@ -403,22 +403,18 @@ cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
                              "launch of kernel '%s': clSetKernelArg of the bounds record", name);
   }
 
-  cl_event wait;
-  CUBE_RETURN_IF_ERROR(cube__ocl_order(dev, s, &wait));
   if (l->mode == CUBE_EXEC_VALIDATE) {
+    /* The record is the device's, shared by the queues: a Validate launch
+     * reads it back (blocking) before it returns, so no two overlap. */
     err = cl->EnqueueWriteBuffer(s->queue, dev->bounds, CL_FALSE, 0, sizeof(cube__ocl_zero_bounds),
-                                 cube__ocl_zero_bounds, wait ? 1 : 0, wait ? &wait : NULL, NULL);
-    if (wait) cl->ReleaseEvent(wait);
-    wait = NULL;
+                                 cube__ocl_zero_bounds, 0, NULL, NULL);
     if (err != CL_SUCCESS)
       return cube__ocl_error(CUBE_STATUS_LAUNCH_FAILED, err,
                              "launch of kernel '%s': clearing the bounds record", name);
   }
   cl_event done = NULL;
-  err = cl->EnqueueNDRangeKernel(s->queue, e.kernel, 3, NULL, global, local, wait ? 1 : 0,
-                                 wait ? &wait : NULL,
+  err = cl->EnqueueNDRangeKernel(s->queue, e.kernel, 3, NULL, global, local, 0, NULL,
                                  l->device_ns || l->activity ? &done : NULL);
-  if (wait) cl->ReleaseEvent(wait);
   if (err != CL_SUCCESS)
     return cube__ocl_error(err == CL_OUT_OF_RESOURCES || err == CL_MEM_OBJECT_ALLOCATION_FAILURE
                                ? CUBE_STATUS_OUT_OF_MEMORY

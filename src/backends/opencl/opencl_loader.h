@@ -40,6 +40,7 @@
   X(EnqueueMapBuffer)           \
   X(EnqueueUnmapMemObject)      \
   X(EnqueueMarkerWithWaitList)  \
+  X(EnqueueBarrierWithWaitList) \
   X(CreateProgramWithSource)    \
   X(CreateProgramWithBinary)    \
   X(BuildProgram)               \

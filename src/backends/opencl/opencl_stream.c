@@ -1,11 +1,14 @@
 /* The OpenCL backend's streams and copies: a command queue per logical
  * stream (in order, profiling on). Commands of one stream are ordered by its
- * queue; when a command goes to another queue than the device's previous
- * one, it waits for a marker of that previous queue, so the device's work
- * keeps the submission order of the runner across streams (the CPU
- * backend's semantics). Writes and reads are blocking (the server frees a
- * write's source once write returns; a read's bytes are handed out at once);
- * copies between two buffers are not (clEnqueueCopyBuffer, as a launch).
+ * queue; queues are not ordered with each other, but through the event slots:
+ * the server records an event (a marker) on the stream that used a buffer
+ * last and makes the next stream that uses it wait for it (a barrier), as on
+ * CUDA. Writes of up to CUBE__OCL_WRITE_COPY_MAX bytes are copied into
+ * memory of the stream and do not wait (the server frees the source once
+ * write returns); the copy is freed once the write's event completed, seen
+ * at a later write, at sync or at destroy. Larger writes and reads block (a
+ * read's bytes are handed out at once); copies between two buffers do not
+ * (clEnqueueCopyBuffer, as a launch).
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -39,16 +42,195 @@ cube_status_t cube__ocl_stream_create(cube__backend_device_t* dev, uint64_t stre
   return CUBE_OK;
 }
 
+static void cube__ocl_reap(cube__backend_device_t* dev, cube__ocl_stream_t* s, bool wait);
+
 void cube__ocl_stream_destroy(cube__backend_device_t* dev, void* stream) {
   cube__ocl_stream_t* s = stream;
   if (!s) return;
   dev->cl->Finish(s->queue);
+  cube__ocl_reap(dev, s, true);
+  free(s->pending);
+  cube_status_free(s->write_errors);
   for (uint32_t i = 0; i < s->timed_count; ++i)
     dev->cl->ReleaseEvent(s->timed[(s->timed_head + i) % s->timed_cap].done);
   free(s->timed);
-  if (dev->last_queue == s->queue) dev->last_queue = NULL;
   dev->cl->ReleaseCommandQueue(s->queue);
   free(s);
+}
+
+//===----------------------------------------------------------------------===//
+// Events (the event slots)
+//===----------------------------------------------------------------------===//
+
+cube_status_t cube__ocl_event_record(cube__backend_device_t* dev, void* stream,
+                                     void** out_event) {
+  cube__ocl_stream_t* s = stream;
+  *out_event = NULL;
+  if (!s)
+    return CUBE_INVALID("opencl:%u: event record without a stream", dev->index);
+  cl_event ev = NULL;
+  cl_int err = dev->cl->EnqueueMarkerWithWaitList(s->queue, 0, NULL, &ev);
+  if (err != CL_SUCCESS)
+    return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                           "opencl:%u (%s): clEnqueueMarkerWithWaitList recording an event on "
+                           "stream %" PRIu64,
+                           dev->index, dev->name, s->id);
+  /* Another queue may wait for it: the work before it must start. */
+  dev->cl->Flush(s->queue);
+  *out_event = ev;
+  return CUBE_OK;
+}
+
+cube_status_t cube__ocl_event_wait(cube__backend_device_t* dev, void* stream, void* event) {
+  cube__ocl_stream_t* s = stream;
+  if (!s || !event)
+    return CUBE_INVALID("opencl:%u: event wait without a %s", dev->index,
+                        s ? "event" : "stream");
+  cl_event ev = event;
+  cl_int err = dev->cl->EnqueueBarrierWithWaitList(s->queue, 1, &ev, NULL);
+  if (err != CL_SUCCESS)
+    return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                           "opencl:%u (%s): clEnqueueBarrierWithWaitList making stream %" PRIu64
+                           " wait for an event",
+                           dev->index, dev->name, s->id);
+  return CUBE_OK;
+}
+
+bool cube__ocl_event_done(cube__backend_device_t* dev, void* event) {
+  if (!event) return true;
+  cl_int exec = CL_COMPLETE;
+  if (dev->cl->GetEventInfo(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(exec), &exec,
+                            NULL) != CL_SUCCESS)
+    return true; /* not readable: the failure surfaces at sync */
+  return exec <= CL_COMPLETE; /* negative: failed */
+}
+
+cube_status_t cube__ocl_event_sync(cube__backend_device_t* dev, void* event) {
+  if (!event) return CUBE_OK;
+  cl_event ev = event;
+  cl_int err = dev->cl->WaitForEvents(1, &ev);
+  cl_int exec = CL_COMPLETE;
+  if (err == CL_SUCCESS &&
+      dev->cl->GetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(exec), &exec, NULL) ==
+          CL_SUCCESS &&
+      exec < 0)
+    err = exec;
+  if (err != CL_SUCCESS)
+    return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                           "opencl:%u (%s): clWaitForEvents on an event (the work before it "
+                           "failed or could not be waited for)",
+                           dev->index, dev->name);
+  return CUBE_OK;
+}
+
+void cube__ocl_event_destroy(cube__backend_device_t* dev, void* event) {
+  if (event) dev->cl->ReleaseEvent(event);
+}
+
+//===----------------------------------------------------------------------===//
+// Writes that do not wait
+//===----------------------------------------------------------------------===//
+
+/* Frees the copies of |s|'s writes that completed, oldest first (the queue is
+ * in order: one not complete means the later ones are not either); |wait|:
+ * all of them, waiting. A failed one's status is kept for the next sync. */
+static void cube__ocl_reap(cube__backend_device_t* dev, cube__ocl_stream_t* s, bool wait) {
+  const cube__ocl_api_t* cl = dev->cl;
+  while (s->pending_count) {
+    cube__ocl_pending_t* p = &s->pending[s->pending_head];
+    cl_int err = CL_SUCCESS;
+    if (wait) err = cl->WaitForEvents(1, &p->done);
+    cl_int exec = CL_COMPLETE;
+    if (err == CL_SUCCESS)
+      err = cl->GetEventInfo(p->done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(exec), &exec,
+                             NULL);
+    if (err == CL_SUCCESS && exec > CL_COMPLETE) {
+      if (!wait) break;
+      /* Waited for and still not complete: hold on to the copy. */
+      err = CL_INVALID_EVENT;
+    }
+    if (err == CL_SUCCESS && exec < 0) err = exec;
+    if (err != CL_SUCCESS) {
+      cube_status_t e = cube__ocl_error(
+          CUBE_STATUS_INTERNAL, err,
+          "opencl:%u (%s): write of %" PRIu64 " bytes to storage %" PRIu64 " at offset %" PRIu64
+          " on stream %" PRIu64,
+          dev->index, dev->name, p->size, p->storage_id, p->offset, s->id);
+      s->write_errors = cube__status_join(s->write_errors, e);
+      if (exec > CL_COMPLETE) {
+        /* The driver may still read the copy: keep it (leaked) rather than
+         * free it under the device. */
+        p->bytes = NULL;
+      }
+    }
+    free(p->bytes);
+    cl->ReleaseEvent(p->done);
+    s->pending_bytes -= p->size;
+    s->pending_head = (s->pending_head + 1) % s->pending_cap;
+    s->pending_count--;
+  }
+}
+
+/* Enqueues a write of |src| (|size| bytes, packed rows) that does not wait:
+ * *out_done false when it could not take a copy (no host memory: the caller
+ * then writes blocking). */
+static cube_status_t cube__ocl_write_nowait(cube__backend_device_t* dev, cube__ocl_stream_t* s,
+                                            const cube__storage_t* dst, uint64_t dst_offset,
+                                            uint64_t pitch, const void* src, uint64_t width,
+                                            uint64_t height, bool* out_done) {
+  uint64_t size = width * height;
+  *out_done = false;
+  cube__ocl_reap(dev, s, false);
+  /* Bounded: past it, wait for the oldest copies. */
+  while (s->pending_count && s->pending_bytes + size > CUBE__OCL_PENDING_BYTES_MAX) {
+    cube__ocl_pending_t* p = &s->pending[s->pending_head];
+    dev->cl->WaitForEvents(1, &p->done);
+    cube__ocl_reap(dev, s, false);
+    if (s->pending_count && &s->pending[s->pending_head] == p) break; /* not completing */
+  }
+  if (s->pending_count == s->pending_cap) {
+    uint32_t cap = s->pending_cap ? s->pending_cap * 2 : 64;
+    cube__ocl_pending_t* grown = malloc((size_t)cap * sizeof(*grown));
+    if (!grown) return CUBE_OK;
+    for (uint32_t i = 0; i < s->pending_count; ++i)
+      grown[i] = s->pending[(s->pending_head + i) % s->pending_cap];
+    free(s->pending);
+    s->pending = grown;
+    s->pending_cap = cap;
+    s->pending_head = 0;
+  }
+  void* copy = malloc((size_t)size);
+  if (!copy) return CUBE_OK;
+  memcpy(copy, src, (size_t)size);
+  cl_mem mem = (cl_mem)dst->backend_data;
+  cl_event done = NULL;
+  cl_int err;
+  if (height == 1 || pitch == width) {
+    err = dev->cl->EnqueueWriteBuffer(s->queue, mem, CL_FALSE, (size_t)dst_offset, (size_t)size,
+                                      copy, 0, NULL, &done);
+  } else {
+    size_t bo[3] = {(size_t)dst_offset, 0, 0}, ho[3] = {0, 0, 0};
+    size_t region[3] = {(size_t)width, (size_t)height, 1};
+    err = dev->cl->EnqueueWriteBufferRect(s->queue, mem, CL_FALSE, bo, ho, region, (size_t)pitch,
+                                          0, (size_t)width, 0, copy, 0, NULL, &done);
+  }
+  if (err != CL_SUCCESS) {
+    free(copy);
+    return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                           "opencl write of %" PRIu64 " rows of %" PRIu64
+                           " bytes to storage %" PRIu64 " at offset %" PRIu64,
+                           height, width, dst->id, dst_offset);
+  }
+  cube__ocl_pending_t* p = &s->pending[(s->pending_head + s->pending_count) % s->pending_cap];
+  p->done = done;
+  p->bytes = copy;
+  p->size = size;
+  p->storage_id = dst->id;
+  p->offset = dst_offset;
+  s->pending_count++;
+  s->pending_bytes += size;
+  *out_done = true;
+  return CUBE_OK;
 }
 
 //===----------------------------------------------------------------------===//
@@ -155,25 +337,6 @@ size_t cube__ocl_activity_take(cube__backend_device_t* dev, void* stream, bool f
   return n;
 }
 
-/* Before a command on |s|: when the device's previous command went to another
- * queue, a marker there that this command must wait for (*out_wait, to
- * release after the enqueue; NULL when none is needed). */
-cube_status_t cube__ocl_order(cube__backend_device_t* dev, cube__ocl_stream_t* s,
-                              cl_event* out_wait) {
-  *out_wait = NULL;
-  if (dev->last_queue && dev->last_queue != s->queue) {
-    cl_int err = dev->cl->EnqueueMarkerWithWaitList(dev->last_queue, 0, NULL, out_wait);
-    if (err != CL_SUCCESS)
-      return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
-                             "opencl:%u: clEnqueueMarkerWithWaitList ordering stream "
-                             "%" PRIu64 " after the previous stream",
-                             dev->index, s->id);
-    dev->cl->Flush(dev->last_queue);
-  }
-  dev->last_queue = s->queue;
-  return CUBE_OK;
-}
-
 /* Checks that |height| rows of |width| bytes, |pitch| apart from |offset|,
  * lie inside |storage|. */
 static cube_status_t cube__ocl_check_rows(const char* op, const cube__storage_t* storage,
@@ -201,23 +364,24 @@ cube_status_t cube__ocl_write(cube__backend_device_t* dev, void* stream,
   if (width == 0 || height == 0) return CUBE_OK;
   CUBE_RETURN_IF_ERROR(cube__ocl_check_rows("write", dst, dst_offset, pitch, width, height));
   cube__ocl_stream_t* s = stream;
-  cl_event wait;
-  CUBE_RETURN_IF_ERROR(cube__ocl_order(dev, s, &wait));
+  if (width * height <= CUBE__OCL_WRITE_COPY_MAX) {
+    bool done;
+    CUBE_RETURN_IF_ERROR(
+        cube__ocl_write_nowait(dev, s, dst, dst_offset, pitch, src, width, height, &done));
+    if (done) return CUBE_OK;
+  }
   cl_mem mem = (cl_mem)dst->backend_data;
   cl_int err;
   /* Blocking: the server releases |src| when this returns. */
   if (height == 1 || pitch == width) {
     err = dev->cl->EnqueueWriteBuffer(s->queue, mem, CL_TRUE, (size_t)dst_offset,
-                                      (size_t)(width * height), src, wait ? 1 : 0,
-                                      wait ? &wait : NULL, NULL);
+                                      (size_t)(width * height), src, 0, NULL, NULL);
   } else {
     size_t bo[3] = {(size_t)dst_offset, 0, 0}, ho[3] = {0, 0, 0};
     size_t region[3] = {(size_t)width, (size_t)height, 1};
     err = dev->cl->EnqueueWriteBufferRect(s->queue, mem, CL_TRUE, bo, ho, region, (size_t)pitch, 0,
-                                          (size_t)width, 0, src, wait ? 1 : 0,
-                                          wait ? &wait : NULL, NULL);
+                                          (size_t)width, 0, src, 0, NULL, NULL);
   }
-  if (wait) dev->cl->ReleaseEvent(wait);
   if (err != CL_SUCCESS)
     return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
                            "opencl write of %" PRIu64 " rows of %" PRIu64
@@ -232,22 +396,17 @@ cube_status_t cube__ocl_read(cube__backend_device_t* dev, void* stream, void* ds
   if (width == 0 || height == 0) return CUBE_OK;
   CUBE_RETURN_IF_ERROR(cube__ocl_check_rows("read", src, src_offset, pitch, width, height));
   cube__ocl_stream_t* s = stream;
-  cl_event wait;
-  CUBE_RETURN_IF_ERROR(cube__ocl_order(dev, s, &wait));
   cl_mem mem = (cl_mem)src->backend_data;
   cl_int err;
   if (height == 1 || pitch == width) {
     err = dev->cl->EnqueueReadBuffer(s->queue, mem, CL_TRUE, (size_t)src_offset,
-                                     (size_t)(width * height), dst, wait ? 1 : 0,
-                                     wait ? &wait : NULL, NULL);
+                                     (size_t)(width * height), dst, 0, NULL, NULL);
   } else {
     size_t bo[3] = {(size_t)src_offset, 0, 0}, ho[3] = {0, 0, 0};
     size_t region[3] = {(size_t)width, (size_t)height, 1};
     err = dev->cl->EnqueueReadBufferRect(s->queue, mem, CL_TRUE, bo, ho, region, (size_t)pitch, 0,
-                                         (size_t)width, 0, dst, wait ? 1 : 0, wait ? &wait : NULL,
-                                         NULL);
+                                         (size_t)width, 0, dst, 0, NULL, NULL);
   }
-  if (wait) dev->cl->ReleaseEvent(wait);
   if (err != CL_SUCCESS)
     return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
                            "opencl read of %" PRIu64 " rows of %" PRIu64
@@ -265,17 +424,14 @@ cube_status_t cube__ocl_copy(cube__backend_device_t* dev, void* stream,
   CUBE_RETURN_IF_ERROR(cube__ocl_check_rows("copy from", src, src_offset, bytes, bytes, 1));
   CUBE_RETURN_IF_ERROR(cube__ocl_check_rows("copy to", dst, dst_offset, bytes, bytes, 1));
   cube__ocl_stream_t* s = stream;
-  cl_event wait;
-  CUBE_RETURN_IF_ERROR(cube__ocl_order(dev, s, &wait));
   /* Timed (armed by activity_begin): its event is read once it completed. */
   bool timed = s->time_copy;
   s->time_copy = false;
   cl_event done = NULL;
   cl_int err = dev->cl->EnqueueCopyBuffer(s->queue, (cl_mem)src->backend_data,
                                           (cl_mem)dst->backend_data, (size_t)src_offset,
-                                          (size_t)dst_offset, (size_t)bytes, wait ? 1 : 0,
-                                          wait ? &wait : NULL, timed ? &done : NULL);
-  if (wait) dev->cl->ReleaseEvent(wait);
+                                          (size_t)dst_offset, (size_t)bytes, 0, NULL,
+                                          timed ? &done : NULL);
   if (err == CL_SUCCESS && done) {
     static const uint32_t none[3] = {0, 0, 0};
     cube__ocl_timed_push(dev, s, done, CUBE__ACTIVITY_COPY, "copy", none, bytes);
@@ -292,9 +448,13 @@ cube_status_t cube__ocl_sync(cube__backend_device_t* dev, void* stream) {
   cube__ocl_stream_t* s = stream;
   if (!s) return CUBE_OK;
   cl_int err = dev->cl->Finish(s->queue);
+  cube__ocl_reap(dev, s, err == CL_SUCCESS);
+  cube_status_t status = s->write_errors;
+  s->write_errors = NULL;
   if (err != CL_SUCCESS)
-    return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
-                           "opencl:%u (%s): clFinish of stream %" PRIu64, dev->index,
-                           dev->name, s->id);
-  return CUBE_OK;
+    status = cube__status_join(
+        status, cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                                "opencl:%u (%s): clFinish of stream %" PRIu64, dev->index,
+                                dev->name, s->id));
+  return status;
 }
