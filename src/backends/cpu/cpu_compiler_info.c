@@ -92,7 +92,7 @@ static cube_status_t cube__cci_probe(cube_cpu_compiler_info_t* out) {
     cube__cci_copy(first, sizeof(first), log, nl2 ? (size_t)(nl2 - log) : strlen(log));
     snprintf(out->report, sizeof(out->report), "the probe did not compile: %s", first);
   } else if (clang ? cube__cci_line(log, "vectorized loop", NULL, out->report, sizeof(out->report))
-                   : cube__cci_line(log, "loop vectorized", "saxpy_probe.cube", out->report,
+                   : cube__cci_line(log, "loop vectorized", "saxpy_probe.", out->report,
                                     sizeof(out->report))) {
     out->unit_loop_vectorised = 1;
   } else {
