@@ -2,8 +2,9 @@
  * measured in the same run, on the same data, beside its baselines
  * (docs/benchmarks.md, "Targets", compares ratios, not absolute figures):
  *
- *   1. saxpy over 16M floats: cube (dialect kernel, cube_dim 256) vs a plain C
- *      loop vs an OpenMP loop vs PoCL running the same source as OpenCL
+ *   1. saxpy over 16M floats (CUBE_BENCH_SAXPY_N: another count): cube
+ *      (dialect kernel, cube_dim 256) vs a plain C loop vs an OpenMP loop vs
+ *      PoCL running the same source as OpenCL
  *   2. sum over 16M floats with cube-local memory and sync_cube (the tree
  *      kernel of examples/reduce.c, 256 units per cube, partial sums finished
  *      on the host): cube vs OpenMP reduction(+) vs PoCL
@@ -794,10 +795,18 @@ static uint64_t trial_saxpy_ocl(void* p, uint64_t iters) {
 }
 
 static void bench_saxpy(void) {
-  const uint64_t n = g_quick ? (1u << 20) : (16u << 20);
+  uint64_t n = g_quick ? (1u << 20) : (16u << 20);
+  /* CUBE_BENCH_SAXPY_N: another size (elements, rounded down to whole cubes,
+   * at least one), to see the kernel where the data fit in the caches. */
+  const char* want = getenv("CUBE_BENCH_SAXPY_N");
+  if (want && *want) {
+    unsigned long long v = strtoull(want, NULL, 0);
+    n = v / DIM * DIM;
+    if (n == 0) n = DIM;
+  }
   const double bytes = 12.0 * (double)n;
-  printf("[1] saxpy y = a*x + y over %lluM floats (12 bytes per element), cube_dim 256, %llu "
-         "cubes\n", (unsigned long long)(n >> 20), (unsigned long long)(n / DIM));
+  printf("[1] saxpy y = a*x + y over %.2fM floats (12 bytes per element), cube_dim 256, %llu "
+         "cubes\n", (double)n / (1u << 20), (unsigned long long)(n / DIM));
   saxpy_ctx_t s;
   memset(&s, 0, sizeof(s));
   s.n = n;

@@ -58,8 +58,13 @@ bool cube__event_is_set(const cube__event_t* e) {
   return atomic_load_explicit((atomic_uint*)&e->state, memory_order_acquire) == 1;
 }
 
+/* Polls of an event before its waiter sleeps (a build may set another). */
+#ifndef CUBE__EVENT_SPINS
+#define CUBE__EVENT_SPINS 2000
+#endif
+
 bool cube__event_wait(cube__event_t* e, uint64_t timeout_ns) {
-  for (int i = 0; i < 2000; ++i) {
+  for (int i = 0; i < CUBE__EVENT_SPINS; ++i) {
     if (atomic_load_explicit(&e->state, memory_order_acquire) == 1) return true;
     cube__cpu_relax();
   }
