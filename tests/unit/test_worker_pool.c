@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "platform/worker_pool.h"
 #include "base/options.h"
@@ -467,5 +468,65 @@ CUBE_TEST(run_at_most_bounds_participants) {
     CHECK(seen != 0 && seen < ((uint64_t)1 << most));
     free(c.hits);
   }
+  cube__worker_pool_release(pool);
+}
+
+//===----------------------------------------------------------------------===//
+// The same part of the range for the same thread
+//===----------------------------------------------------------------------===//
+
+/* Items that take a while (so every thread has joined before anyone runs out
+ * of its own share), each recording the thread that ran it. */
+#define HOME_SHARES 4u
+#define HOME_PER_SHARE 8u
+#define HOME_ITEMS (HOME_SHARES * HOME_PER_SHARE)
+
+typedef struct {
+  pthread_t who[HOME_ITEMS];
+} home_ctx_t;
+
+static int home_items(void* p, uint64_t begin, uint64_t end, uint32_t participant) {
+  (void)participant;
+  home_ctx_t* c = p;
+  for (uint64_t i = begin; i < end; ++i) {
+    c->who[i] = pthread_self();
+    struct timespec ts = {0, 10000000}; /* 10 ms */
+    nanosleep(&ts, NULL);
+  }
+  return 0;
+}
+
+/* Launch after launch, the first item of each share runs on the same thread
+ * (a worker's home share is fixed, whatever order the workers joined in), so
+ * that the part of the data a thread worked on is still in its caches. The
+ * order in which sleeping workers wake up changes from launch to launch; with
+ * the share following the join order this failed. */
+CUBE_TEST(same_thread_same_share_every_launch) {
+  use_threads("4");
+  cube__worker_pool_t* pool = NULL;
+  REQUIRE_OK(cube__worker_pool_acquire(&pool));
+  REQUIRE(cube__worker_pool_size(pool) == HOME_SHARES);
+  home_ctx_t first;
+  memset(&first, 0, sizeof(first));
+  uint32_t moved = 0;
+  for (int launch = 0; launch < 8; ++launch) {
+    home_ctx_t c;
+    memset(&c, 0, sizeof(c));
+    CHECK(cube__worker_pool_run(pool, HOME_ITEMS, 1, home_items, &c) == 0);
+    if (launch == 0) {
+      first = c;
+      /* Four threads, one per share. */
+      for (uint32_t a = 0; a < HOME_SHARES; ++a)
+        for (uint32_t b = a + 1; b < HOME_SHARES; ++b)
+          CHECK(!pthread_equal(c.who[a * HOME_PER_SHARE], c.who[b * HOME_PER_SHARE]));
+    } else {
+      for (uint32_t s = 0; s < HOME_SHARES; ++s)
+        moved += !pthread_equal(c.who[s * HOME_PER_SHARE], first.who[s * HOME_PER_SHARE]);
+    }
+    /* Idle long enough that the workers sleep, and wake in some order. */
+    struct timespec idle = {0, 120000000};
+    nanosleep(&idle, NULL);
+  }
+  CHECK_EQ_U64(moved, 0);
   cube__worker_pool_release(pool);
 }
