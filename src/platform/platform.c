@@ -64,7 +64,11 @@ bool cube__event_is_set(const cube__event_t* e) {
 #endif
 
 bool cube__event_wait(cube__event_t* e, uint64_t timeout_ns) {
-  for (int i = 0; i < CUBE__EVENT_SPINS; ++i) {
+  return cube__event_wait_polls(e, timeout_ns, CUBE__EVENT_SPINS);
+}
+
+bool cube__event_wait_polls(cube__event_t* e, uint64_t timeout_ns, unsigned polls) {
+  for (unsigned i = 0; i < polls; ++i) {
     if (atomic_load_explicit(&e->state, memory_order_acquire) == 1) return true;
     cube__cpu_relax();
   }

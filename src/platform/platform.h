@@ -37,8 +37,11 @@ typedef struct cube__event {
 static inline void cube__event_init(cube__event_t* e) { atomic_init(&e->state, 0); }
 void cube__event_set(cube__event_t* e);
 bool cube__event_is_set(const cube__event_t* e);
-/* Returns true when set, false on timeout. */
+/* Returns true when set, false on timeout. Polls a while (about 100 us on
+ * current x86), then sleeps on a futex. */
 bool cube__event_wait(cube__event_t* e, uint64_t timeout_ns);
+/* The same with |polls| polls before sleeping (0: sleep at once). */
+bool cube__event_wait_polls(cube__event_t* e, uint64_t timeout_ns, unsigned polls);
 /* Rearm a set event; only when no thread waits on it. */
 static inline void cube__event_reset(cube__event_t* e) { atomic_store(&e->state, 0); }
 

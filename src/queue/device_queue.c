@@ -345,6 +345,10 @@ void cube__device_set_caller_issues(cube__device_t* d, bool on) {
   if (d) atomic_store_explicit(&d->caller_issues, on, memory_order_relaxed);
 }
 
+void cube__device_set_caller_polls(cube__device_t* d, unsigned polls) {
+  if (d) atomic_store_explicit(&d->caller_polls, polls, memory_order_relaxed);
+}
+
 /* ---------------------------------------------------------------------------
  * Service destruction (on the executing thread)
  * ------------------------------------------------------------------------- */
@@ -549,7 +553,11 @@ static cube_status_t cube__call_on_runner(cube__device_t* d, int kind, cube__ser
   c->stream_id = stream_id;
   c->ptr = &r;
   cube__ring_publish(d, c, pos);
-  cube__event_wait(&r.done, UINT64_MAX);
+  unsigned polls = atomic_load_explicit(&d->caller_polls, memory_order_relaxed);
+  if (polls)
+    cube__event_wait_polls(&r.done, UINT64_MAX, polls);
+  else
+    cube__event_wait(&r.done, UINT64_MAX);
   return r.result;
 }
 

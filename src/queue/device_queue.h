@@ -209,6 +209,14 @@ cube_status_t cube__exclusive(cube__device_t* d, uint64_t stream_id, cube_status
  * awake. Thread-safe. */
 void cube__device_set_caller_issues(cube__device_t* d, bool on);
 
+/* How long a caller that waits for its call to run on the runner (a sync, a
+ * read, a blocking submission) polls before it sleeps: |polls| polls (0: the
+ * platform's default, cube__event_wait). A device whose work runs on the
+ * host's cores (the CPU backend: the runner and every worker of the pool)
+ * wants a short poll, so that the waiting caller does not take a core from
+ * the kernel it waits for. Thread-safe. */
+void cube__device_set_caller_polls(cube__device_t* d, unsigned polls);
+
 /* Makes sure everything queued so far will run without further submissions
  * (our runner never waits for a batch to fill, so this only wakes it). */
 void cube__device_flush(cube__device_t* d);

@@ -87,6 +87,7 @@ struct cube__device {
   _Alignas(64) size_t dequeue_pos;
   atomic_bool stop;
   atomic_bool caller_issues; /* cube__device_set_caller_issues */
+  atomic_uint caller_polls;  /* cube__device_set_caller_polls; 0: the default */
   /* Cold. */
   _Alignas(64) cube__device_key_t key;
   bool is_inline;

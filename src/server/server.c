@@ -13,6 +13,10 @@
 #include "base/options.h"
 #include "base/status.h"
 
+/* A caller's polls before it sleeps while it waits for a host-memory device
+ * (cube__device_set_caller_polls): about 2-3 us. */
+#define CUBE__HOST_CALLER_POLLS 50u
+
 
 static void cube__server_destroy(void* state) {
   cube__server_t* s = state;
@@ -150,6 +154,12 @@ cube_status_t cube__server_get(cube_device_id_t device, const cube_server_option
   /* On a device backend the caller issues its launch or replay after a read
    * or sync itself (tasks.c, graph.c): its runner need not spin then. */
   cube__device_set_caller_issues(cube__service_device(svc), cube__server_async(s));
+  /* On a backend whose kernels run on the host's cores, a caller waiting for
+   * a sync polls briefly and then sleeps: polling for the default ~100 us
+   * took a core from the pool, which runs as many threads as there are
+   * cores (docs/benchmarks.md, 2026-12-04 fifth session: saxpy on 16 cores). */
+  if (!cube__server_async(s))
+    cube__device_set_caller_polls(cube__service_device(svc), CUBE__HOST_CALLER_POLLS);
   *out_server = s;
   return CUBE_OK;
 }
