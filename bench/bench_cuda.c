@@ -24,6 +24,9 @@
  *      cuMemAllocAsync + cuMemFreeAsync (default pool, release threshold high).
  *   5. create_from_slice of 1 GiB of random pageable data, call -> sync
  *      returned; vs raw cuMemcpyHtoDAsync from pageable and from pinned.
+ *  5w. (opt-in, CUBE_BENCH_ONLY=upload_why) the same upload from sources of
+ *      4 KiB pages, huge pages, as malloc gives them, and never touched, in
+ *      alternating rounds: what the upload's rate depends on.
  *   6. read_one of a 1 GiB handle vs raw cuMemcpyDtoHAsync into pageable and
  *      pinned memory (the round trip of 5 -> 6 is checked byte for byte).
  *   7. kernel cache: cold compile (fresh define) through cube_client_precompile
@@ -70,6 +73,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define BENCH_NAME "bench_cuda"
@@ -1613,6 +1617,78 @@ static double raw_timed(raw_op_t op, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c
   return median_of(t, FIG8_TRIALS);
 }
 
+/* Why the staged upload of 1 GiB from ordinary memory swung (issue 16, part
+ * 4): the same create_from_slice + sync from sources prepared four ways, in
+ * rounds that alternate them (order rotated each round): "as is" (malloc and
+ * filled, as figure 5: the host's transparent huge page policy decides its
+ * pages), "4 KiB pages" (madvise MADV_NOHUGEPAGE before the fill), "huge
+ * pages" (MADV_HUGEPAGE before the fill) and "not touched" (a fresh
+ * allocation each trial, never written: its pages are first mapped by the
+ * upload's own reads). Opt-in: CUBE_BENCH_ONLY=upload_why. */
+static void fig_upload_why(void) {
+  size_t n = g_big;
+  enum { KINDS = 4, ROUNDS = 7 };
+  static const char* const names[KINDS] = {"as is", "4 KiB pages", "huge pages", "not touched"};
+  char thp[128] = "?";
+  FILE* f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (f) {
+    if (!fgets(thp, sizeof(thp), f)) snprintf(thp, sizeof(thp), "?");
+    fclose(f);
+    thp[strcspn(thp, "\n")] = 0;
+  }
+  printf("\n## [5w] why the upload swings: create_from_slice of %.0f MiB + sync, %d rounds "
+         "alternating four sources (THP: %s)\n",
+         (double)n / (1 << 20), ROUNDS, thp);
+  uint8_t* src[3];
+  for (int k = 0; k < 3; ++k) {
+    void* p = NULL;
+    if (posix_memalign(&p, (size_t)2 << 20, n) != 0) {
+      printf("  no host memory\n");
+      return;
+    }
+#ifdef MADV_HUGEPAGE
+    if (k == 1) (void)madvise(p, n, MADV_NOHUGEPAGE);
+    if (k == 2) (void)madvise(p, n, MADV_HUGEPAGE);
+#endif
+    fill_random(p, n, 0x51ed270b1f4a7c15ull + (uint64_t)k);
+    src[k] = p;
+  }
+  double t[KINDS][ROUNDS];
+  for (int r = -1; r < ROUNDS; ++r) {
+    for (int j = 0; j < KINDS; ++j) {
+      int k = (j + (r < 0 ? 0 : r)) % KINDS;
+      uint8_t* from = k < 3 ? src[k] : mmap(NULL, n, PROT_READ | PROT_WRITE,
+                                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (from == MAP_FAILED) {
+        printf("  mmap failed\n");
+        return;
+      }
+      cube_handle_t h;
+      uint64_t t0 = now_ns();
+      CHECK("cube_client_create_from_slice (upload_why)",
+            cube_client_create_from_slice(C.c, from, n, &h));
+      CHECK("cube_client_sync", cube_client_sync(C.c));
+      uint64_t t1 = now_ns();
+      cube_handle_release(h);
+      if (k == 3) munmap(from, n);
+      if (r >= 0) t[k][r] = (double)(t1 - t0);
+    }
+  }
+  for (int k = 0; k < KINDS; ++k) {
+    double v[ROUNDS];
+    memcpy(v, t[k], sizeof(v));
+    double med = median_of(v, ROUNDS);
+    double lo = v[0], hi = v[0];
+    for (int i = 1; i < ROUNDS; ++i) {
+      if (v[i] < lo) lo = v[i];
+      if (v[i] > hi) hi = v[i];
+    }
+    printf("  %-12s median %6.2f GB/s (min %6.2f, max %6.2f) over %d rounds\n", names[k],
+           gbps((double)n, med), gbps((double)n, hi), gbps((double)n, lo), ROUNDS);
+  }
+  for (int k = 0; k < 3; ++k) free(src[k]);
+}
+
 static void fig_bandwidth(void) {
   size_t bytes = g_big;
   uint64_t n = bytes / 4;
@@ -2225,6 +2301,7 @@ int main(void) {
   if (bench_wanted("graph")) fig_graph();
   if (bench_wanted("tune")) fig_tune();
   if (bench_wanted("trace")) fig_trace();
+  if (bench_only_set() && bench_wanted("upload_why")) fig_upload_why(); /* opt-in */
   if (bench_wanted("cache")) fig_cache(); /* last: shuts cube down and starts it again */
 
   if (C.c) cube_teardown();
