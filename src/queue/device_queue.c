@@ -349,6 +349,14 @@ void cube__device_set_caller_polls(cube__device_t* d, unsigned polls) {
   if (d) atomic_store_explicit(&d->caller_polls, polls, memory_order_relaxed);
 }
 
+void cube__device_wait(cube__device_t* d, cube__event_t* e) {
+  unsigned polls = d ? atomic_load_explicit(&d->caller_polls, memory_order_relaxed) : 0;
+  if (polls)
+    cube__event_wait_polls(e, UINT64_MAX, polls);
+  else
+    cube__event_wait(e, UINT64_MAX);
+}
+
 /* ---------------------------------------------------------------------------
  * Service destruction (on the executing thread)
  * ------------------------------------------------------------------------- */
@@ -553,11 +561,7 @@ static cube_status_t cube__call_on_runner(cube__device_t* d, int kind, cube__ser
   c->stream_id = stream_id;
   c->ptr = &r;
   cube__ring_publish(d, c, pos);
-  unsigned polls = atomic_load_explicit(&d->caller_polls, memory_order_relaxed);
-  if (polls)
-    cube__event_wait_polls(&r.done, UINT64_MAX, polls);
-  else
-    cube__event_wait(&r.done, UINT64_MAX);
+  cube__device_wait(d, &r.done);
   return r.result;
 }
 

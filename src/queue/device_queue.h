@@ -41,6 +41,7 @@
 
 #include "cube/options.h"
 #include "cube/status.h"
+#include "platform/platform.h"
 
 /* Bytes of payload stored in a queue cell without a heap allocation. */
 #define CUBE__TASK_INLINE_BYTES 192
@@ -216,6 +217,10 @@ void cube__device_set_caller_issues(cube__device_t* d, bool on);
  * wants a short poll, so that the waiting caller does not take a core from
  * the kernel it waits for. Thread-safe. */
 void cube__device_set_caller_polls(cube__device_t* d, unsigned polls);
+
+/* Waits, without a timeout, for |e|, which work queued on |d| sets: polls as
+ * cube__device_set_caller_polls says, then sleeps. Thread-safe. */
+void cube__device_wait(cube__device_t* d, cube__event_t* e);
 
 /* Makes sure everything queued so far will run without further submissions
  * (our runner never waits for a batch to fill, so this only wakes it). */

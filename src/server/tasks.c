@@ -151,6 +151,16 @@ static cube_status_t cube__read_prepare(void* payload, void* arg) {
 #ifndef CUBE__READ_WAIT_NS
 #define CUBE__READ_WAIT_NS 20000
 #endif
+/* The same on a host-memory device (the CPU backend), whose runner and pool
+ * already run one thread per core: a caller polling there takes a core from
+ * the work it waits for. */
+#ifndef CUBE__HOST_READ_WAIT_NS
+#define CUBE__HOST_READ_WAIT_NS 2000
+#endif
+
+static inline uint64_t cube__read_wait_ns(const cube__server_t* s) {
+  return cube__server_async(s) ? CUBE__READ_WAIT_NS : CUBE__HOST_READ_WAIT_NS;
+}
 
 /* Runs or queues the read (the regions' references are taken over, also on
  * failure). *out_here: it ran here, its status is returned and its results
@@ -197,7 +207,7 @@ static cube_status_t cube__server_read_wait_run(cube__stream_t* st, size_t count
   }
   cube__read_call_t r = {st, count, regions, results, NULL};
   bool here = false;
-  cube_status_t status = cube__read_submit(&r, CUBE__READ_WAIT_NS, &here);
+  cube_status_t status = cube__read_submit(&r, cube__read_wait_ns(st->server), &here);
   if (!here && !status) {
     status = cube_future_wait(r.future, UINT64_MAX, results);
     cube_future_release(r.future);
@@ -535,13 +545,13 @@ static cube_status_t cube__server_sync_run(cube__stream_t* st) {
   w.result = CUBE_OK;
   cube__event_init(&w.done);
   cube__here_task_t t = {cube__sync_here,         &w, cube__sync_wait_run, sizeof(cube__sync_wait_t*),
-                         cube__sync_wait_prepare, &w, cube__sync_wait_drop, CUBE__READ_WAIT_NS,
-                         false};
+                         cube__sync_wait_prepare, &w, cube__sync_wait_drop,
+                         cube__read_wait_ns(st->server), false};
   bool here = false;
   cube_status_t status = cube__submit_here(st->server->service, st->id, &t, &here);
   if (here || status) return status;
   /* Queued: its task (or its drop) sets |done|; |w| lives until then. */
-  cube__event_wait(&w.done, UINT64_MAX);
+  cube__device_wait(st->server->device, &w.done);
   cube_status_free(cube__submit_blocking(st->server->service, st->id, cube__noop_task_run, NULL));
   return w.result;
 }
