@@ -19,7 +19,7 @@ CUBE_TEST(validate_refuses_other_versions_and_missing_slots) {
   CHECK_OK(cube__backend_validate(&t));
   t.api_version = 1;
   CHECK_STATUS(cube__backend_validate(&t), CUBE_STATUS_UNAVAILABLE, "backend null",
-               "API version 1", "uses 5");
+               "API version 1", "uses 6");
   t = cube__backend_null;
   t.launch = NULL;
   CHECK_STATUS(cube__backend_validate(&t), CUBE_STATUS_UNAVAILABLE, "backend null", "lacks launch");

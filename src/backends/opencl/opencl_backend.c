@@ -69,5 +69,7 @@ const cube__backend_vtable_t cube__backend_opencl = {
     .event_done = cube__ocl_event_done,
     .event_sync = cube__ocl_event_sync,
     .event_destroy = cube__ocl_event_destroy,
+    .event_elapsed = cube__ocl_event_elapsed,
     .ctl = cube__ocl_ctl,
+    .write_held = cube__ocl_write_held,
 };

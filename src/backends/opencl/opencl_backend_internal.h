@@ -70,19 +70,25 @@ typedef struct cube__ocl_timed {
 #define CUBE__OCL_TIMED_MAX 65536u
 
 /* A write that did not wait (opencl_stream.c): the backend's copy of the
- * source, freed once |done| completed. */
+ * source (|copy|, freed) or a reference to the bytes that hold it (|held|,
+ * released), once |done| completed. */
 typedef struct cube__ocl_pending {
   cl_event done;
-  void* bytes;
+  void* copy;
+  cube_bytes_t* held;
   uint64_t size;
   uint64_t storage_id, offset; /* for the message of a failure */
 } cube__ocl_pending_t;
 
-/* Writes of up to this many bytes are copied and do not wait; larger ones
- * block (a second copy of a large source costs more than the wait saves). */
+/* Writes through the write slot (a source valid only during the call) of up
+ * to this many bytes are copied and do not wait; larger ones block (a second
+ * copy of a large source costs more than the wait saves). Writes through
+ * write_held (the server's: a source held by a cube_bytes_t) never copy and
+ * never wait, whatever their size. */
 #define CUBE__OCL_WRITE_COPY_MAX (256u << 10)
-/* Bytes of such copies a stream keeps in flight at most; past it a write
- * waits for the oldest ones. */
+/* Bytes of writes (copied or held) a stream keeps in flight at most; past it
+ * a write first waits for the oldest ones (a single larger write waits for
+ * all of them, then goes alone). */
 #define CUBE__OCL_PENDING_BYTES_MAX (32u << 20)
 
 typedef struct cube__ocl_stream {
@@ -179,9 +185,21 @@ cube_status_t cube__ocl_event_wait(cube__backend_device_t* dev, void* stream, vo
 bool cube__ocl_event_done(cube__backend_device_t* dev, void* event);
 cube_status_t cube__ocl_event_sync(cube__backend_device_t* dev, void* event);
 void cube__ocl_event_destroy(cube__backend_device_t* dev, void* event);
+/* Device time from |start|'s end to |end|'s end (CL_PROFILING_COMMAND_END
+ * of the two markers; the queues profile). FAILED_PRECONDITION while either
+ * has not completed (nothing waits), INTERNAL when one failed or the driver
+ * gives no profiling info, OUT_OF_RANGE when |end| ended before |start|. */
+cube_status_t cube__ocl_event_elapsed(cube__backend_device_t* dev, void* start, void* end,
+                                      uint64_t* out_ns);
 cube_status_t cube__ocl_write(cube__backend_device_t* dev, void* stream,
                               const cube__storage_t* dst, uint64_t dst_offset, uint64_t pitch,
                               const void* src, uint64_t width, uint64_t height);
+/* The write_held slot: a write of any size that neither copies nor waits;
+ * |owner| is referenced until the write completed. */
+cube_status_t cube__ocl_write_held(cube__backend_device_t* dev, void* stream,
+                                   const cube__storage_t* dst, uint64_t dst_offset,
+                                   uint64_t pitch, const void* src, uint64_t width,
+                                   uint64_t height, cube_bytes_t* owner);
 cube_status_t cube__ocl_read(cube__backend_device_t* dev, void* stream, void* dst,
                              const cube__storage_t* src, uint64_t src_offset, uint64_t pitch,
                              uint64_t width, uint64_t height);
