@@ -3,12 +3,19 @@
  * queue; queues are not ordered with each other, but through the event slots:
  * the server records an event (a marker) on the stream that used a buffer
  * last and makes the next stream that uses it wait for it (a barrier), as on
- * CUDA. Writes of up to CUBE__OCL_WRITE_COPY_MAX bytes are copied into
- * memory of the stream and do not wait (the server frees the source once
- * write returns); the copy is freed once the write's event completed, seen
- * at a later write, at sync or at destroy. Larger writes and reads block (a
- * read's bytes are handed out at once); copies between two buffers do not
- * (clEnqueueCopyBuffer, as a launch).
+ * CUDA; event_elapsed reads the markers' CL_PROFILING_COMMAND_END.
+ *
+ * Writes do not wait where the source can outlive the call: write_held (the
+ * server's writes, whose source a cube_bytes_t holds) keeps a reference to
+ * the bytes, whatever the size, rect writes too; write (a source valid only
+ * during the call) copies up to CUBE__OCL_WRITE_COPY_MAX bytes into memory of
+ * the stream, and blocks for larger ones. The copy is freed (the reference
+ * released) once the write's event completed, seen at a later write or read,
+ * at sync or at destroy; at most CUBE__OCL_PENDING_BYTES_MAX bytes of such
+ * writes are in flight per stream (past it a write waits for the oldest). A
+ * write that fails once enqueued is returned by the next sync. Reads block
+ * (a read's bytes are handed out at once); copies between two buffers do
+ * not (clEnqueueCopyBuffer, as a launch).
  */
 #include <inttypes.h>
 #include <stdlib.h>
