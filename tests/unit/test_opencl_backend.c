@@ -843,6 +843,40 @@ CUBE_TEST(event_elapsed_between_markers) {
 // Through the client
 //===----------------------------------------------------------------------===//
 
+/* The server's large write goes through write_held, whose fault site is
+ * write's: an injected failure of an upload of 3 MiB + 5 is the stream's
+ * error at the next sync, the buffer then has no valid contents, and a
+ * whole write gives it its contents again. */
+CUBE_TEST(held_write_fails_at_the_write_fault_site) {
+  OPENCL_CLIENT(c);
+  enum { N = (3 << 20) + 5 };
+  unsigned char* data = malloc(N);
+  unsigned char* got = malloc(N);
+  REQUIRE(data && got);
+  cube_test_fill_random(data, N, 8601);
+  cube__fault_site_t site = cube__fault_backend_site(CUBE_BACKEND_OPENCL, CUBE__SLOT_WRITE);
+  cube__fault_reset();
+  cube__fault_set(site, 1, 1);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c, data, N, &h));
+  CHECK_STATUS(cube_client_sync(c), CUBE_STATUS_INTERNAL, "opencl write of 3145733 bytes",
+               "injected fault");
+  CHECK_EQ_U64(cube__fault_calls(site), 1);
+  CHECK_STATUS(cube_client_read_into(c, h, got, N), CUBE_STATUS_DATA_LOST, "no valid contents");
+  cube_test_fill_random(data, N, 8602);
+  CHECK_OK(cube_client_write(c, h, data, N));
+  memset(got, 0x5A, N);
+  CHECK_OK(cube_client_read_into(c, h, got, N));
+  CHECK(memcmp(got, data, N) == 0);
+  CHECK_EQ_U64(cube__fault_calls(site), 2);
+  cube__fault_reset();
+  cube_handle_release(h);
+  free(data);
+  free(got);
+  cube_client_release(c);
+  cube_shutdown();
+}
+
 /* Large uploads in flight on two streams (cube_client_create_from_slice
  * from sources freed and poisoned at once, cube_client_create from OTHER
  * bytes handed over, cube_client_write into buffers that queued work uses),
