@@ -25,6 +25,7 @@
 #include "check.h"
 #include "cube/cube.h"
 #include "platform/platform.h"
+#include "kernel/kernel.h"
 #ifdef CUBE_HAVE_OPENCL
 #include "backends/opencl/opencl_backend_internal.h"
 #endif
@@ -663,6 +664,62 @@ CUBE_TEST(held_writes_in_flight_are_bounded) {
   free(got);
   user_events_close(&u);
 #endif
+}
+
+/* A stream that only launches and copies after held writes gives their
+ * sources back: once a write completed (an event after it waited for), the
+ * stream's next launch releases its source, and the next copy the next
+ * one's, with no write, read or sync in between. */
+CUBE_TEST(held_sources_go_back_at_a_launch_or_copy) {
+  OCL_FIXTURE(f);
+  enum { N = (2 << 20) + 3 };
+  cube_kernel_t* k = make_kernel("CUBE_KERNEL(empty, uint32_t unused) {}\n", "empty", 1);
+  REQUIRE(k != NULL);
+  REQUIRE_OK(f.vt->prepare(f.dev, k, CUBE_EXEC_CHECKED));
+  cube__storage_t x, y;
+  REQUIRE_OK(f.vt->alloc(f.dev, N, &x));
+  REQUIRE_OK(f.vt->alloc(f.dev, N, &y));
+  unsigned char* data = malloc(N);
+  unsigned char* got = malloc(N);
+  REQUIRE(data && got);
+  cube_test_fill_random(data, N, 8701);
+  atomic_store(&held_released, 0);
+  cube__launch_arg_t arg;
+  memset(&arg, 0, sizeof(arg));
+  cube__launch_t l;
+  memset(&l, 0, sizeof(l));
+  l.kernel = k;
+  l.name = "empty";
+  l.count[0] = l.count[1] = l.count[2] = 1;
+  l.dim = k->cube_dim;
+  l.mode = CUBE_EXEC_CHECKED;
+  l.arg_count = 1;
+  l.kinds = k->arg_kinds;
+  l.args = &arg;
+  for (int round = 0; round < 2; ++round) {
+    cube_bytes_t* b = held_source(data, N);
+    REQUIRE(b);
+    CHECK_OK(f.vt->write_held(f.dev, f.a, &x, 0, N, cube_bytes_const_data(b), N, 1, b));
+    cube_bytes_release(b);
+    void* ev = NULL;
+    CHECK_OK(f.vt->event_record(f.dev, f.a, &ev));
+    REQUIRE(ev);
+    CHECK_OK(f.vt->event_sync(f.dev, ev));
+    f.vt->event_destroy(f.dev, ev);
+    if (round == 0) CHECK_OK(f.vt->launch(f.dev, f.a, &l));
+    else CHECK_OK(f.vt->copy(f.dev, f.a, &y, 0, &x, 0, N));
+    CHECK_EQ_U64((uint64_t)atomic_load(&held_released), (uint64_t)round + 1);
+  }
+  CHECK_OK(f.vt->sync(f.dev, f.a));
+  memset(got, 0x5A, N);
+  CHECK_OK(f.vt->read(f.dev, f.a, got, &y, 0, N, N, 1));
+  CHECK(memcmp(got, data, N) == 0);
+  f.vt->dealloc(f.dev, &x);
+  f.vt->dealloc(f.dev, &y);
+  free(data);
+  free(got);
+  cube_kernel_release(k);
+  ocl_fixture_close(&f);
 }
 
 #ifdef CUBE_HAVE_OPENCL

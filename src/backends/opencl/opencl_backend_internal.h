@@ -200,6 +200,9 @@ cube_status_t cube__ocl_write_held(cube__backend_device_t* dev, void* stream,
                                    const cube__storage_t* dst, uint64_t dst_offset,
                                    uint64_t pitch, const void* src, uint64_t width,
                                    uint64_t height, cube_bytes_t* owner);
+/* Frees the copies (releases the held bytes) of |s|'s writes that completed;
+ * waits for nothing. Owner thread of |s|. */
+void cube__ocl_reap_done(cube__backend_device_t* dev, cube__ocl_stream_t* s);
 cube_status_t cube__ocl_read(cube__backend_device_t* dev, void* stream, void* dst,
                              const cube__storage_t* src, uint64_t src_offset, uint64_t pitch,
                              uint64_t width, uint64_t height);

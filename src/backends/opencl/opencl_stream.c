@@ -10,8 +10,8 @@
  * the bytes, whatever the size, rect writes too; write (a source valid only
  * during the call) copies up to CUBE__OCL_WRITE_COPY_MAX bytes into memory of
  * the stream, and blocks for larger ones. The copy is freed (the reference
- * released) once the write's event completed, seen at a later write or read,
- * at sync or at destroy; at most CUBE__OCL_PENDING_BYTES_MAX bytes of such
+ * released) once the write's event completed, seen at a later write, read,
+ * launch or copy of the stream, at sync or at destroy; at most CUBE__OCL_PENDING_BYTES_MAX bytes of such
  * writes are in flight per stream (past it a write waits for the oldest). A
  * write that fails once enqueued is returned by the next sync. Reads block
  * (a read's bytes are handed out at once); copies between two buffers do
@@ -227,6 +227,10 @@ static void cube__ocl_reap(cube__backend_device_t* dev, cube__ocl_stream_t* s, b
     s->pending_head = (s->pending_head + 1) % s->pending_cap;
     s->pending_count--;
   }
+}
+
+void cube__ocl_reap_done(cube__backend_device_t* dev, cube__ocl_stream_t* s) {
+  cube__ocl_reap(dev, s, false);
 }
 
 /* Enqueues a write of |src| (|size| bytes, packed rows) that does not wait:
@@ -512,6 +516,7 @@ cube_status_t cube__ocl_copy(cube__backend_device_t* dev, void* stream,
   CUBE_RETURN_IF_ERROR(cube__ocl_check_rows("copy from", src, src_offset, bytes, bytes, 1));
   CUBE_RETURN_IF_ERROR(cube__ocl_check_rows("copy to", dst, dst_offset, bytes, bytes, 1));
   cube__ocl_stream_t* s = stream;
+  if (s->pending_count) cube__ocl_reap(dev, s, false);
   /* Timed (armed by activity_begin): its event is read once it completed. */
   bool timed = s->time_copy;
   s->time_copy = false;
