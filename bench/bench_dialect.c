@@ -237,7 +237,8 @@ static void* xmalloc(size_t n) {
   X(clEnqueueNDRangeKernel)                                                              \
   X(clEnqueueReadBuffer)                                                                 \
   X(clEnqueueWriteBuffer)                                                                \
-  X(clFinish)
+  X(clFinish)                                                                            \
+  X(clFlush)
 
 typedef struct ocl {
   void* lib;
@@ -1838,7 +1839,10 @@ static void bench_empty(void) {
  * other queue's last one serialises the switch). PoCL direct does the same
  * with non-blocking clEnqueueWriteBuffer on one queue from sources it keeps
  * (for 4 MiB also with each source first copied, as cube_client_write does),
- * and with two queues and no ordering between them. A trial's figure is one
+ * and with two queues and no ordering between them. Last, 16 uploads of
+ * 4 MiB on one stream then 16 empty launches on another, timed to the second
+ * stream's sync: whether large writes hold the runner (and so the other
+ * stream) back. A trial's figure is one
  * batch of 16, in microseconds. */
 enum { OCLS_BATCH = 16, OCLS_BYTES = 4096, OCLS_BIG = 4 << 20 };
 
@@ -1985,10 +1989,94 @@ static uint64_t trial_ocls_big_pocl_copy(void* p, uint64_t iters) {
   return now_ns() - t0;
 }
 
+/* Bytes handed over to cube_client_create that the bench keeps: nothing to
+ * free. */
+static void ocls_keep(void* user, void* data, size_t size) {
+  (void)user;
+  (void)data;
+  (void)size;
+}
+
+/* 16 uploads of 4 MiB on stream A (cube_client_create from bytes handed over:
+ * no copy on the calling thread), then 16 empty launches on stream B; the
+ * figure is the time until B's sync returned (A is synced after, untimed).
+ * One runner serves both streams: a write that blocks it holds B back. */
+static uint64_t trial_ocls_behind_cube(void* p, uint64_t iters) {
+  ocls_ctx_t* c = p;
+  cube_arg_t arg = cube_arg_u32(0);
+  cube_count_t one = cube_count_static(1, 1, 1);
+  uint64_t total = 0;
+  for (uint64_t it = 0; it < iters; ++it) {
+    cube_handle_t h[OCLS_BATCH];
+    cube_bytes_t* b[OCLS_BATCH];
+    cube_status_t s = CUBE_OK;
+    int wrapped = 0;
+    for (; wrapped < OCLS_BATCH && !s; ++wrapped)
+      s = cube_bytes_wrap(c->big[wrapped], OCLS_BIG, ocls_keep, NULL, &b[wrapped]);
+    if (s) {
+      cube_bytes_release_array(b, (size_t)(wrapped - 1));
+      fail_status("cube_bytes_wrap (opencl)", s);
+      return 0;
+    }
+    int made = 0;
+    uint64_t t0 = now_ns();
+    for (; made < OCLS_BATCH && !s; ++made) s = cube_client_create(g_cl_client, b[made], &h[made]);
+    if (s) made--; /* the failed create consumed its bytes and made no handle */
+    for (int i = made + (s ? 1 : 0); i < OCLS_BATCH; ++i) cube_bytes_release(b[i]);
+    for (int i = 0; i < OCLS_BATCH && !s; ++i) s = cube_client_launch(c->b, c->k, one, 1, &arg);
+    if (!s) s = cube_client_sync(c->b);
+    total += now_ns() - t0;
+    cube_status_t sa = cube_client_sync(g_cl_client);
+    for (int i = 0; i < made; ++i) cube_handle_release(h[i]);
+    if (s) {
+      cube_status_free(sa);
+      fail_status("16 uploads of 4 MiB on A, 16 launches on B + sync of B (opencl)", s);
+      return 0;
+    }
+    if (sa) {
+      fail_status("sync of A after its 16 uploads of 4 MiB (opencl)", sa);
+      return 0;
+    }
+  }
+  return total;
+}
+
+/* The same with PoCL: 16 non-blocking writes of 4 MiB on one queue, 16 empty
+ * kernels on another, the time to clFinish of the second. */
+static uint64_t trial_ocls_behind_pocl(void* p, uint64_t iters) {
+  ocls_ctx_t* c = p;
+  size_t one = 1;
+  uint64_t total = 0;
+  for (uint64_t it = 0; it < iters; ++it) {
+    cl_int err = CL_SUCCESS;
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < OCLS_BATCH && err == CL_SUCCESS; ++i)
+      err = g_ocl.clEnqueueWriteBuffer(g_ocl.queue, c->mb[i], CL_FALSE, 0, OCLS_BIG, c->big[i],
+                                       0, NULL, NULL);
+    if (err == CL_SUCCESS) g_ocl.clFlush(g_ocl.queue);
+    for (int i = 0; i < OCLS_BATCH && err == CL_SUCCESS; ++i)
+      err = g_ocl.clEnqueueNDRangeKernel(c->q2, c->ocl->kernel, 1, NULL, &one, &one, 0, NULL,
+                                         NULL);
+    if (err == CL_SUCCESS) err = g_ocl.clFinish(c->q2);
+    total += now_ns() - t0;
+    if (err == CL_SUCCESS) err = g_ocl.clFinish(g_ocl.queue);
+    if (err != CL_SUCCESS) {
+      fprintf(stderr, "bench_dialect: PoCL writes and launches on two queues failed: error %d\n",
+              (int)err);
+      g_failures++;
+      return 0;
+    }
+  }
+  return total;
+}
+
 static void bench_ocl_streams(void) {
   printf("[8] opencl: %d writes of %d bytes + sync; %d writes of %d MiB + sync; %d empty "
-         "launches alternating between two streams + sync of both (a trial's figure: one "
-         "batch)\n", OCLS_BATCH, OCLS_BYTES, OCLS_BATCH, OCLS_BIG >> 20, OCLS_BATCH);
+         "launches alternating between two streams + sync of both; %d uploads of %d MiB on "
+         "one stream, then %d empty launches on another, to that one's sync (a trial's "
+         "figure: one batch)\n",
+         OCLS_BATCH, OCLS_BYTES, OCLS_BATCH, OCLS_BIG >> 20, OCLS_BATCH, OCLS_BATCH,
+         OCLS_BIG >> 20, OCLS_BATCH);
   if (!g_cl_client) {
     line_cl_absent("cube opencl backend:");
     return;
@@ -2038,6 +2126,13 @@ static void bench_ocl_streams(void) {
                                       per_trial, 1, per);
   if (c->q2 && c->ocl)
     i_sp = rounds_add(&R, "PoCL two queues", trial_ocls_switch_pocl, c, per_trial, 1, per);
+  int i_hc = -1, i_hp = -1;
+  if (c->b && c->k)
+    i_hc = rounds_add(&R, "cube opencl launches behind uploads", trial_ocls_behind_cube, c,
+                      per_big, 1, per);
+  if (c->q2 && c->ocl)
+    i_hp = rounds_add(&R, "PoCL launches behind writes", trial_ocls_behind_pocl, c, per_big, 1,
+                      per);
   rounds_run(&R);
   print_rounds_header(&R, per);
   /* The writes landed: every buffer holds its source. */
@@ -2068,11 +2163,15 @@ static void bench_ocl_streams(void) {
   line_fig_time(&R, i_bq, "PoCL, 16 x (memcpy + non-blocking write) + clFinish:");
   if (i_sc >= 0) line_fig_time(&R, i_sc, "cube opencl, 16 launches on 2 streams + syncs:");
   if (i_sp >= 0) line_fig_time(&R, i_sp, "PoCL, 16 launches on 2 queues + clFinish x2:");
+  if (i_hc >= 0) line_fig_time(&R, i_hc, "cube opencl, B's 16 launches behind A's 64 MiB:");
+  if (i_hp >= 0) line_fig_time(&R, i_hp, "PoCL, queue 2's 16 kernels behind queue 1's 64 MiB:");
   line_rounds_ratio(&R, "writes: cube opencl vs PoCL direct:", i_wc, i_wp, false);
   line_rounds_ratio(&R, "4 MiB writes: cube opencl vs PoCL direct:", i_bc, i_bp, false);
   line_rounds_ratio(&R, "4 MiB writes: cube opencl vs PoCL copying first:", i_bc, i_bq, false);
   if (i_sc >= 0 && i_sp >= 0)
     line_rounds_ratio(&R, "two streams: cube opencl vs PoCL direct:", i_sc, i_sp, false);
+  if (i_hc >= 0 && i_hp >= 0)
+    line_rounds_ratio(&R, "launches behind uploads: cube opencl vs PoCL:", i_hc, i_hp, false);
   printf("\n");
   if (c->ocl) ocl_kernel_release(&ok);
   if (c->q2) g_ocl.clReleaseCommandQueue(c->q2);

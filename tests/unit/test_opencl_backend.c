@@ -588,13 +588,22 @@ static void* gate_open_later(void* p) {
 }
 #endif
 
-/* Many held writes in flight on two streams (3 MiB + odd each, 72 MiB in
- * all, past the bound), stream A's behind a user event opened from another
- * thread only once ten of them were issued: those ten stay in flight (they
- * did not wait), the eleventh waits for the gate instead of passing
- * CUBE__OCL_PENDING_BYTES_MAX, and no stream ever holds more. Every write
- * lands, read on the other stream after an event; every source is released
- * once, the last ones by stream destroy. */
+/* Counts releases of bytes over memory the test keeps (nothing freed). */
+static atomic_int kept_released;
+static void kept_release(void* user, void* data, size_t size) {
+  (void)user;
+  (void)data;
+  (void)size;
+  atomic_fetch_add(&kept_released, 1);
+}
+
+/* Held writes of 24 MiB + 13 on stream A, behind a user event opened from
+ * another thread only once ten of them were issued: those ten (240 MiB) stay
+ * in flight (they did not wait), the eleventh waits for the gate instead of
+ * passing CUBE__OCL_PENDING_BYTES_MAX (256 MiB), and the stream never holds
+ * more. Every write lands (read on stream B after an event: ordered across
+ * queues); every source is released once, the last ones by stream destroy.
+ * The sources are slices of one array, handed over without a copy. */
 CUBE_TEST(held_writes_in_flight_are_bounded) {
 #ifndef CUBE_HAVE_OPENCL
   CUBE_SKIP("the backend is not built into this library");
@@ -606,18 +615,17 @@ CUBE_TEST(held_writes_in_flight_are_bounded) {
     ocl_fixture_close(&f);
     CUBE_SKIP("the OpenCL library has no user events");
   }
-  enum { COUNT = 24, PIECE = (3 << 20) + 13, BYTES = (COUNT / 2) * PIECE };
+  enum { COUNT = 12, PIECE = (24 << 20) + 13 };
+  const uint64_t bytes = (uint64_t)COUNT * PIECE;
   CHECK(10 * (uint64_t)PIECE <= CUBE__OCL_PENDING_BYTES_MAX &&
         11 * (uint64_t)PIECE > CUBE__OCL_PENDING_BYTES_MAX);
-  cube__storage_t x[2];
-  REQUIRE_OK(f.vt->alloc(f.dev, BYTES, &x[0]));
-  REQUIRE_OK(f.vt->alloc(f.dev, BYTES, &x[1]));
-  unsigned char* want[2] = {malloc(BYTES), malloc(BYTES)};
-  unsigned char* got = malloc(BYTES);
-  REQUIRE(want[0] && want[1] && got);
-  cube_test_fill_random(want[0], BYTES, 8201);
-  cube_test_fill_random(want[1], BYTES, 8202);
-  atomic_store(&held_released, 0);
+  cube__storage_t x;
+  REQUIRE_OK(f.vt->alloc(f.dev, bytes, &x));
+  unsigned char* want = malloc(bytes);
+  unsigned char* got = malloc(PIECE);
+  REQUIRE(want && got);
+  cube_test_fill_random(want, bytes, 8201);
+  atomic_store(&kept_released, 0);
   gate_opener_t g = {&u, NULL, 0};
   cl_int err = CL_SUCCESS;
   g.gate = u.create(f.dev->ctx, &err);
@@ -625,101 +633,104 @@ CUBE_TEST(held_writes_in_flight_are_bounded) {
   CHECK_OK(f.vt->event_wait(f.dev, f.a, g.gate));
   pthread_t opener;
   REQUIRE(pthread_create(&opener, NULL, gate_open_later, &g) == 0);
-  void* streams[2] = {f.a, f.b};
+  const cube__ocl_stream_t* s = f.a;
   uint64_t most = 0;
-  int on_a = 0;
   for (int i = 0; i < COUNT; ++i) {
-    int k = i % 2;
-    uint64_t at = (uint64_t)(i / 2) * PIECE;
-    cube_bytes_t* b = held_source(want[k] + at, PIECE);
-    REQUIRE(b);
-    CHECK_OK(f.vt->write_held(f.dev, streams[k], &x[k], at, PIECE, cube_bytes_const_data(b),
-                              PIECE, 1, b));
+    uint64_t at = (uint64_t)i * PIECE;
+    cube_bytes_t* b = NULL;
+    REQUIRE_OK(cube_bytes_wrap(want + at, PIECE, kept_release, NULL, &b));
+    CHECK_OK(f.vt->write_held(f.dev, f.a, &x, at, PIECE, want + at, PIECE, 1, b));
     cube_bytes_release(b);
-    const cube__ocl_stream_t* s = streams[k];
-    if (k == 0 && s->pending_bytes > most) most = s->pending_bytes;
+    if (s->pending_bytes > most) most = s->pending_bytes;
     CHECK(s->pending_bytes <= CUBE__OCL_PENDING_BYTES_MAX);
-    if (k == 0 && ++on_a == 10) atomic_store(&g.issued, 1);
+    CHECK_EQ_U64(s->copied_bytes, 0); /* nothing copied */
+    if (i + 1 == 10) atomic_store(&g.issued, 1);
   }
   pthread_join(opener, NULL);
   f.dev->cl->ReleaseEvent(g.gate);
   CHECK_EQ_U64(most, 10 * (uint64_t)PIECE); /* the ten behind the gate did not wait */
-  for (int k = 0; k < 2; ++k) {
-    memset(got, 0x5A, BYTES);
-    /* Read on the other stream after an event: ordered across queues. */
-    void* ev = NULL;
-    CHECK_OK(f.vt->event_record(f.dev, streams[k], &ev));
-    REQUIRE(ev);
-    CHECK_OK(f.vt->event_wait(f.dev, streams[1 - k], ev));
-    CHECK_OK(f.vt->read(f.dev, streams[1 - k], got, &x[k], 0, BYTES, BYTES, 1));
-    CHECK(memcmp(got, want[k], BYTES) == 0);
-    f.vt->event_destroy(f.dev, ev);
+  void* ev = NULL;
+  CHECK_OK(f.vt->event_record(f.dev, f.a, &ev));
+  REQUIRE(ev);
+  CHECK_OK(f.vt->event_wait(f.dev, f.b, ev));
+  int bad = 0;
+  for (int i = 0; i < COUNT; ++i) {
+    memset(got, 0x5A, PIECE);
+    CHECK_OK(f.vt->read(f.dev, f.b, got, &x, (uint64_t)i * PIECE, PIECE, PIECE, 1));
+    bad += memcmp(got, want + (uint64_t)i * PIECE, PIECE) != 0;
   }
-  f.vt->dealloc(f.dev, &x[0]);
-  f.vt->dealloc(f.dev, &x[1]);
-  ocl_fixture_close(&f); /* releases what the streams still held */
-  CHECK_EQ_U64((uint64_t)atomic_load(&held_released), COUNT);
-  free(want[0]);
-  free(want[1]);
+  CHECK_EQ_U64(bad, 0);
+  f.vt->event_destroy(f.dev, ev);
+  f.vt->dealloc(f.dev, &x);
+  ocl_fixture_close(&f); /* releases what the stream still held */
+  CHECK_EQ_U64((uint64_t)atomic_load(&kept_released), COUNT);
+  free(want);
   free(got);
   user_events_close(&u);
 #endif
 }
 
-/* A stream that only launches and copies after held writes gives their
- * sources back: once a write completed (an event after it waited for), the
- * stream's next launch releases its source, and the next copy the next
- * one's, with no write, read or sync in between. */
-CUBE_TEST(held_sources_go_back_at_a_launch_or_copy) {
+/* Copied writes (the write slot, 200 KiB + 7 each, sources freed and
+ * poisoned at once) behind a gate: the copies in flight stop at
+ * CUBE__OCL_COPIED_BYTES_MAX (32 MiB: 163 of them), the next write waits for
+ * the gate, and every write lands. */
+CUBE_TEST(copied_writes_in_flight_are_bounded) {
+#ifndef CUBE_HAVE_OPENCL
+  CUBE_SKIP("the backend is not built into this library");
+#else
   OCL_FIXTURE(f);
-  enum { N = (2 << 20) + 3 };
-  cube_kernel_t* k = make_kernel("CUBE_KERNEL(empty, uint32_t unused) {}\n", "empty", 1);
-  REQUIRE(k != NULL);
-  REQUIRE_OK(f.vt->prepare(f.dev, k, CUBE_EXEC_CHECKED));
-  cube__storage_t x, y;
-  REQUIRE_OK(f.vt->alloc(f.dev, N, &x));
-  REQUIRE_OK(f.vt->alloc(f.dev, N, &y));
-  unsigned char* data = malloc(N);
-  unsigned char* got = malloc(N);
-  REQUIRE(data && got);
-  cube_test_fill_random(data, N, 8701);
-  atomic_store(&held_released, 0);
-  cube__launch_arg_t arg;
-  memset(&arg, 0, sizeof(arg));
-  cube__launch_t l;
-  memset(&l, 0, sizeof(l));
-  l.kernel = k;
-  l.name = "empty";
-  l.count[0] = l.count[1] = l.count[2] = 1;
-  l.dim = k->cube_dim;
-  l.mode = CUBE_EXEC_CHECKED;
-  l.arg_count = 1;
-  l.kinds = k->arg_kinds;
-  l.args = &arg;
-  for (int round = 0; round < 2; ++round) {
-    cube_bytes_t* b = held_source(data, N);
-    REQUIRE(b);
-    CHECK_OK(f.vt->write_held(f.dev, f.a, &x, 0, N, cube_bytes_const_data(b), N, 1, b));
-    cube_bytes_release(b);
-    void* ev = NULL;
-    CHECK_OK(f.vt->event_record(f.dev, f.a, &ev));
-    REQUIRE(ev);
-    CHECK_OK(f.vt->event_sync(f.dev, ev));
-    f.vt->event_destroy(f.dev, ev);
-    if (round == 0) CHECK_OK(f.vt->launch(f.dev, f.a, &l));
-    else CHECK_OK(f.vt->copy(f.dev, f.a, &y, 0, &x, 0, N));
-    CHECK_EQ_U64((uint64_t)atomic_load(&held_released), (uint64_t)round + 1);
+  user_events_t u;
+  if (!user_events_open(&u)) {
+    user_events_close(&u);
+    ocl_fixture_close(&f);
+    CUBE_SKIP("the OpenCL library has no user events");
   }
-  CHECK_OK(f.vt->sync(f.dev, f.a));
-  memset(got, 0x5A, N);
-  CHECK_OK(f.vt->read(f.dev, f.a, got, &y, 0, N, N, 1));
-  CHECK(memcmp(got, data, N) == 0);
+  enum { PIECE = 200 * 1024 + 7, FIT = 163, COUNT = FIT + 20 };
+  const uint64_t bytes = (uint64_t)COUNT * PIECE;
+  CHECK(PIECE <= CUBE__OCL_WRITE_COPY_MAX);
+  CHECK(FIT * (uint64_t)PIECE <= CUBE__OCL_COPIED_BYTES_MAX &&
+        (FIT + 1) * (uint64_t)PIECE > CUBE__OCL_COPIED_BYTES_MAX);
+  cube__storage_t x;
+  REQUIRE_OK(f.vt->alloc(f.dev, bytes, &x));
+  unsigned char* want = malloc(bytes);
+  unsigned char* got = malloc(bytes);
+  REQUIRE(want && got);
+  cube_test_fill_random(want, bytes, 8211);
+  gate_opener_t g = {&u, NULL, 0};
+  cl_int err = CL_SUCCESS;
+  g.gate = u.create(f.dev->ctx, &err);
+  REQUIRE(g.gate && err == CL_SUCCESS);
+  CHECK_OK(f.vt->event_wait(f.dev, f.b, g.gate));
+  pthread_t opener;
+  REQUIRE(pthread_create(&opener, NULL, gate_open_later, &g) == 0);
+  const cube__ocl_stream_t* s = f.b;
+  uint64_t most = 0;
+  for (int i = 0; i < COUNT; ++i) {
+    uint64_t at = (uint64_t)i * PIECE;
+    unsigned char* src = malloc(PIECE);
+    REQUIRE(src);
+    memcpy(src, want + at, PIECE);
+    CHECK_OK(f.vt->write(f.dev, f.b, &x, at, PIECE, src, PIECE, 1));
+    memset(src, 0xC3, PIECE);
+    free(src);
+    if (s->copied_bytes > most) most = s->copied_bytes;
+    CHECK(s->copied_bytes <= CUBE__OCL_COPIED_BYTES_MAX);
+    if (i + 1 == FIT) atomic_store(&g.issued, 1);
+  }
+  pthread_join(opener, NULL);
+  f.dev->cl->ReleaseEvent(g.gate);
+  CHECK_EQ_U64(most, FIT * (uint64_t)PIECE);
+  CHECK_OK(f.vt->sync(f.dev, f.b));
+  CHECK_EQ_U64(s->copied_bytes, 0);
+  memset(got, 0x5A, bytes);
+  CHECK_OK(f.vt->read(f.dev, f.b, got, &x, 0, bytes, bytes, 1));
+  CHECK(memcmp(got, want, bytes) == 0);
   f.vt->dealloc(f.dev, &x);
-  f.vt->dealloc(f.dev, &y);
-  free(data);
-  free(got);
-  cube_kernel_release(k);
   ocl_fixture_close(&f);
+  free(want);
+  free(got);
+  user_events_close(&u);
+#endif
 }
 
 #ifdef CUBE_HAVE_OPENCL

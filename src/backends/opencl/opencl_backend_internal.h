@@ -76,6 +76,7 @@ typedef struct cube__ocl_pending {
   cl_event done;
   void* copy;
   cube_bytes_t* held;
+  bool copied; /* |copy| was made (it stays counted in copied_bytes until reaped) */
   uint64_t size;
   uint64_t storage_id, offset; /* for the message of a failure */
 } cube__ocl_pending_t;
@@ -86,10 +87,17 @@ typedef struct cube__ocl_pending {
  * write_held (the server's: a source held by a cube_bytes_t) never copy and
  * never wait, whatever their size. */
 #define CUBE__OCL_WRITE_COPY_MAX (256u << 10)
-/* Bytes of writes (copied or held) a stream keeps in flight at most; past it
- * a write first waits for the oldest ones (a single larger write waits for
- * all of them, then goes alone). */
-#define CUBE__OCL_PENDING_BYTES_MAX (32u << 20)
+/* Bytes a stream keeps in flight at most: of its copies (memory the backend
+ * allocated), CUBE__OCL_COPIED_BYTES_MAX; of all its writes, copied or held,
+ * CUBE__OCL_PENDING_BYTES_MAX. Past either a write first waits for the
+ * oldest ones (a single larger write waits for all of them, then goes
+ * alone). Held bytes cost no memory beyond what the server holds for the
+ * queued writes anyway (a write task keeps its bytes until it ran): their
+ * bound is larger, so that the runner, which serves every stream of the
+ * device, seldom waits for a write; it keeps what a stream holds past the
+ * server's tasks finite. */
+#define CUBE__OCL_COPIED_BYTES_MAX (32u << 20)
+#define CUBE__OCL_PENDING_BYTES_MAX (256u << 20)
 
 typedef struct cube__ocl_stream {
   cl_command_queue queue;
@@ -106,7 +114,8 @@ typedef struct cube__ocl_stream {
    * thread only; their failures, returned by the next sync. */
   cube__ocl_pending_t* pending;
   uint32_t pending_head, pending_count, pending_cap;
-  uint64_t pending_bytes;
+  uint64_t pending_bytes; /* of every pending write */
+  uint64_t copied_bytes;  /* of those the backend copied */
   cube_status_t write_errors;
 } cube__ocl_stream_t;
 

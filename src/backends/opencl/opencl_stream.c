@@ -11,9 +11,10 @@
  * during the call) copies up to CUBE__OCL_WRITE_COPY_MAX bytes into memory of
  * the stream, and blocks for larger ones. The copy is freed (the reference
  * released) once the write's event completed, seen at a later write, read,
- * launch or copy of the stream, at sync or at destroy; at most CUBE__OCL_PENDING_BYTES_MAX bytes of such
- * writes are in flight per stream (past it a write waits for the oldest). A
- * write that fails once enqueued is returned by the next sync. Reads block
+ * launch or copy of the stream, at sync or at destroy. A stream keeps at most
+ * CUBE__OCL_COPIED_BYTES_MAX (32 MiB) of copies and CUBE__OCL_PENDING_BYTES_MAX
+ * (256 MiB) of writes in all in flight; past either a write waits for the
+ * oldest. A write that fails once enqueued is returned by the next sync. Reads block
  * (a read's bytes are handed out at once); copies between two buffers do
  * not (clEnqueueCopyBuffer, as a launch).
  */
@@ -224,6 +225,7 @@ static void cube__ocl_reap(cube__backend_device_t* dev, cube__ocl_stream_t* s, b
     cube_bytes_release(p->held);
     cl->ReleaseEvent(p->done);
     s->pending_bytes -= p->size;
+    if (p->copied) s->copied_bytes -= p->size;
     s->pending_head = (s->pending_head + 1) % s->pending_cap;
     s->pending_count--;
   }
@@ -245,8 +247,10 @@ static cube_status_t cube__ocl_write_nowait(cube__backend_device_t* dev, cube__o
   uint64_t size = width * height;
   *out_done = false;
   cube__ocl_reap(dev, s, false);
-  /* Bounded: past it, wait for the oldest writes. */
-  while (s->pending_count && s->pending_bytes + size > CUBE__OCL_PENDING_BYTES_MAX) {
+  /* Bounded: past a bound, wait for the oldest writes. */
+  while (s->pending_count &&
+         (s->pending_bytes + size > CUBE__OCL_PENDING_BYTES_MAX ||
+          (!owner && s->copied_bytes + size > CUBE__OCL_COPIED_BYTES_MAX))) {
     cube__ocl_pending_t* p = &s->pending[s->pending_head];
     dev->cl->WaitForEvents(1, &p->done);
     cube__ocl_reap(dev, s, false);
@@ -297,11 +301,13 @@ static cube_status_t cube__ocl_write_nowait(cube__backend_device_t* dev, cube__o
   p->done = done;
   p->copy = copy;
   p->held = owner ? cube_bytes_retain(owner) : NULL;
+  p->copied = copy != NULL;
   p->size = size;
   p->storage_id = dst->id;
   p->offset = dst_offset;
   s->pending_count++;
   s->pending_bytes += size;
+  if (copy) s->copied_bytes += size;
   *out_done = true;
   return CUBE_OK;
 }
