@@ -238,7 +238,8 @@ static void* xmalloc(size_t n) {
   X(clEnqueueNDRangeKernel)                                                              \
   X(clEnqueueReadBuffer)                                                                 \
   X(clEnqueueWriteBuffer)                                                                \
-  X(clFinish)
+  X(clFinish)                                                                            \
+  X(clFlush)
 
 typedef struct ocl {
   void* lib;
@@ -1840,12 +1841,19 @@ static void bench_empty(void) {
 
 /* What the OpenCL backend waits for besides the work itself: 16 writes of
  * 4 KiB then a sync (a write that blocks waits for PoCL's thread each time),
- * and 16 empty launches alternating between two streams (two queues) then a
- * sync of both (ordering every command after the other queue's last one
- * serialises the switch). PoCL direct does the same with non-blocking
- * clEnqueueWriteBuffer on one queue, and with two queues and no ordering
- * between them. A trial's figure is one batch of 16, in microseconds. */
-enum { OCLS_BATCH = 16, OCLS_BYTES = 4096 };
+ * 16 writes of 4 MiB then a sync (cube_client_write: the server copies the
+ * caller's source once, on the calling thread, and the runner queues the
+ * write from that copy), and 16 empty launches alternating between two
+ * streams (two queues) then a sync of both (ordering every command after the
+ * other queue's last one serialises the switch). PoCL direct does the same
+ * with non-blocking clEnqueueWriteBuffer on one queue from sources it keeps
+ * (for 4 MiB also with each source first copied, as cube_client_write does),
+ * and with two queues and no ordering between them. Last, 16 uploads of
+ * 4 MiB on one stream then 16 empty launches on another, timed to the second
+ * stream's sync: whether large writes hold the runner (and so the other
+ * stream) back. A trial's figure is one
+ * batch of 16, in microseconds. */
+enum { OCLS_BATCH = 16, OCLS_BYTES = 4096, OCLS_BIG = 4 << 20 };
 
 typedef struct ocls_ctx {
   cube_client_t* b;   /* a clone of the opencl client on a second stream */
@@ -1855,7 +1863,45 @@ typedef struct ocls_ctx {
   cl_command_queue q2;
   cl_mem m[OCLS_BATCH];
   unsigned char src[OCLS_BATCH][OCLS_BYTES];
+  cube_handle_t hb[OCLS_BATCH]; /* OCLS_BIG bytes each */
+  cl_mem mb[OCLS_BATCH];
+  unsigned char* big[OCLS_BATCH];
+  unsigned char* copy[OCLS_BATCH]; /* PoCL with cube's copy: the source copied first */
 } ocls_ctx_t;
+
+static uint64_t trial_ocls_big_cube(void* p, uint64_t iters) {
+  ocls_ctx_t* c = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t it = 0; it < iters; ++it) {
+    cube_status_t s = CUBE_OK;
+    for (int i = 0; i < OCLS_BATCH && !s; ++i)
+      s = cube_client_write(g_cl_client, c->hb[i], c->big[i], OCLS_BIG);
+    if (!s) s = cube_client_sync(g_cl_client);
+    if (s) {
+      fail_status("16 writes of 4 MiB + sync (opencl)", s);
+      return 0;
+    }
+  }
+  return now_ns() - t0;
+}
+
+static uint64_t trial_ocls_big_pocl(void* p, uint64_t iters) {
+  ocls_ctx_t* c = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t it = 0; it < iters; ++it) {
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < OCLS_BATCH && err == CL_SUCCESS; ++i)
+      err = g_ocl.clEnqueueWriteBuffer(g_ocl.queue, c->mb[i], CL_FALSE, 0, OCLS_BIG, c->big[i],
+                                       0, NULL, NULL);
+    if (err == CL_SUCCESS) err = g_ocl.clFinish(g_ocl.queue);
+    if (err != CL_SUCCESS) {
+      fprintf(stderr, "bench_dialect: PoCL writes of 4 MiB failed: error %d\n", (int)err);
+      g_failures++;
+      return 0;
+    }
+  }
+  return now_ns() - t0;
+}
 
 static uint64_t trial_ocls_write_cube(void* p, uint64_t iters) {
   ocls_ctx_t* c = p;
@@ -1930,10 +1976,116 @@ static uint64_t trial_ocls_switch_pocl(void* p, uint64_t iters) {
   return now_ns() - t0;
 }
 
+/* As trial_ocls_big_pocl, each source first copied (memcpy into memory of
+ * its own), as cube_client_write copies the caller's source. */
+static uint64_t trial_ocls_big_pocl_copy(void* p, uint64_t iters) {
+  ocls_ctx_t* c = p;
+  uint64_t t0 = now_ns();
+  for (uint64_t it = 0; it < iters; ++it) {
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < OCLS_BATCH && err == CL_SUCCESS; ++i) {
+      memcpy(c->copy[i], c->big[i], OCLS_BIG);
+      err = g_ocl.clEnqueueWriteBuffer(g_ocl.queue, c->mb[i], CL_FALSE, 0, OCLS_BIG, c->copy[i],
+                                       0, NULL, NULL);
+    }
+    if (err == CL_SUCCESS) err = g_ocl.clFinish(g_ocl.queue);
+    if (err != CL_SUCCESS) {
+      fprintf(stderr, "bench_dialect: PoCL copied writes of 4 MiB failed: error %d\n", (int)err);
+      g_failures++;
+      return 0;
+    }
+  }
+  return now_ns() - t0;
+}
+
+/* Bytes handed over to cube_client_create that the bench keeps: nothing to
+ * free. */
+static void ocls_keep(void* user, void* data, size_t size) {
+  (void)user;
+  (void)data;
+  (void)size;
+}
+
+/* 16 uploads of 4 MiB on stream A (cube_client_create from bytes handed over:
+ * no copy on the calling thread), then 16 empty launches on stream B; the
+ * figure is the time until B's sync returned (A is synced after, untimed).
+ * One runner serves both streams: a write that blocks it holds B back. */
+static uint64_t trial_ocls_behind_cube(void* p, uint64_t iters) {
+  ocls_ctx_t* c = p;
+  cube_arg_t arg = cube_arg_u32(0);
+  cube_count_t one = cube_count_static(1, 1, 1);
+  uint64_t total = 0;
+  for (uint64_t it = 0; it < iters; ++it) {
+    cube_handle_t h[OCLS_BATCH];
+    cube_bytes_t* b[OCLS_BATCH];
+    cube_status_t s = CUBE_OK;
+    int wrapped = 0;
+    for (; wrapped < OCLS_BATCH && !s; ++wrapped)
+      s = cube_bytes_wrap(c->big[wrapped], OCLS_BIG, ocls_keep, NULL, &b[wrapped]);
+    if (s) {
+      cube_bytes_release_array(b, (size_t)(wrapped - 1));
+      fail_status("cube_bytes_wrap (opencl)", s);
+      return 0;
+    }
+    int made = 0;
+    uint64_t t0 = now_ns();
+    for (; made < OCLS_BATCH && !s; ++made) s = cube_client_create(g_cl_client, b[made], &h[made]);
+    if (s) made--; /* the failed create consumed its bytes and made no handle */
+    for (int i = made + (s ? 1 : 0); i < OCLS_BATCH; ++i) cube_bytes_release(b[i]);
+    for (int i = 0; i < OCLS_BATCH && !s; ++i) s = cube_client_launch(c->b, c->k, one, 1, &arg);
+    if (!s) s = cube_client_sync(c->b);
+    total += now_ns() - t0;
+    cube_status_t sa = cube_client_sync(g_cl_client);
+    for (int i = 0; i < made; ++i) cube_handle_release(h[i]);
+    if (s) {
+      cube_status_free(sa);
+      fail_status("16 uploads of 4 MiB on A, 16 launches on B + sync of B (opencl)", s);
+      return 0;
+    }
+    if (sa) {
+      fail_status("sync of A after its 16 uploads of 4 MiB (opencl)", sa);
+      return 0;
+    }
+  }
+  return total;
+}
+
+/* The same with PoCL: 16 non-blocking writes of 4 MiB on one queue, 16 empty
+ * kernels on another, the time to clFinish of the second. */
+static uint64_t trial_ocls_behind_pocl(void* p, uint64_t iters) {
+  ocls_ctx_t* c = p;
+  size_t one = 1;
+  uint64_t total = 0;
+  for (uint64_t it = 0; it < iters; ++it) {
+    cl_int err = CL_SUCCESS;
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < OCLS_BATCH && err == CL_SUCCESS; ++i)
+      err = g_ocl.clEnqueueWriteBuffer(g_ocl.queue, c->mb[i], CL_FALSE, 0, OCLS_BIG, c->big[i],
+                                       0, NULL, NULL);
+    if (err == CL_SUCCESS) g_ocl.clFlush(g_ocl.queue);
+    for (int i = 0; i < OCLS_BATCH && err == CL_SUCCESS; ++i)
+      err = g_ocl.clEnqueueNDRangeKernel(c->q2, c->ocl->kernel, 1, NULL, &one, &one, 0, NULL,
+                                         NULL);
+    if (err == CL_SUCCESS) err = g_ocl.clFinish(c->q2);
+    total += now_ns() - t0;
+    if (err == CL_SUCCESS) err = g_ocl.clFinish(g_ocl.queue);
+    if (err != CL_SUCCESS) {
+      fprintf(stderr, "bench_dialect: PoCL writes and launches on two queues failed: error %d\n",
+              (int)err);
+      g_failures++;
+      return 0;
+    }
+  }
+  return total;
+}
+
 static void bench_ocl_streams(void) {
-  printf("[8] opencl: %d writes of %d bytes + sync; %d empty launches alternating between two "
-         "streams + sync of both (a trial's figure: one batch)\n", OCLS_BATCH, OCLS_BYTES,
-         OCLS_BATCH);
+  printf("[8] opencl: %d writes of %d bytes + sync; %d writes of %d MiB + sync; %d empty "
+         "launches alternating between two streams + sync of both; %d uploads of %d MiB on "
+         "one stream, then %d empty launches on another, to that one's sync (a trial's "
+         "figure: one batch)\n",
+         OCLS_BATCH, OCLS_BYTES, OCLS_BATCH, OCLS_BIG >> 20, OCLS_BATCH, OCLS_BATCH,
+         OCLS_BIG >> 20, OCLS_BATCH);
   if (!g_cl_client) {
     line_cl_absent("cube opencl backend:");
     return;
@@ -1950,6 +2102,11 @@ static void bench_ocl_streams(void) {
     for (int j = 0; j < OCLS_BYTES; ++j) c->src[i][j] = (unsigned char)(i * 31 + j);
     TRY("cube_client_empty", cube_client_empty(g_cl_client, OCLS_BYTES, &c->h[i]));
     c->m[i] = ocl_buffer(CL_MEM_READ_WRITE, OCLS_BYTES, NULL);
+    c->big[i] = xmalloc(OCLS_BIG);
+    c->copy[i] = xmalloc(OCLS_BIG);
+    for (int j = 0; j < OCLS_BIG; ++j) c->big[i][j] = (unsigned char)(i * 7 + j * 13 + (j >> 12));
+    TRY("cube_client_empty", cube_client_empty(g_cl_client, OCLS_BIG, &c->hb[i]));
+    c->mb[i] = ocl_buffer(CL_MEM_READ_WRITE, OCLS_BIG, NULL);
   }
   TRY("cube_client_clone", cube_client_clone(g_cl_client, &c->b));
   if (c->b) cube_client_set_stream(c->b, cube_stream_id_new());
@@ -1968,11 +2125,23 @@ static void bench_ocl_streams(void) {
   rounds_init(&R, g_rounds, settle);
   int i_wc = rounds_add(&R, "cube opencl writes", trial_ocls_write_cube, c, per_trial, 1, per);
   int i_wp = rounds_add(&R, "PoCL writes", trial_ocls_write_pocl, c, per_trial, 1, per);
+  const uint64_t per_big = g_quick ? 1 : 4;
+  int i_bc = rounds_add(&R, "cube opencl 4 MiB writes", trial_ocls_big_cube, c, per_big, 1, per);
+  int i_bp = rounds_add(&R, "PoCL 4 MiB writes", trial_ocls_big_pocl, c, per_big, 1, per);
+  int i_bq = rounds_add(&R, "PoCL 4 MiB copied writes", trial_ocls_big_pocl_copy, c, per_big, 1,
+                        per);
   int i_sc = -1, i_sp = -1;
   if (c->b && c->k) i_sc = rounds_add(&R, "cube opencl two streams", trial_ocls_switch_cube, c,
                                       per_trial, 1, per);
   if (c->q2 && c->ocl)
     i_sp = rounds_add(&R, "PoCL two queues", trial_ocls_switch_pocl, c, per_trial, 1, per);
+  int i_hc = -1, i_hp = -1;
+  if (c->b && c->k)
+    i_hc = rounds_add(&R, "cube opencl launches behind uploads", trial_ocls_behind_cube, c,
+                      per_big, 1, per);
+  if (c->q2 && c->ocl)
+    i_hp = rounds_add(&R, "PoCL launches behind writes", trial_ocls_behind_pocl, c, per_big, 1,
+                      per);
   rounds_run(&R);
   print_rounds_header(&R, per);
   /* The writes landed: every buffer holds its source. */
@@ -1986,20 +2155,42 @@ static void bench_ocl_streams(void) {
       g_failures++;
     }
     cube_bytes_release(b);
+    s = cube_client_read_one(g_cl_client, c->hb[i], &b);
+    if (s) fail_status("read after the writes of 4 MiB (opencl)", s);
+    else if (cube_bytes_size(b) != OCLS_BIG ||
+             memcmp(cube_bytes_const_data(b), c->big[i], OCLS_BIG) != 0) {
+      fprintf(stderr, "bench_dialect: opencl buffer %d of 4 MiB does not hold what was written\n",
+              i);
+      g_failures++;
+    }
+    cube_bytes_release(b);
   }
   line_fig_time(&R, i_wc, "cube opencl, 16 writes of 4 KiB + sync:");
   line_fig_time(&R, i_wp, "PoCL, 16 non-blocking writes + clFinish:");
+  line_fig_time(&R, i_bc, "cube opencl, 16 writes of 4 MiB + sync:");
+  line_fig_time(&R, i_bp, "PoCL, 16 non-blocking 4 MiB writes + clFinish:");
+  line_fig_time(&R, i_bq, "PoCL, 16 x (memcpy + non-blocking write) + clFinish:");
   if (i_sc >= 0) line_fig_time(&R, i_sc, "cube opencl, 16 launches on 2 streams + syncs:");
   if (i_sp >= 0) line_fig_time(&R, i_sp, "PoCL, 16 launches on 2 queues + clFinish x2:");
+  if (i_hc >= 0) line_fig_time(&R, i_hc, "cube opencl, B's 16 launches behind A's 64 MiB:");
+  if (i_hp >= 0) line_fig_time(&R, i_hp, "PoCL, queue 2's 16 kernels behind queue 1's 64 MiB:");
   line_rounds_ratio(&R, "writes: cube opencl vs PoCL direct:", i_wc, i_wp, false);
+  line_rounds_ratio(&R, "4 MiB writes: cube opencl vs PoCL direct:", i_bc, i_bp, false);
+  line_rounds_ratio(&R, "4 MiB writes: cube opencl vs PoCL copying first:", i_bc, i_bq, false);
   if (i_sc >= 0 && i_sp >= 0)
     line_rounds_ratio(&R, "two streams: cube opencl vs PoCL direct:", i_sc, i_sp, false);
+  if (i_hc >= 0 && i_hp >= 0)
+    line_rounds_ratio(&R, "launches behind uploads: cube opencl vs PoCL:", i_hc, i_hp, false);
   printf("\n");
   if (c->ocl) ocl_kernel_release(&ok);
   if (c->q2) g_ocl.clReleaseCommandQueue(c->q2);
   for (int i = 0; i < OCLS_BATCH; ++i) {
     cube_handle_release(c->h[i]);
     if (c->m[i]) g_ocl.clReleaseMemObject(c->m[i]);
+    cube_handle_release(c->hb[i]);
+    if (c->mb[i]) g_ocl.clReleaseMemObject(c->mb[i]);
+    free(c->big[i]);
+    free(c->copy[i]);
   }
   cube_kernel_release(c->k);
   cube_client_release(c->b);

@@ -343,6 +343,20 @@ cube_status_t cube__backend_write(const cube__backend_t* be, void* stream,
              width * height, dst->id);
 }
 
+cube_status_t cube__backend_write_held(const cube__backend_t* be, void* stream,
+                                       const cube__storage_t* dst, uint64_t dst_offset,
+                                       uint64_t pitch, const void* src, uint64_t width,
+                                       uint64_t height, cube_bytes_t* owner) {
+  if (!owner || !be->vt->write_held)
+    return cube__backend_write(be, stream, dst, dst_offset, pitch, src, width, height);
+  /* The write slot's fault site and trace point: the same operation. */
+  CUBE__CALL(be, CUBE__SLOT_WRITE, CUBE_STATUS_INTERNAL,
+             be->vt->write_held(be->device, stream, dst, dst_offset, pitch, src, width, height,
+                                owner),
+             "%s write of %" PRIu64 " bytes to storage %" PRIu64 " failed", be->vt->name,
+             width * height, dst->id);
+}
+
 cube_status_t cube__backend_read(const cube__backend_t* be, void* stream, void* dst,
                                  const cube__storage_t* src, uint64_t src_offset, uint64_t pitch,
                                  uint64_t width, uint64_t height) {

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "base/fault.h"
+#include "cube/bytes.h"
 #include "cube/device.h"
 #include "cube/kernel.h"
 #include "cube/options.h"
@@ -31,7 +32,7 @@
 /* The version of the table below; a table with another version is refused by
  * the registry (the backend is then UNAVAILABLE, naming both versions). New
  * slots are appended and bump the version. */
-#define CUBE__BACKEND_API_VERSION 5u
+#define CUBE__BACKEND_API_VERSION 6u
 
 typedef struct cube__backend_device cube__backend_device_t;
 
@@ -453,6 +454,26 @@ typedef struct cube__backend_vtable {
   bool (*activity_begin)(cube__backend_device_t* device, void* stream, uint32_t kind, bool keep);
   size_t (*activity_take)(cube__backend_device_t* device, void* stream, bool flush,
                           cube__activity_record_t* out, size_t max);
+
+  /* Version 6 ------------------------------------------------------------ */
+
+  /* A write (as the write slot) whose source is held by |owner|: |src| lies
+   * in |owner|'s data, which stays valid while |owner| is referenced, and
+   * nobody changes those bytes (the server's own copy, or bytes handed to it
+   * with cube_client_create). The backend may take a reference
+   * (cube_bytes_retain) and return before the device has read the source,
+   * without copying it; it releases that reference once the write completed
+   * (or failed), on the thread where it learns so (the runner, or its
+   * stream_destroy). The caller's own reference is released by the caller
+   * after the call. Ordering, checks and statuses are write's; a failure the
+   * driver reports after the slot returned is returned by the next sync of
+   * |stream| (the server's taint of the buffer then follows from the sync's
+   * status, as for a launch). NULL: the wrapper calls write (which reads the
+   * source before it returns, or copies it). Fault site and trace: write's. */
+  cube_status_t (*write_held)(cube__backend_device_t* device, void* stream,
+                              const cube__storage_t* dst, uint64_t dst_offset, uint64_t pitch,
+                              const void* src, uint64_t width, uint64_t height,
+                              cube_bytes_t* owner);
 } cube__backend_vtable_t;
 
 //===----------------------------------------------------------------------===//
@@ -611,6 +632,16 @@ void cube__backend_stream_destroy(const cube__backend_t* be, void* stream);
 cube_status_t cube__backend_write(const cube__backend_t* be, void* stream,
                                   const cube__storage_t* dst, uint64_t dst_offset, uint64_t pitch,
                                   const void* src, uint64_t width, uint64_t height);
+/* A write whose source |owner| holds (the write_held slot, backend.h); with
+ * |owner| NULL or without the slot, cube__backend_write. |owner| stays the
+ * caller's: the backend takes its own reference if it keeps the source. */
+cube_status_t cube__backend_write_held(const cube__backend_t* be, void* stream,
+                                       const cube__storage_t* dst, uint64_t dst_offset,
+                                       uint64_t pitch, const void* src, uint64_t width,
+                                       uint64_t height, cube_bytes_t* owner);
+static inline bool cube__backend_has_write_held(const cube__backend_t* be) {
+  return be->vt->write_held != NULL;
+}
 cube_status_t cube__backend_read(const cube__backend_t* be, void* stream, void* dst,
                                  const cube__storage_t* src, uint64_t src_offset, uint64_t pitch,
                                  uint64_t width, uint64_t height);

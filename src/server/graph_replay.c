@@ -158,7 +158,7 @@ static cube_status_t cube__replay_node(cube__server_t* s, cube__stream_t* st,
   }
   CUBE_RETURN_IF_ERROR(cube__write_exec(st, mem, offset, n->write.pitch,
                                         cube_bytes_const_data(n->write.bytes), n->write.width,
-                                        n->write.height));
+                                        n->write.height, n->write.bytes));
   if (events) cube__stream_hold(st, &mem, 1);
   return CUBE_OK;
 }

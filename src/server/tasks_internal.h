@@ -77,9 +77,13 @@ cube_status_t cube__launch_exec(cube__server_t* s, cube__stream_t* st, cube__lau
                                bool profiled);
 
 /* Writes rows into |mem| at |offset| through the backend, on the runner (or
- * on the caller for a fresh buffer). */
+ * on the caller for a fresh buffer). |owner|: bytes that hold |src| and that
+ * nobody changes (the task's copy, a graph's), which the backend may keep
+ * referenced instead of waiting for the device to read them (the write_held
+ * slot); NULL: |src| is valid only during the call. */
 cube_status_t cube__write_exec(cube__stream_t* st, cube__memory_t* mem, uint64_t offset,
-                               uint64_t pitch, const void* src, uint64_t width, uint64_t height);
+                               uint64_t pitch, const void* src, uint64_t width, uint64_t height,
+                               cube_bytes_t* owner);
 
 /* Runs a copy on the runner (the eager task and a graph's copy nodes): on
  * backends with events, orders both buffers after their last use on

@@ -21,7 +21,8 @@
 //===----------------------------------------------------------------------===//
 
 cube_status_t cube__write_exec(cube__stream_t* st, cube__memory_t* mem, uint64_t offset,
-                               uint64_t pitch, const void* src, uint64_t width, uint64_t height) {
+                               uint64_t pitch, const void* src, uint64_t width, uint64_t height,
+                               cube_bytes_t* owner) {
   cube__server_t* s = st->server;
   const cube__storage_t* storage;
   uint64_t slice_off, slice_size;
@@ -30,14 +31,15 @@ cube_status_t cube__write_exec(cube__stream_t* st, cube__memory_t* mem, uint64_t
     status = cube__status_make(CUBE_STATUS_NOT_FOUND, "write: memory %" PRIu64 " is not bound",
                                mem->id);
   else if (__builtin_expect(!cube__timing_wanted(s), 1))
-    status = cube__backend_write(&s->be, st->backend_stream, storage, slice_off + offset, pitch,
-                                 src, width, height);
+    status = cube__backend_write_held(&s->be, st->backend_stream, storage, slice_off + offset,
+                                      pitch, src, width, height, owner);
   else {
     /* Timed on the host clock: it may run on the calling thread, and the
-     * backend has handed the bytes over when it returns. */
+     * backend has taken the bytes when it returns (read them, copied them or
+     * kept |owner|: then this is the time to queue the write). */
     uint64_t t0 = cube__now_ns();
-    status = cube__backend_write(&s->be, st->backend_stream, storage, slice_off + offset, pitch,
-                                 src, width, height);
+    status = cube__backend_write_held(&s->be, st->backend_stream, storage, slice_off + offset,
+                                      pitch, src, width, height, owner);
     cube__timed_desc_t d = {CUBE__TRACE_UPLOAD, "upload", {width * height, 0, 0}};
     if (!status) cube__timing_host(st, &d, t0, cube__now_ns() - t0);
   }
@@ -53,7 +55,7 @@ static cube_status_t cube__write_task_run(void* state, void* payload) {
   cube__stream_t* st = t->stream;
   cube__stream_push_error(st, cube__write_exec(st, t->mem, t->offset, t->pitch,
                                                cube_bytes_const_data(t->bytes), t->width,
-                                               t->height));
+                                               t->height, t->bytes));
   return CUBE_OK;
 }
 
@@ -132,7 +134,9 @@ void cube__server_write(cube__stream_t* st, cube__memory_t* mem, uint64_t offset
       cube__write_refused(st, mem, width * height);
       return;
     }
-    cube_status_t status = cube__write_exec(st, mem, offset, pitch, src, width, height);
+    /* |owner| is not handed on: no backend with these caps keeps a source
+     * past the call (write_held), and the upload returns once it is done. */
+    cube_status_t status = cube__write_exec(st, mem, offset, pitch, src, width, height, NULL);
     cube__stream_leave(st);
     cube_bytes_release(owner);
     if (status)
@@ -179,7 +183,7 @@ static cube_status_t cube__write_ordered_task_run(void* state, void* payload) {
   }
   if (!status)
     status = cube__write_exec(st, t->mem, t->offset, t->pitch, cube_bytes_const_data(t->bytes),
-                              t->width, t->height);
+                              t->width, t->height, t->bytes);
   if (!status && events) cube__stream_hold(st, &t->mem, 1);
   if (status)
     cube__stream_push_error(st, cube__status_annotate(status, "write of %" PRIu64 " bytes into "

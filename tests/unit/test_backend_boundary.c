@@ -19,7 +19,7 @@ CUBE_TEST(validate_refuses_other_versions_and_missing_slots) {
   CHECK_OK(cube__backend_validate(&t));
   t.api_version = 1;
   CHECK_STATUS(cube__backend_validate(&t), CUBE_STATUS_UNAVAILABLE, "backend null",
-               "API version 1", "uses 5");
+               "API version 1", "uses 6");
   t = cube__backend_null;
   t.launch = NULL;
   CHECK_STATUS(cube__backend_validate(&t), CUBE_STATUS_UNAVAILABLE, "backend null", "lacks launch");
@@ -310,6 +310,58 @@ CUBE_TEST(fault_sites_are_per_backend) {
                "null copy of 64 bytes from storage", "injected fault");
   CHECK_OK(cube__backend_copy(&be, NULL, &st2, 0, &st, 0, 64));
   cube__backend_dealloc(&be, NULL, &st2);
+  cube__fault_reset();
+  cube__backend_dealloc(&be, NULL, &st);
+  cube__backend_device_destroy(&be);
+  unsetenv("CUBE_NULL_DEVICES");
+}
+
+/* write_held without the slot (the null backend has none): the wrapper
+ * calls write, through write's fault site, and takes no reference to the
+ * owner (the caller's release is the last one). With the slot (OpenCL) the
+ * same site fails it: tests/unit/test_opencl_backend.c. */
+static int held_fallback_released;
+static void held_fallback_release(void* user, void* data, size_t size) {
+  (void)user;
+  (void)size;
+  free(data);
+  held_fallback_released++;
+}
+
+CUBE_TEST(write_held_falls_back_to_write) {
+  CHECK(cube__backend_null.write_held == NULL);
+  setenv("CUBE_NULL_DEVICES", "1", 1);
+  cube__backend_t be = {&cube__backend_null, NULL, 0, NULL, NULL};
+  cube_device_properties_t p;
+  cube_features_t f;
+  cube_backend_info_t info;
+  REQUIRE_OK(cube__backend_device_create(&be, CUBE_BACKEND_NULL, 0, NULL, &p, &f, &info));
+  CHECK(!cube__backend_has_write_held(&be));
+  enum { N = 1000 };
+  cube__storage_t st;
+  REQUIRE_OK(cube__backend_alloc(&be, NULL, N + 24, &st));
+  uint8_t* data = malloc(N);
+  REQUIRE(data);
+  cube_test_fill_random(data, N, 4242);
+  uint8_t want[N];
+  memcpy(want, data, N);
+  cube_bytes_t* owner = NULL;
+  REQUIRE_OK(cube_bytes_wrap(data, N, held_fallback_release, NULL, &owner));
+  cube__fault_reset();
+  cube__fault_site_t site = cube__fault_backend_site(CUBE_BACKEND_NULL, CUBE__SLOT_WRITE);
+  cube__fault_set(site, 1, 1);
+  CHECK_STATUS(cube__backend_write_held(&be, NULL, &st, 24, N, data, N, 1, owner),
+               CUBE_STATUS_INTERNAL, "null write of 1000 bytes", "injected fault");
+  CHECK_OK(cube__backend_write_held(&be, NULL, &st, 24, N, data, N, 1, owner));
+  CHECK_EQ_U64(cube__fault_calls(site), 2);
+  cube_bytes_release(owner); /* the last reference: nothing kept it */
+  CHECK_EQ_U64(held_fallback_released, 1);
+  uint8_t back[N];
+  memset(back, 0x5A, N);
+  REQUIRE_OK(cube__backend_read(&be, NULL, back, &st, 24, N, N, 1));
+  CHECK(memcmp(back, want, N) == 0);
+  /* No owner: write, as cube__backend_write. */
+  CHECK_OK(cube__backend_write_held(&be, NULL, &st, 0, 24, want, 24, 1, NULL));
   cube__fault_reset();
   cube__backend_dealloc(&be, NULL, &st);
   cube__backend_device_destroy(&be);

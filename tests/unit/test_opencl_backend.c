@@ -3,21 +3,32 @@
  * sub-buffer could take, the build log of a broken kernel with the user's
  * line, the program binary in the kernel cache, device timestamps in
  * profiles, streams as separate command queues ordered by the event slots,
- * and writes that do not wait.
+ * writes that do not wait (copied small ones, and held ones of any size:
+ * the write_held slot), a write the driver fails, and event_elapsed.
  *
  * Each case is its own process (CTest), so the environment a case sets
  * before its first cube call is what the loader sees.
  */
 // cube-test-libs: cube_static
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backends/backend.h"
 #include "check.h"
 #include "cube/cube.h"
+#include "platform/platform.h"
+#include "kernel/kernel.h"
+#ifdef CUBE_HAVE_OPENCL
+#include "backends/opencl/opencl_backend_internal.h"
+#endif
 
 /* PoCL and LLVM keep allocations until exit; not ours to report. */
 const char* __lsan_default_suppressions(void);
@@ -396,4 +407,629 @@ CUBE_TEST(writes_from_released_sources_land) {
   free(want);
   free(got);
   ocl_fixture_close(&f);
+}
+
+//===----------------------------------------------------------------------===//
+// Writes from held bytes (the write_held slot): no copy, no wait
+//===----------------------------------------------------------------------===//
+
+/* A source that the caller hands over as OTHER bytes: on its release the
+ * memory is poisoned and freed, so a driver still reading it would read
+ * garbage (and ASan would see the use after free). */
+static atomic_int held_released;
+static void held_poison_release(void* user, void* data, size_t size) {
+  (void)user;
+  memset(data, 0xEE, size);
+  free(data);
+  atomic_fetch_add(&held_released, 1);
+}
+
+/* |n| bytes of |want| as OTHER bytes that poison themselves on release. */
+static cube_bytes_t* held_source(const void* want, size_t n) {
+  void* mem = malloc(n);
+  if (!mem) return NULL;
+  memcpy(mem, want, n);
+  cube_bytes_t* b = NULL;
+  cube_status_t s = cube_bytes_wrap(mem, n, held_poison_release, NULL, &b);
+  if (s) {
+    cube_status_free(s);
+    free(mem);
+    return NULL;
+  }
+  return b;
+}
+
+#ifdef CUBE_HAVE_OPENCL
+/* The library's user events (clCreateUserEvent, clSetUserEventStatus):
+ * false when it has none. */
+typedef struct user_events {
+  void* lib;
+  __typeof__(&clCreateUserEvent) create;
+  __typeof__(&clSetUserEventStatus) set;
+} user_events_t;
+static bool user_events_open(user_events_t* u) {
+  memset(u, 0, sizeof(*u));
+  u->lib = dlopen(cube__ocl_library_name(), RTLD_NOW | RTLD_NOLOAD);
+  if (!u->lib) return false;
+  u->create = (__typeof__(&clCreateUserEvent))dlsym(u->lib, "clCreateUserEvent");
+  u->set = (__typeof__(&clSetUserEventStatus))dlsym(u->lib, "clSetUserEventStatus");
+  return u->create && u->set;
+}
+static void user_events_close(user_events_t* u) {
+  if (u->lib) dlclose(u->lib);
+}
+#endif
+
+/* Large writes (several MiB, odd sizes, random) through write_held, each
+ * source released by the caller right after the call: they land, in order
+ * with a blocking write (the write slot, over the copy limit) and a small
+ * copied one between them, and with a rect write (pitch > width) of 4.6 MiB.
+ * Stream A first waits for a user event set only after the first write
+ * returned: that write cannot have run, so its source must still be held
+ * (not released, not copied away: the caller's release poisons it). Every
+ * held source is released exactly once, by the time of the sync. */
+CUBE_TEST(held_large_writes_land) {
+#ifndef CUBE_HAVE_OPENCL
+  CUBE_SKIP("the backend is not built into this library");
+#else
+  OCL_FIXTURE(f);
+  REQUIRE(f.vt->write_held != NULL);
+  user_events_t u;
+  if (!user_events_open(&u)) {
+    user_events_close(&u);
+    ocl_fixture_close(&f);
+    CUBE_SKIP("the OpenCL library has no user events");
+  }
+  cl_int err = CL_SUCCESS;
+  cl_event gate = u.create(f.dev->ctx, &err);
+  REQUIRE(gate && err == CL_SUCCESS);
+  CHECK_OK(f.vt->event_wait(f.dev, f.a, gate));
+  enum { BYTES = (5 << 20) + 4099, ROW = 3001, ROWS = 1601, PITCH = 3072 };
+  enum { RECT = PITCH * (ROWS - 1) + ROW };
+  cube__storage_t x, y;
+  REQUIRE_OK(f.vt->alloc(f.dev, BYTES, &x));
+  REQUIRE_OK(f.vt->alloc(f.dev, RECT, &y));
+  unsigned char* want = malloc(BYTES);
+  unsigned char* want_y = malloc(RECT);
+  unsigned char* part = malloc(BYTES);
+  unsigned char* got = malloc(BYTES);
+  REQUIRE(want && want_y && part && got);
+  atomic_store(&held_released, 0);
+  int held = 0;
+  /* 1: the whole of x, held. */
+  cube_test_fill_random(want, BYTES, 8101);
+  cube_bytes_t* b = held_source(want, BYTES);
+  REQUIRE(b);
+  CHECK_OK(f.vt->write_held(f.dev, f.a, &x, 0, BYTES, cube_bytes_const_data(b), BYTES, 1, b));
+  cube_bytes_release(b);
+  held++;
+  CHECK_EQ_U64((uint64_t)atomic_load(&held_released), 0); /* held while the gate is shut */
+  CHECK(u.set(gate, CL_COMPLETE) == CL_SUCCESS);
+  /* 2: 1 MiB + 7 at an odd offset, blocking (the write slot, over the copy
+   * limit), from a source freed at once. */
+  enum { MID = (1 << 20) + 7, MID_AT = 123457 };
+  unsigned char* src = malloc(MID);
+  REQUIRE(src);
+  cube_test_fill_random(src, MID, 8102);
+  memcpy(want + MID_AT, src, MID);
+  CHECK_OK(f.vt->write(f.dev, f.a, &x, MID_AT, MID, src, MID, 1));
+  memset(src, 0xC3, MID);
+  free(src);
+  /* 3: a small copied write inside the blocking one's range. */
+  unsigned char small[333];
+  cube_test_fill_random(small, sizeof(small), 8103);
+  memcpy(want + MID_AT + 1000, small, sizeof(small));
+  CHECK_OK(f.vt->write(f.dev, f.a, &x, MID_AT + 1000, sizeof(small), small, sizeof(small), 1));
+  memset(small, 0x3C, sizeof(small));
+  /* 4: 3 MiB + 1 held, over the end of the blocking one (ordered after it). */
+  enum { TAIL = (3 << 20) + 1, TAIL_AT = BYTES - TAIL };
+  cube_test_fill_random(part, TAIL, 8104);
+  memcpy(want + TAIL_AT, part, TAIL);
+  b = held_source(part, TAIL);
+  REQUIRE(b);
+  CHECK_OK(f.vt->write_held(f.dev, f.a, &x, TAIL_AT, TAIL, cube_bytes_const_data(b), TAIL, 1, b));
+  cube_bytes_release(b);
+  held++;
+  /* 5: rect, held, on stream B: rows of ROW bytes PITCH apart; the gaps keep
+   * what a first (held) write put there. */
+  cube_test_fill_random(want_y, RECT, 8105);
+  b = held_source(want_y, RECT);
+  REQUIRE(b);
+  CHECK_OK(f.vt->write_held(f.dev, f.b, &y, 0, RECT, cube_bytes_const_data(b), RECT, 1, b));
+  cube_bytes_release(b);
+  held++;
+  unsigned char* rows = malloc((size_t)ROW * ROWS);
+  REQUIRE(rows);
+  cube_test_fill_random(rows, (size_t)ROW * ROWS, 8106);
+  for (int r = 0; r < ROWS; ++r)
+    memcpy(want_y + (size_t)r * PITCH, rows + (size_t)r * ROW, ROW);
+  b = held_source(rows, (size_t)ROW * ROWS);
+  free(rows);
+  REQUIRE(b);
+  CHECK_OK(f.vt->write_held(f.dev, f.b, &y, 0, PITCH, cube_bytes_const_data(b), ROW, ROWS, b));
+  cube_bytes_release(b);
+  held++;
+  CHECK_OK(f.vt->sync(f.dev, f.a));
+  CHECK_OK(f.vt->sync(f.dev, f.b));
+  CHECK_EQ_U64((uint64_t)atomic_load(&held_released), (uint64_t)held);
+  memset(got, 0x5A, BYTES);
+  CHECK_OK(f.vt->read(f.dev, f.a, got, &x, 0, BYTES, BYTES, 1));
+  CHECK(memcmp(got, want, BYTES) == 0);
+  memset(got, 0x5A, RECT);
+  CHECK_OK(f.vt->read(f.dev, f.b, got, &y, 0, RECT, RECT, 1));
+  CHECK(memcmp(got, want_y, RECT) == 0);
+  f.dev->cl->ReleaseEvent(gate);
+  f.vt->dealloc(f.dev, &x);
+  f.vt->dealloc(f.dev, &y);
+  free(want);
+  free(want_y);
+  free(part);
+  free(got);
+  ocl_fixture_close(&f);
+  user_events_close(&u);
+#endif
+}
+
+#ifdef CUBE_HAVE_OPENCL
+/* Opens |gate| once |issued| is set (and a little later), from its own
+ * thread: the writes behind the gate cannot complete before. */
+typedef struct gate_opener {
+  user_events_t* u;
+  cl_event gate;
+  atomic_int issued;
+} gate_opener_t;
+static void* gate_open_later(void* p) {
+  gate_opener_t* g = p;
+  struct timespec ms = {0, 1000000}, later = {0, 50000000};
+  while (!atomic_load(&g->issued)) nanosleep(&ms, NULL);
+  nanosleep(&later, NULL);
+  g->u->set(g->gate, CL_COMPLETE);
+  return NULL;
+}
+#endif
+
+/* Counts releases of bytes over memory the test keeps (nothing freed). */
+static atomic_int kept_released;
+static void kept_release(void* user, void* data, size_t size) {
+  (void)user;
+  (void)data;
+  (void)size;
+  atomic_fetch_add(&kept_released, 1);
+}
+
+/* Held writes of 24 MiB + 13 on stream A, behind a user event opened from
+ * another thread only once ten of them were issued: those ten (240 MiB) stay
+ * in flight (they did not wait), the eleventh waits for the gate instead of
+ * passing CUBE__OCL_PENDING_BYTES_MAX (256 MiB), and the stream never holds
+ * more. Every write lands (read on stream B after an event: ordered across
+ * queues); every source is released once, the last ones by stream destroy.
+ * The sources are slices of one array, handed over without a copy. */
+CUBE_TEST(held_writes_in_flight_are_bounded) {
+#ifndef CUBE_HAVE_OPENCL
+  CUBE_SKIP("the backend is not built into this library");
+#else
+  OCL_FIXTURE(f);
+  user_events_t u;
+  if (!user_events_open(&u)) {
+    user_events_close(&u);
+    ocl_fixture_close(&f);
+    CUBE_SKIP("the OpenCL library has no user events");
+  }
+  enum { COUNT = 12, PIECE = (24 << 20) + 13 };
+  const uint64_t bytes = (uint64_t)COUNT * PIECE;
+  CHECK(10 * (uint64_t)PIECE <= CUBE__OCL_PENDING_BYTES_MAX &&
+        11 * (uint64_t)PIECE > CUBE__OCL_PENDING_BYTES_MAX);
+  cube__storage_t x;
+  REQUIRE_OK(f.vt->alloc(f.dev, bytes, &x));
+  unsigned char* want = malloc(bytes);
+  unsigned char* got = malloc(PIECE);
+  REQUIRE(want && got);
+  cube_test_fill_random(want, bytes, 8201);
+  atomic_store(&kept_released, 0);
+  gate_opener_t g = {&u, NULL, 0};
+  cl_int err = CL_SUCCESS;
+  g.gate = u.create(f.dev->ctx, &err);
+  REQUIRE(g.gate && err == CL_SUCCESS);
+  CHECK_OK(f.vt->event_wait(f.dev, f.a, g.gate));
+  pthread_t opener;
+  REQUIRE(pthread_create(&opener, NULL, gate_open_later, &g) == 0);
+  const cube__ocl_stream_t* s = f.a;
+  uint64_t most = 0;
+  for (int i = 0; i < COUNT; ++i) {
+    uint64_t at = (uint64_t)i * PIECE;
+    cube_bytes_t* b = NULL;
+    REQUIRE_OK(cube_bytes_wrap(want + at, PIECE, kept_release, NULL, &b));
+    CHECK_OK(f.vt->write_held(f.dev, f.a, &x, at, PIECE, want + at, PIECE, 1, b));
+    cube_bytes_release(b);
+    if (s->pending_bytes > most) most = s->pending_bytes;
+    CHECK(s->pending_bytes <= CUBE__OCL_PENDING_BYTES_MAX);
+    CHECK_EQ_U64(s->copied_bytes, 0); /* nothing copied */
+    if (i + 1 == 10) atomic_store(&g.issued, 1);
+  }
+  pthread_join(opener, NULL);
+  f.dev->cl->ReleaseEvent(g.gate);
+  CHECK_EQ_U64(most, 10 * (uint64_t)PIECE); /* the ten behind the gate did not wait */
+  void* ev = NULL;
+  CHECK_OK(f.vt->event_record(f.dev, f.a, &ev));
+  REQUIRE(ev);
+  CHECK_OK(f.vt->event_wait(f.dev, f.b, ev));
+  int bad = 0;
+  for (int i = 0; i < COUNT; ++i) {
+    memset(got, 0x5A, PIECE);
+    CHECK_OK(f.vt->read(f.dev, f.b, got, &x, (uint64_t)i * PIECE, PIECE, PIECE, 1));
+    bad += memcmp(got, want + (uint64_t)i * PIECE, PIECE) != 0;
+  }
+  CHECK_EQ_U64(bad, 0);
+  f.vt->event_destroy(f.dev, ev);
+  f.vt->dealloc(f.dev, &x);
+  ocl_fixture_close(&f); /* releases what the stream still held */
+  CHECK_EQ_U64((uint64_t)atomic_load(&kept_released), COUNT);
+  free(want);
+  free(got);
+  user_events_close(&u);
+#endif
+}
+
+/* Copied writes (the write slot, 200 KiB + 7 each, sources freed and
+ * poisoned at once) behind a gate: the copies in flight stop at
+ * CUBE__OCL_COPIED_BYTES_MAX (32 MiB: 163 of them), the next write waits for
+ * the gate, and every write lands. */
+CUBE_TEST(copied_writes_in_flight_are_bounded) {
+#ifndef CUBE_HAVE_OPENCL
+  CUBE_SKIP("the backend is not built into this library");
+#else
+  OCL_FIXTURE(f);
+  user_events_t u;
+  if (!user_events_open(&u)) {
+    user_events_close(&u);
+    ocl_fixture_close(&f);
+    CUBE_SKIP("the OpenCL library has no user events");
+  }
+  enum { PIECE = 200 * 1024 + 7, FIT = 163, COUNT = FIT + 20 };
+  const uint64_t bytes = (uint64_t)COUNT * PIECE;
+  CHECK(PIECE <= CUBE__OCL_WRITE_COPY_MAX);
+  CHECK(FIT * (uint64_t)PIECE <= CUBE__OCL_COPIED_BYTES_MAX &&
+        (FIT + 1) * (uint64_t)PIECE > CUBE__OCL_COPIED_BYTES_MAX);
+  cube__storage_t x;
+  REQUIRE_OK(f.vt->alloc(f.dev, bytes, &x));
+  unsigned char* want = malloc(bytes);
+  unsigned char* got = malloc(bytes);
+  REQUIRE(want && got);
+  cube_test_fill_random(want, bytes, 8211);
+  gate_opener_t g = {&u, NULL, 0};
+  cl_int err = CL_SUCCESS;
+  g.gate = u.create(f.dev->ctx, &err);
+  REQUIRE(g.gate && err == CL_SUCCESS);
+  CHECK_OK(f.vt->event_wait(f.dev, f.b, g.gate));
+  pthread_t opener;
+  REQUIRE(pthread_create(&opener, NULL, gate_open_later, &g) == 0);
+  const cube__ocl_stream_t* s = f.b;
+  uint64_t most = 0;
+  for (int i = 0; i < COUNT; ++i) {
+    uint64_t at = (uint64_t)i * PIECE;
+    unsigned char* src = malloc(PIECE);
+    REQUIRE(src);
+    memcpy(src, want + at, PIECE);
+    CHECK_OK(f.vt->write(f.dev, f.b, &x, at, PIECE, src, PIECE, 1));
+    memset(src, 0xC3, PIECE);
+    free(src);
+    if (s->copied_bytes > most) most = s->copied_bytes;
+    CHECK(s->copied_bytes <= CUBE__OCL_COPIED_BYTES_MAX);
+    if (i + 1 == FIT) atomic_store(&g.issued, 1);
+  }
+  pthread_join(opener, NULL);
+  f.dev->cl->ReleaseEvent(g.gate);
+  CHECK_EQ_U64(most, FIT * (uint64_t)PIECE);
+  CHECK_OK(f.vt->sync(f.dev, f.b));
+  CHECK_EQ_U64(s->copied_bytes, 0);
+  memset(got, 0x5A, bytes);
+  CHECK_OK(f.vt->read(f.dev, f.b, got, &x, 0, bytes, bytes, 1));
+  CHECK(memcmp(got, want, bytes) == 0);
+  f.vt->dealloc(f.dev, &x);
+  ocl_fixture_close(&f);
+  free(want);
+  free(got);
+  user_events_close(&u);
+#endif
+}
+
+#ifdef CUBE_HAVE_OPENCL
+/* Fault injection for the driver: writes enqueued behind a user event that
+ * the test then fails (clSetUserEventStatus with a negative status), so that
+ * their own events end failed, as a write the device could not do would. */
+static const cube__ocl_api_t* fail_real;
+static cl_event fail_gate;
+static cl_int fail_enqueue_write(cl_command_queue q, cl_mem m, cl_bool blocking, size_t off,
+                                 size_t n, const void* p, cl_uint nw, const cl_event* w,
+                                 cl_event* ev) {
+  (void)nw;
+  (void)w;
+  return fail_real->EnqueueWriteBuffer(q, m, blocking, off, n, p, 1, &fail_gate, ev);
+}
+static cl_int fail_enqueue_write_rect(cl_command_queue q, cl_mem m, cl_bool blocking,
+                                      const size_t* bo, const size_t* ho, const size_t* region,
+                                      size_t brp, size_t bsp, size_t hrp, size_t hsp,
+                                      const void* p, cl_uint nw, const cl_event* w, cl_event* ev) {
+  (void)nw;
+  (void)w;
+  return fail_real->EnqueueWriteBufferRect(q, m, blocking, bo, ho, region, brp, bsp, hrp, hsp, p,
+                                           1, &fail_gate, ev);
+}
+#endif
+
+/* A held write and a held rect write that fail on the device (after the
+ * slot returned OK) are reported by the next sync, naming the write, its
+ * size, storage and stream; nothing hangs, and the sources are released. */
+CUBE_TEST(held_write_failed_by_the_driver_is_reported_at_sync) {
+#ifndef CUBE_HAVE_OPENCL
+  CUBE_SKIP("the backend is not built into this library");
+#else
+  OCL_FIXTURE(f);
+  user_events_t u;
+  if (!user_events_open(&u)) {
+    user_events_close(&u);
+    ocl_fixture_close(&f);
+    CUBE_SKIP("the OpenCL library has no user events");
+  }
+  cl_int err = CL_SUCCESS;
+  fail_gate = u.create(f.dev->ctx, &err);
+  REQUIRE(fail_gate && err == CL_SUCCESS);
+  fail_real = f.dev->cl;
+  cube__ocl_api_t faulty = *fail_real;
+  faulty.EnqueueWriteBuffer = fail_enqueue_write;
+  faulty.EnqueueWriteBufferRect = fail_enqueue_write_rect;
+  enum { BYTES = (4 << 20) + 77, ROW = 1000, ROWS = 999, PITCH = 1024 };
+  cube__storage_t x;
+  REQUIRE_OK(f.vt->alloc(f.dev, BYTES, &x));
+  unsigned char* data = malloc(BYTES);
+  REQUIRE(data);
+  cube_test_fill_random(data, BYTES, 8301);
+  atomic_store(&held_released, 0);
+  f.dev->cl = &faulty;
+  cube_bytes_t* b = held_source(data, BYTES);
+  cube_bytes_t* r = held_source(data, (size_t)ROW * ROWS);
+  REQUIRE(b && r);
+  CHECK_OK(f.vt->write_held(f.dev, f.a, &x, 0, BYTES, cube_bytes_const_data(b), BYTES, 1, b));
+  CHECK_OK(f.vt->write_held(f.dev, f.a, &x, 64, PITCH, cube_bytes_const_data(r), ROW, ROWS, r));
+  cube_bytes_release(b);
+  cube_bytes_release(r);
+  f.dev->cl = fail_real;
+  /* Not released: the writes wait for the gate. */
+  CHECK_EQ_U64((uint64_t)atomic_load(&held_released), 0);
+  CHECK(u.set(fail_gate, -1) == CL_SUCCESS);
+  char bytes_text[64];
+  snprintf(bytes_text, sizeof(bytes_text), "write of %d bytes to storage", BYTES);
+  CHECK_STATUS(f.vt->sync(f.dev, f.a), CUBE_STATUS_INTERNAL, bytes_text, "on stream 1");
+  CHECK_EQ_U64((uint64_t)atomic_load(&held_released), 2);
+  /* Reported once: the next sync of the stream has nothing to say of it. */
+  cube_status_t again = f.vt->sync(f.dev, f.a);
+  CHECK(again == NULL || strstr(cube_status_message(again), bytes_text) == NULL);
+  cube_status_free(again);
+  /* The other stream is not affected. */
+  memset(data, 0x11, 4096);
+  CHECK_OK(f.vt->write(f.dev, f.b, &x, 0, 4096, data, 4096, 1));
+  unsigned char got[4096];
+  CHECK_OK(f.vt->read(f.dev, f.b, got, &x, 0, 4096, 4096, 1));
+  CHECK(memcmp(got, data, 4096) == 0);
+  CHECK_OK(f.vt->sync(f.dev, f.b));
+  fail_real->ReleaseEvent(fail_gate);
+  f.vt->dealloc(f.dev, &x);
+  free(data);
+  ocl_fixture_close(&f);
+  user_events_close(&u);
+#endif
+}
+
+//===----------------------------------------------------------------------===//
+// event_elapsed
+//===----------------------------------------------------------------------===//
+
+/* Device time between markers: > 0 across 16 MiB of writes, not more than
+ * the host saw around them, monotone (a later marker is no nearer), and the
+ * reverse order is OUT_OF_RANGE. A marker that waits for a user event not
+ * yet set is FAILED_PRECONDITION ("has not completed"), without waiting;
+ * NULL is INVALID_ARGUMENT. */
+CUBE_TEST(event_elapsed_between_markers) {
+#ifndef CUBE_HAVE_OPENCL
+  CUBE_SKIP("the backend is not built into this library");
+#else
+  OCL_FIXTURE(f);
+  REQUIRE(f.vt->event_elapsed != NULL);
+  enum { BYTES = 16 << 20 };
+  cube__storage_t x;
+  REQUIRE_OK(f.vt->alloc(f.dev, BYTES, &x));
+  unsigned char* data = malloc(BYTES);
+  REQUIRE(data);
+  cube_test_fill_random(data, BYTES, 8401);
+  uint64_t h0 = cube__now_ns();
+  void *e0 = NULL, *e1 = NULL, *e2 = NULL;
+  CHECK_OK(f.vt->event_record(f.dev, f.a, &e0));
+  CHECK_OK(f.vt->write(f.dev, f.a, &x, 0, BYTES, data, BYTES, 1));
+  CHECK_OK(f.vt->event_record(f.dev, f.a, &e1));
+  CHECK_OK(f.vt->write(f.dev, f.a, &x, 0, BYTES, data, BYTES, 1));
+  CHECK_OK(f.vt->event_record(f.dev, f.a, &e2));
+  REQUIRE(e0 && e1 && e2);
+  CHECK_OK(f.vt->sync(f.dev, f.a));
+  uint64_t host = cube__now_ns() - h0;
+  uint64_t d01 = UINT64_MAX, d02 = UINT64_MAX, d12 = UINT64_MAX, d00 = UINT64_MAX;
+  CHECK_OK(f.vt->event_elapsed(f.dev, e0, e1, &d01));
+  CHECK_OK(f.vt->event_elapsed(f.dev, e0, e2, &d02));
+  CHECK_OK(f.vt->event_elapsed(f.dev, e1, e2, &d12));
+  CHECK_OK(f.vt->event_elapsed(f.dev, e0, e0, &d00));
+  fprintf(stderr, "elapsed: %llu, %llu, %llu ns (host %llu ns)\n", (unsigned long long)d01,
+          (unsigned long long)d02, (unsigned long long)d12, (unsigned long long)host);
+  CHECK_EQ_U64(d00, 0);
+  CHECK(d01 > 0 && d12 > 0);
+  CHECK(d02 >= d01 && d02 >= d12);
+  CHECK(d02 == d01 + d12);
+  CHECK(d02 <= host);
+  uint64_t back = 7;
+  CHECK_STATUS(f.vt->event_elapsed(f.dev, e2, e0, &back), CUBE_STATUS_OUT_OF_RANGE,
+               "ended", "before the start event");
+  CHECK_EQ_U64(back, 0);
+  CHECK_STATUS(f.vt->event_elapsed(f.dev, NULL, e1, &back), CUBE_STATUS_INVALID_ARGUMENT,
+               "without a start event");
+  /* A marker that has not completed: stream B waits for a user event. */
+  user_events_t u;
+  if (user_events_open(&u)) {
+    cl_int err = CL_SUCCESS;
+    cl_event gate = u.create(f.dev->ctx, &err);
+    REQUIRE(gate && err == CL_SUCCESS);
+    void* late = NULL;
+    CHECK_OK(f.vt->event_wait(f.dev, f.b, gate));
+    CHECK_OK(f.vt->event_record(f.dev, f.b, &late));
+    REQUIRE(late);
+    CHECK(!f.vt->event_done(f.dev, late));
+    CHECK_STATUS(f.vt->event_elapsed(f.dev, e0, late, &back), CUBE_STATUS_FAILED_PRECONDITION,
+                 "the end event has not completed");
+    CHECK_STATUS(f.vt->event_elapsed(f.dev, late, e0, &back), CUBE_STATUS_FAILED_PRECONDITION,
+                 "the start event has not completed");
+    CHECK(u.set(gate, CL_COMPLETE) == CL_SUCCESS);
+    CHECK_OK(f.vt->event_sync(f.dev, late));
+    void* later = NULL;
+    CHECK_OK(f.vt->event_record(f.dev, f.b, &later));
+    CHECK_OK(f.vt->event_sync(f.dev, later));
+    uint64_t d = UINT64_MAX;
+    CHECK_OK(f.vt->event_elapsed(f.dev, late, later, &d));
+    CHECK(d != UINT64_MAX);
+    f.vt->event_destroy(f.dev, later);
+    f.vt->event_destroy(f.dev, late);
+    f.dev->cl->ReleaseEvent(gate);
+  }
+  user_events_close(&u);
+  f.vt->event_destroy(f.dev, e0);
+  f.vt->event_destroy(f.dev, e1);
+  f.vt->event_destroy(f.dev, e2);
+  CHECK_OK(f.vt->sync(f.dev, f.b));
+  f.vt->dealloc(f.dev, &x);
+  free(data);
+  ocl_fixture_close(&f);
+#endif
+}
+
+//===----------------------------------------------------------------------===//
+// Through the client
+//===----------------------------------------------------------------------===//
+
+/* The server's large write goes through write_held, whose fault site is
+ * write's: an injected failure of an upload of 3 MiB + 5 is the stream's
+ * error at the next sync, the buffer then has no valid contents, and a
+ * whole write gives it its contents again. */
+CUBE_TEST(held_write_fails_at_the_write_fault_site) {
+  OPENCL_CLIENT(c);
+  enum { N = (3 << 20) + 5 };
+  unsigned char* data = malloc(N);
+  unsigned char* got = malloc(N);
+  REQUIRE(data && got);
+  cube_test_fill_random(data, N, 8601);
+  cube__fault_site_t site = cube__fault_backend_site(CUBE_BACKEND_OPENCL, CUBE__SLOT_WRITE);
+  cube__fault_reset();
+  cube__fault_set(site, 1, 1);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c, data, N, &h));
+  CHECK_STATUS(cube_client_sync(c), CUBE_STATUS_INTERNAL, "opencl write of 3145733 bytes",
+               "injected fault");
+  CHECK_EQ_U64(cube__fault_calls(site), 1);
+  CHECK_STATUS(cube_client_read_into(c, h, got, N), CUBE_STATUS_DATA_LOST, "no valid contents");
+  cube_test_fill_random(data, N, 8602);
+  CHECK_OK(cube_client_write(c, h, data, N));
+  memset(got, 0x5A, N);
+  CHECK_OK(cube_client_read_into(c, h, got, N));
+  CHECK(memcmp(got, data, N) == 0);
+  CHECK_EQ_U64(cube__fault_calls(site), 2);
+  cube__fault_reset();
+  cube_handle_release(h);
+  free(data);
+  free(got);
+  cube_client_release(c);
+  cube_shutdown();
+}
+
+/* Large uploads in flight on two streams (cube_client_create_from_slice
+ * from sources freed and poisoned at once, cube_client_create from OTHER
+ * bytes handed over, cube_client_write into buffers that queued work uses),
+ * then a kernel on stream A over buffers of both streams: the results are
+ * the host's. A profile of the kernel brackets it with device time no
+ * longer than the host saw. */
+CUBE_TEST(large_uploads_on_two_streams_then_launch) {
+  OPENCL_CLIENT(c);
+  cube_client_t* c2 = NULL;
+  REQUIRE_OK(cube_client_clone(c, &c2));
+  cube_client_set_stream(c2, cube_stream_id_new());
+  enum { COUNT = 6, N = (1 << 20) + 301 }; /* 4 MiB + 1204 bytes of floats each */
+  cube_kernel_t* k = make_kernel(k_saxpy, "saxpy", 64);
+  REQUIRE(k != NULL);
+  atomic_store(&held_released, 0);
+  float* want = malloc(sizeof(float) * N);
+  float* xs = malloc(sizeof(float) * N);
+  float* ys = malloc(sizeof(float) * N);
+  REQUIRE(want && xs && ys);
+  cube_handle_t hx[COUNT], hy[COUNT];
+  float* expect[COUNT];
+  uint64_t seed = 8501;
+  for (int i = 0; i < COUNT; ++i) {
+    for (int j = 0; j < N; ++j) {
+      xs[j] = (float)(cube_test_rand(&seed) % 1000) / 8.0f;
+      ys[j] = (float)(cube_test_rand(&seed) % 1000) / 4.0f;
+    }
+    /* x on stream B from a slice (freed and poisoned right after); y on
+     * stream A from OTHER bytes handed over (poisoned when released). */
+    float* tmp = malloc(sizeof(float) * N);
+    REQUIRE(tmp);
+    memcpy(tmp, xs, sizeof(float) * N);
+    REQUIRE_OK(cube_client_create_from_slice(c2, tmp, sizeof(float) * N, &hx[i]));
+    memset(tmp, 0xEE, sizeof(float) * N);
+    free(tmp);
+    cube_bytes_t* b = held_source(ys, sizeof(float) * N);
+    REQUIRE(b);
+    REQUIRE_OK(cube_client_create(c, b, &hy[i]));
+    expect[i] = malloc(sizeof(float) * N);
+    REQUIRE(expect[i]);
+    for (int j = 0; j < N; ++j) expect[i][j] = 3.0f * xs[j] + ys[j];
+  }
+  /* Then x[0] overwritten on stream B by a write that waits for nothing. */
+  for (int j = 0; j < N; ++j) xs[j] = (float)(j % 97);
+  CHECK_OK(cube_client_write(c2, hx[0], xs, sizeof(float) * N));
+  for (int j = 0; j < N; ++j) xs[j] = -1.0f; /* the caller reuses its source */
+  uint64_t seed0 = 8501;
+  for (int j = 0; j < N; ++j) {
+    (void)cube_test_rand(&seed0);
+    float y0 = (float)(cube_test_rand(&seed0) % 1000) / 4.0f;
+    expect[0][j] = 3.0f * (float)(j % 97) + y0;
+  }
+  for (int i = 0; i < COUNT; ++i) {
+    cube_arg_t a[3] = {cube_arg_buffer(hx[i]), cube_arg_buffer(hy[i]), cube_arg_f32(3.0f)};
+    CHECK_OK(cube_client_launch(c, k, cube_count_static((N + 63) / 64, 1, 1), 3, a));
+  }
+  for (int i = 0; i < COUNT; ++i) {
+    cube_bytes_t* out = NULL;
+    CHECK_OK(cube_client_read_one(c, hy[i], &out));
+    CHECK(out && cube_bytes_size(out) == sizeof(float) * N &&
+          memcmp(cube_bytes_const_data(out), expect[i], sizeof(float) * N) == 0);
+    cube_bytes_release(out);
+  }
+  CHECK_OK(cube_client_sync(c));
+  CHECK_OK(cube_client_sync(c2));
+  CHECK_EQ_U64((uint64_t)atomic_load(&held_released), COUNT);
+  /* A profiled kernel: device time, within what the host saw. */
+  cube_arg_t a[3] = {cube_arg_buffer(hx[1]), cube_arg_buffer(hy[1]), cube_arg_f32(1.0f)};
+  void* p[3] = {c, k, a};
+  cube_profile_duration_t d;
+  uint64_t h0 = cube__now_ns();
+  CHECK_OK(cube_client_profile(c, run_saxpy, p, "saxpy", &d));
+  uint64_t h1 = cube__now_ns();
+  CHECK_EQ_U64(d.method, CUBE_TIMING_DEVICE);
+  CHECK(d.start_ns >= h0 && d.end_ns >= d.start_ns && d.end_ns - d.start_ns <= h1 - h0);
+  for (int i = 0; i < COUNT; ++i) {
+    cube_handle_release(hx[i]);
+    cube_handle_release(hy[i]);
+    free(expect[i]);
+  }
+  free(want);
+  free(xs);
+  free(ys);
+  cube_kernel_release(k);
+  cube_client_release(c2);
+  cube_client_release(c);
+  cube_shutdown();
 }

@@ -18,18 +18,20 @@
  * - Ordering (opencl_stream.c): commands of one stream are ordered by its in-order queue;
  *   queues are ordered only through the event slots (a marker's cl_event,
  *   waited for by a barrier on the other queue), which the server uses for
- *   a buffer that crosses streams, as on CUDA. Writes of up to
- *   CUBE__OCL_WRITE_COPY_MAX bytes are copied and do not wait; larger writes
- *   and reads block (the server frees a write's source once write returns;
- *   a read's bytes are handed out at once); copies between two buffers
- *   (clEnqueueCopyBuffer) are asynchronous.
+ *   a buffer that crosses streams, as on CUDA. The server's writes
+ *   (write_held) keep a reference to the bytes that hold their source and
+ *   do not wait, whatever their size; plain writes of up to
+ *   CUBE__OCL_WRITE_COPY_MAX bytes are copied and do not wait, larger ones
+ *   block; reads block (a read's bytes are handed out at once); copies
+ *   between two buffers (clEnqueueCopyBuffer) are asynchronous.
  * - Kernels (opencl_kernel.c): the dialect's OpenCL unit built with clBuildProgram; the program
  *   binary (CL_PROGRAM_BINARIES) is stored in the kernel cache on disk and
  *   loaded with clCreateProgramWithBinary, keyed by runtime version, platform,
  *   device name, driver and OpenCL versions, execution mode and unit text.
  *   Per device, a table maps (kernel object, mode) to its cl_kernel; units
  *   with the same key share one cl_program.
- * - Profiling: a profiled launch reports CL_PROFILING_COMMAND_START..END.
+ * - Profiling: a profiled launch reports CL_PROFILING_COMMAND_START..END;
+ *   event_elapsed is the difference of two markers' CL_PROFILING_COMMAND_END.
  *
  * Threading (backend.h): availability, device_count, device_create, alloc,
  * dealloc, host_alloc, host_dealloc and prepare are thread-safe; launch,
@@ -69,5 +71,7 @@ const cube__backend_vtable_t cube__backend_opencl = {
     .event_done = cube__ocl_event_done,
     .event_sync = cube__ocl_event_sync,
     .event_destroy = cube__ocl_event_destroy,
+    .event_elapsed = cube__ocl_event_elapsed,
     .ctl = cube__ocl_ctl,
+    .write_held = cube__ocl_write_held,
 };

@@ -70,20 +70,34 @@ typedef struct cube__ocl_timed {
 #define CUBE__OCL_TIMED_MAX 65536u
 
 /* A write that did not wait (opencl_stream.c): the backend's copy of the
- * source, freed once |done| completed. */
+ * source (|copy|, freed) or a reference to the bytes that hold it (|held|,
+ * released), once |done| completed. */
 typedef struct cube__ocl_pending {
   cl_event done;
-  void* bytes;
+  void* copy;
+  cube_bytes_t* held;
+  bool copied; /* |copy| was made (it stays counted in copied_bytes until reaped) */
   uint64_t size;
   uint64_t storage_id, offset; /* for the message of a failure */
 } cube__ocl_pending_t;
 
-/* Writes of up to this many bytes are copied and do not wait; larger ones
- * block (a second copy of a large source costs more than the wait saves). */
+/* Writes through the write slot (a source valid only during the call) of up
+ * to this many bytes are copied and do not wait; larger ones block (a second
+ * copy of a large source costs more than the wait saves). Writes through
+ * write_held (the server's: a source held by a cube_bytes_t) never copy and
+ * never wait, whatever their size. */
 #define CUBE__OCL_WRITE_COPY_MAX (256u << 10)
-/* Bytes of such copies a stream keeps in flight at most; past it a write
- * waits for the oldest ones. */
-#define CUBE__OCL_PENDING_BYTES_MAX (32u << 20)
+/* Bytes a stream keeps in flight at most: of its copies (memory the backend
+ * allocated), CUBE__OCL_COPIED_BYTES_MAX; of all its writes, copied or held,
+ * CUBE__OCL_PENDING_BYTES_MAX. Past either a write first waits for the
+ * oldest ones (a single larger write waits for all of them, then goes
+ * alone). Held bytes cost no memory beyond what the server holds for the
+ * queued writes anyway (a write task keeps its bytes until it ran): their
+ * bound is larger, so that the runner, which serves every stream of the
+ * device, seldom waits for a write; it keeps what a stream holds past the
+ * server's tasks finite. */
+#define CUBE__OCL_COPIED_BYTES_MAX (32u << 20)
+#define CUBE__OCL_PENDING_BYTES_MAX (256u << 20)
 
 typedef struct cube__ocl_stream {
   cl_command_queue queue;
@@ -100,7 +114,8 @@ typedef struct cube__ocl_stream {
    * thread only; their failures, returned by the next sync. */
   cube__ocl_pending_t* pending;
   uint32_t pending_head, pending_count, pending_cap;
-  uint64_t pending_bytes;
+  uint64_t pending_bytes; /* of every pending write */
+  uint64_t copied_bytes;  /* of those the backend copied */
   cube_status_t write_errors;
 } cube__ocl_stream_t;
 
@@ -179,9 +194,24 @@ cube_status_t cube__ocl_event_wait(cube__backend_device_t* dev, void* stream, vo
 bool cube__ocl_event_done(cube__backend_device_t* dev, void* event);
 cube_status_t cube__ocl_event_sync(cube__backend_device_t* dev, void* event);
 void cube__ocl_event_destroy(cube__backend_device_t* dev, void* event);
+/* Device time from |start|'s end to |end|'s end (CL_PROFILING_COMMAND_END
+ * of the two markers; the queues profile). FAILED_PRECONDITION while either
+ * has not completed (nothing waits), INTERNAL when one failed or the driver
+ * gives no profiling info, OUT_OF_RANGE when |end| ended before |start|. */
+cube_status_t cube__ocl_event_elapsed(cube__backend_device_t* dev, void* start, void* end,
+                                      uint64_t* out_ns);
 cube_status_t cube__ocl_write(cube__backend_device_t* dev, void* stream,
                               const cube__storage_t* dst, uint64_t dst_offset, uint64_t pitch,
                               const void* src, uint64_t width, uint64_t height);
+/* The write_held slot: a write of any size that neither copies nor waits;
+ * |owner| is referenced until the write completed. */
+cube_status_t cube__ocl_write_held(cube__backend_device_t* dev, void* stream,
+                                   const cube__storage_t* dst, uint64_t dst_offset,
+                                   uint64_t pitch, const void* src, uint64_t width,
+                                   uint64_t height, cube_bytes_t* owner);
+/* Frees the copies (releases the held bytes) of |s|'s writes that completed;
+ * waits for nothing. Owner thread of |s|. */
+void cube__ocl_reap_done(cube__backend_device_t* dev, cube__ocl_stream_t* s);
 cube_status_t cube__ocl_read(cube__backend_device_t* dev, void* stream, void* dst,
                              const cube__storage_t* src, uint64_t src_offset, uint64_t pitch,
                              uint64_t width, uint64_t height);

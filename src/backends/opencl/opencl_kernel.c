@@ -319,6 +319,9 @@ cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
   if (!k) return CUBE_INVALID("launch of kernel '%s': no kernel object", name);
   const cube__ocl_api_t* cl = dev->cl;
   cube__ocl_stream_t* s = stream;
+  /* Sources of writes that completed go back now, not at the next write,
+   * read or sync (a stream may launch for long without either). */
+  if (s && s->pending_count) cube__ocl_reap_done(dev, s);
   cube__ocl_entry_t e;
   CUBE_RETURN_IF_ERROR(cube__ocl_entry(dev, k, l->mode, &e));
   if (l->arg_count != k->signature->count)

@@ -3,12 +3,20 @@
  * queue; queues are not ordered with each other, but through the event slots:
  * the server records an event (a marker) on the stream that used a buffer
  * last and makes the next stream that uses it wait for it (a barrier), as on
- * CUDA. Writes of up to CUBE__OCL_WRITE_COPY_MAX bytes are copied into
- * memory of the stream and do not wait (the server frees the source once
- * write returns); the copy is freed once the write's event completed, seen
- * at a later write, at sync or at destroy. Larger writes and reads block (a
- * read's bytes are handed out at once); copies between two buffers do not
- * (clEnqueueCopyBuffer, as a launch).
+ * CUDA; event_elapsed reads the markers' CL_PROFILING_COMMAND_END.
+ *
+ * Writes do not wait where the source can outlive the call: write_held (the
+ * server's writes, whose source a cube_bytes_t holds) keeps a reference to
+ * the bytes, whatever the size, rect writes too; write (a source valid only
+ * during the call) copies up to CUBE__OCL_WRITE_COPY_MAX bytes into memory of
+ * the stream, and blocks for larger ones. The copy is freed (the reference
+ * released) once the write's event completed, seen at a later write, read,
+ * launch or copy of the stream, at sync or at destroy. A stream keeps at most
+ * CUBE__OCL_COPIED_BYTES_MAX (32 MiB) of copies and CUBE__OCL_PENDING_BYTES_MAX
+ * (256 MiB) of writes in all in flight; past either a write waits for the
+ * oldest. A write that fails once enqueued is returned by the next sync. Reads block
+ * (a read's bytes are handed out at once); copies between two buffers do
+ * not (clEnqueueCopyBuffer, as a launch).
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -127,13 +135,62 @@ void cube__ocl_event_destroy(cube__backend_device_t* dev, void* event) {
   if (event) dev->cl->ReleaseEvent(event);
 }
 
+/* The end of marker |ev| on the device's profiling clock; |which| names it. */
+static cube_status_t cube__ocl_event_end(cube__backend_device_t* dev, cl_event ev,
+                                         const char* which, cl_ulong* out) {
+  cl_int exec = CL_COMPLETE;
+  cl_int err = dev->cl->GetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(exec), &exec,
+                                     NULL);
+  if (err != CL_SUCCESS)
+    return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                           "opencl:%u (%s): event elapsed: the status of the %s event",
+                           dev->index, dev->name, which);
+  if (exec < 0)
+    return cube__ocl_error(CUBE_STATUS_INTERNAL, exec,
+                           "opencl:%u (%s): event elapsed: the %s event failed (the work "
+                           "before it failed)",
+                           dev->index, dev->name, which);
+  if (exec != CL_COMPLETE)
+    return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
+                             "opencl:%u (%s): event elapsed: the %s event has not completed "
+                             "(execution status %d; wait for it first)",
+                             dev->index, dev->name, which, (int)exec);
+  *out = 0;
+  err = dev->cl->GetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof(*out), out, NULL);
+  if (err != CL_SUCCESS)
+    return cube__ocl_error(CUBE_STATUS_INTERNAL, err,
+                           "opencl:%u (%s): event elapsed: no profiling info "
+                           "(CL_PROFILING_COMMAND_END) for the %s event",
+                           dev->index, dev->name, which);
+  return CUBE_OK;
+}
+
+cube_status_t cube__ocl_event_elapsed(cube__backend_device_t* dev, void* start, void* end,
+                                      uint64_t* out_ns) {
+  *out_ns = 0;
+  if (!start || !end)
+    return CUBE_INVALID("opencl:%u: event elapsed without a %s event", dev->index,
+                        start ? "end" : "start");
+  cl_ulong t0 = 0, t1 = 0;
+  CUBE_RETURN_IF_ERROR(cube__ocl_event_end(dev, start, "start", &t0));
+  CUBE_RETURN_IF_ERROR(cube__ocl_event_end(dev, end, "end", &t1));
+  if (t1 < t0)
+    return cube__status_make(CUBE_STATUS_OUT_OF_RANGE,
+                             "opencl:%u (%s): event elapsed: the end event ended %" PRIu64
+                             " ns before the start event",
+                             dev->index, dev->name, (uint64_t)(t0 - t1));
+  *out_ns = (uint64_t)(t1 - t0);
+  return CUBE_OK;
+}
+
 //===----------------------------------------------------------------------===//
 // Writes that do not wait
 //===----------------------------------------------------------------------===//
 
-/* Frees the copies of |s|'s writes that completed, oldest first (the queue is
- * in order: one not complete means the later ones are not either); |wait|:
- * all of them, waiting. A failed one's status is kept for the next sync. */
+/* Frees the copies (releases the held bytes) of |s|'s writes that
+ * completed, oldest first (the queue is in order: one not complete means the
+ * later ones are not either); |wait|: all of them, waiting. A failed one's
+ * status is kept for the next sync. */
 static void cube__ocl_reap(cube__backend_device_t* dev, cube__ocl_stream_t* s, bool wait) {
   const cube__ocl_api_t* cl = dev->cl;
   while (s->pending_count) {
@@ -158,31 +215,42 @@ static void cube__ocl_reap(cube__backend_device_t* dev, cube__ocl_stream_t* s, b
           dev->index, dev->name, p->size, p->storage_id, p->offset, s->id);
       s->write_errors = cube__status_join(s->write_errors, e);
       if (exec > CL_COMPLETE) {
-        /* The driver may still read the copy: keep it (leaked) rather than
+        /* The driver may still read the source: keep it (leaked) rather than
          * free it under the device. */
-        p->bytes = NULL;
+        p->copy = NULL;
+        p->held = NULL;
       }
     }
-    free(p->bytes);
+    free(p->copy);
+    cube_bytes_release(p->held);
     cl->ReleaseEvent(p->done);
     s->pending_bytes -= p->size;
+    if (p->copied) s->copied_bytes -= p->size;
     s->pending_head = (s->pending_head + 1) % s->pending_cap;
     s->pending_count--;
   }
 }
 
+void cube__ocl_reap_done(cube__backend_device_t* dev, cube__ocl_stream_t* s) {
+  cube__ocl_reap(dev, s, false);
+}
+
 /* Enqueues a write of |src| (|size| bytes, packed rows) that does not wait:
- * *out_done false when it could not take a copy (no host memory: the caller
- * then writes blocking). */
+ * from a reference to |owner| when given (no copy), else from a copy.
+ * *out_done false when it could not (no host memory for the copy or the
+ * ring: the caller then writes blocking). */
 static cube_status_t cube__ocl_write_nowait(cube__backend_device_t* dev, cube__ocl_stream_t* s,
                                             const cube__storage_t* dst, uint64_t dst_offset,
                                             uint64_t pitch, const void* src, uint64_t width,
-                                            uint64_t height, bool* out_done) {
+                                            uint64_t height, cube_bytes_t* owner,
+                                            bool* out_done) {
   uint64_t size = width * height;
   *out_done = false;
   cube__ocl_reap(dev, s, false);
-  /* Bounded: past it, wait for the oldest copies. */
-  while (s->pending_count && s->pending_bytes + size > CUBE__OCL_PENDING_BYTES_MAX) {
+  /* Bounded: past a bound, wait for the oldest writes. */
+  while (s->pending_count &&
+         (s->pending_bytes + size > CUBE__OCL_PENDING_BYTES_MAX ||
+          (!owner && s->copied_bytes + size > CUBE__OCL_COPIED_BYTES_MAX))) {
     cube__ocl_pending_t* p = &s->pending[s->pending_head];
     dev->cl->WaitForEvents(1, &p->done);
     cube__ocl_reap(dev, s, false);
@@ -199,20 +267,25 @@ static cube_status_t cube__ocl_write_nowait(cube__backend_device_t* dev, cube__o
     s->pending_cap = cap;
     s->pending_head = 0;
   }
-  void* copy = malloc((size_t)size);
-  if (!copy) return CUBE_OK;
-  memcpy(copy, src, (size_t)size);
+  void* copy = NULL;
+  const void* from = src;
+  if (!owner) {
+    copy = malloc((size_t)size);
+    if (!copy) return CUBE_OK;
+    memcpy(copy, src, (size_t)size);
+    from = copy;
+  }
   cl_mem mem = (cl_mem)dst->backend_data;
   cl_event done = NULL;
   cl_int err;
   if (height == 1 || pitch == width) {
     err = dev->cl->EnqueueWriteBuffer(s->queue, mem, CL_FALSE, (size_t)dst_offset, (size_t)size,
-                                      copy, 0, NULL, &done);
+                                      from, 0, NULL, &done);
   } else {
     size_t bo[3] = {(size_t)dst_offset, 0, 0}, ho[3] = {0, 0, 0};
     size_t region[3] = {(size_t)width, (size_t)height, 1};
     err = dev->cl->EnqueueWriteBufferRect(s->queue, mem, CL_FALSE, bo, ho, region, (size_t)pitch,
-                                          0, (size_t)width, 0, copy, 0, NULL, &done);
+                                          0, (size_t)width, 0, from, 0, NULL, &done);
   }
   if (err != CL_SUCCESS) {
     free(copy);
@@ -221,14 +294,20 @@ static cube_status_t cube__ocl_write_nowait(cube__backend_device_t* dev, cube__o
                            " bytes to storage %" PRIu64 " at offset %" PRIu64,
                            height, width, dst->id, dst_offset);
   }
+  /* A large write starts now rather than at the next flush (PoCL and most
+   * drivers submit on clFlush or when the queue fills). */
+  if (owner) dev->cl->Flush(s->queue);
   cube__ocl_pending_t* p = &s->pending[(s->pending_head + s->pending_count) % s->pending_cap];
   p->done = done;
-  p->bytes = copy;
+  p->copy = copy;
+  p->held = owner ? cube_bytes_retain(owner) : NULL;
+  p->copied = copy != NULL;
   p->size = size;
   p->storage_id = dst->id;
   p->offset = dst_offset;
   s->pending_count++;
   s->pending_bytes += size;
+  if (copy) s->copied_bytes += size;
   *out_done = true;
   return CUBE_OK;
 }
@@ -357,17 +436,19 @@ static cube_status_t cube__ocl_check_rows(const char* op, const cube__storage_t*
   return CUBE_OK;
 }
 
-cube_status_t cube__ocl_write(cube__backend_device_t* dev, void* stream,
-                              const cube__storage_t* dst, uint64_t dst_offset,
-                              uint64_t pitch, const void* src, uint64_t width,
-                              uint64_t height) {
+/* A write through the write slot (|owner| NULL: |src| is valid only during
+ * the call) or write_held (|owner| holds |src|). */
+static cube_status_t cube__ocl_write_any(cube__backend_device_t* dev, void* stream,
+                                         const cube__storage_t* dst, uint64_t dst_offset,
+                                         uint64_t pitch, const void* src, uint64_t width,
+                                         uint64_t height, cube_bytes_t* owner) {
   if (width == 0 || height == 0) return CUBE_OK;
   CUBE_RETURN_IF_ERROR(cube__ocl_check_rows("write", dst, dst_offset, pitch, width, height));
   cube__ocl_stream_t* s = stream;
-  if (width * height <= CUBE__OCL_WRITE_COPY_MAX) {
+  if (owner || width * height <= CUBE__OCL_WRITE_COPY_MAX) {
     bool done;
-    CUBE_RETURN_IF_ERROR(
-        cube__ocl_write_nowait(dev, s, dst, dst_offset, pitch, src, width, height, &done));
+    CUBE_RETURN_IF_ERROR(cube__ocl_write_nowait(dev, s, dst, dst_offset, pitch, src, width,
+                                                height, owner, &done));
     if (done) return CUBE_OK;
   }
   cl_mem mem = (cl_mem)dst->backend_data;
@@ -388,6 +469,20 @@ cube_status_t cube__ocl_write(cube__backend_device_t* dev, void* stream,
                            " bytes to storage %" PRIu64 " at offset %" PRIu64,
                            height, width, dst->id, dst_offset);
   return CUBE_OK;
+}
+
+cube_status_t cube__ocl_write(cube__backend_device_t* dev, void* stream,
+                              const cube__storage_t* dst, uint64_t dst_offset,
+                              uint64_t pitch, const void* src, uint64_t width,
+                              uint64_t height) {
+  return cube__ocl_write_any(dev, stream, dst, dst_offset, pitch, src, width, height, NULL);
+}
+
+cube_status_t cube__ocl_write_held(cube__backend_device_t* dev, void* stream,
+                                   const cube__storage_t* dst, uint64_t dst_offset,
+                                   uint64_t pitch, const void* src, uint64_t width,
+                                   uint64_t height, cube_bytes_t* owner) {
+  return cube__ocl_write_any(dev, stream, dst, dst_offset, pitch, src, width, height, owner);
 }
 
 cube_status_t cube__ocl_read(cube__backend_device_t* dev, void* stream, void* dst,
@@ -412,6 +507,9 @@ cube_status_t cube__ocl_read(cube__backend_device_t* dev, void* stream, void* ds
                            "opencl read of %" PRIu64 " rows of %" PRIu64
                            " bytes from storage %" PRIu64 " at offset %" PRIu64,
                            height, width, src->id, src_offset);
+  /* The queue is in order: the writes before the read have completed, and
+   * their sources go back now rather than at the next write or sync. */
+  cube__ocl_reap(dev, s, false);
   return CUBE_OK;
 }
 
@@ -424,6 +522,7 @@ cube_status_t cube__ocl_copy(cube__backend_device_t* dev, void* stream,
   CUBE_RETURN_IF_ERROR(cube__ocl_check_rows("copy from", src, src_offset, bytes, bytes, 1));
   CUBE_RETURN_IF_ERROR(cube__ocl_check_rows("copy to", dst, dst_offset, bytes, bytes, 1));
   cube__ocl_stream_t* s = stream;
+  if (s->pending_count) cube__ocl_reap(dev, s, false);
   /* Timed (armed by activity_begin): its event is read once it completed. */
   bool timed = s->time_copy;
   s->time_copy = false;
