@@ -4,6 +4,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 void* cube__aligned_alloc(size_t size, size_t alignment) {
   if (alignment < sizeof(void*)) alignment = sizeof(void*);
@@ -34,4 +36,32 @@ void* cube__array_grow(void* p, size_t* cap, size_t need, size_t elem) {
   void* q = realloc(p, c * elem);
   if (q) *cap = c;
   return q;
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+void cube__prefault(const void* p, size_t n, bool write) {
+  static size_t page;
+  if (!page) {
+    long ps = sysconf(_SC_PAGESIZE);
+    page = ps > 0 ? (size_t)ps : 4096;
+  }
+  if (!p || n < 2 * page) return;
+  uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(page - 1);
+  uintptr_t hi = ((uintptr_t)p + n + page - 1) & ~(uintptr_t)(page - 1);
+  const uintptr_t at[3] = {lo, lo + ((hi - lo) / 2 & ~(uintptr_t)(page - 1)), hi - page};
+  bool missing = false;
+  for (int i = 0; i < 3 && !missing; ++i) {
+    unsigned char v = 0;
+    /* mincore fails for memory that is not a mapping: nothing to do then. */
+    if (mincore((void*)at[i], page, &v) != 0) return;
+    missing = (v & 1) == 0;
+  }
+  if (!missing) return;
+  (void)madvise((void*)lo, hi - lo, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 }

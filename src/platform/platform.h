@@ -60,16 +60,6 @@ cube_status_t cube__thread_create(pthread_t* out, cube__thread_fn fn, void* arg,
 uint32_t cube__cpu_count(void);       /* cores this process may use (affinity) */
 uint64_t cube__total_memory(void);    /* RAM, or the cgroup limit if smaller */
 
-/* Maps the pages of host memory [p, p + n) that a copy is about to read
- * (|write| false) or write (|write| true), in one system call, when a sample
- * of them (first, middle and last page) shows some not mapped yet: a source
- * that was never touched otherwise takes one page fault per 4 KiB inside the
- * copy (a staged 1 GiB upload from untouched memory ran at 20 GB/s against
- * 49-51 from touched memory on the H200 host). Contents are unchanged. Advice
- * only: any failure (an old kernel, a mapping that refuses it) is ignored.
- * Thread-safe. */
-void cube__prefault(const void* p, size_t n, bool write);
-
 /* Environment variables that are not cube's (MPI launchers'); false when
  * unset or empty. cube's own CUBE_* variables are options: base/options.h. */
 bool cube__env_str(const char* name, const char** out);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "base/alloc.h"
 #include "platform/platform.h"
 
 static size_t page_size(void) {

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backends/cuda/cuda_backend_internal.h"
+#include "base/alloc.h"
 #include "base/fault.h"
 #include "base/status.h"
 #include "platform/platform.h"
