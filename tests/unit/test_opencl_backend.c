@@ -586,6 +586,27 @@ static void* gate_open_later(void* p) {
   g->u->set(g->gate, CL_COMPLETE);
   return NULL;
 }
+
+/* Closes |stream| behind a new gate (a user event) that |opener| opens once
+ * g->issued is set; false when either cannot be made. */
+static bool gate_close(ocl_fixture_t* f, user_events_t* u, void* stream, gate_opener_t* g,
+                       pthread_t* opener) {
+  g->u = u;
+  atomic_init(&g->issued, 0);
+  cl_int err = CL_SUCCESS;
+  g->gate = u->create(f->dev->ctx, &err);
+  if (!g->gate || err != CL_SUCCESS) return false;
+  cube_status_t st = f->vt->event_wait(f->dev, stream, g->gate);
+  bool ok = st == CUBE_OK;
+  cube_status_free(st);
+  return ok && pthread_create(opener, NULL, gate_open_later, g) == 0;
+}
+
+/* Waits for the opener and drops the gate. */
+static void gate_done(ocl_fixture_t* f, gate_opener_t* g, pthread_t opener) {
+  pthread_join(opener, NULL);
+  f->dev->cl->ReleaseEvent(g->gate);
+}
 #endif
 
 /* Counts releases of bytes over memory the test keeps (nothing freed). */
@@ -626,13 +647,9 @@ CUBE_TEST(held_writes_in_flight_are_bounded) {
   REQUIRE(want && got);
   cube_test_fill_random(want, bytes, 8201);
   atomic_store(&kept_released, 0);
-  gate_opener_t g = {&u, NULL, 0};
-  cl_int err = CL_SUCCESS;
-  g.gate = u.create(f.dev->ctx, &err);
-  REQUIRE(g.gate && err == CL_SUCCESS);
-  CHECK_OK(f.vt->event_wait(f.dev, f.a, g.gate));
+  gate_opener_t g;
   pthread_t opener;
-  REQUIRE(pthread_create(&opener, NULL, gate_open_later, &g) == 0);
+  REQUIRE(gate_close(&f, &u, f.a, &g, &opener));
   const cube__ocl_stream_t* s = f.a;
   uint64_t most = 0;
   for (int i = 0; i < COUNT; ++i) {
@@ -646,8 +663,7 @@ CUBE_TEST(held_writes_in_flight_are_bounded) {
     CHECK_EQ_U64(s->copied_bytes, 0); /* nothing copied */
     if (i + 1 == 10) atomic_store(&g.issued, 1);
   }
-  pthread_join(opener, NULL);
-  f.dev->cl->ReleaseEvent(g.gate);
+  gate_done(&f, &g, opener);
   CHECK_EQ_U64(most, 10 * (uint64_t)PIECE); /* the ten behind the gate did not wait */
   void* ev = NULL;
   CHECK_OK(f.vt->event_record(f.dev, f.a, &ev));
@@ -696,13 +712,9 @@ CUBE_TEST(copied_writes_in_flight_are_bounded) {
   unsigned char* got = malloc(bytes);
   REQUIRE(want && got);
   cube_test_fill_random(want, bytes, 8211);
-  gate_opener_t g = {&u, NULL, 0};
-  cl_int err = CL_SUCCESS;
-  g.gate = u.create(f.dev->ctx, &err);
-  REQUIRE(g.gate && err == CL_SUCCESS);
-  CHECK_OK(f.vt->event_wait(f.dev, f.b, g.gate));
+  gate_opener_t g;
   pthread_t opener;
-  REQUIRE(pthread_create(&opener, NULL, gate_open_later, &g) == 0);
+  REQUIRE(gate_close(&f, &u, f.b, &g, &opener));
   const cube__ocl_stream_t* s = f.b;
   uint64_t most = 0;
   for (int i = 0; i < COUNT; ++i) {
@@ -717,8 +729,7 @@ CUBE_TEST(copied_writes_in_flight_are_bounded) {
     CHECK(s->copied_bytes <= CUBE__OCL_COPIED_BYTES_MAX);
     if (i + 1 == FIT) atomic_store(&g.issued, 1);
   }
-  pthread_join(opener, NULL);
-  f.dev->cl->ReleaseEvent(g.gate);
+  gate_done(&f, &g, opener);
   CHECK_EQ_U64(most, FIT * (uint64_t)PIECE);
   CHECK_OK(f.vt->sync(f.dev, f.b));
   CHECK_EQ_U64(s->copied_bytes, 0);

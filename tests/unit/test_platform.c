@@ -56,47 +56,35 @@ static void* fresh(size_t n) {
   return p == MAP_FAILED ? NULL : p;
 }
 
-/* A source never touched: every page is mapped after a prefault for reading
- * (the kernel may refuse MADV_POPULATE_READ before Linux 5.14: skipped
- * then), and it still reads as zeros. An odd offset and length: the pages
- * around the range count too. */
-CUBE_TEST(untouched_source_is_mapped) {
-  const size_t pg = page_size(), n = 97 * pg;
+/* A mapping of |pages| never touched, prefaulted over [lo, len - hi) for
+ * reading or writing: every page is mapped after it (the pages around the
+ * range count too) and it still reads as zeros. Skipped where the kernel
+ * does not populate on advice (before Linux 5.14). */
+static void check_untouched(bool write, size_t pages, size_t lo, size_t hi) {
+  const size_t pg = page_size(), n = pages * pg;
   uint8_t* p = fresh(n);
   REQUIRE(p);
   CHECK_EQ_U64(resident_pages(p, n), 0);
-  cube__prefault(p + 13, n - 13 - 7, false);
+  cube__prefault(p + lo, n - lo - hi, write);
   size_t in = resident_pages(p, n);
   REQUIRE(in != SIZE_MAX);
-  if (!kernel_populates(MADV_POPULATE_READ)) {
+  if (!kernel_populates(write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ)) {
     munmap(p, n);
-    CUBE_SKIP("the kernel does not populate on advice (MADV_POPULATE_READ)");
+    CUBE_SKIP("the kernel does not populate on advice (MADV_POPULATE_%s)",
+              write ? "WRITE" : "READ");
   }
-  CHECK_EQ_U64(in, n / pg);
+  CHECK_EQ_U64(in, pages);
   size_t nonzero = 0;
   for (size_t i = 0; i < n; ++i) nonzero += p[i] != 0;
   CHECK_EQ_U64(nonzero, 0);
   munmap(p, n);
 }
 
-/* A destination never touched, prefaulted for writing: mapped, zeros. */
-CUBE_TEST(untouched_destination_is_mapped) {
-  const size_t pg = page_size(), n = 64 * pg;
-  uint8_t* p = fresh(n);
-  REQUIRE(p);
-  cube__prefault(p, n, true);
-  size_t in = resident_pages(p, n);
-  REQUIRE(in != SIZE_MAX);
-  if (!kernel_populates(MADV_POPULATE_WRITE)) {
-    munmap(p, n);
-    CUBE_SKIP("the kernel does not populate on advice (MADV_POPULATE_WRITE)");
-  }
-  CHECK_EQ_U64(in, n / pg);
-  size_t nonzero = 0;
-  for (size_t i = 0; i < n; ++i) nonzero += p[i] != 0;
-  CHECK_EQ_U64(nonzero, 0);
-  munmap(p, n);
-}
+/* A source never touched (an odd offset and length). */
+CUBE_TEST(untouched_source_is_mapped) { check_untouched(false, 97, 13, 7); }
+
+/* A destination never touched. */
+CUBE_TEST(untouched_destination_is_mapped) { check_untouched(true, 64, 0, 0); }
 
 /* Memory with contents, partly mapped (every third page written): the
  * contents are what they were, byte for byte, after both kinds of prefault;
