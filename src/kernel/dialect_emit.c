@@ -397,6 +397,12 @@ static void cube__emit_kernel_call(cube__sb_t* sb, const cube__signature_t* sig,
   cube__sb_printf(sb, ");\n%s}\n", indent);
 }
 
+/* |fmt| (one %s: the array's name) once per array parameter, in order. */
+static void cube__emit_per_array(cube__sb_t* sb, const cube__signature_t* sig, const char* fmt) {
+  for (uint32_t i = 0; i < sig->count; ++i)
+    if (sig->params[i].kind == CUBE_ARG_BUFFER) cube__sb_printf(sb, fmt, sig->params[i].name);
+}
+
 static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, bool uses_tls,
                                  bool counter_x, const char* split) {
   const char* e = sig->entry;
@@ -545,9 +551,7 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                     "                    cube__gy * ((uint64_t)cube__a.cube__cz * "
                     "cube__a.cube__dz + cube__a.cube__dz - 1));\n"
                     "    int cube__interior = cube__last < 0xffffffffu");
-      for (uint32_t i = 0; i < sig->count; ++i)
-        if (sig->params[i].kind == CUBE_ARG_BUFFER)
-          cube__sb_printf(sb, " && cube__last < cube__a.%s__len", sig->params[i].name);
+      cube__emit_per_array(sb, sig, " && cube__last < cube__a.%s__len");
       cube__sb_printf(sb,
                       ";\n"
                       "    if (cube__interior) {\n"
@@ -576,9 +580,7 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                       "          const uint64_t cube__end64 = (uint64_t)cube__row + "
                       "cube__a.cube__dx;\n"
                       "          if (cube__end64 > 0xffffffffu");
-        for (uint32_t i = 0; i < sig->count; ++i)
-          if (sig->params[i].kind == CUBE_ARG_BUFFER)
-            cube__sb_printf(sb, " || cube__end64 > cube__a.%s__len", sig->params[i].name);
+        cube__emit_per_array(sb, sig, " || cube__end64 > cube__a.%s__len");
         cube__sb_puts(sb, ")\n            __builtin_unreachable();\n#endif\n");
       }
       if (counter_x) {
@@ -604,10 +606,7 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
                       "++cube__p) {\n"
                       "#endif\n");
       }
-      for (uint32_t i = 0; i < sig->count; ++i)
-        if (sig->params[i].kind == CUBE_ARG_BUFFER)
-          cube__sb_printf(sb, "            CUBE__ASSUME((uint64_t)cube__p < cube__a.%s__len);\n",
-                          sig->params[i].name);
+      cube__emit_per_array(sb, sig, "            CUBE__ASSUME((uint64_t)cube__p < cube__a.%s__len);\n");
       cube__emit_kernel_call(sb, sig, "            ", "cube__a.",
                              "(uint32_t)(cube__p - cube__row), cube__y, cube__z", NULL,
                              "(cube__sched_t*)0", "(uint32_t)cube__p",
