@@ -458,6 +458,17 @@ static bool user_events_open(user_events_t* u) {
 static void user_events_close(user_events_t* u) {
   if (u->lib) dlclose(u->lib);
 }
+
+/* Opens |u| for the test, or skips it (closing |f|) where the library has
+ * no user events. */
+#define USER_EVENTS_OR_SKIP(f, u)                                   \
+  do {                                                              \
+    if (!user_events_open(&(u))) {                                  \
+      user_events_close(&(u));                                      \
+      ocl_fixture_close(&(f));                                      \
+      CUBE_SKIP("the OpenCL library has no user events");           \
+    }                                                               \
+  } while (0)
 #endif
 
 /* Large writes (several MiB, odd sizes, random) through write_held, each
@@ -475,11 +486,7 @@ CUBE_TEST(held_large_writes_land) {
   OCL_FIXTURE(f);
   REQUIRE(f.vt->write_held != NULL);
   user_events_t u;
-  if (!user_events_open(&u)) {
-    user_events_close(&u);
-    ocl_fixture_close(&f);
-    CUBE_SKIP("the OpenCL library has no user events");
-  }
+  USER_EVENTS_OR_SKIP(f, u);
   cl_int err = CL_SUCCESS;
   cl_event gate = u.create(f.dev->ctx, &err);
   REQUIRE(gate && err == CL_SUCCESS);
@@ -631,11 +638,7 @@ CUBE_TEST(held_writes_in_flight_are_bounded) {
 #else
   OCL_FIXTURE(f);
   user_events_t u;
-  if (!user_events_open(&u)) {
-    user_events_close(&u);
-    ocl_fixture_close(&f);
-    CUBE_SKIP("the OpenCL library has no user events");
-  }
+  USER_EVENTS_OR_SKIP(f, u);
   enum { COUNT = 12, PIECE = (24 << 20) + 13 };
   const uint64_t bytes = (uint64_t)COUNT * PIECE;
   CHECK(10 * (uint64_t)PIECE <= CUBE__OCL_PENDING_BYTES_MAX &&
@@ -696,11 +699,7 @@ CUBE_TEST(copied_writes_in_flight_are_bounded) {
 #else
   OCL_FIXTURE(f);
   user_events_t u;
-  if (!user_events_open(&u)) {
-    user_events_close(&u);
-    ocl_fixture_close(&f);
-    CUBE_SKIP("the OpenCL library has no user events");
-  }
+  USER_EVENTS_OR_SKIP(f, u);
   enum { PIECE = 200 * 1024 + 7, FIT = 163, COUNT = FIT + 20 };
   const uint64_t bytes = (uint64_t)COUNT * PIECE;
   CHECK(PIECE <= CUBE__OCL_WRITE_COPY_MAX);
@@ -777,11 +776,7 @@ CUBE_TEST(held_write_failed_by_the_driver_is_reported_at_sync) {
 #else
   OCL_FIXTURE(f);
   user_events_t u;
-  if (!user_events_open(&u)) {
-    user_events_close(&u);
-    ocl_fixture_close(&f);
-    CUBE_SKIP("the OpenCL library has no user events");
-  }
+  USER_EVENTS_OR_SKIP(f, u);
   cl_int err = CL_SUCCESS;
   fail_gate = u.create(f.dev->ctx, &err);
   REQUIRE(fail_gate && err == CL_SUCCESS);
