@@ -1,6 +1,7 @@
 /* Aligned host memory (see alloc.h). */
 #include "base/alloc.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,10 +47,13 @@ void* cube__array_grow(void* p, size_t* cap, size_t need, size_t elem) {
 #endif
 
 void cube__prefault(const void* p, size_t n, bool write) {
-  static size_t page;
+  /* The page size, read once (threads may race to store the same value). */
+  static atomic_size_t page_size;
+  size_t page = atomic_load_explicit(&page_size, memory_order_relaxed);
   if (!page) {
     long ps = sysconf(_SC_PAGESIZE);
     page = ps > 0 ? (size_t)ps : 4096;
+    atomic_store_explicit(&page_size, page, memory_order_relaxed);
   }
   if (!p || n < 2 * page) return;
   uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(page - 1);
