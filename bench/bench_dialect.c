@@ -1863,79 +1863,83 @@ typedef struct ocls_ctx {
   cl_command_queue q2;
   cl_mem m[OCLS_BATCH];
   unsigned char src[OCLS_BATCH][OCLS_BYTES];
+  unsigned char* srcp[OCLS_BATCH]; /* src[i] */
   cube_handle_t hb[OCLS_BATCH]; /* OCLS_BIG bytes each */
   cl_mem mb[OCLS_BATCH];
   unsigned char* big[OCLS_BATCH];
   unsigned char* copy[OCLS_BATCH]; /* PoCL with cube's copy: the source copied first */
 } ocls_ctx_t;
 
-static uint64_t trial_ocls_big_cube(void* p, uint64_t iters) {
-  ocls_ctx_t* c = p;
+/* A batch of cube_client_write calls of |bytes| each (sources |src|) and a
+ * sync, |iters| times; 0 after a failure (counted). */
+static uint64_t ocls_cube_writes(const cube_handle_t* h, unsigned char* const* src, size_t bytes,
+                                 uint64_t iters, const char* what) {
   uint64_t t0 = now_ns();
   for (uint64_t it = 0; it < iters; ++it) {
     cube_status_t s = CUBE_OK;
     for (int i = 0; i < OCLS_BATCH && !s; ++i)
-      s = cube_client_write(g_cl_client, c->hb[i], c->big[i], OCLS_BIG);
+      s = cube_client_write(g_cl_client, h[i], src[i], bytes);
     if (!s) s = cube_client_sync(g_cl_client);
     if (s) {
-      fail_status("16 writes of 4 MiB + sync (opencl)", s);
+      fail_status(what, s);
       return 0;
     }
   }
   return now_ns() - t0;
+}
+
+/* The same through PoCL directly: non-blocking writes on one queue and a
+ * clFinish; with |copy|, each source first copied there (memcpy into memory
+ * of its own, as cube_client_write copies the caller's source). */
+static uint64_t ocls_pocl_writes(const cl_mem* m, unsigned char* const* src,
+                                 unsigned char* const* copy, size_t bytes, uint64_t iters,
+                                 const char* what) {
+  uint64_t t0 = now_ns();
+  for (uint64_t it = 0; it < iters; ++it) {
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < OCLS_BATCH && err == CL_SUCCESS; ++i) {
+      if (copy) memcpy(copy[i], src[i], bytes);
+      err = g_ocl.clEnqueueWriteBuffer(g_ocl.queue, m[i], CL_FALSE, 0, bytes,
+                                       copy ? copy[i] : src[i], 0, NULL, NULL);
+    }
+    if (err == CL_SUCCESS) err = g_ocl.clFinish(g_ocl.queue);
+    if (err != CL_SUCCESS) {
+      fprintf(stderr, "bench_dialect: %s failed: error %d\n", what, (int)err);
+      g_failures++;
+      return 0;
+    }
+  }
+  return now_ns() - t0;
+}
+
+static uint64_t trial_ocls_big_cube(void* p, uint64_t iters) {
+  ocls_ctx_t* c = p;
+  return ocls_cube_writes(c->hb, c->big, OCLS_BIG, iters, "16 writes of 4 MiB + sync (opencl)");
 }
 
 static uint64_t trial_ocls_big_pocl(void* p, uint64_t iters) {
   ocls_ctx_t* c = p;
-  uint64_t t0 = now_ns();
-  for (uint64_t it = 0; it < iters; ++it) {
-    cl_int err = CL_SUCCESS;
-    for (int i = 0; i < OCLS_BATCH && err == CL_SUCCESS; ++i)
-      err = g_ocl.clEnqueueWriteBuffer(g_ocl.queue, c->mb[i], CL_FALSE, 0, OCLS_BIG, c->big[i],
-                                       0, NULL, NULL);
-    if (err == CL_SUCCESS) err = g_ocl.clFinish(g_ocl.queue);
-    if (err != CL_SUCCESS) {
-      fprintf(stderr, "bench_dialect: PoCL writes of 4 MiB failed: error %d\n", (int)err);
-      g_failures++;
-      return 0;
-    }
-  }
-  return now_ns() - t0;
+  return ocls_pocl_writes(c->mb, c->big, NULL, OCLS_BIG, iters, "PoCL writes of 4 MiB");
+}
+
+static uint64_t trial_ocls_big_pocl_copy(void* p, uint64_t iters) {
+  ocls_ctx_t* c = p;
+  return ocls_pocl_writes(c->mb, c->big, c->copy, OCLS_BIG, iters,
+                          "PoCL copied writes of 4 MiB");
 }
 
 static uint64_t trial_ocls_write_cube(void* p, uint64_t iters) {
   ocls_ctx_t* c = p;
-  uint64_t t0 = now_ns();
-  for (uint64_t it = 0; it < iters; ++it) {
-    cube_status_t s = CUBE_OK;
-    for (int i = 0; i < OCLS_BATCH && !s; ++i)
-      s = cube_client_write(g_cl_client, c->h[i], c->src[i], OCLS_BYTES);
-    if (!s) s = cube_client_sync(g_cl_client);
-    if (s) {
-      fail_status("16 writes + sync (opencl)", s);
-      return 0;
-    }
-  }
-  return now_ns() - t0;
+  return ocls_cube_writes(c->h, c->srcp, OCLS_BYTES, iters, "16 writes + sync (opencl)");
 }
 
 static uint64_t trial_ocls_write_pocl(void* p, uint64_t iters) {
   ocls_ctx_t* c = p;
-  uint64_t t0 = now_ns();
-  for (uint64_t it = 0; it < iters; ++it) {
-    cl_int err = CL_SUCCESS;
-    for (int i = 0; i < OCLS_BATCH && err == CL_SUCCESS; ++i)
-      err = g_ocl.clEnqueueWriteBuffer(g_ocl.queue, c->m[i], CL_FALSE, 0, OCLS_BYTES, c->src[i],
-                                       0, NULL, NULL);
-    if (err == CL_SUCCESS) err = g_ocl.clFinish(g_ocl.queue);
-    if (err != CL_SUCCESS) {
-      fprintf(stderr, "bench_dialect: PoCL writes failed: error %d\n", (int)err);
-      g_failures++;
-      return 0;
-    }
-  }
-  return now_ns() - t0;
+  return ocls_pocl_writes(c->m, c->srcp, NULL, OCLS_BYTES, iters, "PoCL writes");
 }
+
+
+
 
 static uint64_t trial_ocls_switch_cube(void* p, uint64_t iters) {
   ocls_ctx_t* c = p;
@@ -1976,27 +1980,6 @@ static uint64_t trial_ocls_switch_pocl(void* p, uint64_t iters) {
   return now_ns() - t0;
 }
 
-/* As trial_ocls_big_pocl, each source first copied (memcpy into memory of
- * its own), as cube_client_write copies the caller's source. */
-static uint64_t trial_ocls_big_pocl_copy(void* p, uint64_t iters) {
-  ocls_ctx_t* c = p;
-  uint64_t t0 = now_ns();
-  for (uint64_t it = 0; it < iters; ++it) {
-    cl_int err = CL_SUCCESS;
-    for (int i = 0; i < OCLS_BATCH && err == CL_SUCCESS; ++i) {
-      memcpy(c->copy[i], c->big[i], OCLS_BIG);
-      err = g_ocl.clEnqueueWriteBuffer(g_ocl.queue, c->mb[i], CL_FALSE, 0, OCLS_BIG, c->copy[i],
-                                       0, NULL, NULL);
-    }
-    if (err == CL_SUCCESS) err = g_ocl.clFinish(g_ocl.queue);
-    if (err != CL_SUCCESS) {
-      fprintf(stderr, "bench_dialect: PoCL copied writes of 4 MiB failed: error %d\n", (int)err);
-      g_failures++;
-      return 0;
-    }
-  }
-  return now_ns() - t0;
-}
 
 /* Bytes handed over to cube_client_create that the bench keeps: nothing to
  * free. */
@@ -2100,6 +2083,7 @@ static void bench_ocl_streams(void) {
   memset(c, 0, sizeof(*c));
   for (int i = 0; i < OCLS_BATCH; ++i) {
     for (int j = 0; j < OCLS_BYTES; ++j) c->src[i][j] = (unsigned char)(i * 31 + j);
+    c->srcp[i] = c->src[i];
     TRY("cube_client_empty", cube_client_empty(g_cl_client, OCLS_BYTES, &c->h[i]));
     c->m[i] = ocl_buffer(CL_MEM_READ_WRITE, OCLS_BYTES, NULL);
     c->big[i] = xmalloc(OCLS_BIG);

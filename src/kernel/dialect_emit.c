@@ -571,9 +571,9 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
        * length and below 2^32 (the interior check above). Said before the
        * loop, whose counter then is 64-bit too, it lets gcc fold the kernel's
        * own length guard (`i < CUBE_LEN(y)`); without it gcc 12 and 13
-       * if-convert the guard into masked loads and stores (2.7x slower on a
-       * cache-resident saxpy). clang folds the guard through CUBE__ASSUME and
-       * keeps its 32-bit loop (the 64-bit form made its loop 2.5x slower). */
+       * if-convert the guard into masked loads and stores (docs/benchmarks.md).
+       * clang folds the guard through CUBE__ASSUME and keeps its 32-bit loop
+       * (the 64-bit form made its loop slower). */
       if (!counter_x) {
         cube__sb_puts(sb,
                       "#if !defined(__clang__)\n"

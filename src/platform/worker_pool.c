@@ -112,10 +112,9 @@ static bool cube__share_claim(cube__pool_share_t* share, uint64_t chunk, uint64_
 /* Runs chunks of |job| as |participant| until none is left or the job
  * stopped, starting with share |home| % share_count: a thread's own fixed
  * number (the submitter's is 0), so that a thread gets the same part of the
- * range launch after launch whatever order the threads joined in, and finds
- * that part still in its own caches (an L2-resident saxpy on 16 cores ran at
- * a third of OpenMP's static schedule while the share followed the join
- * order). */
+ * range launch after launch whatever order the threads joined in, and may
+ * find that part still in its own caches, as with OpenMP's static schedule
+ * (docs/benchmarks.md, fifth session of 2026-12-04). */
 static void cube__job_work(cube__pool_job_t* job, uint32_t participant, uint32_t home) {
   const uint32_t shares = job->share_count;
   uint32_t s = home % shares;

@@ -257,6 +257,16 @@ CUBE_TEST(null_through_the_client) {
 // Wrappers: fault sites named after the backend, and the trace hook
 //===----------------------------------------------------------------------===//
 
+/* Device 0 of the null backend, through its wrappers (one device). */
+static cube_status_t null_device_open(cube__backend_t* be) {
+  setenv("CUBE_NULL_DEVICES", "1", 1);
+  *be = (cube__backend_t){&cube__backend_null, NULL, 0, NULL, NULL};
+  cube_device_properties_t p;
+  cube_features_t f;
+  cube_backend_info_t info;
+  return cube__backend_device_create(be, CUBE_BACKEND_NULL, 0, NULL, &p, &f, &info);
+}
+
 CUBE_TEST(fault_sites_are_per_backend) {
   cube__fault_site_t s;
   REQUIRE(cube__fault_site_parse("null_write", 10, &s));
@@ -274,12 +284,8 @@ CUBE_TEST(fault_sites_are_per_backend) {
       CHECK(strcmp(cube__fault_site_name((cube__fault_site_t)i),
                    cube__fault_site_name((cube__fault_site_t)j)) != 0);
 
-  setenv("CUBE_NULL_DEVICES", "1", 1);
-  cube__backend_t be = {&cube__backend_null, NULL, 0, NULL, NULL};
-  cube_device_properties_t p;
-  cube_features_t f;
-  cube_backend_info_t info;
-  REQUIRE_OK(cube__backend_device_create(&be, CUBE_BACKEND_NULL, 0, NULL, &p, &f, &info));
+  cube__backend_t be;
+  REQUIRE_OK(null_device_open(&be));
   cube__storage_t st;
   REQUIRE_OK(cube__backend_alloc(&be, NULL, 64, &st));
   uint8_t buf[64] = {1, 2, 3};
@@ -330,12 +336,8 @@ static void held_fallback_release(void* user, void* data, size_t size) {
 
 CUBE_TEST(write_held_falls_back_to_write) {
   CHECK(cube__backend_null.write_held == NULL);
-  setenv("CUBE_NULL_DEVICES", "1", 1);
-  cube__backend_t be = {&cube__backend_null, NULL, 0, NULL, NULL};
-  cube_device_properties_t p;
-  cube_features_t f;
-  cube_backend_info_t info;
-  REQUIRE_OK(cube__backend_device_create(&be, CUBE_BACKEND_NULL, 0, NULL, &p, &f, &info));
+  cube__backend_t be;
+  REQUIRE_OK(null_device_open(&be));
   CHECK(!cube__backend_has_write_held(&be));
   enum { N = 1000 };
   cube__storage_t st;
