@@ -1039,3 +1039,234 @@ CUBE_TEST(large_uploads_on_two_streams_then_launch) {
   cube_client_release(c);
   cube_shutdown();
 }
+
+//===----------------------------------------------------------------------===//
+// Torn PoCL binaries: never cached, never loaded
+//===----------------------------------------------------------------------===//
+
+#ifdef CUBE_HAVE_OPENCL
+#include <ftw.h>
+
+/* PoCL packs its own cache directory (program.bc ...) into a program's
+ * binary; another process rewriting that directory (remove, then rename)
+ * opens a window in which the binary is packed without the file, and PoCL's
+ * loader aborts (assert) on such a binary. The wrapper below opens that
+ * window on purpose: while armed, the first CL_PROGRAM_BINARY_SIZES query
+ * (PoCL packs the binary then) runs with every program.bc under
+ * POCL_CACHE_DIR moved away and a FIFO in its place (a missing file would do
+ * the same, but PoCL 3.1 then reads an uninitialised stat result and may
+ * crash itself; a FIFO is neither file nor directory, so PoCL packs nothing
+ * for it), and the first binary handed out is kept. */
+static const cube__ocl_api_t* torn_real;
+static int torn_armed, torn_moved_away, torn_moved_back;
+static unsigned char* torn_copy;
+static size_t torn_copy_size;
+static char torn_paths[16][1024]; /* the program.bc files found */
+static int torn_found;
+
+static int torn_find(const char* path, const struct stat* st, int type, struct FTW* ftw) {
+  (void)st;
+  (void)ftw;
+  size_t n = strlen(path);
+  if (type == FTW_F && n >= 11 && n < sizeof(torn_paths[0]) - 8 &&
+      strcmp(path + n - 11, "/program.bc") == 0 && torn_found < 16)
+    memcpy(torn_paths[torn_found++], path, n + 1);
+  return 0;
+}
+
+/* Moves every program.bc under POCL_CACHE_DIR away (a FIFO in its place),
+ * or back. */
+static void torn_move(bool away) {
+  char other[1100];
+  if (away) {
+    torn_found = 0;
+    nftw(getenv("POCL_CACHE_DIR"), torn_find, 16, FTW_PHYS);
+  }
+  for (int i = 0; i < torn_found; ++i) {
+    snprintf(other, sizeof(other), "%s.away", torn_paths[i]);
+    if (away) {
+      if (rename(torn_paths[i], other) == 0 && mkfifo(torn_paths[i], 0600) == 0)
+        torn_moved_away++;
+    } else {
+      unlink(torn_paths[i]);
+      if (rename(other, torn_paths[i]) == 0) torn_moved_back++;
+    }
+  }
+}
+
+static cl_int torn_get_program_info(cl_program p, cl_program_info what, size_t size, void* value,
+                                    size_t* ret) {
+  if (what == CL_PROGRAM_BINARY_SIZES && torn_armed) {
+    torn_armed = 0;
+    torn_move(true);
+    cl_int e = torn_real->GetProgramInfo(p, what, size, value, ret);
+    torn_move(false);
+    return e;
+  }
+  cl_int e = torn_real->GetProgramInfo(p, what, size, value, ret);
+  if (what == CL_PROGRAM_BINARIES && e == CL_SUCCESS && !torn_copy) {
+    size_t n = 0;
+    if (torn_real->GetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof(n), &n, NULL) ==
+            CL_SUCCESS &&
+        (torn_copy = malloc(n)) != NULL) {
+      memcpy(torn_copy, *(unsigned char**)value, n);
+      torn_copy_size = n;
+    }
+  }
+  return e;
+}
+
+/* A fresh private directory under the tests' temporary one, named in |env|. */
+static bool torn_fresh_dir(const char* env, const char* tag) {
+  const char* base = getenv("CUBE_TEST_TMPDIR");
+  char path[1024];
+  if (base && *base) mkdir(base, 0700);
+  snprintf(path, sizeof(path), "%s/%s.XXXXXX", base && *base ? base : "/tmp", tag);
+  if (!mkdtemp(path)) return false;
+  setenv(env, path, 1);
+  return true;
+}
+
+/* The clbin entry of the cache directory: its key and payload (malloc'd). */
+static bool torn_only_entry(cube__cache_key_t* key, unsigned char** data, size_t* size) {
+  cube_kernel_cache_entry_t* e = NULL;
+  size_t n = 0;
+  if (cube_status_consume(cube_kernel_cache_list(&e, &n))) return false;
+  bool ok = false;
+  for (size_t i = 0; i < n && !ok; ++i) {
+    char hi[17] = {0}, lo[17] = {0};
+    if (strcmp(e[i].kind, "clbin") != 0 || strlen(e[i].file) < 32) continue;
+    memcpy(hi, e[i].file, 16);
+    memcpy(lo, e[i].file + 16, 16);
+    key->hi = strtoull(hi, NULL, 16);
+    key->lo = strtoull(lo, NULL, 16);
+    void* d = NULL;
+    ok = cube__cache_disk_load(*key, "clbin", &d, size) == CUBE_OK;
+    *data = d;
+  }
+  cube_kernel_cache_list_free(e);
+  return ok;
+}
+
+static uint64_t torn_corrupt_count(void) {
+  cube_kernel_cache_stats_t s = {.struct_size = sizeof(s)};
+  if (cube_status_consume(cube_kernel_cache_stats(&s))) return UINT64_MAX;
+  return s.corrupt_entries;
+}
+
+static void torn_put_u64(unsigned char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = (unsigned char)(v >> (8 * i));
+}
+#endif
+
+/* The first binary PoCL packs for a new program lacks its program.bc (the
+ * window another process's rewrite opens, made here on purpose): cube does
+ * not store it but builds the source again and stores that, sound, binary.
+ * The check itself refuses cut headers, a root entry longer than the rest,
+ * no kernels, and accepts another platform's bytes. Then the torn binary is
+ * planted in the cache under the kernel's key: a launch in a new process
+ * state finds it torn, discards it (counted as corrupt), builds from source
+ * and computes saxpy right; the process goes on (PoCL's loader aborts on
+ * that binary). */
+CUBE_TEST(torn_pocl_binary_neither_cached_nor_loaded) {
+#ifndef CUBE_HAVE_OPENCL
+  CUBE_SKIP("the backend is not built into this library");
+#else
+  REQUIRE(torn_fresh_dir("CUBE_CACHE_DIR", "torn-cube-cache"));
+  REQUIRE(torn_fresh_dir("POCL_CACHE_DIR", "torn-pocl-cache"));
+  OCL_FIXTURE(f);
+  cube_kernel_t* k = make_kernel(k_saxpy, "saxpy", 64);
+  REQUIRE(k != NULL);
+  torn_real = f.dev->cl;
+  cube__ocl_api_t wrapped = *torn_real;
+  wrapped.GetProgramInfo = torn_get_program_info;
+  torn_armed = 1;
+  f.dev->cl = &wrapped;
+  CHECK_OK(f.vt->prepare(f.dev, k, CUBE_EXEC_CHECKED));
+  f.dev->cl = torn_real;
+  ocl_fixture_close(&f);
+  CHECK_EQ_U64((uint64_t)torn_moved_back, (uint64_t)torn_moved_away);
+  REQUIRE(torn_copy != NULL);
+  char why[160] = "";
+  if (torn_moved_away == 0) {
+    free(torn_copy);
+    cube_kernel_release(k);
+    cube_shutdown();
+    CUBE_SKIP("this OpenCL platform keeps no program.bc in POCL_CACHE_DIR (not PoCL)");
+  }
+  CHECK(!cube__ocl_pocl_binary_sound(torn_copy, torn_copy_size, why, sizeof(why)));
+  fprintf(stderr, "the torn binary: %s\n", why);
+  CHECK(strstr(why, "root entry 0") != NULL);
+  /* Stored: a sound binary, not the torn one. */
+  cube__cache_key_t key;
+  unsigned char* stored = NULL;
+  size_t stored_size = 0;
+  REQUIRE(torn_only_entry(&key, &stored, &stored_size));
+  CHECK(cube__ocl_pocl_binary_sound(stored, stored_size, why, sizeof(why)));
+  CHECK(stored_size != torn_copy_size || memcmp(stored, torn_copy, stored_size) != 0);
+  /* The check on altered copies of the sound binary. */
+  unsigned char* alt = malloc(stored_size);
+  REQUIRE(alt != NULL);
+  CHECK(!cube__ocl_pocl_binary_sound(stored, 40, why, sizeof(why)));      /* header cut */
+  CHECK(strstr(why, "header cut short") != NULL);
+  memcpy(alt, stored, stored_size);
+  memset(alt + 20, 0, 4);                                                 /* no kernels */
+  CHECK(!cube__ocl_pocl_binary_sound(alt, stored_size, why, sizeof(why)));
+  CHECK(strstr(why, "no kernels") != NULL);
+  size_t root = 8 + 8 + 4 + 4 + 8 + 4 + 41 + ((stored[24] & 2) ? 8 : 0);
+  memcpy(alt, stored, stored_size);
+  torn_put_u64(alt + root, stored_size);                                  /* too long */
+  CHECK(!cube__ocl_pocl_binary_sound(alt, stored_size, why, sizeof(why)));
+  CHECK(strstr(why, "root entry 0") != NULL);
+  memcpy(alt, stored, stored_size);
+  memcpy(alt, "notpocl", 8);                                              /* not PoCL's */
+  CHECK(cube__ocl_pocl_binary_sound(alt, stored_size, why, sizeof(why)));
+  free(alt);
+  /* Planted: the torn binary under the kernel's key. */
+  const cube__cache_meta_t meta = {"saxpy", "opencl", "planted by the test"};
+  REQUIRE_OK(cube__cache_disk_store_meta(key, "clbin", &meta, torn_copy, torn_copy_size));
+  cube_shutdown();
+  uint64_t corrupt = torn_corrupt_count();
+  OPENCL_CLIENT(c);
+  enum { N = 64 * 37 + 5 };
+  float* x = malloc(N * sizeof(float));
+  float* y = malloc(N * sizeof(float));
+  REQUIRE(x && y);
+  cube_test_fill_random(x, N * sizeof(float), 9101);
+  cube_test_fill_random(y, N * sizeof(float), 9102);
+  for (int i = 0; i < N; ++i) {
+    x[i] = (float)((uint32_t*)x)[i] / 4294967296.0f;
+    y[i] = (float)((uint32_t*)y)[i] / 4294967296.0f;
+  }
+  cube_handle_t hx, hy;
+  REQUIRE_OK(cube_client_create_from_slice(c, x, N * sizeof(float), &hx));
+  REQUIRE_OK(cube_client_create_from_slice(c, y, N * sizeof(float), &hy));
+  cube_arg_t a[3] = {cube_arg_buffer(hx), cube_arg_buffer(hy), cube_arg_f32(3.0f)};
+  CHECK_OK(cube_client_launch(c, k, cube_count_static((N + 63) / 64, 1, 1), 3, a));
+  cube_bytes_t* out = NULL;
+  CHECK_OK(cube_client_read_one(c, hy, &out));
+  REQUIRE(out != NULL);
+  const float* got = cube_bytes_const_data(out);
+  int wrong = 0;
+  for (int i = 0; i < N; ++i) { /* PoCL may contract to an fma */
+    float want = 3.0f * x[i] + y[i];
+    wrong += !(got[i] >= want - 1e-6f * (want + 1) && got[i] <= want + 1e-6f * (want + 1));
+  }
+  CHECK_EQ_U64((uint64_t)wrong, 0);
+  CHECK_EQ_U64(torn_corrupt_count(), corrupt + 1);
+  cube_bytes_release(out);
+  cube_handle_release(hx);
+  cube_handle_release(hy);
+  cube_client_release(c);
+  /* The entry on disk is a sound binary again. */
+  free(stored);
+  REQUIRE(torn_only_entry(&key, &stored, &stored_size));
+  CHECK(cube__ocl_pocl_binary_sound(stored, stored_size, why, sizeof(why)));
+  free(stored);
+  free(torn_copy);
+  free(x);
+  free(y);
+  cube_kernel_release(k);
+  cube_shutdown();
+#endif
+}

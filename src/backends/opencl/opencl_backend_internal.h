@@ -232,5 +232,10 @@ cube_status_t cube__ocl_kernel_limits(cube__backend_device_t* dev, const cube_ke
                                       cube_execution_mode_t mode, cube__kernel_limits_t* out);
 cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
                                const cube__launch_t* l);
+/* Whether |data| is usable as a program binary as far as PoCL's own format
+ * goes: true for another platform's binary; false (with the reason in |why|)
+ * for a PoCL binary whose header or root entries are cut short, or whose root
+ * files are missing or empty, the binaries PoCL's loader aborts on. Pure. */
+bool cube__ocl_pocl_binary_sound(const void* data, size_t size, char* why, size_t why_size);
 
 #endif /* CUBE_BACKENDS_OPENCL_OPENCL_BACKEND_INTERNAL_H_ */

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/opencl/opencl_backend_internal.h"
 #include "base/status.h"
@@ -58,6 +59,18 @@ static cl_program cube__ocl_program_from_disk(cube__backend_device_t* dev, cube_
     cube_status_free(st);
     return NULL;
   }
+  char why[160];
+  if (!cube__ocl_pocl_binary_sound(data, size, why, sizeof(why))) {
+    /* PoCL asserts (aborts the process) on such a binary: never hand it over. */
+    free(data);
+    char hex[33];
+    cube__cache_key_hex(key, hex);
+    cube__log_line("cube: kernel cache entry %s.clbin is a torn PoCL binary (%s): discarded, "
+                   "the kernel is built from source",
+                   hex, why);
+    cube__cache_disk_discard(key, "clbin");
+    return NULL;
+  }
   const unsigned char* bin = data;
   cl_int bstatus = CL_SUCCESS, err = CL_SUCCESS;
   cl_program p =
@@ -72,29 +85,156 @@ static cl_program cube__ocl_program_from_disk(cube__backend_device_t* dev, cube_
   return p;
 }
 
-/* Stores the binary of |p| in the disk cache (failures ignored: the cache is
- * an optimisation). */
-static void cube__ocl_binary_to_disk(const cube__ocl_api_t* cl, cl_program p,
-                                     cube__cache_key_t key, const char* name,
-                                     const char* identity) {
+/* Reads a little-endian integer of |n| bytes at |*at| if it lies within
+ * |end|; advances |*at|. */
+static bool cube__ocl_take(const unsigned char** at, const unsigned char* end, unsigned n,
+                           uint64_t* out) {
+  if ((size_t)(end - *at) < n) return false;
+  uint64_t v = 0;
+  for (unsigned i = 0; i < n; ++i) v |= (uint64_t)(*at)[i] << (8 * i);
+  *at += n;
+  *out = v;
+  return true;
+}
+
+bool cube__ocl_pocl_binary_sound(const void* data, size_t size, char* why, size_t why_size) {
+  static const char magic[8] = "poclbin";
+  const unsigned char* b = data;
+  const unsigned char* end = b + size;
+  if (size < sizeof(magic) || memcmp(b, magic, sizeof(magic)) != 0) return true; /* not PoCL's */
+  const unsigned char* at = b + sizeof(magic);
+  uint64_t device_id, version, kernels, flags, roots, scope_bytes;
+  if (!cube__ocl_take(&at, end, 8, &device_id) || !cube__ocl_take(&at, end, 4, &version) ||
+      !cube__ocl_take(&at, end, 4, &kernels) || !cube__ocl_take(&at, end, 8, &flags) ||
+      !cube__ocl_take(&at, end, 4, &roots) || (size_t)(end - at) < 41) {
+    snprintf(why, why_size, "header cut short: %zu bytes", size);
+    return false;
+  }
+  at += 41; /* the program's build hash: 40 hex digits and a NUL */
+  if ((flags & 2u) && !cube__ocl_take(&at, end, 8, &scope_bytes)) {
+    snprintf(why, why_size, "header cut short: %zu bytes", size);
+    return false;
+  }
+  if (kernels == 0) {
+    snprintf(why, why_size, "no kernels (format version %" PRIu64 ")", version);
+    return false;
+  }
+  for (uint64_t r = 0; r < roots; ++r) {
+    uint64_t len;
+    if (!cube__ocl_take(&at, end, 8, &len)) {
+      snprintf(why, why_size, "root entry %" PRIu64 " of %" PRIu64 " cut short", r, roots);
+      return false;
+    }
+    if (len == 0 || len > (uint64_t)(end - at)) {
+      snprintf(why, why_size,
+               "root entry %" PRIu64 " of %" PRIu64 " holds %" PRIu64 " bytes of %zu left", r,
+               roots, len, (size_t)(end - at));
+      return false;
+    }
+    /* Its files: (u32 path length, path, u32 content length, content)... */
+    const unsigned char* f = at;
+    const unsigned char* fend = at + len;
+    while (f < fend) {
+      uint64_t path_len, content_len;
+      if (!cube__ocl_take(&f, fend, 4, &path_len) || path_len == 0 ||
+          path_len > (uint64_t)(fend - f)) {
+        snprintf(why, why_size, "root entry %" PRIu64 ": a file without a name", r);
+        return false;
+      }
+      f += path_len;
+      if (!cube__ocl_take(&f, fend, 4, &content_len) || content_len == 0 ||
+          content_len > (uint64_t)(fend - f)) {
+        snprintf(why, why_size, "root entry %" PRIu64 ": file '%.*s' is empty or cut short", r,
+                 (int)(path_len < 64 ? path_len : 64), (const char*)(f - path_len - 4));
+        return false;
+      }
+      f += content_len;
+    }
+    at = fend;
+  }
+  return true;
+}
+
+/* The binary of |p| (malloc'd into *out, *out_size), or false. */
+static bool cube__ocl_binary_of(const cube__ocl_api_t* cl, cl_program p, unsigned char** out,
+                                size_t* out_size) {
   size_t size = 0;
   if (cl->GetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof(size), &size, NULL) != CL_SUCCESS ||
       size == 0)
-    return;
+    return false;
   unsigned char* bin = malloc(size);
-  if (!bin) return;
-  if (cl->GetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof(bin), &bin, NULL) == CL_SUCCESS) {
-    const cube__cache_meta_t meta = {name, "opencl", identity};
-    cube_status_free(cube__cache_disk_store_meta(key, "clbin", &meta, bin, size));
+  if (!bin) return false;
+  if (cl->GetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof(bin), &bin, NULL) != CL_SUCCESS) {
+    free(bin);
+    return false;
   }
-  free(bin);
+  *out = bin;
+  *out_size = size;
+  return true;
+}
+
+/* A second build of |p|'s source on |device|, for its binary (NULL when it
+ * fails). */
+static cl_program cube__ocl_rebuild(const cube__ocl_api_t* cl, cl_program p,
+                                    cl_device_id device) {
+  cl_context ctx = NULL;
+  size_t n = 0;
+  if (cl->GetProgramInfo(p, CL_PROGRAM_CONTEXT, sizeof(ctx), &ctx, NULL) != CL_SUCCESS ||
+      cl->GetProgramInfo(p, CL_PROGRAM_SOURCE, 0, NULL, &n) != CL_SUCCESS || n < 2)
+    return NULL;
+  char* text = malloc(n);
+  if (!text) return NULL;
+  cl_program q = NULL;
+  cl_int err = CL_SUCCESS;
+  if (cl->GetProgramInfo(p, CL_PROGRAM_SOURCE, n, text, NULL) == CL_SUCCESS) {
+    const char* t = text;
+    q = cl->CreateProgramWithSource(ctx, 1, &t, NULL, &err);
+    if (q && cl->BuildProgram(q, 1, &device, "", NULL, NULL) != CL_SUCCESS) {
+      cl->ReleaseProgram(q);
+      q = NULL;
+    }
+  }
+  free(text);
+  return q;
+}
+
+/* Stores the binary of |p| in the disk cache (failures ignored: the cache is
+ * an optimisation). PoCL packs its own cache directory into the binary, and
+ * another process building the same source rewrites that directory (remove,
+ * then rename): a binary taken meanwhile lacks a file, and PoCL's loader
+ * aborts on it. Such a binary is never stored; the source is built again
+ * (PoCL's cache answers) and its binary taken, a few times. */
+static void cube__ocl_binary_to_disk(const cube__ocl_api_t* cl, cl_program p,
+                                     cl_device_id device, cube__cache_key_t key,
+                                     const char* name, const char* identity) {
+  char why[160] = "";
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    cl_program q = attempt == 0 ? p : cube__ocl_rebuild(cl, p, device);
+    if (!q) return;
+    unsigned char* bin = NULL;
+    size_t size = 0;
+    bool got = cube__ocl_binary_of(cl, q, &bin, &size);
+    if (q != p) cl->ReleaseProgram(q);
+    if (!got) return;
+    if (cube__ocl_pocl_binary_sound(bin, size, why, sizeof(why))) {
+      const cube__cache_meta_t meta = {name, "opencl", identity};
+      cube_status_free(cube__cache_disk_store_meta(key, "clbin", &meta, bin, size));
+      free(bin);
+      return;
+    }
+    free(bin);
+    struct timespec pause = {0, 2000000L << attempt};
+    nanosleep(&pause, NULL);
+  }
+  cube__log_line("cube: kernel '%s': PoCL's program binary stayed torn (%s); not cached", name,
+                 why);
 }
 
 static void cube__ocl_program_to_disk(cube__backend_device_t* dev, cl_program p,
                                       cube__cache_key_t key, const char* name) {
   char identity[600];
   snprintf(identity, sizeof(identity), "opencl | %s", dev->identity);
-  cube__ocl_binary_to_disk(dev->cl, p, key, name, identity);
+  cube__ocl_binary_to_disk(dev->cl, p, dev->device, key, name, identity);
 }
 
 /* One clBuildProgram, on a thread of its own under CUBE_COMPILE_TIMEOUT
@@ -117,7 +257,7 @@ static void cube__ocl_build_run(void* p) {
 
 static void cube__ocl_build_abandon(void* p) {
   cube__ocl_build_t* b = p;
-  if (b->err == CL_SUCCESS) cube__ocl_binary_to_disk(b->cl, b->program, b->key, b->name, b->identity);
+  if (b->err == CL_SUCCESS) cube__ocl_binary_to_disk(b->cl, b->program, b->device, b->key, b->name, b->identity);
   b->cl->ReleaseProgram(b->program);
   free(b);
 }
