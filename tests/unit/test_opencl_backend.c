@@ -1270,3 +1270,68 @@ CUBE_TEST(torn_pocl_binary_neither_cached_nor_loaded) {
   cube_shutdown();
 #endif
 }
+
+#ifdef CUBE_HAVE_OPENCL
+typedef struct once_racer {
+  const cube__backend_vtable_t* vt;
+  cube__backend_device_t* dev;
+  cube_kernel_t* k;
+  pthread_barrier_t* go;
+  cube_status_t st;
+} once_racer_t;
+
+static void* once_race(void* p) {
+  once_racer_t* r = p;
+  pthread_barrier_wait(r->go);
+  r->st = r->vt->prepare(r->dev, r->k, CUBE_EXEC_CHECKED);
+  return NULL;
+}
+#endif
+
+/* Two devices (two contexts, two kernel tables: as two processes would be)
+ * compile the same new unit at once, sharing a cache directory: one builds,
+ * the other waits on the unit's lock in the directory and loads the first's
+ * binary: one miss and one disk hit, not two misses. */
+CUBE_TEST(one_build_per_unit_across_devices_sharing_the_cache) {
+#ifndef CUBE_HAVE_OPENCL
+  CUBE_SKIP("the backend is not built into this library");
+#else
+  REQUIRE(torn_fresh_dir("CUBE_CACHE_DIR", "once-cube-cache"));
+  OCL_FIXTURE(f);
+  cube_device_properties_t p;
+  cube_features_t feat;
+  cube_backend_info_t info;
+  cube__backend_device_t* dev2 = NULL;
+  REQUIRE_OK(f.vt->device_create(0, NULL, &dev2, &p, &feat, &info));
+  char src[512];
+  unsigned salt = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL);
+  snprintf(src, sizeof(src),
+           "CUBE_KERNEL(salted, CUBE_ARRAY(float, y))\n"
+           "{\n"
+           "    uint32_t i = ABSOLUTE_POS;\n"
+           "    if (i < CUBE_LEN(y)) CUBE_STORE(y, i, CUBE_LOAD(y, i) + %u.0f);\n"
+           "}\n",
+           salt % 100000u);
+  cube_kernel_t* k = make_kernel(src, "salted", 64);
+  REQUIRE(k != NULL);
+  cube_kernel_cache_stats_t s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)};
+  REQUIRE_OK(cube_kernel_cache_stats(&s0));
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, 2);
+  once_racer_t r[2] = {{f.vt, f.dev, k, &go, NULL}, {f.vt, dev2, k, &go, NULL}};
+  pthread_t t[2];
+  for (int i = 0; i < 2; ++i) REQUIRE(pthread_create(&t[i], NULL, once_race, &r[i]) == 0);
+  for (int i = 0; i < 2; ++i) pthread_join(t[i], NULL);
+  pthread_barrier_destroy(&go);
+  CHECK_OK(r[0].st);
+  CHECK_OK(r[1].st);
+  REQUIRE_OK(cube_kernel_cache_stats(&s1));
+  CHECK_EQ_U64(s1.misses - s0.misses, 1);
+  CHECK_EQ_U64(s1.disk_hits - s0.disk_hits, 1);
+  CHECK_EQ_U64(s1.disk_entries, 1);
+  f.vt->device_destroy(dev2);
+  ocl_fixture_close(&f);
+  cube_kernel_release(k);
+  cube_shutdown();
+#endif
+}

@@ -380,6 +380,19 @@ static cube_status_t cube__ocl_entry(cube__backend_device_t* dev, const cube_ker
   if (!program) {
     uint64_t t0 = cube__now_ns();
     program = cube__ocl_program_from_disk(dev, key);
+    /* A miss: one build of this unit at a time among the processes sharing
+     * the cache directory; the others wait and then load its binary. That
+     * saves the compiles, and keeps cube's processes from rewriting PoCL's
+     * cache under each other (see cube__ocl_binary_to_disk). Without a usable
+     * directory there is no lock, and every process builds. */
+    cube__cache_lock_t lock = {-1};
+    if (!program) {
+      cube_status_free(cube__cache_lock(key, &lock));
+      if (lock.fd >= 0) {
+        t0 = cube__now_ns();
+        program = cube__ocl_program_from_disk(dev, key);
+      }
+    }
     if (program) {
       cube__cache_count_disk_hit(k->name, t0, cube__now_ns() - t0);
     } else {
@@ -389,9 +402,10 @@ static cube_status_t cube__ocl_entry(cube__backend_device_t* dev, const cube_ker
       cube__compile_watch_begin(&watch, k->name, where);
       st = cube__ocl_program_from_source(dev, k, text, mode, key, &program);
       cube__cache_count_miss(cube__compile_watch_end(&watch, st != CUBE_OK), st != CUBE_OK);
-      if (st) goto done;
-      cube__ocl_program_to_disk(dev, program, key, k->name);
+      if (!st) cube__ocl_program_to_disk(dev, program, key, k->name);
     }
+    cube__cache_unlock(&lock);
+    if (st) goto done;
   }
   cl_int err = CL_SUCCESS;
   kernel = dev->cl->CreateKernel(program, "cube_kernel_entry", &err);
