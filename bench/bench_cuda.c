@@ -58,6 +58,9 @@
  *      rounds (target <= 1.03x), and its speedup over the untuned default;
  *      10b: a tuned launch that hits vs a plain launch of the same kernel,
  *      caller-side, in bursts of 32 (target: <= 0.1 us more).
+ *  11. tracing on vs off (issue 17): 10,000 launches + sync, 15 alternating
+ *      rounds, of the empty kernel (11) and of saxpy over 2^20 floats (11b);
+ *      target <= 1.05x each.
  *
  * Output: one line per figure "name: cube X | raw Y | ratio R | target T |
  * met|MISSED" (ratio = cube / raw, for times lower is better, for rates higher
@@ -2203,30 +2206,51 @@ static void fig_tune(void) {
   cube_tune_op_release(hop);
 }
 
-/* Figure 11: the cost of tracing (issue 17): N = 10,000 empty launches then a
+/* Figure 11: the cost of tracing (issue 17): N = 10,000 launches then a
  * sync, end to end, with no trace and with a trace recording (every launch
  * timed: by CUPTI's activity records where CUPTI is there, else by two
  * events resolved later), alternating which goes first; the ratio on/off
  * per round, its median over the rounds and the spread; and the caller-side
- * cost per launch of each (where a difference comes from). */
-static void fig_trace(void) {
-  enum { ROUNDS = 11 };
+ * cost per launch of each (where a difference comes from). Two kernels: the
+ * empty one (launch-bound: the host's cost per launch is all there is) and
+ * saxpy over 2^20 floats (12 MiB moved, a few microseconds of device time:
+ * an elementwise operation of a small model). */
+static launch_times_t cube_launches_of(uint64_t n, cube_kernel_t* k, cube_count_t count,
+                                       uint32_t argc, const cube_arg_t* args) {
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 0; i < n; ++i) {
+    cube_status_t s = cube_client_launch(C.c, k, count, argc, args);
+    if (s) {
+      fail_status("cube_client_launch (figure 11)", s);
+      exit(1);
+    }
+  }
+  uint64_t t1 = now_ns();
+  CHECK("cube_client_sync", cube_client_sync(C.c));
+  uint64_t t2 = now_ns();
+  return (launch_times_t){(double)(t1 - t0), (double)(t2 - t0)};
+}
+
+static void fig_trace_of(const char* row, const char* what, cube_kernel_t* k, cube_count_t count,
+                         uint32_t argc, const cube_arg_t* args) {
+  enum { ROUNDS = 15 };
   const uint64_t n = 10000;
-  printf("\n## [11] tracing on vs off: N = %" PRIu64 " empty launches + sync, end to end; %d rounds "
-         "alternating off/on\n", n, ROUNDS);
+  printf("\n## [%s] tracing on vs off: N = %" PRIu64 " launches of %s + sync, end to end; %d "
+         "rounds alternating off/on\n",
+         row, n, what, ROUNDS);
   char path[256];
   snprintf(path, sizeof(path), "/tmp/bench_cuda_trace.%ld.json", (long)getpid());
   double off[ROUNDS], on[ROUNDS], ratio[ROUNDS], sub_off[ROUNDS], sub_on[ROUNDS];
-  (void)cube_launches(n); /* warm */
+  (void)cube_launches_of(n, k, count, argc, args); /* warm */
   for (int i = 0; i < ROUNDS; ++i) {
     /* Alternating which goes first. */
-    for (int k = 0; k < 2; ++k) {
-      bool traced = (k == 0) == (i % 2 == 1);
+    for (int j = 0; j < 2; ++j) {
+      bool traced = (j == 0) == (i % 2 == 1);
       if (traced) {
         unlink(path);
         CHECK("cube_trace_start", cube_trace_start(path));
       }
-      launch_times_t t = cube_launches(n);
+      launch_times_t t = cube_launches_of(n, k, count, argc, args);
       if (traced) {
         CHECK("cube_trace_stop", cube_trace_stop());
         unlink(path);
@@ -2240,14 +2264,30 @@ static void fig_trace(void) {
     ratio[i] = on[i] / off[i];
   }
   qsort(ratio, ROUNDS, sizeof(double), cmp_double);
-  printf("  ratio on/off per round: min %.3f, median %.3f, max %.3f\n", ratio[0], ratio[ROUNDS / 2],
-         ratio[ROUNDS - 1]);
+  printf("  ratio on/off per round: min %.3f, median %.3f, max %.3f\n", ratio[0],
+         ratio[ROUNDS / 2], ratio[ROUNDS - 1]);
   printf("  per launch, medians: caller side off %.3f us, on %.3f us; to the sync's end off %.3f "
          "us, on %.3f us\n",
          median_of(sub_off, ROUNDS) / (double)n / 1e3, median_of(sub_on, ROUNDS) / (double)n / 1e3,
          median_of(off, ROUNDS) / (double)n / 1e3, median_of(on, ROUNDS) / (double)n / 1e3);
-  add_row("11", "10,000 launches + sync, tracing on (time, us)", median_of(on, ROUNDS) / 1e3, "us",
-          median_of(off, ROUNDS) / 1e3, true, "tracing off", T_RATIO_LE, 1.05, "");
+  char label[160];
+  snprintf(label, sizeof(label), "10,000 launches (%s) + sync, tracing on (time, us)", what);
+  add_row(row, label, median_of(on, ROUNDS) / 1e3, "us", median_of(off, ROUNDS) / 1e3, true,
+          "tracing off", T_RATIO_LE, 1.05, "");
+}
+
+static void fig_trace(void) {
+  cube_arg_t empty_arg = cube_arg_buffer(C.h_small);
+  fig_trace_of("11", "an empty kernel", C.k_empty, cube_count_static(1, 1, 1), 1, &empty_arg);
+  enum { SAXPY_N = 1 << 20 };
+  cube_handle_t x, y;
+  CHECK("cube_client_empty (x)", cube_client_empty(C.c, (uint64_t)SAXPY_N * 4, &x));
+  CHECK("cube_client_empty (y)", cube_client_empty(C.c, (uint64_t)SAXPY_N * 4, &y));
+  cube_arg_t a[3] = {cube_arg_buffer(x), cube_arg_buffer(y), cube_arg_f32(0.5f)};
+  fig_trace_of("11b", "saxpy over 2^20 floats", C.k_saxpy,
+               cube_count_static(SAXPY_N / 256, 1, 1), 3, a);
+  cube_handle_release(x);
+  cube_handle_release(y);
 }
 
 static void settings(void) {

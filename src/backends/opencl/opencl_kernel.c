@@ -142,9 +142,8 @@ bool cube__ocl_pocl_binary_sound(const void* data, size_t size, char* why, size_
         return false;
       }
       f += path_len;
-      if (!cube__ocl_take(&f, fend, 4, &content_len) || content_len == 0 ||
-          content_len > (uint64_t)(fend - f)) {
-        snprintf(why, why_size, "root entry %" PRIu64 ": file '%.*s' is empty or cut short", r,
+      if (!cube__ocl_take(&f, fend, 4, &content_len) || content_len > (uint64_t)(fend - f)) {
+        snprintf(why, why_size, "root entry %" PRIu64 ": file '%.*s' is cut short", r,
                  (int)(path_len < 64 ? path_len : 64), (const char*)(f - path_len - 4));
         return false;
       }
