@@ -87,7 +87,11 @@ typedef struct cube__act_launch {
 } cube__act_launch_t;
 
 struct cube__cuda_activity {
-  atomic_uint_fast64_t put, got;
+  /* |put| is the launching thread's, |got| the reader's: 64 bytes apart, so
+   * that neither's store takes the other's cache line on every launch. */
+  atomic_uint_fast64_t put;
+  char put_line[64 - sizeof(atomic_uint_fast64_t)];
+  atomic_uint_fast64_t got;
   cube__act_launch_t launches[CUBE__ACT_LAUNCHES];
   cube__backend_device_t* device;
   bool known;           /* registered: |ctx_id|, |sid| valid */
