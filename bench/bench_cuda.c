@@ -566,14 +566,13 @@ typedef struct launch_times {
   double submit_ns, total_ns;
 } launch_times_t;
 
-static launch_times_t cube_launches(uint64_t n) {
-  cube_arg_t arg = cube_arg_buffer(C.h_small);
-  cube_count_t one = cube_count_static(1, 1, 1);
+static launch_times_t cube_launches_of(uint64_t n, cube_kernel_t* k, cube_count_t count,
+                                       uint32_t argc, const cube_arg_t* args) {
   uint64_t t0 = now_ns();
   for (uint64_t i = 0; i < n; ++i) {
-    cube_status_t s = cube_client_launch(C.c, C.k_empty, one, 1, &arg);
+    cube_status_t s = cube_client_launch(C.c, k, count, argc, args);
     if (s) {
-      fail_status("cube_client_launch (empty)", s);
+      fail_status("cube_client_launch", s);
       exit(1);
     }
   }
@@ -581,6 +580,11 @@ static launch_times_t cube_launches(uint64_t n) {
   CHECK("cube_client_sync", cube_client_sync(C.c));
   uint64_t t2 = now_ns();
   return (launch_times_t){(double)(t1 - t0), (double)(t2 - t0)};
+}
+
+static launch_times_t cube_launches(uint64_t n) {
+  cube_arg_t arg = cube_arg_buffer(C.h_small);
+  return cube_launches_of(n, C.k_empty, cube_count_static(1, 1, 1), 1, &arg);
 }
 
 static launch_times_t raw_launches(uint64_t n, CUdeviceptr p) {
@@ -2215,22 +2219,6 @@ static void fig_tune(void) {
  * empty one (launch-bound: the host's cost per launch is all there is) and
  * saxpy over 2^20 floats (12 MiB moved, a few microseconds of device time:
  * an elementwise operation of a small model). */
-static launch_times_t cube_launches_of(uint64_t n, cube_kernel_t* k, cube_count_t count,
-                                       uint32_t argc, const cube_arg_t* args) {
-  uint64_t t0 = now_ns();
-  for (uint64_t i = 0; i < n; ++i) {
-    cube_status_t s = cube_client_launch(C.c, k, count, argc, args);
-    if (s) {
-      fail_status("cube_client_launch (figure 11)", s);
-      exit(1);
-    }
-  }
-  uint64_t t1 = now_ns();
-  CHECK("cube_client_sync", cube_client_sync(C.c));
-  uint64_t t2 = now_ns();
-  return (launch_times_t){(double)(t1 - t0), (double)(t2 - t0)};
-}
-
 static void fig_trace_of(const char* row, const char* what, cube_kernel_t* k, cube_count_t count,
                          uint32_t argc, const cube_arg_t* args) {
   enum { ROUNDS = 15 };
