@@ -271,6 +271,57 @@ CUBE_TEST(profiled_kernels_come_from_activity_records) {
 #endif
 }
 
+/* A burst longer than CUPTI's buffers and the old launch ring (4,096), of a
+ * kernel whose unit another kernel object compiled first: every record still
+ * has its own launch's name (a record with no launch noted would take the
+ * first object's), and the track keeps the launch order. The mock hands the
+ * records over at the trace's stop, all at once: the worst case for the
+ * ring. */
+CUBE_TEST(traced_burst_keeps_each_launch_name) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  setup(CUBE_MOCK_CUDA_PATH, "0");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
+  cube_kernel_t* first = make_kernel("scale first", scale_src, "scale");
+  cube_kernel_t* burst = make_kernel("scale burst", scale_src, "scale");
+  REQUIRE(first && burst);
+  REQUIRE_OK(cube_client_precompile(c, 1, &first, CUBE_EXEC_CHECKED));
+  char path[512];
+  snprintf(path, sizeof(path), "%s/cuda_activity_burst_%ld.json",
+           getenv("CUBE_TEST_TMPDIR") ? getenv("CUBE_TEST_TMPDIR") : "/tmp", (long)getpid());
+  unlink(path);
+  REQUIRE_OK(cube_trace_start(path));
+  enum { LAUNCHES = 6000 };
+  worker_t a = {c, burst, LAUNCHES, 1, 0, 0, false};
+  worker_main(&a);
+  CHECK(a.ok);
+  REQUIRE_OK(cube_trace_stop());
+  cJSON* doc = load_json(path);
+  REQUIRE(doc != NULL);
+  int n = 0, misnamed = 0, backwards = 0;
+  double prev = -1.0;
+  const cJSON* e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "traceEvents")) {
+    if (strcmp(str(e, "cat"), "kernel") != 0 || num(e, "tid") != (double)a.stream) continue;
+    n++;
+    misnamed += strcmp(str(e, "name"), "scale burst") != 0;
+    backwards += num(e, "ts") < prev;
+    prev = num(e, "ts");
+  }
+  CHECK_EQ_U64((uint64_t)n, LAUNCHES);
+  CHECK_EQ_U64((uint64_t)misnamed, 0);
+  CHECK_EQ_U64((uint64_t)backwards, 0);
+  cJSON_Delete(doc);
+  unlink(path);
+  cube_kernel_release(first);
+  cube_kernel_release(burst);
+  cube_client_release(c);
+  cube_shutdown();
+#endif
+}
+
 /* CUBE_CUPTI=0: traced kernels are timed by events as before, and no record
  * is ever asked for. */
 CUBE_TEST(without_cupti_events_time_kernels) {

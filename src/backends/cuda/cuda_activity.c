@@ -64,8 +64,10 @@ typedef void (*cube__cupti_complete_fn)(CUcontext ctx, uint32_t stream_id, uint8
 
 /* Records a stream keeps untaken at most; past it the oldest are dropped. */
 #define CUBE__ACTIVITY_QUEUE_MAX (1u << 20)
-/* CUPTI's buffers: 1 MiB, about 4,800 kernel records. */
-#define CUBE__ACTIVITY_BUFFER (1u << 20)
+/* CUPTI's buffers: 256 KiB, about 1,200 kernel records. CUPTI hands a buffer
+ * back when it is full: the smaller it is, the sooner the collector matches
+ * records to the launches waiting in their streams' rings. */
+#define CUBE__ACTIVITY_BUFFER (256u << 10)
 
 typedef struct cube__act_entry {
   uint64_t start_ns, end_ns;
@@ -78,7 +80,7 @@ typedef struct cube__act_entry {
 /* The launches of a stream while records are on, in order: a ring with one
  * writer (the stream's launching thread) and one reader (whoever reads
  * buffers, under the registry's lock). */
-#define CUBE__ACT_LAUNCHES 4096u
+#define CUBE__ACT_LAUNCHES 16384u /* 1.5 MiB a stream, touched as used */
 #define CUBE__ACT_SEARCH 64u /* launches a record's match is looked for in */
 typedef struct cube__act_launch {
   uint64_t hash;
@@ -442,6 +444,12 @@ static void cube__act_buffer_read(const uint8_t* buffer, size_t valid) {
   pthread_mutex_lock(&g_act.lock);
   void* rec = NULL;
   unsigned held = 0;
+  /* The module name of the last record that matched no launch: looking it up
+   * takes the device's function lock, which the launching thread takes at
+   * every launch, so it is looked up once per run of such records. */
+  const cube__backend_device_t* named_dev = NULL;
+  uint64_t named_hash = 0;
+  char named[80] = "";
   while (valid && g_act.next((uint8_t*)buffer, valid, &rec) == 0) {
     /* A buffer holds thousands of records: the lock is let go now and then,
      * so that a launching thread taking records waits for 64 at most. */
@@ -449,6 +457,7 @@ static void cube__act_buffer_read(const uint8_t* buffer, size_t valid) {
       held = 0;
       pthread_mutex_unlock(&g_act.lock);
       pthread_mutex_lock(&g_act.lock);
+      named_dev = NULL; /* a device may have gone meanwhile */
     }
     const uint8_t* r = rec;
     if (cube__act_u32(r, 0) != CUBE__CUPTI_KIND_CONCURRENT_KERNEL) continue;
@@ -475,6 +484,16 @@ static void cube__act_buffer_read(const uint8_t* buffer, size_t valid) {
     if (as) {
       /* The launch's own name: kept in the entry as a function's is. */
       cube__trace_copy_name(e.foreign, sizeof(e.foreign), as);
+      e.hash = 0;
+    } else if (e.hash) {
+      /* No launch noted for it (its stream's ring was full, or records came
+       * on after it): the module's kernel name. */
+      if (named_dev != s->act->device || named_hash != e.hash) {
+        cube__act_name(s->act->device, &e, named, sizeof(named));
+        named_dev = s->act->device;
+        named_hash = e.hash;
+      }
+      cube__trace_copy_name(e.foreign, sizeof(e.foreign), named);
       e.hash = 0;
     }
     cube__act_deliver(s, &e);
