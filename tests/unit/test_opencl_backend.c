@@ -1161,15 +1161,15 @@ static void torn_put_u64(unsigned char* p, uint64_t v) {
 
 /* The first binary PoCL packs for a new program is taken with its
  * program.bc away (the window another process's rewrite opens, made here on
- * purpose): where PoCL packs it from its cache directory (3.1 does; 5.0 does
- * not), cube sees the binary torn, does not store it, builds the source
- * again and stores that, sound, binary. The check itself refuses an empty
- * root entry, cut headers, a root entry longer than the rest, no kernels,
- * and accepts another platform's bytes. Then a torn binary (the sound one
- * with root entry 0 emptied, the form PoCL 3.1 makes) is planted in the
- * cache under the kernel's key: a launch after cube_shutdown finds it torn,
- * discards it (counted as corrupt), builds from source and computes saxpy
- * right; the process goes on (PoCL's loader aborts on that binary). */
+ * purpose): PoCL 3.1 packs an empty root entry for it, PoCL 5.0 none; cube
+ * sees the binary torn, does not store it, builds the source again and
+ * stores that, sound, binary. The check itself refuses both torn forms, cut
+ * headers, a root entry longer than the rest, no kernels, and accepts
+ * another platform's bytes. Then a torn binary (the sound one with root
+ * entry 0 emptied) is planted in the cache under the kernel's key: a launch
+ * after cube_shutdown finds it torn, discards it (counted as corrupt),
+ * builds from source and computes saxpy right; the process goes on (PoCL
+ * 3.1's loader aborts on that binary). */
 CUBE_TEST(torn_pocl_binary_neither_cached_nor_loaded) {
 #ifndef CUBE_HAVE_OPENCL
   CUBE_SKIP("the backend is not built into this library");
@@ -1202,30 +1202,45 @@ CUBE_TEST(torn_pocl_binary_neither_cached_nor_loaded) {
     CUBE_SKIP("the OpenCL platform is not PoCL (no PoCL binary, no program.bc in its cache)");
   }
   /* Root entry 0 (program.bc), by the test's own reading of PoCL's layout:
-   * the header, then per root entry a u64 length and the entry. */
+   * the header (the root entries' count at byte 32), then per root entry a
+   * u64 length and the entry. */
   size_t root = 8 + 8 + 4 + 4 + 8 + 4 + 41 + ((stored[24] & 2) ? 8 : 0);
   REQUIRE(stored_size > root + 8 && torn_copy_size > root + 8);
+  uint32_t stored_roots = 0, torn_roots = 0;
   uint64_t root_len = 0, torn_len = 0;
+  for (int i = 3; i >= 0; --i) {
+    stored_roots = stored_roots << 8 | stored[32 + i];
+    torn_roots = torn_roots << 8 | torn_copy[32 + i];
+  }
   for (int i = 7; i >= 0; --i) {
     root_len = root_len << 8 | stored[root + (size_t)i];
     torn_len = torn_len << 8 | torn_copy[root + (size_t)i];
   }
   /* Stored: a sound binary, program.bc in it. */
   CHECK(cube__ocl_pocl_binary_sound(stored, stored_size, why, sizeof(why)));
-  CHECK(root_len > 0 && root_len < stored_size - root - 8);
-  if (torn_len == 0) {
-    /* This PoCL packed the binary while program.bc was away (PoCL 3.1
-     * does): cube saw it torn and stored another. */
+  REQUIRE(stored_roots >= 1);
+  REQUIRE(root_len > 0 && root_len < stored_size - root - 8);
+  if (torn_roots == 0 || torn_len == 0) {
+    /* PoCL packed the first binary while program.bc was away, leaving an
+     * empty root entry (3.1) or none (5.0): cube saw it torn and stored
+     * another one. */
     CHECK(!cube__ocl_pocl_binary_sound(torn_copy, torn_copy_size, why, sizeof(why)));
     fprintf(stderr, "PoCL's torn binary: %s\n", why);
-    CHECK(strstr(why, "root entry 0") != NULL);
+    CHECK(strstr(why, torn_roots == 0 ? "no root entries" : "root entry 0") != NULL);
     CHECK(stored_size != torn_copy_size || memcmp(stored, torn_copy, stored_size) != 0);
   } else {
-    fprintf(stderr, "this PoCL did not pack program.bc from its cache directory (its root "
-                    "entry 0 holds %" PRIu64 " bytes): the window does not open here\n",
-            torn_len);
+    CHECK(!"PoCL packed program.bc although it was away: the case tears nothing");
   }
-  /* The torn form, made from the sound binary: root entry 0 empty. */
+  /* Both torn forms, made from the sound binary: root entry 0 emptied (3.1),
+   * and no root entries (5.0). The planted one below is the former. */
+  unsigned char* none = malloc(stored_size);
+  REQUIRE(none != NULL);
+  memcpy(none, stored, root);
+  memset(none + 32, 0, 4);
+  memcpy(none + root, stored + root + 8 + root_len, stored_size - root - 8 - root_len);
+  CHECK(!cube__ocl_pocl_binary_sound(none, stored_size - 8 - root_len, why, sizeof(why)));
+  CHECK(strstr(why, "no root entries") != NULL);
+  free(none);
   free(torn_copy);
   torn_copy_size = stored_size - (size_t)root_len;
   torn_copy = malloc(torn_copy_size);

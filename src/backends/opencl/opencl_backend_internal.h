@@ -234,9 +234,10 @@ cube_status_t cube__ocl_launch(cube__backend_device_t* dev, void* stream,
                                const cube__launch_t* l);
 /* Whether |data| is usable as a program binary as far as PoCL's own format
  * goes: true for another platform's binary; false (with the reason in |why|)
- * for a PoCL binary whose header or root entries are cut short, or with a
- * root entry that holds nothing (its file was missing when PoCL packed it),
- * the binaries PoCL's loader aborts on. Pure. */
+ * for a PoCL binary whose header or root entries are cut short, with a root
+ * entry that holds nothing (PoCL 3.1's form of a file missing when it
+ * packed the binary: its loader aborts on it) or with no root entries at all
+ * (PoCL 5's form: no program.bc). Pure. */
 bool cube__ocl_pocl_binary_sound(const void* data, size_t size, char* why, size_t why_size);
 
 #endif /* CUBE_BACKENDS_OPENCL_OPENCL_BACKEND_INTERNAL_H_ */

@@ -119,6 +119,13 @@ bool cube__ocl_pocl_binary_sound(const void* data, size_t size, char* why, size_
     snprintf(why, why_size, "no kernels (format version %" PRIu64 ")", version);
     return false;
   }
+  /* PoCL 5 counts only the root files it found (3.1 stores an empty entry
+   * for a missing one): none means program.bc was missing. */
+  if (roots == 0) {
+    snprintf(why, why_size, "no root entries, so no program.bc (format version %" PRIu64 ")",
+             version);
+    return false;
+  }
   for (uint64_t r = 0; r < roots; ++r) {
     uint64_t len;
     if (!cube__ocl_take(&at, end, 8, &len)) {
