@@ -65,6 +65,15 @@ static cube_kernel_t* make_kernel(const char* name, const char* src, const char*
   return k;
 }
 
+/* A new trace file's path under the tests' temporary directory: |tag| and
+ * this process's id in its name; any older file of that name removed. */
+static void trace_path(char* out, size_t size, const char* tag) {
+  const char* dir = getenv("CUBE_TEST_TMPDIR");
+  snprintf(out, size, "%s/cuda_activity%s%s_%ld.json", dir ? dir : "/tmp", *tag ? "_" : "", tag,
+           (long)getpid());
+  unlink(out);
+}
+
 static cJSON* load_json(const char* path) { return cube_test_json_load(path); }
 static double num(const cJSON* o, const char* key) { return cube_test_json_num(o, key); }
 static const char* str(const cJSON* o, const char* key) { return cube_test_json_str(o, key); }
@@ -135,9 +144,7 @@ CUBE_TEST(traced_kernels_come_from_activity_records) {
   REQUIRE_OK(cube_client_precompile(c, 2, both, CUBE_EXEC_CHECKED));
 
   char path[512];
-  snprintf(path, sizeof(path), "%s/cuda_activity_%ld.json",
-           getenv("CUBE_TEST_TMPDIR") ? getenv("CUBE_TEST_TMPDIR") : "/tmp", (long)getpid());
-  unlink(path);
+  trace_path(path, sizeof(path), "");
   cube_mock_cupti_stats_t before = cupti_stats();
   CHECK(!before.kernels_on);
   REQUIRE_OK(cube_trace_start(path));
@@ -289,9 +296,7 @@ CUBE_TEST(traced_burst_keeps_each_launch_name) {
   REQUIRE(first && burst);
   REQUIRE_OK(cube_client_precompile(c, 1, &first, CUBE_EXEC_CHECKED));
   char path[512];
-  snprintf(path, sizeof(path), "%s/cuda_activity_burst_%ld.json",
-           getenv("CUBE_TEST_TMPDIR") ? getenv("CUBE_TEST_TMPDIR") : "/tmp", (long)getpid());
-  unlink(path);
+  trace_path(path, sizeof(path), "burst");
   REQUIRE_OK(cube_trace_start(path));
   enum { LAUNCHES = 6000 };
   worker_t a = {c, burst, LAUNCHES, 1, 0, 0, false};
@@ -334,9 +339,7 @@ CUBE_TEST(without_cupti_events_time_kernels) {
   cube_kernel_t* ks = make_kernel("scale evented", scale_src, "scale");
   REQUIRE(ks);
   char path[512];
-  snprintf(path, sizeof(path), "%s/cuda_activity_off_%ld.json",
-           getenv("CUBE_TEST_TMPDIR") ? getenv("CUBE_TEST_TMPDIR") : "/tmp", (long)getpid());
-  unlink(path);
+  trace_path(path, sizeof(path), "off");
   REQUIRE_OK(cube_trace_start(path));
   worker_t a = {c, ks, 6, 4, 0, 0, false};
   worker_main(&a);
