@@ -64,9 +64,9 @@ cube_status_t cube__cache_disk_store_meta(cube__cache_key_t key, const char* kin
 /* A lock of |key| shared by every process using the cache directory (an
  * flock on "<dir>/v2/locks/<hex>", created O_EXCL|O_NOFOLLOW 0600 or opened
  * after checking it is ours): held while one process tunes a key, or builds
- * an OpenCL unit, so that another waits and then finds the result. Blocks. UNAVAILABLE when the
- * disk cache is off or its directory is unusable (the caller goes on
- * without). */
+ * an OpenCL unit, so that another waits and then finds the result. Blocks.
+ * UNAVAILABLE when the disk cache is off or its directory is unusable (the
+ * caller goes on without). */
 typedef struct cube__cache_lock {
   int fd;
 } cube__cache_lock_t;

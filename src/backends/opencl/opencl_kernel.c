@@ -263,7 +263,8 @@ static void cube__ocl_build_run(void* p) {
 
 static void cube__ocl_build_abandon(void* p) {
   cube__ocl_build_t* b = p;
-  if (b->err == CL_SUCCESS) cube__ocl_binary_to_disk(b->cl, b->program, b->device, b->key, b->name, b->identity);
+  if (b->err == CL_SUCCESS)
+    cube__ocl_binary_to_disk(b->cl, b->program, b->device, b->key, b->name, b->identity);
   b->cl->ReleaseProgram(b->program);
   free(b);
 }
