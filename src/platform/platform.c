@@ -165,4 +165,3 @@ bool cube__env_str(const char* name, const char** out) {
   *out = v;
   return true;
 }
-

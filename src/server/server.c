@@ -17,7 +17,6 @@
  * (cube__device_set_caller_polls): about 2-3 us. */
 #define CUBE__HOST_CALLER_POLLS 50u
 
-
 static void cube__server_destroy(void* state) {
   cube__server_t* s = state;
   if (!s) return;

@@ -229,8 +229,10 @@ static void cube__ocl_binary_to_disk(const cube__ocl_api_t* cl, cl_program p,
       return;
     }
     free(bin);
-    struct timespec pause = {0, 2000000L << attempt};
-    nanosleep(&pause, NULL);
+    if (attempt < 3) {
+      struct timespec pause = {0, 2000000L << attempt};
+      nanosleep(&pause, NULL);
+    }
   }
   cube__log_line("cube: kernel '%s': PoCL's program binary stayed torn (%s); not cached", name,
                  why);
