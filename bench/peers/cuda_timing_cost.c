@@ -2,11 +2,18 @@
 // stream, then a sync, with nothing recorded, with timing events around or after
 // each launch, and with CUPTI's kernel activity records (when libcupti is found).
 // Rounds alternate the variants; medians with min-max are printed.
+// CUDA_TIMING_KERNEL=saxpy: saxpy over 2^20 floats (12 MiB moved) instead of the
+// empty kernel. CUDA_TIMING_THREADED=1: a second thread makes the launches, fed
+// one launch at a time through a bounded ring by the timing thread (the
+// arrangement of a runtime whose caller queues and whose runner launches).
 // Build (on a CUDA machine), one line:
-//   gcc -O2 cuda_timing_cost.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcuda -lnvrtc -ldl
+//   gcc -O2 -pthread cuda_timing_cost.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcuda -lnvrtc -ldl
 #include <cuda.h>
 #include <dlfcn.h>
 #include <nvrtc.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +50,10 @@ static double now(void) {
 enum { N = 10000, ROUNDS = 11 };
 static CUfunction fe;
 static CUstream s;
-static CUdeviceptr p;
+static CUdeviceptr p, px, py;
+static int saxpy; /* CUDA_TIMING_KERNEL=saxpy */
+static int threaded; /* CUDA_TIMING_THREADED=1 */
+static CUcontext g_ctx;
 static CUevent evs[2 * N];
 
 /* CUPTI, loaded at run time, declared here (a few calls of its C API). */
@@ -74,8 +84,37 @@ static void buf_done(CUcontext c, uint32_t sid, uint8_t* b, size_t size, size_t 
 }
 
 static void launch(void) {
+  if (saxpy) {
+    float a = 0.5f;
+    int n = 1 << 20;
+    void* args[] = {&px, &py, &a, &n};
+    CK(cuLaunchKernel(fe, (1 << 20) / 256, 1, 1, 256, 1, 1, 0, s, args, 0));
+    return;
+  }
   void* args[] = {&p};
   CK(cuLaunchKernel(fe, 1, 1, 1, 32, 1, 1, 0, s, args, 0));
+}
+
+/* The threaded arrangement: the timing thread puts launch requests into a
+ * ring of 1,024 (waiting while it is full), the launcher takes them in
+ * order, makes the context current once and launches. */
+enum { RING = 1024 };
+static atomic_ulong ring_put, ring_got;
+static atomic_int ring_mode = -1;
+static void* launcher(void* arg) {
+  (void)arg;
+  CK(cuCtxSetCurrent(g_ctx));
+  for (;;) {
+    unsigned long got = atomic_load(&ring_got);
+    while (atomic_load_explicit(&ring_put, memory_order_acquire) == got) {
+      if (atomic_load(&ring_mode) == -2) return NULL;
+      sched_yield();
+    }
+    CUcontext cur;
+    CK(cuCtxGetCurrent(&cur));
+    launch();
+    atomic_store_explicit(&ring_got, got + 1, memory_order_release);
+  }
 }
 
 /* mode 0: nothing; 1: one timing event after each launch; 2: a timing event
@@ -85,6 +124,19 @@ static void launch(void) {
  * each launch (as cube's launch path makes). */
 static double run(int mode) {
   double t0 = now();
+  if (threaded && (mode == 0 || mode == 4)) {
+    for (int i = 0; i < N; i++) {
+      while (atomic_load(&ring_put) - atomic_load_explicit(&ring_got, memory_order_acquire) >= RING)
+        sched_yield();
+      atomic_fetch_add_explicit(&ring_put, 1, memory_order_release);
+    }
+    while (atomic_load_explicit(&ring_got, memory_order_acquire) != atomic_load(&ring_put))
+      sched_yield();
+    CK(cuStreamSynchronize(s));
+    double t = now() - t0;
+    if (mode >= 4) cupti_flush(1);
+    return t;
+  }
   for (int i = 0; i < N; i++) {
     if (mode == 2 || mode == 3) CK(cuEventRecord(evs[2 * i], s));
     if (mode == 5) cupti_push(CORRELATION_CUSTOM0, (uint64_t)i + 1);
@@ -117,7 +169,14 @@ int main(void) {
   CUcontext ctx;
   CK(cuDevicePrimaryCtxRetain(&ctx, d));
   CK(cuCtxSetCurrent(ctx));
-  const char* src = "extern \"C\" __global__ void empty(float* p){}\n";
+  g_ctx = ctx;
+  const char* ks = getenv("CUDA_TIMING_KERNEL");
+  saxpy = ks && strcmp(ks, "saxpy") == 0;
+  const char* th = getenv("CUDA_TIMING_THREADED");
+  threaded = th && th[0] == '1';
+  const char* src = saxpy ? "extern \"C\" __global__ void empty(const float* x, float* y, float a, int n)"
+                            "{int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                          : "extern \"C\" __global__ void empty(float* p){}\n";
   nvrtcProgram prog;
   nvrtcCreateProgram(&prog, src, "k.cu", 0, 0, 0);
   const char* opts[] = {"--gpu-architecture=sm_90"};
@@ -131,6 +190,12 @@ int main(void) {
   CK(cuModuleGetFunction(&fe, m, "empty"));
   CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CK(cuMemAlloc(&p, 1 << 20));
+  CK(cuMemAlloc(&px, 4 << 20));
+  CK(cuMemAlloc(&py, 4 << 20));
+  CK(cuMemsetD32(px, 0, 1 << 20));
+  CK(cuMemsetD32(py, 0, 1 << 20));
+  pthread_t lt;
+  if (threaded) pthread_create(&lt, NULL, launcher, NULL);
   const char* names[] = {"none", "event after", "events around", "events no timing", "cupti",
                          "cupti + correlation", "cupti + ctx query"};
   int modes = 4;
@@ -170,6 +235,7 @@ int main(void) {
   for (int r = 0; r < ROUNDS; r++) {
     for (int k = 0; k < modes; k++) {
       int mode = (r % 2) ? modes - 1 - k : k;
+      if (threaded && mode != 0 && mode != 4) continue;
       if (mode == 3 && r == 0) {
         for (int i = 0; i < 2 * N; i++) {
           CK(cuEventDestroy(evs[i]));
@@ -200,9 +266,15 @@ int main(void) {
       if (mode == 5) cupti_disable(KIND_CORRELATION);
     }
   }
-  printf("10,000 empty launches + sync, %d alternating rounds: us per launch, median (min-max), ratio to none\n", ROUNDS);
+  if (threaded) {
+    atomic_store(&ring_mode, -2);
+    pthread_join(lt, NULL);
+  }
+  printf("10,000 %s launches + sync%s, %d alternating rounds: us per launch, median (min-max), ratio to none\n",
+         saxpy ? "saxpy (2^20 floats)" : "empty", threaded ? " (a launcher thread fed through a ring; modes 0 and 4 only)" : "", ROUNDS);
   double base = 0;
   for (int k = 0; k < modes; k++) {
+    if (threaded && k != 0 && k != 4) continue;
     double v[ROUNDS];
     memcpy(v, t[k], sizeof(v));
     qsort(v, ROUNDS, sizeof(double), cmp);
@@ -211,6 +283,6 @@ int main(void) {
     printf("  %-18s %.3f (%.3f-%.3f)  %.3fx\n", names[k], med / N * 1e6, v[0] / N * 1e6,
            v[ROUNDS - 1] / N * 1e6, med / base);
   }
-  if (modes == 7) printf("  cupti records delivered: %ld (expected %d: a kernel record per launch, a correlation record per launch of mode 5)\n", cupti_records, 4 * ROUNDS * N);
+  if (modes == 7) printf("  cupti records delivered: %ld (expected %d: a kernel record per launch, a correlation record per launch of mode 5)\n", cupti_records, (threaded ? 1 : 4) * ROUNDS * N);
   return 0;
 }
