@@ -1,20 +1,27 @@
 #!/bin/sh
 # tests/mpi/rank_lost.sh on itself, with a stand-in for mpiexec (no MPI
-# needed): a run is retried, once, only for a failure of Open MPI's own
-# (its TCP transport's connect warning, or mpiexec dying of a signal with a
-# backtrace through Open MPI's runtime and none through cube's code); a crash
-# through cube's code, or a run without markers for another reason, fails at
-# once; a run in which both survivors wrote their markers passes.
+# needed): a run is retried, up to three runs in all, only for a failure of
+# Open MPI's own (its TCP transport's connect warning, or mpiexec dying of a
+# signal with a backtrace through Open MPI's runtime and none through cube's
+# code), and not when CUBE_TEST_SEED fixes the seed; a crash through cube's
+# code, or a run without markers for another reason, fails at once; a run in
+# which both survivors wrote their markers passes.
 #   rank_lost_selftest.sh <rank_lost.sh>
 set -u
 script=$1
 dir=$(mktemp -d "${TMPDIR:-/tmp}/rank_lost_selftest.XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
 # The stand-in: prints $FAKE_LOG, writes the survivors' markers when
-# FAKE_MARKERS is 1, counts its calls, exits $FAKE_RC.
+# FAKE_MARKERS is 1 (from its call number FAKE_MARKERS_FROM on, when set:
+# the calls before it print the log), counts its calls, exits $FAKE_RC.
 cat > "$dir/mpiexec" <<'FAKE'
 #!/bin/sh
 echo call >> "$FAKE_COUNT"
+calls=$(wc -l < "$FAKE_COUNT")
+if [ -n "${FAKE_MARKERS_FROM:-}" ] && [ "$calls" -ge "$FAKE_MARKERS_FROM" ]; then
+  FAKE_MARKERS=1 FAKE_RC=0
+  FAKE_LOG=/dev/null
+fi
 cat "$FAKE_LOG"
 if [ "$FAKE_MARKERS" = 1 ]; then
   echo "victim 2 steps 12" > "$CUBE_TEST_RANK_LOST_DIR/survivor.0"
@@ -40,10 +47,11 @@ printf '%s\n' "WARNING: Open MPI failed to TCP connect to a peer MPI process.  T
 : > "$dir/empty.log"
 fail=0
 # check <name> <log> <rc> <markers> <expected exit> <expected calls> [line expected]
+# (FROM and SEED in the environment: FAKE_MARKERS_FROM and CUBE_TEST_SEED)
 check() {
   rm -f "$dir/count"
   out=$(FAKE_COUNT=$dir/count FAKE_LOG=$dir/$2 FAKE_RC=$3 FAKE_MARKERS=$4 CUBE_TEST_TMPDIR=$dir \
-        CUBE_TEST_SEED= sh "$script" "$dir/mpiexec" /bin/true 2 2>&1)
+        FAKE_MARKERS_FROM=${FROM:-} CUBE_TEST_SEED=${SEED:-} sh "$script" "$dir/mpiexec" /bin/true 2 2>&1)
   rc=$?
   calls=$(wc -l < "$dir/count")
   if [ "$rc" -ne "$5" ] || [ "$calls" -ne "$6" ]; then
@@ -58,10 +66,15 @@ check() {
     echo "ok $1: exit $rc, $calls call(s)"
   fi
 }
-check "mpiexec's own crash runs once more" ompi_crash.log 139 0 1 2 \
+check "mpiexec's own crash every time: three runs, then fails" ompi_crash.log 139 0 1 3 \
   "mpiexec died of a signal inside Open MPI's runtime"
-check "a TCP connect failure runs once more" tcp.log 1 0 1 2 \
+check "a TCP connect failure every time: three runs, then fails" tcp.log 1 0 1 3 \
   "Open MPI's TCP transport failed to connect"
+FROM=3 check "two of Open MPI's failures, then a good run: passes" ompi_crash.log 139 0 0 3 \
+  "run 3 of at most 3"
+FROM=2 check "one of Open MPI's failures, then a good run: passes" tcp.log 1 0 0 2 \
+  "run 2 of at most 3"
+SEED=12345 check "the seed fixed: Open MPI's failure fails at once" ompi_crash.log 139 0 1 1
 check "a crash through cube's code fails at once" cube_crash.log 139 0 1 1
 check "no markers without a known cause fails at once" empty.log 0 0 1 1
 check "mpiexec's crash with both markers written passes" ompi_crash.log 139 1 0 1
