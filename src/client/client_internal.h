@@ -103,8 +103,11 @@ cube_status_t cube__client_uncaptured_buffer(cube_client_t* c, cube_handle_t han
                                              cube__handle_info_t* out_info,
                                              cube__stream_t** out_stream);
 
-/* Geometry of a tensor's rows: width bytes, height rows, pitch apart. */
-void cube__rows(const cube_layout_desc_t* d, const uint64_t* strides, uint64_t* width,
-                uint64_t* height, uint64_t* pitch);
+/* Geometry of a tensor's rows: width bytes, height rows, pitch apart, and
+ * the bytes they span from the first row's start to the last row's end.
+ * False (nothing set) when one of these overflows 64 bits: a shape and
+ * strides that the caller made up can describe more bytes than exist. */
+bool cube__rows(const cube_layout_desc_t* d, const uint64_t* strides, uint64_t* width,
+                uint64_t* height, uint64_t* pitch, uint64_t* span);
 
 #endif /* CUBE_CLIENT_CLIENT_INTERNAL_H_ */

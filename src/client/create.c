@@ -13,14 +13,22 @@
 // Creating memory
 //===----------------------------------------------------------------------===//
 
-void cube__rows(const cube_layout_desc_t* d, const uint64_t* strides, uint64_t* width,
-                uint64_t* height, uint64_t* pitch) {
+bool cube__rows(const cube_layout_desc_t* d, const uint64_t* strides, uint64_t* width,
+                uint64_t* height, uint64_t* pitch, uint64_t* span) {
   uint32_t r = d->rank;
-  *width = (r ? d->shape[r - 1] : 1) * d->elem_size;
-  uint64_t h = 1;
-  for (uint32_t i = 0; i + 1 < r; ++i) h *= d->shape[i];
+  uint64_t w, h = 1, p, s = 0;
+  if (cube__mul_overflow_u64(r ? d->shape[r - 1] : 1, d->elem_size, &w)) return false;
+  for (uint32_t i = 0; i + 1 < r; ++i)
+    if (cube__mul_overflow_u64(h, d->shape[i], &h)) return false;
+  p = w;
+  if (r >= 2 && cube__mul_overflow_u64(strides[r - 2], d->elem_size, &p)) return false;
+  if (h && (cube__mul_overflow_u64(h - 1, p, &s) || cube__add_overflow_u64(s, w, &s)))
+    return false;
+  *width = w;
   *height = h;
-  *pitch = r >= 2 ? strides[r - 2] * d->elem_size : *width;
+  *pitch = p;
+  *span = s;
+  return true;
 }
 
 static uint64_t cube__dense_size(const cube_layout_desc_t* d) {
@@ -153,8 +161,8 @@ static cube_status_t cube__create_tensors(cube_client_t* c, const char* fn, size
     memcpy(out[made].strides, strides[made], descs[made].rank * sizeof(uint64_t));
   }
   for (size_t i = 0; i < count && (data || bytes); ++i) {
-    uint64_t w, h, p;
-    cube__rows(&descs[i], strides[i], &w, &h, &p);
+    uint64_t w, h, p, span;
+    (void)cube__rows(&descs[i], strides[i], &w, &h, &p, &span); /* laid out: no overflow */
     if (data)
       cube__server_write(stream, mem, offsets[i], p, data[i], w, h, NULL);
     else {

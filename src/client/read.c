@@ -195,9 +195,13 @@ static cube_status_t cube__read_tensors(cube_client_t* c, const char* fn, size_t
                                  : "contiguous row-major");
       break;
     }
-    uint64_t w, h, p;
-    cube__rows(&d, t->strides, &w, &h, &p);
-    uint64_t need = h ? (h - 1) * p + w : 0;
+    uint64_t w, h, p, need;
+    if (!cube__rows(&d, t->strides, &w, &h, &p, &need)) {
+      st = CUBE_INVALID("%s: tensors[%zu] (rank %" PRIu32 ", elem_size %" PRIu32
+                        ") spans more than 2^64 bytes",
+                        fn, i, t->rank, t->elem_size);
+      break;
+    }
     uint64_t view = cube__handle_view_size(&info);
     if (need > view) {
       st = CUBE_INVALID("%s: tensors[%zu] needs %" PRIu64 " bytes but its handle views %" PRIu64,

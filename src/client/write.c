@@ -79,14 +79,16 @@ cube_status_t cube_client_write_tensor(cube_client_t* c, const cube_tensor_t* t,
                              c->server->props.layout_policy == CUBE_LAYOUT_POLICY_PITCHED
                                  ? "pitched row-major"
                                  : "contiguous row-major");
-  uint64_t w, h, p;
-  cube__rows(&d, t->strides, &w, &h, &p);
-  uint64_t dense = w * h;
+  uint64_t w, h, p, need;
+  if (!cube__rows(&d, t->strides, &w, &h, &p, &need))
+    return CUBE_INVALID("%s: the tensor (rank %" PRIu32 ", elem_size %" PRIu32
+                        ") spans more than 2^64 bytes",
+                        fn, t->rank, t->elem_size);
+  uint64_t dense = w * h; /* <= need: the pitch is at least the row */
   if (size != dense)
     return CUBE_INVALID("%s: the tensor's %" PRIu64 " elements of %u bytes are %" PRIu64
                         " bytes, size is %zu",
                         fn, h && w ? dense / t->elem_size : 0, t->elem_size, dense, size);
-  uint64_t need = h ? (h - 1) * p + w : 0;
   uint64_t view = cube__handle_view_size(&info);
   if (need > view)
     return CUBE_INVALID("%s: the tensor needs %" PRIu64 " bytes but its handle views %" PRIu64,

@@ -347,6 +347,55 @@ CUBE_TEST(bad_input_shapes) {
   CTS_END(c);
 }
 
+/* A tensor whose shape and strides are readable row-major but describe more
+ * than 2^64 bytes: refused by read_tensor and write_tensor, never read or
+ * written as the few bytes its wrapped-around size would be (found by
+ * fuzz_client: shape [6, 2^63, 1] of 8-byte elements read 0 bytes and
+ * succeeded). */
+CUBE_TEST(bad_input_tensor_spans_more_than_2_64_bytes) {
+  CTS_CLIENT(c);
+  float data[16];
+  for (int i = 0; i < 16; ++i) data[i] = (float)i + 0.5f;
+  const uint64_t s44[2] = {4, 4};
+  cube_tensor_t ok;
+  REQUIRE_OK(cube_client_create_tensor_from_slice(c, data, sizeof(data), 2, s44, 4, &ok));
+  struct {
+    uint32_t rank, elem;
+    uint64_t shape[3], strides[3];
+  } cases[] = {
+      {3, 8, {6, 1ull << 63, 1}, {1ull << 63, 1, 1}}, /* rows: 6 * 2^63 wraps to 0 */
+      {1, 8, {1ull << 62}, {1}},                      /* a row of 2^65 bytes wraps to 0 */
+      {2, 4, {1ull << 33, 1ull << 31}, {1ull << 31, 1}}, /* 2^33 rows of 2^33 bytes */
+      {2, 2, {3, 1ull << 63}, {1ull << 63, 1}},           /* 3 rows of 2^64 bytes */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    cube_tensor_t t = ok;
+    t.rank = cases[i].rank;
+    t.elem_size = cases[i].elem;
+    memset(t.shape, 0, sizeof(t.shape));
+    memset(t.strides, 0, sizeof(t.strides));
+    for (uint32_t k = 0; k < t.rank; ++k) {
+      t.shape[k] = cases[i].shape[k];
+      t.strides[k] = cases[i].strides[k];
+    }
+    cube_bytes_t* out = NULL;
+    CHECK_STATUS(cube_client_read_tensor(c, 1, &t, &out), CUBE_STATUS_INVALID_ARGUMENT,
+                 "cube_client_read_tensor", "tensors[0]", "2^64");
+    CHECK(out == NULL);
+    cube_bytes_release(out);
+    CHECK_STATUS(cube_client_write_tensor(c, &t, data, sizeof(data)), CUBE_STATUS_INVALID_ARGUMENT,
+                 "cube_client_write_tensor", "2^64");
+  }
+  /* The handle kept its contents. */
+  cube_bytes_t* back = NULL;
+  REQUIRE_OK(cube_client_read_tensor(c, 1, &ok, &back));
+  REQUIRE(back && cube_bytes_size(back) == sizeof(data));
+  CHECK(memcmp(cube_bytes_const_data(back), data, sizeof(data)) == 0);
+  cube_bytes_release(back);
+  cube_tensor_release(&ok);
+  CTS_END(c);
+}
+
 CUBE_TEST(bad_input_init_already_loaded) {
   CTS_CLIENT(c);
   cube_client_t* c2 = NULL;
