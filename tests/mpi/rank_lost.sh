@@ -37,7 +37,7 @@ attempts=3
 attempt=1
 while :; do
   echo "seed $seed (set CUBE_TEST_SEED to repeat), timeout $timeout s"
-  rm -f "$dir"/survivor.* "$dir/mpiexec.log"
+  rm -f "$dir"/survivor.* "$dir"/shrink.* "$dir/mpiexec.log"
   CUBE_TEST_RANK_LOST_DIR=$dir CUBE_TEST_SEED=$seed CUBE_TEST_RANK_LOST_TIMEOUT=$timeout \
     timeout -k 5 ${CUBE_TEST_RANK_LOST_LIMIT:-90} \
     "$mpiexec" --mca btl_vader_single_copy_mechanism none --allow-run-as-root --oversubscribe --enable-recovery -np 3 \

@@ -15,11 +15,16 @@
  * $CUBE_TEST_RANK_LOST_DIR/survivor.<rank> ("victim <v> steps <n>"); the
  * script requires both. Without MPI, or not 3 ranks, the case skips (77).
  *
- * rank_killed_survivor_shrinks_late: the same, and the higher survivor waits
- * 1.6 timeouts before its shrink, as one whose collective the victim still
- * answered (it failed one operation later) can: the other survivor must
- * still hear each of its rounds (a round of one timeout did not, and the two
- * decided different sets). */
+ * rank_killed_survivor_shrinks_late: the same, and the higher survivor
+ * enters its shrink 1.6 timeouts after the other survivor entered its own,
+ * as one whose collective the victim still answered (it failed one
+ * operation later) can: the other survivor must still hear each of its
+ * rounds (a round of one timeout did not, and the two decided different
+ * sets). The offset is measured from the other's entry (it writes the time,
+ * CLOCK_MONOTONIC, into $CUBE_TEST_RANK_LOST_DIR/shrink.<rank>; the ranks
+ * share one host), not from the late one's own failure: a late survivor that
+ * is also a step ahead would otherwise be 2.6 timeouts late, more than any
+ * survivor can be (seen once under TSan). */
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -43,6 +48,31 @@ static uint64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The time (now_ms) a survivor entered its shrink, for the late case:
+ * written to a temporary and renamed into place, so a reader sees all of it
+ * or nothing. */
+static void note_shrink_entry(const char* dir, uint32_t rank) {
+  char path[4096], tmp[4200];
+  snprintf(path, sizeof(path), "%s/shrink.%u", dir, rank);
+  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+  FILE* f = fopen(tmp, "w");
+  if (!f) return;
+  fprintf(f, "%" PRIu64 "\n", now_ms());
+  if (fclose(f) == 0) rename(tmp, path);
+}
+
+static bool read_shrink_entry(const char* dir, uint32_t rank, uint64_t* out) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/shrink.%u", dir, rank);
+  FILE* f = fopen(path, "r");
+  if (!f) return false;
+  unsigned long long v = 0;
+  bool ok = fscanf(f, "%llu", &v) == 1 && v != 0;
+  fclose(f);
+  if (ok) *out = (uint64_t)v;
+  return ok;
 }
 
 static cube_backend_t g_backend = CUBE_BACKEND_CPU;
@@ -215,9 +245,21 @@ static void rank_killed(bool nccl, bool late) {
     /* Shrink: the two survivors, agreed. */
     cube_device_id_t alive[3];
     size_t alive_n = 0;
-    if (late && rank == (victim == 2 ? 1u : 2u)) {
-      uint64_t late_ms = timeout_ms * 8 / 5;
-      fprintf(stderr, "rank %u: enters the shrink %" PRIu64 " ms late\n", rank, late_ms);
+    const uint32_t late_rank = victim == 2 ? 1u : 2u;
+    if (late && rank != late_rank) note_shrink_entry(dir, rank);
+    if (late && rank == late_rank) {
+      /* 1.6 timeouts after the other survivor entered (waiting for its
+       * note at most 4 timeouts: it fails its operation within about one). */
+      uint32_t early = 3u - victim - late_rank;
+      uint64_t entered = 0, t_wait = now_ms();
+      while (!read_shrink_entry(dir, early, &entered) && now_ms() - t_wait < 4 * timeout_ms)
+        nanosleep(&(struct timespec){0, 10 * 1000000L}, NULL);
+      CHECK(entered != 0);
+      uint64_t target = (entered ? entered : now_ms()) + timeout_ms * 8 / 5, now = now_ms();
+      uint64_t late_ms = target > now ? target - now : 0;
+      fprintf(stderr, "rank %u: enters the shrink %" PRIu64 " ms from now, %" PRIu64
+              " ms after rank %u entered its own\n",
+              rank, late_ms, timeout_ms * 8 / 5, early);
       struct timespec ts = {(time_t)(late_ms / 1000), (long)(late_ms % 1000) * 1000000L};
       nanosleep(&ts, NULL);
     }
