@@ -23,8 +23,8 @@
  * sets). The offset is measured from the other's entry (it writes the time,
  * CLOCK_MONOTONIC, into $CUBE_TEST_RANK_LOST_DIR/shrink.<rank>; the ranks
  * share one host), not from the late one's own failure: a late survivor that
- * is also a step ahead would otherwise be 2.6 timeouts late, more than any
- * survivor can be (seen once under TSan). */
+ * is also a step ahead would otherwise be up to 2.6 timeouts late, past the
+ * two timeouts the shrink's rounds wait (seen once under TSan). */
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
