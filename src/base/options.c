@@ -58,7 +58,8 @@ static cube_status_t cube__parse_size(const char* name, const char* text, uint64
   char* end = NULL;
   errno = 0;
   double v = strtod(p, &end);
-  if (end == p || errno || v < 0)
+  /* !(v >= 0) also refuses "nan", which no comparison below would catch. */
+  if (end == p || errno || !(v >= 0))
     return CUBE_INVALID("%s: '%s' is not a size (expected e.g. 1048576, 512K, 64MiB, 2G)", name,
                         text);
   while (isspace((unsigned char)*end)) ++end;
@@ -81,7 +82,7 @@ static cube_status_t cube__parse_size(const char* name, const char* text, uint64
   while (isspace((unsigned char)*end)) ++end;
   if (*end) return CUBE_INVALID("%s: '%s' has trailing characters", name, text);
   double bytes = v * mul;
-  if (bytes > 1.8e19) return CUBE_INVALID("%s: '%s' is too large", name, text);
+  if (!(bytes <= 1.8e19)) return CUBE_INVALID("%s: '%s' is too large", name, text);
   *out = (uint64_t)bytes;
   return CUBE_OK;
 }

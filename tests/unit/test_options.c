@@ -230,6 +230,14 @@ CUBE_TEST(values_and_messages_by_type) {
       {CUBE__OPT_CUDA_STAGING_CHUNK, "65M", {"'65M'", "64 MiB", NULL}},
       {CUBE__OPT_MEMORY_LIMIT, "lots", {"CUBE_MEMORY_LIMIT", "'lots'", "512K"}},
       {CUBE__OPT_MEMORY_LIMIT, "2X", {"'2X'", "size", NULL}},
+      /* Not numbers a size can be (fuzz_options found "nan" converted to an
+       * integer, undefined behaviour, before it was refused). */
+      {CUBE__OPT_MEMORY_LIMIT, "nan", {"CUBE_MEMORY_LIMIT", "'nan'", "512K"}},
+      {CUBE__OPT_MEMORY_LIMIT, "-nanG", {"'-nanG'", NULL, NULL}},
+      {CUBE__OPT_CACHE_MAX, "NaN", {"CUBE_CACHE_MAX", "'NaN'", NULL}},
+      {CUBE__OPT_MEMORY_LIMIT, "inf", {"'inf'", NULL, NULL}},
+      {CUBE__OPT_MEMORY_LIMIT, "1e300T", {"'1e300T'", NULL, NULL}},
+      {CUBE__OPT_CUDA_STAGING_CHUNK, "nan", {"'nan'", NULL, NULL}},
       {CUBE__OPT_COLLECTIVE_TIMEOUT, "soon", {"CUBE_COLLECTIVE_TIMEOUT", "'soon'", "seconds"}},
       {CUBE__OPT_COLLECTIVE_TIMEOUT, "0", {"'0'", "greater than 0", NULL}},
       {CUBE__OPT_COLLECTIVE_TIMEOUT, "-1", {"'-1'", "greater than 0", NULL}},
