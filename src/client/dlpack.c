@@ -35,6 +35,7 @@ typedef struct cube__dlpack_export {
   uint64_t epoch;          /* cube__client_epoch() at the export */
   uint64_t buffer_size;    /* of the handle's buffer */
   uint64_t elem0;          /* element 0's byte from the buffer's start */
+  uint64_t view_lo, view_hi; /* the exported handle's view, bytes from the buffer's start */
   uint64_t stream_id;      /* the stream whose pools own the buffer */
   int64_t shape[CUBE_MAX_RANK];
   int64_t strides[CUBE_MAX_RANK];
@@ -247,6 +248,8 @@ static cube_status_t cube__to_dlpack(cube_client_t* c, const char* fn,
   e->epoch = cube__client_epoch();
   e->buffer_size = info.buffer_size;
   e->elem0 = info.offset_start + d.byte_offset;
+  e->view_lo = info.offset_start;
+  e->view_hi = info.buffer_size - info.offset_end;
   e->stream_id = info.stream_id;
   memcpy(e->shape, d.shape, sizeof(e->shape));
   memcpy(e->strides, d.strides, sizeof(e->strides));
@@ -360,7 +363,9 @@ static cube_status_t cube__dlpack_check_layout(const char* fn, const DLTensor* t
     /* Dense: taken by increasing stride, each dimension of more than one
      * element starts where the ones before it end. */
     bool used[CUBE_MAX_RANK] = {false};
-    int64_t expect = 1;
+    /* In uint64_t: a product of the dimensions, at most the element count
+     * (which fits), where int64_t could overflow. */
+    uint64_t expect = 1;
     for (int k = 0; k < n; ++k) {
       int best = -1;
       for (int i = 0; i < n; ++i)
@@ -368,18 +373,19 @@ static cube_status_t cube__dlpack_check_layout(const char* fn, const DLTensor* t
           best = i;
       if (best < 0) break;
       used[best] = true;
-      if (t->strides[best] != expect) {
+      if (t->strides[best] < 0 || (uint64_t)t->strides[best] != expect) {
         cube__format_dims(t->shape, (uint32_t)n, dims, sizeof(dims));
         cube__format_dims(t->strides, (uint32_t)n, strides, sizeof(strides));
         const char* why = t->strides[best] < 0 ? "a negative stride (a flipped view)"
-                          : t->strides[best] < expect ? "elements that overlap (a broadcast)"
-                                                      : "gaps between elements (a slice)";
+                          : (uint64_t)t->strides[best] < expect
+                              ? "elements that overlap (a broadcast)"
+                              : "gaps between elements (a slice)";
         return cube__status_make(CUBE_STATUS_UNSUPPORTED,
                                  "%s: strides %s (in elements) of shape %s have %s: cube views "
                                  "are contiguous byte ranges; make the tensor contiguous first",
                                  fn, strides, dims, why);
       }
-      expect *= t->shape[best];
+      expect *= (uint64_t)t->shape[best];
     }
   }
   if (!cube__mul_add(count, item, 0, out_span))
@@ -414,12 +420,29 @@ static cube_status_t cube__from_dlpack(cube_client_t* c, const char* fn, void* m
                         : ((DLManagedTensor*)managed)->manager_ctx)
            : NULL;
   if (e && e->server == c->server && e->epoch == cube__client_epoch()) {
-    if (e->elem0 > e->buffer_size || span > e->buffer_size - e->elem0)
+    /* Element 0 where the tensor says it is now (data + byte_offset, or the
+     * byte offset in a handle device's buffer), which a consumer may have
+     * moved since the export: a view of the exported buffer only. */
+    const cube__storage_t* storage;
+    uint64_t slice_off;
+    if (!cube__memory_resolve(e->mem, &storage, &slice_off, NULL))
+      return cube__status_make(CUBE_STATUS_NOT_FOUND, "%s: the exported buffer is not bound", fn);
+    const uint64_t base = dev[2] ? slice_off : (uint64_t)(uintptr_t)storage->ptr + slice_off;
+    uint64_t at = 0;
+    bool placed = dev[2] ? t->data == storage->ptr && (at = t->byte_offset, true)
+                         : !__builtin_add_overflow((uint64_t)(uintptr_t)t->data, t->byte_offset,
+                                                   &at);
+    if (!placed || at < base + e->view_lo || at - base > e->view_hi)
+      return CUBE_INVALID("%s: the tensor's element 0 (data %p + byte_offset %" PRIu64
+                          ") is not inside the handle's view cube exported it from",
+                          fn, t->data, t->byte_offset);
+    const uint64_t elem0 = at - base;
+    if (span > e->view_hi - elem0)
       return CUBE_INVALID("%s: the tensor's %" PRIu64 " bytes from byte %" PRIu64
-                          " do not fit the exported buffer of %" PRIu64 " bytes",
-                          fn, span, e->elem0, e->buffer_size);
-    cube__handle_info_t info = {e->mem, e->buffer_size, e->elem0,
-                                e->buffer_size - e->elem0 - span, c->server, e->stream_id};
+                          " of the exported handle's view do not fit its %" PRIu64 " bytes",
+                          fn, span, elem0 - e->view_lo, e->view_hi - e->view_lo);
+    cube__handle_info_t info = {e->mem, e->buffer_size, elem0,
+                                e->buffer_size - elem0 - span, c->server, e->stream_id};
     cube__memory_handle_ref(e->mem);
     cube_status_t st = cube__handle_create(&info, out);
     if (st) {

@@ -686,6 +686,21 @@ CUBE_TEST(dlpack_import_layouts) {
   CHECK_EQ_U64(cube_handle_size(h), sizeof(m));
   cube_handle_release(h);
   CHECK(atomic_load(&t.deleted) == 1);
+  /* 2^63 bytes laid out densely: the running product of the dimensions
+   * (2^31, then 2^63) fits the element count's 64 bits but not int64_t's, which
+   * the check once multiplied in (fuzz_dlpack; UBSan saw it). cube cannot
+   * know the memory is smaller than the tensor says: the handle says 2^63. */
+  atomic_store(&t.deleted, 0);
+  cts_host_init(&t, m, 0, cts_dt(kDLUInt, 8, 1));
+  t.v.dl_tensor.ndim = 2;
+  s[0] = INT64_C(1) << 31;
+  s[1] = INT64_C(1) << 32;
+  st[0] = 1;
+  st[1] = INT64_C(1) << 31;
+  REQUIRE_OK(cube_client_from_dlpack(c, &t.v, 0, &h));
+  CHECK_EQ_U64(cube_handle_size(h), UINT64_C(1) << 63);
+  cube_handle_release(h);
+  CHECK(atomic_load(&t.deleted) == 1);
   CTS_END(c);
 }
 
@@ -790,6 +805,58 @@ CUBE_TEST(dlpack_import_own_export) {
   cube_handle_release(h);
   CHECK(cts_read_equals(c, back, b, N - 3));
   cube_handle_release(back);
+  CTS_END(c);
+}
+
+/* A tensor cube exported whose consumer moved element 0 (its byte_offset)
+ * or grew its shape before handing it back: the handle views what the tensor
+ * says now, inside the exported handle's view only (fuzz_dlpack found the
+ * import keeping the export's element 0, whatever the tensor said, and
+ * letting the shape reach past the view into the buffer's padding). */
+CUBE_TEST(dlpack_import_own_export_moved) {
+  CTS_CLIENT(c);
+  CTS_DL_DEVICE(c, type, id);
+  enum { N = 100 };
+  uint8_t a[N];
+  cube_test_fill_random(a, N, 7950);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c, a, N, &h));
+  int64_t n = 90;
+  cube_dlpack_export_t d;
+  REQUIRE_OK(cube_dlpack_export_initialize(h, cube_dlpack_dtype(CUBE_DLPACK_UINT, 8), 1, &n, &d));
+  d.byte_offset = 4;
+  /* Moved 6 bytes on (the same on every backend: data + byte_offset on the
+   * CPU and CUDA, the offset in the cl_mem on OpenCL), 80 elements. */
+  DLManagedTensorVersioned* t = NULL;
+  REQUIRE_OK(cube_client_to_dlpack(c, &d, &t));
+  t->dl_tensor.byte_offset += 6;
+  t->dl_tensor.shape[0] = 80;
+  cube_handle_t back = CUBE_HANDLE_NULL;
+  REQUIRE_OK(cube_client_from_dlpack(c, t, 0, &back));
+  CHECK_EQ_U64(cube_handle_size(back), 80);
+  CHECK(cts_read_equals(c, back, a + 10, 80));
+  cube_handle_release(back);
+  back = CUBE_HANDLE_NULL;
+  /* Grown past the handle's view (4 + 6 + 91 > 100): refused, not consumed. */
+  REQUIRE_OK(cube_client_to_dlpack(c, &d, &t));
+  t->dl_tensor.byte_offset += 6;
+  t->dl_tensor.shape[0] = 91;
+  CHECK_STATUS(cube_client_from_dlpack(c, t, 0, &back), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_from_dlpack", "91 bytes from byte 10", "do not fit its 100 bytes");
+  /* Moved before the view's start. */
+  t->dl_tensor.shape[0] = 4;
+  t->dl_tensor.byte_offset -= 11;
+  CHECK_STATUS(cube_client_from_dlpack(c, t, 0, &back), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_from_dlpack", "element 0", "not inside the handle's view");
+  CHECK(cube_handle_is_null(back));
+  t->deleter(t);
+  /* As exported, it still comes back where it was. */
+  REQUIRE_OK(cube_client_to_dlpack(c, &d, &t));
+  REQUIRE_OK(cube_client_from_dlpack(c, t, 0, &back));
+  CHECK_EQ_U64(cube_handle_size(back), 90);
+  CHECK(cts_read_equals(c, back, a + 4, 90));
+  cube_handle_release(back);
+  cube_handle_release(h);
   CTS_END(c);
 }
 
