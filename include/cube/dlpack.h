@@ -195,8 +195,10 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_to_dlpack_legacy(cube_client_t* c
  *
  * A tensor cube exported itself (to_dlpack of any client of the same
  * device) comes back as a handle on the same buffer (its deleter runs at
- * once; the handle holds the buffer); any other tensor becomes memory cube
- * does not own, in no pool (memory usage does not count it).
+ * once; the handle holds the buffer), viewing the bytes the tensor describes
+ * now, which must lie inside the view of the handle it was exported from
+ * (else INVALID_ARGUMENT); any other tensor becomes memory cube does not
+ * own, in no pool (memory usage does not count it).
  *
  * Refused, with the reason: a NULL tensor or data with elements
  * (INVALID_ARGUMENT); a major version other than 1 (UNSUPPORTED, naming
