@@ -63,8 +63,7 @@ static const char* cube__pool_kind_name(cube_pool_kind_t kind) {
   return "unknown";
 }
 
-/* Checks |count| pools for a manager |name| of storage |alignment|. */
-static cube_status_t cube__mm_check_pools(const char* name, const cube__pool_options_t* pools,
+cube_status_t cube__mm_check_pools(const char* name, const cube__pool_options_t* pools,
                                           uint32_t count, uint64_t alignment) {
   if (count == 0 || count > CUBE_MAX_POOLS - 1) {
     return CUBE_INVALID("%s: %u custom pools given (must be 1 to %d)", name, count, CUBE_MAX_POOLS - 1);

@@ -306,6 +306,15 @@ uint64_t cube__mm_reserved_bytes(const cube__mm_t* mm);
 
 /* Planning (docs/observability.md, "Memory planning") --------------------- */
 
+/* Checks |count| pools for a manager |name| whose storage aligns to
+ * |alignment|, as cube__mm_create and cube__mm_install do: INVALID_ARGUMENT
+ * naming the pool and the field (count outside 1..CUBE_MAX_POOLS - 1, a
+ * kind, an alignment that is no power of two multiple of |alignment|, an
+ * exclusive pool's max_alloc_size off the alignment, a name without its
+ * NUL). Pure and thread-safe. */
+cube_status_t cube__mm_check_pools(const char* name, const cube__pool_options_t* pools,
+                                   uint32_t count, uint64_t alignment);
+
 /* Replaces the dynamic pools with |pools| (|count| of them; NULL: the
  * ladder of the options the manager was created with). FAILED_PRECONDITION
  * naming the live buffers when any is left after an explicit cleanup (the

@@ -242,6 +242,13 @@ cube_status_t cube__server_install(cube__server_t* s, const char* fn,
                                    const cube__pool_options_t* pools, uint32_t count) {
   cube__pool_options_t* copy = NULL;
   if (pools) {
+    /* Checked here too, as each stream's install checks it: a device with no
+     * stream yet would otherwise keep a configuration that no stream can be
+     * made with (every later allocation failing). The name is the one a
+     * stream's manager gives. */
+    cube_status_t bad =
+        cube__mm_check_pools("device memory", pools, count, s->props.memory.alignment);
+    if (bad) return cube__status_annotate(bad, "%s", fn);
     copy = malloc(count * sizeof(*copy));
     if (!copy) return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", fn);
     memcpy(copy, pools, count * sizeof(*copy));

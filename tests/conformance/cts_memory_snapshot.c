@@ -362,6 +362,43 @@ CUBE_TEST(memory_plan_install_measure_cap) {
   CTS_END(c);
 }
 
+/* A configuration that cannot be is refused before the device has made any
+ * stream (no buffer yet), as after: it was once kept then, and every later
+ * allocation failed creating the stream's pools. */
+CUBE_TEST(memory_plan_bad_install_on_a_fresh_device) {
+  CTS_CLIENT(c);
+  cube_memory_pools_t before = {0};
+  REQUIRE_OK(cube_client_memory_pools(c, &before));
+  cube_memory_pools_t bad = {0};
+  bad.pool_count = 1;
+  bad.pools[0].kind = CUBE_POOL_SLICED;
+  bad.pools[0].page_size = 1u << 20;
+  bad.pools[0].max_alloc_size = 1u << 20;
+  bad.pools[0].alignment = 3;
+  snprintf(bad.pools[0].name, sizeof(bad.pools[0].name), "odd");
+  CHECK_STATUS(cube_client_memory_install(c, &bad), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_memory_install", "pool 0", "alignment 3");
+  bad.pools[0].alignment = 0;
+  bad.pools[0].kind = CUBE_POOL_EXCLUSIVE;
+  bad.pools[0].page_size = 0;
+  bad.pools[0].max_alloc_size = 1000; /* not a multiple of the device's alignment */
+  if (1000 % cube_client_properties(c)->memory.alignment != 0)
+    CHECK_STATUS(cube_client_memory_install(c, &bad), CUBE_STATUS_INVALID_ARGUMENT,
+                 "cube_client_memory_install", "max_alloc_size 1000");
+  /* Nothing changed: the ladder is still there and buffers are made. */
+  cube_memory_pools_t after = {0};
+  REQUIRE_OK(cube_client_memory_pools(c, &after));
+  CHECK_EQ_U64(after.pool_count, before.pool_count);
+  CHECK(memcmp(&after.pools, &before.pools, sizeof(after.pools)) == 0);
+  uint8_t data[100];
+  cube_test_fill_random(data, sizeof(data), 8100);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c, data, sizeof(data), &h));
+  CHECK(cts_read_equals(c, h, data, sizeof(data)));
+  cube_handle_release(h);
+  CTS_END(c);
+}
+
 /* The ledger's device fields add up to what the driver reports used; where
  * the driver reports nothing, cube's own sum stands for it. */
 CUBE_TEST(memory_ledger_adds_up) {
