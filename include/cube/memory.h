@@ -221,7 +221,12 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_pools(cube_client_t* clien
  * each pool's peak afresh; _end restores the caps and writes the installed
  * configuration with every pool capped at its peak (the most bytes of pages
  * it held at once since _begin, over all streams) into |out_plan| (may be
- * NULL), ready for cube_client_memory_install. _end without _begin is
+ * NULL), ready for cube_client_memory_install. Where the device refused a
+ * pool a page while measuring (its memory or memory limit was short) and
+ * the request took an exact-size buffer instead, the pool's peak counts the
+ * page it asked for: under the plan it asks again and, refused the same
+ * way, does what it did, where a cap at what it held would have failed the
+ * request (the same workload runs under its plan). _end without _begin is
  * FAILED_PRECONDITION. Thread-safe. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_measure_begin(cube_client_t* client);
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_measure_end(cube_client_t* client,

@@ -513,9 +513,11 @@ static cube_status_t cube__mm_reserve_into(cube__mm_t* mm, uint64_t size, cube__
    * bytes, where the page's was about a page the caller never asked for. */
   if (pool->cap_hit) return cube__mm_storage_oom(mm, pool, size, freed, status);
   bool exact_oom = false;
+  const uint64_t wanted = pool->reserved + pool->failed_bytes;
   cube_status_t exact = cube__pool_alloc(&mm->persistent, size, m, &exact_oom);
   if (exact == CUBE_OK) {
     cube_status_free(status);
+    if (wanted > pool->peak_wanted) pool->peak_wanted = wanted;
     return CUBE_OK;
   }
   if (exact_oom) {
@@ -648,7 +650,10 @@ void cube__mm_set_measuring(cube__mm_t* mm, bool measuring) {
   for (uint32_t i = 0; i < mm->pool_count; ++i) {
     cube__pool_t* p = &mm->pools[i];
     p->cap_enforced = p->capped && !measuring;
-    if (measuring) p->peak_reserved = p->reserved;
+    if (measuring) {
+      p->peak_reserved = p->reserved;
+      p->peak_wanted = 0;
+    }
   }
   if (measuring) mm->persistent.peak_reserved = mm->persistent.reserved;
 }
@@ -665,7 +670,7 @@ uint32_t cube__mm_pools(const cube__mm_t* mm, cube__pool_options_t* out, uint64_
     out[i].capped = p->capped;
     out[i].cap = p->cap;
     snprintf(out[i].name, sizeof(out[i].name), "%s", p->name);
-    if (out_peaks) out_peaks[i] = p->peak_reserved;
+    if (out_peaks) out_peaks[i] = p->peak_reserved > p->peak_wanted ? p->peak_reserved : p->peak_wanted;
   }
   return mm->pool_count;
 }

@@ -330,7 +330,9 @@ void cube__mm_set_measuring(cube__mm_t* mm, bool measuring);
 /* The dynamic pools' options (|out| of CUBE_MAX_POOLS - 1), with cap and
  * capped as installed, and each pool's peak of reserved bytes since the
  * manager was made, installed or set measuring, in |out_peaks| (may be
- * NULL). Returns the count. */
+ * NULL): the most it held, or would have held where the storage refused it
+ * a page and the request took an exact-size buffer instead. Returns the
+ * count. */
 uint32_t cube__mm_pools(const cube__mm_t* mm, cube__pool_options_t* out, uint64_t* out_peaks);
 
 /* Tracking (memory/track.h): events of this manager go into |ring| (NULL:

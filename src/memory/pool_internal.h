@@ -228,6 +228,13 @@ struct cube__pool {
   bool cap_hit; /* the last cube__pool_add_page failed on the cap */
   uint64_t cap;
   uint64_t peak_reserved;
+  /* The most it would have held where the storage refused it a page and its
+   * request took an exact-size buffer of the persistent pool instead
+   * (cube__mm_reserve_into): reserved + the refused page. A plan caps the
+   * pool at the larger of this and |peak_reserved|, so that under the plan
+   * it asks for that page again (and is refused, and diverts, as measured)
+   * rather than stopping at its cap. */
+  uint64_t peak_wanted;
   uint32_t index; /* in its manager's report */
   char name[32];  /* "pool 3" unless installed with one */
 

@@ -399,6 +399,50 @@ CUBE_TEST(memory_plan_bad_install_on_a_fresh_device) {
   CTS_END(c);
 }
 
+/* A pool the device refused a page while measuring (its page is larger
+ * than the memory limit): its request took an exact-size buffer, and under
+ * the plan it must again, rather than stop at a cap of the nothing it held
+ * (fuzz_memory_plan found the plan failing the workload it was made from). */
+CUBE_TEST(memory_plan_after_a_refused_page) {
+  CTS_REQUIRE_BACKEND();
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.memory_limit = 4u << 20;
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_init(cts_device(0), &o, &c));
+  const uint64_t page = 16u << 20;
+  const uint64_t max_page = cube_client_properties(c)->memory.max_page_size;
+  if (max_page < page) {
+    cube_client_release(c);
+    CUBE_SKIP("pages of at most %llu bytes here", (unsigned long long)max_page);
+  }
+  cube_memory_pools_t pools = {0};
+  pools.pool_count = 1;
+  pools.pools[0].kind = CUBE_POOL_SLICED;
+  pools.pools[0].page_size = page;
+  pools.pools[0].max_alloc_size = page;
+  snprintf(pools.pools[0].name, sizeof(pools.pools[0].name), "big pages");
+  REQUIRE_OK(cube_client_memory_install(c, &pools));
+  uint8_t data[1000];
+  cube_test_fill_random(data, sizeof(data), 8200);
+  REQUIRE_OK(cube_client_memory_measure_begin(c));
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c, data, sizeof(data), &h));
+  CHECK(cts_read_equals(c, h, data, sizeof(data)));
+  cube_handle_release(h);
+  REQUIRE_OK(cube_client_sync(c));
+  cube_memory_pools_t plan = {0};
+  REQUIRE_OK(cube_client_memory_measure_end(c, &plan));
+  REQUIRE(plan.pool_count == 1);
+  CHECK(plan.pools[0].capped);
+  CHECK(plan.pools[0].cap >= page); /* the page it asked for */
+  REQUIRE_OK(cube_client_memory_install(c, &plan));
+  REQUIRE_OK(cube_client_create_from_slice(c, data, sizeof(data), &h));
+  CHECK(cts_read_equals(c, h, data, sizeof(data)));
+  cube_handle_release(h);
+  CTS_END(c);
+}
+
 /* The ledger's device fields add up to what the driver reports used; where
  * the driver reports nothing, cube's own sum stands for it. */
 CUBE_TEST(memory_ledger_adds_up) {
