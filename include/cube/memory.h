@@ -184,7 +184,9 @@ typedef struct cube_pool_config {
                               free one reused within an eighth, given back when the pools
                               grow: docs/observability.md, "Memory that is not wasted") */
   uint64_t max_alloc_size; /* sliced: largest slice (<= page_size); exclusive: largest
-                              request, a multiple of the alignment */
+                              request, a multiple of the alignment (0: a pool that takes
+                              no request, as the default ladder's first; what
+                              cube_client_memory_pools reads installs as it is) */
   uint64_t alignment;      /* of slices in a page; 0: the device's; else a power of two that
                               is a multiple of it */
   uint64_t dealloc_period; /* exclusive: allocations between aging passes x5; 0: never */

@@ -163,9 +163,6 @@ cube_status_t cube_client_memory_install(cube_client_t* c, const cube_memory_poo
     if (q->kind == CUBE_POOL_SLICED && q->max_alloc_size > q->page_size)
       return CUBE_INVALID("%s: pools[%u].max_alloc_size %" PRIu64 " exceeds its page_size %" PRIu64,
                           fn, i, q->max_alloc_size, q->page_size);
-    if (q->kind == CUBE_POOL_EXCLUSIVE && q->max_alloc_size == 0)
-      return CUBE_INVALID("%s: pools[%u].max_alloc_size is 0 (an exclusive pool takes requests "
-                          "up to it)", fn, i);
     if (memchr(q->name, '\0', sizeof(q->name)) == NULL)
       return CUBE_INVALID("%s: pools[%u].name is not NUL-terminated within %zu bytes", fn, i,
                           sizeof(q->name));

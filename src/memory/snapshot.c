@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "memory/memory.h"
 #include "memory/pool_internal.h"
 
@@ -48,7 +49,9 @@ static bool cube__snapshot_allocation(cJSON* allocations, const cube__mm_t* mm, 
             cube__json_num(a, "size", (double)s->size) &&
             cube__json_num(a, "padding", (double)s->padding);
   if (!ok) return false;
-  if (!(tag ? cJSON_AddStringToObject(a, "tag", tag) : cJSON_AddNullToObject(a, "tag")))
+  char text[3 * 64 + 1]; /* tags are the program's bytes: the file is UTF-8 all the same */
+  if (!(tag ? cJSON_AddStringToObject(a, "tag", cube__utf8_text(tag, text, sizeof(text)))
+            : cJSON_AddNullToObject(a, "tag")))
     return false;
   if (m->born_ns && now_ns >= m->born_ns)
     return cube__json_num(a, "age_ns", (double)(now_ns - m->born_ns));
@@ -64,10 +67,11 @@ static bool cube__snapshot_pool(cube__mm_t* mm, cube__pool_t* pool, uint64_t str
   cJSON_AddItemToArray(pools, p);
   uint64_t free_bytes = r.usage.bytes_reserved - r.usage.bytes_in_use - r.usage.bytes_padding;
   double frag = free_bytes ? 1.0 - (double)r.largest_free_block / (double)free_bytes : 0.0;
+  char text[3 * sizeof(pool->name) + 1];
   bool ok = cube__json_num(p, "stream", (double)stream) &&
             cJSON_AddStringToObject(p, "memory", cube__mm_name(mm)) &&
             cube__json_num(p, "index", pool->index) &&
-            cJSON_AddStringToObject(p, "name", pool->name) &&
+            cJSON_AddStringToObject(p, "name", cube__utf8_text(pool->name, text, sizeof(text))) &&
             cJSON_AddStringToObject(p, "kind", cube__snapshot_kind(pool->kind)) &&
             cube__json_num(p, "page_size", (double)r.page_size) &&
             cube__json_num(p, "max_alloc_size", (double)r.max_alloc_size) &&

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "base/utf8.h"
 #include "server/server.h"
 
 #define CUBE__SNAPSHOT_VERSION 1
@@ -82,6 +83,7 @@ static const char* cube__event_kind(uint32_t kind) {
 }
 
 static bool cube__snapshot_events(cube__server_t* s, cJSON* doc, uint64_t now) {
+  char text[3 * 64 + 1]; /* tags are the program's bytes: the file is UTF-8 all the same */
   cube__mem_event_t* ev = NULL;
   uint64_t total = 0;
   uint32_t n = cube__mem_ring_copy(&s->mem_ring, &ev, &total);
@@ -105,7 +107,8 @@ static bool cube__snapshot_events(cube__server_t* s, cJSON* doc, uint64_t now) {
          cJSON_AddNumberToObject(e, "stream", (double)ev[i].stream) &&
          cJSON_AddStringToObject(e, "memory", ev[i].memory ? ev[i].memory : "") &&
          cJSON_AddNumberToObject(e, "pool", ev[i].pool) &&
-         (ev[i].tag ? cJSON_AddStringToObject(e, "tag", ev[i].tag)
+         (ev[i].tag ? cJSON_AddStringToObject(e, "tag", cube__utf8_text(ev[i].tag, text,
+                                                                         sizeof(text)))
                     : cJSON_AddNullToObject(e, "tag")) != NULL;
   }
   free(ev);
@@ -136,6 +139,7 @@ static bool cube__snapshot_ledger(cJSON* doc, const cube_memory_ledger_t* l) {
 /* The document; NULL when host memory ran out. */
 static cJSON* cube__snapshot_build(cube__server_t* s, const cube_memory_ledger_t* ledger) {
   uint64_t now = cube__now_ns();
+  char text[3 * 128 + 1]; /* names and tags as UTF-8 (base/utf8.h) */
   cJSON* doc = cJSON_CreateObject();
   if (!doc) return NULL;
   const char* backend = cube_backend_name(s->id.backend);
@@ -145,7 +149,8 @@ static cJSON* cube__snapshot_build(cube__server_t* s, const cube_memory_ledger_t
             cJSON_AddBoolToObject(doc, "tracking", cube__mem_tracking()) && device &&
             cJSON_AddStringToObject(device, "backend", backend ? backend : "?") &&
             cJSON_AddNumberToObject(device, "index", s->id.index) &&
-            cJSON_AddStringToObject(device, "name", s->props.name) &&
+            cJSON_AddStringToObject(device, "name",
+                                    cube__utf8_text(s->props.name, text, sizeof(text))) &&
             cJSON_AddNumberToObject(doc, "memory_limit", (double)s->memory_limit);
   cJSON* streams = ok ? cJSON_AddArrayToObject(doc, "streams") : NULL;
   cJSON* pools = streams ? cJSON_AddArrayToObject(doc, "pools") : NULL;
@@ -192,7 +197,8 @@ static cJSON* cube__snapshot_build(cube__server_t* s, const cube_memory_ledger_t
       break;
     }
     cJSON_AddItemToArray(by_tag, t);
-    ok = (tags[i].tag ? cJSON_AddStringToObject(t, "tag", tags[i].tag)
+    ok = (tags[i].tag ? cJSON_AddStringToObject(t, "tag",
+                                                cube__utf8_text(tags[i].tag, text, sizeof(text)))
                       : cJSON_AddNullToObject(t, "tag")) &&
          cJSON_AddNumberToObject(t, "bytes", (double)tags[i].bytes) &&
          cJSON_AddNumberToObject(t, "count", (double)tags[i].count);

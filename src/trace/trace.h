@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/utf8.h"
 #include "cube/device.h"
 #include "cube/trace.h"
 
@@ -74,6 +75,7 @@ static inline void cube__trace_copy_name(char* dst, size_t size, const char* src
   size_t n = 0;
   if (src)
     while (n + 1 < size && src[n]) ++n;
+  if (src && src[n]) n = cube__utf8_cut(src, n); /* cut: not inside a character */
   __builtin_memcpy(dst, src ? src : "", n);
   dst[n] = 0;
 }

@@ -69,7 +69,9 @@ static void cube__trace_meta(cJSON* events, const char* what, uint32_t pid, uint
   cJSON_AddStringToObject(m, "ph", "M");
   cJSON_AddNumberToObject(m, "pid", pid);
   cJSON_AddNumberToObject(m, "tid", (double)tid);
-  cJSON_AddItemToObject(cJSON_AddObjectToObject(m, "args"), "name", cJSON_CreateString(name));
+  char text[3 * 64 + 1];
+  cJSON_AddItemToObject(cJSON_AddObjectToObject(m, "args"), "name",
+                        cJSON_CreateString(cube__utf8_text(name, text, sizeof(text))));
   cJSON_AddItemToArray(events, m);
 }
 
@@ -109,7 +111,9 @@ static void cube__trace_args(cJSON* args, const cube__trace_record_t* r) {
     default:
       break;
   }
-  if (r->detail[0]) cJSON_AddStringToObject(args, "detail", r->detail);
+  char text[3 * sizeof(r->detail) + 1];
+  if (r->detail[0])
+    cJSON_AddStringToObject(args, "detail", cube__utf8_text(r->detail, text, sizeof(text)));
 }
 
 static cJSON* cube__trace_doc(const cube__trace_record_t* records, uint64_t count,
@@ -159,7 +163,9 @@ static cJSON* cube__trace_doc(const cube__trace_record_t* records, uint64_t coun
   for (uint64_t i = 0; i < count; ++i) {
     const cube__trace_record_t* r = order[i].r;
     cJSON* e = cJSON_CreateObject();
-    cJSON_AddStringToObject(e, "name", r->name);
+    /* Names are the program's bytes, maybe cut: the file is UTF-8 all the same. */
+    char text[3 * sizeof(r->name) + 1];
+    cJSON_AddStringToObject(e, "name", cube__utf8_text(r->name, text, sizeof(text)));
     cJSON_AddStringToObject(e, "cat",
                             r->kind < CUBE__TRACE_KIND_COUNT ? cube__trace_cat[r->kind] : "?");
     bool instant = r->kind == CUBE__TRACE_OOM;

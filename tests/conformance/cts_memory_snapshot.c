@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cts.h"
+#include "json_file.h"
 
 static uint64_t seed_now(void) { return (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid(); }
 
@@ -440,6 +441,50 @@ CUBE_TEST(memory_plan_after_a_refused_page) {
   REQUIRE_OK(cube_client_create_from_slice(c, data, sizeof(data), &h));
   CHECK(cts_read_equals(c, h, data, sizeof(data)));
   cube_handle_release(h);
+  CTS_END(c);
+}
+
+/* Tags and pool names are the program's bytes; the snapshot is UTF-8 JSON
+ * all the same (a byte that is not UTF-8 reads as U+FFFD; UTF-8 is kept). */
+CUBE_TEST(memory_snapshot_text_is_utf8) {
+  CTS_CLIENT(c);
+  cube_memory_pools_t pools = {0};
+  REQUIRE_OK(cube_client_memory_pools(c, &pools));
+  snprintf(pools.pools[0].name, sizeof(pools.pools[0].name), "\xE6\xB1\xA0 pool");
+  snprintf(pools.pools[1].name, sizeof(pools.pools[1].name), "odd \xC0\xAF");
+  REQUIRE_OK(cube_client_memory_install(c, &pools));
+  cube_handle_t h[2];
+  REQUIRE_OK(cube_memory_tag_push(c, "weights \xFF\xFE"));
+  REQUIRE_OK(cube_client_empty(c, 1000, &h[0]));
+  REQUIRE_OK(cube_memory_tag_pop(c));
+  REQUIRE_OK(cube_memory_tag_push(c, "\xE6\xB8\xA9\xE5\xBA\xA6"));
+  REQUIRE_OK(cube_client_empty(c, 3000, &h[1]));
+  REQUIRE_OK(cube_memory_tag_pop(c));
+  char* text = NULL;
+  REQUIRE_OK(cube_client_memory_snapshot_json(c, &text));
+  size_t bad = 0;
+  CHECK(cube_test_utf8_ok((const unsigned char*)text, strlen(text), &bad));
+  cJSON* doc = cJSON_Parse(text);
+  free(text);
+  REQUIRE(doc != NULL);
+  bool weights = false, cjk = false, pool_cjk = false, pool_odd = false;
+  const cJSON* t;
+  cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(doc, "by_tag")) {
+    const char* tag = cube_test_json_str(t, "tag");
+    weights |= strcmp(tag, "weights \xEF\xBF\xBD\xEF\xBF\xBD") == 0;
+    cjk |= strcmp(tag, "\xE6\xB8\xA9\xE5\xBA\xA6") == 0;
+  }
+  cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(doc, "pools")) {
+    const char* name = cube_test_json_str(t, "name");
+    pool_cjk |= strcmp(name, "\xE6\xB1\xA0 pool") == 0;
+    pool_odd |= strcmp(name, "odd \xEF\xBF\xBD\xEF\xBF\xBD") == 0;
+  }
+  CHECK(weights && cjk);
+  CHECK(pool_cjk && pool_odd);
+  cJSON_Delete(doc);
+  cube_handle_release_array(h, 2);
+  REQUIRE_OK(cube_client_sync(c));
+  CHECK_OK(cube_client_memory_install(c, NULL));
   CTS_END(c);
 }
 

@@ -239,6 +239,46 @@ CUBE_TEST(trace_sessions_and_files) {
   unlink(path);
 }
 
+/* Names are the program's bytes; the file is UTF-8 JSON all the same: a
+ * name cut to its record is cut between characters, a byte that is not
+ * UTF-8 reads as U+FFFD, and UTF-8 names are kept as they are (a long
+ * non-ASCII range name once made a file no strict JSON reader opens). */
+CUBE_TEST(trace_names_are_utf8) {
+  CTS_REQUIRE_BACKEND();
+  char path[512];
+  cts_tmp_path(path, sizeof(path), "trace_utf8.json");
+  unlink(path);
+  REQUIRE_OK(cube_trace_start(path));
+  char long_name[301] = "";
+  for (int i = 0; i < 100; ++i) strcat(long_name, "\xC3\xA9"); /* U+00E9, two bytes */
+  cube_trace_range_push(long_name);
+  cube_trace_range_pop();
+  cube_trace_range_push("bad \xFF byte \xC3");
+  cube_trace_range_pop();
+  cube_trace_range_push("\xE6\xB8\xA9\xE5\xBA\xA6 step"); /* two CJK characters */
+  cube_trace_range_pop();
+  REQUIRE_OK(cube_trace_stop());
+  cJSON* doc = cts_trace_load(path); /* NULL when the file is not UTF-8 */
+  REQUIRE(doc != NULL);
+  const cJSON* events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+  CHECK(cts_trace_find(events, "range", "bad \xEF\xBF\xBD byte \xEF\xBF\xBD", 0, -1) != NULL);
+  CHECK(cts_trace_find(events, "range", "\xE6\xB8\xA9\xE5\xBA\xA6 step", 0, -1) != NULL);
+  /* The long one: whole characters only, as many as its record holds. */
+  int cut = 0;
+  const cJSON* e;
+  cJSON_ArrayForEach(e, events) {
+    const char* n = cts_str(e, "name");
+    if (strncmp(n, "\xC3\xA9\xC3\xA9", 4) != 0) continue;
+    size_t len = strlen(n);
+    CHECK(len % 2 == 0 && len >= 60 && len < 200);
+    CHECK(strncmp(n, long_name, len) == 0);
+    ++cut;
+  }
+  CHECK_EQ_U64(cut, 1);
+  cJSON_Delete(doc);
+  unlink(path);
+}
+
 /* A long kernel's record agrees with a host bracket around its synchronous
  * run: the device time is inside the bracket and most of it. */
 typedef struct cts_slow {
