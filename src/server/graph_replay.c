@@ -283,6 +283,13 @@ static void cube__native_taint_all(cube__stream_t* st, const cube_graph_t* g,
   }
 }
 
+
+/* The replay's scalar substitutes from |first| on (NULL when it has none:
+ * no offset is applied to a null pointer). */
+static inline const cube__graph_scalar_sub_t* cube__replay_scalars(const cube__replay_task_t* r,
+                                                                   size_t first) {
+  return r->scalars ? r->scalars + first : NULL;
+}
 static void cube__replay_list(cube__server_t* s, cube__stream_t* st, const cube__replay_task_t* r) {
   cube_graph_t* g = r->graph;
   _Alignas(64) unsigned char scratch[sizeof(cube__launch_task_t) +
@@ -292,8 +299,8 @@ static void cube__replay_list(cube__server_t* s, cube__stream_t* st, const cube_
   for (size_t i = 0; i < g->node_count; ++i) {
     size_t first = next;
     while (next < r->scalar_count && r->scalars[next].node == i) ++next;
-    cube_status_t status = cube__replay_node(s, st, r->subs, r->scalars + first, next - first,
-                                             &g->nodes[i], i, scratch);
+    cube_status_t status = cube__replay_node(s, st, r->subs, cube__replay_scalars(r, first),
+                                             next - first, &g->nodes[i], i, scratch);
     if (status) cube__replay_node_error(st, g, i, status);
   }
 }
@@ -374,8 +381,8 @@ static cube_status_t cube__graph_native_build(cube__server_t* s, cube_graph_t* g
   for (size_t i = 0; !st && i < n; ++i) {
     size_t first = next;
     while (next < r->scalar_count && r->scalars[next].node == i) ++next;
-    cube__graph_node_desc(g, i, r->scalars + first, next - first, args + i * CUBE_MAX_KERNEL_ARGS,
-                          &descs[i]);
+    cube__graph_node_desc(g, i, cube__replay_scalars(r, first), next - first,
+                          args + i * CUBE_MAX_KERNEL_ARGS, &descs[i]);
     if (next > first) {
       g->scalar_dirty[i] = true;
       g->dirty_count++;
@@ -482,7 +489,7 @@ static bool cube__replay_native(cube__server_t* s, cube__stream_t* st,
       if (!upd) continue;
       cube__launch_arg_t args[CUBE_MAX_KERNEL_ARGS];
       cube__graph_node_desc_t d;
-      cube__graph_node_desc(g, i, r->scalars + first, next - first, args, &d);
+      cube__graph_node_desc(g, i, cube__replay_scalars(r, first), next - first, args, &d);
       status = cube__backend_graph_update(&s->be, g->native, i, &d);
       bool dirty = next > first;
       if (dirty != g->scalar_dirty[i]) {
