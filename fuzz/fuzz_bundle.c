@@ -37,13 +37,7 @@
 #include "fuzz_input.h"
 #include "kernel/cache.h"
 
-#define CHECK(cond)                                                                        \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      fprintf(stderr, "fuzz_bundle: check failed at line %d: %s\n", __LINE__, #cond);      \
-      abort();                                                                             \
-    }                                                                                      \
-  } while (0)
+#define CHECK(cond) FZ_CHECK(cond)
 
 #define MAX_FILE (256 * 1024)
 #define MAX_ENTRIES 8
@@ -52,63 +46,14 @@ static char g_dir[PATH_MAX];
 static char g_cache[PATH_MAX];
 static char g_file[PATH_MAX];
 
-static void rm_tree(const char* path) {
-  DIR* d = opendir(path);
-  if (d) {
-    struct dirent* e;
-    while ((e = readdir(d))) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char p[PATH_MAX];
-      snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
-      struct stat st;
-      if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-        rm_tree(p);
-      else
-        unlink(p);
-    }
-    closedir(d);
-  }
-  rmdir(path);
-}
-
 static void cleanup_dir(void) {
-  if (g_dir[0]) rm_tree(g_dir);
-}
-
-/* Files under |path| (recursively). */
-static unsigned count_files(const char* path) {
-  unsigned n = 0;
-  DIR* d = opendir(path);
-  if (!d) return 0;
-  struct dirent* e;
-  while ((e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    char p[PATH_MAX];
-    snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
-    struct stat st;
-    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-      n += count_files(p);
-    else
-      ++n;
-  }
-  closedir(d);
-  return n;
+  if (g_dir[0]) fz_rm_tree(g_dir);
 }
 
 int LLVMFuzzerInitialize(int* argc, char*** argv) {
   (void)argc;
   (void)argv;
-  const char* tmp = getenv("TMPDIR");
-  struct stat shm;
-  if (!tmp || !*tmp)
-    tmp = stat("/dev/shm", &shm) == 0 && S_ISDIR(shm.st_mode) && access("/dev/shm", W_OK) == 0
-              ? "/dev/shm"
-              : "/tmp";
-  snprintf(g_dir, sizeof(g_dir), "%s/cube-fuzz-bundle-XXXXXX", tmp);
-  if (!mkdtemp(g_dir)) {
-    perror("fuzz_bundle: mkdtemp");
-    abort();
-  }
+  fz_private_dir("cube-fuzz-bundle", g_dir, sizeof(g_dir));
   atexit(cleanup_dir);
   snprintf(g_cache, sizeof(g_cache), "%s/cache", g_dir);
   snprintf(g_file, sizeof(g_file), "%s/in.bundle", g_dir);
@@ -250,17 +195,17 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (mode == 0 && (b.n < 8 || memcmp(b.p, "CUBEBNDL", 8) != 0)) CHECK(st != CUBE_OK);
 
-  rm_tree(g_cache);
+  fz_rm_tree(g_cache);
   st = cube__bundle_import(g_file, "fuzzdev", &head);
   if (verbose)
     fprintf(stderr, "  import: %s (%u files)\n", st ? cube_status_message(st) : "ok",
-            count_files(g_cache));
+            fz_tree(g_cache, false));
   if (st) {
     CHECK(cube_status_message(st)[0] != '\0');
     cube_status_free(st);
     CHECK(!intact);
     /* All or none: nothing of a failed import stays. */
-    CHECK(count_files(g_cache) == 0);
+    CHECK(fz_tree(g_cache, false) == 0);
   } else if (intact) {
     for (unsigned i = 0; i < built; ++i) {
       bool later = false;

@@ -35,45 +35,14 @@
 static char g_dir[PATH_MAX];
 static char g_sub[PATH_MAX];
 
-static void rm_tree(const char* path) {
-  DIR* d = opendir(path);
-  if (d) {
-    struct dirent* e;
-    while ((e = readdir(d))) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char p[PATH_MAX];
-      snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
-      struct stat st;
-      if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-        rm_tree(p);
-      else
-        unlink(p);
-    }
-    closedir(d);
-  }
-  rmdir(path);
-}
-
 static void cleanup_dir(void) {
-  if (g_dir[0]) rm_tree(g_dir);
+  if (g_dir[0]) fz_rm_tree(g_dir);
 }
 
 int LLVMFuzzerInitialize(int* argc, char*** argv) {
   (void)argc;
   (void)argv;
-  /* TMPDIR, else /dev/shm (the store fsyncs: a RAM file system keeps that
-   * cheap), else /tmp. */
-  const char* tmp = getenv("TMPDIR");
-  struct stat shm;
-  if (!tmp || !*tmp)
-    tmp = stat("/dev/shm", &shm) == 0 && S_ISDIR(shm.st_mode) && access("/dev/shm", W_OK) == 0
-              ? "/dev/shm"
-              : "/tmp";
-  snprintf(g_dir, sizeof(g_dir), "%s/cube-fuzz-cache-XXXXXX", tmp);
-  if (!mkdtemp(g_dir)) {
-    perror("fuzz_cache_entry: mkdtemp");
-    abort();
-  }
+  fz_private_dir("cube-fuzz-cache", g_dir, sizeof(g_dir));
   snprintf(g_sub, sizeof(g_sub), "%s/v2", g_dir);
   if (mkdir(g_sub, 0700) != 0) {
     perror("fuzz_cache_entry: mkdir");

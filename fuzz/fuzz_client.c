@@ -70,14 +70,8 @@ static void at_exit(void) {
 
 static void init_once(void) {
   if (g_client) return;
-  cube_server_options_t o;
-  cube_server_options_initialize(&o);
-  const char* threaded = getenv("CUBE_FUZZ_THREADED");
-  o.queue_mode = threaded && *threaded == '1' ? CUBE_QUEUE_THREADED : CUBE_QUEUE_INLINE;
-  o.memory_limit = MEMORY_LIMIT;
-  cube_device_id_t dev = {CUBE_BACKEND_CPU, 0};
-  cube_status_t st = cube_client_init(dev, &o, &g_client);
-  FZ_ASSERT(st == CUBE_OK, "cube_client_init: %s", cube_status_message(st));
+  g_client = fz_cpu_client(0, MEMORY_LIMIT);
+  cube_status_t st;
   static const cube_arg_kind_t fill_kinds[] = {CUBE_ARG_BUFFER, CUBE_ARG_U32, CUBE_ARG_U32};
   cube_kernel_desc_t d;
   memset(&d, 0, sizeof(d));

@@ -25,14 +25,7 @@
 #include "fuzz_input.h"
 #include "kernel/dialect.h"
 
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "fuzz_dialect: check failed at line %d: %s\n", __LINE__, \
-              #cond);                                                          \
-      abort();                                                                 \
-    }                                                                          \
-  } while (0)
+#define CHECK(cond) FZ_CHECK(cond)
 
 /* The identifier after the first "CUBE_KERNEL(" of |src| (spaces skipped),
  * at most |size| - 1 characters; "k" when there is none. */

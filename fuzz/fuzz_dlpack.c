@@ -30,13 +30,7 @@
 #include "cube/dlpack_types.h"
 #include "fuzz_input.h"
 
-#define CHECK(cond)                                                                   \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      fprintf(stderr, "fuzz_dlpack: check failed at line %d: %s\n", __LINE__, #cond); \
-      abort();                                                                        \
-    }                                                                                 \
-  } while (0)
+#define CHECK(cond) FZ_CHECK(cond)
 
 typedef unsigned __int128 u128;
 typedef __int128 i128;
@@ -56,15 +50,7 @@ static void at_exit(void) {
 
 static void init_once(void) {
   if (g_client) return;
-  cube_server_options_t o;
-  cube_server_options_initialize(&o);
-  o.queue_mode = CUBE_QUEUE_INLINE;
-  o.memory_limit = 64ull << 20;
-  cube_status_t st = cube_client_init((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &o, &g_client);
-  if (st) {
-    fprintf(stderr, "fuzz_dlpack: cube_client_init: %s\n", cube_status_message(st));
-    abort();
-  }
+  g_client = fz_cpu_client(0, 64ull << 20);
   if (posix_memalign((void**)&g_host, 64, HOST_BYTES + 64) != 0) abort();
   for (size_t i = 0; i < HOST_BYTES + 64; ++i) g_host[i] = (unsigned char)(i * 131 + 7);
   atexit(at_exit);

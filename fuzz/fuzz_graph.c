@@ -24,26 +24,11 @@
 
 #include "cube/cube.h"
 #include "fuzz_input.h"
+#include "fuzz_views.h"
 
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      fprintf(stderr, "fuzz_graph: check failed at line %d: %s\n", __LINE__, #cond); \
-      abort();                                                                       \
-    }                                                                                \
-  } while (0)
+#define CHECK(cond) FZ_CHECK(cond)
+#define CHECK_OK(expr) FZ_CHECK_OK(expr)
 
-#define CHECK_OK(expr)                                                                         \
-  do {                                                                                         \
-    cube_status_t st_ = (expr);                                                                \
-    if (st_) {                                                                                 \
-      fprintf(stderr, "fuzz_graph: line %d: %s: %s\n", __LINE__, #expr,                        \
-              cube_status_message(st_));                                                       \
-      abort();                                                                                 \
-    }                                                                                          \
-  } while (0)
-
-#define ELEMS 256u
 #define MAX_VIEWS 12
 #define MAX_NODES 12
 
@@ -51,17 +36,6 @@ static cube_client_t* g_client;
 static cube_kernel_t* g_kernel;
 /* FUZZ_VERBOSE=1: what the inputs did, at exit. */
 static unsigned long g_replays, g_refused, g_nodes, g_graphs;
-
-static int step_kernel(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
-  if (n != 3) return 2;
-  uint32_t* dst = args[0].buffer.data;
-  const uint32_t* src = args[1].buffer.data;
-  uint64_t len = args[0].buffer.len / 4;
-  uint64_t cubes = (uint64_t)cube->cube_count[0];
-  uint64_t lo = cube->cube_pos[0] * len / cubes, hi = (cube->cube_pos[0] + 1) * len / cubes;
-  for (uint64_t i = lo; i < hi; ++i) dst[i] = dst[i] * 3u + src[i] + args[2].u32;
-  return 0;
-}
 
 static void at_exit(void) {
   if (getenv("FUZZ_VERBOSE"))
@@ -75,30 +49,12 @@ static void at_exit(void) {
 
 static void init_once(void) {
   if (g_client) return;
-  cube_server_options_t o;
-  cube_server_options_initialize(&o);
-  o.queue_mode = getenv("CUBE_FUZZ_THREADED") ? CUBE_QUEUE_THREADED : CUBE_QUEUE_INLINE;
-  CHECK_OK(cube_client_init((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &o, &g_client));
-  static const cube_arg_kind_t kinds[] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_U32};
-  cube_kernel_desc_t d;
-  memset(&d, 0, sizeof d);
-  d.name = "fuzz_graph_step";
-  d.cube_dim = (cube_dim_t){1, 1, 1};
-  d.arg_kinds = kinds;
-  d.arg_count = 3;
-  d.read_only_args = 2; /* src */
-  d.cpu_fn = step_kernel;
-  CHECK_OK(cube_kernel_create(&d, &g_kernel));
+  g_client = fz_cpu_client(0, 0);
+  g_kernel = fv_kernel_create("fuzz_graph_step");
   atexit(at_exit);
 }
 
-/* The model ------------------------------------------------------------------ */
-
-typedef struct view {
-  uint32_t base, start, len; /* in elements */
-  cube_handle_t h;
-  bool live;
-} view_t;
+/* The recorded nodes ----------------------------------------------------------- */
 
 typedef enum { N_LAUNCH, N_WRITE, N_COPY } node_kind_t;
 
@@ -109,72 +65,15 @@ typedef struct node {
   uint32_t data[64]; /* a write's data */
 } node_t;
 
-static uint32_t model[2][ELEMS];
-static view_t views[MAX_VIEWS];
+static fv_view_t views[MAX_VIEWS];
 static uint32_t nviews;
-
-static bool overlap(const view_t* x, const view_t* y) {
-  return x->base == y->base && x->start < y->start + y->len && y->start < x->start + x->len;
-}
-static bool same(const view_t* x, const view_t* y) {
-  return x->base == y->base && x->start == y->start && x->len == y->len;
-}
-static uint32_t* at(const view_t* v) { return &model[v->base][v->start]; }
-
-static void model_launch(const view_t* dst, const view_t* src, uint32_t k) {
-  uint32_t tmp[64];
-  memcpy(tmp, at(src), dst->len * 4); /* src is dst or apart from it */
-  uint32_t* d = at(dst);
-  for (uint32_t i = 0; i < dst->len; ++i) d[i] = d[i] * 3u + tmp[i] + k;
-}
-
-static void check_buffers(const cube_handle_t base[2]) {
-  cube_bytes_t* out[2] = {NULL, NULL};
-  CHECK_OK(cube_client_read(g_client, 2, base, out));
-  for (int b = 0; b < 2; ++b) {
-    CHECK(cube_bytes_size(out[b]) == ELEMS * 4);
-    if (memcmp(cube_bytes_const_data(out[b]), model[b], ELEMS * 4) != 0) {
-      const uint32_t* got = cube_bytes_const_data(out[b]);
-      for (uint32_t i = 0; i < ELEMS; ++i)
-        if (got[i] != model[b][i]) {
-          fprintf(stderr, "fuzz_graph: buffer %d element %u is %u, the model says %u\n", b, i,
-                  got[i], model[b][i]);
-          break;
-        }
-      abort();
-    }
-    cube_bytes_release(out[b]);
-  }
-}
-
-static cube_status_t launch(const view_t* dst, const view_t* src, uint32_t k) {
-  cube_arg_t args[3] = {{.kind = CUBE_ARG_BUFFER, .v.buffer = dst->h},
-                        {.kind = CUBE_ARG_BUFFER, .v.buffer = src->h},
-                        {.kind = CUBE_ARG_U32, .v.u32 = k}};
-  return cube_client_launch(g_client, g_kernel, cube_count_static(1 + k % 3, 1, 1), 3, args);
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   init_once();
   fz_t in = fz_make(data, size);
   cube_handle_t base[2];
-  for (int b = 0; b < 2; ++b) {
-    for (uint32_t i = 0; i < ELEMS; ++i) model[b][i] = (uint32_t)(i * 2654435761u + (uint32_t)b);
-    CHECK_OK(cube_client_create_from_slice(g_client, model[b], ELEMS * 4, &base[b]));
-  }
-  /* Views. */
   nviews = 2 + fz_u8(&in) % (MAX_VIEWS - 1);
-  for (uint32_t v = 0; v < nviews; ++v) {
-    uint8_t x = fz_u8(&in);
-    views[v].base = x & 1;
-    views[v].len = 16u << ((x >> 1) % 3);
-    views[v].start = ((uint32_t)(x >> 3) * 16u) % (ELEMS - views[v].len + 16) / 16 * 16;
-    if (views[v].start + views[v].len > ELEMS) views[v].start = ELEMS - views[v].len;
-    CHECK_OK(cube_handle_offset_view(base[views[v].base], (uint64_t)views[v].start * 4,
-                                     (uint64_t)(ELEMS - views[v].start - views[v].len) * 4,
-                                     &views[v].h));
-    views[v].live = true;
-  }
+  fv_setup(g_client, &in, base, views, nviews);
 
   /* The capture: nodes that are valid as eager calls; the model does not
    * run them (a capture runs nothing). */
@@ -189,14 +88,15 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     n->a = fz_u8(&in) % nviews;
     n->b = fz_u8(&in) % nviews;
     n->k = fz_u8(&in);
-    const view_t *va = &views[n->a], *vb = &views[n->b];
+    const fv_view_t *va = &views[n->a], *vb = &views[n->b];
     if (n->kind == N_WRITE) {
       for (uint32_t i = 0; i < va->len; ++i) n->data[i] = n->k * 7919u + i;
       CHECK_OK(cube_client_write(g_client, va->h, n->data, va->len * 4));
-    } else if (va->len != vb->len || (overlap(va, vb) && !(n->kind == N_LAUNCH && same(va, vb)))) {
+    } else if (n->kind == N_LAUNCH ? !fv_launchable(va, vb)
+                                   : va->len != vb->len || fv_overlap(va, vb)) {
       continue; /* not a node this harness records */
     } else if (n->kind == N_LAUNCH) {
-      CHECK_OK(launch(va, vb, n->k));
+      CHECK_OK(fv_launch(g_client, g_kernel, va, vb, n->k));
     } else {
       CHECK_OK(cube_client_copy(g_client, va->h, vb->h));
     }
@@ -217,14 +117,14 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t distinct = 0;
   for (uint32_t v = 0; v < nviews; ++v) {
     bool first = true;
-    for (uint32_t w = 0; w < v; ++w) first &= !(used[w] && same(&views[w], &views[v]));
+    for (uint32_t w = 0; w < v; ++w) first &= !(used[w] && fv_same(&views[w], &views[v]));
     if (used[v] && first) ++distinct;
     cube_status_t st = cube_graph_slot_of(g, g_client, views[v].h, &slot_of[v]);
     if (used[v]) {
       CHECK(st == CUBE_OK);
     } else {
       bool alias = false; /* the same view as a used one */
-      for (uint32_t w = 0; w < nviews; ++w) alias |= used[w] && same(&views[w], &views[v]);
+      for (uint32_t w = 0; w < nviews; ++w) alias |= used[w] && fv_same(&views[w], &views[v]);
       CHECK(alias ? st == CUBE_OK : cube_status_code(st) == CUBE_STATUS_NOT_FOUND);
       if (st) slot_of[v] = UINT32_MAX;
       cube_status_free(st);
@@ -281,9 +181,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     bool copy_overlap = false, racy = false;
     for (uint32_t i = 0; i < nnodes; ++i) {
       if (nodes[i].kind == N_WRITE) continue;
-      const view_t *x = &views[as[nodes[i].a]], *y = &views[as[nodes[i].b]];
-      if (nodes[i].kind == N_COPY) copy_overlap |= overlap(x, y) && !same(x, y);
-      if (nodes[i].kind == N_LAUNCH) racy |= overlap(x, y) && !same(x, y);
+      const fv_view_t *x = &views[as[nodes[i].a]], *y = &views[as[nodes[i].b]];
+      if (nodes[i].kind == N_COPY) copy_overlap |= fv_overlap(x, y) && !fv_same(x, y);
+      if (nodes[i].kind == N_LAUNCH) racy |= !fv_launchable(x, y);
     }
     if (racy) continue; /* a kernel over views that partly overlap: no model */
     cube_status_t st = cube_client_replay_with(g_client, g, nbind, bind, nsc, sc);
@@ -301,10 +201,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       g_replays++;
       for (uint32_t i = 0; i < nnodes; ++i) {
         const node_t* n = &nodes[i];
-        const view_t *x = &views[as[n->a]], *y = &views[as[n->b]];
-        if (n->kind == N_WRITE) memcpy(at(x), n->data, x->len * 4);
-        if (n->kind == N_LAUNCH) model_launch(x, y, ks[i]);
-        if (n->kind == N_COPY && !same(x, y)) memcpy(at(y), at(x), x->len * 4);
+        const fv_view_t *x = &views[as[n->a]], *y = &views[as[n->b]];
+        if (n->kind == N_WRITE) memcpy(fv_at(x), n->data, x->len * 4);
+        if (n->kind == N_LAUNCH) fv_model_launch(x, y, ks[i]);
+        if (n->kind == N_COPY && !fv_same(x, y)) memcpy(fv_at(y), fv_at(x), x->len * 4);
       }
     }
     cube_status_free(st);
@@ -313,8 +213,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if ((between & 3) == 1) {
       uint32_t v = fz_u8(&in) % nviews;
       if (views[v].live) {
-        CHECK_OK(launch(&views[v], &views[v], between));
-        model_launch(&views[v], &views[v], between);
+        CHECK_OK(fv_launch(g_client, g_kernel, &views[v], &views[v], between));
+        fv_model_launch(&views[v], &views[v], between);
       }
     } else if ((between & 3) == 2) {
       uint32_t v = fz_u8(&in) % nviews;
@@ -323,14 +223,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         views[v].live = false;
       }
     }
-    if (between & 4) check_buffers(base);
+    if (between & 4) fv_check(g_client, base, "fuzz_graph");
   }
-  check_buffers(base);
+  fv_check(g_client, base, "fuzz_graph");
   cube_graph_release(g);
-  for (uint32_t v = 0; v < nviews; ++v)
-    if (views[v].live) cube_handle_release(views[v].h);
-  cube_handle_release(base[0]);
-  cube_handle_release(base[1]);
-  CHECK_OK(cube_client_sync(g_client));
+  fv_teardown(g_client, base, views, nviews);
   return 0;
 }

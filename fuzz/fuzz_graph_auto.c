@@ -21,26 +21,11 @@
 
 #include "cube/cube.h"
 #include "fuzz_input.h"
+#include "fuzz_views.h"
 
-#define CHECK(cond)                                                                       \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
-      fprintf(stderr, "fuzz_graph_auto: check failed at line %d: %s\n", __LINE__, #cond); \
-      abort();                                                                            \
-    }                                                                                     \
-  } while (0)
+#define CHECK(cond) FZ_CHECK(cond)
+#define CHECK_OK(expr) FZ_CHECK_OK(expr)
 
-#define CHECK_OK(expr)                                                                         \
-  do {                                                                                         \
-    cube_status_t st_ = (expr);                                                                \
-    if (st_) {                                                                                 \
-      fprintf(stderr, "fuzz_graph_auto: line %d: %s: %s\n", __LINE__, #expr,                   \
-              cube_status_message(st_));                                                       \
-      abort();                                                                                 \
-    }                                                                                          \
-  } while (0)
-
-#define ELEMS 256u
 #define MAX_VIEWS 10
 #define MAX_STEP 5
 #define MAX_ROUNDS 14
@@ -48,17 +33,6 @@
 static cube_client_t* g_clients[3]; /* by warm-up - 1 */
 static cube_kernel_t* g_kernel;
 static unsigned long g_rounds, g_replayed, g_fallbacks;
-
-static int step_kernel(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
-  if (n != 3) return 2;
-  uint32_t* dst = args[0].buffer.data;
-  const uint32_t* src = args[1].buffer.data;
-  uint64_t len = args[0].buffer.len / 4;
-  uint64_t cubes = (uint64_t)cube->cube_count[0];
-  uint64_t lo = cube->cube_pos[0] * len / cubes, hi = (cube->cube_pos[0] + 1) * len / cubes;
-  for (uint64_t i = lo; i < hi; ++i) dst[i] = dst[i] * 3u + src[i] + args[2].u32;
-  return 0;
-}
 
 static void at_exit(void) {
   if (getenv("FUZZ_VERBOSE"))
@@ -93,51 +67,13 @@ static void init_once(void) {
     }
   }
   CHECK(g_clients[0] != NULL);
-  static const cube_arg_kind_t kinds[] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_U32};
-  cube_kernel_desc_t d;
-  memset(&d, 0, sizeof d);
-  d.name = "fuzz_auto_step";
-  d.cube_dim = (cube_dim_t){1, 1, 1};
-  d.arg_kinds = kinds;
-  d.arg_count = 3;
-  d.read_only_args = 2;
-  d.cpu_fn = step_kernel;
-  CHECK_OK(cube_kernel_create(&d, &g_kernel));
+  g_kernel = fv_kernel_create("fuzz_auto_step");
   atexit(at_exit);
-}
-
-typedef struct view {
-  uint32_t base, start, len;
-  cube_handle_t h;
-} view_t;
-
-static uint32_t model[2][ELEMS];
-
-static bool overlap(const view_t* x, const view_t* y) {
-  return x->base == y->base && x->start < y->start + y->len && y->start < x->start + x->len;
-}
-static bool same(const view_t* x, const view_t* y) {
-  return x->base == y->base && x->start == y->start && x->len == y->len;
 }
 
 typedef struct launch {
   uint32_t dst, src, k;
 } launch_t;
-
-static void check_buffers(cube_client_t* c, const cube_handle_t base[2]) {
-  cube_bytes_t* out[2] = {NULL, NULL};
-  CHECK_OK(cube_client_read(c, 2, base, out));
-  for (int b = 0; b < 2; ++b) {
-    const uint32_t* got = cube_bytes_const_data(out[b]);
-    for (uint32_t i = 0; i < ELEMS; ++i)
-      if (got[i] != model[b][i]) {
-        fprintf(stderr, "fuzz_graph_auto: buffer %d element %u is %u, eagerly %u\n", b, i,
-                got[i], model[b][i]);
-        abort();
-      }
-    cube_bytes_release(out[b]);
-  }
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   init_once();
@@ -145,30 +81,16 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cube_client_t* c = g_clients[fz_u8(&in) % 3];
   if (!c) c = g_clients[0];
   cube_handle_t base[2];
-  for (int b = 0; b < 2; ++b) {
-    for (uint32_t i = 0; i < ELEMS; ++i) model[b][i] = (uint32_t)(i * 2246822519u + (uint32_t)b);
-    CHECK_OK(cube_client_create_from_slice(c, model[b], ELEMS * 4, &base[b]));
-  }
-  view_t views[MAX_VIEWS];
+  fv_view_t views[MAX_VIEWS];
   const uint32_t nviews = 2 + fz_u8(&in) % (MAX_VIEWS - 1);
-  for (uint32_t v = 0; v < nviews; ++v) {
-    uint8_t x = fz_u8(&in);
-    views[v].base = x & 1;
-    views[v].len = 16u << ((x >> 1) % 3);
-    views[v].start = ((uint32_t)(x >> 3) * 16u) % (ELEMS - views[v].len + 16);
-    if (views[v].start + views[v].len > ELEMS) views[v].start = ELEMS - views[v].len;
-    CHECK_OK(cube_handle_offset_view(base[views[v].base], (uint64_t)views[v].start * 4,
-                                     (uint64_t)(ELEMS - views[v].start - views[v].len) * 4,
-                                     &views[v].h));
-  }
+  fv_setup(c, &in, base, views, nviews);
   /* The step. */
   launch_t step[MAX_STEP];
   uint32_t nstep = 0;
   const uint32_t want = 1 + fz_u8(&in) % MAX_STEP;
   for (uint32_t t = 0; t < want * 2 && nstep < want; ++t) {
     launch_t l = {fz_u8(&in) % nviews, fz_u8(&in) % nviews, fz_u8(&in)};
-    const view_t *d = &views[l.dst], *s = &views[l.src];
-    if (d->len != s->len || (overlap(d, s) && !same(d, s))) continue;
+    if (!fv_launchable(&views[l.dst], &views[l.src])) continue;
     step[nstep++] = l;
   }
   cube_graph_auto_stats_t last;
@@ -209,36 +131,29 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     /* Launches whose views now partly overlap have no eager model: the
      * round runs as it was instead. */
     for (uint32_t i = 0; i < nrun; ++i) {
-      const view_t *d = &views[as[run[i].dst]], *s = &views[as[run[i].src]];
-      if (overlap(d, s) && !same(d, s)) {
+      if (!fv_launchable(&views[as[run[i].dst]], &views[as[run[i].src]])) {
         for (uint32_t v = 0; v < nviews; ++v) as[v] = v;
         break;
       }
     }
     for (uint32_t i = 0; i < nrun; ++i) {
-      const view_t *d = &views[as[run[i].dst]], *s = &views[as[run[i].src]];
-      cube_arg_t args[3] = {{.kind = CUBE_ARG_BUFFER, .v.buffer = d->h},
-                            {.kind = CUBE_ARG_BUFFER, .v.buffer = s->h},
-                            {.kind = CUBE_ARG_U32, .v.u32 = run[i].k}};
-      CHECK_OK(cube_client_launch(c, g_kernel, cube_count_static(1 + run[i].k % 3, 1, 1), 3, args));
-      uint32_t tmp[64];
-      memcpy(tmp, &model[s->base][s->start], d->len * 4);
-      uint32_t* dst = &model[d->base][d->start];
-      for (uint32_t e = 0; e < d->len; ++e) dst[e] = dst[e] * 3u + tmp[e] + run[i].k;
+      const fv_view_t *d = &views[as[run[i].dst]], *s = &views[as[run[i].src]];
+      CHECK_OK(fv_launch(c, g_kernel, d, s, run[i].k));
+      fv_model_launch(d, s, run[i].k);
     }
     g_rounds++;
     /* A boundary. */
     uint8_t b = fz_u8(&in);
     switch (b % 5) {
       case 0:
-        check_buffers(c, base);
+        fv_check(c, base, "fuzz_graph_auto");
         break;
       case 1: {
-        const view_t* v = &views[fz_u8(&in) % nviews];
+        const fv_view_t* v = &views[fz_u8(&in) % nviews];
         uint32_t w[64];
         for (uint32_t e = 0; e < v->len; ++e) w[e] = b * 40503u + e;
         CHECK_OK(cube_client_write(c, v->h, w, v->len * 4));
-        memcpy(&model[v->base][v->start], w, v->len * 4);
+        memcpy(fv_at(v), w, v->len * 4);
         break;
       }
       case 2:
@@ -264,10 +179,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     g_fallbacks += now.fallbacks - last.fallbacks;
     last = now;
   }
-  check_buffers(c, base);
-  for (uint32_t v = 0; v < nviews; ++v) cube_handle_release(views[v].h);
-  cube_handle_release(base[0]);
-  cube_handle_release(base[1]);
-  CHECK_OK(cube_client_sync(c));
+  fv_check(c, base, "fuzz_graph_auto");
+  fv_teardown(c, base, views, nviews);
   return 0;
 }

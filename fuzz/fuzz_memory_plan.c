@@ -28,23 +28,8 @@
 #include "cube/cube.h"
 #include "fuzz_input.h"
 
-#define CHECK(cond)                                                                        \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      fprintf(stderr, "fuzz_memory_plan: check failed at line %d: %s\n", __LINE__, #cond); \
-      abort();                                                                             \
-    }                                                                                      \
-  } while (0)
-
-#define CHECK_OK(expr)                                                                     \
-  do {                                                                                     \
-    cube_status_t st_ = (expr);                                                            \
-    if (st_) {                                                                             \
-      fprintf(stderr, "fuzz_memory_plan: line %d: %s: %s\n", __LINE__, #expr,              \
-              cube_status_message(st_));                                                   \
-      abort();                                                                             \
-    }                                                                                      \
-  } while (0)
+#define CHECK(cond) FZ_CHECK(cond)
+#define CHECK_OK(expr) FZ_CHECK_OK(expr)
 
 #define MAX_OPS 48
 #define MAX_LIVE 32
@@ -63,15 +48,7 @@ static void at_exit(void) {
 
 static void init_once(void) {
   if (g_client) return;
-  cube_server_options_t o;
-  cube_server_options_initialize(&o);
-  o.queue_mode = CUBE_QUEUE_INLINE;
-  o.memory_limit = MEMORY_LIMIT;
-  cube_status_t st = cube_client_init((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &o, &g_client);
-  if (st) {
-    fprintf(stderr, "fuzz_memory_plan: cube_client_init: %s\n", cube_status_message(st));
-    abort();
-  }
+  g_client = fz_cpu_client(0, MEMORY_LIMIT);
   g_pattern = malloc(KNOWN_MAX);
   if (!g_pattern) abort();
   for (uint32_t i = 0; i < KNOWN_MAX; ++i) g_pattern[i] = (uint8_t)(i * 2654435761u >> 13);

@@ -213,14 +213,19 @@ CUBE_TEST(memory_snapshot_schema_totals_and_tags) {
   CTS_END(c);
 }
 
+/* A client of the backend's device 0 whose memory is limited to |limit|. */
+static cube_status_t limited_client(uint64_t limit, cube_client_t** out) {
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.memory_limit = limit;
+  return cube_client_init(cts_device(0), &o, out);
+}
+
 /* Out of memory under a memory limit names the largest holder by tag. */
 CUBE_TEST(memory_oom_names_the_top_tag) {
   CTS_REQUIRE_BACKEND();
-  cube_server_options_t o;
-  cube_server_options_initialize(&o);
-  o.memory_limit = 64ull << 20;
   cube_client_t* c = NULL;
-  REQUIRE_OK(cube_client_init(cts_device(0), &o, &c));
+  REQUIRE_OK(limited_client(64ull << 20, &c));
   /* One page big enough for everything, so that only the limit stops us. */
   cube_memory_pools_t pools = {0};
   pools.pool_count = 1;
@@ -406,11 +411,8 @@ CUBE_TEST(memory_plan_bad_install_on_a_fresh_device) {
  * (fuzz_memory_plan found the plan failing the workload it was made from). */
 CUBE_TEST(memory_plan_after_a_refused_page) {
   CTS_REQUIRE_BACKEND();
-  cube_server_options_t o;
-  cube_server_options_initialize(&o);
-  o.memory_limit = 4u << 20;
   cube_client_t* c = NULL;
-  REQUIRE_OK(cube_client_init(cts_device(0), &o, &c));
+  REQUIRE_OK(limited_client(4u << 20, &c));
   const uint64_t page = 16u << 20;
   const uint64_t max_page = cube_client_properties(c)->memory.max_page_size;
   if (max_page < page) {
