@@ -10,14 +10,17 @@
  * ids, release (checked), offset views, launches of a native fill kernel
  * (static and dynamic counts, wrong argument lists, failing runs), strided
  * tensor reads with fuzzed shapes and strides, tensors created from slices,
- * flush / sync / usage / cleanup / allocation mode. Every handle is released
+ * flush / sync / usage / cleanup / allocation mode, restorable buffers
+ * (create_restorable, checkpoint, read_restorable). Every handle is released
  * at the end of the input.
  *
  * Checked: every call returns a status (no crash, no sanitizer report);
  * bad input (size 0, released or random handles, unreadable strides) is
  * refused; reads of valid handles return what the model says was written
- * (uploads, kernel fills, through views and sub-ranges); handle sizes and
- * offsets agree with the model. */
+ * (uploads, kernel fills, through views and sub-ranges); a restorable
+ * buffer's host copy reads back what it held at its last checkpoint (or its
+ * upload), a buffer never made restorable is FAILED_PRECONDITION; handle
+ * sizes and offsets agree with the model. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +62,11 @@ static int scalar_kernel(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args
   return n == 1 && args[0].u64 == 0xDEAD ? 1 : 0;
 }
 
+static unsigned long g_restorable_reads; /* compared with the model (FUZZ_VERBOSE) */
+
 static void at_exit(void) {
+  if (getenv("FUZZ_VERBOSE"))
+    fprintf(stderr, "fuzz_client: %lu reads of restorable copies compared\n", g_restorable_reads);
   cube_kernel_release(g_fill);
   cube_kernel_release(g_scalar);
   cube_client_release(g_client);
@@ -95,11 +102,16 @@ static void init_once(void) {
 
 /* Model ---------------------------------------------------------------------- */
 
+
 typedef struct buf {
   unsigned refs; /* handles of the model on this buffer */
   size_t size;
   uint8_t* bytes;
   uint8_t* known; /* 1 where |bytes| is what the device holds */
+  /* Restorable (cube_client_checkpoint, cube_client_create_restorable): the
+   * host copy as the model knows it (saved_known 1 where it does). */
+  uint8_t* saved;
+  uint8_t* saved_known;
 } buf_t;
 
 typedef struct hmodel {
@@ -134,6 +146,8 @@ static buf_t* buf_new(size_t size, const uint8_t* content) {
 
 static void buf_unref(buf_t* b) {
   if (--b->refs) return;
+  free(b->saved);
+  free(b->saved_known);
   free(b->bytes);
   free(b->known);
   free(b);
@@ -600,10 +614,97 @@ static void op_create_tensor(fz_t* f, state_t* s) {
   add_handle(s, t.handle, b, 0, view);
 }
 
+/* The model's copy of a restorable buffer: what it holds now. */
+static void buf_save(buf_t* b) {
+  size_t n = b->size ? b->size : 1;
+  if (!b->saved) {
+    b->saved = malloc(n);
+    b->saved_known = malloc(n);
+    FZ_ASSERT(b->saved && b->saved_known, "host memory");
+  }
+  memcpy(b->saved, b->bytes, n);
+  memcpy(b->saved_known, b->known, n);
+}
+
+static void op_create_restorable(fz_t* f, state_t* s) {
+  size_t n = decode_upload_size(f);
+  uint8_t seed = fz_u8(f);
+  static uint8_t data[MAX_UPLOAD];
+  for (size_t i = 0; i < n; ++i) data[i] = (uint8_t)(seed * 3u + i);
+  cube_handle_t h = CUBE_HANDLE_NULL;
+  cube_status_t st = cube_client_create_restorable(g_client, data, n, &h);
+  if (n == 0) {
+    FZ_ASSERT(cube_status_code(st) == CUBE_STATUS_INVALID_ARGUMENT,
+              "create_restorable of 0 bytes: %s", cube_status_message(st));
+    cube_status_free(st);
+    return;
+  }
+  FZ_ASSERT(is_ok_or_oom(st), "create_restorable(%zu): %s", n, cube_status_message(st));
+  if (st) {
+    cube_status_free(st);
+    return;
+  }
+  if (s->count == MAX_HANDLES) {
+    cube_handle_release(h);
+    return;
+  }
+  buf_t* b = buf_new(n, data);
+  buf_save(b);
+  add_handle(s, h, b, 0, n);
+}
+
+static void op_checkpoint(fz_t* f, state_t* s) {
+  int live;
+  cube_handle_t h = pick_handle(f, s, &live);
+  cube_status_t st = cube_client_checkpoint(g_client, h);
+  if (live < 0) {
+    FZ_ASSERT(st != CUBE_OK, "checkpoint of a handle that is not live succeeded");
+    cube_status_free(st);
+    return;
+  }
+  expect_ok(s, st, "checkpoint of a live handle");
+  if (st == CUBE_OK) buf_save(s->live[live].b); /* else the copy before stays */
+  cube_status_free(st);
+}
+
+static void op_read_restorable(fz_t* f, state_t* s) {
+  int live;
+  cube_handle_t h = pick_handle(f, s, &live);
+  cube_bytes_t* out = (cube_bytes_t*)1;
+  cube_status_t st = cube_client_read_restorable(g_client, h, &out);
+  if (st) FZ_ASSERT(out == NULL, "read_restorable failed and left *out_bytes set");
+  if (live < 0) {
+    FZ_ASSERT(st != CUBE_OK, "read_restorable of a handle that is not live succeeded");
+    cube_status_free(st);
+    return;
+  }
+  const hmodel_t* m = &s->live[live];
+  if (!m->b->saved) {
+    FZ_ASSERT(cube_status_code(st) == CUBE_STATUS_FAILED_PRECONDITION,
+              "read_restorable of a buffer never made restorable: %s",
+              st ? cube_status_message(st) : "OK");
+    cube_status_free(st);
+    return;
+  }
+  FZ_ASSERT(st == CUBE_OK, "read_restorable: %s", cube_status_message(st));
+  FZ_ASSERT(cube_bytes_size(out) == m->size, "read_restorable gave %zu bytes of a %" PRIu64
+            "-byte view", cube_bytes_size(out), m->size);
+  const uint8_t* got = cube_bytes_const_data(out);
+  for (size_t i = 0; i < m->size; ++i) {
+    size_t at = (size_t)m->off + i;
+    if (!m->b->saved_known[at]) continue;
+    FZ_ASSERT(got[i] == m->b->saved[at],
+              "read_restorable: byte %zu of handle 0x%" PRIx64 " is %u, the copy had %u", i,
+              m->h.id, got[i], m->b->saved[at]);
+  }
+  g_restorable_reads++;
+  cube_bytes_release(out);
+}
+
 static void op_misc(fz_t* f, state_t* s) {
   uint8_t b = fz_u8(f);
   cube_status_t st;
-  switch (b % 8) {
+  switch (b % 11) {
     case 0:
       st = cube_client_flush(g_client);
       s->pending = false;
@@ -651,8 +752,17 @@ static void op_misc(fz_t* f, state_t* s) {
       cube_status_free(st);
       break;
     }
-    default:
+    case 7:
       op_launch_scalar(f, s);
+      break;
+    case 8:
+      op_create_restorable(f, s);
+      break;
+    case 9:
+      op_checkpoint(f, s);
+      break;
+    default:
+      op_read_restorable(f, s);
       break;
   }
 }
