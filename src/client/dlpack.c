@@ -429,9 +429,13 @@ static cube_status_t cube__from_dlpack(cube_client_t* c, const char* fn, void* m
       return cube__status_make(CUBE_STATUS_NOT_FOUND, "%s: the exported buffer is not bound", fn);
     const uint64_t base = dev[2] ? slice_off : (uint64_t)(uintptr_t)storage->ptr + slice_off;
     uint64_t at = 0;
-    bool placed = dev[2] ? t->data == storage->ptr && (at = t->byte_offset, true)
-                         : !__builtin_add_overflow((uint64_t)(uintptr_t)t->data, t->byte_offset,
-                                                   &at);
+    bool placed;
+    if (dev[2]) { /* a handle (OpenCL's cl_mem): the offset in it */
+      placed = t->data == storage->ptr;
+      at = t->byte_offset;
+    } else {
+      placed = !__builtin_add_overflow((uint64_t)(uintptr_t)t->data, t->byte_offset, &at);
+    }
     if (!placed || at < base + e->view_lo || at - base > e->view_hi)
       return CUBE_INVALID("%s: the tensor's element 0 (data %p + byte_offset %" PRIu64
                           ") is not inside the handle's view cube exported it from",

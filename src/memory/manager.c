@@ -64,7 +64,7 @@ static const char* cube__pool_kind_name(cube_pool_kind_t kind) {
 }
 
 cube_status_t cube__mm_check_pools(const char* name, const cube__pool_options_t* pools,
-                                          uint32_t count, uint64_t alignment) {
+                                   uint32_t count, uint64_t alignment) {
   if (count == 0 || count > CUBE_MAX_POOLS - 1) {
     return CUBE_INVALID("%s: %u custom pools given (must be 1 to %d)", name, count, CUBE_MAX_POOLS - 1);
   }
@@ -670,7 +670,8 @@ uint32_t cube__mm_pools(const cube__mm_t* mm, cube__pool_options_t* out, uint64_
     out[i].capped = p->capped;
     out[i].cap = p->cap;
     snprintf(out[i].name, sizeof(out[i].name), "%s", p->name);
-    if (out_peaks) out_peaks[i] = p->peak_reserved > p->peak_wanted ? p->peak_reserved : p->peak_wanted;
+    if (out_peaks)
+      out_peaks[i] = p->peak_reserved > p->peak_wanted ? p->peak_reserved : p->peak_wanted;
   }
   return mm->pool_count;
 }
