@@ -6,6 +6,13 @@
 // empty kernel. CUDA_TIMING_THREADED=1: a second thread makes the launches, fed
 // one launch at a time through a bounded ring by the timing thread (the
 // arrangement of a runtime whose caller queues and whose runner launches).
+// Mode "globaltimer": the kernel times itself: block 0's first unit reads the
+// GPU's %globaltimer at entry, the first unit of each block counts its block
+// out at exit (a fence and an atomic on a per-launch device slot), and the last
+// block out writes start and end into a ring in mapped pinned host memory:
+// nothing on the stream, no profiler. The program also prints the timer's
+// step (the smallest change seen by a unit spinning on it, without and with
+// CUPTI's records on) and the mean kernel duration each source reports.
 // Build (on a CUDA machine), one line:
 //   gcc -O2 -pthread cuda_timing_cost.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcuda -lnvrtc -ldl
 #include <cuda.h>
@@ -48,7 +55,12 @@ static double now(void) {
 }
 
 enum { N = 10000, ROUNDS = 11 };
-static CUfunction fe;
+static CUfunction fe, fe_t, fres;
+static CUdeviceptr slots_dev; /* N slots of 16 bytes: start, blocks done */
+static unsigned long long* slots_host; /* N x {start, end}, mapped */
+static CUdeviceptr slots_host_dev;
+static int timed_launch; /* launch() takes the timed kernel */
+static unsigned timed_i;
 static CUstream s;
 static CUdeviceptr p, px, py;
 static int saxpy; /* CUDA_TIMING_KERNEL=saxpy */
@@ -71,6 +83,8 @@ typedef int (*cupti_pop_t)(int, uint64_t*);
 static cupti_push_t cupti_push;
 static cupti_pop_t cupti_pop;
 static long cupti_records;
+static double cupti_ns_sum;
+static long cupti_ns_count;
 static void buf_req(uint8_t** b, size_t* size, size_t* max) {
   *size = 8 << 20;
   *b = aligned_alloc(8, *size);
@@ -79,20 +93,49 @@ static void buf_req(uint8_t** b, size_t* size, size_t* max) {
 static void buf_done(CUcontext c, uint32_t sid, uint8_t* b, size_t size, size_t valid) {
   (void)c; (void)sid; (void)size;
   void* rec = NULL;
-  while (cupti_next(b, valid, &rec) == 0) cupti_records++;
+  while (cupti_next(b, valid, &rec) == 0) {
+    cupti_records++;
+    if (*(uint32_t*)rec == KIND_KERNEL) {
+      uint64_t st, en;
+      memcpy(&st, (char*)rec + 16, 8);
+      memcpy(&en, (char*)rec + 24, 8);
+      cupti_ns_sum += (double)(en - st);
+      cupti_ns_count++;
+    }
+  }
   free(b);
 }
 
 static void launch(void) {
+  CUdeviceptr sd = 0, sh = 0;
+  if (timed_launch) {
+    unsigned i = timed_i++ % N;
+    sd = slots_dev + 16ull * i;
+    sh = slots_host_dev + 16ull * i;
+  }
   if (saxpy) {
     float a = 0.5f;
     int n = 1 << 20;
-    void* args[] = {&px, &py, &a, &n};
-    CK(cuLaunchKernel(fe, (1 << 20) / 256, 1, 1, 256, 1, 1, 0, s, args, 0));
+    void* args[] = {&px, &py, &a, &n, &sd, &sh};
+    CK(cuLaunchKernel(timed_launch ? fe_t : fe, (1 << 20) / 256, 1, 1, 256, 1, 1, 0, s, args, 0));
     return;
   }
-  void* args[] = {&p};
-  CK(cuLaunchKernel(fe, 1, 1, 1, 32, 1, 1, 0, s, args, 0));
+  void* args[] = {&p, &sd, &sh};
+  CK(cuLaunchKernel(timed_launch ? fe_t : fe, 1, 1, 1, 32, 1, 1, 0, s, args, 0));
+}
+
+/* The timer's step: one unit spinning on %globaltimer. */
+static void timer_step(const char* when) {
+  CUdeviceptr o;
+  CK(cuMemAlloc(&o, 32));
+  void* args[] = {&o};
+  CK(cuLaunchKernel(fres, 1, 1, 1, 1, 1, 1, 0, s, args, 0));
+  CK(cuStreamSynchronize(s));
+  unsigned long long r[3];
+  CK(cuMemcpyDtoH(r, o, sizeof(r)));
+  CK(cuMemFree(o));
+  printf("globaltimer %s: smallest step %llu ns, %llu changes in %llu ns of spinning\n", when, r[0],
+         r[1], r[2]);
 }
 
 /* The threaded arrangement: the timing thread puts launch requests into a
@@ -121,10 +164,12 @@ static void* launcher(void* arg) {
  * before and after each; 3: two events without timing; 4: CUPTI kernel records;
  * 5: CUPTI kernel records and an external correlation id pushed and popped
  * around each launch; 6: CUPTI kernel records and a cuCtxGetCurrent before
- * each launch (as cube's launch path makes). */
+ * each launch (as cube's launch path makes); 7: the kernel times itself
+ * (globaltimer, above). */
 static double run(int mode) {
   double t0 = now();
-  if (threaded && (mode == 0 || mode == 4)) {
+  timed_launch = mode == 7;
+  if (threaded && (mode == 0 || mode == 4 || mode == 7)) {
     for (int i = 0; i < N; i++) {
       while (atomic_load(&ring_put) - atomic_load_explicit(&ring_got, memory_order_acquire) >= RING)
         sched_yield();
@@ -134,7 +179,8 @@ static double run(int mode) {
       sched_yield();
     CK(cuStreamSynchronize(s));
     double t = now() - t0;
-    if (mode >= 4) cupti_flush(1);
+    if (mode >= 4 && mode <= 6) cupti_flush(1);
+    timed_launch = 0;
     return t;
   }
   for (int i = 0; i < N; i++) {
@@ -153,7 +199,8 @@ static double run(int mode) {
   }
   CK(cuStreamSynchronize(s));
   double t = now() - t0;
-  if (mode >= 4) cupti_flush(1);
+  if (mode >= 4 && mode <= 6) cupti_flush(1);
+  timed_launch = 0;
   return t;
 }
 
@@ -174,13 +221,51 @@ int main(void) {
   saxpy = ks && strcmp(ks, "saxpy") == 0;
   const char* th = getenv("CUDA_TIMING_THREADED");
   threaded = th && th[0] == '1';
-  const char* src = saxpy ? "extern \"C\" __global__ void empty(const float* x, float* y, float a, int n)"
-                            "{int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
-                          : "extern \"C\" __global__ void empty(float* p){}\n";
+  const char* timer_src =
+      "static __device__ __forceinline__ unsigned long long gt(void) {\n"
+      "  unsigned long long t; asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t)); return t; }\n"
+      "struct slot { unsigned long long start; unsigned int done, pad; };\n"
+      "struct timer {\n"
+      "  slot* d; unsigned long long* h;\n"
+      "  __device__ timer(slot* d_, unsigned long long* h_) : d(d_), h(h_) {\n"
+      "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)\n"
+      "      d->start = gt(); }\n"
+      "  __device__ ~timer() {\n"
+      "    if (!d || (threadIdx.x | threadIdx.y | threadIdx.z) != 0) return;\n"
+      "    __threadfence();\n"
+      "    unsigned n = gridDim.x * gridDim.y * gridDim.z;\n"
+      "    if (atomicAdd(&d->done, 1u) != n - 1) return;\n"
+      "    __threadfence();\n"
+      "    unsigned long long e = gt();\n"
+      "    h[0] = *(volatile unsigned long long*)&d->start;\n"
+      "    __threadfence_system();\n"
+      "    *(volatile unsigned long long*)&h[1] = e;\n"
+      "    d->done = 0; } };\n"
+      "extern \"C\" __global__ void res(unsigned long long* out) {\n"
+      "  unsigned long long first = gt(), last = first, mind = ~0ull, ch = 0;\n"
+      "  for (int i = 0; i < 200000; i++) { unsigned long long t = gt();\n"
+      "    if (t != last) { if (t - last < mind) mind = t - last; ch++; last = t; } }\n"
+      "  out[0] = mind; out[1] = ch; out[2] = last - first; }\n";
+  const char* ksrc = saxpy ? "extern \"C\" __global__ void empty(const float* x, float* y, float a, int n, slot* d, unsigned long long* h)"
+                             "{int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_t(const float* x, float* y, float a, int n, slot* d, unsigned long long* h)"
+                             "{timer t_(d, h); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                           : "extern \"C\" __global__ void empty(float* p, slot* d, unsigned long long* h){}\n"
+                             "extern \"C\" __global__ void empty_t(float* p, slot* d, unsigned long long* h){timer t_(d, h);}\n";
+  char* src = malloc(strlen(timer_src) + strlen(ksrc) + 1);
+  strcpy(src, timer_src);
+  strcat(src, ksrc);
   nvrtcProgram prog;
   nvrtcCreateProgram(&prog, src, "k.cu", 0, 0, 0);
   const char* opts[] = {"--gpu-architecture=sm_90"};
-  if (nvrtcCompileProgram(prog, 1, opts)) return 1;
+  if (nvrtcCompileProgram(prog, 1, opts)) {
+    size_t ls;
+    nvrtcGetProgramLogSize(prog, &ls);
+    char* lg = malloc(ls + 1);
+    nvrtcGetProgramLog(prog, lg);
+    fprintf(stderr, "nvrtc: %s\n", lg);
+    return 1;
+  }
   size_t sz;
   nvrtcGetCUBINSize(prog, &sz);
   char* cubin = malloc(sz);
@@ -188,17 +273,26 @@ int main(void) {
   CUmodule m;
   CK(cuModuleLoadData(&m, cubin));
   CK(cuModuleGetFunction(&fe, m, "empty"));
+  CK(cuModuleGetFunction(&fe_t, m, "empty_t"));
+  CK(cuModuleGetFunction(&fres, m, "res"));
   CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CK(cuMemAlloc(&p, 1 << 20));
   CK(cuMemAlloc(&px, 4 << 20));
   CK(cuMemAlloc(&py, 4 << 20));
   CK(cuMemsetD32(px, 0, 1 << 20));
   CK(cuMemsetD32(py, 0, 1 << 20));
+  CK(cuMemAlloc(&slots_dev, 16ull * N));
+  CK(cuMemsetD32(slots_dev, 0, 4 * N));
+  CK(cuMemHostAlloc((void**)&slots_host, 16ull * N, CU_MEMHOSTALLOC_DEVICEMAP));
+  memset(slots_host, 0, 16ull * N);
+  CK(cuMemHostGetDevicePointer(&slots_host_dev, slots_host, 0));
+  timer_step("alone");
   pthread_t lt;
   if (threaded) pthread_create(&lt, NULL, launcher, NULL);
   const char* names[] = {"none", "event after", "events around", "events no timing", "cupti",
-                         "cupti + correlation", "cupti + ctx query"};
+                         "cupti + correlation", "cupti + ctx query", "globaltimer"};
   int modes = 4;
+  int timer_mode = 1; /* mode 7 is always run */
   const char* libs[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12",
                         "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
                         "/usr/local/cuda/lib64/libcupti.so"};
@@ -231,18 +325,31 @@ int main(void) {
   for (int i = 0; i < 2 * N; i++) CK(cuEventCreate(&evs[i], CU_EVENT_DEFAULT));
   for (int i = 0; i < 1000; i++) launch();
   CK(cuStreamSynchronize(s));
-  double t[7][ROUNDS];
+  if (modes == 7) {
+    cupti_enable(KIND_KERNEL);
+    timer_step("with CUPTI's kernel records on");
+    cupti_disable(KIND_KERNEL);
+    cupti_flush(1);
+    cupti_records = 0;
+    cupti_ns_sum = 0;
+    cupti_ns_count = 0;
+  }
+  double t[8][ROUNDS];
+  double timer_ns_sum = 0;
+  long timer_ns_count = 0, timer_bad = 0;
+  int all = modes + timer_mode;
   for (int r = 0; r < ROUNDS; r++) {
-    for (int k = 0; k < modes; k++) {
-      int mode = (r % 2) ? modes - 1 - k : k;
-      if (threaded && mode != 0 && mode != 4) continue;
+    for (int k = 0; k < all; k++) {
+      int idx = (r % 2) ? all - 1 - k : k;
+      int mode = idx < modes ? idx : 7;
+      if (threaded && mode != 0 && mode != 4 && mode != 7) continue;
       if (mode == 3 && r == 0) {
         for (int i = 0; i < 2 * N; i++) {
           CK(cuEventDestroy(evs[i]));
           CK(cuEventCreate(&evs[i], CU_EVENT_DEFAULT));
         }
       }
-      if (mode >= 4) cupti_enable(KIND_KERNEL);
+      if (mode >= 4 && mode <= 6) cupti_enable(KIND_KERNEL);
       if (mode == 5) cupti_enable(KIND_CORRELATION);
       CUevent* keep = NULL;
       if (mode == 3) {
@@ -258,11 +365,23 @@ int main(void) {
         memcpy(evs, nt, sizeof(evs));
       }
       t[mode][r] = run(mode);
+      if (mode == 7) {
+        for (int i = 0; i < N; i++) {
+          unsigned long long st = slots_host[2 * i], en = slots_host[2 * i + 1];
+          if (en == 0 || en < st) {
+            timer_bad++;
+          } else {
+            timer_ns_sum += (double)(en - st);
+            timer_ns_count++;
+          }
+        }
+        memset(slots_host, 0, 16ull * N);
+      }
       if (keep) {
         memcpy(evs, keep, sizeof(evs));
         free(keep);
       }
-      if (mode >= 4) cupti_disable(KIND_KERNEL);
+      if (mode >= 4 && mode <= 6) cupti_disable(KIND_KERNEL);
       if (mode == 5) cupti_disable(KIND_CORRELATION);
     }
   }
@@ -271,10 +390,11 @@ int main(void) {
     pthread_join(lt, NULL);
   }
   printf("10,000 %s launches + sync%s, %d alternating rounds: us per launch, median (min-max), ratio to none\n",
-         saxpy ? "saxpy (2^20 floats)" : "empty", threaded ? " (a launcher thread fed through a ring; modes 0 and 4 only)" : "", ROUNDS);
+         saxpy ? "saxpy (2^20 floats)" : "empty", threaded ? " (a launcher thread fed through a ring; none, cupti and globaltimer only)" : "", ROUNDS);
   double base = 0;
-  for (int k = 0; k < modes; k++) {
-    if (threaded && k != 0 && k != 4) continue;
+  for (int k = 0; k < 8; k++) {
+    if (k >= modes && k != 7) continue;
+    if (threaded && k != 0 && k != 4 && k != 7) continue;
     double v[ROUNDS];
     memcpy(v, t[k], sizeof(v));
     qsort(v, ROUNDS, sizeof(double), cmp);
@@ -283,6 +403,12 @@ int main(void) {
     printf("  %-18s %.3f (%.3f-%.3f)  %.3fx\n", names[k], med / N * 1e6, v[0] / N * 1e6,
            v[ROUNDS - 1] / N * 1e6, med / base);
   }
+  printf("  kernel duration, mean: globaltimer %.0f ns over %ld launches (%ld slots not written)",
+         timer_ns_count ? timer_ns_sum / timer_ns_count : 0.0, timer_ns_count, timer_bad);
+  if (modes == 7)
+    printf(", CUPTI %.0f ns over %ld records", cupti_ns_count ? cupti_ns_sum / cupti_ns_count : 0.0,
+           cupti_ns_count);
+  printf("\n");
   if (modes == 7) printf("  cupti records delivered: %ld (expected %d: a kernel record per launch, a correlation record per launch of mode 5)\n", cupti_records, (threaded ? 1 : 4) * ROUNDS * N);
   return 0;
 }

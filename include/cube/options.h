@@ -182,6 +182,7 @@ typedef enum cube_option_e {
   CUBE_OPTION_COMPILE_NOTICE,
   CUBE_OPTION_CUPTI,
   CUBE_OPTION_DEVICE_RECOVER,
+  CUBE_OPTION_CUDA_KERNEL_TIMER,
 } cube_option_t;
 
 typedef enum cube_option_type_e {

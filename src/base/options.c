@@ -26,7 +26,7 @@
                  "include/cube/options.h lists CUBE_OPTION_" #ID " out of order");
 CUBE__OPTION_TABLE(CUBE__OPTION_SAME_ID)
 #undef CUBE__OPTION_SAME_ID
-_Static_assert((int)CUBE__OPT_COUNT == (int)CUBE_OPTION_DEVICE_RECOVER + 1,
+_Static_assert((int)CUBE__OPT_COUNT == (int)CUBE_OPTION_CUDA_KERNEL_TIMER + 1,
                "include/cube/options.h and src/base/options.h list different options");
 
 typedef cube_status_t (*cube__option_check_fn)(const char* text);

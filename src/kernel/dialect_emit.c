@@ -635,6 +635,18 @@ static void cube__emit_cpu_entry(cube__sb_t* sb, const cube__signature_t* sig, b
   }
 }
 
+/* After generated lines put behind the entry body's '{' at |bb|: #line and
+ * padding put the rest of the user's line back at its line and column, then
+ * the rest of the source. */
+static void cube__emit_rest_of_body(cube__sb_t* sb, const char* entry, const char* source,
+                                    const char* v, size_t bb) {
+  cube__sb_printf(sb, "\n#line %" PRIu32 " \"%s.cube\"\n", cube__line_at(v, bb), entry);
+  size_t line_start = bb;
+  while (line_start > 0 && source[line_start - 1] != '\n') --line_start;
+  for (size_t i = line_start; i <= bb; ++i) cube__sb_put(sb, source[i] == '\t' ? "\t" : " ", 1);
+  cube__sb_puts(sb, source + bb + 1);
+}
+
 /* OpenCL: the source with the entry's buffer parameters taking a byte offset.
  * A cl_mem is not an address, so a view into a pooled buffer is passed as the
  * buffer, its length and its offset: CUBE_ARRAY(T, a) of the entry's
@@ -680,11 +692,26 @@ static void cube__emit_opencl_source(cube__sb_t* sb, const cube__signature_t* si
       cube__sb_put(sb, &c, 1);
     }
   }
-  cube__sb_printf(sb, "\n#line %" PRIu32 " \"%s.cube\"\n", cube__line_at(v, bb), sig->entry);
-  size_t line_start = bb;
-  while (line_start > 0 && source[line_start - 1] != '\n') --line_start;
-  for (size_t i = line_start; i <= bb; ++i) cube__sb_put(sb, source[i] == '\t' ? "\t" : " ", 1);
-  cube__sb_puts(sb, source + bb + 1);
+  cube__emit_rest_of_body(sb, sig->entry, source, v, bb);
+}
+
+/* CUDA: the source with CUBE__ENTRY_TIMER (the CUDA prelude's, the launch's
+ * timing) after the entry body's '{', on a line of its own file
+ * ("<entry>.entry.cu", under #line); then #line and padding put the rest of
+ * the user's line back at its line and column, as for OpenCL. A source whose
+ * entry has no body is left as it is (the compiler reports it). */
+static void cube__emit_cuda_source(cube__sb_t* sb, const cube__signature_t* sig,
+                                   const char* source, const char* v, size_t n) {
+  cube__decl_t d;
+  bool found = cube__find_decl(v, n, 0, sig->entry, &d) < n;
+  size_t bb = 0, be = 0;
+  if (!found || d.close >= n || !cube__kernel_body(v, n, d.close, &bb, &be)) {
+    cube__sb_puts(sb, source);
+    return;
+  }
+  cube__sb_put(sb, source, bb + 1);
+  cube__sb_printf(sb, "\n#line 1 \"%s.entry.cu\"\n CUBE__ENTRY_TIMER", sig->entry);
+  cube__emit_rest_of_body(sb, sig->entry, source, v, bb);
 }
 
 cube_status_t cube__dialect_generate(cube__target_t target, const cube__signature_t* signature,
@@ -787,6 +814,8 @@ cube_status_t cube__dialect_generate(cube__target_t target, const cube__signatur
   cube__sb_printf(&sb, "#line 1 \"%s.cube\"\n", entry);
   if (target == CUBE__TARGET_OPENCL)
     cube__emit_opencl_source(&sb, signature, source, v, n);
+  else if (target == CUBE__TARGET_CUDA)
+    cube__emit_cuda_source(&sb, signature, source, v, n);
   else
     cube__sb_puts(&sb, source);
   cube__sb_puts(&sb, "\n");

@@ -297,7 +297,11 @@ static bool cube__log_source_line(const char* source, uint32_t line, const char*
 
 /* NVRTC quotes the source line under a head, indented by two spaces, and
  * puts a caret under the column: the column, or 0 when the quote is not the
- * user's line as written (tabs are expanded to 8 there). */
+ * user's line as written (tabs are expanded to 8 there). The quote of the
+ * line of the entry body's '{' starts with blanks where the user's line has
+ * its text up to the '{' (dialect_emit.c puts generated code behind it and
+ * pads the rest of the line back to its column): a quote may have blanks for
+ * a prefix of the user's line. */
 static uint32_t cube__log_caret_column(const cube__log_line_t* lines, size_t count, size_t head,
                                        const char* source) {
   const char* src;
@@ -318,11 +322,19 @@ static uint32_t cube__log_caret_column(const cube__log_line_t* lines, size_t cou
   size_t disp = 0;
   const char* qs = quote->s + 2;
   size_t qn = quote->n - 2;
+  bool blanks = true; /* the quote has been blank so far */
   for (size_t b = 0; b < src_n; ++b) {
     if (disp == want) return (uint32_t)(b + 1);
     size_t w = src[b] == '\t' ? 8 - disp % 8 : 1;
-    for (size_t k = 0; k < w; ++k)
-      if (disp + k >= qn || qs[disp + k] != (src[b] == '\t' ? ' ' : src[b])) return 0;
+    for (size_t k = 0; k < w; ++k) {
+      if (disp + k >= qn) return 0;
+      char qc = qs[disp + k];
+      if (qc == (src[b] == '\t' ? ' ' : src[b])) {
+        if (qc != ' ') blanks = false;
+        continue;
+      }
+      if (!(blanks && qc == ' ')) return 0;
+    }
     disp += w;
   }
   return disp == want ? (uint32_t)(src_n + 1) : 0;

@@ -917,10 +917,62 @@ static CUresult m_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUst
   return mock_push(s, op);
 }
 static int mock_module_tag, mock_function_tag;
+/* Self-timed kernels (cube's CUDA prelude: every kernel's last parameter
+ * is a timing slot, struct cube__timing): the "cubin" is the unit's text
+ * (the mock NVRTC's), so a module load reads the entry function's name
+ * ("#define cube_kernel_entry cube_k_..."), finds its CUBE_KERNEL and counts
+ * its parameters as the launch passes them (a CUBE_ARRAY is two, Validate
+ * mode adds the bounds record): the timing slot's index. A launch of such a
+ * function with a slot writes start and end into the slot's host memory
+ * when the stream runs it, on CLOCK_REALTIME (the mock's global timer). The
+ * clock kernel ("cube_clock") writes that clock and a flag. */
+typedef struct mock_timed { char name[64]; int index; } mock_timed_t;
+static mock_timed_t mock_timed[1024];
+static int mock_timed_count;
+static uint64_t mock_realtime_ns(void);
+static int mock_timed_index(const char* text) {
+  const char* d = strstr(text, "\n#define cube__kernel_"); /* at a line's start */
+  if (!d) return -1;
+  d += strlen("\n#define cube__kernel_");
+  size_t en = strcspn(d, " \n");
+  if (en == 0 || en > 200 || strncmp(d + en, " cube_kernel_entry", 18) != 0) return -1;
+  char want[256];
+  snprintf(want, sizeof(want), "CUBE_KERNEL(%.*s,", (int)en, d);
+  const char* k = strstr(d, want);
+  if (!k) return -1;
+  const char* p = k + strlen(want);
+  int depth = 0, count = 0;
+  const char* item = p;
+  for (; *p; ++p) {
+    if (*p == '(') depth++;
+    else if (*p == ')' && depth > 0) depth--;
+    else if ((*p == ',' && depth == 0) || (*p == ')' && depth == 0)) {
+      while (*item == ' ' || *item == '\n' || *item == '\t') item++;
+      count += strncmp(item, "CUBE_ARRAY", 10) == 0 ? 2 : 1;
+      item = p + 1;
+      if (*p == ')') break;
+    }
+  }
+  if (*p != ')') return -1;
+  if (strstr(text, "#define CUBE_MODE_VALIDATE 1")) count++;
+  return count;
+}
 static CUresult m_cuModuleLoadData(CUmodule* m, const void* image) {
-  (void)image;
   MOCK_FAULT("cuModuleLoadData", CUDA_ERROR_INVALID_IMAGE);
   MOCK_STICKY("cuModuleLoadData", mock_current);
+  const char* text = image;
+  const char* e = text && strncmp(text, "#define cube_kernel_entry ", 26) == 0 ? text : NULL;
+  if (e && strstr(text, "CUBE__ENTRY_TIMER")) {
+    e += strlen("#define cube_kernel_entry ");
+    int idx = mock_timed_index(text);
+    pthread_mutex_lock(&mock.lock);
+    if (idx >= 0 && mock_timed_count < (int)(sizeof(mock_timed) / sizeof(mock_timed[0]))) {
+      mock_timed_t* t = &mock_timed[mock_timed_count++];
+      snprintf(t->name, sizeof(t->name), "%.*s", (int)strcspn(e, " \n"), e);
+      t->index = idx;
+    }
+    pthread_mutex_unlock(&mock.lock);
+  }
   pthread_mutex_lock(&mock.lock);
   mock.modules[mock_current < 0 ? 0 : mock_current]++;
   pthread_mutex_unlock(&mock.lock);
@@ -936,6 +988,26 @@ static CUresult m_cuModuleUnload(CUmodule m) {
   pthread_mutex_unlock(&mock.lock);
   return CUDA_SUCCESS;
 }
+/* The clock kernel: the mock's global timer, then the flag. */
+static void mock_clock_ran(void* p) {
+  volatile uint64_t* out = p;
+  out[0] = mock_realtime_ns();
+  __atomic_store_n(&out[1], 1ull, __ATOMIC_RELEASE);
+}
+/* A self-timed kernel runs (CUBE_MOCK_CUDA_KERNEL_US) and writes its times
+ * where its slot says (struct cube__timing: the host slot's address at 16). */
+static void mock_timed_ran(void* p) {
+  uint64_t start = mock_realtime_ns();
+  const char* e = getenv("CUBE_MOCK_CUDA_KERNEL_US");
+  if (e && atoi(e) > 0) usleep((useconds_t)atoi(e));
+  uint64_t end = mock_realtime_ns();
+  if (end == start) end++;
+  volatile uint64_t* out;
+  memcpy(&out, (char*)p + 16, sizeof(out));
+  out[0] = start;
+  __atomic_store_n(&out[1], end, __ATOMIC_RELEASE);
+}
+
 /* Functions by name (the mock CUPTI's records name them); past the table's
  * size, one shared stand-in. */
 typedef struct mock_fn { char name[64]; } mock_fn_t;
@@ -974,6 +1046,27 @@ static CUresult m_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
    * cube's own cost per launch with no driver behind it). */
   if (!mock_launch_ok) return CUDA_ERROR_NOT_SUPPORTED;
   if (s) mock_cupti_launch((mock_stream_t*)s, f, gx, gy, gz);
+  const char* fname = f == (CUfunction)&mock_function_tag ? "" : ((mock_fn_t*)f)->name;
+  if (strcmp(fname, "cube_clock") == 0) {
+    mock_op_t* op = mock_op(OP_HOST);
+    if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+    op->fn = mock_clock_ran;
+    op->user = *(void**)params[0];
+    return mock_push(s, op);
+  }
+  int idx = -1;
+  pthread_mutex_lock(&mock.lock);
+  for (int i = mock_timed_count - 1; i >= 0 && idx < 0; --i)
+    if (strcmp(mock_timed[i].name, fname) == 0) idx = mock_timed[i].index;
+  pthread_mutex_unlock(&mock.lock);
+  void* slot = idx >= 0 && params ? *(void**)params[idx] : NULL;
+  if (slot) {
+    mock_op_t* op = mock_op(OP_HOST);
+    if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+    op->fn = mock_timed_ran;
+    op->user = slot;
+    return mock_push(s, op);
+  }
   return CUDA_SUCCESS;
 }
 static CUresult m_cuGetErrorName(CUresult r, const char** s) {

@@ -1,9 +1,13 @@
 // cube-test-libs: cube_static PkgConfig::CJSON
-/* Traced and profiled CUDA kernels timed by the driver's activity records
- * (CUPTI) instead of events on the stream (docs/observability.md, "How
- * kernels are timed"), against the mock driver, whose library also stands in
- * for NVRTC (a compile keeps the source) and for CUPTI (a launch on a stream
- * queues a kernel record that the stream completes in order). */
+/* Traced and profiled CUDA kernels timed without events on the stream
+ * (docs/observability.md, "How kernels are timed"): by the kernels themselves
+ * (CUBE_CUDA_KERNEL_TIMER=self, the default: each writes its global-timer
+ * start and end into a slot of mapped host memory) and by the driver's
+ * activity records (=cupti), against the mock driver, whose library also
+ * stands in for NVRTC (a compile keeps the source), runs a self-timed
+ * kernel's slot writes in stream order on CLOCK_REALTIME (its global timer),
+ * and stands in for CUPTI (a launch on a stream queues a kernel record that
+ * the stream completes in order). Each case runs with each timer. */
 #include <cjson/cJSON.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -36,7 +40,8 @@ static cube_mock_cupti_stats_t cupti_stats(void) {
 
 /* The mock for the driver, NVRTC and (unless |cupti| is NULL) CUPTI; kernel
  * launches succeed and each "runs" |kernel_us|. */
-static void setup(const char* cupti, const char* kernel_us) {
+static void setup(const char* cupti, const char* kernel_us, const char* timer) {
+  setenv("CUBE_CUDA_KERNEL_TIMER", timer, 1);
   setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);
   setenv("CUBE_NVRTC", CUBE_MOCK_CUDA_PATH, 1);
   if (cupti) setenv("CUBE_CUPTI", cupti, 1);
@@ -125,15 +130,15 @@ static void* worker_main(void* p) {
   return NULL;
 }
 
+#ifdef CUBE_MOCK_CUDA_PATH
 /* Two streams' kernels in a trace: each kernel from a record of the driver's
- * (its clock "device activity"), named as the program named it, on its
- * stream's track, with its cube count, in launch order and never before it
- * was launched; records go off when the trace stops. */
-CUBE_TEST(traced_kernels_come_from_activity_records) {
-#ifndef CUBE_MOCK_CUDA_PATH
-  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
-#else
-  setup(CUBE_MOCK_CUDA_PATH, "20");
+ * (its clock "device activity") or its own timer's ("device timer"), named as
+ * the program named it, on its stream's track, with its cube count, in launch
+ * order and never before it was launched; records go off when the trace
+ * stops. Self-timed, CUPTI is never turned on. */
+static void traced_kernels(const char* timer) {
+  const bool self = strcmp(timer, "self") == 0;
+  setup(CUBE_MOCK_CUDA_PATH, "20", timer);
   cube_client_t* c = NULL;
   REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
   cube_kernel_t* ks = make_kernel("scale by a", scale_src, "scale");
@@ -156,12 +161,17 @@ CUBE_TEST(traced_kernels_come_from_activity_records) {
   pthread_join(t, NULL);
   CHECK(a.ok && b.ok);
   CHECK(a.stream != b.stream);
-  CHECK(cupti_stats().kernels_on);
+  CHECK(cupti_stats().kernels_on == !self);
   REQUIRE_OK(cube_trace_stop());
   cube_mock_cupti_stats_t after = cupti_stats();
-  CHECK(!after.kernels_on);                       /* off once the trace stopped */
-  CHECK(after.delivered - before.delivered == 60); /* one record per launch */
-  CHECK(after.disables > before.disables);
+  CHECK(!after.kernels_on); /* off once the trace stopped */
+  if (self) {
+    CHECK_EQ_U64(after.enables, 0);
+    CHECK_EQ_U64(after.delivered, 0);
+  } else {
+    CHECK(after.delivered - before.delivered == 60); /* one record per launch */
+    CHECK(after.disables > before.disables);
+  }
 
   cJSON* doc = load_json(path);
   REQUIRE(doc != NULL);
@@ -181,7 +191,7 @@ CUBE_TEST(traced_kernels_come_from_activity_records) {
       CHECK(cJSON_GetArraySize(cc) == 3 &&
             cJSON_GetArrayItem(cc, 0)->valuedouble == (double)ws[w]->count_x &&
             cJSON_GetArrayItem(cc, 1)->valuedouble == 1.0);
-      CHECK(strcmp(str(args, "detail"), "device activity") == 0);
+      CHECK(strcmp(str(args, "detail"), self ? "device timer" : "device activity") == 0);
       /* Each "ran" 20 us (the mock sleeps); in the trace's microseconds. */
       CHECK(num(e, "dur") >= 15.0);
       CHECK(num(e, "dur") < 1e6);
@@ -215,17 +225,32 @@ CUBE_TEST(traced_kernels_come_from_activity_records) {
   cube_kernel_release(kh);
   cube_client_release(c);
   cube_shutdown();
-#endif
 }
+#endif
 
-/* At profile level basic the summary's kernel rows come from the records
- * (one per launch, each at least the time the kernel ran), records stay on
- * while the device lives, and go off with it. */
-CUBE_TEST(profiled_kernels_come_from_activity_records) {
+CUBE_TEST(traced_kernels_come_from_activity_records) {
 #ifndef CUBE_MOCK_CUDA_PATH
   CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
 #else
-  setup(CUBE_MOCK_CUDA_PATH, "50");
+  traced_kernels("cupti");
+#endif
+}
+
+CUBE_TEST(traced_kernels_time_themselves) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  traced_kernels("self");
+#endif
+}
+
+#ifdef CUBE_MOCK_CUDA_PATH
+/* At profile level basic the summary's kernel rows come from the records
+ * (one per launch, each at least the time the kernel ran), records stay on
+ * while the device lives, and go off with it. */
+static void profiled_kernels(const char* timer) {
+  const bool self = strcmp(timer, "self") == 0;
+  setup(CUBE_MOCK_CUDA_PATH, "50", timer);
   cube_server_options_t o;
   cube_server_options_initialize(&o);
   o.profile_level = CUBE_PROFILE_BASIC;
@@ -237,8 +262,8 @@ CUBE_TEST(profiled_kernels_come_from_activity_records) {
   worker_t a = {c, ks, 9, 2, 0, 0, false};
   worker_main(&a); /* syncs: the summary is printed and emptied */
   CHECK(a.ok);
-  CHECK(cupti_stats().kernels_on);
-  CHECK(cupti_stats().delivered - before.delivered == 9);
+  CHECK(cupti_stats().kernels_on == !self);
+  CHECK(cupti_stats().delivered - before.delivered == (self ? 0u : 9u));
   /* Again, read before a sync: the reader's collect empties the driver's
    * buffers (the launches completed: a read waited for them). */
   float ys[64] = {0};
@@ -275,6 +300,22 @@ CUBE_TEST(profiled_kernels_come_from_activity_records) {
   cube_client_release(c);
   cube_shutdown();
   CHECK(!cupti_stats().kernels_on); /* the device is gone: nothing keeps them on */
+}
+#endif
+
+CUBE_TEST(profiled_kernels_come_from_activity_records) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  profiled_kernels("cupti");
+#endif
+}
+
+CUBE_TEST(profiled_kernels_time_themselves) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  profiled_kernels("self");
 #endif
 }
 
@@ -284,11 +325,9 @@ CUBE_TEST(profiled_kernels_come_from_activity_records) {
  * first object's), and the track keeps the launch order. The mock hands the
  * records over at the trace's stop, all at once: the worst case for the
  * ring. */
-CUBE_TEST(traced_burst_keeps_each_launch_name) {
-#ifndef CUBE_MOCK_CUDA_PATH
-  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
-#else
-  setup(CUBE_MOCK_CUDA_PATH, "0");
+#ifdef CUBE_MOCK_CUDA_PATH
+static void traced_burst(const char* timer) {
+  setup(CUBE_MOCK_CUDA_PATH, "0", timer);
   cube_client_t* c = NULL;
   REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
   cube_kernel_t* first = make_kernel("scale first", scale_src, "scale");
@@ -298,8 +337,8 @@ CUBE_TEST(traced_burst_keeps_each_launch_name) {
   char path[512];
   trace_path(path, sizeof(path), "burst");
   REQUIRE_OK(cube_trace_start(path));
-  enum { LAUNCHES = 6000 };
-  worker_t a = {c, burst, LAUNCHES, 1, 0, 0, false};
+  const uint64_t LAUNCHES = strcmp(timer, "self") == 0 ? 20000 : 6000;
+  worker_t a = {c, burst, (int)LAUNCHES, 1, 0, 0, false};
   worker_main(&a);
   CHECK(a.ok);
   REQUIRE_OK(cube_trace_stop());
@@ -324,16 +363,33 @@ CUBE_TEST(traced_burst_keeps_each_launch_name) {
   cube_kernel_release(burst);
   cube_client_release(c);
   cube_shutdown();
-#endif
 }
+#endif
 
-/* CUBE_CUPTI=0: traced kernels are timed by events as before, and no record
- * is ever asked for. */
-CUBE_TEST(without_cupti_events_time_kernels) {
+CUBE_TEST(traced_burst_keeps_each_launch_name) {
 #ifndef CUBE_MOCK_CUDA_PATH
   CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
 #else
-  setup("0", "10");
+  traced_burst("cupti");
+#endif
+}
+
+/* Self-timed, a burst past the ring of 16,384 slots: the poller frees slots
+ * as kernels complete, so that none goes untimed. */
+CUBE_TEST(self_timed_burst_keeps_each_launch_name) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  traced_burst("self");
+#endif
+}
+
+#ifdef CUBE_MOCK_CUDA_PATH
+/* CUBE_CUPTI=0 with CUBE_CUDA_KERNEL_TIMER=cupti, or the timer "events":
+ * traced kernels are timed by events as before, and no record is ever asked
+ * for. */
+static void evented_kernels(const char* cupti, const char* timer) {
+  setup(cupti, "10", timer);
   cube_client_t* c = NULL;
   REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
   cube_kernel_t* ks = make_kernel("scale evented", scale_src, "scale");
@@ -359,6 +415,87 @@ CUBE_TEST(without_cupti_events_time_kernels) {
   cJSON_Delete(doc);
   unlink(path);
   cube_kernel_release(ks);
+  cube_client_release(c);
+  cube_shutdown();
+}
+#endif
+
+CUBE_TEST(without_cupti_events_time_kernels) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  evented_kernels("0", "cupti");
+#endif
+}
+
+CUBE_TEST(timer_events_times_kernels_by_events) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  evented_kernels(CUBE_MOCK_CUDA_PATH, "events");
+#endif
+}
+
+/* Self-timed: kernels launched while an earlier trace recorded, still running
+ * when it stopped and when the next one started, are read in order (their
+ * slots emptied, so that a later launch given the same slot is not read as
+ * them) but go into neither trace; the next trace has its own launches,
+ * each once, with its own durations. */
+CUBE_TEST(self_timed_kernels_of_an_earlier_trace_stay_out) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  setup(CUBE_MOCK_CUDA_PATH, "30000", "self"); /* each kernel "runs" 30 ms */
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
+  cube_kernel_t* early = make_kernel("scale early", scale_src, "scale");
+  cube_kernel_t* late = make_kernel("scale late", scale_src, "scale");
+  REQUIRE(early && late);
+  cube_kernel_t* both[2] = {early, late};
+  REQUIRE_OK(cube_client_precompile(c, 2, both, CUBE_EXEC_CHECKED));
+  float ys[64] = {0};
+  cube_handle_t y;
+  REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &y));
+  REQUIRE_OK(cube_client_sync(c));
+  cube_arg_t args[2] = {cube_arg_buffer(y), cube_arg_f32(2.0f)};
+  char p1[512], p2[512];
+  trace_path(p1, sizeof(p1), "early");
+  trace_path(p2, sizeof(p2), "late");
+  REQUIRE_OK(cube_trace_start(p1));
+  for (int i = 0; i < 3; ++i)
+    REQUIRE_OK(cube_client_launch(c, early, cube_count_static(1, 1, 1), 2, args));
+  REQUIRE_OK(cube_trace_stop()); /* the first is running, two are queued */
+  REQUIRE_OK(cube_trace_start(p2));
+  for (int i = 0; i < 2; ++i)
+    REQUIRE_OK(cube_client_launch(c, late, cube_count_static(1, 1, 1), 2, args));
+  REQUIRE_OK(cube_client_sync(c));
+  REQUIRE_OK(cube_trace_stop());
+  cJSON* doc = load_json(p2);
+  REQUIRE(doc != NULL);
+  int n_early = 0, n_late = 0;
+  const cJSON* e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "traceEvents")) {
+    if (strcmp(str(e, "cat"), "kernel") != 0) continue;
+    if (strcmp(str(e, "name"), "scale early") == 0) n_early++;
+    if (strcmp(str(e, "name"), "scale late") != 0) continue;
+    n_late++;
+    CHECK(num(e, "dur") >= 25000.0); /* its own 30 ms, not a neighbour's slot */
+  }
+  CHECK_EQ_U64((uint64_t)n_early, 0);
+  CHECK_EQ_U64((uint64_t)n_late, 2);
+  cJSON_Delete(doc);
+  doc = load_json(p1);
+  REQUIRE(doc != NULL);
+  int in_first = 0;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "traceEvents"))
+    in_first += strcmp(str(e, "cat"), "kernel") == 0;
+  CHECK(in_first <= 1); /* at most the first, had it ended before the stop */
+  cJSON_Delete(doc);
+  unlink(p1);
+  unlink(p2);
+  cube_handle_release(y);
+  cube_kernel_release(early);
+  cube_kernel_release(late);
   cube_client_release(c);
   cube_shutdown();
 #endif

@@ -368,9 +368,21 @@ CUBE_TEST(generate_structure) {
           "#line 2 \"saxpy.cube\"\n"
           " \n"
           "    uint32_t i = ABSOLUTE_POS;\n";
-      const char* ps = strstr(text, t == CUBE__TARGET_OPENCL ? opencl_src : saxpy_src);
+      /* CUDA: the entry times itself (preludes/cuda.h, CUBE__ENTRY_TIMER):
+       * generated code on a line of its own behind the '{', as above. */
+      static const char* const cuda_src =
+          "CUBE_KERNEL(saxpy, CUBE_ARRAY(const float, x), CUBE_ARRAY(float, y), float a)\n"
+          "{\n"
+          "#line 1 \"saxpy.entry.cu\"\n"
+          " CUBE__ENTRY_TIMER\n"
+          "#line 2 \"saxpy.cube\"\n"
+          " \n"
+          "    uint32_t i = ABSOLUTE_POS;\n";
+      const char* ps = strstr(text, t == CUBE__TARGET_OPENCL ? opencl_src
+                                    : t == CUBE__TARGET_CUDA ? cuda_src
+                                                             : saxpy_src);
       CHECK(pm && pp && pd && pi && pl && ps);
-      if (t == CUBE__TARGET_OPENCL && pl && !ps) fprintf(stderr, "OpenCL unit:\n%s\n", pl);
+      if (t != CUBE__TARGET_CPU && pl && !ps) fprintf(stderr, "unit:\n%s\n", pl);
       CHECK(strstr(text, "#define EMPTY \n") != NULL);
       CHECK(strstr(text, "#define cube__argidx_x 0u\n") != NULL);
       if (pm && pp && pd && pl && ps) CHECK(pm < pp && pp < pd && pd < pl && pl < ps);

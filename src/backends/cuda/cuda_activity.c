@@ -1,35 +1,46 @@
-/* Kernel activity records through CUPTI: the backend's activity slots
- * (backend.h, version 5; docs/observability.md, "How kernels are timed").
+/* Kernel activity records: the backend's activity slots (backend.h,
+ * version 5; docs/observability.md, "How kernels are timed"). Two sources,
+ * CUBE_CUDA_KERNEL_TIMER choosing (once per process):
  *
- * CUPTI's activity API records each kernel's start and end on the device in
- * the background and hands the records over in buffers: nothing is put on
- * the stream, where a pair of timing events around every launch costs the
- * GPU about half of an empty launch again (bench/peers/cuda_timing_cost.c).
+ *  - self (the default): every kernel times itself. Each generated CUDA
+ *    kernel takes a timing slot as its last parameter (preludes/cuda.h): the
+ *    first unit of cube 0 reads the GPU's global timer at entry, the last
+ *    cube out reads it again and writes both into this stream's ring of
+ *    mapped pinned host memory. Nothing is put on the stream, no profiler is
+ *    involved, and the launching thread only notes the launch in the
+ *    stream's ring and passes the slot. A poller thread reads completed
+ *    slots in launch order every millisecond (a flush reads them at once).
+ *    The global timer is put on cube's clock by a clock kernel that writes
+ *    it into mapped memory while the host reads its own clock around the
+ *    launch (16 tries, the tightest bound kept; measured again each time
+ *    records come on and after a recovery).
+ *  - cupti: CUPTI's activity API records each kernel's start and end in the
+ *    background and hands the records over in buffers. The library is
+ *    loaded with dlopen on the first activity_begin (CUBE_CUPTI; not with a
+ *    substitute driver unless CUBE_CUPTI names the library), and only a
+ *    CUPTI whose kernel record layout this file knows is used (API version
+ *    13 and later: CUpti_ActivityKernel10's first fields). CUPTI's buffers
+ *    come back on its own thread (or in a flush): each kernel record of a
+ *    stream cube knows (by CUPTI's context and stream ids) is matched to its
+ *    launch and named from it, or from the module whose entry function ran
+ *    (each unit's entry has its own name: cuda_kernel.c).
+ *  - events: neither; activity_begin says no and launches are timed by
+ *    events around them.
  *
- *  - The library is loaded with dlopen on the first activity_begin
- *    (CUBE_CUPTI; not with a substitute driver unless CUBE_CUPTI names the
- *    library), and only a CUPTI whose kernel record layout this file knows
- *    is used (API version 13 and later: CUpti_ActivityKernel10's first
- *    fields).
- *  - Records are on while a trace records, or while a device whose profile
- *    summary wants them lives (activity_begin's |keep|); a trace's stop
- *    turns them off when no such device is left.
- *  - CUPTI's buffers come back on its own thread (or in a flush): each
- *    kernel record of a stream cube knows (by CUPTI's context and stream
- *    ids), its times put on cube's clock and its kernel named from the
- *    module whose entry function ran (each unit's entry has its own name:
- *    cuda_kernel.c), goes into the trace while one records, and into the
- *    stream's queue where the device's profile summary keeps records (the
- *    stream's owner takes them: activity_take). Nothing waits for records:
- *    a sync empties CUPTI's buffers only for a profile summary (which is
- *    printed there), a trace's stop always does. Kernels of CUDA graphs are
- *    left out (a replay is timed as one record), as are kernels of streams
- *    that are not cube's.
+ * Either way records are on while a trace records, or while a device whose
+ * profile summary wants them lives (activity_begin's |keep|); a trace's stop
+ * turns them off when no such device is left. Each record goes into the
+ * trace while one records, and into the stream's queue where the device's
+ * profile summary keeps records (the stream's owner takes them:
+ * activity_take). Nothing waits for records: a sync reads them only for a
+ * profile summary (which is printed there), a trace's stop always does.
+ * Kernels of CUDA graphs are left out (a replay is timed as one record), as
+ * are kernels of streams that are not cube's.
  *
  * Thread-safety: one mutex guards the registry of streams and their queues
- * (the buffer callback takes it); another, taken first, turning records on
- * and off. CUPTI's flush is called holding neither of them (it calls the
- * buffer callback inside).
+ * (the buffer callback and the poller take it); another, taken first,
+ * turning records on and off. CUPTI's flush is called holding neither of
+ * them (it calls the buffer callback inside).
  */
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -85,8 +96,17 @@ typedef struct cube__act_entry {
 typedef struct cube__act_launch {
   uint64_t hash;
   uint64_t order;
+  uint32_t count[3];
+  atomic_bool failed; /* self-timed: the launch failed, its slot stays empty */
   char name[80];
 } cube__act_launch_t;
+
+/* Self-timed kernels: a stream's slot |i| of CUBE__ACT_LAUNCHES, for its
+ * launch |i| modulo the ring. On the device (preludes/cuda.h, struct
+ * cube__timing, 32 bytes): start, cubes out, the host slot's address; in
+ * mapped host memory: start and end (end written last, 0 while not done). */
+#define CUBE__ACT_SLOT_BYTES 32u
+#define CUBE__ACT_HOST_BYTES 16u
 
 struct cube__cuda_activity {
   /* |put| is the launching thread's, |got| the reader's: 64 bytes apart, so
@@ -96,15 +116,23 @@ struct cube__cuda_activity {
   atomic_uint_fast64_t got;
   cube__act_launch_t launches[CUBE__ACT_LAUNCHES];
   cube__backend_device_t* device;
+  uint64_t noted;       /* the launching thread's last noted launch + 1, 0: none */
+  uint64_t quiet_below; /* self-timed: launches below it are read but not delivered */
+  CUdeviceptr slots;    /* self-timed: the device slots, or 0 */
+  volatile uint64_t* host; /* self-timed: the mapped host slots */
   bool known;           /* registered: |ctx_id|, |sid| valid */
   uint32_t ctx_id, sid; /* CUPTI's ids of its context and stream */
   cube__act_entry_t* q; /* ring of |cap| */
   size_t head, count, cap;
   uint64_t dropped;
+  atomic_uint_fast64_t untimed; /* self-timed launches made while the ring was full */
 };
+
+typedef enum { CUBE__ACT_SELF = 0, CUBE__ACT_CUPTI = 1, CUBE__ACT_EVENTS = 2 } cube__act_mode_t;
 
 static struct {
   pthread_once_t once;
+  cube__act_mode_t mode;
   bool usable;
   char reason[256];
   int (*reg)(cube__cupti_request_fn, cube__cupti_complete_fn);
@@ -126,7 +154,9 @@ static struct {
   bool finished;  /* the process is exiting: no more calls into CUPTI */
   cube__cuda_stream_t** streams;
   size_t stream_count, stream_cap;
+  pthread_cond_t poll_cond; /* self: the poller waits on it (with |lock|) while records are off */
 } g_act = {.once = PTHREAD_ONCE_INIT,
+           .poll_cond = PTHREAD_COND_INITIALIZER,
            .lock = PTHREAD_MUTEX_INITIALIZER,
            .onoff = PTHREAD_MUTEX_INITIALIZER};
 
@@ -237,7 +267,22 @@ static void cube__act_flush(void) {
   cube__act_read_full();
 }
 
+static void cube__act_load_cupti(void);
+
 static void cube__act_load(void) {
+  g_act.mode = (cube__act_mode_t)cube__option_enum(CUBE__OPT_CUDA_KERNEL_TIMER);
+  if (g_act.mode == CUBE__ACT_SELF) {
+    g_act.usable = true; /* each device says for itself (its clock kernel) */
+    return;
+  }
+  if (g_act.mode == CUBE__ACT_EVENTS) {
+    snprintf(g_act.reason, sizeof(g_act.reason), "CUBE_CUDA_KERNEL_TIMER=events");
+    return;
+  }
+  cube__act_load_cupti();
+}
+
+static void cube__act_load_cupti(void) {
   const char* opt = cube__option_str(CUBE__OPT_CUPTI);
   void* lib = NULL;
   const char* tried = "";
@@ -386,18 +431,40 @@ static const char* cube__act_launch_name(struct cube__cuda_activity* a, uint64_t
   return NULL;
 }
 
-void cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name,
-                                  uint64_t order) {
-  if (!atomic_load_explicit(&g_act.enabled, memory_order_relaxed)) return;
+CUdeviceptr cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name,
+                                         uint64_t order, const uint32_t count[3]) {
   struct cube__cuda_activity* a = s->act;
+  a->noted = 0;
+  if (!atomic_load_explicit(&g_act.enabled, memory_order_relaxed)) return 0;
+  const bool self = a->slots != 0;
+  if (g_act.mode == CUBE__ACT_SELF && !self) return 0; /* not set up: untimed */
   uint64_t put = atomic_load_explicit(&a->put, memory_order_relaxed);
   uint64_t got = atomic_load_explicit(&a->got, memory_order_acquire);
-  if (put - got >= CUBE__ACT_LAUNCHES) return; /* full: its record gets the module's name */
-  cube__act_launch_t* l = &a->launches[put % CUBE__ACT_LAUNCHES];
+  /* Full: CUPTI's record gets the module's name; a self-timed launch goes
+   * untimed (counted as dropped when read). */
+  if (put - got >= CUBE__ACT_LAUNCHES) {
+    if (self) atomic_fetch_add_explicit(&a->untimed, 1, memory_order_relaxed);
+    return 0;
+  }
+  const uint64_t i = put % CUBE__ACT_LAUNCHES;
+  cube__act_launch_t* l = &a->launches[i];
   l->hash = hash;
   l->order = order;
+  memcpy(l->count, count, sizeof(l->count));
+  atomic_store_explicit(&l->failed, false, memory_order_relaxed);
   cube__trace_copy_name(l->name, sizeof(l->name), name);
   atomic_store_explicit(&a->put, put + 1, memory_order_release);
+  a->noted = put + 1;
+  return self ? a->slots + i * CUBE__ACT_SLOT_BYTES : 0;
+}
+
+void cube__cuda_activity_failed(cube__cuda_stream_t* s) {
+  struct cube__cuda_activity* a = s->act;
+  if (!a || !a->noted) return;
+  /* Its slot will never be written: the poller passes it. */
+  atomic_store_explicit(&a->launches[(a->noted - 1) % CUBE__ACT_LAUNCHES].failed, true,
+                        memory_order_release);
+  a->noted = 0;
 }
 
 /* The kernel's name: the module whose entry ran, or the function's own. */
@@ -431,7 +498,8 @@ static void cube__act_deliver(cube__cuda_stream_t* s, cube__act_entry_t* e) {
     t.order = e->order;
     for (int i = 0; i < 3; ++i) t.a[i] = e->count[i];
     cube__act_name(d, e, t.name, sizeof(t.name));
-    cube__trace_copy_name(t.detail, sizeof(t.detail), "device activity");
+    cube__trace_copy_name(t.detail, sizeof(t.detail),
+                          g_act.mode == CUBE__ACT_SELF ? "device timer" : "device activity");
     cube__trace_emit(&t);
   }
   if (atomic_load_explicit(&d->act_keep, memory_order_relaxed)) cube__act_push(s->act, e);
@@ -502,6 +570,223 @@ static void cube__act_buffer_read(const uint8_t* buffer, size_t valid) {
 }
 
 //===----------------------------------------------------------------------===//
+// Self-timed kernels
+//===----------------------------------------------------------------------===//
+
+/* The clock kernel: the global timer into mapped memory, then a flag. */
+static const char cube__act_clock_src[] =
+    "extern \"C\" __global__ void cube_clock(volatile unsigned long long* out) {\n"
+    "  unsigned long long t;\n"
+    "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
+    "  out[0] = t;\n"
+    "  __threadfence_system();\n"
+    "  out[1] = 1ull;\n"
+    "}\n";
+
+/* Under the registry's lock, |d|'s context current: the clock kernel loaded. */
+static bool cube__act_clock_load(cube__backend_device_t* d) {
+  if (d->act_clock_fn && d->act_epoch == atomic_load(&d->epoch)) return true;
+  const cube__nvrtc_t* nv = NULL;
+  cube_status_t st = cube__cuda_nvrtc(&nv);
+  if (st) {
+    cube_status_free(st);
+    return false;
+  }
+  nvrtcProgram prog = NULL;
+  if (nv->CreateProgram(&prog, cube__act_clock_src, "cube_clock.cu", 0, NULL, NULL) !=
+      NVRTC_SUCCESS)
+    return false;
+  char arch[64];
+  snprintf(arch, sizeof(arch), "--gpu-architecture=%s", d->arch);
+  const char* opts[] = {arch};
+  size_t n = 0;
+  char* cubin = NULL;
+  bool ok = nv->CompileProgram(prog, 1, opts) == NVRTC_SUCCESS &&
+            nv->GetCUBINSize(prog, &n) == NVRTC_SUCCESS && n && (cubin = malloc(n)) != NULL &&
+            nv->GetCUBIN(prog, cubin) == NVRTC_SUCCESS;
+  nv->DestroyProgram(&prog);
+  CUmodule m = NULL;
+  CUfunction f = NULL;
+  ok = ok && d->cu->ModuleLoadData(&m, cubin) == CUDA_SUCCESS;
+  free(cubin);
+  if (ok && d->cu->ModuleGetFunction(&f, m, "cube_clock") != CUDA_SUCCESS) {
+    d->cu->ModuleUnload(m);
+    ok = false;
+  }
+  if (!ok) return false;
+  /* A module of an earlier context went with it (a recovery's reset). */
+  d->act_clock_module = m;
+  d->act_clock_fn = f;
+  d->act_epoch = atomic_load(&d->epoch);
+  atomic_store(&d->act_calibrated, false);
+  return true;
+}
+
+/* Under the registry's lock, |d|'s context current: the global timer's
+ * offset to cube's clock. The clock kernel runs on a stream of its own, 16
+ * times: each gives a lower bound (cube's clock before the launch minus the
+ * timer) and an upper bound (cube's clock once the flag is seen minus the
+ * timer); the tightest upper bound is kept, so that device times are never
+ * earlier than they were (and late by the flag's trip at most, about a
+ * microsecond). */
+static bool cube__act_calibrate_once(cube__backend_device_t* d);
+static bool cube__act_calibrate(cube__backend_device_t* d) {
+  /* Not again in a context where it failed: that device's kernels are
+   * timed by events. */
+  if (atomic_load(&d->act_refused) == atomic_load(&d->epoch) + 1) return false;
+  if (cube__act_calibrate_once(d)) return true;
+  atomic_store(&d->act_refused, atomic_load(&d->epoch) + 1);
+  return false;
+}
+static bool cube__act_calibrate_once(cube__backend_device_t* d) {
+  if (!cube__act_clock_load(d)) return false;
+  CUstream cs = NULL;
+  if (d->cu->StreamCreate(&cs, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return false;
+  volatile uint64_t* out = NULL;
+  bool ok = d->cu->MemHostAlloc((void**)&out, 64, CU_MEMHOSTALLOC_PORTABLE |
+                                                     CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS;
+  int64_t lo = INT64_MIN, hi = INT64_MAX;
+  for (int k = 0; ok && k < 16; ++k) {
+    out[0] = 0;
+    out[1] = 0;
+    CUdeviceptr dp = (CUdeviceptr)(uintptr_t)out; /* unified addressing */
+    void* params[] = {&dp};
+    uint64_t t0 = cube__now_ns();
+    if (d->cu->LaunchKernel(d->act_clock_fn, 1, 1, 1, 1, 1, 1, 0, cs, params, NULL) !=
+        CUDA_SUCCESS) {
+      ok = false;
+      break;
+    }
+    uint64_t t1 = t0;
+    while (__atomic_load_n(&out[1], __ATOMIC_ACQUIRE) == 0) {
+      t1 = cube__now_ns();
+      if (t1 - t0 > 1000000000ull) break; /* a second: no answer */
+    }
+    t1 = cube__now_ns();
+    if (__atomic_load_n(&out[1], __ATOMIC_ACQUIRE) == 0) {
+      ok = false;
+      break;
+    }
+    int64_t g = (int64_t)out[0];
+    if ((int64_t)t0 - g > lo) lo = (int64_t)t0 - g;
+    if ((int64_t)t1 - g < hi) hi = (int64_t)t1 - g;
+  }
+  if (ok) ok = d->cu->StreamSynchronize(cs) == CUDA_SUCCESS;
+  d->cu->StreamDestroy(cs);
+  if (out) d->cu->MemFreeHost((void*)out);
+  if (!ok || hi < lo) return false;
+  d->act_offset = hi;
+  d->act_calibrated_at = cube__now_ns();
+  atomic_store(&d->act_calibrated, true);
+  return true;
+}
+
+/* Under the registry's lock, |d|'s context current: |s|'s slots, set up. */
+static bool cube__act_self_setup(cube__backend_device_t* d, cube__cuda_stream_t* s) {
+  struct cube__cuda_activity* a = s->act;
+  if (!atomic_load(&d->act_calibrated) || d->act_epoch != atomic_load(&d->epoch))
+    if (!cube__act_calibrate(d)) return false;
+  if (a->slots) return true;
+  const size_t n = CUBE__ACT_LAUNCHES;
+  CUdeviceptr slots = 0;
+  void* host = NULL;
+  uint8_t* init = calloc(n, CUBE__ACT_SLOT_BYTES);
+  bool ok = init != NULL;
+  if (ok) ok = d->cu->MemAlloc(&slots, n * CUBE__ACT_SLOT_BYTES) == CUDA_SUCCESS;
+  if (ok)
+    ok = d->cu->MemHostAlloc(&host, n * CUBE__ACT_HOST_BYTES,
+                             CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ==
+         CUDA_SUCCESS;
+  if (ok) {
+    memset(host, 0, n * CUBE__ACT_HOST_BYTES);
+    for (size_t i = 0; i < n; ++i) { /* each device slot names its host slot */
+      uint64_t at = (uint64_t)(uintptr_t)host + i * CUBE__ACT_HOST_BYTES;
+      memcpy(init + i * CUBE__ACT_SLOT_BYTES + 16, &at, sizeof(at));
+    }
+    CUstream cs = NULL;
+    ok = d->cu->StreamCreate(&cs, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS;
+    if (ok) {
+      ok = d->cu->MemcpyHtoDAsync(slots, init, n * CUBE__ACT_SLOT_BYTES, cs) == CUDA_SUCCESS &&
+           d->cu->StreamSynchronize(cs) == CUDA_SUCCESS;
+      d->cu->StreamDestroy(cs);
+    }
+  }
+  free(init);
+  if (!ok) {
+    if (slots) d->cu->MemFree(slots);
+    if (host) d->cu->MemFreeHost(host);
+    return false;
+  }
+  /* Launches noted before (none while records were off) are passed. */
+  uint64_t put = atomic_load(&a->put);
+  atomic_store(&a->got, put);
+  a->host = host;
+  a->slots = slots;
+  atomic_fetch_add(&d->act_bytes, (uint64_t)n * CUBE__ACT_SLOT_BYTES);
+  return true;
+}
+
+/* Under the registry's lock: |s|'s completed self-timed kernels, in launch
+ * order, into the trace and its queue. */
+static void cube__act_self_drain(cube__cuda_stream_t* s) {
+  struct cube__cuda_activity* a = s->act;
+  if (!a->slots) return;
+  cube__backend_device_t* d = a->device;
+  uint64_t got = atomic_load_explicit(&a->got, memory_order_relaxed);
+  const uint64_t put = atomic_load_explicit(&a->put, memory_order_acquire);
+  for (; got < put; ++got) {
+    const uint64_t i = got % CUBE__ACT_LAUNCHES;
+    const cube__act_launch_t* l = &a->launches[i];
+    volatile uint64_t* h = a->host + 2 * i;
+    uint64_t end = __atomic_load_n(&h[1], __ATOMIC_ACQUIRE);
+    if (!end) {
+      if (!atomic_load_explicit(&l->failed, memory_order_acquire)) break; /* not done yet */
+      continue;
+    }
+    uint64_t start = h[0];
+    h[0] = 0;
+    h[1] = 0;
+    if (end < start) start = end;
+    if (got < a->quiet_below) continue; /* launched before records came on again */
+    cube__act_entry_t e;
+    memset(&e, 0, sizeof(e));
+    e.start_ns = (uint64_t)((int64_t)start + d->act_offset);
+    e.end_ns = (uint64_t)((int64_t)end + d->act_offset);
+    e.order = l->order;
+    memcpy(e.count, l->count, sizeof(e.count));
+    cube__trace_copy_name(e.foreign, sizeof(e.foreign), l->name); /* the launch's name */
+    cube__act_deliver(s, &e);
+  }
+  atomic_store_explicit(&a->got, got, memory_order_release);
+  uint64_t untimed = atomic_exchange_explicit(&a->untimed, 0, memory_order_relaxed);
+  a->dropped += untimed;
+}
+
+/* Under the registry's lock. */
+static void cube__act_self_drain_all(void) {
+  for (size_t i = 0; i < g_act.stream_count; ++i) cube__act_self_drain(g_act.streams[i]);
+}
+
+/* The poller: every millisecond while records are on, the completed slots
+ * of every stream. */
+static void* cube__act_poller(void* arg) {
+  (void)arg;
+  pthread_mutex_lock(&g_act.lock);
+  for (;;) {
+    while (!atomic_load(&g_act.enabled) && !g_act.finished)
+      pthread_cond_wait(&g_act.poll_cond, &g_act.lock);
+    if (g_act.finished) break;
+    cube__act_self_drain_all();
+    pthread_mutex_unlock(&g_act.lock);
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&g_act.lock);
+  }
+  pthread_mutex_unlock(&g_act.lock);
+  return NULL;
+}
+
+//===----------------------------------------------------------------------===//
 // On and off
 //===----------------------------------------------------------------------===//
 
@@ -509,15 +794,26 @@ static void cube__act_buffer_read(const uint8_t* buffer, size_t valid) {
 static void cube__act_maybe_off_locked(void) {
   if (g_act.keepers == 0 && !cube__trace_on() && atomic_load(&g_act.enabled) &&
       !g_act.finished) {
-    g_act.disable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL);
+    if (g_act.mode == CUBE__ACT_CUPTI) g_act.disable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL);
     atomic_store(&g_act.enabled, false);
   }
+}
+
+/* Every record of what completed, read now. */
+static void cube__act_read_now(void) {
+  if (g_act.mode == CUBE__ACT_CUPTI) {
+    cube__act_flush();
+    return;
+  }
+  pthread_mutex_lock(&g_act.lock);
+  cube__act_self_drain_all();
+  pthread_mutex_unlock(&g_act.lock);
 }
 
 /* A trace stops: the records of what completed go into it first. */
 static void cube__act_trace_stopping(void) {
   pthread_mutex_lock(&g_act.onoff);
-  if (atomic_load(&g_act.enabled) && !g_act.finished) cube__act_flush();
+  if (atomic_load(&g_act.enabled) && !g_act.finished) cube__act_read_now();
   pthread_mutex_unlock(&g_act.onoff);
 }
 
@@ -534,11 +830,14 @@ static void cube__act_trace_stopped(void) {
 static void cube__act_at_exit(void) {
   pthread_mutex_lock(&g_act.onoff);
   if (atomic_load(&g_act.enabled) && !g_act.finished) {
-    cube__act_flush();
-    g_act.disable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL);
+    cube__act_read_now();
+    if (g_act.mode == CUBE__ACT_CUPTI) g_act.disable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL);
     atomic_store(&g_act.enabled, false);
   }
+  pthread_mutex_lock(&g_act.lock);
   g_act.finished = true;
+  pthread_cond_broadcast(&g_act.poll_cond);
+  pthread_mutex_unlock(&g_act.lock);
   pthread_mutex_unlock(&g_act.onoff);
 }
 
@@ -546,6 +845,36 @@ static void cube__act_at_exit(void) {
 static bool cube__act_enable_locked(void) {
   if (atomic_load(&g_act.enabled)) return true;
   if (g_act.finished) return false;
+  if (g_act.mode == CUBE__ACT_SELF) {
+    if (!g_act.hooked) {
+      pthread_t t;
+      cube_status_t st = cube__thread_create(&t, cube__act_poller, NULL, "cube-ktimer", 0);
+      if (st) {
+        cube_status_free(st);
+        return false;
+      }
+      pthread_detach(t);
+      cube__trace_on_stop(cube__act_trace_stopping, cube__act_trace_stopped);
+      atexit(cube__act_at_exit);
+      g_act.hooked = true;
+    }
+    /* Kernels launched while records were on before and not read then are
+     * read but not delivered (a trace gets none of an earlier one's). A
+     * clock measured more than a second ago is measured again at its
+     * device's next timed launch. */
+    pthread_mutex_lock(&g_act.lock);
+    const uint64_t now = cube__now_ns();
+    for (size_t i = 0; i < g_act.stream_count; ++i) {
+      struct cube__cuda_activity* a = g_act.streams[i]->act;
+      a->quiet_below = atomic_load(&a->put);
+      if (now - a->device->act_calibrated_at > 1000000000ull)
+        atomic_store(&a->device->act_calibrated, false);
+    }
+    atomic_store(&g_act.enabled, true);
+    pthread_cond_broadcast(&g_act.poll_cond);
+    pthread_mutex_unlock(&g_act.lock);
+    return true;
+  }
   if (g_act.enable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL) != 0) return false;
   /* CUPTI's clock against cube's: the middle of two reads of ours. */
   uint64_t t0 = cube__now_ns(), c = 0;
@@ -573,16 +902,25 @@ static bool cube__act_enable_locked(void) {
   return true;
 }
 
-/* Under the lock: CUPTI's ids of |s|, and |s| in the registry. */
+/* Under the lock: |s| in the registry; with CUPTI its ids, self-timed its
+ * slots (and its device's clock measured). */
 static bool cube__act_register_locked(cube__backend_device_t* d, cube__cuda_stream_t* s) {
   if (!s->act) {
     s->act = calloc(1, sizeof(*s->act));
     if (!s->act) return false;
   }
-  if (s->act->known) return true;
   uint32_t ctx_id = 0, sid = 0;
-  if (g_act.context_id(d->ctx, &ctx_id) != 0 || g_act.stream_id(d->ctx, s->stream, 0, &sid) != 0)
-    return false;
+  if (g_act.mode == CUBE__ACT_SELF) {
+    if (atomic_load(&d->lost)) return false;
+    CUBE__CUDA_SCOPE(d->ctx);
+    if (!cube__act_self_setup(d, s)) return false;
+    if (s->act->known) return true;
+  } else {
+    if (s->act->known) return true;
+    if (g_act.context_id(d->ctx, &ctx_id) != 0 ||
+        g_act.stream_id(d->ctx, s->stream, 0, &sid) != 0)
+      return false;
+  }
   if (g_act.stream_count == g_act.stream_cap) {
     size_t cap = g_act.stream_cap ? g_act.stream_cap * 2 : 16;
     void* grown = realloc(g_act.streams, cap * sizeof(*g_act.streams));
@@ -604,17 +942,24 @@ bool cube__cuda_activity_begin(cube__backend_device_t* d, void* stream, uint32_t
    * record would run on the device clock while the download after it is
    * timed on the host clock from its call, which may come first). */
   if (!s || kind != CUBE__ACTIVITY_KERNEL) return false;
-  /* The common case: on, the stream known, nothing to keep. */
+  /* The common case: on, the stream known (self-timed: its device's clock
+   * measured since records came on), nothing to keep. */
   if (s->act && s->act->known && (!keep || atomic_load_explicit(&d->act_keep, memory_order_relaxed)) &&
-      atomic_load_explicit(&g_act.enabled, memory_order_relaxed))
+      atomic_load_explicit(&g_act.enabled, memory_order_relaxed) &&
+      (g_act.mode != CUBE__ACT_SELF || atomic_load_explicit(&d->act_calibrated, memory_order_relaxed)))
     return true;
   pthread_once(&g_act.once, cube__act_load);
   if (!g_act.usable) return false;
+  if (g_act.mode == CUBE__ACT_SELF &&
+      atomic_load_explicit(&d->act_refused, memory_order_relaxed) == atomic_load(&d->epoch) + 1)
+    return false;
   pthread_mutex_lock(&g_act.onoff);
-  pthread_mutex_lock(&g_act.lock);
-  bool ok = cube__act_register_locked(d, s);
-  pthread_mutex_unlock(&g_act.lock);
-  if (ok) ok = cube__act_enable_locked();
+  bool ok = cube__act_enable_locked();
+  if (ok) {
+    pthread_mutex_lock(&g_act.lock);
+    ok = cube__act_register_locked(d, s);
+    pthread_mutex_unlock(&g_act.lock);
+  }
   if (ok && keep && !atomic_load(&d->act_keep)) {
     atomic_store(&d->act_keep, true);
     g_act.keepers++;
@@ -629,7 +974,7 @@ size_t cube__cuda_activity_take(cube__backend_device_t* d, void* stream, bool fl
   if (!s || !s->act || !max) return 0;
   if (flush) {
     pthread_mutex_lock(&g_act.onoff);
-    if (atomic_load(&g_act.enabled) && !g_act.finished) cube__act_flush();
+    if (atomic_load(&g_act.enabled) && !g_act.finished) cube__act_read_now();
     pthread_mutex_unlock(&g_act.onoff);
   }
   /* Records are queued here only for a device whose profile summary keeps
@@ -668,13 +1013,35 @@ void cube__cuda_activity_stream_gone(cube__cuda_stream_t* s) {
       g_act.streams[i] = g_act.streams[--g_act.stream_count];
       break;
     }
-  free(s->act->q);
-  free(s->act);
+  struct cube__cuda_activity* a = s->act;
+  if (a->slots) {
+    /* The stream was waited for (a lost device's kernels run no more). */
+    cube__act_self_drain(s);
+    cube__backend_device_t* d = a->device;
+    atomic_fetch_sub(&d->act_bytes, (uint64_t)CUBE__ACT_LAUNCHES * CUBE__ACT_SLOT_BYTES);
+    if (!atomic_load(&d->lost) && a->device->act_epoch == atomic_load(&d->epoch)) {
+      CUBE__CUDA_SCOPE(d->ctx);
+      d->cu->MemFree(a->slots);
+      d->cu->MemFreeHost((void*)a->host);
+    }
+  }
+  free(a->q);
+  free(a);
   s->act = NULL;
   pthread_mutex_unlock(&g_act.lock);
 }
 
 void cube__cuda_activity_device_gone(cube__backend_device_t* d) {
+  if (d->act_clock_module) {
+    pthread_mutex_lock(&g_act.lock);
+    if (!atomic_load(&d->lost) && d->act_epoch == atomic_load(&d->epoch)) {
+      CUBE__CUDA_SCOPE(d->ctx);
+      d->cu->ModuleUnload(d->act_clock_module);
+    }
+    d->act_clock_module = NULL;
+    d->act_clock_fn = NULL;
+    pthread_mutex_unlock(&g_act.lock);
+  }
   if (!atomic_load(&d->act_keep)) return;
   pthread_mutex_lock(&g_act.onoff);
   atomic_store(&d->act_keep, false);

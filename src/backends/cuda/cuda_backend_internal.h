@@ -128,6 +128,17 @@ struct cube__backend_device {
 
   /* The profile summary keeps kernel activity records on (cuda_activity.c). */
   atomic_bool act_keep;
+  /* Self-timed kernels (cuda_activity.c, under its registry lock): the global
+   * timer's offset to cube's clock, measured in the context of |act_epoch|
+   * (a recovery resets the context: measured again), and the clock kernel. */
+  int64_t act_offset;
+  uint64_t act_calibrated_at; /* cube's clock when |act_offset| was measured */
+  unsigned act_epoch;
+  atomic_bool act_calibrated; /* read without the lock by activity_begin */
+  atomic_uint act_refused;    /* epoch + 1 in which the clock kernel failed: events then */
+  CUmodule act_clock_module;
+  CUfunction act_clock_fn;
+  atomic_uint_fast64_t act_bytes; /* device memory of the streams' timing slots */
 };
 
 typedef struct cube__cuda_stream {
@@ -286,9 +297,11 @@ cube_status_t cube__cuda_launch_check(cube__backend_device_t* d, const cube__lau
                                       cube__cuda_fn_t* out_fn, bool* out_empty);
 /* The kernel parameters of |l| as cuLaunchKernel takes them: params[0..n)
  * point into |p| (buffers: the address and the view's size) and into l->args
- * (scalars). Validate mode's bounds record is the caller's to append. */
+ * (scalars). Validate mode's bounds record and then the timing slot (every
+ * kernel's last parameter, preludes/cuda.h) are the caller's to append. */
 typedef struct cube__cuda_params {
-  void* params[2 * CUBE_MAX_KERNEL_ARGS + 1];
+  void* params[2 * CUBE_MAX_KERNEL_ARGS + 2];
+  CUdeviceptr timing; /* the last parameter: the timing slot, or 0 */
   CUdeviceptr ptrs[CUBE_MAX_KERNEL_ARGS];
   uint64_t lens[CUBE_MAX_KERNEL_ARGS];
   uint32_t n;
@@ -316,12 +329,16 @@ void cube__cuda_graph_destroy(cube__backend_device_t* d, void* graph);
 bool cube__cuda_activity_begin(cube__backend_device_t* d, void* stream, uint32_t kind, bool keep);
 size_t cube__cuda_activity_take(cube__backend_device_t* d, void* stream, bool flush,
                                 cube__activity_record_t* out, size_t max);
-/* A kernel of |hash| (its entry's name) launched on |s| as |name|: noted
- * while records are on, so that its record gets the launch's name (kernels
- * of one unit share an entry) and its place in the stream's order (|order|,
- * trace.h). The launching thread; one relaxed load when records are off. */
-void cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name,
-                                  uint64_t order);
+/* A kernel of |hash| (its entry's name) about to be launched on |s| as
+ * |name| with cube count |count|: noted while records are on, so that its
+ * record gets the launch's name (kernels of one unit share an entry) and its
+ * place in the stream's order (|order|, trace.h). Returns the timing slot to
+ * pass as the kernel's last parameter (self-timed kernels), or 0: untimed.
+ * A noted launch that then fails is withdrawn (activity_failed) before the
+ * next. The launching thread; one relaxed load when records are off. */
+CUdeviceptr cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name,
+                                         uint64_t order, const uint32_t count[3]);
+void cube__cuda_activity_failed(cube__cuda_stream_t* s);
 /* Forgets |s| (before it is freed) and its untaken records. */
 void cube__cuda_activity_stream_gone(cube__cuda_stream_t* s);
 /* |d| no longer keeps records on (before it is freed). */

@@ -61,6 +61,8 @@ static cube_status_t cube__cuda_kernel_params(cube__backend_device_t* d,
                              "bounds record is read back after each launch)",
                              d->index, l->name ? l->name : "?");
   cube__cuda_marshal(l, p);
+  p->timing = 0; /* a node's kernel is not timed by itself (a replay is one record) */
+  p->params[p->n++] = &p->timing;
   memset(out, 0, sizeof(*out));
   out->func = f.fn;
   out->gridDimX = l->count[0];

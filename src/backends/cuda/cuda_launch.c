@@ -92,12 +92,16 @@ cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
       ev0 = NULL;
     }
   }
+  p.timing = 0;
+  params[n++] = &p.timing;
   if (r == CUDA_SUCCESS) {
     cube__cuda_stream_t* cs = stream;
     if (__builtin_expect(cs && cs->act != NULL, 0))
-      cube__cuda_activity_launched(cs, f.name_hash, name, l->trace_order);
+      p.timing = cube__cuda_activity_launched(cs, f.name_hash, name, l->trace_order, l->count);
     r = d->cu->LaunchKernel(f.fn, l->count[0], l->count[1], l->count[2], dim[0], dim[1], dim[2], 0,
                             s, params, NULL);
+    if (__builtin_expect(cs && cs->act != NULL, 0) && r != CUDA_SUCCESS)
+      cube__cuda_activity_failed(cs);
   }
   if (ev0) {
     if (r == CUDA_SUCCESS) {
@@ -168,7 +172,9 @@ cube_status_t cube__cuda_ctl(cube__backend_device_t* d, void* stream, uint32_t o
         return cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuMemGetInfo", d->index);
       mi->used = total_b >= free_b ? total_b - free_b : 0;
       mi->total = total_b;
-      mi->context = d->used_at_open + (d->bounds_dev ? 64u : 0u); /* the bounds flag */
+      /* The bounds flag, and the timing slots of self-timed streams. */
+      mi->context = d->used_at_open + (d->bounds_dev ? 64u : 0u) +
+                    atomic_load_explicit(&d->act_bytes, memory_order_relaxed);
       mi->modules = atomic_load_explicit(&d->module_bytes, memory_order_relaxed);
       return CUBE_OK;
     }

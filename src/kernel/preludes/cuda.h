@@ -13,7 +13,8 @@
  * Launch ABI: the user's parameters in order, a CUBE_ARRAY(T, a) as two
  * (T* a, uint64_t a__bytes: the buffer's length in bytes), a scalar as
  * itself; in Validate mode one more, the bounds record (uint32_t* cube__bounds,
- * 8 words laid out as cube_bounds_error_t).
+ * 8 words laid out as cube_bounds_error_t); last, the timing slot
+ * (struct cube__timing*, NULL when the launch is not timed).
  */
 #ifndef CUBE__PRELUDE_CUDA_H
 #define CUBE__PRELUDE_CUDA_H 1
@@ -85,8 +86,52 @@ typedef uint64_t CUBE__U64;
 #define CUBE__BOUNDS_PARAM
 #endif
 
-#define CUBE_KERNEL(name, ...) \
-  extern "C" __global__ void cube__kernel_##name(__VA_ARGS__ CUBE__BOUNDS_PARAM)
+/* Every kernel takes one more parameter last: the launch's timing slot, or
+ * NULL (docs/observability.md, "How kernels are timed"). The entry's body
+ * starts with CUBE__ENTRY_TIMER (the generator puts it after the body's
+ * '{'): an object whose constructor reads the GPU's global timer in the
+ * first unit of cube 0 and whose destructor, run at every return, counts
+ * each cube out in its first unit; the last cube out writes start and end
+ * into the host memory the slot names. Nothing is put on the stream and no
+ * profiler is involved; an untimed launch pays two tests of a parameter. */
+struct cube__timing {
+  uint64_t start;  /* written by cube 0's first unit */
+  uint32_t done;   /* cubes counted out; the last sets it back to 0 */
+  uint32_t pad;
+  uint64_t* out;   /* mapped host memory: {start, end}, end written last */
+  uint64_t pad2;
+};
+CUBE__PFN uint64_t cube__globaltimer(void) {
+  uint64_t t = 0;
+#if defined(__CUDA_ARCH__)
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+#endif
+  return t;
+}
+struct cube__timer {
+  cube__timing* t;
+  __device__ explicit cube__timer(cube__timing* t_) : t(t_) {
+    if (t && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)
+      t->start = cube__globaltimer();
+  }
+  __device__ ~cube__timer() {
+    if (!t || (threadIdx.x | threadIdx.y | threadIdx.z) != 0) return;
+    __threadfence();
+    if (atomicAdd(&t->done, 1u) != gridDim.x * gridDim.y * gridDim.z - 1u) return;
+    __threadfence();
+    const uint64_t end = cube__globaltimer();
+    volatile uint64_t* out = t->out;
+    t->done = 0;
+    out[0] = *(volatile uint64_t*)&t->start;
+    __threadfence_system();
+    out[1] = end;
+  }
+};
+#define CUBE__ENTRY_TIMER cube__timer cube__timer_obj(cube__slot);
+
+#define CUBE_KERNEL(name, ...)                                                  \
+  extern "C" __global__ void cube__kernel_##name(__VA_ARGS__ CUBE__BOUNDS_PARAM, \
+                                                 cube__timing* cube__slot)
 
 /* Helpers that use positions, sync_cube() or the checked accessors declare
  * CUBE_UNIT_PARAMS first and are called with CUBE_UNIT_ARGS. */
