@@ -1004,8 +1004,13 @@ static void mock_timed_ran(void* p) {
   if (end == start) end++;
   volatile uint64_t* out;
   memcpy(&out, (char*)p + 16, sizeof(out));
-  out[0] = start;
+  /* As the kernel's two stores may land: end first here, the harder order
+   * for a reader (cube reads a slot once both are nonzero), with
+   * CUBE_MOCK_CUDA_SLOT_GAP_US between them. */
   __atomic_store_n(&out[1], end, __ATOMIC_RELEASE);
+  const char* gap = getenv("CUBE_MOCK_CUDA_SLOT_GAP_US");
+  if (gap && atoi(gap) > 0) usleep((useconds_t)atoi(gap));
+  __atomic_store_n(&out[0], start, __ATOMIC_RELEASE);
 }
 
 /* Functions by name (the mock CUPTI's records name them); past the table's

@@ -139,6 +139,8 @@ static void* worker_main(void* p) {
 static void traced_kernels(const char* timer) {
   const bool self = strcmp(timer, "self") == 0;
   setup(CUBE_MOCK_CUDA_PATH, "20", timer);
+  /* A slot's end lands 200 us before its start: read only once both have. */
+  setenv("CUBE_MOCK_CUDA_SLOT_GAP_US", "200", 1);
   cube_client_t* c = NULL;
   REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
   cube_kernel_t* ks = make_kernel("scale by a", scale_src, "scale");

@@ -104,7 +104,7 @@ typedef struct cube__act_launch {
 /* Self-timed kernels: a stream's slot |i| of CUBE__ACT_LAUNCHES, for its
  * launch |i| modulo the ring. On the device (preludes/cuda.h, struct
  * cube__timing, 32 bytes): start, cubes out, the host slot's address; in
- * mapped host memory: start and end (end written last, 0 while not done). */
+ * mapped host memory: start and end (0 until written; done when both are). */
 #define CUBE__ACT_SLOT_BYTES 32u
 #define CUBE__ACT_HOST_BYTES 16u
 
@@ -738,12 +738,13 @@ static void cube__act_self_drain(cube__cuda_stream_t* s) {
     const uint64_t i = got % CUBE__ACT_LAUNCHES;
     const cube__act_launch_t* l = &a->launches[i];
     volatile uint64_t* h = a->host + 2 * i;
+    /* Written by the kernel's last cube in no order: done when both are. */
     uint64_t end = __atomic_load_n(&h[1], __ATOMIC_ACQUIRE);
-    if (!end) {
+    uint64_t start = __atomic_load_n(&h[0], __ATOMIC_ACQUIRE);
+    if (!end || !start) {
       if (!atomic_load_explicit(&l->failed, memory_order_acquire)) break; /* not done yet */
       continue;
     }
-    uint64_t start = h[0];
     h[0] = 0;
     h[1] = 0;
     if (end < start) start = end;

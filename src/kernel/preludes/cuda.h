@@ -98,7 +98,7 @@ struct cube__timing {
   uint64_t start;  /* written by cube 0's first unit */
   uint32_t done;   /* cubes counted out; the last sets it back to 0 */
   uint32_t pad;
-  uint64_t* out;   /* mapped host memory: {start, end}, end written last */
+  uint64_t* out;   /* mapped host memory: {start, end}, 0 until written */
   uint64_t pad2;
 };
 CUBE__PFN uint64_t cube__globaltimer(void) {
@@ -116,14 +116,16 @@ struct cube__timer {
   }
   __device__ ~cube__timer() {
     if (!t || (threadIdx.x | threadIdx.y | threadIdx.z) != 0) return;
-    __threadfence();
+    /* Cube 0's start is seen by whichever cube counts out last. */
+    if ((blockIdx.x | blockIdx.y | blockIdx.z) == 0) __threadfence();
     if (atomicAdd(&t->done, 1u) != gridDim.x * gridDim.y * gridDim.z - 1u) return;
     __threadfence();
     const uint64_t end = cube__globaltimer();
     volatile uint64_t* out = t->out;
     t->done = 0;
+    /* No order between the two: the host waits until both are nonzero (the
+     * timer never reads 0) and sets them back to 0 once read. */
     out[0] = *(volatile uint64_t*)&t->start;
-    __threadfence_system();
     out[1] = end;
   }
 };
