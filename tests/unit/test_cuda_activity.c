@@ -20,6 +20,7 @@
 #include "cube/cube.h"
 #include "check.h"
 #include "json_file.h"
+#include "mock_cuda_faults.h"
 
 #ifdef CUBE_MOCK_CUDA_PATH
 typedef struct cube_mock_cupti_stats {
@@ -498,6 +499,80 @@ CUBE_TEST(self_timed_kernels_of_an_earlier_trace_stay_out) {
   cube_handle_release(y);
   cube_kernel_release(early);
   cube_kernel_release(late);
+  cube_client_release(c);
+  cube_shutdown();
+#endif
+}
+
+/* Self-timed across a recovery: the lost context took the streams' slots and
+ * the clock kernel with it; the renewed streams get new slots, the clock is
+ * measured again in the new context, and kernels launched after the
+ * recovery are in the trace, each once, after those before it. */
+CUBE_TEST(self_timed_kernels_after_a_recovery) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  setup(CUBE_MOCK_CUDA_PATH, "100", "self");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
+  mock_t m;
+  REQUIRE(mock_get(&m));
+  cube_kernel_t* before = make_kernel("scale before", scale_src, "scale");
+  cube_kernel_t* after = make_kernel("scale after", scale_src, "scale");
+  REQUIRE(before && after);
+  char path[512];
+  trace_path(path, sizeof(path), "recover");
+  REQUIRE_OK(cube_trace_start(path));
+  float ys[64] = {0};
+  cube_handle_t y;
+  REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &y));
+  cube_arg_t args[2] = {cube_arg_buffer(y), cube_arg_f32(2.0f)};
+  for (int i = 0; i < 3; ++i)
+    REQUIRE_OK(cube_client_launch(c, before, cube_count_static(1, 1, 1), 2, args));
+  REQUIRE_OK(cube_client_sync(c));
+  /* Lost at the next device-to-host copy (an illegal address). */
+  m.fail_sticky_on(0, "d2h", 1, 700);
+  cube_bytes_t* b = NULL;
+  cube_status_t st = cube_client_read_one(c, y, &b);
+  CHECK_EQ_U64(cube_status_code(st), CUBE_STATUS_DEVICE_LOST);
+  cube_status_free(st);
+  cube_handle_release(y);
+  REQUIRE_OK(cube_device_recover((cube_device_id_t){CUBE_BACKEND_CUDA, 0}));
+  cube_handle_t z;
+  REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &z));
+  cube_arg_t args2[2] = {cube_arg_buffer(z), cube_arg_f32(2.0f)};
+  for (int i = 0; i < 4; ++i)
+    REQUIRE_OK(cube_client_launch(c, after, cube_count_static(1, 1, 1), 2, args2));
+  REQUIRE_OK(cube_client_sync(c));
+  REQUIRE_OK(cube_trace_stop());
+  cJSON* doc = load_json(path);
+  REQUIRE(doc != NULL);
+  int n_before = 0, n_after = 0;
+  const cJSON* e;
+  double before_end = 0, after_start = 1e300;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "traceEvents")) {
+    if (strcmp(str(e, "cat"), "kernel") != 0) continue;
+    CHECK(strcmp(str(cJSON_GetObjectItemCaseSensitive(e, "args"), "detail"), "device timer") == 0);
+    CHECK(num(e, "dur") >= 80.0);
+    if (strcmp(str(e, "name"), "scale before") == 0) {
+      n_before++;
+      if (num(e, "ts") + num(e, "dur") > before_end) before_end = num(e, "ts") + num(e, "dur");
+    }
+    if (strcmp(str(e, "name"), "scale after") == 0) {
+      n_after++;
+      if (num(e, "ts") < after_start) after_start = num(e, "ts");
+    }
+  }
+  /* The clock measured again in the new context: the kernels after the
+   * recovery come after those before it. */
+  CHECK(after_start >= before_end);
+  CHECK_EQ_U64((uint64_t)n_before, 3);
+  CHECK_EQ_U64((uint64_t)n_after, 4);
+  cJSON_Delete(doc);
+  unlink(path);
+  cube_handle_release(z);
+  cube_kernel_release(before);
+  cube_kernel_release(after);
   cube_client_release(c);
   cube_shutdown();
 #endif
