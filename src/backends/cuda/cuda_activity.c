@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cuda/cuda_activity_internal.h"
 #include "backends/cuda/cuda_backend_internal.h"
 #include "base/options.h"
 #include "platform/platform.h"
@@ -79,54 +80,6 @@ typedef void (*cube__cupti_complete_fn)(CUcontext ctx, uint32_t stream_id, uint8
  * back when it is full: the smaller it is, the sooner the collector matches
  * records to the launches waiting in their streams' rings. */
 #define CUBE__ACTIVITY_BUFFER (256u << 10)
-
-typedef struct cube__act_entry {
-  uint64_t start_ns, end_ns;
-  uint64_t order; /* its place in the stream's order (trace.h), 0: not known */
-  uint64_t hash; /* the entry function's name hash; 0: |foreign| is the name */
-  uint32_t count[3];
-  char foreign[80]; /* the launch's name, or a function not of cube's: its name (|hash| 0) */
-} cube__act_entry_t;
-
-/* The launches of a stream while records are on, in order: a ring with one
- * writer (the stream's launching thread) and one reader (whoever reads
- * buffers, under the registry's lock). */
-#define CUBE__ACT_LAUNCHES 16384u /* 1.5 MiB a stream, touched as used */
-#define CUBE__ACT_SEARCH 64u /* launches a record's match is looked for in */
-typedef struct cube__act_launch {
-  uint64_t hash;
-  uint64_t order;
-  uint32_t count[3];
-  atomic_bool failed; /* self-timed: the launch failed, its slot stays empty */
-  char name[80];
-} cube__act_launch_t;
-
-/* Self-timed kernels: a stream's slot |i| of CUBE__ACT_LAUNCHES, for its
- * launch |i| modulo the ring. On the device (preludes/cuda.h, struct
- * cube__timing, 32 bytes): start, cubes out, the host slot's address; in
- * mapped host memory: start and end (0 until written; done when both are). */
-#define CUBE__ACT_SLOT_BYTES 32u
-#define CUBE__ACT_HOST_BYTES 16u
-
-struct cube__cuda_activity {
-  /* |put| is the launching thread's, |got| the reader's: 64 bytes apart, so
-   * that neither's store takes the other's cache line on every launch. */
-  atomic_uint_fast64_t put;
-  char put_line[64 - sizeof(atomic_uint_fast64_t)];
-  atomic_uint_fast64_t got;
-  cube__act_launch_t launches[CUBE__ACT_LAUNCHES];
-  cube__backend_device_t* device;
-  uint64_t noted;       /* the launching thread's last noted launch + 1, 0: none */
-  uint64_t quiet_below; /* self-timed: launches below it are read but not delivered */
-  CUdeviceptr slots;    /* self-timed: the device slots, or 0 */
-  volatile uint64_t* host; /* self-timed: the mapped host slots */
-  bool known;           /* registered: |ctx_id|, |sid| valid */
-  uint32_t ctx_id, sid; /* CUPTI's ids of its context and stream */
-  cube__act_entry_t* q; /* ring of |cap| */
-  size_t head, count, cap;
-  uint64_t dropped;
-  atomic_uint_fast64_t untimed; /* self-timed launches made while the ring was full */
-};
 
 typedef enum { CUBE__ACT_SELF = 0, CUBE__ACT_CUPTI = 1, CUBE__ACT_EVENTS = 2 } cube__act_mode_t;
 
@@ -485,7 +438,7 @@ static void cube__act_name(cube__backend_device_t* d, const cube__act_entry_t* e
 /* Under the registry's lock: kernel |e| of stream |s| into the trace (while
  * one records) and, where the device's profile summary keeps records, into
  * the stream's queue. */
-static void cube__act_deliver(cube__cuda_stream_t* s, cube__act_entry_t* e) {
+void cube__act_deliver(cube__cuda_stream_t* s, cube__act_entry_t* e) {
   cube__backend_device_t* d = s->act->device;
   if (cube__trace_on()) {
     cube__trace_record_t t;
@@ -569,203 +522,9 @@ static void cube__act_buffer_read(const uint8_t* buffer, size_t valid) {
   pthread_mutex_unlock(&g_act.lock);
 }
 
-//===----------------------------------------------------------------------===//
-// Self-timed kernels
-//===----------------------------------------------------------------------===//
-
-/* The clock kernel: the global timer into mapped memory, then a flag. */
-static const char cube__act_clock_src[] =
-    "extern \"C\" __global__ void cube_clock(volatile unsigned long long* out) {\n"
-    "  unsigned long long t;\n"
-    "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
-    "  out[0] = t;\n"
-    "  __threadfence_system();\n"
-    "  out[1] = 1ull;\n"
-    "}\n";
-
-/* Under the registry's lock, |d|'s context current: the clock kernel loaded. */
-static bool cube__act_clock_load(cube__backend_device_t* d) {
-  if (d->act_clock_fn && d->act_epoch == atomic_load(&d->epoch)) return true;
-  const cube__nvrtc_t* nv = NULL;
-  cube_status_t st = cube__cuda_nvrtc(&nv);
-  if (st) {
-    cube_status_free(st);
-    return false;
-  }
-  nvrtcProgram prog = NULL;
-  if (nv->CreateProgram(&prog, cube__act_clock_src, "cube_clock.cu", 0, NULL, NULL) !=
-      NVRTC_SUCCESS)
-    return false;
-  char arch[64];
-  snprintf(arch, sizeof(arch), "--gpu-architecture=%s", d->arch);
-  const char* opts[] = {arch};
-  size_t n = 0;
-  char* cubin = NULL;
-  bool ok = nv->CompileProgram(prog, 1, opts) == NVRTC_SUCCESS &&
-            nv->GetCUBINSize(prog, &n) == NVRTC_SUCCESS && n && (cubin = malloc(n)) != NULL &&
-            nv->GetCUBIN(prog, cubin) == NVRTC_SUCCESS;
-  nv->DestroyProgram(&prog);
-  CUmodule m = NULL;
-  CUfunction f = NULL;
-  ok = ok && d->cu->ModuleLoadData(&m, cubin) == CUDA_SUCCESS;
-  free(cubin);
-  if (ok && d->cu->ModuleGetFunction(&f, m, "cube_clock") != CUDA_SUCCESS) {
-    d->cu->ModuleUnload(m);
-    ok = false;
-  }
-  if (!ok) return false;
-  /* A module of an earlier context went with it (a recovery's reset). */
-  d->act_clock_module = m;
-  d->act_clock_fn = f;
-  d->act_epoch = atomic_load(&d->epoch);
-  atomic_store(&d->act_calibrated, false);
-  return true;
-}
-
-/* Under the registry's lock, |d|'s context current: the global timer's
- * offset to cube's clock. The clock kernel runs on a stream of its own, 16
- * times: each gives a lower bound (cube's clock before the launch minus the
- * timer) and an upper bound (cube's clock once the flag is seen minus the
- * timer); the tightest upper bound is kept, so that device times are never
- * earlier than they were (and late by the flag's trip at most, about a
- * microsecond). */
-static bool cube__act_calibrate_once(cube__backend_device_t* d);
-static bool cube__act_calibrate(cube__backend_device_t* d) {
-  /* Not again in a context where it failed: that device's kernels are
-   * timed by events. */
-  if (atomic_load(&d->act_refused) == atomic_load(&d->epoch) + 1) return false;
-  if (cube__act_calibrate_once(d)) return true;
-  atomic_store(&d->act_refused, atomic_load(&d->epoch) + 1);
-  return false;
-}
-static bool cube__act_calibrate_once(cube__backend_device_t* d) {
-  if (!cube__act_clock_load(d)) return false;
-  CUstream cs = NULL;
-  if (d->cu->StreamCreate(&cs, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return false;
-  volatile uint64_t* out = NULL;
-  bool ok = d->cu->MemHostAlloc((void**)&out, 64, CU_MEMHOSTALLOC_PORTABLE |
-                                                     CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS;
-  int64_t lo = INT64_MIN, hi = INT64_MAX;
-  for (int k = 0; ok && k < 16; ++k) {
-    out[0] = 0;
-    out[1] = 0;
-    CUdeviceptr dp = (CUdeviceptr)(uintptr_t)out; /* unified addressing */
-    void* params[] = {&dp};
-    uint64_t t0 = cube__now_ns();
-    if (d->cu->LaunchKernel(d->act_clock_fn, 1, 1, 1, 1, 1, 1, 0, cs, params, NULL) !=
-        CUDA_SUCCESS) {
-      ok = false;
-      break;
-    }
-    uint64_t t1 = t0;
-    while (__atomic_load_n(&out[1], __ATOMIC_ACQUIRE) == 0) {
-      t1 = cube__now_ns();
-      if (t1 - t0 > 1000000000ull) break; /* a second: no answer */
-    }
-    t1 = cube__now_ns();
-    if (__atomic_load_n(&out[1], __ATOMIC_ACQUIRE) == 0) {
-      ok = false;
-      break;
-    }
-    int64_t g = (int64_t)out[0];
-    if ((int64_t)t0 - g > lo) lo = (int64_t)t0 - g;
-    if ((int64_t)t1 - g < hi) hi = (int64_t)t1 - g;
-  }
-  if (ok) ok = d->cu->StreamSynchronize(cs) == CUDA_SUCCESS;
-  d->cu->StreamDestroy(cs);
-  if (out) d->cu->MemFreeHost((void*)out);
-  if (!ok || hi < lo) return false;
-  d->act_offset = hi;
-  d->act_calibrated_at = cube__now_ns();
-  atomic_store(&d->act_calibrated, true);
-  return true;
-}
-
-/* Under the registry's lock, |d|'s context current: |s|'s slots, set up. */
-static bool cube__act_self_setup(cube__backend_device_t* d, cube__cuda_stream_t* s) {
-  struct cube__cuda_activity* a = s->act;
-  if (!atomic_load(&d->act_calibrated) || d->act_epoch != atomic_load(&d->epoch))
-    if (!cube__act_calibrate(d)) return false;
-  if (a->slots) return true;
-  const size_t n = CUBE__ACT_LAUNCHES;
-  CUdeviceptr slots = 0;
-  void* host = NULL;
-  uint8_t* init = calloc(n, CUBE__ACT_SLOT_BYTES);
-  bool ok = init != NULL;
-  if (ok) ok = d->cu->MemAlloc(&slots, n * CUBE__ACT_SLOT_BYTES) == CUDA_SUCCESS;
-  if (ok)
-    ok = d->cu->MemHostAlloc(&host, n * CUBE__ACT_HOST_BYTES,
-                             CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ==
-         CUDA_SUCCESS;
-  if (ok) {
-    memset(host, 0, n * CUBE__ACT_HOST_BYTES);
-    for (size_t i = 0; i < n; ++i) { /* each device slot names its host slot */
-      uint64_t at = (uint64_t)(uintptr_t)host + i * CUBE__ACT_HOST_BYTES;
-      memcpy(init + i * CUBE__ACT_SLOT_BYTES + 16, &at, sizeof(at));
-    }
-    CUstream cs = NULL;
-    ok = d->cu->StreamCreate(&cs, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS;
-    if (ok) {
-      ok = d->cu->MemcpyHtoDAsync(slots, init, n * CUBE__ACT_SLOT_BYTES, cs) == CUDA_SUCCESS &&
-           d->cu->StreamSynchronize(cs) == CUDA_SUCCESS;
-      d->cu->StreamDestroy(cs);
-    }
-  }
-  free(init);
-  if (!ok) {
-    if (slots) d->cu->MemFree(slots);
-    if (host) d->cu->MemFreeHost(host);
-    return false;
-  }
-  /* Launches noted before (none while records were off) are passed. */
-  uint64_t put = atomic_load(&a->put);
-  atomic_store(&a->got, put);
-  a->host = host;
-  a->slots = slots;
-  atomic_fetch_add(&d->act_bytes, (uint64_t)n * CUBE__ACT_SLOT_BYTES);
-  return true;
-}
-
-/* Under the registry's lock: |s|'s completed self-timed kernels, in launch
- * order, into the trace and its queue. */
-static void cube__act_self_drain(cube__cuda_stream_t* s) {
-  struct cube__cuda_activity* a = s->act;
-  if (!a->slots) return;
-  cube__backend_device_t* d = a->device;
-  uint64_t got = atomic_load_explicit(&a->got, memory_order_relaxed);
-  const uint64_t put = atomic_load_explicit(&a->put, memory_order_acquire);
-  for (; got < put; ++got) {
-    const uint64_t i = got % CUBE__ACT_LAUNCHES;
-    const cube__act_launch_t* l = &a->launches[i];
-    volatile uint64_t* h = a->host + 2 * i;
-    /* Written by the kernel's last cube in no order: done when both are. */
-    uint64_t end = __atomic_load_n(&h[1], __ATOMIC_ACQUIRE);
-    uint64_t start = __atomic_load_n(&h[0], __ATOMIC_ACQUIRE);
-    if (!end || !start) {
-      if (!atomic_load_explicit(&l->failed, memory_order_acquire)) break; /* not done yet */
-      continue;
-    }
-    h[0] = 0;
-    h[1] = 0;
-    if (end < start) start = end;
-    if (got < a->quiet_below) continue; /* launched before records came on again */
-    cube__act_entry_t e;
-    memset(&e, 0, sizeof(e));
-    e.start_ns = (uint64_t)((int64_t)start + d->act_offset);
-    e.end_ns = (uint64_t)((int64_t)end + d->act_offset);
-    e.order = l->order;
-    memcpy(e.count, l->count, sizeof(e.count));
-    cube__trace_copy_name(e.foreign, sizeof(e.foreign), l->name); /* the launch's name */
-    cube__act_deliver(s, &e);
-  }
-  atomic_store_explicit(&a->got, got, memory_order_release);
-  uint64_t untimed = atomic_exchange_explicit(&a->untimed, 0, memory_order_relaxed);
-  a->dropped += untimed;
-}
-
 /* Under the registry's lock. */
 static void cube__act_self_drain_all(void) {
-  for (size_t i = 0; i < g_act.stream_count; ++i) cube__act_self_drain(g_act.streams[i]);
+  for (size_t i = 0; i < g_act.stream_count; ++i) cube__ktimer_drain(g_act.streams[i]);
 }
 
 /* The poller: every millisecond while records are on, the completed slots
@@ -914,7 +673,7 @@ static bool cube__act_register_locked(cube__backend_device_t* d, cube__cuda_stre
   if (g_act.mode == CUBE__ACT_SELF) {
     if (atomic_load(&d->lost)) return false;
     CUBE__CUDA_SCOPE(d->ctx);
-    if (!cube__act_self_setup(d, s)) return false;
+    if (!cube__ktimer_setup(d, s)) return false;
     if (s->act->known) return true;
   } else {
     if (s->act->known) return true;
@@ -1017,7 +776,7 @@ void cube__cuda_activity_stream_gone(cube__cuda_stream_t* s) {
   struct cube__cuda_activity* a = s->act;
   if (a->slots) {
     /* The stream was waited for (a lost device's kernels run no more). */
-    cube__act_self_drain(s);
+    cube__ktimer_drain(s);
     cube__backend_device_t* d = a->device;
     atomic_fetch_sub(&d->act_bytes, (uint64_t)CUBE__ACT_LAUNCHES * CUBE__ACT_SLOT_BYTES);
     if (!atomic_load(&d->lost) && a->device->act_epoch == atomic_load(&d->epoch)) {

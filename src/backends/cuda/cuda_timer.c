@@ -1,0 +1,210 @@
+/* Kernels that time themselves (CUBE_CUDA_KERNEL_TIMER=self, the default;
+ * docs/observability.md, "How CUDA kernels are timed"): each stream's slots
+ * (device memory naming mapped pinned host memory), the clock kernel that
+ * puts the GPU's global timer on cube's clock, and the reading of completed
+ * slots in launch order. The generated kernel's side is the CUDA prelude's
+ * (src/kernel/preludes/cuda.h, CUBE__ENTRY_TIMER); the registry, the poller
+ * thread and the delivery are cuda_activity.c's. Every function here is
+ * called holding the registry's lock.
+ */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_activity_internal.h"
+#include "backends/cuda/cuda_backend_internal.h"
+#include "platform/platform.h"
+#include "trace/trace.h"
+
+/* The clock kernel: the global timer into mapped memory, then a flag. */
+static const char cube__act_clock_src[] =
+    "extern \"C\" __global__ void cube_clock(volatile unsigned long long* out) {\n"
+    "  unsigned long long t;\n"
+    "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
+    "  out[0] = t;\n"
+    "  __threadfence_system();\n"
+    "  out[1] = 1ull;\n"
+    "}\n";
+
+/* Under the registry's lock, |d|'s context current: the clock kernel loaded. */
+static bool cube__act_clock_load(cube__backend_device_t* d) {
+  if (d->act_clock_fn && d->act_epoch == atomic_load(&d->epoch)) return true;
+  const cube__nvrtc_t* nv = NULL;
+  cube_status_t st = cube__cuda_nvrtc(&nv);
+  if (st) {
+    cube_status_free(st);
+    return false;
+  }
+  nvrtcProgram prog = NULL;
+  if (nv->CreateProgram(&prog, cube__act_clock_src, "cube_clock.cu", 0, NULL, NULL) !=
+      NVRTC_SUCCESS)
+    return false;
+  char arch[64];
+  snprintf(arch, sizeof(arch), "--gpu-architecture=%s", d->arch);
+  const char* opts[] = {arch};
+  size_t n = 0;
+  char* cubin = NULL;
+  bool ok = nv->CompileProgram(prog, 1, opts) == NVRTC_SUCCESS &&
+            nv->GetCUBINSize(prog, &n) == NVRTC_SUCCESS && n && (cubin = malloc(n)) != NULL &&
+            nv->GetCUBIN(prog, cubin) == NVRTC_SUCCESS;
+  nv->DestroyProgram(&prog);
+  CUmodule m = NULL;
+  CUfunction f = NULL;
+  ok = ok && d->cu->ModuleLoadData(&m, cubin) == CUDA_SUCCESS;
+  free(cubin);
+  if (ok && d->cu->ModuleGetFunction(&f, m, "cube_clock") != CUDA_SUCCESS) {
+    d->cu->ModuleUnload(m);
+    ok = false;
+  }
+  if (!ok) return false;
+  /* A module of an earlier context went with it (a recovery's reset). */
+  d->act_clock_module = m;
+  d->act_clock_fn = f;
+  d->act_epoch = atomic_load(&d->epoch);
+  atomic_store(&d->act_calibrated, false);
+  return true;
+}
+
+/* Under the registry's lock, |d|'s context current: the global timer's
+ * offset to cube's clock. The clock kernel runs on a stream of its own, 16
+ * times: each gives a lower bound (cube's clock before the launch minus the
+ * timer) and an upper bound (cube's clock once the flag is seen minus the
+ * timer); the tightest upper bound is kept, so that device times are never
+ * earlier than they were (and late by the flag's trip at most, about a
+ * microsecond). */
+static bool cube__act_calibrate_once(cube__backend_device_t* d);
+static bool cube__act_calibrate(cube__backend_device_t* d) {
+  /* Not again in a context where it failed: that device's kernels are
+   * timed by events. */
+  if (atomic_load(&d->act_refused) == atomic_load(&d->epoch) + 1) return false;
+  if (cube__act_calibrate_once(d)) return true;
+  atomic_store(&d->act_refused, atomic_load(&d->epoch) + 1);
+  return false;
+}
+static bool cube__act_calibrate_once(cube__backend_device_t* d) {
+  if (!cube__act_clock_load(d)) return false;
+  CUstream cs = NULL;
+  if (d->cu->StreamCreate(&cs, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return false;
+  volatile uint64_t* out = NULL;
+  bool ok = d->cu->MemHostAlloc((void**)&out, 64, CU_MEMHOSTALLOC_PORTABLE |
+                                                     CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS;
+  int64_t lo = INT64_MIN, hi = INT64_MAX;
+  for (int k = 0; ok && k < 16; ++k) {
+    out[0] = 0;
+    out[1] = 0;
+    CUdeviceptr dp = (CUdeviceptr)(uintptr_t)out; /* unified addressing */
+    void* params[] = {&dp};
+    uint64_t t0 = cube__now_ns();
+    if (d->cu->LaunchKernel(d->act_clock_fn, 1, 1, 1, 1, 1, 1, 0, cs, params, NULL) !=
+        CUDA_SUCCESS) {
+      ok = false;
+      break;
+    }
+    uint64_t t1 = t0;
+    while (__atomic_load_n(&out[1], __ATOMIC_ACQUIRE) == 0) {
+      t1 = cube__now_ns();
+      if (t1 - t0 > 1000000000ull) break; /* a second: no answer */
+    }
+    t1 = cube__now_ns();
+    if (__atomic_load_n(&out[1], __ATOMIC_ACQUIRE) == 0) {
+      ok = false;
+      break;
+    }
+    int64_t g = (int64_t)out[0];
+    if ((int64_t)t0 - g > lo) lo = (int64_t)t0 - g;
+    if ((int64_t)t1 - g < hi) hi = (int64_t)t1 - g;
+  }
+  if (ok) ok = d->cu->StreamSynchronize(cs) == CUDA_SUCCESS;
+  d->cu->StreamDestroy(cs);
+  if (out) d->cu->MemFreeHost((void*)out);
+  if (!ok || hi < lo) return false;
+  d->act_offset = hi;
+  d->act_calibrated_at = cube__now_ns();
+  atomic_store(&d->act_calibrated, true);
+  return true;
+}
+
+/* Under the registry's lock, |d|'s context current: |s|'s slots, set up. */
+bool cube__ktimer_setup(cube__backend_device_t* d, cube__cuda_stream_t* s) {
+  struct cube__cuda_activity* a = s->act;
+  if (!atomic_load(&d->act_calibrated) || d->act_epoch != atomic_load(&d->epoch))
+    if (!cube__act_calibrate(d)) return false;
+  if (a->slots) return true;
+  const size_t n = CUBE__ACT_LAUNCHES;
+  CUdeviceptr slots = 0;
+  void* host = NULL;
+  uint8_t* init = calloc(n, CUBE__ACT_SLOT_BYTES);
+  bool ok = init != NULL;
+  if (ok) ok = d->cu->MemAlloc(&slots, n * CUBE__ACT_SLOT_BYTES) == CUDA_SUCCESS;
+  if (ok)
+    ok = d->cu->MemHostAlloc(&host, n * CUBE__ACT_HOST_BYTES,
+                             CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ==
+         CUDA_SUCCESS;
+  if (ok) {
+    memset(host, 0, n * CUBE__ACT_HOST_BYTES);
+    for (size_t i = 0; i < n; ++i) { /* each device slot names its host slot */
+      uint64_t at = (uint64_t)(uintptr_t)host + i * CUBE__ACT_HOST_BYTES;
+      memcpy(init + i * CUBE__ACT_SLOT_BYTES + 16, &at, sizeof(at));
+    }
+    CUstream cs = NULL;
+    ok = d->cu->StreamCreate(&cs, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS;
+    if (ok) {
+      ok = d->cu->MemcpyHtoDAsync(slots, init, n * CUBE__ACT_SLOT_BYTES, cs) == CUDA_SUCCESS &&
+           d->cu->StreamSynchronize(cs) == CUDA_SUCCESS;
+      d->cu->StreamDestroy(cs);
+    }
+  }
+  free(init);
+  if (!ok) {
+    if (slots) d->cu->MemFree(slots);
+    if (host) d->cu->MemFreeHost(host);
+    return false;
+  }
+  /* Launches noted before (none while records were off) are passed. */
+  uint64_t put = atomic_load(&a->put);
+  atomic_store(&a->got, put);
+  a->host = host;
+  a->slots = slots;
+  atomic_fetch_add(&d->act_bytes, (uint64_t)n * CUBE__ACT_SLOT_BYTES);
+  return true;
+}
+
+/* Under the registry's lock: |s|'s completed self-timed kernels, in launch
+ * order, into the trace and its queue. */
+void cube__ktimer_drain(cube__cuda_stream_t* s) {
+  struct cube__cuda_activity* a = s->act;
+  if (!a->slots) return;
+  cube__backend_device_t* d = a->device;
+  uint64_t got = atomic_load_explicit(&a->got, memory_order_relaxed);
+  const uint64_t put = atomic_load_explicit(&a->put, memory_order_acquire);
+  for (; got < put; ++got) {
+    const uint64_t i = got % CUBE__ACT_LAUNCHES;
+    const cube__act_launch_t* l = &a->launches[i];
+    volatile uint64_t* h = a->host + 2 * i;
+    /* Written by the kernel's last cube in no order: done when both are. */
+    uint64_t end = __atomic_load_n(&h[1], __ATOMIC_ACQUIRE);
+    uint64_t start = __atomic_load_n(&h[0], __ATOMIC_ACQUIRE);
+    if (!end || !start) {
+      if (!atomic_load_explicit(&l->failed, memory_order_acquire)) break; /* not done yet */
+      continue;
+    }
+    h[0] = 0;
+    h[1] = 0;
+    if (end < start) start = end;
+    if (got < a->quiet_below) continue; /* launched before records came on again */
+    cube__act_entry_t e;
+    memset(&e, 0, sizeof(e));
+    e.start_ns = (uint64_t)((int64_t)start + d->act_offset);
+    e.end_ns = (uint64_t)((int64_t)end + d->act_offset);
+    e.order = l->order;
+    memcpy(e.count, l->count, sizeof(e.count));
+    cube__trace_copy_name(e.foreign, sizeof(e.foreign), l->name); /* the launch's name */
+    cube__act_deliver(s, &e);
+  }
+  atomic_store_explicit(&a->got, got, memory_order_release);
+  uint64_t untimed = atomic_exchange_explicit(&a->untimed, 0, memory_order_relaxed);
+  a->dropped += untimed;
+}
+
