@@ -84,6 +84,23 @@ static cJSON* load_json(const char* path) { return cube_test_json_load(path); }
 static double num(const cJSON* o, const char* key) { return cube_test_json_num(o, key); }
 static const char* str(const cJSON* o, const char* key) { return cube_test_json_str(o, key); }
 
+#ifdef CUBE_MOCK_CUDA_PATH
+/* A client of the mock's cuda:0 and two kernel objects of scale_src named
+ * |n1| and |n2| (one unit: one module, one entry function), compiled. */
+static bool client_and_twins(const char* n1, const char* n2, cube_client_t** c,
+                             cube_kernel_t** k1, cube_kernel_t** k2) {
+  if (cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, c)) return false;
+  *k1 = make_kernel(n1, scale_src, "scale");
+  *k2 = make_kernel(n2, scale_src, "scale");
+  if (!*k1 || !*k2) return false;
+  cube_kernel_t* both[2] = {*k1, *k2};
+  cube_status_t st = cube_client_precompile(*c, 2, both, CUBE_EXEC_CHECKED);
+  bool ok = st == CUBE_OK;
+  cube_status_free(st);
+  return ok;
+}
+#endif
+
 typedef struct worker {
   cube_client_t* c;
   cube_kernel_t* k;
@@ -143,13 +160,8 @@ static void traced_kernels(const char* timer) {
   /* A slot's end lands 200 us before its start: read only once both have. */
   setenv("CUBE_MOCK_CUDA_SLOT_GAP_US", "200", 1);
   cube_client_t* c = NULL;
-  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
-  cube_kernel_t* ks = make_kernel("scale by a", scale_src, "scale");
-  /* The same unit under another name: one module, one entry function. */
-  cube_kernel_t* kh = make_kernel("scale twin", scale_src, "scale");
-  REQUIRE(ks && kh);
-  cube_kernel_t* both[2] = {ks, kh};
-  REQUIRE_OK(cube_client_precompile(c, 2, both, CUBE_EXEC_CHECKED));
+  cube_kernel_t *ks = NULL, *kh = NULL; /* the same unit under two names */
+  REQUIRE(client_and_twins("scale by a", "scale twin", &c, &ks, &kh));
 
   char path[512];
   trace_path(path, sizeof(path), "");
@@ -439,6 +451,11 @@ CUBE_TEST(timer_events_times_kernels_by_events) {
 #endif
 }
 
+/* |n| launches of |k| with |args| (one buffer, one float) on one cube. */
+static void launch_n(cube_client_t* c, cube_kernel_t* k, int n, cube_arg_t* args) {
+  for (int i = 0; i < n; ++i) CHECK_OK(cube_client_launch(c, k, cube_count_static(1, 1, 1), 2, args));
+}
+
 /* Self-timed: kernels launched while an earlier trace recorded, still running
  * when it stopped and when the next one started, are read in order (their
  * slots emptied, so that a later launch given the same slot is not read as
@@ -450,12 +467,8 @@ CUBE_TEST(self_timed_kernels_of_an_earlier_trace_stay_out) {
 #else
   setup(CUBE_MOCK_CUDA_PATH, "30000", "self"); /* each kernel "runs" 30 ms */
   cube_client_t* c = NULL;
-  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
-  cube_kernel_t* early = make_kernel("scale early", scale_src, "scale");
-  cube_kernel_t* late = make_kernel("scale late", scale_src, "scale");
-  REQUIRE(early && late);
-  cube_kernel_t* both[2] = {early, late};
-  REQUIRE_OK(cube_client_precompile(c, 2, both, CUBE_EXEC_CHECKED));
+  cube_kernel_t *early = NULL, *late = NULL;
+  REQUIRE(client_and_twins("scale early", "scale late", &c, &early, &late));
   float ys[64] = {0};
   cube_handle_t y;
   REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &y));
@@ -465,12 +478,10 @@ CUBE_TEST(self_timed_kernels_of_an_earlier_trace_stay_out) {
   trace_path(p1, sizeof(p1), "early");
   trace_path(p2, sizeof(p2), "late");
   REQUIRE_OK(cube_trace_start(p1));
-  for (int i = 0; i < 3; ++i)
-    REQUIRE_OK(cube_client_launch(c, early, cube_count_static(1, 1, 1), 2, args));
+  launch_n(c, early, 3, args);
   REQUIRE_OK(cube_trace_stop()); /* the first is running, two are queued */
   REQUIRE_OK(cube_trace_start(p2));
-  for (int i = 0; i < 2; ++i)
-    REQUIRE_OK(cube_client_launch(c, late, cube_count_static(1, 1, 1), 2, args));
+  launch_n(c, late, 2, args);
   REQUIRE_OK(cube_client_sync(c));
   REQUIRE_OK(cube_trace_stop());
   cJSON* doc = load_json(p2);
@@ -514,12 +525,10 @@ CUBE_TEST(self_timed_kernels_after_a_recovery) {
 #else
   setup(CUBE_MOCK_CUDA_PATH, "100", "self");
   cube_client_t* c = NULL;
-  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &c));
+  cube_kernel_t *before = NULL, *after = NULL;
+  REQUIRE(client_and_twins("scale before", "scale after", &c, &before, &after));
   mock_t m;
   REQUIRE(mock_get(&m));
-  cube_kernel_t* before = make_kernel("scale before", scale_src, "scale");
-  cube_kernel_t* after = make_kernel("scale after", scale_src, "scale");
-  REQUIRE(before && after);
   char path[512];
   trace_path(path, sizeof(path), "recover");
   REQUIRE_OK(cube_trace_start(path));
@@ -527,8 +536,7 @@ CUBE_TEST(self_timed_kernels_after_a_recovery) {
   cube_handle_t y;
   REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &y));
   cube_arg_t args[2] = {cube_arg_buffer(y), cube_arg_f32(2.0f)};
-  for (int i = 0; i < 3; ++i)
-    REQUIRE_OK(cube_client_launch(c, before, cube_count_static(1, 1, 1), 2, args));
+  launch_n(c, before, 3, args);
   REQUIRE_OK(cube_client_sync(c));
   /* Lost at the next device-to-host copy (an illegal address). */
   m.fail_sticky_on(0, "d2h", 1, 700);
@@ -541,8 +549,7 @@ CUBE_TEST(self_timed_kernels_after_a_recovery) {
   cube_handle_t z;
   REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &z));
   cube_arg_t args2[2] = {cube_arg_buffer(z), cube_arg_f32(2.0f)};
-  for (int i = 0; i < 4; ++i)
-    REQUIRE_OK(cube_client_launch(c, after, cube_count_static(1, 1, 1), 2, args2));
+  launch_n(c, after, 4, args2);
   REQUIRE_OK(cube_client_sync(c));
   REQUIRE_OK(cube_trace_stop());
   cJSON* doc = load_json(path);
