@@ -8,8 +8,9 @@
 // arrangement of a runtime whose caller queues and whose runner launches).
 // Mode "globaltimer": the kernel times itself: block 0's first unit reads the
 // GPU's %globaltimer at entry, the first unit of each block counts its block
-// out at exit (an atomic on a per-launch device slot; block 0 fences first), and
-// the last block out writes start and end into a ring in mapped pinned host memory:
+// out at exit (an atomic on one of 32 group counters, the group's last on a top
+// counter; block 0 fences first), and the last block out writes start and end
+// into a ring in mapped pinned host memory:
 // nothing on the stream, no profiler. The program also prints the timer's
 // step (the smallest change seen by a unit spinning on it, without and with
 // CUPTI's records on) and the mean kernel duration each source reports.
@@ -59,6 +60,7 @@ static CUfunction fe, fe_t, fres;
 static CUdeviceptr slots_dev; /* N slots of 16 bytes: start, blocks done */
 static unsigned long long* slots_host; /* N x {start, end}, mapped */
 static CUdeviceptr slots_host_dev;
+static CUdeviceptr counters; /* 33 counters 128 bytes apart, shared by the launches */
 static int timed_launch; /* launch() takes the timed kernel */
 static unsigned timed_i;
 static CUstream s;
@@ -116,11 +118,11 @@ static void launch(void) {
   if (saxpy) {
     float a = 0.5f;
     int n = 1 << 20;
-    void* args[] = {&px, &py, &a, &n, &sd, &sh};
+    void* args[] = {&px, &py, &a, &n, &sd, &sh, &counters};
     CK(cuLaunchKernel(timed_launch ? fe_t : fe, (1 << 20) / 256, 1, 1, 256, 1, 1, 0, s, args, 0));
     return;
   }
-  void* args[] = {&p, &sd, &sh};
+  void* args[] = {&p, &sd, &sh, &counters};
   CK(cuLaunchKernel(timed_launch ? fe_t : fe, 1, 1, 1, 32, 1, 1, 0, s, args, 0));
 }
 
@@ -226,31 +228,36 @@ int main(void) {
       "  unsigned long long t; asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t)); return t; }\n"
       "struct slot { unsigned long long start; unsigned int done, pad; };\n"
       "struct timer {\n"
-      "  slot* d; unsigned long long* h;\n"
-      "  __device__ timer(slot* d_, unsigned long long* h_) : d(d_), h(h_) {\n"
+      "  slot* d; unsigned long long* h; unsigned* c;\n"
+      "  __device__ timer(slot* d_, unsigned long long* h_, unsigned* c_) : d(d_), h(h_), c(c_) {\n"
       "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)\n"
       "      d->start = gt(); }\n"
       "  __device__ ~timer() {\n"
       "    if (!d || (threadIdx.x | threadIdx.y | threadIdx.z) != 0) return;\n"
-      "    if ((blockIdx.x | blockIdx.y | blockIdx.z) == 0) __threadfence();\n"
       "    unsigned n = gridDim.x * gridDim.y * gridDim.z;\n"
-      "    if (atomicAdd(&d->done, 1u) != n - 1) return;\n"
-      "    __threadfence();\n"
+      "    unsigned id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);\n"
+      "    if (id == 0) __threadfence();\n"
+      "    if (n > 32u) {\n"
+      "      unsigned g = id & 31u, in_group = n / 32u + (g < n % 32u ? 1u : 0u);\n"
+      "      if (atomicAdd(&c[32u * (1u + g)], 1u) != in_group - 1u) return;\n"
+      "      c[32u * (1u + g)] = 0; __threadfence();\n"
+      "      if (atomicAdd(&c[0], 1u) != 31u) return;\n"
+      "    } else if (atomicAdd(&c[0], 1u) != n - 1u) return;\n"
+      "    c[0] = 0; __threadfence();\n"
       "    unsigned long long e = gt();\n"
       "    *(volatile unsigned long long*)&h[0] = *(volatile unsigned long long*)&d->start;\n"
-      "    *(volatile unsigned long long*)&h[1] = e;\n"
-      "    d->done = 0; } };\n"
+      "    *(volatile unsigned long long*)&h[1] = e; } };\n"
       "extern \"C\" __global__ void res(unsigned long long* out) {\n"
       "  unsigned long long first = gt(), last = first, mind = ~0ull, ch = 0;\n"
       "  for (int i = 0; i < 200000; i++) { unsigned long long t = gt();\n"
       "    if (t != last) { if (t - last < mind) mind = t - last; ch++; last = t; } }\n"
       "  out[0] = mind; out[1] = ch; out[2] = last - first; }\n";
-  const char* ksrc = saxpy ? "extern \"C\" __global__ void empty(const float* x, float* y, float a, int n, slot* d, unsigned long long* h)"
+  const char* ksrc = saxpy ? "extern \"C\" __global__ void empty(const float* x, float* y, float a, int n, slot* d, unsigned long long* h, unsigned* c)"
                              "{int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
-                             "extern \"C\" __global__ void empty_t(const float* x, float* y, float a, int n, slot* d, unsigned long long* h)"
-                             "{timer t_(d, h); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
-                           : "extern \"C\" __global__ void empty(float* p, slot* d, unsigned long long* h){}\n"
-                             "extern \"C\" __global__ void empty_t(float* p, slot* d, unsigned long long* h){timer t_(d, h);}\n";
+                             "extern \"C\" __global__ void empty_t(const float* x, float* y, float a, int n, slot* d, unsigned long long* h, unsigned* c)"
+                             "{timer t_(d, h, c); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                           : "extern \"C\" __global__ void empty(float* p, slot* d, unsigned long long* h, unsigned* c){}\n"
+                             "extern \"C\" __global__ void empty_t(float* p, slot* d, unsigned long long* h, unsigned* c){timer t_(d, h, c);}\n";
   char* src = malloc(strlen(timer_src) + strlen(ksrc) + 1);
   strcpy(src, timer_src);
   strcat(src, ksrc);
@@ -280,6 +287,8 @@ int main(void) {
   CK(cuMemAlloc(&py, 4 << 20));
   CK(cuMemsetD32(px, 0, 1 << 20));
   CK(cuMemsetD32(py, 0, 1 << 20));
+  CK(cuMemAlloc(&counters, 33 * 128));
+  CK(cuMemsetD32(counters, 0, 33 * 32));
   CK(cuMemAlloc(&slots_dev, 16ull * N));
   CK(cuMemsetD32(slots_dev, 0, 4 * N));
   CK(cuMemHostAlloc((void**)&slots_host, 16ull * N, CU_MEMHOSTALLOC_DEVICEMAP));

@@ -1,4 +1,4 @@
-// cube-test-libs: cube_static
+// cube-test-libs: cube_static PkgConfig::CJSON
 /* UTF-8 for the JSON cube writes (src/base/utf8.h): which sequences are
  * well formed (RFC 3629's table, edge by edge), cutting a name between
  * characters, and the copy in which every byte that is not UTF-8 is U+FFFD;

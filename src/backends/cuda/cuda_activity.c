@@ -778,7 +778,7 @@ void cube__cuda_activity_stream_gone(cube__cuda_stream_t* s) {
     /* The stream was waited for (a lost device's kernels run no more). */
     cube__ktimer_drain(s);
     cube__backend_device_t* d = a->device;
-    atomic_fetch_sub(&d->act_bytes, (uint64_t)CUBE__ACT_LAUNCHES * CUBE__ACT_SLOT_BYTES);
+    atomic_fetch_sub(&d->act_bytes, CUBE__ACT_DEVICE_BYTES);
     if (!atomic_load(&d->lost) && a->device->act_epoch == atomic_load(&d->epoch)) {
       CUBE__CUDA_SCOPE(d->ctx);
       d->cu->MemFree(a->slots);

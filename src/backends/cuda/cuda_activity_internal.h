@@ -34,10 +34,16 @@ typedef struct cube__act_launch {
 
 /* Self-timed kernels: a stream's slot |i| of CUBE__ACT_LAUNCHES, for its
  * launch |i| modulo the ring. On the device (preludes/cuda.h, struct
- * cube__timing, 32 bytes): start, cubes out, the host slot's address; in
- * mapped host memory: start and end (0 until written; done when both are). */
+ * cube__timing, 32 bytes): start, the host slot's address, the stream's
+ * counters' address; in mapped host memory: start and end (0 until written;
+ * done when both are). */
 #define CUBE__ACT_SLOT_BYTES 32u
 #define CUBE__ACT_HOST_BYTES 16u
+/* After the slots, the stream's counters that cubes count out on: the top
+ * one and 32 group counters, 128 bytes apart. */
+#define CUBE__ACT_COUNTER_BYTES (33u * 128u)
+#define CUBE__ACT_DEVICE_BYTES \
+  ((uint64_t)CUBE__ACT_LAUNCHES * CUBE__ACT_SLOT_BYTES + CUBE__ACT_COUNTER_BYTES)
 
 struct cube__cuda_activity {
   /* |put| is the launching thread's, |got| the reader's: 64 bytes apart, so

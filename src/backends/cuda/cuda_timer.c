@@ -135,23 +135,26 @@ bool cube__ktimer_setup(cube__backend_device_t* d, cube__cuda_stream_t* s) {
   const size_t n = CUBE__ACT_LAUNCHES;
   CUdeviceptr slots = 0;
   void* host = NULL;
-  uint8_t* init = calloc(n, CUBE__ACT_SLOT_BYTES);
+  uint8_t* init = calloc(1, CUBE__ACT_DEVICE_BYTES); /* the counters start at 0 */
   bool ok = init != NULL;
-  if (ok) ok = d->cu->MemAlloc(&slots, n * CUBE__ACT_SLOT_BYTES) == CUDA_SUCCESS;
+  if (ok) ok = d->cu->MemAlloc(&slots, CUBE__ACT_DEVICE_BYTES) == CUDA_SUCCESS;
   if (ok)
     ok = d->cu->MemHostAlloc(&host, n * CUBE__ACT_HOST_BYTES,
                              CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ==
          CUDA_SUCCESS;
   if (ok) {
     memset(host, 0, n * CUBE__ACT_HOST_BYTES);
-    for (size_t i = 0; i < n; ++i) { /* each device slot names its host slot */
+    /* Each device slot names its host slot and the stream's counters. */
+    const uint64_t counters = (uint64_t)slots + (uint64_t)n * CUBE__ACT_SLOT_BYTES;
+    for (size_t i = 0; i < n; ++i) {
       uint64_t at = (uint64_t)(uintptr_t)host + i * CUBE__ACT_HOST_BYTES;
       memcpy(init + i * CUBE__ACT_SLOT_BYTES + 16, &at, sizeof(at));
+      memcpy(init + i * CUBE__ACT_SLOT_BYTES + 24, &counters, sizeof(counters));
     }
     CUstream cs = NULL;
     ok = d->cu->StreamCreate(&cs, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS;
     if (ok) {
-      ok = d->cu->MemcpyHtoDAsync(slots, init, n * CUBE__ACT_SLOT_BYTES, cs) == CUDA_SUCCESS &&
+      ok = d->cu->MemcpyHtoDAsync(slots, init, CUBE__ACT_DEVICE_BYTES, cs) == CUDA_SUCCESS &&
            d->cu->StreamSynchronize(cs) == CUDA_SUCCESS;
       d->cu->StreamDestroy(cs);
     }
@@ -167,7 +170,7 @@ bool cube__ktimer_setup(cube__backend_device_t* d, cube__cuda_stream_t* s) {
   atomic_store(&a->got, put);
   a->host = host;
   a->slots = slots;
-  atomic_fetch_add(&d->act_bytes, (uint64_t)n * CUBE__ACT_SLOT_BYTES);
+  atomic_fetch_add(&d->act_bytes, CUBE__ACT_DEVICE_BYTES);
   return true;
 }
 

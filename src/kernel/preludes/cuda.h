@@ -93,13 +93,19 @@ typedef uint64_t CUBE__U64;
  * first unit of cube 0 and whose destructor, run at every return, counts
  * each cube out in its first unit; the last cube out writes start and end
  * into the host memory the slot names. Nothing is put on the stream and no
- * profiler is involved; an untimed launch pays two tests of a parameter. */
+ * profiler is involved; an untimed launch pays two tests of a parameter.
+ *
+ * Cubes count out on the stream's counters (shared by its launches, which
+ * run one after another): a grid of more than 32 cubes counts each cube on
+ * one of 32 group counters (cube index mod 32, each on its own 128-byte
+ * line), and each group's last cube on the top counter, so that no single
+ * address takes more than about a 32nd of the atomics; the last one out
+ * sets what it counted back to 0. */
 struct cube__timing {
   uint64_t start;  /* written by cube 0's first unit */
-  uint32_t done;   /* cubes counted out; the last sets it back to 0 */
-  uint32_t pad;
+  uint64_t pad;
   uint64_t* out;   /* mapped host memory: {start, end}, 0 until written */
-  uint64_t pad2;
+  uint32_t* count; /* the stream's counters: [0] the top, [32 * (1 + g)] group g */
 };
 CUBE__PFN uint64_t cube__globaltimer(void) {
   uint64_t t = 0;
@@ -116,13 +122,25 @@ struct cube__timer {
   }
   __device__ ~cube__timer() {
     if (!t || (threadIdx.x | threadIdx.y | threadIdx.z) != 0) return;
+    const uint32_t n = gridDim.x * gridDim.y * gridDim.z;
+    const uint32_t id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     /* Cube 0's start is seen by whichever cube counts out last. */
-    if ((blockIdx.x | blockIdx.y | blockIdx.z) == 0) __threadfence();
-    if (atomicAdd(&t->done, 1u) != gridDim.x * gridDim.y * gridDim.z - 1u) return;
+    if (id == 0) __threadfence();
+    uint32_t* c = t->count;
+    if (n > 32u) {
+      const uint32_t g = id & 31u;
+      const uint32_t in_group = n / 32u + (g < n % 32u ? 1u : 0u);
+      if (atomicAdd(&c[32u * (1u + g)], 1u) != in_group - 1u) return;
+      c[32u * (1u + g)] = 0;
+      __threadfence();
+      if (atomicAdd(&c[0], 1u) != 31u) return;
+    } else if (atomicAdd(&c[0], 1u) != n - 1u) {
+      return;
+    }
+    c[0] = 0;
     __threadfence();
     const uint64_t end = cube__globaltimer();
     volatile uint64_t* out = t->out;
-    t->done = 0;
     /* No order between the two: the host waits until both are nonzero (the
      * timer never reads 0) and sets them back to 0 once read. */
     out[0] = *(volatile uint64_t*)&t->start;
