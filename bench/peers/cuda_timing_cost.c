@@ -8,9 +8,10 @@
 // arrangement of a runtime whose caller queues and whose runner launches).
 // Mode "globaltimer": the kernel times itself: block 0's first unit reads the
 // GPU's %globaltimer at entry, the first unit of each block counts its block
-// out at exit (an atomic on one of 32 group counters, the group's last on a top
-// counter; block 0 fences first), and the last block out writes start and end
-// into a ring in mapped pinned host memory:
+// out at exit (32 groups: a ticket taken at the block's start, a reduction at
+// its end; the group's last to start waits for the group, then counts it on a
+// top counter), and the last group out writes start and end into a ring in
+// mapped pinned host memory:
 // nothing on the stream, no profiler. The program also prints the timer's
 // step (the smallest change seen by a unit spinning on it, without and with
 // CUPTI's records on) and the mean kernel duration each source reports.
@@ -60,7 +61,7 @@ static CUfunction fe, fe_t, fres;
 static CUdeviceptr slots_dev; /* N slots of 16 bytes: start, blocks done */
 static unsigned long long* slots_host; /* N x {start, end}, mapped */
 static CUdeviceptr slots_host_dev;
-static CUdeviceptr counters; /* 33 counters 128 bytes apart, shared by the launches */
+static CUdeviceptr counters; /* 65 counters 128 bytes apart, shared by the launches */
 static int timed_launch; /* launch() takes the timed kernel */
 static unsigned timed_i;
 static CUstream s;
@@ -228,21 +229,22 @@ int main(void) {
       "  unsigned long long t; asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t)); return t; }\n"
       "struct slot { unsigned long long start; unsigned int done, pad; };\n"
       "struct timer {\n"
-      "  slot* d; unsigned long long* h; unsigned* c;\n"
-      "  __device__ timer(slot* d_, unsigned long long* h_, unsigned* c_) : d(d_), h(h_), c(c_) {\n"
-      "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)\n"
-      "      d->start = gt(); }\n"
+      "  slot* d; unsigned long long* h; unsigned* c; unsigned ticket;\n"
+      "  __device__ timer(slot* d_, unsigned long long* h_, unsigned* c_) : d(d_), h(h_), c(c_), ticket(0) {\n"
+      "    if (!d || (threadIdx.x | threadIdx.y | threadIdx.z) != 0) return;\n"
+      "    unsigned id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);\n"
+      "    ticket = atomicAdd(&c[32u * (1u + (id & 31u))], 1u);\n"
+      "    if (id == 0) d->start = gt(); }\n"
       "  __device__ ~timer() {\n"
       "    if (!d || (threadIdx.x | threadIdx.y | threadIdx.z) != 0) return;\n"
       "    unsigned n = gridDim.x * gridDim.y * gridDim.z;\n"
       "    unsigned id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);\n"
+      "    unsigned g = id & 31u, in_group = n / 32u + (g < n % 32u ? 1u : 0u);\n"
       "    if (id == 0) __threadfence();\n"
-      "    if (n > 32u) {\n"
-      "      unsigned g = id & 31u, in_group = n / 32u + (g < n % 32u ? 1u : 0u);\n"
-      "      if (atomicAdd(&c[32u * (1u + g)], 1u) != in_group - 1u) return;\n"
-      "      c[32u * (1u + g)] = 0; __threadfence();\n"
-      "      if (atomicAdd(&c[0], 1u) != 31u) return;\n"
-      "    } else if (atomicAdd(&c[0], 1u) != n - 1u) return;\n"
+      "    if (ticket != in_group - 1u) { atomicAdd(&c[32u * (33u + g)], 1u); return; }\n"
+      "    while (*(volatile unsigned*)&c[32u * (33u + g)] != in_group - 1u) {}\n"
+      "    c[32u * (33u + g)] = 0; c[32u * (1u + g)] = 0; __threadfence();\n"
+      "    if (atomicAdd(&c[0], 1u) != (n < 32u ? n : 32u) - 1u) return;\n"
       "    c[0] = 0; __threadfence();\n"
       "    unsigned long long e = gt();\n"
       "    *(volatile unsigned long long*)&h[0] = *(volatile unsigned long long*)&d->start;\n"
@@ -287,8 +289,8 @@ int main(void) {
   CK(cuMemAlloc(&py, 4 << 20));
   CK(cuMemsetD32(px, 0, 1 << 20));
   CK(cuMemsetD32(py, 0, 1 << 20));
-  CK(cuMemAlloc(&counters, 33 * 128));
-  CK(cuMemsetD32(counters, 0, 33 * 32));
+  CK(cuMemAlloc(&counters, 65 * 128));
+  CK(cuMemsetD32(counters, 0, 65 * 32));
   CK(cuMemAlloc(&slots_dev, 16ull * N));
   CK(cuMemsetD32(slots_dev, 0, 4 * N));
   CK(cuMemHostAlloc((void**)&slots_host, 16ull * N, CU_MEMHOSTALLOC_DEVICEMAP));

@@ -39,9 +39,9 @@ typedef struct cube__act_launch {
  * done when both are). */
 #define CUBE__ACT_SLOT_BYTES 32u
 #define CUBE__ACT_HOST_BYTES 16u
-/* After the slots, the stream's counters that cubes count out on: the top
- * one and 32 group counters, 128 bytes apart. */
-#define CUBE__ACT_COUNTER_BYTES (33u * 128u)
+/* After the slots, the stream's counters that cubes count on: the top one,
+ * 32 groups' tickets and 32 groups' done, 128 bytes apart. */
+#define CUBE__ACT_COUNTER_BYTES (65u * 128u)
 #define CUBE__ACT_DEVICE_BYTES \
   ((uint64_t)CUBE__ACT_LAUNCHES * CUBE__ACT_SLOT_BYTES + CUBE__ACT_COUNTER_BYTES)
 

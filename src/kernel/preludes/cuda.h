@@ -95,17 +95,23 @@ typedef uint64_t CUBE__U64;
  * into the host memory the slot names. Nothing is put on the stream and no
  * profiler is involved; an untimed launch pays two tests of a parameter.
  *
- * Cubes count out on the stream's counters (shared by its launches, which
- * run one after another): a grid of more than 32 cubes counts each cube on
- * one of 32 group counters (cube index mod 32, each on its own 128-byte
- * line), and each group's last cube on the top counter, so that no single
- * address takes more than about a 32nd of the atomics; the last one out
- * sets what it counted back to 0. */
+ * Cubes count on the stream's counters (shared by its launches, which run
+ * one after another), in 32 groups (cube index mod 32), each counter on its
+ * own 128-byte line. A cube's first unit takes a ticket in its group when it
+ * starts (an atomic whose result it needs only at its end, so that its
+ * latency hides behind the cube's work) and adds itself to the group's
+ * "done" counter when it ends (an atomic whose result nobody waits for),
+ * except the group's last cube to start: that one, whose group has all
+ * started, waits at its end until the others are done, sets the group's
+ * counters back to 0 and counts the group on the top counter; the last
+ * group out reads the timer again and writes start and end. No cube waits
+ * for an atomic at its end but 32. */
 struct cube__timing {
   uint64_t start;  /* written by cube 0's first unit */
   uint64_t pad;
   uint64_t* out;   /* mapped host memory: {start, end}, 0 until written */
-  uint32_t* count; /* the stream's counters: [0] the top, [32 * (1 + g)] group g */
+  uint32_t* count; /* the stream's counters: [0] the top, [32 * (1 + g)] group g's tickets,
+                      [32 * (33 + g)] group g's done */
 };
 CUBE__PFN uint64_t cube__globaltimer(void) {
   uint64_t t = 0;
@@ -116,27 +122,32 @@ CUBE__PFN uint64_t cube__globaltimer(void) {
 }
 struct cube__timer {
   cube__timing* t;
-  __device__ explicit cube__timer(cube__timing* t_) : t(t_) {
-    if (t && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)
-      t->start = cube__globaltimer();
+  uint32_t ticket;
+  __device__ explicit cube__timer(cube__timing* t_) : t(t_), ticket(0) {
+    if (!t || (threadIdx.x | threadIdx.y | threadIdx.z) != 0) return;
+    const uint32_t id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    ticket = atomicAdd(&t->count[32u * (1u + (id & 31u))], 1u);
+    if (id == 0) t->start = cube__globaltimer();
   }
   __device__ ~cube__timer() {
     if (!t || (threadIdx.x | threadIdx.y | threadIdx.z) != 0) return;
     const uint32_t n = gridDim.x * gridDim.y * gridDim.z;
     const uint32_t id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const uint32_t g = id & 31u;
+    const uint32_t in_group = n / 32u + (g < n % 32u ? 1u : 0u);
+    uint32_t* c = t->count;
     /* Cube 0's start is seen by whichever cube counts out last. */
     if (id == 0) __threadfence();
-    uint32_t* c = t->count;
-    if (n > 32u) {
-      const uint32_t g = id & 31u;
-      const uint32_t in_group = n / 32u + (g < n % 32u ? 1u : 0u);
-      if (atomicAdd(&c[32u * (1u + g)], 1u) != in_group - 1u) return;
-      c[32u * (1u + g)] = 0;
-      __threadfence();
-      if (atomicAdd(&c[0], 1u) != 31u) return;
-    } else if (atomicAdd(&c[0], 1u) != n - 1u) {
+    if (ticket != in_group - 1u) {
+      atomicAdd(&c[32u * (33u + g)], 1u);
       return;
     }
+    while (*(volatile uint32_t*)&c[32u * (33u + g)] != in_group - 1u) {
+    }
+    c[32u * (33u + g)] = 0;
+    c[32u * (1u + g)] = 0;
+    __threadfence();
+    if (atomicAdd(&c[0], 1u) != (n < 32u ? n : 32u) - 1u) return;
     c[0] = 0;
     __threadfence();
     const uint64_t end = cube__globaltimer();
