@@ -923,9 +923,9 @@ static int mock_module_tag, mock_function_tag;
  * ("#define cube_kernel_entry cube_k_..."), finds its CUBE_KERNEL and counts
  * its parameters as the launch passes them (a CUBE_ARRAY is two, Validate
  * mode adds the bounds record): the timing slot's index. A launch of such a
- * function with a slot writes start and end into the slot's host memory
- * when the stream runs it, on CLOCK_REALTIME (the mock's global timer). The
- * clock kernel ("cube_clock") writes that clock and a flag. */
+ * function with a slot writes start and end into the slot when the stream
+ * runs it, on CLOCK_REALTIME (the mock's global timer). The clock kernel
+ * ("cube_clock") writes that clock and a flag. */
 typedef struct mock_timed { char name[64]; int index; } mock_timed_t;
 static mock_timed_t mock_timed[1024];
 static int mock_timed_count;
@@ -995,22 +995,17 @@ static void mock_clock_ran(void* p) {
   __atomic_store_n(&out[1], 1ull, __ATOMIC_RELEASE);
 }
 /* A self-timed kernel runs (CUBE_MOCK_CUDA_KERNEL_US) and writes its times
- * where its slot says (struct cube__timing: the host slot's address at 16). */
+ * into its slot (struct cube__timing: start, then end raised to the timer),
+ * device memory that cube has the stream copy to the host. */
 static void mock_timed_ran(void* p) {
   uint64_t start = mock_realtime_ns();
   const char* e = getenv("CUBE_MOCK_CUDA_KERNEL_US");
   if (e && atoi(e) > 0) usleep((useconds_t)atoi(e));
   uint64_t end = mock_realtime_ns();
   if (end == start) end++;
-  volatile uint64_t* out;
-  memcpy(&out, (char*)p + 16, sizeof(out));
-  /* As the kernel's two stores may land: end first here, the harder order
-   * for a reader (cube reads a slot once both are nonzero), with
-   * CUBE_MOCK_CUDA_SLOT_GAP_US between them. */
-  __atomic_store_n(&out[1], end, __ATOMIC_RELEASE);
-  const char* gap = getenv("CUBE_MOCK_CUDA_SLOT_GAP_US");
-  if (gap && atoi(gap) > 0) usleep((useconds_t)atoi(gap));
-  __atomic_store_n(&out[0], start, __ATOMIC_RELEASE);
+  volatile uint64_t* slot = p;
+  slot[0] = start;
+  if (slot[1] < end) slot[1] = end;
 }
 
 /* Functions by name (the mock CUPTI's records name them); past the table's

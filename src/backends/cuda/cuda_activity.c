@@ -4,16 +4,17 @@
  *
  *  - self (the default): every kernel times itself. Each generated CUDA
  *    kernel takes a timing slot as its last parameter (preludes/cuda.h): the
- *    first unit of cube 0 reads the GPU's global timer at entry, the last
- *    cube out reads it again and writes both into this stream's ring of
- *    mapped pinned host memory. Nothing is put on the stream, no profiler is
- *    involved, and the launching thread only notes the launch in the
- *    stream's ring and passes the slot. A poller thread reads completed
- *    slots in launch order every millisecond (a flush reads them at once).
- *    The global timer is put on cube's clock by a clock kernel that writes
- *    it into mapped memory while the host reads its own clock around the
- *    launch (16 tries, the tightest bound kept; measured again each time
- *    records come on and after a recovery).
+ *    first unit of cube 0 writes the GPU's global timer into the slot's start
+ *    at entry, the first unit of every cube raises its end at exit (an atomic
+ *    max nobody waits for). The launching thread notes the launch in the
+ *    stream's ring and passes the slot; every CUBE__ACT_BATCH launches, and
+ *    before a wait for the stream, the stream is given a copy of the slots
+ *    into pinned host memory (cuda_timer.c). A poller thread reads copied
+ *    slots in launch order every millisecond (a trace's stop copies and
+ *    waits). The global timer is put on cube's clock by a clock kernel that
+ *    writes it into mapped memory while the host reads its own clock around
+ *    the launch (16 tries, the tightest bound kept; measured again when
+ *    records come on after a second and after a recovery).
  *  - cupti: CUPTI's activity API records each kernel's start and end in the
  *    background and hands the records over in buffers. The library is
  *    loaded with dlopen on the first activity_begin (CUBE_CUPTI; not with a
@@ -411,13 +412,23 @@ CUdeviceptr cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, 
   return self ? a->slots + i * CUBE__ACT_SLOT_BYTES : 0;
 }
 
-void cube__cuda_activity_failed(cube__cuda_stream_t* s) {
+void cube__cuda_activity_submitted(cube__backend_device_t* d, cube__cuda_stream_t* s, bool ok) {
   struct cube__cuda_activity* a = s->act;
   if (!a || !a->noted) return;
-  /* Its slot will never be written: the poller passes it. */
-  atomic_store_explicit(&a->launches[(a->noted - 1) % CUBE__ACT_LAUNCHES].failed, true,
-                        memory_order_release);
+  /* A refused launch's slot is never written: the reader passes it. */
+  if (!ok)
+    atomic_store_explicit(&a->launches[(a->noted - 1) % CUBE__ACT_LAUNCHES].failed, true,
+                          memory_order_release);
+  if (a->slots) {
+    atomic_store_explicit(&a->submitted, a->noted, memory_order_release);
+    if (a->noted - atomic_load_explicit(&a->copied, memory_order_relaxed) >= CUBE__ACT_BATCH)
+      cube__ktimer_copy(d, s, CUBE__ACT_BATCH, false);
+  }
   a->noted = 0;
+}
+
+void cube__cuda_activity_before_wait(cube__backend_device_t* d, cube__cuda_stream_t* s) {
+  if (s && s->act && s->act->slots && !atomic_load(&d->lost)) cube__ktimer_copy(d, s, 1, false);
 }
 
 /* The kernel's name: the module whose entry ran, or the function's own. */
@@ -559,13 +570,22 @@ static void cube__act_maybe_off_locked(void) {
   }
 }
 
-/* Every record of what completed, read now. */
+/* Every record of what completed, read now. Self-timed, each stream copies
+ * the slots of what it was given and is waited for (a trace's stop, an
+ * explicit summary: the end of a measurement). */
 static void cube__act_read_now(void) {
   if (g_act.mode == CUBE__ACT_CUPTI) {
     cube__act_flush();
     return;
   }
   pthread_mutex_lock(&g_act.lock);
+  for (size_t i = 0; i < g_act.stream_count; ++i) {
+    cube__cuda_stream_t* s = g_act.streams[i];
+    cube__backend_device_t* d = s->act->device;
+    if (!s->act->slots || atomic_load(&d->lost)) continue;
+    CUBE__CUDA_SCOPE(d->ctx);
+    cube__ktimer_copy(d, s, 1, true);
+  }
   cube__act_self_drain_all();
   pthread_mutex_unlock(&g_act.lock);
 }
@@ -778,12 +798,13 @@ void cube__cuda_activity_stream_gone(cube__cuda_stream_t* s) {
     /* The stream was waited for (a lost device's kernels run no more). */
     cube__ktimer_drain(s);
     cube__backend_device_t* d = a->device;
-    atomic_fetch_sub(&d->act_bytes, CUBE__ACT_DEVICE_BYTES);
+    atomic_fetch_sub(&d->act_bytes, (uint64_t)CUBE__ACT_LAUNCHES * CUBE__ACT_SLOT_BYTES);
     if (!atomic_load(&d->lost) && a->device->act_epoch == atomic_load(&d->epoch)) {
       CUBE__CUDA_SCOPE(d->ctx);
       d->cu->MemFree(a->slots);
       d->cu->MemFreeHost((void*)a->host);
     }
+    pthread_mutex_destroy(&a->copy_lock);
   }
   free(a->q);
   free(a);

@@ -5,6 +5,7 @@
 #ifndef CUBE_BACKENDS_CUDA_CUDA_ACTIVITY_INTERNAL_H_
 #define CUBE_BACKENDS_CUDA_CUDA_ACTIVITY_INTERNAL_H_
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -33,17 +34,13 @@ typedef struct cube__act_launch {
 } cube__act_launch_t;
 
 /* Self-timed kernels: a stream's slot |i| of CUBE__ACT_LAUNCHES, for its
- * launch |i| modulo the ring. On the device (preludes/cuda.h, struct
- * cube__timing, 32 bytes): start, the host slot's address, the stream's
- * counters' address; in mapped host memory: start and end (0 until written;
- * done when both are). */
-#define CUBE__ACT_SLOT_BYTES 32u
-#define CUBE__ACT_HOST_BYTES 16u
-/* After the slots, the stream's counters that cubes count on: the top one,
- * 32 groups' tickets and 32 groups' done, 128 bytes apart. */
-#define CUBE__ACT_COUNTER_BYTES (65u * 128u)
-#define CUBE__ACT_DEVICE_BYTES \
-  ((uint64_t)CUBE__ACT_LAUNCHES * CUBE__ACT_SLOT_BYTES + CUBE__ACT_COUNTER_BYTES)
+ * launch |i| modulo the ring: 16 bytes of device memory (preludes/cuda.h,
+ * struct cube__timing: start, end) that the stream copies, in batches, into
+ * the same place of its ring of mapped host memory (0 until copied there). */
+#define CUBE__ACT_SLOT_BYTES 16u
+/* Launches submitted and not copied after which the launching thread has
+ * the stream copy their slots. */
+#define CUBE__ACT_BATCH 256u
 
 struct cube__cuda_activity {
   /* |put| is the launching thread's, |got| the reader's: 64 bytes apart, so
@@ -57,6 +54,10 @@ struct cube__cuda_activity {
   uint64_t quiet_below; /* self-timed: launches below it are read but not delivered */
   CUdeviceptr slots;    /* self-timed: the device slots, or 0 */
   volatile uint64_t* host; /* self-timed: the mapped host slots */
+  atomic_uint_fast64_t submitted; /* self-timed: launches noted and submitted (a failed one
+                                      counts: its slot is passed over) */
+  atomic_uint_fast64_t copied; /* self-timed: launches whose slots the stream was told to copy */
+  pthread_mutex_t copy_lock; /* self-timed: |copied| and the copies' order */
   bool known;           /* registered: |ctx_id|, |sid| valid */
   uint32_t ctx_id, sid; /* CUPTI's ids of its context and stream */
   cube__act_entry_t* q; /* ring of |cap| */
@@ -76,5 +77,10 @@ void cube__act_deliver(cube__cuda_stream_t* s, cube__act_entry_t* e);
 bool cube__ktimer_setup(cube__backend_device_t* d, cube__cuda_stream_t* s);
 /* |s|'s completed kernels, in launch order, delivered. */
 void cube__ktimer_drain(cube__cuda_stream_t* s);
+/* Not under the registry's lock: the stream told to copy the slots of the
+ * launches submitted and not copied yet (|d|'s context current), when there
+ * are at least |at_least| of them; |wait|: and waited for. */
+void cube__ktimer_copy(cube__backend_device_t* d, cube__cuda_stream_t* s, uint64_t at_least,
+                       bool wait);
 
 #endif /* CUBE_BACKENDS_CUDA_CUDA_ACTIVITY_INTERNAL_H_ */

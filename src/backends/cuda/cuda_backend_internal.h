@@ -334,11 +334,18 @@ size_t cube__cuda_activity_take(cube__backend_device_t* d, void* stream, bool fl
  * record gets the launch's name (kernels of one unit share an entry) and its
  * place in the stream's order (|order|, trace.h). Returns the timing slot to
  * pass as the kernel's last parameter (self-timed kernels), or 0: untimed.
- * A noted launch that then fails is withdrawn (activity_failed) before the
- * next. The launching thread; one relaxed load when records are off. */
+ * activity_submitted follows. The launching thread; one relaxed load when
+ * records are off. */
 CUdeviceptr cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name,
                                          uint64_t order, const uint32_t count[3]);
-void cube__cuda_activity_failed(cube__cuda_stream_t* s);
+/* After the driver took (|ok|) or refused the launch just noted: a refused
+ * one is passed over; self-timed, every CUBE__ACT_BATCH launches the stream
+ * is told to copy their slots. The launching thread, |d|'s context current. */
+void cube__cuda_activity_submitted(cube__backend_device_t* d, cube__cuda_stream_t* s, bool ok);
+/* Before a wait for the whole stream (sync, destroy): self-timed, the stream
+ * is told to copy the slots of what it was given, so that the wait covers
+ * the copy. |d|'s context current. */
+void cube__cuda_activity_before_wait(cube__backend_device_t* d, cube__cuda_stream_t* s);
 /* Forgets |s| (before it is freed) and its untaken records. */
 void cube__cuda_activity_stream_gone(cube__cuda_stream_t* s);
 /* |d| no longer keeps records on (before it is freed). */

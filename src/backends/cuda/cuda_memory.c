@@ -161,6 +161,7 @@ void cube__cuda_stream_destroy(cube__backend_device_t* d, void* stream) {
   if (!s) return;
   if (!atomic_load(&d->lost)) { /* a lost device's stream stays with the driver */
     CUBE__CUDA_SCOPE(d->ctx);
+    cube__cuda_activity_before_wait(d, s);
     cube__cuda_wait(d, s->stream);
     d->cu->StreamDestroy(s->stream);
   }
@@ -170,6 +171,7 @@ void cube__cuda_stream_destroy(cube__backend_device_t* d, void* stream) {
 
 cube_status_t cube__cuda_sync(cube__backend_device_t* d, void* stream) {
   CUBE__CUDA_SCOPE(d->ctx);
+  cube__cuda_activity_before_wait(d, stream);
   CUresult r = cube__cuda_wait(d, cube__cuda_s(stream));
   if (r != CUDA_SUCCESS)
     return cube__cuda_error(r, CUBE_STATUS_LAUNCH_FAILED,

@@ -1,11 +1,11 @@
 /* Kernels that time themselves (CUBE_CUDA_KERNEL_TIMER=self, the default;
  * docs/observability.md, "How CUDA kernels are timed"): each stream's slots
- * (device memory naming mapped pinned host memory), the clock kernel that
- * puts the GPU's global timer on cube's clock, and the reading of completed
- * slots in launch order. The generated kernel's side is the CUDA prelude's
- * (src/kernel/preludes/cuda.h, CUBE__ENTRY_TIMER); the registry, the poller
- * thread and the delivery are cuda_activity.c's. Every function here is
- * called holding the registry's lock.
+ * (device memory, copied by the stream in batches into pinned host memory),
+ * the clock kernel that puts the GPU's global timer on cube's clock, and the
+ * reading of copied slots in launch order. The generated kernel's side is
+ * the CUDA prelude's (src/kernel/preludes/cuda.h, CUBE__ENTRY_TIMER); the
+ * registry, the poller thread and the delivery are cuda_activity.c's. Every
+ * function here but cube__ktimer_copy is called holding the registry's lock.
  */
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -132,34 +132,24 @@ bool cube__ktimer_setup(cube__backend_device_t* d, cube__cuda_stream_t* s) {
   if (!atomic_load(&d->act_calibrated) || d->act_epoch != atomic_load(&d->epoch))
     if (!cube__act_calibrate(d)) return false;
   if (a->slots) return true;
-  const size_t n = CUBE__ACT_LAUNCHES;
+  const size_t bytes = (size_t)CUBE__ACT_LAUNCHES * CUBE__ACT_SLOT_BYTES;
   CUdeviceptr slots = 0;
   void* host = NULL;
-  uint8_t* init = calloc(1, CUBE__ACT_DEVICE_BYTES); /* the counters start at 0 */
-  bool ok = init != NULL;
-  if (ok) ok = d->cu->MemAlloc(&slots, CUBE__ACT_DEVICE_BYTES) == CUDA_SUCCESS;
+  bool ok = d->cu->MemAlloc(&slots, bytes) == CUDA_SUCCESS;
   if (ok)
-    ok = d->cu->MemHostAlloc(&host, n * CUBE__ACT_HOST_BYTES,
-                             CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) ==
-         CUDA_SUCCESS;
+    ok = d->cu->MemHostAlloc(&host, bytes, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS;
   if (ok) {
-    memset(host, 0, n * CUBE__ACT_HOST_BYTES);
-    /* Each device slot names its host slot and the stream's counters. */
-    const uint64_t counters = (uint64_t)slots + (uint64_t)n * CUBE__ACT_SLOT_BYTES;
-    for (size_t i = 0; i < n; ++i) {
-      uint64_t at = (uint64_t)(uintptr_t)host + i * CUBE__ACT_HOST_BYTES;
-      memcpy(init + i * CUBE__ACT_SLOT_BYTES + 16, &at, sizeof(at));
-      memcpy(init + i * CUBE__ACT_SLOT_BYTES + 24, &counters, sizeof(counters));
-    }
+    /* The device slots start at 0 (an end only grows); before the first
+     * timed launch, which the caller makes after this returns. */
+    memset(host, 0, bytes);
     CUstream cs = NULL;
     ok = d->cu->StreamCreate(&cs, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS;
     if (ok) {
-      ok = d->cu->MemcpyHtoDAsync(slots, init, CUBE__ACT_DEVICE_BYTES, cs) == CUDA_SUCCESS &&
+      ok = d->cu->MemcpyHtoDAsync(slots, host, bytes, cs) == CUDA_SUCCESS &&
            d->cu->StreamSynchronize(cs) == CUDA_SUCCESS;
       d->cu->StreamDestroy(cs);
     }
   }
-  free(init);
   if (!ok) {
     if (slots) d->cu->MemFree(slots);
     if (host) d->cu->MemFreeHost(host);
@@ -168,10 +158,50 @@ bool cube__ktimer_setup(cube__backend_device_t* d, cube__cuda_stream_t* s) {
   /* Launches noted before (none while records were off) are passed. */
   uint64_t put = atomic_load(&a->put);
   atomic_store(&a->got, put);
+  atomic_store(&a->submitted, put);
+  pthread_mutex_init(&a->copy_lock, NULL);
+  atomic_store(&a->copied, put);
   a->host = host;
   a->slots = slots;
-  atomic_fetch_add(&d->act_bytes, CUBE__ACT_DEVICE_BYTES);
+  atomic_fetch_add(&d->act_bytes, (uint64_t)bytes);
   return true;
+}
+
+void cube__ktimer_copy(cube__backend_device_t* d, cube__cuda_stream_t* s, uint64_t at_least,
+                       bool wait) {
+  struct cube__cuda_activity* a = s->act;
+  if (!a || !a->slots) return;
+  if (wait) {
+    pthread_mutex_lock(&a->copy_lock);
+  } else if (pthread_mutex_trylock(&a->copy_lock) != 0) {
+    return; /* another thread is at it */
+  }
+  /* Launches submitted so far precede this copy on the stream. */
+  const uint64_t upto = atomic_load_explicit(&a->submitted, memory_order_acquire);
+  const uint64_t from = atomic_load(&a->copied);
+  CUresult r = CUDA_SUCCESS;
+  if (upto - from >= (at_least ? at_least : 1)) {
+    uint64_t i = from;
+    while (r == CUDA_SUCCESS && i < upto) { /* at most two pieces: the ring wraps */
+      const uint64_t at = i % CUBE__ACT_LAUNCHES;
+      uint64_t n = upto - i;
+      if (n > CUBE__ACT_LAUNCHES - at) n = CUBE__ACT_LAUNCHES - at;
+      r = d->cu->MemcpyDtoHAsync((void*)(a->host + 2 * at), a->slots + at * CUBE__ACT_SLOT_BYTES,
+                                 (size_t)n * CUBE__ACT_SLOT_BYTES, s->stream);
+      i += n;
+    }
+    if (r == CUDA_SUCCESS) atomic_store(&a->copied, upto);
+  }
+  if (wait && r == CUDA_SUCCESS) {
+    void* ev = NULL;
+    cube_status_t st = cube__cuda_event_record(d, s, &ev);
+    if (!st) {
+      d->cu->EventSynchronize((CUevent)ev);
+      cube__cuda_event_destroy(d, ev);
+    }
+    cube_status_free(st);
+  }
+  pthread_mutex_unlock(&a->copy_lock);
 }
 
 /* Under the registry's lock: |s|'s completed self-timed kernels, in launch

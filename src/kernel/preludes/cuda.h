@@ -87,31 +87,20 @@ typedef uint64_t CUBE__U64;
 #endif
 
 /* Every kernel takes one more parameter last: the launch's timing slot, or
- * NULL (docs/observability.md, "How kernels are timed"). The entry's body
- * starts with CUBE__ENTRY_TIMER (the generator puts it after the body's
- * '{'): an object whose constructor reads the GPU's global timer in the
- * first unit of cube 0 and whose destructor, run at every return, counts
- * each cube out in its first unit; the last cube out writes start and end
- * into the host memory the slot names. Nothing is put on the stream and no
- * profiler is involved; an untimed launch pays two tests of a parameter.
- *
- * Cubes count on the stream's counters (shared by its launches, which run
- * one after another), in 32 groups (cube index mod 32), each counter on its
- * own 128-byte line. A cube's first unit takes a ticket in its group when it
- * starts (an atomic whose result it needs only at its end, so that its
- * latency hides behind the cube's work) and adds itself to the group's
- * "done" counter when it ends (an atomic whose result nobody waits for),
- * except the group's last cube to start: that one, whose group has all
- * started, waits at its end until the others are done, sets the group's
- * counters back to 0 and counts the group on the top counter; the last
- * group out reads the timer again and writes start and end. No cube waits
- * for an atomic at its end but 32. */
+ * NULL (docs/observability.md, "How CUDA kernels are timed"). The entry's
+ * body starts with CUBE__ENTRY_TIMER (the generator puts it after the body's
+ * '{'): an object whose constructor reads the GPU's global timer into the
+ * slot's start in the first unit of cube 0, and whose destructor, run at
+ * every return, raises the slot's end to the timer in the first unit of
+ * every cube (an atomic max whose result nobody waits for: no cube is held
+ * at its end). The slot is device memory; the host has the stream copy its
+ * slots into mapped memory in batches (cuda_timer.c). Nothing else is put on
+ * the stream and no profiler is involved; an untimed launch pays two tests
+ * of a parameter. */
 struct cube__timing {
-  uint64_t start;  /* written by cube 0's first unit */
-  uint64_t pad;
-  uint64_t* out;   /* mapped host memory: {start, end}, 0 until written */
-  uint32_t* count; /* the stream's counters: [0] the top, [32 * (1 + g)] group g's tickets,
-                      [32 * (33 + g)] group g's done */
+  uint64_t start; /* cube 0's first unit, at its start */
+  uint64_t end;   /* the latest end of a cube's first unit (never lowered: the timer only
+                     grows, so a slot used again needs no reset) */
 };
 CUBE__PFN uint64_t cube__globaltimer(void) {
   uint64_t t = 0;
@@ -122,40 +111,13 @@ CUBE__PFN uint64_t cube__globaltimer(void) {
 }
 struct cube__timer {
   cube__timing* t;
-  uint32_t ticket;
-  __device__ explicit cube__timer(cube__timing* t_) : t(t_), ticket(0) {
-    if (!t || (threadIdx.x | threadIdx.y | threadIdx.z) != 0) return;
-    const uint32_t id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    ticket = atomicAdd(&t->count[32u * (1u + (id & 31u))], 1u);
-    if (id == 0) t->start = cube__globaltimer();
+  __device__ explicit cube__timer(cube__timing* t_) : t(t_) {
+    if (t && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)
+      t->start = cube__globaltimer();
   }
   __device__ ~cube__timer() {
-    if (!t || (threadIdx.x | threadIdx.y | threadIdx.z) != 0) return;
-    const uint32_t n = gridDim.x * gridDim.y * gridDim.z;
-    const uint32_t id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    const uint32_t g = id & 31u;
-    const uint32_t in_group = n / 32u + (g < n % 32u ? 1u : 0u);
-    uint32_t* c = t->count;
-    /* Cube 0's start is seen by whichever cube counts out last. */
-    if (id == 0) __threadfence();
-    if (ticket != in_group - 1u) {
-      atomicAdd(&c[32u * (33u + g)], 1u);
-      return;
-    }
-    while (*(volatile uint32_t*)&c[32u * (33u + g)] != in_group - 1u) {
-    }
-    c[32u * (33u + g)] = 0;
-    c[32u * (1u + g)] = 0;
-    __threadfence();
-    if (atomicAdd(&c[0], 1u) != (n < 32u ? n : 32u) - 1u) return;
-    c[0] = 0;
-    __threadfence();
-    const uint64_t end = cube__globaltimer();
-    volatile uint64_t* out = t->out;
-    /* No order between the two: the host waits until both are nonzero (the
-     * timer never reads 0) and sets them back to 0 once read. */
-    out[0] = *(volatile uint64_t*)&t->start;
-    out[1] = end;
+    if (t && (threadIdx.x | threadIdx.y | threadIdx.z) == 0)
+      atomicMax((unsigned long long*)&t->end, (unsigned long long)cube__globaltimer());
   }
 };
 #define CUBE__ENTRY_TIMER cube__timer cube__timer_obj(cube__slot);
