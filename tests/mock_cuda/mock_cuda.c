@@ -197,7 +197,18 @@ static void mock_run(mock_op_t* op) {
             op->n ? op->n : op->width * op->height);
   switch (op->kind) {
     case OP_COPY:
-      memcpy(op->dst, op->src, op->n);
+      if ((uintptr_t)op->dst % 8 == 0 && (uintptr_t)op->src % 8 == 0 && op->n % 8 == 0 &&
+          op->n <= (256u << 10)) {
+        /* In whole words, as a copy engine writes them: a host thread that
+         * polls the destination with atomic loads (cube's reader of
+         * self-timed kernels' slots) sees each word written once. */
+        uint64_t* d = op->dst;
+        const uint64_t* src = op->src;
+        for (size_t i = 0; i < op->n / 8; ++i)
+          __atomic_store_n(&d[i], src[i], __ATOMIC_RELAXED);
+      } else {
+        memcpy(op->dst, op->src, op->n);
+      }
       atomic_fetch_add(&mock.copies, 1);
       break;
     case OP_COPY2D:
@@ -1041,6 +1052,7 @@ static CUresult m_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
                                  unsigned by, unsigned bz, unsigned shm, CUstream s, void** params, void** extra) {
   (void)bx; (void)by; (void)bz; (void)shm; (void)params; (void)extra;
   MOCK_STICKY("cuLaunchKernel", MOCK_DEV_OF(s));
+  MOCK_FAULT("cuLaunchKernel", CUDA_ERROR_INVALID_VALUE);
   atomic_fetch_add(&mock.launches, 1);
   /* CUBE_MOCK_CUDA_LAUNCH_OK: a launch succeeds and runs nothing (to measure
    * cube's own cost per launch with no driver behind it). */

@@ -585,3 +585,59 @@ CUBE_TEST(self_timed_kernels_after_a_recovery) {
   cube_shutdown();
 #endif
 }
+
+/* Self-timed: a launch the driver refuses takes no slot (its note is taken
+ * back and the next launch takes its place): the reader does not wait at it,
+ * and the launches after it, on another buffer (the refused one's output is
+ * tainted), are in the trace with their own names and durations. */
+CUBE_TEST(self_timed_refused_launch_takes_no_slot) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  setup(CUBE_MOCK_CUDA_PATH, "200", "self");
+  cube_client_t* c = NULL;
+  cube_kernel_t *before = NULL, *after = NULL;
+  REQUIRE(client_and_twins("scale before", "scale after", &c, &before, &after));
+  mock_t m;
+  REQUIRE(mock_get(&m));
+  char path[512];
+  trace_path(path, sizeof(path), "refused");
+  float ys[64] = {0};
+  cube_handle_t y, z;
+  REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &y));
+  REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &z));
+  REQUIRE_OK(cube_client_sync(c));
+  cube_arg_t args_y[2] = {cube_arg_buffer(y), cube_arg_f32(2.0f)};
+  cube_arg_t args_z[2] = {cube_arg_buffer(z), cube_arg_f32(2.0f)};
+  REQUIRE_OK(cube_trace_start(path));
+  launch_n(c, before, 2, args_y);
+  REQUIRE_OK(cube_client_sync(c)); /* both submitted: the next one is refused */
+  m.fail_with("cuLaunchKernel", 1, 1 /* CUDA_ERROR_INVALID_VALUE: not sticky */);
+  cube_status_t st = cube_client_launch(c, before, cube_count_static(1, 1, 1), 2, args_y);
+  cube_status_free(st); /* refused now or at the sync: either way not run */
+  launch_n(c, after, 3, args_z);
+  st = cube_client_sync(c);
+  cube_status_free(st);
+  REQUIRE_OK(cube_trace_stop());
+  cJSON* doc = load_json(path);
+  REQUIRE(doc != NULL);
+  int n_before = 0, n_after = 0;
+  const cJSON* e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "traceEvents")) {
+    if (strcmp(str(e, "cat"), "kernel") != 0) continue;
+    CHECK(num(e, "dur") >= 150.0);
+    n_before += strcmp(str(e, "name"), "scale before") == 0;
+    n_after += strcmp(str(e, "name"), "scale after") == 0;
+  }
+  CHECK_EQ_U64((uint64_t)n_before, 2);
+  CHECK_EQ_U64((uint64_t)n_after, 3);
+  cJSON_Delete(doc);
+  unlink(path);
+  cube_handle_release(y);
+  cube_handle_release(z);
+  cube_kernel_release(before);
+  cube_kernel_release(after);
+  cube_client_release(c);
+  cube_shutdown();
+#endif
+}

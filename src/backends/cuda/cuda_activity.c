@@ -405,7 +405,6 @@ CUdeviceptr cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, 
   l->hash = hash;
   l->order = order;
   memcpy(l->count, count, sizeof(l->count));
-  atomic_store_explicit(&l->failed, false, memory_order_relaxed);
   cube__trace_copy_name(l->name, sizeof(l->name), name);
   atomic_store_explicit(&a->put, put + 1, memory_order_release);
   a->noted = put + 1;
@@ -415,10 +414,14 @@ CUdeviceptr cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, 
 void cube__cuda_activity_submitted(cube__backend_device_t* d, cube__cuda_stream_t* s, bool ok) {
   struct cube__cuda_activity* a = s->act;
   if (!a || !a->noted) return;
-  /* A refused launch's slot is never written: the reader passes it. */
-  if (!ok)
-    atomic_store_explicit(&a->launches[(a->noted - 1) % CUBE__ACT_LAUNCHES].failed, true,
-                          memory_order_release);
+  if (!ok && a->slots) {
+    /* Self-timed: a refused launch's slot is never written; the note is
+     * taken back (this thread alone notes, and the reader waits at a slot
+     * not yet copied), so that the next launch takes its place. */
+    atomic_store_explicit(&a->put, a->noted - 1, memory_order_release);
+    a->noted = 0;
+    return;
+  }
   if (a->slots) {
     atomic_store_explicit(&a->submitted, a->noted, memory_order_release);
     if (a->noted - atomic_load_explicit(&a->copied, memory_order_relaxed) >= CUBE__ACT_BATCH)

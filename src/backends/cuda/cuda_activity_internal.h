@@ -29,7 +29,6 @@ typedef struct cube__act_launch {
   uint64_t hash;
   uint64_t order;
   uint32_t count[3];
-  atomic_bool failed; /* self-timed: the launch failed, its slot stays empty */
   char name[80];
 } cube__act_launch_t;
 
@@ -54,8 +53,7 @@ struct cube__cuda_activity {
   uint64_t quiet_below; /* self-timed: launches below it are read but not delivered */
   CUdeviceptr slots;    /* self-timed: the device slots, or 0 */
   volatile uint64_t* host; /* self-timed: the mapped host slots */
-  atomic_uint_fast64_t submitted; /* self-timed: launches noted and submitted (a failed one
-                                      counts: its slot is passed over) */
+  atomic_uint_fast64_t submitted; /* self-timed: launches noted and taken by the driver */
   atomic_uint_fast64_t copied; /* self-timed: launches whose slots the stream was told to copy */
   pthread_mutex_t copy_lock; /* self-timed: |copied| and the copies' order */
   bool known;           /* registered: |ctx_id|, |sid| valid */

@@ -215,16 +215,13 @@ void cube__ktimer_drain(cube__cuda_stream_t* s) {
   for (; got < put; ++got) {
     const uint64_t i = got % CUBE__ACT_LAUNCHES;
     const cube__act_launch_t* l = &a->launches[i];
-    volatile uint64_t* h = a->host + 2 * i;
-    /* Written by the kernel's last cube in no order: done when both are. */
+    uint64_t* h = (uint64_t*)a->host + 2 * i;
+    /* Copied by the stream: done when both words have landed. */
     uint64_t end = __atomic_load_n(&h[1], __ATOMIC_ACQUIRE);
     uint64_t start = __atomic_load_n(&h[0], __ATOMIC_ACQUIRE);
-    if (!end || !start) {
-      if (!atomic_load_explicit(&l->failed, memory_order_acquire)) break; /* not done yet */
-      continue;
-    }
-    h[0] = 0;
-    h[1] = 0;
+    if (!end || !start) break; /* not copied yet */
+    __atomic_store_n(&h[0], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h[1], 0, __ATOMIC_RELAXED);
     if (end < start) start = end;
     if (got < a->quiet_below) continue; /* launched before records came on again */
     cube__act_entry_t e;
