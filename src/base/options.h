@@ -140,8 +140,8 @@
     NULL, "the CUPTI library that times traced and profiled CUDA kernels; 0: none (events)")     \
   X(DEVICE_RECOVER, ENUM, PROCESS, AT_USE, "off", "off", 0, 0, 0, "off|auto", NULL,               \
     "auto: the first call that finds a device lost recovers it (cube_device_recover)")       \
-  X(CUDA_KERNEL_TIMER, ENUM, PROCESS, ONCE, "self", "self", 0, 0, 0, "self|cupti|events", NULL,   \
-    "how traced and profiled CUDA kernels are timed: self (each times itself), cupti, events")
+  X(CUDA_KERNEL_TIMER, ENUM, PROCESS, ONCE, "cupti", "cupti", 0, 0, 0, "self|cupti|events",     \
+    NULL, "how traced and profiled CUDA kernels are timed: cupti, self (each times itself), events")
 
 /* CUBE__OPT_<ID>: the same numbers as the public CUBE_OPTION_<ID>. */
 typedef enum cube__option_id {

@@ -1,7 +1,7 @@
 // cube-test-libs: cube_static PkgConfig::CJSON
 /* Traced and profiled CUDA kernels timed without events on the stream
  * (docs/observability.md, "How kernels are timed"): by the kernels themselves
- * (CUBE_CUDA_KERNEL_TIMER=self, the default: each writes its global-timer
+ * (CUBE_CUDA_KERNEL_TIMER=self: each writes its global-timer
  * start and end into a slot of mapped host memory) and by the driver's
  * activity records (=cupti), against the mock driver, whose library also
  * stands in for NVRTC (a compile keeps the source), runs a self-timed

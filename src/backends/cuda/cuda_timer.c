@@ -1,4 +1,4 @@
-/* Kernels that time themselves (CUBE_CUDA_KERNEL_TIMER=self, the default;
+/* Kernels that time themselves (CUBE_CUDA_KERNEL_TIMER=self;
  * docs/observability.md, "How CUDA kernels are timed"): each stream's slots
  * (device memory, copied by the stream in batches into pinned host memory),
  * the clock kernel that puts the GPU's global timer on cube's clock, and the
