@@ -449,10 +449,36 @@ CUBE_TEST(timer_events_times_kernels_by_events) {
 #endif
 }
 
+#ifdef CUBE_MOCK_CUDA_PATH
+/* The self-timed kernels named |name| in the trace at |path|: how many, the
+ * earliest start and the latest end (us); each must say "device timer" and
+ * have lasted at least |min_us| (its own run, not a neighbour's slot). */
+typedef struct {
+  int n;
+  double first, last_end;
+} named_kernels_t;
+static named_kernels_t trace_kernels(const char* path, const char* name, double min_us) {
+  named_kernels_t k = {0, 1e300, 0};
+  cJSON* doc = load_json(path);
+  CHECK(doc != NULL);
+  const cJSON* e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "traceEvents")) {
+    if (strcmp(str(e, "cat"), "kernel") != 0 || strcmp(str(e, "name"), name) != 0) continue;
+    CHECK(strcmp(str(cJSON_GetObjectItemCaseSensitive(e, "args"), "detail"), "device timer") == 0);
+    CHECK(num(e, "dur") >= min_us);
+    k.n++;
+    if (num(e, "ts") < k.first) k.first = num(e, "ts");
+    if (num(e, "ts") + num(e, "dur") > k.last_end) k.last_end = num(e, "ts") + num(e, "dur");
+  }
+  cJSON_Delete(doc);
+  return k;
+}
+
 /* |n| launches of |k| with |args| (one buffer, one float) on one cube. */
 static void launch_n(cube_client_t* c, cube_kernel_t* k, int n, cube_arg_t* args) {
   for (int i = 0; i < n; ++i) CHECK_OK(cube_client_launch(c, k, cube_count_static(1, 1, 1), 2, args));
 }
+#endif
 
 /* Self-timed: kernels launched while an earlier trace recorded and still
  * running when it stopped (its stop waits for what the stream was given) go
@@ -482,30 +508,11 @@ CUBE_TEST(self_timed_kernels_of_an_earlier_trace_stay_out) {
   launch_n(c, late, 2, args);
   REQUIRE_OK(cube_client_sync(c));
   REQUIRE_OK(cube_trace_stop());
-  cJSON* doc = load_json(p2);
-  REQUIRE(doc != NULL);
-  int n_early = 0, n_late = 0;
-  const cJSON* e;
-  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "traceEvents")) {
-    if (strcmp(str(e, "cat"), "kernel") != 0) continue;
-    if (strcmp(str(e, "name"), "scale early") == 0) n_early++;
-    if (strcmp(str(e, "name"), "scale late") != 0) continue;
-    n_late++;
-    CHECK(num(e, "dur") >= 25000.0); /* its own 30 ms, not a neighbour's slot */
-  }
-  CHECK_EQ_U64((uint64_t)n_late, 2);
-  cJSON_Delete(doc);
-  doc = load_json(p1);
-  REQUIRE(doc != NULL);
-  int in_first = 0;
-  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "traceEvents")) {
-    if (strcmp(str(e, "cat"), "kernel") != 0) continue;
-    in_first++;
-    CHECK(strcmp(str(e, "name"), "scale early") == 0);
-    CHECK(num(e, "dur") >= 25000.0);
-  }
-  CHECK(in_first + n_early <= 3); /* none twice */
-  cJSON_Delete(doc);
+  named_kernels_t early1 = trace_kernels(p1, "scale early", 25000.0);
+  named_kernels_t early2 = trace_kernels(p2, "scale early", 25000.0);
+  CHECK_EQ_U64((uint64_t)trace_kernels(p2, "scale late", 25000.0).n, 2);
+  CHECK_EQ_U64((uint64_t)trace_kernels(p1, "scale late", 0.0).n, 0);
+  CHECK(early1.n + early2.n <= 3); /* none twice */
   unlink(p1);
   unlink(p2);
   cube_handle_release(y);
@@ -553,30 +560,13 @@ CUBE_TEST(self_timed_kernels_after_a_recovery) {
   launch_n(c, after, 4, args2);
   REQUIRE_OK(cube_client_sync(c));
   REQUIRE_OK(cube_trace_stop());
-  cJSON* doc = load_json(path);
-  REQUIRE(doc != NULL);
-  int n_before = 0, n_after = 0;
-  const cJSON* e;
-  double before_end = 0, after_start = 1e300;
-  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "traceEvents")) {
-    if (strcmp(str(e, "cat"), "kernel") != 0) continue;
-    CHECK(strcmp(str(cJSON_GetObjectItemCaseSensitive(e, "args"), "detail"), "device timer") == 0);
-    CHECK(num(e, "dur") >= 80.0);
-    if (strcmp(str(e, "name"), "scale before") == 0) {
-      n_before++;
-      if (num(e, "ts") + num(e, "dur") > before_end) before_end = num(e, "ts") + num(e, "dur");
-    }
-    if (strcmp(str(e, "name"), "scale after") == 0) {
-      n_after++;
-      if (num(e, "ts") < after_start) after_start = num(e, "ts");
-    }
-  }
+  named_kernels_t kb = trace_kernels(path, "scale before", 80.0);
+  named_kernels_t ka = trace_kernels(path, "scale after", 80.0);
   /* The clock measured again in the new context: the kernels after the
    * recovery come after those before it. */
-  CHECK(after_start >= before_end);
-  CHECK_EQ_U64((uint64_t)n_before, 3);
-  CHECK_EQ_U64((uint64_t)n_after, 4);
-  cJSON_Delete(doc);
+  CHECK(ka.first >= kb.last_end);
+  CHECK_EQ_U64((uint64_t)kb.n, 3);
+  CHECK_EQ_U64((uint64_t)ka.n, 4);
   unlink(path);
   cube_handle_release(z);
   cube_kernel_release(before);
@@ -619,19 +609,8 @@ CUBE_TEST(self_timed_refused_launch_takes_no_slot) {
   st = cube_client_sync(c);
   cube_status_free(st);
   REQUIRE_OK(cube_trace_stop());
-  cJSON* doc = load_json(path);
-  REQUIRE(doc != NULL);
-  int n_before = 0, n_after = 0;
-  const cJSON* e;
-  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "traceEvents")) {
-    if (strcmp(str(e, "cat"), "kernel") != 0) continue;
-    CHECK(num(e, "dur") >= 150.0);
-    n_before += strcmp(str(e, "name"), "scale before") == 0;
-    n_after += strcmp(str(e, "name"), "scale after") == 0;
-  }
-  CHECK_EQ_U64((uint64_t)n_before, 2);
-  CHECK_EQ_U64((uint64_t)n_after, 3);
-  cJSON_Delete(doc);
+  CHECK_EQ_U64((uint64_t)trace_kernels(path, "scale before", 150.0).n, 2);
+  CHECK_EQ_U64((uint64_t)trace_kernels(path, "scale after", 150.0).n, 3);
   unlink(path);
   cube_handle_release(y);
   cube_handle_release(z);
