@@ -6,6 +6,13 @@
 //   primary2  as primary, then a second reset without a release
 //   created   the fault in a context of cuCtxCreate; destroy it, create another
 //   mixed     the fault in the primary context; cuCtxCreate a new one, no reset
+//   checkpoint  the fault in the primary context; a second process (this
+//             program again, "controller PID") locks, checkpoints, restores
+//             and unlocks this one through the driver's checkpoint calls
+//             (CUDA 12.8+), then this one tries the same context, and if that
+//             fails what "primary" does
+//   checkpoint-clean  the same without the fault: does a checkpoint and a
+//             restore of a healthy process work on this machine at all
 // Every driver call's result is printed; "works: 1" means the GPU computed
 // right again in this process. cube_device_recover does what "primary" does
 // (docs/failures.md, "Recovery on a real GPU").
@@ -16,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now(void) {
   struct timespec t;
@@ -95,8 +104,51 @@ static int works(void) {
   return r == 0 && bad == 0;
 }
 
+/* The controller: another process, as the checkpoint calls require. */
+static int controller(int pid) {
+  SHOW(cuInit(0));
+  CUprocessState st = CU_PROCESS_STATE_FAILED;
+  SHOW(cuCheckpointProcessGetState(pid, &st));
+  printf("  state of %d: %d\n", pid, (int)st);
+  CUcheckpointLockArgs la;
+  memset(&la, 0, sizeof(la));
+  la.timeoutMs = 10000;
+  CUcheckpointCheckpointArgs ca;
+  memset(&ca, 0, sizeof(ca));
+  CUcheckpointRestoreArgs ra;
+  memset(&ra, 0, sizeof(ra));
+  CUcheckpointUnlockArgs ua;
+  memset(&ua, 0, sizeof(ua));
+  double t0 = now();
+  SHOW(cuCheckpointProcessLock(pid, &la));
+  SHOW(cuCheckpointProcessCheckpoint(pid, &ca));
+  SHOW(cuCheckpointProcessGetState(pid, &st));
+  printf("  state of %d: %d\n", pid, (int)st);
+  SHOW(cuCheckpointProcessRestore(pid, &ra));
+  SHOW(cuCheckpointProcessUnlock(pid, &ua));
+  SHOW(cuCheckpointProcessGetState(pid, &st));
+  printf("  state of %d: %d; lock to unlock %.3f s\n", pid, (int)st, now() - t0);
+  return 0;
+}
+
+/* Runs this program as the controller of this process and waits for it. */
+static void checkpoint_me(const char* self) {
+  char pid[32];
+  snprintf(pid, sizeof(pid), "%d", (int)getpid());
+  fflush(stdout);
+  pid_t child = fork();
+  if (child == 0) {
+    execl(self, self, "controller", pid, (char*)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  printf("  controller exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
 int main(int argc, char** argv) {
   const char* v = argc > 1 ? argv[1] : "primary";
+  if (!strcmp(v, "controller") && argc > 2) return controller(atoi(argv[2]));
   bad_bin = cubin_of("extern \"C\" __global__ void wild(float* p){ p[threadIdx.x + (1ull<<40)] = 1.0f; }\n");
   good_bin = cubin_of(
       "extern \"C\" __global__ void fill(float* p){ unsigned i = blockIdx.x*blockDim.x+threadIdx.x; "
@@ -117,8 +169,20 @@ int main(int argc, char** argv) {
   }
   SHOW(cuDevicePrimaryCtxRetain(&c, d));
   SHOW(cuCtxSetCurrent(c));
+  if (!strcmp(v, "checkpoint-clean")) {
+    printf("works before: %d\n", works());
+    checkpoint_me("/proc/self/exe");
+    printf("works: %d\n", works());
+    return 0;
+  }
   fault();
   double t0 = now();
+  if (!strcmp(v, "checkpoint")) {
+    checkpoint_me("/proc/self/exe");
+    int w = works();
+    printf("  %.3f s\nworks in the same context: %d\n", now() - t0, w);
+    if (w) return 0;
+  }
   if (!strcmp(v, "mixed")) {
     SHOW(cuCtxCreate(&c, NULL, 0, d));
     printf("works: %d\n", works());
