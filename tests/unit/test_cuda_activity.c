@@ -478,6 +478,32 @@ static named_kernels_t trace_kernels(const char* path, const char* name, double 
 static void launch_n(cube_client_t* c, cube_kernel_t* k, int n, cube_arg_t* args) {
   for (int i = 0; i < n; ++i) CHECK_OK(cube_client_launch(c, k, cube_count_static(1, 1, 1), 2, args));
 }
+
+/* A self-timed case over the mock: its client, the kernels "scale before"
+ * and "scale after" (one unit), the mock's fault switches and a trace path
+ * (|tag| in its name); each kernel "runs" |kernel_us|. */
+typedef struct self_case {
+  cube_client_t* c;
+  cube_kernel_t *before, *after;
+  mock_t m;
+  char path[512];
+} self_case_t;
+
+static bool self_case_open(self_case_t* t, const char* kernel_us, const char* tag) {
+  memset(t, 0, sizeof(*t));
+  setup(CUBE_MOCK_CUDA_PATH, kernel_us, "self");
+  trace_path(t->path, sizeof(t->path), tag);
+  return client_and_twins("scale before", "scale after", &t->c, &t->before, &t->after) &&
+         mock_get(&t->m);
+}
+
+static void self_case_close(self_case_t* t) {
+  unlink(t->path);
+  cube_kernel_release(t->before);
+  cube_kernel_release(t->after);
+  cube_client_release(t->c);
+  cube_shutdown();
+}
 #endif
 
 /* Self-timed: kernels launched while an earlier trace recorded and still
@@ -531,48 +557,38 @@ CUBE_TEST(self_timed_kernels_after_a_recovery) {
 #ifndef CUBE_MOCK_CUDA_PATH
   CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
 #else
-  setup(CUBE_MOCK_CUDA_PATH, "100", "self");
-  cube_client_t* c = NULL;
-  cube_kernel_t *before = NULL, *after = NULL;
-  REQUIRE(client_and_twins("scale before", "scale after", &c, &before, &after));
-  mock_t m;
-  REQUIRE(mock_get(&m));
-  char path[512];
-  trace_path(path, sizeof(path), "recover");
-  REQUIRE_OK(cube_trace_start(path));
+  self_case_t t;
+  REQUIRE(self_case_open(&t, "100", "recover"));
+  REQUIRE_OK(cube_trace_start(t.path));
   float ys[64] = {0};
   cube_handle_t y;
-  REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &y));
+  REQUIRE_OK(cube_client_create_from_slice(t.c, ys, sizeof(ys), &y));
   cube_arg_t args[2] = {cube_arg_buffer(y), cube_arg_f32(2.0f)};
-  launch_n(c, before, 3, args);
-  REQUIRE_OK(cube_client_sync(c));
+  launch_n(t.c, t.before, 3, args);
+  REQUIRE_OK(cube_client_sync(t.c));
   /* Lost at the next device-to-host copy (an illegal address). */
-  m.fail_sticky_on(0, "d2h", 1, 700);
+  t.m.fail_sticky_on(0, "d2h", 1, 700);
   cube_bytes_t* b = NULL;
-  cube_status_t st = cube_client_read_one(c, y, &b);
+  cube_status_t st = cube_client_read_one(t.c, y, &b);
   CHECK_EQ_U64(cube_status_code(st), CUBE_STATUS_DEVICE_LOST);
   cube_status_free(st);
   cube_handle_release(y);
   REQUIRE_OK(cube_device_recover((cube_device_id_t){CUBE_BACKEND_CUDA, 0}));
   cube_handle_t z;
-  REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &z));
+  REQUIRE_OK(cube_client_create_from_slice(t.c, ys, sizeof(ys), &z));
   cube_arg_t args2[2] = {cube_arg_buffer(z), cube_arg_f32(2.0f)};
-  launch_n(c, after, 4, args2);
-  REQUIRE_OK(cube_client_sync(c));
+  launch_n(t.c, t.after, 4, args2);
+  REQUIRE_OK(cube_client_sync(t.c));
   REQUIRE_OK(cube_trace_stop());
-  named_kernels_t kb = trace_kernels(path, "scale before", 80.0);
-  named_kernels_t ka = trace_kernels(path, "scale after", 80.0);
+  named_kernels_t kb = trace_kernels(t.path, "scale before", 80.0);
+  named_kernels_t ka = trace_kernels(t.path, "scale after", 80.0);
   /* The clock measured again in the new context: the kernels after the
    * recovery come after those before it. */
   CHECK(ka.first >= kb.last_end);
   CHECK_EQ_U64((uint64_t)kb.n, 3);
   CHECK_EQ_U64((uint64_t)ka.n, 4);
-  unlink(path);
   cube_handle_release(z);
-  cube_kernel_release(before);
-  cube_kernel_release(after);
-  cube_client_release(c);
-  cube_shutdown();
+  self_case_close(&t);
 #endif
 }
 
@@ -584,39 +600,29 @@ CUBE_TEST(self_timed_refused_launch_takes_no_slot) {
 #ifndef CUBE_MOCK_CUDA_PATH
   CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
 #else
-  setup(CUBE_MOCK_CUDA_PATH, "200", "self");
-  cube_client_t* c = NULL;
-  cube_kernel_t *before = NULL, *after = NULL;
-  REQUIRE(client_and_twins("scale before", "scale after", &c, &before, &after));
-  mock_t m;
-  REQUIRE(mock_get(&m));
-  char path[512];
-  trace_path(path, sizeof(path), "refused");
+  self_case_t t;
+  REQUIRE(self_case_open(&t, "200", "refused"));
   float ys[64] = {0};
   cube_handle_t y, z;
-  REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &y));
-  REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &z));
-  REQUIRE_OK(cube_client_sync(c));
+  REQUIRE_OK(cube_client_create_from_slice(t.c, ys, sizeof(ys), &y));
+  REQUIRE_OK(cube_client_create_from_slice(t.c, ys, sizeof(ys), &z));
+  REQUIRE_OK(cube_client_sync(t.c));
   cube_arg_t args_y[2] = {cube_arg_buffer(y), cube_arg_f32(2.0f)};
   cube_arg_t args_z[2] = {cube_arg_buffer(z), cube_arg_f32(2.0f)};
-  REQUIRE_OK(cube_trace_start(path));
-  launch_n(c, before, 2, args_y);
-  REQUIRE_OK(cube_client_sync(c)); /* both submitted: the next one is refused */
-  m.fail_with("cuLaunchKernel", 1, 1 /* CUDA_ERROR_INVALID_VALUE: not sticky */);
-  cube_status_t st = cube_client_launch(c, before, cube_count_static(1, 1, 1), 2, args_y);
+  REQUIRE_OK(cube_trace_start(t.path));
+  launch_n(t.c, t.before, 2, args_y);
+  REQUIRE_OK(cube_client_sync(t.c)); /* both submitted: the next one is refused */
+  t.m.fail_with("cuLaunchKernel", 1, 1 /* CUDA_ERROR_INVALID_VALUE: not sticky */);
+  cube_status_t st = cube_client_launch(t.c, t.before, cube_count_static(1, 1, 1), 2, args_y);
   cube_status_free(st); /* refused now or at the sync: either way not run */
-  launch_n(c, after, 3, args_z);
-  st = cube_client_sync(c);
+  launch_n(t.c, t.after, 3, args_z);
+  st = cube_client_sync(t.c);
   cube_status_free(st);
   REQUIRE_OK(cube_trace_stop());
-  CHECK_EQ_U64((uint64_t)trace_kernels(path, "scale before", 150.0).n, 2);
-  CHECK_EQ_U64((uint64_t)trace_kernels(path, "scale after", 150.0).n, 3);
-  unlink(path);
+  CHECK_EQ_U64((uint64_t)trace_kernels(t.path, "scale before", 150.0).n, 2);
+  CHECK_EQ_U64((uint64_t)trace_kernels(t.path, "scale after", 150.0).n, 3);
   cube_handle_release(y);
   cube_handle_release(z);
-  cube_kernel_release(before);
-  cube_kernel_release(after);
-  cube_client_release(c);
-  cube_shutdown();
+  self_case_close(&t);
 #endif
 }
