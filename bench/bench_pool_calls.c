@@ -16,7 +16,9 @@
  * inline) on a CPU device with the inline queue, so that the whole path
  * (client checks, the queued record, the server's task, the backend) runs on
  * the measured thread; the kernel's body is one store. A sync after the loop
- * is outside the counted region.
+ * is outside the counted region. On another backend (CUBE_BACKEND) the same
+ * kernel is written in the dialect; with CUBE_TRACE set the loop's launches
+ * are traced (what recording costs the launch path).
  *
  * "steps" launches the same kernel in steps of 100 launches, each ended by
  * cube_client_flush (a boundary of automatic capture), and counts all of it;
@@ -217,7 +219,8 @@ __attribute__((noinline)) static int replay_loop(cube_client_t* c, cube_graph_t*
 static int launch_main(uint64_t launches, int mode) {
   setenv("CUBE_DEVICE_QUEUE", "inline", 1);
   cube_client_t* c = NULL;
-  cube_status_t s = cube_client_load((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &c);
+  cube_device_id_t dev = {cube_backend_default(), 0};
+  cube_status_t s = cube_client_load(dev, &c);
   if (s) {
     fail_status("cube_client_load", s);
     return 1;
@@ -228,9 +231,18 @@ static int launch_main(uint64_t launches, int mode) {
   memset(&d, 0, sizeof(d));
   d.name = "store";
   d.cube_dim = (cube_dim_t){1, 1, 1};
-  d.arg_kinds = kinds;
-  d.arg_count = 4;
-  d.cpu_fn = bench_store_kernel;
+  if (dev.backend == CUBE_BACKEND_CPU) {
+    d.arg_kinds = kinds;
+    d.arg_count = 4;
+    d.cpu_fn = bench_store_kernel;
+  } else {
+    /* The same kernel in the dialect, for the other backends. */
+    d.source = "CUBE_KERNEL(store, CUBE_ARRAY(uint32_t, a), CUBE_ARRAY(uint32_t, b),\n"
+               "            CUBE_ARRAY(uint32_t, o), uint32_t v) {\n"
+               "  if (ABSOLUTE_POS == 0) CUBE_STORE(o, 0, v);\n"
+               "}\n";
+    d.entry = "store";
+  }
   cube_kernel_t* k = NULL;
   s = cube_kernel_create(&d, &k);
   if (s) {
