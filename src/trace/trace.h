@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/utf8.h"
 #include "cube/device.h"
@@ -72,9 +73,7 @@ static inline uint32_t cube__trace_device_pid(cube_device_id_t d) {
 /* Copies |src| into |dst| (of |size| bytes), cut and terminated: the
  * record's strings without snprintf's cost on the launch path. */
 static inline void cube__trace_copy_name(char* dst, size_t size, const char* src) {
-  size_t n = 0;
-  if (src)
-    while (n + 1 < size && src[n]) ++n;
+  size_t n = src ? strnlen(src, size - 1) : 0; /* libc's: words at a time, not bytes */
   if (src && src[n]) n = cube__utf8_cut(src, n); /* cut: not inside a character */
   __builtin_memcpy(dst, src ? src : "", n);
   dst[n] = 0;
