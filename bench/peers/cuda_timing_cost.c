@@ -11,7 +11,10 @@
 // each block raises the slot's end to the timer at exit (an atomic max nobody
 // waits for), and every 256 launches the stream copies their slots into a
 // pinned host ring:
-// nothing on the stream, no profiler. The program also prints the timer's
+// nothing on the stream, no profiler. Mode "globaltimer, 8 ends": the same with
+// eight end words per slot, each block raising the one of its index modulo 8
+// (the host takes their maximum), so that the blocks' reductions at the end of
+// a kernel of many blocks do not all meet at one address. The program also prints the timer's
 // step (the smallest change seen by a unit spinning on it, without and with
 // CUPTI's records on) and the mean kernel duration each source reports.
 // Build (on a CUDA machine), one line:
@@ -56,12 +59,14 @@ static double now(void) {
 }
 
 enum { N = 10000, ROUNDS = 11 };
-static CUfunction fe, fe_t, fres;
+static CUfunction fe, fe_t, fe_t8, fres;
 static CUdeviceptr slots_dev; /* N slots of 16 bytes: start, blocks done */
 static unsigned long long* slots_host; /* N x {start, end}, mapped */
 static CUdeviceptr slots_host_dev;
+static CUdeviceptr slots8_dev;          /* N slots of 72 bytes: start, 8 ends */
+static unsigned long long* slots8_host; /* N x {start, end[8]} */
 static CUdeviceptr counters; /* 65 counters 128 bytes apart, shared by the launches */
-static int timed_launch; /* launch() takes the timed kernel */
+static int timed_launch; /* launch() takes the timed kernel: 1 one end, 2 eight ends */
 static unsigned timed_i;
 static CUstream s;
 static CUdeviceptr p, px, py;
@@ -111,9 +116,10 @@ static void buf_done(CUcontext c, uint32_t sid, uint8_t* b, size_t size, size_t 
 static void launch(void) {
   CUdeviceptr sd = 0, sh = 0;
   unsigned copy_from = 0, copy_n = 0;
+  const unsigned long long slot_bytes = timed_launch == 2 ? 72 : 16;
   if (timed_launch) {
     unsigned i = timed_i++ % N;
-    sd = slots_dev + 16ull * i;
+    sd = (timed_launch == 2 ? slots8_dev : slots_dev) + slot_bytes * i;
     /* Every 256 launches the stream copies their slots to the host ring. */
     if ((i + 1) % 256 == 0 || i + 1 == N) {
       copy_from = (i / 256) * 256;
@@ -124,12 +130,17 @@ static void launch(void) {
     float a = 0.5f;
     int n = 1 << 20;
     void* args[] = {&px, &py, &a, &n, &sd, &sh, &counters};
-    CK(cuLaunchKernel(timed_launch ? fe_t : fe, (1 << 20) / 256, 1, 1, 256, 1, 1, 0, s, args, 0));
+    CK(cuLaunchKernel(timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, (1 << 20) / 256, 1, 1,
+                      256, 1, 1, 0, s, args, 0));
   } else {
     void* args[] = {&p, &sd, &sh, &counters};
-    CK(cuLaunchKernel(timed_launch ? fe_t : fe, 1, 1, 1, 32, 1, 1, 0, s, args, 0));
+    CK(cuLaunchKernel(timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, 1, 1, 1, 32, 1, 1, 0,
+                      s, args, 0));
   }
-  if (copy_n)
+  if (copy_n && timed_launch == 2)
+    CK(cuMemcpyDtoHAsync(slots8_host + 9ull * copy_from, slots8_dev + 72ull * copy_from,
+                         72ull * copy_n, s));
+  else if (copy_n)
     CK(cuMemcpyDtoHAsync(slots_host + 2ull * copy_from, slots_dev + 16ull * copy_from,
                          16ull * copy_n, s));
 }
@@ -175,11 +186,11 @@ static void* launcher(void* arg) {
  * 5: CUPTI kernel records and an external correlation id pushed and popped
  * around each launch; 6: CUPTI kernel records and a cuCtxGetCurrent before
  * each launch (as cube's launch path makes); 7: the kernel times itself
- * (globaltimer, above). */
+ * (globaltimer, above); 8: the same with eight end words per slot. */
 static double run(int mode) {
   double t0 = now();
-  timed_launch = mode == 7;
-  if (threaded && (mode == 0 || mode == 4 || mode == 7)) {
+  timed_launch = mode == 7 ? 1 : mode == 8 ? 2 : 0;
+  if (threaded && (mode == 0 || mode == 4 || mode >= 7)) {
     for (int i = 0; i < N; i++) {
       while (atomic_load(&ring_put) - atomic_load_explicit(&ring_got, memory_order_acquire) >= RING)
         sched_yield();
@@ -242,6 +253,14 @@ int main(void) {
       "      d->start = gt(); }\n"
       "  __device__ ~timer() {\n"
       "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) atomicMax(&d->end, gt()); } };\n"
+      "struct slot8 { unsigned long long start, end[8]; };\n"
+      "struct timer8 {\n"
+      "  slot8* d;\n"
+      "  __device__ timer8(slot8* d_) : d(d_) {\n"
+      "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)\n"
+      "      d->start = gt(); }\n"
+      "  __device__ ~timer8() {\n"
+      "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) atomicMax(&d->end[blockIdx.x & 7], gt()); } };\n"
       "extern \"C\" __global__ void res(unsigned long long* out) {\n"
       "  unsigned long long first = gt(), last = first, mind = ~0ull, ch = 0;\n"
       "  for (int i = 0; i < 200000; i++) { unsigned long long t = gt();\n"
@@ -251,8 +270,11 @@ int main(void) {
                              "{int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                              "extern \"C\" __global__ void empty_t(const float* x, float* y, float a, int n, slot* d, unsigned long long* h, unsigned* c)"
                              "{timer t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_t8(const float* x, float* y, float a, int n, slot8* d, unsigned long long* h, unsigned* c)"
+                             "{timer8 t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                            : "extern \"C\" __global__ void empty(float* p, slot* d, unsigned long long* h, unsigned* c){}\n"
-                             "extern \"C\" __global__ void empty_t(float* p, slot* d, unsigned long long* h, unsigned* c){timer t_(d);}\n";
+                             "extern \"C\" __global__ void empty_t(float* p, slot* d, unsigned long long* h, unsigned* c){timer t_(d);}\n"
+                             "extern \"C\" __global__ void empty_t8(float* p, slot8* d, unsigned long long* h, unsigned* c){timer8 t_(d);}\n";
   char* src = malloc(strlen(timer_src) + strlen(ksrc) + 1);
   strcpy(src, timer_src);
   strcat(src, ksrc);
@@ -275,6 +297,7 @@ int main(void) {
   CK(cuModuleLoadData(&m, cubin));
   CK(cuModuleGetFunction(&fe, m, "empty"));
   CK(cuModuleGetFunction(&fe_t, m, "empty_t"));
+  CK(cuModuleGetFunction(&fe_t8, m, "empty_t8"));
   CK(cuModuleGetFunction(&fres, m, "res"));
   CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CK(cuMemAlloc(&p, 1 << 20));
@@ -289,13 +312,18 @@ int main(void) {
   CK(cuMemHostAlloc((void**)&slots_host, 16ull * N, CU_MEMHOSTALLOC_DEVICEMAP));
   memset(slots_host, 0, 16ull * N);
   CK(cuMemHostGetDevicePointer(&slots_host_dev, slots_host, 0));
+  CK(cuMemAlloc(&slots8_dev, 72ull * N));
+  CK(cuMemsetD32(slots8_dev, 0, 18 * N));
+  CK(cuMemHostAlloc((void**)&slots8_host, 72ull * N, 0));
+  memset(slots8_host, 0, 72ull * N);
   timer_step("alone");
   pthread_t lt;
   if (threaded) pthread_create(&lt, NULL, launcher, NULL);
   const char* names[] = {"none", "event after", "events around", "events no timing", "cupti",
-                         "cupti + correlation", "cupti + ctx query", "globaltimer"};
+                         "cupti + correlation", "cupti + ctx query", "globaltimer",
+                         "globaltimer, 8 ends"};
   int modes = 4;
-  int timer_mode = 1; /* mode 7 is always run */
+  int timer_mode = 2; /* modes 7 and 8 are always run */
   const char* libs[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12",
                         "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
                         "/usr/local/cuda/lib64/libcupti.so"};
@@ -337,15 +365,15 @@ int main(void) {
     cupti_ns_sum = 0;
     cupti_ns_count = 0;
   }
-  double t[8][ROUNDS];
-  double timer_ns_sum = 0;
-  long timer_ns_count = 0, timer_bad = 0;
+  double t[9][ROUNDS];
+  double timer_ns_sum = 0, timer8_ns_sum = 0;
+  long timer_ns_count = 0, timer_bad = 0, timer8_ns_count = 0, timer8_bad = 0;
   int all = modes + timer_mode;
   for (int r = 0; r < ROUNDS; r++) {
     for (int k = 0; k < all; k++) {
       int idx = (r % 2) ? all - 1 - k : k;
-      int mode = idx < modes ? idx : 7;
-      if (threaded && mode != 0 && mode != 4 && mode != 7) continue;
+      int mode = idx < modes ? idx : idx == modes ? 7 : 8;
+      if (threaded && mode != 0 && mode != 4 && mode < 7) continue;
       if (mode == 3 && r == 0) {
         for (int i = 0; i < 2 * N; i++) {
           CK(cuEventDestroy(evs[i]));
@@ -380,6 +408,20 @@ int main(void) {
         }
         memset(slots_host, 0, 16ull * N);
       }
+      if (mode == 8) {
+        for (int i = 0; i < N; i++) {
+          unsigned long long st = slots8_host[9 * i], en = 0;
+          for (int e = 0; e < 8; e++)
+            if (slots8_host[9 * i + 1 + e] > en) en = slots8_host[9 * i + 1 + e];
+          if (en == 0 || st == 0 || en < st) {
+            timer8_bad++;
+          } else {
+            timer8_ns_sum += (double)(en - st);
+            timer8_ns_count++;
+          }
+        }
+        memset(slots8_host, 0, 72ull * N);
+      }
       if (keep) {
         memcpy(evs, keep, sizeof(evs));
         free(keep);
@@ -395,9 +437,9 @@ int main(void) {
   printf("10,000 %s launches + sync%s, %d alternating rounds: us per launch, median (min-max), ratio to none\n",
          saxpy ? "saxpy (2^20 floats)" : "empty", threaded ? " (a launcher thread fed through a ring; none, cupti and globaltimer only)" : "", ROUNDS);
   double base = 0;
-  for (int k = 0; k < 8; k++) {
-    if (k >= modes && k != 7) continue;
-    if (threaded && k != 0 && k != 4 && k != 7) continue;
+  for (int k = 0; k < 9; k++) {
+    if (k >= modes && k < 7) continue;
+    if (threaded && k != 0 && k != 4 && k < 7) continue;
     double v[ROUNDS];
     memcpy(v, t[k], sizeof(v));
     qsort(v, ROUNDS, sizeof(double), cmp);
@@ -408,6 +450,8 @@ int main(void) {
   }
   printf("  kernel duration, mean: globaltimer %.0f ns over %ld launches (%ld slots not written)",
          timer_ns_count ? timer_ns_sum / timer_ns_count : 0.0, timer_ns_count, timer_bad);
+  printf("; globaltimer, 8 ends %.0f ns over %ld launches (%ld not written)",
+         timer8_ns_count ? timer8_ns_sum / timer8_ns_count : 0.0, timer8_ns_count, timer8_bad);
   if (modes == 7)
     printf(", CUPTI %.0f ns over %ld records", cupti_ns_count ? cupti_ns_sum / cupti_ns_count : 0.0,
            cupti_ns_count);
