@@ -56,7 +56,11 @@ bool cube_trace_active(void);
 void cube_trace_range_push(const char* name);
 
 /* Closes the calling thread's innermost open range; it is recorded with its
- * start and duration. Does nothing when the thread has no open range. */
+ * start, duration and depth (the ranges of the same trace open around it).
+ * A range is recorded only into the trace that was recording when it was
+ * pushed: one still open when that trace stops is in neither its file nor a
+ * later trace's (pop it before cube_trace_stop). Does nothing when the
+ * thread has no open range. */
 void cube_trace_range_pop(void);
 
 #ifdef __cplusplus

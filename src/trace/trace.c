@@ -23,6 +23,9 @@ static uint64_t g_capacity;
 static uint64_t g_written; /* records ever emitted in this session */
 static int g_fd = -1;
 static char g_path[4096];
+/* Which trace records now: 1 for the process's first, one more at every
+ * start (a range is recorded only into the trace it was opened in). */
+static atomic_uint_fast64_t g_session;
 
 uint64_t cube__trace_thread_id(void) {
   static _Thread_local uint64_t id;
@@ -109,6 +112,7 @@ static cube_status_t cube__trace_start_at(const char* fn, const char* path) {
   g_written = 0;
   g_fd = fd;
   snprintf(g_path, sizeof(g_path), "%s", path);
+  atomic_fetch_add_explicit(&g_session, 1, memory_order_relaxed);
   atomic_store_explicit(&cube__trace_recording, true, memory_order_release);
   pthread_mutex_unlock(&g_lock);
   return CUBE_OK;
@@ -237,6 +241,7 @@ void cube__trace_env_start(void) {
 
 typedef struct cube__trace_range {
   uint64_t start_ns;
+  uint64_t session; /* the trace it was opened in */
   char name[80];
 } cube__trace_range_t;
 
@@ -266,6 +271,7 @@ void cube_trace_range_push(const char* name) {
   if (d >= CUBE__TRACE_RANGE_DEPTH) return;
   cube__trace_copy_name(g_ranges->open[d].name, sizeof(g_ranges->open[d].name),
                         name ? name : "range");
+  g_ranges->open[d].session = atomic_load_explicit(&g_session, memory_order_relaxed);
   g_ranges->open[d].start_ns = cube__now_ns();
 }
 
@@ -275,6 +281,13 @@ void cube_trace_range_pop(void) {
   if (d >= CUBE__TRACE_RANGE_DEPTH || !cube__trace_on()) return;
   uint64_t now = cube__now_ns();
   const cube__trace_range_t* r = &g_ranges->open[d];
+  /* A range still open when its trace stopped is in neither that trace nor
+   * the next: it would start before the next one did, and its depth would
+   * count ranges that trace never saw. */
+  uint64_t session = atomic_load_explicit(&g_session, memory_order_relaxed);
+  if (r->session != session) return;
+  uint64_t depth = 0;
+  for (uint32_t i = 0; i < d; ++i) depth += g_ranges->open[i].session == session;
   cube__trace_host(CUBE__TRACE_RANGE, r->name, r->start_ns,
-                   now > r->start_ns ? now - r->start_ns : 0, d);
+                   now > r->start_ns ? now - r->start_ns : 0, depth);
 }

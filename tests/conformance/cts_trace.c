@@ -239,6 +239,62 @@ CUBE_TEST(trace_sessions_and_files) {
   unlink(path);
 }
 
+/* A range belongs to the trace it was pushed in. One left open when its
+ * trace stopped was recorded, at its pop, into the next trace: starting
+ * before that trace began (its whole time base moved back by the gap) and
+ * counted in the depth of that trace's own ranges. */
+CUBE_TEST(trace_ranges_stay_in_their_trace) {
+  CTS_REQUIRE_BACKEND();
+  char first[512], second[512];
+  cts_tmp_path(first, sizeof(first), "trace_ranges_1.json");
+  cts_tmp_path(second, sizeof(second), "trace_ranges_2.json");
+  unlink(first);
+  unlink(second);
+  uint64_t seed = (uint64_t)time(NULL) * 2654435761u + 17u;
+  int open_in_first = 1 + (int)(cube_test_rand(&seed) % 3); /* left open at the stop */
+  REQUIRE_OK(cube_trace_start(first));
+  for (int i = 0; i < open_in_first; ++i) cube_trace_range_push("left-open");
+  cube_trace_range_push("closed");
+  cube_trace_range_pop();
+  REQUIRE_OK(cube_trace_stop());
+  struct timespec gap = {0, 20 * 1000 * 1000};
+  nanosleep(&gap, NULL);
+  REQUIRE_OK(cube_trace_start(second));
+  cube_trace_range_push("second-outer");
+  cube_trace_range_push("second-inner");
+  cube_trace_range_pop();
+  cube_trace_range_pop();
+  for (int i = 0; i < open_in_first; ++i) cube_trace_range_pop(); /* the first trace's */
+  REQUIRE_OK(cube_trace_stop());
+
+  cJSON* doc = cts_trace_load(first);
+  REQUIRE(doc != NULL);
+  const cJSON* events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+  const cJSON* closed = cts_trace_find(events, "range", "closed", 0, -1);
+  REQUIRE(closed != NULL);
+  CHECK(cts_num(cJSON_GetObjectItemCaseSensitive(closed, "args"), "depth") ==
+        (double)open_in_first);
+  CHECK(cts_trace_find(events, "range", "left-open", 0, -1) == NULL);
+  cJSON_Delete(doc);
+
+  doc = cts_trace_load(second);
+  REQUIRE(doc != NULL);
+  events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+  CHECK(cts_trace_find(events, "range", "left-open", 0, -1) == NULL);
+  const cJSON* outer = cts_trace_find(events, "range", "second-outer", 0, -1);
+  const cJSON* inner = cts_trace_find(events, "range", "second-inner", 0, -1);
+  REQUIRE(outer != NULL && inner != NULL);
+  CHECK(cts_num(cJSON_GetObjectItemCaseSensitive(outer, "args"), "depth") == 0.0);
+  CHECK(cts_num(cJSON_GetObjectItemCaseSensitive(inner, "args"), "depth") == 1.0);
+  /* The trace's first record is its own: it starts at 0, not 20 ms later. */
+  CHECK(cts_num(outer, "ts") == 0.0);
+  CHECK(cts_num(outer, "dur") < 20000.0);
+  cts_trace_tracks_monotone(events);
+  cJSON_Delete(doc);
+  unlink(first);
+  unlink(second);
+}
+
 /* Names are the program's bytes; the file is UTF-8 JSON all the same: a
  * name cut to its record is cut between characters, a byte that is not
  * UTF-8 reads as U+FFFD, and UTF-8 names are kept as they are (a long
