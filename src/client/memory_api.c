@@ -33,10 +33,14 @@ cube_status_t cube_memory_tag_pop(cube_client_t* c) {
 cube_status_t cube_handle_set_tag(cube_handle_t h, const char* tag) {
   const char* fn = "cube_handle_set_tag";
   if (h.id == 0) return CUBE_INVALID("%s: h is the null handle", fn);
-  const char* interned = NULL;
-  CUBE_RETURN_IF_ERROR(cube__tag_intern(fn, tag, &interned));
+  if (tag && !tag[0])
+    return CUBE_INVALID("%s: the tag is empty (NULL takes the buffer's tag away)", fn);
+  /* The handle first: a released one neither takes one of the process's
+   * tags nor hears that the tags ran out. */
   cube__handle_info_t info;
   CUBE_RETURN_IF_ERROR(cube__handle_get(h, fn, &info));
+  const char* interned = NULL;
+  CUBE_RETURN_IF_ERROR(cube__tag_intern(fn, tag, &interned));
   cube__mem_track_enable();
   atomic_store_explicit(&info.mem->tag, interned, memory_order_relaxed);
   return CUBE_OK;

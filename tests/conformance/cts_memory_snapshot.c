@@ -446,6 +446,44 @@ CUBE_TEST(memory_plan_after_a_refused_page) {
   CTS_END(c);
 }
 
+/* The process keeps at most 4096 distinct tags. cube_handle_set_tag of a
+ * released handle is NOT_FOUND and takes none of them: it interned the tag
+ * before it looked at the handle, so such a call used up a tag (and, with
+ * the tags gone, reported that instead of the released handle). An empty
+ * tag is refused by both calls, naming what NULL does. */
+CUBE_TEST(memory_tag_of_a_released_handle_takes_no_tag) {
+  CTS_CLIENT(c);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_empty(c, 64, &h));
+  REQUIRE_OK(cube_handle_set_tag(h, "first"));
+  cube_handle_release(h);
+  CHECK_STATUS(cube_handle_set_tag(h, "never-kept"), CUBE_STATUS_NOT_FOUND, "cube_handle_set_tag");
+  CHECK_STATUS(cube_handle_set_tag(h, ""), CUBE_STATUS_INVALID_ARGUMENT, "cube_handle_set_tag",
+               "empty", "NULL takes");
+  CHECK_STATUS(cube_memory_tag_push(c, ""), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_memory_tag_push", "empty");
+  /* "first" and 4094 more: one tag is left, which the failed call above did
+   * not take. A random order of the names: the table is searched whole. */
+  uint64_t seed = seed_now();
+  uint32_t base = (uint32_t)(cube_test_rand(&seed) % 100000u);
+  for (uint32_t i = 0; i < 4094; ++i) {
+    char tag[32];
+    snprintf(tag, sizeof(tag), "t%u", base + i);
+    REQUIRE_OK(cube_memory_tag_push(c, tag));
+    REQUIRE_OK(cube_memory_tag_pop(c));
+  }
+  REQUIRE_OK(cube_client_empty(c, 64, &h));
+  REQUIRE_OK(cube_handle_set_tag(h, "the-last-one"));
+  REQUIRE_OK(cube_handle_set_tag(h, "first")); /* known: no new tag */
+  CHECK_STATUS(cube_handle_set_tag(h, "one-too-many"), CUBE_STATUS_FAILED_PRECONDITION,
+               "cube_handle_set_tag", "\"one-too-many\"", "4097", "4096");
+  cube_handle_release(h);
+  /* Released: NOT_FOUND, not the full table. */
+  CHECK_STATUS(cube_handle_set_tag(h, "one-too-many"), CUBE_STATUS_NOT_FOUND,
+               "cube_handle_set_tag");
+  cube_client_release(c);
+}
+
 /* Tags and pool names are the program's bytes; the snapshot is UTF-8 JSON
  * all the same (a byte that is not UTF-8 reads as U+FFFD; UTF-8 is kept). */
 CUBE_TEST(memory_snapshot_text_is_utf8) {
