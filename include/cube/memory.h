@@ -216,7 +216,9 @@ typedef struct cube_memory_pools {
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_install(cube_client_t* client,
                                                               const cube_memory_pools_t* pools);
 /* The configuration installed on |client|'s device now (the ladder when none
- * was). */
+ * was), written into |out_pools| (an output struct: set struct_size, 0 = this
+ * header's layout). INVALID_ARGUMENT for a NULL argument or a struct_size
+ * smaller than its own field. Thread-safe. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_pools(cube_client_t* client,
                                                             cube_memory_pools_t* out_pools);
 /* Measuring mode: _begin lifts the caps of every stream's pools and starts
@@ -228,8 +230,10 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_pools(cube_client_t* clien
  * the request took an exact-size buffer instead, the pool's peak counts the
  * page it asked for: under the plan it asks again and, refused the same
  * way, does what it did, where a cap at what it held would have failed the
- * request (the same workload runs under its plan). _end without _begin is
- * FAILED_PRECONDITION. Thread-safe. */
+ * request (the same workload runs under its plan). A second _begin restarts
+ * the peaks; an install while measuring keeps the device measuring. _end
+ * without _begin is FAILED_PRECONDITION; neither fails otherwise, past the
+ * failures every client call shares (cube/client.h). Thread-safe. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_measure_begin(cube_client_t* client);
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_measure_end(cube_client_t* client,
                                                                   cube_memory_pools_t* out_plan);
