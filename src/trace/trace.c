@@ -17,6 +17,10 @@
 
 atomic_bool cube__trace_recording;
 
+/* docs/observability.md ("Bounded memory") gives the ring's cost from this
+ * size: change both together. */
+_Static_assert(sizeof(cube__trace_record_t) == 200, "a trace record is 200 bytes");
+
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static cube__trace_record_t* g_ring; /* g_capacity records; NULL while none records */
 static uint64_t g_capacity;
