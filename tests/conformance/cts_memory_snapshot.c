@@ -446,6 +446,73 @@ CUBE_TEST(memory_plan_after_a_refused_page) {
   CTS_END(c);
 }
 
+/* Checks every pool of the snapshot |doc|: free_bytes is what its free
+ * slices add up to, fragmentation is 1 - largest_free_block / free_bytes
+ * (0 when nothing is free), and an exclusive pool whose pages all hold a
+ * live buffer has nothing free. Returns the exclusive pools' free bytes. */
+static uint64_t check_free_bytes(const cJSON* doc) {
+  uint64_t exclusive_free = 0;
+  const cJSON* p;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(doc, "pools")) {
+    uint64_t sum = 0, largest = 0;
+    const cJSON* pg;
+    cJSON_ArrayForEach(pg, cJSON_GetObjectItemCaseSensitive(p, "pages")) {
+      const cJSON* sl;
+      cJSON_ArrayForEach(sl, cJSON_GetObjectItemCaseSensitive(pg, "slices")) {
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sl, "free"))) continue;
+        sum += json_u64(sl, "length");
+        if (json_u64(sl, "length") > largest) largest = json_u64(sl, "length");
+      }
+    }
+    uint64_t free_bytes = json_u64(p, "free_bytes");
+    CHECK_EQ_U64(free_bytes, sum);
+    CHECK(json_u64(p, "largest_free_block") <= free_bytes);
+    CHECK(json_u64(p, "largest_free_block") >= largest);
+    double frag = cJSON_GetObjectItemCaseSensitive(p, "fragmentation")->valuedouble;
+    double want = free_bytes ? 1.0 - (double)json_u64(p, "largest_free_block") / (double)free_bytes
+                             : 0.0;
+    CHECK(frag > want - 1e-9 && frag < want + 1e-9);
+    const char* kind = cJSON_GetObjectItemCaseSensitive(p, "kind")->valuestring;
+    if (strcmp(kind, "exclusive") == 0) exclusive_free += free_bytes;
+  }
+  return exclusive_free;
+}
+
+/* Free bytes and fragmentation count free blocks only. An exclusive page
+ * holds one buffer rounded up to the pool's granule; that rounding was
+ * counted as free (reserved - in use - padding) with no free block, so a
+ * pool of live buffers only read as fragmented to the full, 1.0, in every
+ * snapshot and in `cube memory`. */
+CUBE_TEST(memory_snapshot_free_bytes_are_free_blocks) {
+  CTS_CLIENT(c);
+  uint64_t seed = seed_now();
+  enum { N = 6 };
+  cube_handle_t h[N];
+  for (int i = 0; i < N; ++i) {
+    /* 3 to 9 MiB and an odd number of bytes: past any granule's multiple. */
+    size_t size = (3u << 20) + (size_t)(cube_test_rand(&seed) % (6u << 20)) * 2 + 1;
+    REQUIRE_OK(cube_client_empty(c, size, &h[i]));
+  }
+  char* text = NULL;
+  REQUIRE_OK(cube_client_memory_snapshot_json(c, &text));
+  cJSON* doc = cJSON_Parse(text);
+  free(text);
+  REQUIRE(doc != NULL);
+  CHECK_EQ_U64(check_free_bytes(doc), 0); /* every exclusive page holds a live buffer */
+  cJSON_Delete(doc);
+  /* Released buffers whose pages the pools keep: free blocks now. */
+  for (int i = 0; i < N; i += 2) cube_handle_release(h[i]);
+  REQUIRE_OK(cube_client_sync(c));
+  REQUIRE_OK(cube_client_memory_snapshot_json(c, &text));
+  doc = cJSON_Parse(text);
+  free(text);
+  REQUIRE(doc != NULL);
+  check_free_bytes(doc);
+  cJSON_Delete(doc);
+  for (int i = 1; i < N; i += 2) cube_handle_release(h[i]);
+  cube_client_release(c);
+}
+
 /* The process keeps at most 4096 distinct tags. cube_handle_set_tag of a
  * released handle is NOT_FOUND and takes none of them: it interned the tag
  * before it looked at the handle, so such a call used up a tag (and, with
