@@ -42,8 +42,9 @@ CUBE_MUST_USE_RESULT cube_status_t cube_trace_start(const char* path);
 /* Stops the trace and writes it to its file. Records of device work that
  * has not completed yet (no sync waited for it) are not in the file: sync
  * the streams first. FAILED_PRECONDITION when no trace is recording;
- * UNAVAILABLE when writing the file failed (the path and the reason named;
- * the trace is stopped all the same). */
+ * UNAVAILABLE when writing the file failed (the path, the bytes written of
+ * the document's and the reason named; the partial file is removed and the
+ * trace is stopped all the same). */
 CUBE_MUST_USE_RESULT cube_status_t cube_trace_stop(void);
 
 /* Whether a trace is recording. */

@@ -188,17 +188,29 @@ static cube_status_t cube__trace_stop_at(const char* fn) {
       memcpy(ordered + (cap - first), ring, first * sizeof(*ordered));
     }
   }
-  bool ok = ordered && cube__trace_write_json(fd, ordered, count, dropped, cap);
-  int e = errno;
+  size_t done = 0, total = 0;
+  bool ok = ordered && cube__trace_write_json(fd, ordered, count, dropped, cap, &done, &total);
+  int e = ordered ? errno : ENOMEM;
   if (ordered != ring) free(ordered);
   free(ring);
   if (close(fd) != 0 && ok) {
     ok = false;
     e = errno;
   }
-  if (!ok)
-    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "%s: writing the trace to '%s' failed: %s",
-                             fn, path, ordered ? strerror(e) : "no host memory");
+  if (!ok) {
+    /* A file cut short is no JSON any reader opens: it goes, as a memory
+     * snapshot's does (the file is the one this trace created). */
+    bool removed = unlink(path) == 0;
+    char sizes[96] = "";
+    if (total)
+      snprintf(sizes, sizeof(sizes), " (%zu of %zu bytes written)", done, total);
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                             "%s: writing the trace of %llu records to '%s' failed%s: %s; %s", fn,
+                             (unsigned long long)count, path, sizes,
+                             e == ENOMEM ? "no host memory for the document" : strerror(e),
+                             removed ? "the partial file was removed"
+                                     : "the partial file could not be removed");
+  }
   return CUBE_OK;
 }
 

@@ -1,9 +1,12 @@
 /* The trace (cube/trace.h) and the profile summary as data (cube/profile.h):
  * docs/observability.md. Every case parses the file it wrote with cJSON. */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -293,6 +296,48 @@ CUBE_TEST(trace_ranges_stay_in_their_trace) {
   cJSON_Delete(doc);
   unlink(first);
   unlink(second);
+}
+
+/* A trace whose file cannot be written whole (here the file-size limit,
+ * RLIMIT_FSIZE, at a random size below the document's) fails with
+ * UNAVAILABLE naming the path, the bytes written of the document's and the
+ * reason, and leaves no file: a file cut short is no JSON a reader opens,
+ * and it kept the next start at that path refused (ALREADY_EXISTS). */
+CUBE_TEST(trace_write_failure_leaves_no_file) {
+  CTS_REQUIRE_BACKEND();
+  char path[512];
+  cts_tmp_path(path, sizeof(path), "trace_cut_short.json");
+  unlink(path);
+  uint64_t seed = (uint64_t)time(NULL) * 2654435761u + 29u;
+  struct rlimit limit = {0, 0};
+  REQUIRE(getrlimit(RLIMIT_FSIZE, &limit) == 0);
+  struct rlimit small = limit;
+  small.rlim_cur = 100 + cube_test_rand(&seed) % 4000; /* 300 ranges write more than 20 KB */
+  signal(SIGXFSZ, SIG_IGN); /* a write past the limit fails with EFBIG instead */
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
+  REQUIRE_OK(cube_trace_start(path));
+  for (int i = 0; i < 300; ++i) {
+    cube_trace_range_push("a range with a name of some length");
+    cube_trace_range_pop();
+  }
+  char written[64];
+  snprintf(written, sizeof(written), "(%llu of ", (unsigned long long)small.rlim_cur);
+  CHECK_STATUS(cube_trace_stop(), CUBE_STATUS_UNAVAILABLE, "cube_trace_stop", path, "300 records",
+               written, "bytes written", strerror(EFBIG), "the partial file was removed");
+  CHECK(access(path, F_OK) != 0);
+  CHECK(!cube_trace_active());
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &limit) == 0);
+  /* The path is free again, and a trace of it is whole. */
+  REQUIRE_OK(cube_trace_start(path));
+  cube_trace_range_push("after");
+  cube_trace_range_pop();
+  REQUIRE_OK(cube_trace_stop());
+  cJSON* doc = cts_trace_load(path);
+  REQUIRE(doc != NULL);
+  CHECK(cts_trace_find(cJSON_GetObjectItemCaseSensitive(doc, "traceEvents"), "range", "after", 0,
+                       -1) != NULL);
+  cJSON_Delete(doc);
+  unlink(path);
 }
 
 /* Names are the program's bytes; the file is UTF-8 JSON all the same: a
