@@ -190,7 +190,9 @@ typedef struct cube_pool_config {
   uint64_t alignment;      /* of slices in a page; 0: the device's; else a power of two that
                               is a multiple of it */
   uint64_t dealloc_period; /* exclusive: allocations between aging passes x5; 0: never */
-  bool capped;             /* at most |cap| bytes of pages (false: no cap) */
+  bool capped;             /* at most |cap| bytes of pages (false: no cap); a cap is 0 (the
+                              pool takes nothing) or at least one page (|page_size|, where
+                              it is not 0) */
   uint64_t cap;
   char name[32];           /* for messages, NUL-terminated; "" : "pool <index>" */
 } cube_pool_config_t;

@@ -167,6 +167,13 @@ cube_status_t cube_client_memory_install(cube_client_t* c, const cube_memory_poo
     if (q->kind == CUBE_POOL_SLICED && q->max_alloc_size > q->page_size)
       return CUBE_INVALID("%s: pools[%u].max_alloc_size %" PRIu64 " exceeds its page_size %" PRIu64,
                           fn, i, q->max_alloc_size, q->page_size);
+    /* A page is what a pool takes at a time: a cap above 0 but below one
+     * would let it take none, as a cap of 0 says plainly (what a plan gives
+     * a pool the workload never used). */
+    if (q->capped && q->cap && q->page_size && q->cap < q->page_size)
+      return CUBE_INVALID("%s: pools[%u].cap %" PRIu64 " is below one page of that pool (%" PRIu64
+                          " bytes), so the pool could take no page; give at least a page, or 0 "
+                          "for a pool that takes nothing", fn, i, q->cap, q->page_size);
     if (memchr(q->name, '\0', sizeof(q->name)) == NULL)
       return CUBE_INVALID("%s: pools[%u].name is not NUL-terminated within %zu bytes", fn, i,
                           sizeof(q->name));

@@ -405,6 +405,52 @@ CUBE_TEST(memory_plan_bad_install_on_a_fresh_device) {
   CTS_END(c);
 }
 
+/* A cap below one page of its pool (and above 0) is refused at install:
+ * the pool could never take a page, and every request it would take failed
+ * later with an out-of-memory status. A cap of 0 (a plan's cap for an unused
+ * pool) and a cap of one page are taken, and hold. */
+CUBE_TEST(memory_plan_cap_below_a_page_is_refused) {
+  CTS_CLIENT(c);
+  uint64_t seed = seed_now();
+  uint64_t page = (uint64_t)1 << (16 + cube_test_rand(&seed) % 5); /* 64 KiB .. 1 MiB */
+  uint64_t cap = 1 + cube_test_rand(&seed) % (page - 1);
+  cube_memory_pools_t pools = {0};
+  pools.pool_count = 1;
+  pools.pools[0] = (cube_pool_config_t){.kind = CUBE_POOL_SLICED, .page_size = page,
+                                        .max_alloc_size = page, .capped = true, .cap = cap};
+  snprintf(pools.pools[0].name, sizeof(pools.pools[0].name), "tiny");
+  cube_memory_pools_t before = {0};
+  REQUIRE_OK(cube_client_memory_pools(c, &before));
+  char cap_text[64], page_text[64];
+  snprintf(cap_text, sizeof(cap_text), "cap %" PRIu64 " is below one page", cap);
+  snprintf(page_text, sizeof(page_text), "(%" PRIu64 " bytes)", page);
+  CHECK_STATUS(cube_client_memory_install(c, &pools), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_memory_install", "pools[0]", cap_text, page_text);
+  cube_memory_pools_t after = {0};
+  REQUIRE_OK(cube_client_memory_pools(c, &after)); /* nothing changed */
+  CHECK(memcmp(&after.pools, &before.pools, sizeof(after.pools)) == 0);
+  /* A fitted exclusive pool's granule is its page. */
+  pools.pools[0] = (cube_pool_config_t){.kind = CUBE_POOL_EXCLUSIVE, .page_size = page,
+                                        .max_alloc_size = 8 * page, .capped = true, .cap = cap};
+  CHECK_STATUS(cube_client_memory_install(c, &pools), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_memory_install", "pools[0]", cap_text);
+  /* One page: taken, and one page of requests fits, not more. */
+  pools.pools[0] = (cube_pool_config_t){.kind = CUBE_POOL_SLICED, .page_size = page,
+                                        .max_alloc_size = page, .capped = true, .cap = page};
+  REQUIRE_OK(cube_client_memory_install(c, &pools));
+  cube_handle_t h, h2;
+  REQUIRE_OK(cube_client_empty(c, page / 2, &h));
+  CHECK_STATUS(cube_client_empty(c, page, &h2), CUBE_STATUS_OUT_OF_MEMORY, "capped at");
+  cube_handle_release(h);
+  REQUIRE_OK(cube_client_sync(c));
+  /* 0: the pool takes nothing. */
+  pools.pools[0].cap = 0;
+  REQUIRE_OK(cube_client_memory_install(c, &pools));
+  CHECK_STATUS(cube_client_empty(c, 100, &h), CUBE_STATUS_OUT_OF_MEMORY, "capped at 0 B");
+  REQUIRE_OK(cube_client_memory_install(c, NULL));
+  CTS_END(c);
+}
+
 /* A pool the device refused a page while measuring (its page is larger
  * than the memory limit): its request took an exact-size buffer, and under
  * the plan it must again, rather than stop at a cap of the nothing it held
