@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -193,14 +194,20 @@ static cube_status_t cube__trace_stop_at(const char* fn) {
   int e = ordered ? errno : ENOMEM;
   if (ordered != ring) free(ordered);
   free(ring);
+  struct stat made;
+  bool known = fstat(fd, &made) == 0;
   if (close(fd) != 0 && ok) {
     ok = false;
     e = errno;
   }
   if (!ok) {
     /* A file cut short is no JSON any reader opens: it goes, as a memory
-     * snapshot's does (the file is the one this trace created). */
-    bool removed = unlink(path) == 0;
+     * snapshot's does, if the name still leads to the file this trace
+     * created (a relative name after a chdir, or a file put in its place,
+     * is left alone). */
+    struct stat now;
+    bool removed = known && stat(path, &now) == 0 && now.st_dev == made.st_dev &&
+                   now.st_ino == made.st_ino && unlink(path) == 0;
     char sizes[96] = "";
     if (total)
       snprintf(sizes, sizeof(sizes), " (%zu of %zu bytes written)", done, total);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -326,6 +327,36 @@ CUBE_TEST(trace_write_failure_leaves_no_file) {
                written, "bytes written", strerror(EFBIG), "the partial file was removed");
   CHECK(access(path, F_OK) != 0);
   CHECK(!cube_trace_active());
+  /* A relative name, and the program moved to another directory where a
+   * file of that name is someone else's: that file stays. */
+  char here[1024], there[600], other[700];
+  REQUIRE(getcwd(here, sizeof(here)) != NULL);
+  cts_tmp_path(there, sizeof(there), "trace_elsewhere");
+  mkdir(there, 0700);
+  REQUIRE(chdir(there) == 0);
+  unlink("rel.json");
+  REQUIRE_OK(cube_trace_start("rel.json"));
+  snprintf(other, sizeof(other), "%s/sub", there);
+  mkdir(other, 0700);
+  REQUIRE(chdir(other) == 0);
+  FILE* f = fopen("rel.json", "w");
+  REQUIRE(f != NULL);
+  fputs("someone else's", f);
+  fclose(f);
+  for (int i = 0; i < 300; ++i) {
+    cube_trace_range_push("a range with a name of some length");
+    cube_trace_range_pop();
+  }
+  CHECK_STATUS(cube_trace_stop(), CUBE_STATUS_UNAVAILABLE, "cube_trace_stop",
+               "the partial file could not be removed");
+  CHECK(access("rel.json", F_OK) == 0); /* not ours: kept */
+  unlink("rel.json");
+  REQUIRE(chdir(here) == 0);
+  snprintf(other, sizeof(other), "%s/rel.json", there);
+  unlink(other); /* the partial file this trace made */
+  snprintf(other, sizeof(other), "%s/sub", there);
+  rmdir(other);
+  rmdir(there);
   REQUIRE(setrlimit(RLIMIT_FSIZE, &limit) == 0);
   /* The path is free again, and a trace of it is whole. */
   REQUIRE_OK(cube_trace_start(path));
