@@ -57,7 +57,7 @@ void cube__trace_host(cube__trace_kind_t kind, const char* name, uint64_t ts_ns,
   r.tid = cube__trace_thread_id();
   r.kind = (uint32_t)kind;
   r.a[0] = a0;
-  snprintf(r.name, sizeof(r.name), "%s", name ? name : "");
+  cube__trace_copy_name(r.name, sizeof(r.name), name); /* not inside a character */
   cube__trace_emit(&r);
 }
 

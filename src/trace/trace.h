@@ -80,6 +80,19 @@ static inline void cube__trace_copy_name(char* dst, size_t size, const char* src
   dst[n] = 0;
 }
 
+/* |prefix| (ASCII) then |name| into |dst| (of |size| bytes), cut and
+ * terminated as cube__trace_copy_name cuts: "compile <kernel>", "profile
+ * <region>" never end inside a character of the program's name. */
+static inline void cube__trace_prefix_name(char* dst, size_t size, const char* prefix,
+                                           const char* name) {
+  size_t p = 0;
+  while (prefix[p] && p + 1 < size) {
+    dst[p] = prefix[p];
+    ++p;
+  }
+  cube__trace_copy_name(dst + p, size - p, name);
+}
+
 /* The calling thread's id (the host track's tid). */
 uint64_t cube__trace_thread_id(void);
 

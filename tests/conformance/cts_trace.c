@@ -371,6 +371,11 @@ CUBE_TEST(trace_write_failure_leaves_no_file) {
   unlink(path);
 }
 
+static cube_status_t cts_trace_nothing(void* user) {
+  (void)user;
+  return CUBE_OK;
+}
+
 /* Names are the program's bytes; the file is UTF-8 JSON all the same: a
  * name cut to its record is cut between characters, a byte that is not
  * UTF-8 reads as U+FFFD, and UTF-8 names are kept as they are (a long
@@ -389,7 +394,32 @@ CUBE_TEST(trace_names_are_utf8) {
   cube_trace_range_pop();
   cube_trace_range_push("\xE6\xB8\xA9\xE5\xBA\xA6 step"); /* two CJK characters */
   cube_trace_range_pop();
+  /* Names the library puts a word before: "profile <name>" of a named
+   * cube_client_profile bracket, "compile <kernel>" or "cache load <kernel>"
+   * of a kernel's first launch. They were cut by bytes, and a name of
+   * three-byte characters ended in U+FFFD. */
+  char cjk[3 * 40 + 1] = "";
+  for (int i = 0; i < 40; ++i) strcat(cjk, "\xE6\xB8\xA9");
+  CTS_CLIENT(c);
+  cube_profile_duration_t d;
+  REQUIRE_OK(cube_client_profile(c, cts_trace_nothing, NULL, cjk, &d));
+  if (cts_trace_kernels()) {
+    CTS_KERNEL(k, cjk, cts_k_add_u32, 64, 0, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_U32,
+               CUBE_ARG_U32);
+    cube_handle_t a, b;
+    REQUIRE_OK(cube_client_empty(c, 256, &a));
+    REQUIRE_OK(cube_client_empty(c, 256, &b));
+    cube_arg_t args[4] = {cube_arg_buffer(a), cube_arg_buffer(b), cube_arg_u32(1),
+                          cube_arg_u32(64)};
+    REQUIRE_OK(cube_client_launch(c, k, cube_count_static(1, 1, 1), 4, args));
+    REQUIRE_OK(cube_client_sync(c));
+    cube_handle_release(a);
+    cube_handle_release(b);
+    cube_kernel_release(k);
+  }
+  REQUIRE_OK(cube_client_sync(c));
   REQUIRE_OK(cube_trace_stop());
+  cube_client_release(c);
   cJSON* doc = cts_trace_load(path); /* NULL when the file is not UTF-8 */
   REQUIRE(doc != NULL);
   const cJSON* events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
@@ -407,6 +437,22 @@ CUBE_TEST(trace_names_are_utf8) {
     ++cut;
   }
   CHECK_EQ_U64(cut, 1);
+  int profiled = 0, compiled = 0;
+  cJSON_ArrayForEach(e, events) {
+    const char* n = cts_str(e, "name");
+    const char* words[] = {"profile ", "compile ", "cache load "};
+    for (int w = 0; w < 3; ++w) {
+      size_t wl = strlen(words[w]);
+      if (strncmp(n, words[w], wl) != 0 || strncmp(n + wl, "\xE6\xB8\xA9", 3) != 0) continue;
+      size_t len = strlen(n + wl);
+      CHECK(len % 3 == 0 && len >= 60); /* whole characters, as many as fit */
+      CHECK(strncmp(n + wl, cjk, len) == 0);
+      profiled += w == 0;
+      compiled += w > 0;
+    }
+  }
+  CHECK_EQ_U64(profiled, 1);
+  if (cts_trace_kernels() && !cts_native_kernels()) CHECK_EQ_U64(compiled, 1); /* compiled */
   cJSON_Delete(doc);
   unlink(path);
 }
