@@ -226,7 +226,8 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_pools(cube_client_t* clien
 /* Measuring mode: _begin lifts the caps of every stream's pools and starts
  * each pool's peak afresh; _end restores the caps and writes the installed
  * configuration with every pool capped at its peak (the most bytes of pages
- * it held at once since _begin, over all streams) into |out_plan| (may be
+ * one stream's pool held at once since _begin, the largest over the
+ * streams, not their sum: a cap bounds each stream's pool) into |out_plan| (may be
  * NULL), ready for cube_client_memory_install. Where the device refused a
  * pool a page while measuring (its memory or memory limit was short) and
  * the request took an exact-size buffer instead, the pool's peak counts the
