@@ -119,7 +119,9 @@ void cube_memory_tracking_enable(void);
 CUBE_MUST_USE_RESULT cube_status_t cube_memory_tag_push(cube_client_t* client, const char* tag);
 /* Closes the calling thread's innermost tag scope, which must have been
  * opened with |client|: FAILED_PRECONDITION otherwise, or when none is
- * open. */
+ * open. Pop a scope before releasing its client: no other client closes it,
+ * and its tag stays on the thread's allocations. Thread-safe (the scopes
+ * are the calling thread's). */
 CUBE_MUST_USE_RESULT cube_status_t cube_memory_tag_pop(cube_client_t* client);
 
 /* Writes a JSON snapshot of |client|'s device (the schema is
