@@ -34,7 +34,9 @@ extern "C" {
 /* Starts recording a trace that cube_trace_stop writes to |path|. The file
  * is created now, without following a link and without replacing anything
  * (mode 0600): ALREADY_EXISTS when something is there, INVALID_ARGUMENT
- * when it cannot be created (the message names the path and the reason),
+ * when it cannot be created (the message names the path and the reason) or
+ * when the environment's CUBE_TRACE_RECORDS was refused (named, with its
+ * value and what is accepted),
  * FAILED_PRECONDITION when a trace is already recording (its path named),
  * OUT_OF_MEMORY when the ring cannot be allocated. */
 CUBE_MUST_USE_RESULT cube_status_t cube_trace_start(const char* path);

@@ -79,6 +79,15 @@ static void cube__trace_expand(const char* pattern, char* out, size_t size) {
 
 static cube_status_t cube__trace_start_at(const char* fn, const char* path) {
   if (!path || !*path) return CUBE_INVALID("%s: path is NULL or empty", fn);
+  /* A refused CUBE_TRACE_RECORDS is said, not replaced by the default ring
+   * (whose drops the program would then not expect). */
+  cube_status_t bad = cube__option_status(CUBE__OPT_TRACE_RECORDS);
+  if (bad) {
+    cube_status_t s = CUBE_INVALID("%s: %s (from the environment: fix or unset the variable)", fn,
+                                   cube_status_message(bad));
+    cube_status_free(bad);
+    return s;
+  }
   uint64_t cap = cube__option_u32(CUBE__OPT_TRACE_RECORDS);
   pthread_mutex_lock(&g_lock);
   if (g_ring) {

@@ -243,6 +243,39 @@ CUBE_TEST(trace_sessions_and_files) {
   unlink(path);
 }
 
+/* A CUBE_TRACE_RECORDS the environment gives and the option table refuses
+ * (below 16, say) made cube_trace_start record into the default ring of
+ * 65536 without a word; it now fails, naming the variable, its value and
+ * what is accepted, and no file is made. */
+CUBE_TEST(trace_start_refuses_a_bad_ring_size) {
+  CTS_REQUIRE_BACKEND();
+  char path[512];
+  cts_tmp_path(path, sizeof(path), "trace_bad_ring.json");
+  unlink(path);
+  uint64_t seed = (uint64_t)time(NULL) * 2654435761u + 41u;
+  char value[32];
+  snprintf(value, sizeof(value), "%u", (unsigned)(cube_test_rand(&seed) % 16)); /* 0 .. 15 */
+  setenv("CUBE_TRACE_RECORDS", value, 1);
+  cube_shutdown(); /* the table reads the environment again */
+  char quoted[40];
+  snprintf(quoted, sizeof(quoted), "'%s'", value);
+  CHECK_STATUS(cube_trace_start(path), CUBE_STATUS_INVALID_ARGUMENT, "cube_trace_start",
+               "CUBE_TRACE_RECORDS", quoted, "16");
+  CHECK(!cube_trace_active());
+  CHECK(access(path, F_OK) != 0);
+  unsetenv("CUBE_TRACE_RECORDS");
+  cube_shutdown();
+  REQUIRE_OK(cube_trace_start(path));
+  cube_trace_range_push("r");
+  cube_trace_range_pop();
+  REQUIRE_OK(cube_trace_stop());
+  cJSON* doc = cts_trace_load(path);
+  REQUIRE(doc != NULL);
+  CHECK(cts_num(cJSON_GetObjectItemCaseSensitive(doc, "otherData"), "ring_capacity") == 65536.0);
+  cJSON_Delete(doc);
+  unlink(path);
+}
+
 /* A range belongs to the trace it was pushed in. One left open when its
  * trace stopped was recorded, at its pop, into the next trace: starting
  * before that trace began (its whole time base moved back by the gap) and
