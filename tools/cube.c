@@ -1269,7 +1269,8 @@ static const cJSON* snap_count(snap_check_t* k, const cJSON* o, const char* wher
   double x = v && cJSON_IsNumber(v) ? v->valuedouble : NAN;
   bool ok = isfinite(x) && x == floor(x) && x <= 18446744073709551616.0 &&
             (signed_ok ? x >= -9223372036854775808.0 : x >= 0);
-  return ok ? v : snap_fail(k, where, key, signed_ok ? "an integer" : "a count (an integer >= 0)", v);
+  return ok ? v
+            : snap_fail(k, where, key, signed_ok ? "an integer" : "a count (an integer >= 0)", v);
 }
 
 static void snap_usage(snap_check_t* k, const cJSON* o, const char* where, const char* key) {
