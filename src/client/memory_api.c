@@ -53,7 +53,8 @@ static cube_status_t cube__memory_settle(cube_client_t* c, const char* fn) {
   cube__stream_t* st;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &st));
   if (cube__stream_auto(st)) cube__auto_step_end(st, "a memory snapshot");
-  CUBE_RETURN_IF_ERROR(cube__server_barrier(st));
+  cube_status_t barrier = cube__server_barrier(st);
+  if (barrier) return cube__status_annotate(barrier, "%s", fn); /* e.g. from a log callback */
   cube_memory_usage_t u;
   return cube__stream_usage(st, fn, true, &u); /* refuses a stream with deferred errors */
 }

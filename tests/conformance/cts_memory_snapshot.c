@@ -559,6 +559,56 @@ CUBE_TEST(memory_snapshot_free_bytes_are_free_blocks) {
   cube_client_release(c);
 }
 
+typedef struct snap_from_log {
+  cube_client_t* c;
+  int calls;
+  cube_status_t first; /* the first snapshot's status */
+} snap_from_log_t;
+
+static void snap_log_fn(void* user, const char* line) {
+  (void)line;
+  snap_from_log_t* s = user;
+  if (s->calls++) return;
+  char* text = NULL;
+  s->first = cube_client_memory_snapshot_json(s->c, &text);
+  free(text);
+}
+
+/* A snapshot asked for from the server's log callback (which runs inside
+ * the device's own task) is refused, as any call that waits for the device
+ * there is: the message now names the snapshot call, not only "re-entrant
+ * use of service ...". */
+CUBE_TEST(memory_snapshot_from_a_log_callback_names_the_call) {
+  CTS_REQUIRE_BACKEND();
+  if (strncmp(cts_backend()->name, "cuda-mock", 9) == 0 ||
+      cts_backend()->backend == CUBE_BACKEND_NULL)
+    CUBE_SKIP("no kernel runs here: no log line from inside a task");
+  snap_from_log_t s = {NULL, 0, NULL};
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.profile_level = CUBE_PROFILE_EXEC; /* "Executing <kernel>" at every launch */
+  o.log_fn = snap_log_fn;
+  o.log_user = &s;
+  cube_status_t init = cube_client_init(cts_device(0), &o, &s.c);
+  if (cube_status_code(init) == CUBE_STATUS_UNAVAILABLE) {
+    cube_status_free(init);
+    CUBE_SKIP("backend unavailable");
+  }
+  REQUIRE_OK(init);
+  CTS_KERNEL(k, "nop_logged", cts_k_nop, 1, 0, CUBE_ARG_BUFFER);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_empty(s.c, 64, &h));
+  cube_arg_t a = cube_arg_buffer(h);
+  REQUIRE_OK(cube_client_launch(s.c, k, cube_count_static(1, 1, 1), 1, &a));
+  REQUIRE_OK(cube_client_sync(s.c));
+  REQUIRE(s.calls > 0);
+  CHECK_STATUS(s.first, CUBE_STATUS_FAILED_PRECONDITION, "cube_client_memory_snapshot_json",
+               "re-entrant");
+  cube_handle_release(h);
+  cube_kernel_release(k);
+  cube_client_release(s.c);
+}
+
 /* The process keeps at most 4096 distinct tags. cube_handle_set_tag of a
  * released handle is NOT_FOUND and takes none of them: it interned the tag
  * before it looked at the handle, so such a call used up a tag (and, with
