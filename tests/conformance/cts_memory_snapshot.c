@@ -563,6 +563,7 @@ typedef struct snap_from_log {
   cube_client_t* c;
   int calls;
   cube_status_t first; /* the first snapshot's status */
+  cube_status_t usage; /* cube_client_memory_usage's, from the same place */
 } snap_from_log_t;
 
 static void snap_log_fn(void* user, const char* line) {
@@ -572,18 +573,20 @@ static void snap_log_fn(void* user, const char* line) {
   char* text = NULL;
   s->first = cube_client_memory_snapshot_json(s->c, &text);
   free(text);
+  cube_memory_usage_t u;
+  s->usage = cube_client_memory_usage(s->c, &u);
 }
 
-/* A snapshot asked for from the server's log callback (which runs inside
- * the device's own task) is refused, as any call that waits for the device
- * there is: the message now names the snapshot call, not only "re-entrant
- * use of service ...". */
+/* A snapshot (or a memory usage) asked for from the server's log callback
+ * (which runs inside the device's own task) is refused, as any call that
+ * waits for the device there is: the message now names the call, not only
+ * "re-entrant use of service ...". */
 CUBE_TEST(memory_snapshot_from_a_log_callback_names_the_call) {
   CTS_REQUIRE_BACKEND();
   if (strncmp(cts_backend()->name, "cuda-mock", 9) == 0 ||
       cts_backend()->backend == CUBE_BACKEND_NULL)
     CUBE_SKIP("no kernel runs here: no log line from inside a task");
-  snap_from_log_t s = {NULL, 0, NULL};
+  snap_from_log_t s = {NULL, 0, NULL, NULL};
   cube_server_options_t o;
   cube_server_options_initialize(&o);
   o.profile_level = CUBE_PROFILE_EXEC; /* "Executing <kernel>" at every launch */
@@ -603,6 +606,8 @@ CUBE_TEST(memory_snapshot_from_a_log_callback_names_the_call) {
   REQUIRE_OK(cube_client_sync(s.c));
   REQUIRE(s.calls > 0);
   CHECK_STATUS(s.first, CUBE_STATUS_FAILED_PRECONDITION, "cube_client_memory_snapshot_json",
+               "re-entrant");
+  CHECK_STATUS(s.usage, CUBE_STATUS_FAILED_PRECONDITION, "cube_client_memory_usage",
                "re-entrant");
   cube_handle_release(h);
   cube_kernel_release(k);
