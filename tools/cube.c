@@ -1152,46 +1152,264 @@ static const char* mem_size(double bytes, char* buf, size_t n) {
   return buf;
 }
 
-static int cmd_memory(const char* path) {
+/* A snapshot is read whole; one larger than this is not one cube wrote for
+ * a device (and a path such as /dev/zero is not read without end). */
+#define SNAPSHOT_MAX_BYTES (1ull << 30)
+
+/* |s| as printed to a terminal: control characters (C0, DEL and C1, which a
+ * crafted file could use to move the cursor or rewrite earlier lines) read
+ * as '?'. */
+static const char* printable(const char* s, char* buf, size_t n) {
+  size_t o = 0;
+  for (const unsigned char* p = (const unsigned char*)s; *p && o + 1 < n; ++p) {
+    bool c1 = p[0] == 0xC2 && p[1] >= 0x80 && p[1] <= 0x9F;
+    if (*p < 0x20 || *p == 0x7F || c1) {
+      buf[o++] = '?';
+      p += c1;
+    } else {
+      buf[o++] = (char)*p;
+    }
+  }
+  buf[o] = '\0';
+  return buf;
+}
+
+/* The whole of |path| in *out (NUL-terminated, the caller frees); false with
+ * the reason in |why|. */
+static bool read_snapshot(const char* path, char** out, size_t* out_len, char* why, size_t n) {
+  *out = NULL;
   FILE* f = fopen(path, "rb");
   if (!f) {
-    fprintf(stderr, "cube memory: cannot open '%s': %s\n", path, strerror(errno));
-    return 1;
+    snprintf(why, n, "cannot open '%s': %s", path, strerror(errno));
+    return false;
   }
   size_t cap = 1 << 16, len = 0;
   char* text = malloc(cap);
-  for (size_t n; text && (n = fread(text + len, 1, cap - len - 1, f)) > 0;) {
-    len += n;
-    if (len + 1 == cap) {
-      char* grown = realloc(text, cap * 2);
-      if (!grown) {
-        free(text);
-        text = NULL;
-        break;
-      }
+  bool ok = text != NULL;
+  while (ok) {
+    size_t got = fread(text + len, 1, cap - len - 1, f);
+    len += got;
+    if (got == 0) break;
+    if (len + 1 < cap) continue;
+    if (cap > SNAPSHOT_MAX_BYTES) {
+      snprintf(why, n, "'%s' is larger than %llu MiB: not a memory snapshot", path,
+               (unsigned long long)(SNAPSHOT_MAX_BYTES >> 20));
+      fclose(f);
+      free(text);
+      return false;
+    }
+    char* grown = realloc(text, cap * 2);
+    ok = grown != NULL;
+    if (ok) {
       text = grown;
       cap *= 2;
     }
   }
+  if (!ok) {
+    snprintf(why, n, "out of host memory reading '%s' (%zu bytes read)", path, len);
+    fclose(f);
+    free(text);
+    return false;
+  }
+  if (ferror(f)) {
+    int e = errno;
+    snprintf(why, n, "cannot read '%s': %s", path, strerror(e));
+    fclose(f);
+    free(text);
+    return false;
+  }
   fclose(f);
-  if (!text) {
-    fprintf(stderr, "cube memory: out of memory reading '%s'\n", path);
+  text[len] = '\0';
+  *out = text;
+  *out_len = len;
+  return true;
+}
+
+/* Checks of the members cmd_memory prints (the schema is
+ * docs/schemas/memory-snapshot.schema.json): a file that is damaged or made
+ * by hand is refused with the member named, not printed as zeros. Each
+ * returns the member, or NULL with |why| written. */
+typedef struct {
+  char* why;
+  size_t n;
+  bool failed;
+} snap_check_t;
+
+static const cJSON* snap_fail(snap_check_t* k, const char* where, const char* key,
+                              const char* what, const cJSON* v) {
+  if (k->failed) return NULL;
+  k->failed = true;
+  const char* type = !v                  ? "missing"
+                     : cJSON_IsNumber(v) ? "a number"
+                     : cJSON_IsString(v) ? "a string"
+                     : cJSON_IsBool(v)   ? "a boolean"
+                     : cJSON_IsNull(v)   ? "null"
+                     : cJSON_IsArray(v)  ? "an array"
+                                         : "an object";
+  if (v && cJSON_IsNumber(v))
+    snprintf(k->why, k->n, "\"%s%s%s\" is %.17g where %s was expected", where, *where ? "." : "",
+             key, v->valuedouble, what);
+  else
+    snprintf(k->why, k->n, "\"%s%s%s\" is %s where %s was expected", where, *where ? "." : "",
+             key, type, what);
+  return NULL;
+}
+
+static const cJSON* snap_item(snap_check_t* k, const cJSON* o, const char* where, const char* key,
+                              cJSON_bool (*is)(const cJSON*), const char* what) {
+  const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return v && is(v) ? v : snap_fail(k, where, key, what, v);
+}
+
+/* A count of bytes or things: an integer from 0 to 2^64 (|signed_ok|: from
+ * -2^63, the ledger's unaccounted remainder). */
+static const cJSON* snap_count(snap_check_t* k, const cJSON* o, const char* where,
+                               const char* key, bool signed_ok) {
+  const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
+  double x = v && cJSON_IsNumber(v) ? v->valuedouble : NAN;
+  bool ok = isfinite(x) && x == floor(x) && x <= 18446744073709551616.0 &&
+            (signed_ok ? x >= -9223372036854775808.0 : x >= 0);
+  return ok ? v
+            : snap_fail(k, where, key, signed_ok ? "an integer" : "a count (an integer >= 0)", v);
+}
+
+static void snap_usage(snap_check_t* k, const cJSON* o, const char* where, const char* key) {
+  char at[96];
+  snprintf(at, sizeof(at), "%s%s%s", where, *where ? "." : "", key);
+  const cJSON* u = snap_item(k, o, where, key, cJSON_IsObject, "an object");
+  static const char* const fields[] = {"number_allocs", "bytes_in_use", "bytes_padding",
+                                       "bytes_reserved"};
+  for (int i = 0; u && i < 4; ++i) snap_count(k, u, at, fields[i], false);
+}
+
+/* NULL when |doc| holds every member cmd_memory prints, of its type. */
+static const char* snap_invalid(const cJSON* doc, char* why, size_t n) {
+  snap_check_t k = {why, n, false};
+  snap_count(&k, doc, "", "version", false);
+  snap_item(&k, doc, "", "tracking", cJSON_IsBool, "a boolean");
+  const cJSON* dev = snap_item(&k, doc, "", "device", cJSON_IsObject, "an object");
+  if (dev) {
+    snap_item(&k, dev, "device", "backend", cJSON_IsString, "a string");
+    snap_count(&k, dev, "device", "index", false);
+    snap_item(&k, dev, "device", "name", cJSON_IsString, "a string");
+  }
+  snap_usage(&k, doc, "", "total");
+  snap_count(&k, doc, "", "memory_limit", false);
+  const cJSON* l = snap_item(&k, doc, "", "ledger", cJSON_IsObject, "an object");
+  if (l) {
+    static const char* const fields[] = {"pools",       "modules",     "collectives", "context",
+                                         "driver_used", "driver_total", "staging"};
+    snap_item(&k, l, "ledger", "driver_reports", cJSON_IsBool, "a boolean");
+    for (int i = 0; i < 7; ++i) snap_count(&k, l, "ledger", fields[i], false);
+    snap_count(&k, l, "ledger", "unaccounted", true);
+  }
+  char at[64];
+  const cJSON* e;
+  int i = 0;
+  cJSON_ArrayForEach(e, snap_item(&k, doc, "", "by_tag", cJSON_IsArray, "an array")) {
+    snprintf(at, sizeof(at), "by_tag[%d]", i++);
+    if (!cJSON_IsObject(e)) {
+      snap_fail(&k, "", at, "an object", e);
+      break;
+    }
+    const cJSON* t = cJSON_GetObjectItemCaseSensitive(e, "tag");
+    if (!cJSON_IsString(t) && !cJSON_IsNull(t)) snap_fail(&k, at, "tag", "a string or null", t);
+    snap_count(&k, e, at, "bytes", false);
+    snap_count(&k, e, at, "count", false);
+  }
+  i = 0;
+  cJSON_ArrayForEach(e, snap_item(&k, doc, "", "pools", cJSON_IsArray, "an array")) {
+    snprintf(at, sizeof(at), "pools[%d]", i++);
+    if (!cJSON_IsObject(e)) {
+      snap_fail(&k, "", at, "an object", e);
+      break;
+    }
+    snap_count(&k, e, at, "stream", false);
+    snap_item(&k, e, at, "memory", cJSON_IsString, "a string");
+    snap_item(&k, e, at, "name", cJSON_IsString, "a string");
+    snap_item(&k, e, at, "kind", cJSON_IsString, "a string");
+    snap_item(&k, e, at, "pages", cJSON_IsArray, "an array");
+    snap_usage(&k, e, at, "usage");
+    snap_count(&k, e, at, "peak_reserved", false);
+    const cJSON* c = cJSON_GetObjectItemCaseSensitive(e, "cap");
+    if (!cJSON_IsNull(c)) snap_count(&k, e, at, "cap", false);
+    const cJSON* f = cJSON_GetObjectItemCaseSensitive(e, "fragmentation");
+    if (!cJSON_IsNumber(f) || !(f->valuedouble >= 0 && f->valuedouble <= 1))
+      snap_fail(&k, at, "fragmentation", "a number from 0 to 1", f);
+  }
+  const cJSON* ev = snap_item(&k, doc, "", "events", cJSON_IsObject, "an object");
+  if (ev) {
+    snap_count(&k, ev, "events", "capacity", false);
+    snap_count(&k, ev, "events", "recorded", false);
+    snap_count(&k, ev, "events", "dropped", false);
+    i = 0;
+    cJSON_ArrayForEach(e, snap_item(&k, ev, "events", "list", cJSON_IsArray, "an array")) {
+      snprintf(at, sizeof(at), "events.list[%d]", i++);
+      if (!cJSON_IsObject(e)) {
+        snap_fail(&k, "", at, "an object", e);
+        break;
+      }
+      snap_item(&k, e, at, "kind", cJSON_IsString, "a string");
+    }
+  }
+  return k.failed ? why : NULL;
+}
+
+static int cmd_memory(const char* path) {
+  char why[512];
+  char* text = NULL;
+  size_t len = 0;
+  if (!read_snapshot(path, &text, &len, why, sizeof(why))) {
+    fprintf(stderr, "cube memory: %s\n", why);
     return 1;
   }
-  text[len] = '\0';
-  cJSON* doc = cJSON_Parse(text);
+  const char* parse_end = NULL;
+  cJSON* doc = cJSON_ParseWithLengthOpts(text, len + 1, &parse_end, true);
+  if (!doc) {
+    size_t at = parse_end && parse_end >= text ? (size_t)(parse_end - text) : 0;
+    size_t line = 1;
+    for (size_t i = 0; i < at && i < len; ++i) line += text[i] == '\n';
+    if (len == 0)
+      fprintf(stderr, "cube memory: '%s' is empty: not a memory snapshot\n", path);
+    else
+      fprintf(stderr, "cube memory: '%s' is not JSON: the parser stopped at byte %zu (line %zu) "
+                      "of %zu (a snapshot cut short, or another kind of file)\n",
+              path, at, line, len);
+    free(text);
+    return 1;
+  }
   free(text);
-  if (!doc || strcmp(jstr(doc, "format", ""), "cube-memory-snapshot") != 0) {
+  if (strcmp(jstr(doc, "format", ""), "cube-memory-snapshot") != 0) {
     fprintf(stderr, "cube memory: '%s' is not a cube memory snapshot (no \"format\": "
                     "\"cube-memory-snapshot\")\n", path);
     cJSON_Delete(doc);
     return 1;
   }
+  const cJSON* version = cJSON_GetObjectItemCaseSensitive(doc, "version");
+  if (cJSON_IsNumber(version) && version->valuedouble != 1) {
+    fprintf(stderr, "cube memory: '%s' is a memory snapshot of format version %.17g; this cube "
+                    "reads version 1\n", path, version->valuedouble);
+    cJSON_Delete(doc);
+    return 1;
+  }
+  if (snap_invalid(doc, why, sizeof(why))) {
+    char shown[1024];
+    fprintf(stderr, "cube memory: '%s' is a damaged memory snapshot: %s\n", path,
+            printable(why, shown, sizeof(shown)));
+    cJSON_Delete(doc);
+    return 1;
+  }
   char a[32], b[32], c2[32], d[32], e[32], g[32];
   const cJSON* dev = cJSON_GetObjectItemCaseSensitive(doc, "device");
-  printf("memory snapshot of %s:%.0f (%s), format version %.0f, tracking %s\n",
-         jstr(dev, "backend", "?"), jnum(dev, "index"), jstr(dev, "name", "?"),
-         jnum(doc, "version"),
+  char s1[256], s2[256], s3[256];
+  /* A device's name starts with "<backend>:<index>" already ("cpu:0 (...)"). */
+  snprintf(s3, sizeof(s3), "%s:%.0f", jstr(dev, "backend", "?"), jnum(dev, "index"));
+  const char* name = jstr(dev, "name", "?");
+  if (strncmp(name, s3, strlen(s3)) == 0 && (name[strlen(s3)] == '\0' || name[strlen(s3)] == ' '))
+    s3[0] = '\0';
+  printf("memory snapshot of %s%s%s%s, format version %.0f, tracking %s\n",
+         printable(s3, s1, sizeof(s1)), *s3 ? " (" : "", printable(name, s2, sizeof(s2)),
+         *s3 ? ")" : "", jnum(doc, "version"),
          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(doc, "tracking")) ? "on" : "off");
   const cJSON* t = cJSON_GetObjectItemCaseSensitive(doc, "total");
   printf("device memory: %.0f buffers, %s in use, %s padding, %s reserved",
@@ -1226,7 +1444,8 @@ static int cmd_memory(const char* path) {
       break;
     }
     double bytes = jnum(tag, "bytes");
-    printf("  %-24s %12s in %5.0f buffer%s  %5.1f %%\n", jstr(tag, "tag", "(untagged)"),
+    printf("  %-24s %12s in %5.0f buffer%s  %5.1f %%\n",
+           printable(jstr(tag, "tag", "(untagged)"), s1, sizeof(s1)),
            mem_size(bytes, a, sizeof(a)), jnum(tag, "count"), jnum(tag, "count") == 1 ? " " : "s",
            in_use > 0 ? 100.0 * bytes / in_use : 0.0);
   }
@@ -1244,7 +1463,9 @@ static int cmd_memory(const char* path) {
     ++shown;
     const cJSON* pool_cap = cJSON_GetObjectItemCaseSensitive(p, "cap");
     printf("  %-7.0f %-18s %-20s %-10s %6d %11s %11s %11s %11s %6.3f\n", jnum(p, "stream"),
-           jstr(p, "memory", "?"), jstr(p, "name", "?"), jstr(p, "kind", "?"), pages,
+           printable(jstr(p, "memory", "?"), s1, sizeof(s1)),
+           printable(jstr(p, "name", "?"), s2, sizeof(s2)),
+           printable(jstr(p, "kind", "?"), s3, sizeof(s3)), pages,
            mem_size(jnum(u, "bytes_reserved"), a, sizeof(a)),
            mem_size(jnum(u, "bytes_in_use"), b, sizeof(b)),
            mem_size(jnum(p, "peak_reserved"), c2, sizeof(c2)),

@@ -641,10 +641,12 @@ enum cube_profile_summary_flag_bits_e {
 
 /* Writes the device's profile summary (cube/profile.h: every row since it
  * was last printed by a sync or reset) into |out_summary|, whose rows the
- * caller then owns (cube_profile_summary_deinitialize). Work whose device
- * time is not known yet (still running on a device with events) is not in
- * it: cube_client_sync first resolves the stream's. Empty below profile
- * level basic. INVALID_ARGUMENT for NULL arguments, a struct_size smaller
+ * caller then owns (cube_profile_summary_deinitialize). The call resolves
+ * the device times of work that has completed; work still running is not
+ * in it. To wait for work without losing its rows, read a buffer it wrote
+ * (cube_client_read): cube_client_sync waits too, but at profile level
+ * basic and above it prints the summary and empties it, so a summary read
+ * after a sync holds only what ran since. Empty below profile level basic. INVALID_ARGUMENT for NULL arguments, a struct_size smaller
  * than the struct_size field or unknown flags; OUT_OF_MEMORY when the rows
  * cannot be allocated (nothing is written). Thread-safe. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_profile_summary(

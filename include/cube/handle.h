@@ -76,7 +76,9 @@ uint64_t cube_handle_offset(cube_handle_t h);
  * buffer's) with |tag| (copied; NULL: untagged), as memory snapshots and
  * out-of-memory messages show it (cube/memory.h, cube_memory_tag_push).
  * Turns allocation tracking on. INVALID_ARGUMENT for the NULL handle or an
- * empty or too long tag, NOT_FOUND for a released one. */
+ * empty or too long tag, NOT_FOUND for a released one (which takes none of
+ * the process's tags), FAILED_PRECONDITION for a new tag once the process
+ * holds its 4096 (CUBE_MEMORY_TAG_MAX bytes each), OUT_OF_MEMORY. */
 CUBE_MUST_USE_RESULT cube_status_t cube_handle_set_tag(cube_handle_t h, const char* tag);
 
 /* Writes the device the memory lives on into |out_device|. Fails with

@@ -119,7 +119,9 @@ void cube_memory_tracking_enable(void);
 CUBE_MUST_USE_RESULT cube_status_t cube_memory_tag_push(cube_client_t* client, const char* tag);
 /* Closes the calling thread's innermost tag scope, which must have been
  * opened with |client|: FAILED_PRECONDITION otherwise, or when none is
- * open. */
+ * open. Pop a scope before releasing its client: no other client closes it,
+ * and its tag stays on the thread's allocations. Thread-safe (the scopes
+ * are the calling thread's). */
 CUBE_MUST_USE_RESULT cube_status_t cube_memory_tag_pop(cube_client_t* client);
 
 /* Writes a JSON snapshot of |client|'s device (the schema is
@@ -190,7 +192,9 @@ typedef struct cube_pool_config {
   uint64_t alignment;      /* of slices in a page; 0: the device's; else a power of two that
                               is a multiple of it */
   uint64_t dealloc_period; /* exclusive: allocations between aging passes x5; 0: never */
-  bool capped;             /* at most |cap| bytes of pages (false: no cap) */
+  bool capped;             /* at most |cap| bytes of pages (false: no cap); a cap is 0 (the
+                              pool takes nothing) or at least one page (|page_size|, where
+                              it is not 0) */
   uint64_t cap;
   char name[32];           /* for messages, NUL-terminated; "" : "pool <index>" */
 } cube_pool_config_t;
@@ -216,20 +220,25 @@ typedef struct cube_memory_pools {
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_install(cube_client_t* client,
                                                               const cube_memory_pools_t* pools);
 /* The configuration installed on |client|'s device now (the ladder when none
- * was). */
+ * was), written into |out_pools| (an output struct: set struct_size, 0 = this
+ * header's layout). INVALID_ARGUMENT for a NULL argument or a struct_size
+ * smaller than its own field. Thread-safe. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_pools(cube_client_t* client,
                                                             cube_memory_pools_t* out_pools);
 /* Measuring mode: _begin lifts the caps of every stream's pools and starts
  * each pool's peak afresh; _end restores the caps and writes the installed
  * configuration with every pool capped at its peak (the most bytes of pages
- * it held at once since _begin, over all streams) into |out_plan| (may be
+ * one stream's pool held at once since _begin, the largest over the
+ * streams, not their sum: a cap bounds each stream's pool) into |out_plan| (may be
  * NULL), ready for cube_client_memory_install. Where the device refused a
  * pool a page while measuring (its memory or memory limit was short) and
  * the request took an exact-size buffer instead, the pool's peak counts the
  * page it asked for: under the plan it asks again and, refused the same
  * way, does what it did, where a cap at what it held would have failed the
- * request (the same workload runs under its plan). _end without _begin is
- * FAILED_PRECONDITION. Thread-safe. */
+ * request (the same workload runs under its plan). A second _begin restarts
+ * the peaks; an install while measuring keeps the device measuring. _end
+ * without _begin is FAILED_PRECONDITION; neither fails otherwise, past the
+ * failures every client call shares (cube/client.h). Thread-safe. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_measure_begin(cube_client_t* client);
 CUBE_MUST_USE_RESULT cube_status_t cube_client_memory_measure_end(cube_client_t* client,
                                                                   cube_memory_pools_t* out_plan);

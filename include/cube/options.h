@@ -116,7 +116,8 @@ void cube_server_options_initialize(cube_server_options_t* options);
  *   cube_client_load, cube_client_init, cube_backend_status,
  *   cube_enumerate_devices, cube_enumerate_all_devices, cube_collective_world,
  *   cube_kernel_create, cube_kernel_cache_stats, cube_kernel_cache_dir_status,
- *   cube_kernel_cache_clear and cube_options_check.
+ *   cube_kernel_cache_clear and cube_options_check; cube_trace_start for a
+ *   refused CUBE_TRACE_RECORDS (the ring it would size).
  * Calls that return no status (cube_backend_default, cube_device_count,
  * cube_kernel_cache_dir) use the default meanwhile.
  *

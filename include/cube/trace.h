@@ -34,7 +34,9 @@ extern "C" {
 /* Starts recording a trace that cube_trace_stop writes to |path|. The file
  * is created now, without following a link and without replacing anything
  * (mode 0600): ALREADY_EXISTS when something is there, INVALID_ARGUMENT
- * when it cannot be created (the message names the path and the reason),
+ * when it cannot be created (the message names the path and the reason) or
+ * when the environment's CUBE_TRACE_RECORDS was refused (named, with its
+ * value and what is accepted),
  * FAILED_PRECONDITION when a trace is already recording (its path named),
  * OUT_OF_MEMORY when the ring cannot be allocated. */
 CUBE_MUST_USE_RESULT cube_status_t cube_trace_start(const char* path);
@@ -42,8 +44,9 @@ CUBE_MUST_USE_RESULT cube_status_t cube_trace_start(const char* path);
 /* Stops the trace and writes it to its file. Records of device work that
  * has not completed yet (no sync waited for it) are not in the file: sync
  * the streams first. FAILED_PRECONDITION when no trace is recording;
- * UNAVAILABLE when writing the file failed (the path and the reason named;
- * the trace is stopped all the same). */
+ * UNAVAILABLE when writing the file failed (the path, the bytes written of
+ * the document's and the reason named; the partial file is removed and the
+ * trace is stopped all the same). */
 CUBE_MUST_USE_RESULT cube_status_t cube_trace_stop(void);
 
 /* Whether a trace is recording. */
@@ -56,7 +59,11 @@ bool cube_trace_active(void);
 void cube_trace_range_push(const char* name);
 
 /* Closes the calling thread's innermost open range; it is recorded with its
- * start and duration. Does nothing when the thread has no open range. */
+ * start, duration and depth (the ranges of the same trace open around it).
+ * A range is recorded only into the trace that was recording when it was
+ * pushed: one still open when that trace stops is in neither its file nor a
+ * later trace's (pop it before cube_trace_stop). Does nothing when the
+ * thread has no open range. */
 void cube_trace_range_pop(void);
 
 #ifdef __cplusplus

@@ -336,7 +336,8 @@ cube_status_t cube_client_memory_usage(cube_client_t* c, cube_memory_usage_t* ou
   /* As CubeCL (a blocking call): after the work queued before it, so that a
    * failure of that work is seen. */
   if (cube__stream_auto(st)) cube__auto_step_end(st, "a memory usage");
-  CUBE_RETURN_IF_ERROR(cube__server_barrier(st));
+  cube_status_t barrier = cube__server_barrier(st);
+  if (barrier) return cube__status_annotate(barrier, "%s", fn); /* e.g. from a log callback */
   return cube__stream_usage(st, fn, true, out_usage);
 }
 

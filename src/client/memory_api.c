@@ -33,10 +33,14 @@ cube_status_t cube_memory_tag_pop(cube_client_t* c) {
 cube_status_t cube_handle_set_tag(cube_handle_t h, const char* tag) {
   const char* fn = "cube_handle_set_tag";
   if (h.id == 0) return CUBE_INVALID("%s: h is the null handle", fn);
-  const char* interned = NULL;
-  CUBE_RETURN_IF_ERROR(cube__tag_intern(fn, tag, &interned));
+  if (tag && !tag[0])
+    return CUBE_INVALID("%s: the tag is empty (NULL takes the buffer's tag away)", fn);
+  /* The handle first: a released one neither takes one of the process's
+   * tags nor hears that the tags ran out. */
   cube__handle_info_t info;
   CUBE_RETURN_IF_ERROR(cube__handle_get(h, fn, &info));
+  const char* interned = NULL;
+  CUBE_RETURN_IF_ERROR(cube__tag_intern(fn, tag, &interned));
   cube__mem_track_enable();
   atomic_store_explicit(&info.mem->tag, interned, memory_order_relaxed);
   return CUBE_OK;
@@ -49,7 +53,8 @@ static cube_status_t cube__memory_settle(cube_client_t* c, const char* fn) {
   cube__stream_t* st;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &st));
   if (cube__stream_auto(st)) cube__auto_step_end(st, "a memory snapshot");
-  CUBE_RETURN_IF_ERROR(cube__server_barrier(st));
+  cube_status_t barrier = cube__server_barrier(st);
+  if (barrier) return cube__status_annotate(barrier, "%s", fn); /* e.g. from a log callback */
   cube_memory_usage_t u;
   return cube__stream_usage(st, fn, true, &u); /* refuses a stream with deferred errors */
 }
@@ -163,6 +168,13 @@ cube_status_t cube_client_memory_install(cube_client_t* c, const cube_memory_poo
     if (q->kind == CUBE_POOL_SLICED && q->max_alloc_size > q->page_size)
       return CUBE_INVALID("%s: pools[%u].max_alloc_size %" PRIu64 " exceeds its page_size %" PRIu64,
                           fn, i, q->max_alloc_size, q->page_size);
+    /* A page is what a pool takes at a time: a cap above 0 but below one
+     * would let it take none, as a cap of 0 says plainly (what a plan gives
+     * a pool the workload never used). */
+    if (q->capped && q->cap && q->page_size && q->cap < q->page_size)
+      return CUBE_INVALID("%s: pools[%u].cap %" PRIu64 " is below one page of that pool (%" PRIu64
+                          " bytes), so the pool could take no page; give at least a page, or 0 "
+                          "for a pool that takes nothing", fn, i, q->cap, q->page_size);
     if (memchr(q->name, '\0', sizeof(q->name)) == NULL)
       return CUBE_INVALID("%s: pools[%u].name is not NUL-terminated within %zu bytes", fn, i,
                           sizeof(q->name));

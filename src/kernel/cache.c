@@ -66,7 +66,7 @@ void cube__cache_count_memory_hit(void) {
 void cube__cache_count_disk_hit(const char* kernel, uint64_t start_ns, uint64_t load_ns) {
   if (cube__trace_on()) {
     char name[96];
-    snprintf(name, sizeof(name), "cache load %s", kernel ? kernel : "?");
+    cube__trace_prefix_name(name, sizeof(name), "cache load ", kernel ? kernel : "?");
     cube__trace_host(CUBE__TRACE_CACHE_LOAD, name, start_ns, load_ns, 0);
   }
   cube__kc_add(&cube__kc_disk_hits, 1);

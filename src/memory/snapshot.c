@@ -65,7 +65,17 @@ static bool cube__snapshot_pool(cube__mm_t* mm, cube__pool_t* pool, uint64_t str
   cJSON* p = cJSON_CreateObject();
   if (!p) return false;
   cJSON_AddItemToArray(pools, p);
-  uint64_t free_bytes = r.usage.bytes_reserved - r.usage.bytes_in_use - r.usage.bytes_padding;
+  /* Free bytes are those of free slices (a free page, in an exclusive or
+   * persistent pool): what a request could take, what the document's free
+   * slices add up to. Not reserved - in use - padding: the part of an
+   * exclusive page past its one live buffer (the rounding to the granule) is
+   * no free block, and counted as free it made a pool of live buffers only
+   * read as fragmented to the full (1 - 0 / rounding). */
+  uint64_t free_bytes = 0;
+  for (uint32_t i = 0; i < pool->page_count; ++i)
+    for (cube__slice_t* s = pool->pages[i]->first; s; s = s->next)
+      if (!s->memory)
+        free_bytes += pool->kind == CUBE_POOL_EXCLUSIVE ? pool->pages[i]->storage.size : s->length;
   double frag = free_bytes ? 1.0 - (double)r.largest_free_block / (double)free_bytes : 0.0;
   char text[3 * sizeof(pool->name) + 1];
   bool ok = cube__json_num(p, "stream", (double)stream) &&

@@ -30,7 +30,7 @@ cube_status_t cube__tag_intern(const char* fn, const char* tag, const char** out
   *out = NULL;
   if (!tag) return CUBE_OK;
   size_t n = strnlen(tag, CUBE__TAG_MAX_LEN + 1);
-  if (n == 0) return CUBE_INVALID("%s: the tag is empty (NULL means untagged)", fn);
+  if (n == 0) return CUBE_INVALID("%s: the tag is empty", fn);
   if (n > CUBE__TAG_MAX_LEN)
     return CUBE_INVALID("%s: the tag \"%.16s...\" is longer than %u bytes", fn, tag,
                         CUBE__TAG_MAX_LEN);
@@ -44,8 +44,8 @@ cube_status_t cube__tag_intern(const char* fn, const char* tag, const char** out
   if (cube__tag_count >= CUBE__TAG_MAX_COUNT) {
     pthread_mutex_unlock(&cube__tags_lock);
     return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
-                             "%s: tag \"%s\" would be the %u-th distinct tag (at most %u per "
-                             "process)", fn, tag, cube__tag_count + 1, CUBE__TAG_MAX_COUNT);
+                             "%s: tag \"%s\" would be distinct tag %u of this process, past "
+                             "the %u it keeps", fn, tag, cube__tag_count + 1, CUBE__TAG_MAX_COUNT);
   }
   cube__tag_node_t* t = malloc(sizeof(*t) + n + 1);
   if (!t) {
@@ -81,8 +81,9 @@ const char* cube__tag_current(void) {
 cube_status_t cube__tag_push(const char* fn, const void* owner, const char* tag) {
   if (cube__tag_depth >= CUBE__TAG_MAX_DEPTH)
     return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
-                             "%s: \"%s\" would be the %u-th tag scope open on this thread (at "
-                             "most %u)", fn, tag, cube__tag_depth + 1, CUBE__TAG_MAX_DEPTH);
+                             "%s: \"%s\" would be tag scope %u open on this thread, past the "
+                             "%u that may be open at once", fn, tag, cube__tag_depth + 1,
+                             CUBE__TAG_MAX_DEPTH);
   cube__tag_stack[cube__tag_depth++] = (cube__tag_scope_t){owner, tag};
   cube__mem_track_enable();
   return CUBE_OK;

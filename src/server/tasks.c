@@ -690,7 +690,7 @@ static cube_status_t cube__profile_exclusive(void* p) {
     r.pid = cube__trace_device_pid(s->id);
     r.tid = st->id;
     r.kind = CUBE__TRACE_RANGE;
-    snprintf(r.name, sizeof(r.name), "profile %s", c->name);
+    cube__trace_prefix_name(r.name, sizeof(r.name), "profile ", c->name);
     cube__trace_emit(&r);
   }
   return CUBE_OK;

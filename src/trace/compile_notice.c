@@ -90,7 +90,7 @@ void cube__compile_watch_begin(cube__compile_watch_t* w, const char* kernel, con
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, cube__notice_cond_init);
   memset(w, 0, sizeof(*w));
-  snprintf(w->kernel, sizeof(w->kernel), "%s", kernel ? kernel : "?");
+  cube__trace_copy_name(w->kernel, sizeof(w->kernel), kernel ? kernel : "?");
   snprintf(w->where, sizeof(w->where), "%s", where ? where : "?");
   w->start_ns = cube__now_ns();
   pthread_mutex_lock(&g_lock);
@@ -128,7 +128,7 @@ uint64_t cube__compile_watch_end(cube__compile_watch_t* w, bool failed) {
     r.tid = cube__trace_thread_id();
     r.kind = CUBE__TRACE_COMPILE;
     r.a[0] = failed;
-    snprintf(r.name, sizeof(r.name), "compile %.*s", (int)sizeof(r.name) - 9, w->kernel);
+    cube__trace_prefix_name(r.name, sizeof(r.name), "compile ", w->kernel);
     snprintf(r.detail, sizeof(r.detail), "%s", w->where);
     cube__trace_emit(&r);
   }

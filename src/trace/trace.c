@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -17,12 +18,19 @@
 
 atomic_bool cube__trace_recording;
 
+/* docs/observability.md ("Bounded memory") gives the ring's cost from this
+ * size: change both together. */
+_Static_assert(sizeof(cube__trace_record_t) == 200, "a trace record is 200 bytes");
+
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static cube__trace_record_t* g_ring; /* g_capacity records; NULL while none records */
 static uint64_t g_capacity;
 static uint64_t g_written; /* records ever emitted in this session */
 static int g_fd = -1;
 static char g_path[4096];
+/* Which trace records now: 1 for the process's first, one more at every
+ * start (a range is recorded only into the trace it was opened in). */
+static atomic_uint_fast64_t g_session;
 
 uint64_t cube__trace_thread_id(void) {
   static _Thread_local uint64_t id;
@@ -49,7 +57,7 @@ void cube__trace_host(cube__trace_kind_t kind, const char* name, uint64_t ts_ns,
   r.tid = cube__trace_thread_id();
   r.kind = (uint32_t)kind;
   r.a[0] = a0;
-  snprintf(r.name, sizeof(r.name), "%s", name ? name : "");
+  cube__trace_copy_name(r.name, sizeof(r.name), name); /* not inside a character */
   cube__trace_emit(&r);
 }
 
@@ -71,6 +79,15 @@ static void cube__trace_expand(const char* pattern, char* out, size_t size) {
 
 static cube_status_t cube__trace_start_at(const char* fn, const char* path) {
   if (!path || !*path) return CUBE_INVALID("%s: path is NULL or empty", fn);
+  /* A refused CUBE_TRACE_RECORDS is said, not replaced by the default ring
+   * (whose drops the program would then not expect). */
+  cube_status_t bad = cube__option_status(CUBE__OPT_TRACE_RECORDS);
+  if (bad) {
+    cube_status_t s = CUBE_INVALID("%s: %s (from the environment: fix or unset the variable)", fn,
+                                   cube_status_message(bad));
+    cube_status_free(bad);
+    return s;
+  }
   uint64_t cap = cube__option_u32(CUBE__OPT_TRACE_RECORDS);
   pthread_mutex_lock(&g_lock);
   if (g_ring) {
@@ -109,6 +126,7 @@ static cube_status_t cube__trace_start_at(const char* fn, const char* path) {
   g_written = 0;
   g_fd = fd;
   snprintf(g_path, sizeof(g_path), "%s", path);
+  atomic_fetch_add_explicit(&g_session, 1, memory_order_relaxed);
   atomic_store_explicit(&cube__trace_recording, true, memory_order_release);
   pthread_mutex_unlock(&g_lock);
   return CUBE_OK;
@@ -180,17 +198,35 @@ static cube_status_t cube__trace_stop_at(const char* fn) {
       memcpy(ordered + (cap - first), ring, first * sizeof(*ordered));
     }
   }
-  bool ok = ordered && cube__trace_write_json(fd, ordered, count, dropped, cap);
-  int e = errno;
+  size_t done = 0, total = 0;
+  bool ok = ordered && cube__trace_write_json(fd, ordered, count, dropped, cap, &done, &total);
+  int e = ordered ? errno : ENOMEM;
   if (ordered != ring) free(ordered);
   free(ring);
+  struct stat made;
+  bool known = fstat(fd, &made) == 0;
   if (close(fd) != 0 && ok) {
     ok = false;
     e = errno;
   }
-  if (!ok)
-    return cube__status_make(CUBE_STATUS_UNAVAILABLE, "%s: writing the trace to '%s' failed: %s",
-                             fn, path, ordered ? strerror(e) : "no host memory");
+  if (!ok) {
+    /* A file cut short is no JSON any reader opens: it goes, as a memory
+     * snapshot's does, if the name still leads to the file this trace
+     * created (a relative name after a chdir, or a file put in its place,
+     * is left alone). */
+    struct stat now;
+    bool removed = known && stat(path, &now) == 0 && now.st_dev == made.st_dev &&
+                   now.st_ino == made.st_ino && unlink(path) == 0;
+    char sizes[96] = "";
+    if (total)
+      snprintf(sizes, sizeof(sizes), " (%zu of %zu bytes written)", done, total);
+    return cube__status_make(CUBE_STATUS_UNAVAILABLE,
+                             "%s: writing the trace of %llu records to '%s' failed%s: %s; %s", fn,
+                             (unsigned long long)count, path, sizes,
+                             e == ENOMEM ? "no host memory for the document" : strerror(e),
+                             removed ? "the partial file was removed"
+                                     : "the partial file could not be removed");
+  }
   return CUBE_OK;
 }
 
@@ -237,6 +273,7 @@ void cube__trace_env_start(void) {
 
 typedef struct cube__trace_range {
   uint64_t start_ns;
+  uint64_t session; /* the trace it was opened in */
   char name[80];
 } cube__trace_range_t;
 
@@ -266,6 +303,7 @@ void cube_trace_range_push(const char* name) {
   if (d >= CUBE__TRACE_RANGE_DEPTH) return;
   cube__trace_copy_name(g_ranges->open[d].name, sizeof(g_ranges->open[d].name),
                         name ? name : "range");
+  g_ranges->open[d].session = atomic_load_explicit(&g_session, memory_order_relaxed);
   g_ranges->open[d].start_ns = cube__now_ns();
 }
 
@@ -275,6 +313,13 @@ void cube_trace_range_pop(void) {
   if (d >= CUBE__TRACE_RANGE_DEPTH || !cube__trace_on()) return;
   uint64_t now = cube__now_ns();
   const cube__trace_range_t* r = &g_ranges->open[d];
+  /* A range still open when its trace stopped is in neither that trace nor
+   * the next: it would start before the next one did, and its depth would
+   * count ranges that trace never saw. */
+  uint64_t session = atomic_load_explicit(&g_session, memory_order_relaxed);
+  if (r->session != session) return;
+  uint64_t depth = 0;
+  for (uint32_t i = 0; i < d; ++i) depth += g_ranges->open[i].session == session;
   cube__trace_host(CUBE__TRACE_RANGE, r->name, r->start_ns,
-                   now > r->start_ns ? now - r->start_ns : 0, d);
+                   now > r->start_ns ? now - r->start_ns : 0, depth);
 }

@@ -79,6 +79,19 @@ static inline void cube__trace_copy_name(char* dst, size_t size, const char* src
   dst[n] = 0;
 }
 
+/* |prefix| (ASCII) then |name| into |dst| (of |size| bytes), cut and
+ * terminated as cube__trace_copy_name cuts: "compile <kernel>", "profile
+ * <region>" never end inside a character of the program's name. */
+static inline void cube__trace_prefix_name(char* dst, size_t size, const char* prefix,
+                                           const char* name) {
+  size_t p = 0;
+  while (prefix[p] && p + 1 < size) {
+    dst[p] = prefix[p];
+    ++p;
+  }
+  cube__trace_copy_name(dst + p, size - p, name);
+}
+
 /* The calling thread's id (the host track's tid). */
 uint64_t cube__trace_thread_id(void);
 
@@ -101,9 +114,13 @@ void cube__trace_host(cube__trace_kind_t kind, const char* name, uint64_t ts_ns,
  * written to stderr and the process goes on without a trace. */
 void cube__trace_env_start(void);
 
-/* Writes the ring as trace-event JSON to |fd| (cube_trace_stop; tests). */
+/* Writes the ring as trace-event JSON to |fd| (cube_trace_stop; tests).
+ * False with errno set when it could not (ENOMEM: no host memory for the
+ * document); *out_written and *out_total (either may be NULL) say how many
+ * bytes of the document reached |fd|, of how many. */
 bool cube__trace_write_json(int fd, const cube__trace_record_t* records, uint64_t count,
-                            uint64_t dropped, uint64_t capacity);
+                            uint64_t dropped, uint64_t capacity, size_t* out_written,
+                            size_t* out_total);
 
 //===----------------------------------------------------------------------===//
 // Compile notices (CUBE_COMPILE_NOTICE): compile_notice.c

@@ -204,7 +204,10 @@ static cJSON* cube__trace_doc(const cube__trace_record_t* records, uint64_t coun
 }
 
 bool cube__trace_write_json(int fd, const cube__trace_record_t* records, uint64_t count,
-                            uint64_t dropped, uint64_t capacity) {
+                            uint64_t dropped, uint64_t capacity, size_t* out_written,
+                            size_t* out_total) {
+  if (out_written) *out_written = 0;
+  if (out_total) *out_total = 0;
   cJSON* doc = cube__trace_doc(records, count, dropped, capacity);
   char* text = doc ? cJSON_PrintUnformatted(doc) : NULL;
   cJSON_Delete(doc);
@@ -213,17 +216,21 @@ bool cube__trace_write_json(int fd, const cube__trace_record_t* records, uint64_
     return false;
   }
   size_t len = strlen(text), done = 0;
+  text[len] = '\n'; /* written with the document: one write call less */
+  len += 1;
+  if (out_total) *out_total = len;
   bool ok = true;
   while (done < len) {
     ssize_t n = write(fd, text + done, len - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
+      if (n == 0) errno = EIO;
       ok = false;
       break;
     }
     done += (size_t)n;
   }
-  if (ok && write(fd, "\n", 1) != 1) ok = false;
+  if (out_written) *out_written = done;
   cJSON_free(text);
   return ok;
 }

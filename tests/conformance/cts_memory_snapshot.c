@@ -405,6 +405,52 @@ CUBE_TEST(memory_plan_bad_install_on_a_fresh_device) {
   CTS_END(c);
 }
 
+/* A cap below one page of its pool (and above 0) is refused at install:
+ * the pool could never take a page, and every request it would take failed
+ * later with an out-of-memory status. A cap of 0 (a plan's cap for an unused
+ * pool) and a cap of one page are taken, and hold. */
+CUBE_TEST(memory_plan_cap_below_a_page_is_refused) {
+  CTS_CLIENT(c);
+  uint64_t seed = seed_now();
+  uint64_t page = (uint64_t)1 << (16 + cube_test_rand(&seed) % 5); /* 64 KiB .. 1 MiB */
+  uint64_t cap = 1 + cube_test_rand(&seed) % (page - 1);
+  cube_memory_pools_t pools = {0};
+  pools.pool_count = 1;
+  pools.pools[0] = (cube_pool_config_t){.kind = CUBE_POOL_SLICED, .page_size = page,
+                                        .max_alloc_size = page, .capped = true, .cap = cap};
+  snprintf(pools.pools[0].name, sizeof(pools.pools[0].name), "tiny");
+  cube_memory_pools_t before = {0};
+  REQUIRE_OK(cube_client_memory_pools(c, &before));
+  char cap_text[64], page_text[64];
+  snprintf(cap_text, sizeof(cap_text), "cap %" PRIu64 " is below one page", cap);
+  snprintf(page_text, sizeof(page_text), "(%" PRIu64 " bytes)", page);
+  CHECK_STATUS(cube_client_memory_install(c, &pools), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_memory_install", "pools[0]", cap_text, page_text);
+  cube_memory_pools_t after = {0};
+  REQUIRE_OK(cube_client_memory_pools(c, &after)); /* nothing changed */
+  CHECK(memcmp(&after.pools, &before.pools, sizeof(after.pools)) == 0);
+  /* A fitted exclusive pool's granule is its page. */
+  pools.pools[0] = (cube_pool_config_t){.kind = CUBE_POOL_EXCLUSIVE, .page_size = page,
+                                        .max_alloc_size = 8 * page, .capped = true, .cap = cap};
+  CHECK_STATUS(cube_client_memory_install(c, &pools), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_client_memory_install", "pools[0]", cap_text);
+  /* One page: taken, and one page of requests fits, not more. */
+  pools.pools[0] = (cube_pool_config_t){.kind = CUBE_POOL_SLICED, .page_size = page,
+                                        .max_alloc_size = page, .capped = true, .cap = page};
+  REQUIRE_OK(cube_client_memory_install(c, &pools));
+  cube_handle_t h, h2;
+  REQUIRE_OK(cube_client_empty(c, page / 2, &h));
+  CHECK_STATUS(cube_client_empty(c, page, &h2), CUBE_STATUS_OUT_OF_MEMORY, "capped at");
+  cube_handle_release(h);
+  REQUIRE_OK(cube_client_sync(c));
+  /* 0: the pool takes nothing. */
+  pools.pools[0].cap = 0;
+  REQUIRE_OK(cube_client_memory_install(c, &pools));
+  CHECK_STATUS(cube_client_empty(c, 100, &h), CUBE_STATUS_OUT_OF_MEMORY, "capped at 0 B");
+  REQUIRE_OK(cube_client_memory_install(c, NULL));
+  CTS_END(c);
+}
+
 /* A pool the device refused a page while measuring (its page is larger
  * than the memory limit): its request took an exact-size buffer, and under
  * the plan it must again, rather than stop at a cap of the nothing it held
@@ -444,6 +490,166 @@ CUBE_TEST(memory_plan_after_a_refused_page) {
   CHECK(cts_read_equals(c, h, data, sizeof(data)));
   cube_handle_release(h);
   CTS_END(c);
+}
+
+/* Checks every pool of the snapshot |doc|: free_bytes is what its free
+ * slices add up to, fragmentation is 1 - largest_free_block / free_bytes
+ * (0 when nothing is free), and an exclusive pool whose pages all hold a
+ * live buffer has nothing free. Returns the exclusive pools' free bytes. */
+static uint64_t check_free_bytes(const cJSON* doc) {
+  uint64_t exclusive_free = 0;
+  const cJSON* p;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(doc, "pools")) {
+    uint64_t sum = 0, largest = 0;
+    const cJSON* pg;
+    cJSON_ArrayForEach(pg, cJSON_GetObjectItemCaseSensitive(p, "pages")) {
+      const cJSON* sl;
+      cJSON_ArrayForEach(sl, cJSON_GetObjectItemCaseSensitive(pg, "slices")) {
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sl, "free"))) continue;
+        sum += json_u64(sl, "length");
+        if (json_u64(sl, "length") > largest) largest = json_u64(sl, "length");
+      }
+    }
+    uint64_t free_bytes = json_u64(p, "free_bytes");
+    CHECK_EQ_U64(free_bytes, sum);
+    CHECK(json_u64(p, "largest_free_block") <= free_bytes);
+    CHECK(json_u64(p, "largest_free_block") >= largest);
+    double frag = cJSON_GetObjectItemCaseSensitive(p, "fragmentation")->valuedouble;
+    double want = free_bytes ? 1.0 - (double)json_u64(p, "largest_free_block") / (double)free_bytes
+                             : 0.0;
+    CHECK(frag > want - 1e-9 && frag < want + 1e-9);
+    const char* kind = cJSON_GetObjectItemCaseSensitive(p, "kind")->valuestring;
+    if (strcmp(kind, "exclusive") == 0) exclusive_free += free_bytes;
+  }
+  return exclusive_free;
+}
+
+/* Free bytes and fragmentation count free blocks only. An exclusive page
+ * holds one buffer rounded up to the pool's granule; that rounding was
+ * counted as free (reserved - in use - padding) with no free block, so a
+ * pool of live buffers only read as fragmented to the full, 1.0, in every
+ * snapshot and in `cube memory`. */
+CUBE_TEST(memory_snapshot_free_bytes_are_free_blocks) {
+  CTS_CLIENT(c);
+  uint64_t seed = seed_now();
+  enum { N = 6 };
+  cube_handle_t h[N];
+  for (int i = 0; i < N; ++i) {
+    /* 3 to 9 MiB and an odd number of bytes: past any granule's multiple. */
+    size_t size = (3u << 20) + (size_t)(cube_test_rand(&seed) % (6u << 20)) * 2 + 1;
+    REQUIRE_OK(cube_client_empty(c, size, &h[i]));
+  }
+  char* text = NULL;
+  REQUIRE_OK(cube_client_memory_snapshot_json(c, &text));
+  cJSON* doc = cJSON_Parse(text);
+  free(text);
+  REQUIRE(doc != NULL);
+  CHECK_EQ_U64(check_free_bytes(doc), 0); /* every exclusive page holds a live buffer */
+  cJSON_Delete(doc);
+  /* Released buffers whose pages the pools keep: free blocks now. */
+  for (int i = 0; i < N; i += 2) cube_handle_release(h[i]);
+  REQUIRE_OK(cube_client_sync(c));
+  REQUIRE_OK(cube_client_memory_snapshot_json(c, &text));
+  doc = cJSON_Parse(text);
+  free(text);
+  REQUIRE(doc != NULL);
+  check_free_bytes(doc);
+  cJSON_Delete(doc);
+  for (int i = 1; i < N; i += 2) cube_handle_release(h[i]);
+  cube_client_release(c);
+}
+
+typedef struct snap_from_log {
+  cube_client_t* c;
+  int calls;
+  cube_status_t first; /* the first snapshot's status */
+  cube_status_t usage; /* cube_client_memory_usage's, from the same place */
+} snap_from_log_t;
+
+static void snap_log_fn(void* user, const char* line) {
+  (void)line;
+  snap_from_log_t* s = user;
+  if (s->calls++) return;
+  char* text = NULL;
+  s->first = cube_client_memory_snapshot_json(s->c, &text);
+  free(text);
+  cube_memory_usage_t u;
+  s->usage = cube_client_memory_usage(s->c, &u);
+}
+
+/* A snapshot (or a memory usage) asked for from the server's log callback
+ * (which runs inside the device's own task) is refused, as any call that
+ * waits for the device there is: the message now names the call, not only
+ * "re-entrant use of service ...". */
+CUBE_TEST(memory_snapshot_from_a_log_callback_names_the_call) {
+  CTS_REQUIRE_BACKEND();
+  if (strncmp(cts_backend()->name, "cuda-mock", 9) == 0 ||
+      cts_backend()->backend == CUBE_BACKEND_NULL)
+    CUBE_SKIP("no kernel runs here: no log line from inside a task");
+  snap_from_log_t s = {NULL, 0, NULL, NULL};
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.profile_level = CUBE_PROFILE_EXEC; /* "Executing <kernel>" at every launch */
+  o.log_fn = snap_log_fn;
+  o.log_user = &s;
+  cube_status_t init = cube_client_init(cts_device(0), &o, &s.c);
+  if (cube_status_code(init) == CUBE_STATUS_UNAVAILABLE) {
+    cube_status_free(init);
+    CUBE_SKIP("backend unavailable");
+  }
+  REQUIRE_OK(init);
+  CTS_KERNEL(k, "nop_logged", cts_k_nop, 1, 0, CUBE_ARG_BUFFER);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_empty(s.c, 64, &h));
+  cube_arg_t a = cube_arg_buffer(h);
+  REQUIRE_OK(cube_client_launch(s.c, k, cube_count_static(1, 1, 1), 1, &a));
+  REQUIRE_OK(cube_client_sync(s.c));
+  REQUIRE(s.calls > 0);
+  CHECK_STATUS(s.first, CUBE_STATUS_FAILED_PRECONDITION, "cube_client_memory_snapshot_json",
+               "re-entrant");
+  CHECK_STATUS(s.usage, CUBE_STATUS_FAILED_PRECONDITION, "cube_client_memory_usage",
+               "re-entrant");
+  cube_handle_release(h);
+  cube_kernel_release(k);
+  cube_client_release(s.c);
+}
+
+/* The process keeps at most 4096 distinct tags. cube_handle_set_tag of a
+ * released handle is NOT_FOUND and takes none of them: it interned the tag
+ * before it looked at the handle, so such a call used up a tag (and, with
+ * the tags gone, reported that instead of the released handle). An empty
+ * tag is refused by both calls, naming what NULL does. */
+CUBE_TEST(memory_tag_of_a_released_handle_takes_no_tag) {
+  CTS_CLIENT(c);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_empty(c, 64, &h));
+  REQUIRE_OK(cube_handle_set_tag(h, "first"));
+  cube_handle_release(h);
+  CHECK_STATUS(cube_handle_set_tag(h, "never-kept"), CUBE_STATUS_NOT_FOUND, "cube_handle_set_tag");
+  CHECK_STATUS(cube_handle_set_tag(h, ""), CUBE_STATUS_INVALID_ARGUMENT, "cube_handle_set_tag",
+               "empty", "NULL takes");
+  CHECK_STATUS(cube_memory_tag_push(c, ""), CUBE_STATUS_INVALID_ARGUMENT,
+               "cube_memory_tag_push", "empty");
+  /* "first" and 4094 more: one tag is left, which the failed call above did
+   * not take. A random order of the names: the table is searched whole. */
+  uint64_t seed = seed_now();
+  uint32_t base = (uint32_t)(cube_test_rand(&seed) % 100000u);
+  for (uint32_t i = 0; i < 4094; ++i) {
+    char tag[32];
+    snprintf(tag, sizeof(tag), "t%u", base + i);
+    REQUIRE_OK(cube_memory_tag_push(c, tag));
+    REQUIRE_OK(cube_memory_tag_pop(c));
+  }
+  REQUIRE_OK(cube_client_empty(c, 64, &h));
+  REQUIRE_OK(cube_handle_set_tag(h, "the-last-one"));
+  REQUIRE_OK(cube_handle_set_tag(h, "first")); /* known: no new tag */
+  CHECK_STATUS(cube_handle_set_tag(h, "one-too-many"), CUBE_STATUS_FAILED_PRECONDITION,
+               "cube_handle_set_tag", "\"one-too-many\"", "4097", "4096");
+  cube_handle_release(h);
+  /* Released: NOT_FOUND, not the full table. */
+  CHECK_STATUS(cube_handle_set_tag(h, "one-too-many"), CUBE_STATUS_NOT_FOUND,
+               "cube_handle_set_tag");
+  cube_client_release(c);
 }
 
 /* Tags and pool names are the program's bytes; the snapshot is UTF-8 JSON

@@ -1,9 +1,13 @@
 /* The trace (cube/trace.h) and the profile summary as data (cube/profile.h):
  * docs/observability.md. Every case parses the file it wrote with cJSON. */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -239,6 +243,172 @@ CUBE_TEST(trace_sessions_and_files) {
   unlink(path);
 }
 
+/* A CUBE_TRACE_RECORDS the environment gives and the option table refuses
+ * (below 16, say) made cube_trace_start record into the default ring of
+ * 65536 without a word; it now fails, naming the variable, its value and
+ * what is accepted, and no file is made. */
+CUBE_TEST(trace_start_refuses_a_bad_ring_size) {
+  CTS_REQUIRE_BACKEND();
+  char path[512];
+  cts_tmp_path(path, sizeof(path), "trace_bad_ring.json");
+  unlink(path);
+  uint64_t seed = (uint64_t)time(NULL) * 2654435761u + 41u;
+  char value[32];
+  snprintf(value, sizeof(value), "%u", (unsigned)(cube_test_rand(&seed) % 16)); /* 0 .. 15 */
+  setenv("CUBE_TRACE_RECORDS", value, 1);
+  cube_shutdown(); /* the table reads the environment again */
+  char quoted[40];
+  snprintf(quoted, sizeof(quoted), "'%s'", value);
+  CHECK_STATUS(cube_trace_start(path), CUBE_STATUS_INVALID_ARGUMENT, "cube_trace_start",
+               "CUBE_TRACE_RECORDS", quoted, "16");
+  CHECK(!cube_trace_active());
+  CHECK(access(path, F_OK) != 0);
+  unsetenv("CUBE_TRACE_RECORDS");
+  cube_shutdown();
+  REQUIRE_OK(cube_trace_start(path));
+  cube_trace_range_push("r");
+  cube_trace_range_pop();
+  REQUIRE_OK(cube_trace_stop());
+  cJSON* doc = cts_trace_load(path);
+  REQUIRE(doc != NULL);
+  CHECK(cts_num(cJSON_GetObjectItemCaseSensitive(doc, "otherData"), "ring_capacity") == 65536.0);
+  cJSON_Delete(doc);
+  unlink(path);
+}
+
+/* A range belongs to the trace it was pushed in. One left open when its
+ * trace stopped was recorded, at its pop, into the next trace: starting
+ * before that trace began (its whole time base moved back by the gap) and
+ * counted in the depth of that trace's own ranges. */
+CUBE_TEST(trace_ranges_stay_in_their_trace) {
+  CTS_REQUIRE_BACKEND();
+  char first[512], second[512];
+  cts_tmp_path(first, sizeof(first), "trace_ranges_1.json");
+  cts_tmp_path(second, sizeof(second), "trace_ranges_2.json");
+  unlink(first);
+  unlink(second);
+  uint64_t seed = (uint64_t)time(NULL) * 2654435761u + 17u;
+  int open_in_first = 1 + (int)(cube_test_rand(&seed) % 3); /* left open at the stop */
+  REQUIRE_OK(cube_trace_start(first));
+  for (int i = 0; i < open_in_first; ++i) cube_trace_range_push("left-open");
+  cube_trace_range_push("closed");
+  cube_trace_range_pop();
+  REQUIRE_OK(cube_trace_stop());
+  struct timespec gap = {0, 20 * 1000 * 1000};
+  nanosleep(&gap, NULL);
+  REQUIRE_OK(cube_trace_start(second));
+  cube_trace_range_push("second-outer");
+  cube_trace_range_push("second-inner");
+  cube_trace_range_pop();
+  cube_trace_range_pop();
+  for (int i = 0; i < open_in_first; ++i) cube_trace_range_pop(); /* the first trace's */
+  REQUIRE_OK(cube_trace_stop());
+
+  cJSON* doc = cts_trace_load(first);
+  REQUIRE(doc != NULL);
+  const cJSON* events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+  const cJSON* closed = cts_trace_find(events, "range", "closed", 0, -1);
+  REQUIRE(closed != NULL);
+  CHECK(cts_num(cJSON_GetObjectItemCaseSensitive(closed, "args"), "depth") ==
+        (double)open_in_first);
+  CHECK(cts_trace_find(events, "range", "left-open", 0, -1) == NULL);
+  cJSON_Delete(doc);
+
+  doc = cts_trace_load(second);
+  REQUIRE(doc != NULL);
+  events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+  CHECK(cts_trace_find(events, "range", "left-open", 0, -1) == NULL);
+  const cJSON* outer = cts_trace_find(events, "range", "second-outer", 0, -1);
+  const cJSON* inner = cts_trace_find(events, "range", "second-inner", 0, -1);
+  REQUIRE(outer != NULL && inner != NULL);
+  CHECK(cts_num(cJSON_GetObjectItemCaseSensitive(outer, "args"), "depth") == 0.0);
+  CHECK(cts_num(cJSON_GetObjectItemCaseSensitive(inner, "args"), "depth") == 1.0);
+  /* The trace's first record is its own: it starts at 0, not 20 ms later. */
+  CHECK(cts_num(outer, "ts") == 0.0);
+  CHECK(cts_num(outer, "dur") < 20000.0);
+  cts_trace_tracks_monotone(events);
+  cJSON_Delete(doc);
+  unlink(first);
+  unlink(second);
+}
+
+/* A trace whose file cannot be written whole (here the file-size limit,
+ * RLIMIT_FSIZE, at a random size below the document's) fails with
+ * UNAVAILABLE naming the path, the bytes written of the document's and the
+ * reason, and leaves no file: a file cut short is no JSON a reader opens,
+ * and it kept the next start at that path refused (ALREADY_EXISTS). */
+CUBE_TEST(trace_write_failure_leaves_no_file) {
+  CTS_REQUIRE_BACKEND();
+  char path[512];
+  cts_tmp_path(path, sizeof(path), "trace_cut_short.json");
+  unlink(path);
+  uint64_t seed = (uint64_t)time(NULL) * 2654435761u + 29u;
+  struct rlimit limit = {0, 0};
+  REQUIRE(getrlimit(RLIMIT_FSIZE, &limit) == 0);
+  struct rlimit small = limit;
+  small.rlim_cur = 100 + cube_test_rand(&seed) % 4000; /* 300 ranges write more than 20 KB */
+  signal(SIGXFSZ, SIG_IGN); /* a write past the limit fails with EFBIG instead */
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
+  REQUIRE_OK(cube_trace_start(path));
+  for (int i = 0; i < 300; ++i) {
+    cube_trace_range_push("a range with a name of some length");
+    cube_trace_range_pop();
+  }
+  char written[64];
+  snprintf(written, sizeof(written), "(%llu of ", (unsigned long long)small.rlim_cur);
+  CHECK_STATUS(cube_trace_stop(), CUBE_STATUS_UNAVAILABLE, "cube_trace_stop", path, "300 records",
+               written, "bytes written", strerror(EFBIG), "the partial file was removed");
+  CHECK(access(path, F_OK) != 0);
+  CHECK(!cube_trace_active());
+  /* A relative name, and the program moved to another directory where a
+   * file of that name is someone else's: that file stays. */
+  char here[1024], there[600], other[700];
+  REQUIRE(getcwd(here, sizeof(here)) != NULL);
+  cts_tmp_path(there, sizeof(there), "trace_elsewhere");
+  mkdir(there, 0700);
+  REQUIRE(chdir(there) == 0);
+  unlink("rel.json");
+  REQUIRE_OK(cube_trace_start("rel.json"));
+  snprintf(other, sizeof(other), "%s/sub", there);
+  mkdir(other, 0700);
+  REQUIRE(chdir(other) == 0);
+  FILE* f = fopen("rel.json", "w");
+  REQUIRE(f != NULL);
+  fputs("someone else's", f);
+  fclose(f);
+  for (int i = 0; i < 300; ++i) {
+    cube_trace_range_push("a range with a name of some length");
+    cube_trace_range_pop();
+  }
+  CHECK_STATUS(cube_trace_stop(), CUBE_STATUS_UNAVAILABLE, "cube_trace_stop",
+               "the partial file could not be removed");
+  CHECK(access("rel.json", F_OK) == 0); /* not ours: kept */
+  unlink("rel.json");
+  REQUIRE(chdir(here) == 0);
+  snprintf(other, sizeof(other), "%s/rel.json", there);
+  unlink(other); /* the partial file this trace made */
+  snprintf(other, sizeof(other), "%s/sub", there);
+  rmdir(other);
+  rmdir(there);
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &limit) == 0);
+  /* The path is free again, and a trace of it is whole. */
+  REQUIRE_OK(cube_trace_start(path));
+  cube_trace_range_push("after");
+  cube_trace_range_pop();
+  REQUIRE_OK(cube_trace_stop());
+  cJSON* doc = cts_trace_load(path);
+  REQUIRE(doc != NULL);
+  CHECK(cts_trace_find(cJSON_GetObjectItemCaseSensitive(doc, "traceEvents"), "range", "after", 0,
+                       -1) != NULL);
+  cJSON_Delete(doc);
+  unlink(path);
+}
+
+static cube_status_t cts_trace_nothing(void* user) {
+  (void)user;
+  return CUBE_OK;
+}
+
 /* Names are the program's bytes; the file is UTF-8 JSON all the same: a
  * name cut to its record is cut between characters, a byte that is not
  * UTF-8 reads as U+FFFD, and UTF-8 names are kept as they are (a long
@@ -257,7 +427,32 @@ CUBE_TEST(trace_names_are_utf8) {
   cube_trace_range_pop();
   cube_trace_range_push("\xE6\xB8\xA9\xE5\xBA\xA6 step"); /* two CJK characters */
   cube_trace_range_pop();
+  /* Names the library puts a word before: "profile <name>" of a named
+   * cube_client_profile bracket, "compile <kernel>" or "cache load <kernel>"
+   * of a kernel's first launch. They were cut by bytes, and a name of
+   * three-byte characters ended in U+FFFD. */
+  char cjk[3 * 40 + 1] = "";
+  for (int i = 0; i < 40; ++i) strcat(cjk, "\xE6\xB8\xA9");
+  CTS_CLIENT(c);
+  cube_profile_duration_t d;
+  REQUIRE_OK(cube_client_profile(c, cts_trace_nothing, NULL, cjk, &d));
+  if (cts_trace_kernels()) {
+    CTS_KERNEL(k, cjk, cts_k_add_u32, 64, 0, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_U32,
+               CUBE_ARG_U32);
+    cube_handle_t a, b;
+    REQUIRE_OK(cube_client_empty(c, 256, &a));
+    REQUIRE_OK(cube_client_empty(c, 256, &b));
+    cube_arg_t args[4] = {cube_arg_buffer(a), cube_arg_buffer(b), cube_arg_u32(1),
+                          cube_arg_u32(64)};
+    REQUIRE_OK(cube_client_launch(c, k, cube_count_static(1, 1, 1), 4, args));
+    REQUIRE_OK(cube_client_sync(c));
+    cube_handle_release(a);
+    cube_handle_release(b);
+    cube_kernel_release(k);
+  }
+  REQUIRE_OK(cube_client_sync(c));
   REQUIRE_OK(cube_trace_stop());
+  cube_client_release(c);
   cJSON* doc = cts_trace_load(path); /* NULL when the file is not UTF-8 */
   REQUIRE(doc != NULL);
   const cJSON* events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
@@ -275,6 +470,22 @@ CUBE_TEST(trace_names_are_utf8) {
     ++cut;
   }
   CHECK_EQ_U64(cut, 1);
+  int profiled = 0, compiled = 0;
+  cJSON_ArrayForEach(e, events) {
+    const char* n = cts_str(e, "name");
+    const char* words[] = {"profile ", "compile ", "cache load "};
+    for (int w = 0; w < 3; ++w) {
+      size_t wl = strlen(words[w]);
+      if (strncmp(n, words[w], wl) != 0 || strncmp(n + wl, "\xE6\xB8\xA9", 3) != 0) continue;
+      size_t len = strlen(n + wl);
+      CHECK(len % 3 == 0 && len >= 60); /* whole characters, as many as fit */
+      CHECK(strncmp(n + wl, cjk, len) == 0);
+      profiled += w == 0;
+      compiled += w > 0;
+    }
+  }
+  CHECK_EQ_U64(profiled, 1);
+  if (cts_trace_kernels() && !cts_native_kernels()) CHECK_EQ_U64(compiled, 1); /* compiled */
   cJSON_Delete(doc);
   unlink(path);
 }

@@ -763,3 +763,127 @@ CUBE_TEST(memory_summarises_a_snapshot) {
   cube_shutdown();
   rm_tree(g_tmp);
 }
+
+/* Writes |doc| with |mutate| applied to a copy of it to |path|. */
+static void write_mutated(const char* path, const cJSON* doc, void (*mutate)(cJSON*)) {
+  cJSON* copy = cJSON_Duplicate(doc, true);
+  mutate(copy);
+  char* text = cJSON_Print(copy);
+  write_file(path, text);
+  free(text);
+  cJSON_Delete(copy);
+}
+static void m_negative(cJSON* d) {
+  cJSON_ReplaceItemInObject(cJSON_GetObjectItem(d, "total"), "bytes_in_use",
+                            cJSON_CreateNumber(-5));
+}
+static void m_usage_null(cJSON* d) {
+  cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "pools"), 0), "usage",
+                            cJSON_CreateNull());
+}
+static void m_no_ledger(cJSON* d) { cJSON_DeleteItemFromObject(d, "ledger"); }
+static void m_version(cJSON* d) { cJSON_ReplaceItemInObject(d, "version", cJSON_CreateNumber(2)); }
+static void m_tag_number(cJSON* d) {
+  cJSON_AddItemToArray(cJSON_GetObjectItem(d, "by_tag"), cJSON_CreateNumber(7));
+}
+/* Terminal controls in a pool's name: a screen clear, a cursor move, a C1
+ * control (U+009B, the one-character CSI) and a newline that fakes a line. */
+static void m_controls(cJSON* d) {
+  cJSON* p;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItem(d, "pools")) {
+    if (cJSON_GetArraySize(cJSON_GetObjectItem(p, "pages")) == 0) continue; /* not printed */
+    cJSON_ReplaceItemInObject(p, "name", cJSON_CreateString("evil\x1b[2J\x1b[1;1H\xc2\x9b"
+                                                            "31m\nfake line"));
+    break;
+  }
+}
+
+/* `cube memory` on damaged and hand-made files: each is refused (exit 1)
+ * with a message that says what is wrong and where, never printed as a
+ * summary of zeros; strings from the file reach the terminal without their
+ * control characters. Before, a snapshot cut short was "not a cube memory
+ * snapshot (no format)", a file missing every member printed a summary of
+ * zeros with exit 0, a directory was "not a cube memory snapshot", and a
+ * pool's name could drive the terminal. */
+CUBE_TEST(memory_refuses_damaged_snapshots) {
+  scratch("memory-damaged");
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load((cube_device_id_t){CUBE_BACKEND_CPU, 0}, &c));
+  uint64_t seed = (uint64_t)time(NULL) * 2654435761u + 3u;
+  cube_handle_t h[2];
+  REQUIRE_OK(cube_client_empty(c, 1 + (size_t)(cube_test_rand(&seed) % (1u << 20)), &h[0]));
+  REQUIRE_OK(cube_client_empty(c, 1 + (size_t)(cube_test_rand(&seed) % (8u << 20)), &h[1]));
+  REQUIRE_OK(cube_handle_set_tag(h[1], "tagged"));
+  char good[1200], bad[1200];
+  snprintf(good, sizeof(good), "%s/snap.json", g_tmp);
+  snprintf(bad, sizeof(bad), "%s/bad.json", g_tmp);
+  REQUIRE_OK(cube_client_memory_snapshot(c, good));
+  cube_handle_release_array(h, 2);
+  cube_client_release(c);
+  cube_shutdown();
+  char* text = read_whole_file(good);
+  REQUIRE(text != NULL);
+  size_t len = strlen(text);
+  cJSON* doc = cJSON_Parse(text);
+  REQUIRE(doc != NULL);
+  run_t r = tool("memory", good, NULL);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "tagged"));
+  CHECK(!has(r.out, "cpu:0 (cpu:0")); /* the device's name carries its id already */
+  run_free(&r);
+
+  /* Cut short anywhere: not JSON, the place named. */
+  size_t cut = 1 + (size_t)(cube_test_rand(&seed) % (len - 2));
+  text[cut] = '\0';
+  write_file(bad, text);
+  r = tool("memory", bad, NULL);
+  CHECK_EQ_U64(r.rc, 1);
+  CHECK(has(r.err, "is not JSON: the parser stopped at byte"));
+  CHECK(has(r.err, "cut short"));
+  run_free(&r);
+  unlink(bad);
+
+  struct {
+    void (*mutate)(cJSON*);
+    const char* says;
+  } cases[] = {
+      {m_negative, "\"total.bytes_in_use\" is -5 where a count"},
+      {m_usage_null, "\"pools[0].usage\" is null where an object was expected"},
+      {m_no_ledger, "\"ledger\" is missing where an object was expected"},
+      {m_version, "format version 2; this cube reads version 1"},
+      {m_tag_number, "is 7 where an object was expected"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    write_mutated(bad, doc, cases[i].mutate);
+    r = tool("memory", bad, NULL);
+    CHECK_EQ_U64(r.rc, 1);
+    CHECK(has(r.err, cases[i].says));
+    CHECK(r.out[0] == '\0');
+    run_free(&r);
+    unlink(bad);
+  }
+
+  write_mutated(bad, doc, m_controls);
+  r = tool("memory", bad, NULL);
+  CHECK_EQ_U64(r.rc, 0);
+  CHECK(has(r.out, "evil?[2J?[1;1H?31m?fake line"));
+  CHECK(strchr(r.out, '\x1b') == NULL);
+  CHECK(strstr(r.out, "\xc2\x9b") == NULL);
+  CHECK(!has(r.out, "\nfake line"));
+  run_free(&r);
+  unlink(bad);
+
+  write_file(bad, "");
+  r = tool("memory", bad, NULL);
+  CHECK_EQ_U64(r.rc, 1);
+  CHECK(has(r.err, "is empty"));
+  run_free(&r);
+  r = tool("memory", g_tmp, NULL); /* a directory */
+  CHECK_EQ_U64(r.rc, 1);
+  CHECK(has(r.err, "cannot read"));
+  CHECK(has(r.err, strerror(EISDIR)));
+  run_free(&r);
+  cJSON_Delete(doc);
+  free(text);
+  rm_tree(g_tmp);
+}

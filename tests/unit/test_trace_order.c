@@ -101,7 +101,7 @@ CUBE_TEST(stream_tracks_follow_the_stream_order) {
   snprintf(path, sizeof(path), "/tmp/cube_trace_order_%ld.json", (long)getpid());
   FILE* f = fopen(path, "w");
   REQUIRE(f);
-  CHECK(cube__trace_write_json(fileno(f), recs, (uint64_t)n, 0, (uint64_t)n));
+  CHECK(cube__trace_write_json(fileno(f), recs, (uint64_t)n, 0, (uint64_t)n, NULL, NULL));
   fclose(f);
   cJSON* doc = cube_test_json_load(path);
   unlink(path);
