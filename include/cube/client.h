@@ -671,7 +671,9 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_io_optimized_vector_sizes(
  * device, owned by the caller, after the work queued before on src's
  * stream. Between CPU devices it goes through the collective transport
  * (send/recv); other pairs read on src and write on dst (the read returns
- * src's deferred errors). Fails with INVALID_ARGUMENT for a NULL client
+ * src's deferred errors). Contents a failure spoiled (taint, above) are not
+ * moved: both ways fail with DATA_LOST naming the failure, as a read does,
+ * and no handle is made. Fails with INVALID_ARGUMENT for a NULL client
  * (named "src" or "dst") or a handle that is not on src's device, NOT_FOUND
  * for a released handle. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_to_client(cube_client_t* src, cube_handle_t handle,
