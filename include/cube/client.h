@@ -342,8 +342,9 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_copy(cube_client_t* client, cube_
  * per buffer: the views of one buffer (cube_handle_offset_view, packed
  * tensors) share it. A launch's buffers are all taken as written except
  * those marked read-only (cube_kernel_desc_t.read_only_args, the dialect's
- * CUBE_ARRAY(const T, x)). cube_client_get_resource and DLPack exports hand
- * out the memory as it is, without this check. */
+ * CUBE_ARRAY(const T, x)). cube_client_get_resource hands out the memory as
+ * it is, without this check; a DLPack export refuses a spoiled buffer as a
+ * read does where it is ordered (cube/dlpack.h). */
 
 /* Declares the contents of the buffer of |handle| valid as they are: the
  * taint a failure left on it is dropped, so that reads return its bytes
