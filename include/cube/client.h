@@ -369,8 +369,12 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_accept_contents(cube_client_t* cl
  * every other one holds nothing valid, and a read of it returns DATA_LOST
  * naming the device's first fault (a full write or copy into it makes it
  * valid again, as after any failure). The deferred errors of the device's
- * streams from before are dropped, and graphs captured before cannot be
- * replayed (FAILED_PRECONDITION: capture them again). Then the same
+ * streams from before are dropped. A graph captured before holds objects of
+ * the old context: its native replay fails on the device (the replay call
+ * queues it; the stream then reports FAILED_PRECONDITION, capture it again,
+ * and what its nodes write is spoiled by that one failure), while a replay
+ * that goes node by node (a graph over a spoiled buffer, cube/graph.h) runs
+ * as eager work would. Then the same
  * process runs new work on the device as before. A device that is not lost
  * (also one recovered meanwhile by another thread, and a device of a
  * backend that never loses one) returns CUBE_OK at once, doing nothing.

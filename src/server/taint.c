@@ -81,11 +81,15 @@ bool cube__taint_launch_skip(cube__stream_t* st, cube__launch_task_t* t, const c
 
 /* Writes and copies ---------------------------------------------------------- */
 
-void cube__taint_fail(cube__stream_t* st, cube__memory_t* const* mems, uint32_t n,
-                      cube__taint_t* with, cube_status_t failure, const char* what) {
+cube__taint_t* cube__taint_root(cube__stream_t* st, cube_status_t failure, const char* what) {
   char where[64], full[256];
   snprintf(full, sizeof(full), "%s on %s", what, cube__stream_where(st, where, sizeof(where)));
-  cube__taint_t* root = cube__taint_create(failure, full);
+  return cube__taint_create(failure, full);
+}
+
+void cube__taint_fail(cube__stream_t* st, cube__memory_t* const* mems, uint32_t n,
+                      cube__taint_t* with, cube_status_t failure, const char* what) {
+  cube__taint_t* root = cube__taint_root(st, failure, what);
   cube__taint_t* all = cube__taint_union(with, root);
   for (uint32_t i = 0; i < n; ++i)
     if (mems[i])
