@@ -94,7 +94,10 @@ static int reads_lost(cube_client_t* c, cube_handle_t h) {
   cube_status_t s = cube_client_read_one(c, h, &b);
   int ok = cube_status_code(s) == CUBE_STATUS_DATA_LOST &&
            strstr(cube_status_message(s), "CUDA_ERROR_ILLEGAL_ADDRESS") != NULL &&
-           strstr(cube_status_message(s), "not restorable") != NULL && b == NULL;
+           strstr(cube_status_message(s), "not restorable") != NULL &&
+           strstr(cube_status_message(s), "cuda:0 was lost: its read failed at") != NULL &&
+           /* the refusal's words are not true of a recovered device */
+           strstr(cube_status_message(s), "fails from then on") == NULL && b == NULL;
   if (!ok)
     fprintf(stderr, "expected DATA_LOST, got [%s] %s\n",
             cube_status_code_name(cube_status_code(s)), cube_status_message(s));
