@@ -216,9 +216,10 @@ static cube_status_t cube__recover_run(void* user) {
     atomic_fetch_add_explicit(&s->recoveries, 1, memory_order_relaxed);
     cube__backend_found(&s->be);
     cube__profiler_log(&s->profiler,
-                       "%s:%u recovered: %" PRIu64 " buffers lost, %" PRIu64
+                       "cube: %s:%u recovered: %" PRIu64 " buffer%s lost, %" PRIu64
                        " restored (%" PRIu64 " bytes)",
-                       s->be.vt->name, s->be.index, r->tainted, r->restored, r->restored_bytes);
+                       s->be.vt->name, s->be.index, r->tainted, r->tainted == 1 ? "" : "s",
+                       r->restored, r->restored_bytes);
   }
   pthread_mutex_unlock(&s->streams_lock);
   cube__taint_unref(r->lost);

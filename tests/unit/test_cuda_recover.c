@@ -327,6 +327,48 @@ CUBE_TEST(graph_made_before_recovery_is_refused) {
   m.restore(0);
 }
 
+/* log_fn of the client below: keeps the lines that say a device recovered. */
+static char g_log[1024];
+static void keep_recovered_lines(void* user, const char* line) {
+  (void)user;
+  if (strstr(line, "recovered") && strlen(g_log) + strlen(line) + 2 < sizeof(g_log)) {
+    strcat(g_log, line);
+    strcat(g_log, "\n");
+  }
+}
+
+/* A recovery that works says so once in the device's log (stderr,
+ * CUBE_LOG_FILE or the log function), counting what it lost and restored. */
+CUBE_TEST(recovery_is_logged_once) {
+  MOCK_SETUP("1");
+  mock_t m;
+  REQUIRE(mock_get(&m));
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.log_fn = keep_recovered_lines;
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_init(cuda0, &o, &c));
+  static unsigned char a[3001], b[1003];
+  fill_random(a, sizeof(a), 71);
+  fill_random(b, sizeof(b), 72);
+  cube_handle_t ha, hb;
+  REQUIRE_OK(cube_client_create_restorable(c, a, sizeof(a), &ha));
+  REQUIRE_OK(cube_client_create_from_slice(c, b, sizeof(b), &hb));
+  g_log[0] = '\0';
+  lose(&m, c, hb);
+  CHECK_OK(cube_device_recover(cuda0));
+  CHECK_OK(cube_device_recover(cuda0)); /* nothing to do: nothing logged */
+  CHECK(strcmp(g_log, "cube: cuda:0 recovered: 1 buffer lost, 1 restored (3001 bytes)\n") == 0);
+  if (strcmp(g_log, "cube: cuda:0 recovered: 1 buffer lost, 1 restored (3001 bytes)\n") != 0)
+    fprintf(stderr, "logged: [%s]\n", g_log);
+  CHECK(cube_test_read_equals(c, ha, a, sizeof(a)));
+  cube_handle_release(ha);
+  cube_handle_release(hb);
+  cube_client_release(c);
+  cube_shutdown();
+  m.restore(0);
+}
+
 CUBE_TEST(recover_waits_for_pinned_results) {
   MOCK_SETUP("1");
   mock_t m;
