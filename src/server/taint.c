@@ -178,16 +178,17 @@ typedef struct cube__taint_check {
   const char* where;
 } cube__taint_check_t;
 
-static cube_status_t cube__taint_check_run(void* user) {
-  const cube__taint_check_t* c = user;
-  cube__taint_t* t = cube__memory_taint(c->mem);
+static cube_status_t cube__taint_check_run(void* state, void* payload) {
+  (void)state;
+  const cube__taint_check_t* c = payload;
+  cube__taint_t* t = cube__taint_any() ? cube__memory_taint(c->mem) : NULL;
   return t ? cube__taint_status(t, c->where) : CUBE_OK;
 }
 
 cube_status_t cube__server_taint_check(cube__stream_t* st, cube__memory_t* mem,
                                        const char* where) {
   cube__taint_check_t c = {mem, where};
-  return cube__exclusive(atomic_load(&st->server->device), st->id, cube__taint_check_run, &c);
+  return cube__submit_blocking(st->server->service, st->id, cube__taint_check_run, &c);
 }
 
 cube_status_t cube__taint_read_status(const cube__read_region_t* regions, size_t count) {
