@@ -392,10 +392,10 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_accept_contents(cube_client_t* cl
  * the new context faults during the recovery (call again); a restorable buffer
  * that could not be written back fails the call with that failure after
  * the device recovered (that buffer reads as DATA_LOST). Fails as
- * cube_client_load for a device that does not exist. The recovery needs the
- * device's server, which lives until cube_shutdown: a device lost before
- * cube_shutdown is not recovered after it (a new client of it fails to load
- * with DEVICE_LOST, and this call finds nothing to do). With
+ * cube_client_load for a device that does not exist. After cube_shutdown a
+ * device lost before it fails to load (DEVICE_LOST); this call then opens
+ * it, resetting its context when the open meets the old fault, and it loads
+ * again. With
  * CUBE_DEVICE_RECOVER=auto (cube/options.h) the first call that finds a
  * device lost recovers it itself. */
 CUBE_MUST_USE_RESULT cube_status_t cube_device_recover(cube_device_id_t device);

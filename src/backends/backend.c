@@ -171,6 +171,8 @@ static inline cube_status_t cube__backend_check_lost(const cube__backend_t* be,
 // Devices
 //===----------------------------------------------------------------------===//
 
+_Thread_local bool cube__backend_open_may_reset = false;
+
 static cube_status_t cube__backend_device_open(cube__backend_t* be, uint32_t index,
                                                const cube_server_options_t* options,
                                                cube_device_properties_t* out_props,

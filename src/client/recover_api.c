@@ -6,12 +6,17 @@
 #include "base/status.h"
 #include "client/client_internal.h"
 #include "client/handles.h"
+#include "backends/backend.h"
 #include "server/recover.h"
 
 cube_status_t cube_device_recover(cube_device_id_t device) {
   static const char fn[] = "cube_device_recover";
   cube__server_t* s = NULL;
+  /* Without a server (after cube_shutdown) the device is opened here; one
+   * lost before may be reset to open (backend.h). */
+  cube__backend_open_may_reset = true;
   cube_status_t st = cube__server_get(device, NULL, false, &s);
+  cube__backend_open_may_reset = false;
   if (st) return cube__status_annotate(st, "%s", fn);
   return cube__server_recover(s, fn);
 }

@@ -217,8 +217,10 @@ static void* gate_thread(void* user) {
 /* A device lost before cube_shutdown: its context stays poisoned, so a new
  * client of it fails to load with DEVICE_LOST naming the fault (and the
  * loss record of the server that could not be made is freed: the ASan build
- * checks), and the other GPU loads and computes. */
-CUBE_TEST(device_lost_across_shutdown_does_not_load) {
+ * checks), and the other GPU loads and computes; cube_device_recover, which
+ * has no server of it to reset, resets the context as it opens the device,
+ * and then the device loads and round-trips new data. */
+CUBE_TEST(device_lost_across_shutdown_is_recovered) {
   MOCK_SETUP("2");
   mock_t m;
   REQUIRE(mock_get(&m));
@@ -245,7 +247,23 @@ CUBE_TEST(device_lost_across_shutdown_does_not_load) {
   cube_client_t* c1 = NULL;
   REQUIRE_OK(cube_client_load(cuda1, &c1));
   CHECK(roundtrip(c1, 4099, 45));
+  long resets = m.resets();
+  CHECK_OK(cube_device_recover(cuda0));
+  CHECK_EQ_U64(m.resets(), resets + 1);
+  CHECK(m.lost(0) == 0);
+  CHECK_OK(cube_device_recover(cuda0)); /* its server works now: nothing to do */
+  CHECK_EQ_U64(m.resets(), resets + 1);
+  c0 = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c0));
+  CHECK(roundtrip(c0, 7001, 46));
+  CHECK(roundtrip(c1, 999, 47));
+  cube_client_release(c0);
   cube_client_release(c1);
+  cube_shutdown();
+  /* A device opened by the recovery that was never lost: not reset. */
+  resets = m.resets();
+  CHECK_OK(cube_device_recover(cuda1));
+  CHECK_EQ_U64(m.resets(), resets);
   cube_shutdown();
   m.restore(0);
 }
