@@ -349,7 +349,7 @@ static void* worker(void* p) {
   for (uint32_t j = 0; j < w->ndev; ++j) ids[j] = cpu(w->ndev - 1 - j);
   size_t count = 1031 + w->iters;
   for (uint32_t it = 0; it < w->iters; ++it) {
-    cube_handle_t src, dst;
+    cube_handle_t src = CUBE_HANDLE_NULL, dst = CUBE_HANDLE_NULL;
     cube_status_t s = cube_client_empty(c, count * 4, &src);
     if (!s) s = cube_client_empty(c, count * 4, &dst);
     float val = (float)(w->dev + 1 + it);
