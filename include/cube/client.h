@@ -342,8 +342,9 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_copy(cube_client_t* client, cube_
  * per buffer: the views of one buffer (cube_handle_offset_view, packed
  * tensors) share it. A launch's buffers are all taken as written except
  * those marked read-only (cube_kernel_desc_t.read_only_args, the dialect's
- * CUBE_ARRAY(const T, x)). cube_client_get_resource and DLPack exports hand
- * out the memory as it is, without this check. */
+ * CUBE_ARRAY(const T, x)). cube_client_get_resource hands out the memory as
+ * it is, without this check; a DLPack export refuses a spoiled buffer as a
+ * read does where it is ordered (cube/dlpack.h). */
 
 /* Declares the contents of the buffer of |handle| valid as they are: the
  * taint a failure left on it is dropped, so that reads return its bytes
@@ -368,8 +369,12 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_accept_contents(cube_client_t* cl
  * every other one holds nothing valid, and a read of it returns DATA_LOST
  * naming the device's first fault (a full write or copy into it makes it
  * valid again, as after any failure). The deferred errors of the device's
- * streams from before are dropped, and graphs captured before cannot be
- * replayed (FAILED_PRECONDITION: capture them again). Then the same
+ * streams from before are dropped. A graph captured before holds objects of
+ * the old context: its native replay fails on the device (the replay call
+ * queues it; the stream then reports FAILED_PRECONDITION, capture it again,
+ * and what its nodes write is spoiled by that one failure), while a replay
+ * that goes node by node (a graph over a spoiled buffer, cube/graph.h) runs
+ * as eager work would. Then the same
  * process runs new work on the device as before. A device that is not lost
  * (also one recovered meanwhile by another thread, and a device of a
  * backend that never loses one) returns CUBE_OK at once, doing nothing.
@@ -387,7 +392,10 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_accept_contents(cube_client_t* cl
  * the new context faults during the recovery (call again); a restorable buffer
  * that could not be written back fails the call with that failure after
  * the device recovered (that buffer reads as DATA_LOST). Fails as
- * cube_client_load for a device that does not exist. With
+ * cube_client_load for a device that does not exist. After cube_shutdown a
+ * device lost before it fails to load (DEVICE_LOST); this call then opens
+ * it, resetting its context when the open meets the old fault, and it loads
+ * again. With
  * CUBE_DEVICE_RECOVER=auto (cube/options.h) the first call that finds a
  * device lost recovers it itself. */
 CUBE_MUST_USE_RESULT cube_status_t cube_device_recover(cube_device_id_t device);
@@ -673,7 +681,9 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_io_optimized_vector_sizes(
  * device, owned by the caller, after the work queued before on src's
  * stream. Between CPU devices it goes through the collective transport
  * (send/recv); other pairs read on src and write on dst (the read returns
- * src's deferred errors). Fails with INVALID_ARGUMENT for a NULL client
+ * src's deferred errors). Contents a failure spoiled (taint, above) are not
+ * moved: both ways fail with DATA_LOST naming the failure, as a read does,
+ * and no handle is made. Fails with INVALID_ARGUMENT for a NULL client
  * (named "src" or "dst") or a handle that is not on src's device, NOT_FOUND
  * for a released handle. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_to_client(cube_client_t* src, cube_handle_t handle,

@@ -174,7 +174,10 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_dlpack_stream(cube_client_t* clie
  * native stream the driver refuses), UNSUPPORTED (desc->struct_size),
  * UNIMPLEMENTED (a backend whose memory cannot be exchanged),
  * FAILED_PRECONDITION (a capturing stream), NOT_FOUND (a released handle),
- * or the device's failure while ordering; nothing is exported then. */
+ * DATA_LOST for an ordered export (stream not CUBE_DLPACK_STREAM_NONE) of a
+ * buffer whose contents a failure spoiled, naming the failure as a read does
+ * (docs/failures.md; an unordered export is not checked), or the device's
+ * failure while ordering; nothing is exported then. */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_to_dlpack(cube_client_t* client,
                                                          const cube_dlpack_export_t* desc,
                                                          struct DLManagedTensorVersioned** out_tensor);

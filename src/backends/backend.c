@@ -171,6 +171,19 @@ static inline cube_status_t cube__backend_check_lost(const cube__backend_t* be,
 // Devices
 //===----------------------------------------------------------------------===//
 
+_Thread_local bool cube__backend_open_may_reset = false;
+
+static cube_status_t cube__backend_device_open(cube__backend_t* be, uint32_t index,
+                                               const cube_server_options_t* options,
+                                               cube_device_properties_t* out_props,
+                                               cube_features_t* out_features,
+                                               cube_backend_info_t* out_info) {
+  CUBE__CALL(be, CUBE__SLOT_DEVICE_CREATE, CUBE_STATUS_UNAVAILABLE,
+             be->vt->device_create(index, options, &be->device, out_props, out_features,
+                                   out_info),
+             "%s:%u: opening the device failed", be->vt->name, index);
+}
+
 cube_status_t cube__backend_device_create(cube__backend_t* be, cube_backend_t backend,
                                           uint32_t index, const cube_server_options_t* options,
                                           cube_device_properties_t* out_props,
@@ -184,10 +197,19 @@ cube_status_t cube__backend_device_create(cube__backend_t* be, cube_backend_t ba
   if (!be->vt)
     return cube__status_make(CUBE_STATUS_UNAVAILABLE, "backend %s is not built into this library",
                              cube_backend_name(backend) ? cube_backend_name(backend) : "?");
-  CUBE__CALL(be, CUBE__SLOT_DEVICE_CREATE, CUBE_STATUS_UNAVAILABLE,
-             be->vt->device_create(index, options, &be->device, out_props, out_features,
-                                   out_info),
-             "%s:%u: opening the device failed", be->vt->name, index);
+  cube_status_t st = cube__backend_device_open(be, index, options, out_props, out_features,
+                                               out_info);
+  if (st) {
+    /* A device that fails to open with DEVICE_LOST (its context was poisoned
+     * before: the device was lost before a cube_shutdown) recorded the loss;
+     * there is no device for cube__backend_device_destroy to end it with. */
+    cube__backend_loss_t* loss = atomic_exchange(&be->loss, NULL);
+    if (loss && loss != &cube__loss_of_orphans) {
+      cube_status_free(loss->root);
+      free(loss);
+    }
+  }
+  return st;
 }
 
 void cube__backend_device_destroy(cube__backend_t* be) {

@@ -724,6 +724,14 @@ cube_status_t cube__backend_ctl(const cube__backend_t* be, void* stream, uint32_
 // The tables compiled in (each backend's folder)
 //===----------------------------------------------------------------------===//
 
+/* Set (on the calling thread) by cube_device_recover around the opening of
+ * a device it has no server of: a device that fails to open with
+ * DEVICE_LOST (its context was poisoned before a cube_shutdown) may then be
+ * reset by its backend and opened again (CUDA: cuDevicePrimaryCtxReset, as
+ * CUBE__CTL_DEVICE_RESET does). Never set otherwise: opening a device does
+ * not reset a context behind the program's back. */
+extern _Thread_local bool cube__backend_open_may_reset;
+
 extern const cube__backend_vtable_t cube__backend_cpu;
 extern const cube__backend_vtable_t cube__backend_null;
 extern const cube__backend_vtable_t cube__backend_cuda;

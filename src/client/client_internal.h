@@ -73,6 +73,11 @@ static inline cube_status_t cube__client_stream(const cube_client_t* c, cube__st
   return cube__server_stream(c->server, cube__client_stream_id(c), out);
 }
 
+/* cube_client_create_from_slice whose statuses name |fn| (a public function
+ * built on it: cube_client_create_restorable). */
+cube_status_t cube__client_create_from_slice_as(cube_client_t* c, const char* fn, const void* data,
+                                               size_t size, cube_handle_t* out_handle);
+
 /* The failure of cube__client_handle for a live handle of another device. */
 cube_status_t cube__client_handle_foreign(const cube_client_t* c, cube_handle_t h,
                                           const char* what, const cube__handle_info_t* info);

@@ -17,15 +17,25 @@
 
 /* The in-transport path of to_client: dst gets a buffer of |size| bytes, the
  * source sends, the destination receives, and both streams are ordered after
- * the copy (receiver first: in inline mode one thread drives both). */
+ * the copy (receiver first: in inline mode one thread drives both). A
+ * transport carries bytes, not taint (a recv takes the taint of its own
+ * input only), so the source's contents are checked after the send, in its
+ * device's order: spoiled ones fail the call with DATA_LOST, as the read of
+ * the other path does, rather than giving a valid handle of invalid bytes. */
 static cube_status_t cube__to_client_p2p(cube_client_t* src, cube_handle_t handle,
-                                         cube_client_t* dst, cube_handle_t out) {
+                                         cube__memory_t* mem, cube_client_t* dst,
+                                         cube_handle_t out) {
   cube_device_id_t a = cube__coll_global_id(src->server->id);
   cube_device_id_t b = cube__coll_global_id(dst->server->id);
   CUBE_RETURN_IF_ERROR(cube_client_send(src, handle, b));
   CUBE_RETURN_IF_ERROR(cube_client_recv(dst, out, a));
   CUBE_RETURN_IF_ERROR(cube_client_sync_collective(dst));
-  return cube_client_sync_collective(src);
+  CUBE_RETURN_IF_ERROR(cube_client_sync_collective(src));
+  cube__stream_t* stream;
+  CUBE_RETURN_IF_ERROR(cube__client_stream(src, &stream));
+  char where[64];
+  snprintf(where, sizeof(where), "copy of memory %" PRIu64, mem->id);
+  return cube__server_taint_check(stream, mem, where);
 }
 
 /* True when both devices share a collective transport (CPU to CPU). */
@@ -47,7 +57,7 @@ cube_status_t cube_client_to_client(cube_client_t* src, cube_handle_t handle, cu
     if (st) return cube__status_annotate(st, "%s", fn);
     cube_handle_t out = CUBE_HANDLE_NULL; /* released on failure: empty may not set it */
     st = cube_client_empty(dst, (size_t)cube__handle_view_size(&info), &out);
-    if (!st) st = cube__to_client_p2p(src, handle, dst, out);
+    if (!st) st = cube__to_client_p2p(src, handle, info.mem, dst, out);
     if (st) {
       cube_handle_release(out);
       return cube__status_annotate(st, "%s", fn);
@@ -87,7 +97,7 @@ cube_status_t cube_client_to_client_tensor(cube_client_t* src, const cube_tensor
                 cube__handle_view_size(&tinfo) == cube__handle_view_size(&info);
     cube_status_free(st);
     if (same) {
-      st = cube__to_client_p2p(src, tensor->handle, dst, t.handle);
+      st = cube__to_client_p2p(src, tensor->handle, info.mem, dst, t.handle);
       if (st) {
         cube_tensor_release(&t);
         return cube__status_annotate(st, "%s", fn);

@@ -241,9 +241,10 @@ static inline __attribute__((always_inline)) bool cube__empty_1d(
   return true;
 }
 
-cube_status_t cube_client_create_from_slice(cube_client_t* c, const void* data, size_t size,
-                                            cube_handle_t* out_handle) {
-  const char* fn = "cube_client_create_from_slice";
+/* cube_client_create_from_slice for the public function |fn|, which its
+ * statuses name. */
+static inline __attribute__((always_inline)) cube_status_t cube__create_from_slice(
+    cube_client_t* c, const char* fn, const void* data, size_t size, cube_handle_t* out_handle) {
   CUBE__CHECK_CLIENT(c, fn);
   CUBE__CHECK_OUT(out_handle, fn, "out_handle");
   if (!data) return CUBE_INVALID("%s: data is NULL", fn);
@@ -261,6 +262,16 @@ cube_status_t cube_client_create_from_slice(cube_client_t* c, const void* data, 
   CUBE_RETURN_IF_ERROR(cube__create_tensors(c, fn, 1, &d, &data, &size, NULL, &t));
   *out_handle = t.handle;
   return CUBE_OK;
+}
+
+cube_status_t cube_client_create_from_slice(cube_client_t* c, const void* data, size_t size,
+                                            cube_handle_t* out_handle) {
+  return cube__create_from_slice(c, "cube_client_create_from_slice", data, size, out_handle);
+}
+
+cube_status_t cube__client_create_from_slice_as(cube_client_t* c, const char* fn, const void* data,
+                                               size_t size, cube_handle_t* out_handle) {
+  return cube__create_from_slice(c, fn, data, size, out_handle);
 }
 
 cube_status_t cube_client_create(cube_client_t* c, cube_bytes_t* bytes, cube_handle_t* out_handle) {

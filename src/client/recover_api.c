@@ -6,12 +6,17 @@
 #include "base/status.h"
 #include "client/client_internal.h"
 #include "client/handles.h"
+#include "backends/backend.h"
 #include "server/recover.h"
 
 cube_status_t cube_device_recover(cube_device_id_t device) {
   static const char fn[] = "cube_device_recover";
   cube__server_t* s = NULL;
+  /* Without a server (after cube_shutdown) the device is opened here; one
+   * lost before may be reset to open (backend.h). */
+  cube__backend_open_may_reset = true;
   cube_status_t st = cube__server_get(device, NULL, false, &s);
+  cube__backend_open_may_reset = false;
   if (st) return cube__status_annotate(st, "%s", fn);
   return cube__server_recover(s, fn);
 }
@@ -32,7 +37,7 @@ cube_status_t cube_client_create_restorable(cube_client_t* c, const void* data, 
   CUBE__CHECK_CLIENT(c, fn);
   if (!out_handle) return CUBE_INVALID("%s: out_handle is NULL", fn);
   cube_handle_t h;
-  CUBE_RETURN_IF_ERROR(cube_client_create_from_slice(c, data, size, &h));
+  CUBE_RETURN_IF_ERROR(cube__client_create_from_slice_as(c, fn, data, size, &h));
   cube__handle_info_t info;
   cube_status_t st = cube__client_handle_f(c, h, &info, "%s: handle", fn);
   if (!st) st = cube__server_keep(info.mem, data, size);

@@ -26,6 +26,7 @@
 #include "base/status.h"
 #include "cube/cube.h"
 #include "kernel/cache_internal.h"
+#include "platform/private_file.h"
 
 #define CUBE__BUNDLE_MAGIC "CUBEBNDL"
 #define CUBE__BUNDLE_FORMAT 1u
@@ -125,7 +126,7 @@ cube_status_t cube__bundle_export(const char* path, const char* backend, const c
   for (size_t i = 0; i < keep && !w.failed && !st; ++i) {
     char epath[PATH_MAX + 64];
     snprintf(epath, sizeof(epath), "%s/%s", sub, list[i].file);
-    int fd = open(epath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(epath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     struct stat fst;
     char why[160];
     cube__kc_entry_t ent;
@@ -320,23 +321,27 @@ static cube_status_t cube__bundle_store_all(const char* path, cube__br_t* r, siz
 
 cube_status_t cube__bundle_import(const char* path, const char* device, cube__bundle_head_t* out) {
   memset(out, 0, sizeof(*out));
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  /* Opened without following a link and without blocking (a FIFO planted
+   * at the path would hold the open until someone writes it), then checked
+   * on the descriptor: a regular file of this user that nobody else may
+   * write (src/platform/private_file.h). */
+  char why[256] = "";
+  cube__file_refusal_t refusal;
+  int fd = cube__file_open_trusted(path, &refusal, why, sizeof(why));
   if (fd < 0) {
-    int e = errno;
-    return cube__status_make(e == ENOENT ? CUBE_STATUS_NOT_FOUND : CUBE_STATUS_FAILED_PRECONDITION,
-                             "bundle '%s': %s", path, strerror(e));
+    if (refusal == CUBE__FILE_ABSENT)
+      return cube__status_make(CUBE_STATUS_NOT_FOUND, "bundle '%s': %s", path, why);
+    if (refusal == CUBE__FILE_UNREADABLE)
+      return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION, "bundle '%s': %s", path, why);
+    return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION, "bundle '%s' is not read: %s",
+                             path, why);
   }
   struct stat fst;
-  char why[256] = "";
-  bool trusted = false;
-  if (fstat(fd, &fst) != 0)
-    snprintf(why, sizeof(why), "fstat: %s", strerror(errno));
-  else
-    trusted = cube__kc_file_trusted(&fst, why, sizeof(why));
-  if (!trusted) {
+  if (fstat(fd, &fst) != 0) {
+    int e = errno;
     close(fd);
-    return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
-                             "bundle '%s' is not read: %s", path, why);
+    return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION, "bundle '%s': fstat: %s", path,
+                             strerror(e));
   }
   size_t size = (size_t)fst.st_size;
   out->bytes = (uint64_t)size;

@@ -218,7 +218,7 @@ static void cube__kc_describe(const char* sub, const cube__kc_file_t* f,
   e->last_use = (int64_t)f->mtime.tv_sec;
   char path[PATH_MAX + 64];
   snprintf(path, sizeof(path), "%s/%s", sub, f->name);
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   struct stat fst;
   if (fd < 0 || fstat(fd, &fst) != 0) {
     snprintf(e->why, sizeof(e->why), "cannot open: %s", strerror(errno));
@@ -313,7 +313,7 @@ cube_status_t cube_kernel_cache_prune(uint64_t max_bytes,
       } else {
         char path[PATH_MAX + 64], reason[160];
         snprintf(path, sizeof(path), "%s/%s", sub, f->name);
-        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
         struct stat fst;
         if (fd < 0) continue; /* gone meanwhile */
         bool ours = fstat(fd, &fst) == 0 && cube__kc_file_trusted(&fst, reason, sizeof(reason));

@@ -53,6 +53,7 @@ cube__taint_t* cube__taint_create(cube_status_t failure, const char* what) {
   pthread_mutex_init(&r->lock, NULL);
   t->roots[0] = r;
   t->count = 1;
+  t->last_serial = r->serial;
   return t;
 }
 
@@ -73,12 +74,17 @@ bool cube__taint_has(const cube__taint_t* t, const cube__taint_root_t* r) {
   return false;
 }
 
-/* True when every root of |b| is in |a| (and |a| counts at least as many
- * dropped ones). */
+/* True when every root of |b| is known to be in |a|: its kept ones kept by
+ * |a|, its dropped ones all named and dropped by |a| too. */
 static bool cube__taint_covers(const cube__taint_t* a, const cube__taint_t* b) {
-  if (b->dropped > a->dropped) return false;
+  if (b->inexact || b->dropped != b->ndrops || b->dropped > a->dropped) return false;
   for (uint32_t i = 0; i < b->count; ++i)
     if (!cube__taint_has(a, b->roots[i])) return false;
+  uint32_t i = 0;
+  for (uint32_t j = 0; j < b->ndrops; ++j) {
+    while (i < a->ndrops && a->drops[i] < b->drops[j]) ++i;
+    if (i == a->ndrops || a->drops[i] != b->drops[j]) return false;
+  }
   return true;
 }
 
@@ -88,9 +94,13 @@ cube__taint_t* cube__taint_union(cube__taint_t* a, cube__taint_t* b) {
   if (cube__taint_covers(b, a)) return cube__taint_ref(b);
   cube__taint_t* u = cube__taint_alloc();
   if (!u) return cube__taint_ref(a->count >= b->count ? a : b);
-  /* Merge by serial: the earliest failures are the ones kept. */
+  /* Merge by serial: the earliest failures are the ones kept (a side's
+   * dropped roots all come after its kept ones, so none of them is among
+   * the earliest of the union). The kept roots past the first ones join the
+   * dropped ones of both sides, each serial once. */
   uint32_t i = 0, j = 0;
-  uint64_t extra = 0;
+  uint64_t extra[2 * CUBE__TAINT_ROOTS];
+  uint32_t nextra = 0;
   while (i < a->count || j < b->count) {
     cube__taint_root_t* next;
     if (j == b->count || (i < a->count && a->roots[i]->serial < b->roots[j]->serial)) {
@@ -105,10 +115,39 @@ cube__taint_t* cube__taint_union(cube__taint_t* a, cube__taint_t* b) {
       atomic_fetch_add_explicit(&next->refs, 1, memory_order_relaxed);
       u->roots[u->count++] = next;
     } else {
-      ++extra;
+      extra[nextra++] = next->serial;
     }
   }
-  u->dropped = (a->dropped > b->dropped ? a->dropped : b->dropped) + extra;
+  /* Three ascending lists into one, without repeats; counted past what
+   * |drops| holds. */
+  const uint64_t* lists[3] = {a->drops, b->drops, extra};
+  const uint32_t lens[3] = {a->ndrops, b->ndrops, nextra};
+  uint32_t at[3] = {0, 0, 0};
+  uint64_t distinct = 0;
+  for (;;) {
+    uint64_t low = UINT64_MAX;
+    for (int l = 0; l < 3; ++l)
+      if (at[l] < lens[l] && lists[l][at[l]] < low) low = lists[l][at[l]];
+    if (low == UINT64_MAX) break;
+    for (int l = 0; l < 3; ++l)
+      if (at[l] < lens[l] && lists[l][at[l]] == low) ++at[l];
+    if (u->ndrops < CUBE__TAINT_DROPS) u->drops[u->ndrops++] = low;
+    ++distinct;
+  }
+  /* Roots a side dropped without naming them (past its |drops|) may be
+   * ones the other side has, unless all of the other's came after them
+   * (failures that happened later): else the union's count is a lower
+   * bound. */
+  bool overlap_a = a->dropped > a->ndrops && b->roots[0]->serial <= a->last_serial;
+  bool overlap_b = b->dropped > b->ndrops && a->roots[0]->serial <= b->last_serial;
+  u->inexact = a->inexact || b->inexact || overlap_a || overlap_b;
+  u->last_serial = a->last_serial > b->last_serial ? a->last_serial : b->last_serial;
+  if (!u->inexact) {
+    u->dropped = distinct + (a->dropped - a->ndrops) + (b->dropped - b->ndrops);
+  } else {
+    uint64_t most = a->dropped > b->dropped ? a->dropped : b->dropped;
+    u->dropped = most > distinct ? most : distinct;
+  }
   return u;
 }
 
@@ -151,8 +190,9 @@ cube_status_t cube__taint_status(const cube__taint_t* t, const char* where) {
   }
   if (t->dropped)
     all = cube__status_join(all, cube__status_make(CUBE_STATUS_DATA_LOST,
-                                                   "%s: and %" PRIu64 " more failures", where,
-                                                   t->dropped));
+                                                   "%s: and %s%" PRIu64 " more failure%s", where,
+                                                   t->inexact ? "at least " : "", t->dropped,
+                                                   t->dropped == 1 ? "" : "s"));
   return all;
 }
 

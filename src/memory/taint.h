@@ -31,6 +31,7 @@
 
 #define CUBE__TAINT_CHAIN 8 /* descriptions of spoiled work kept per root */
 #define CUBE__TAINT_ROOTS 8 /* distinct roots kept per taint */
+#define CUBE__TAINT_DROPS 56 /* serials of the dropped roots known per taint */
 
 typedef struct cube__taint_root {
   atomic_uint refs;
@@ -46,7 +47,14 @@ typedef struct cube__taint_root {
 typedef struct cube__taint {
   atomic_uint refs;
   uint32_t count;   /* roots kept */
-  uint64_t dropped; /* distinct roots past CUBE__TAINT_ROOTS, not kept */
+  uint64_t dropped; /* distinct roots past CUBE__TAINT_ROOTS, not kept: their number, or
+                       a lower bound of it when |inexact| */
+  bool inexact;     /* more were dropped than |drops| names, and two such taints met:
+                       which of their dropped roots were the same is not known */
+  uint32_t ndrops;  /* serials in |drops| */
+  uint64_t last_serial; /* the latest serial of its roots, kept or dropped */
+  uint64_t drops[CUBE__TAINT_DROPS]; /* the earliest dropped roots' serials, ascending: so
+                                        that a union counts each failure once */
   cube__taint_root_t* roots[CUBE__TAINT_ROOTS];
 } cube__taint_t;
 

@@ -271,16 +271,21 @@ static void cube__replay_node_failed(void* user, size_t node, cube_status_t stat
 }
 
 /* The whole native replay failed: every buffer a node may write is tainted
- * by that failure. */
+ * by that one failure (one root, however many nodes write a buffer: a read
+ * reports it once). */
 static void cube__native_taint_all(cube__stream_t* st, const cube_graph_t* g,
                                    cube_status_t status) {
   char what[96];
   snprintf(what, sizeof(what), "replay of a graph of %zu nodes", g->node_count);
+  cube__taint_t* root = cube__taint_root(st, status, what);
+  if (!root) return; /* no host memory: nothing is known to be wrong (memory/taint.h) */
   for (size_t i = 0; i < g->node_count; ++i) {
     cube__memory_t* out[CUBE_MAX_KERNEL_ARGS];
     uint32_t k = cube__native_node_outputs(g, i, out);
-    cube__taint_fail(st, out, k, NULL, status, what);
+    for (uint32_t o = 0; o < k; ++o)
+      if (out[o]) cube__memory_set_taint(out[o], cube__taint_union(cube__memory_taint(out[o]), root));
   }
+  cube__taint_unref(root);
 }
 
 

@@ -156,7 +156,18 @@ static void cube__recover_live(void* user, cube__memory_t* m) {
 
 /* The taint of what the loss took: its root is the device's first fault. */
 static cube__taint_t* cube__recover_taint(cube__server_t* s) {
-  cube_status_t why = cube__backend_lost_status(&s->be, NULL);
+  /* The first fault, in the past tense: the refusal's own words ("every
+   * call on the device fails from then on (release its handles ...)") are
+   * not true once the device works again. */
+  const cube__backend_loss_t* loss = atomic_load_explicit(&s->be.loss, memory_order_acquire);
+  cube_status_t why =
+      loss && loss->root
+          ? cube__status_make(CUBE_STATUS_DEVICE_LOST, "%s:%u was lost: its %s failed at %s: %s",
+                              s->be.vt->name, s->be.index,
+                              cube__backend_slot_name((cube__backend_slot_t)loss->slot),
+                              loss->when, cube_status_message(loss->root))
+          : cube__status_make(CUBE_STATUS_DEVICE_LOST, "%s:%u was lost", s->be.vt->name,
+                              s->be.index);
   char what[160];
   snprintf(what, sizeof(what),
            "%s:%u (lost; its memory was freed by the recovery: the buffer is not restorable)",
@@ -205,9 +216,10 @@ static cube_status_t cube__recover_run(void* user) {
     atomic_fetch_add_explicit(&s->recoveries, 1, memory_order_relaxed);
     cube__backend_found(&s->be);
     cube__profiler_log(&s->profiler,
-                       "%s:%u recovered: %" PRIu64 " buffers lost, %" PRIu64
+                       "cube: %s:%u recovered: %" PRIu64 " buffer%s lost, %" PRIu64
                        " restored (%" PRIu64 " bytes)",
-                       s->be.vt->name, s->be.index, r->tainted, r->restored, r->restored_bytes);
+                       s->be.vt->name, s->be.index, r->tainted, r->tainted == 1 ? "" : "s",
+                       r->restored, r->restored_bytes);
   }
   pthread_mutex_unlock(&s->streams_lock);
   cube__taint_unref(r->lost);

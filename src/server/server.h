@@ -157,6 +157,15 @@ cube_status_t cube__server_copy(cube__stream_t* stream, cube__memory_t* src, uin
  * holding its own binding reference. Returns the queue's refusal at once. */
 cube_status_t cube__server_accept(cube__stream_t* stream, cube__memory_t* mem);
 
+/* DATA_LOST naming the failures behind |mem|'s contents (memory/taint.h),
+ * each prefixed "<where>: no valid contents", in |stream|'s order on the
+ * device, after the work queued before (a taint is only read in its
+ * device's order); CUBE_OK when its contents are valid. For the callers that
+ * move a buffer's bytes without a read (to_client through a collective
+ * transport), so that spoiled contents are refused as a read refuses them. */
+cube_status_t cube__server_taint_check(cube__stream_t* stream, cube__memory_t* mem,
+                                       const char* where);
+
 /* One region to read. */
 typedef struct cube__read_region {
   cube__memory_t* mem; /* a binding reference owned by the request */

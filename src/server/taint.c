@@ -81,11 +81,15 @@ bool cube__taint_launch_skip(cube__stream_t* st, cube__launch_task_t* t, const c
 
 /* Writes and copies ---------------------------------------------------------- */
 
-void cube__taint_fail(cube__stream_t* st, cube__memory_t* const* mems, uint32_t n,
-                      cube__taint_t* with, cube_status_t failure, const char* what) {
+cube__taint_t* cube__taint_root(cube__stream_t* st, cube_status_t failure, const char* what) {
   char where[64], full[256];
   snprintf(full, sizeof(full), "%s on %s", what, cube__stream_where(st, where, sizeof(where)));
-  cube__taint_t* root = cube__taint_create(failure, full);
+  return cube__taint_create(failure, full);
+}
+
+void cube__taint_fail(cube__stream_t* st, cube__memory_t* const* mems, uint32_t n,
+                      cube__taint_t* with, cube_status_t failure, const char* what) {
+  cube__taint_t* root = cube__taint_root(st, failure, what);
   cube__taint_t* all = cube__taint_union(with, root);
   for (uint32_t i = 0; i < n; ++i)
     if (mems[i])
@@ -168,6 +172,24 @@ void cube__taint_collective(cube__stream_t* st, cube__memory_t* dst, uint64_t ds
 }
 
 /* Reads ------------------------------------------------------------------------ */
+
+typedef struct cube__taint_check {
+  cube__memory_t* mem;
+  const char* where;
+} cube__taint_check_t;
+
+static cube_status_t cube__taint_check_run(void* state, void* payload) {
+  (void)state;
+  const cube__taint_check_t* c = payload;
+  cube__taint_t* t = cube__taint_any() ? cube__memory_taint(c->mem) : NULL;
+  return t ? cube__taint_status(t, c->where) : CUBE_OK;
+}
+
+cube_status_t cube__server_taint_check(cube__stream_t* st, cube__memory_t* mem,
+                                       const char* where) {
+  cube__taint_check_t c = {mem, where};
+  return cube__submit_blocking(st->server->service, st->id, cube__taint_check_run, &c);
+}
 
 cube_status_t cube__taint_read_status(const cube__read_region_t* regions, size_t count) {
   cube__taint_t* all = NULL;

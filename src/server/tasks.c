@@ -451,6 +451,14 @@ static cube_status_t cube__lend_order_run(void* state, void* payload) {
   cube__lend_order_t* o = payload;
   cube__stream_t* st = o->stream;
   const cube__backend_t* be = &st->server->be;
+  /* Spoiled contents (taint) are not lent: the consumer would take them as
+   * valid. Checked here, in the stream's order, as a read checks them. */
+  cube__taint_t* t = __builtin_expect(cube__taint_any(), 0) ? cube__memory_taint(o->mem) : NULL;
+  if (t) {
+    char where[64];
+    snprintf(where, sizeof(where), "export of memory %" PRIu64, o->mem->id);
+    return cube__taint_status(t, where);
+  }
   CUBE_RETURN_IF_ERROR(cube__stream_order(st, o->mem));
   if (!o->consumer) return cube__backend_sync(be, st->backend_stream);
   cube_status_t r = cube__backend_ctl(be, st->backend_stream, CUBE__CTL_ORDER_NATIVE_STREAM,

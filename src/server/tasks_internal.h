@@ -111,6 +111,11 @@ void cube__taint_launch_failed(cube__stream_t* stream, cube__launch_task_t* t,
  * (the caller does not run it). False, nothing done, when none is. */
 bool cube__taint_launch_skip(cube__stream_t* stream, cube__launch_task_t* t, const char* how);
 
+/* A new root: |failure| (cloned) of "<what> on <stream's where>", now; NULL
+ * without host memory. For a caller that gives one failure to more buffers
+ * than one call of cube__taint_fail takes. */
+cube__taint_t* cube__taint_root(cube__stream_t* stream, cube_status_t failure, const char* what);
+
 /* A new root of |failure| (borrowed) for "<what> on <where>", given with
  * |with| (borrowed, may be NULL) to each of |mems| (NULL entries skipped). */
 void cube__taint_fail(cube__stream_t* stream, cube__memory_t* const* mems, uint32_t n,

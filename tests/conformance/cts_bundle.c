@@ -333,7 +333,21 @@ CUBE_TEST(bundle_refusals) {
   REQUIRE(copy_file(good, bad));
   REQUIRE(chmod(bad, 0666) == 0);
   CHECK_STATUS(cube_bundle_import(c, bad, NULL), CUBE_STATUS_FAILED_PRECONDITION,
-               "is not read: writable by");
+               "is not read: it is writable by others (mode 0666)");
+  /* A FIFO planted at the path: refused at once, not waited on (the alarm
+   * ends the case if an open blocks); a link: refused, not followed. */
+  unlink(bad);
+  REQUIRE(mkfifo(bad, 0600) == 0);
+  alarm(20);
+  CHECK_STATUS(cube_bundle_describe(bad, &(cube_bundle_info_t){0}),
+               CUBE_STATUS_FAILED_PRECONDITION, "is not read: it is a FIFO");
+  CHECK_STATUS(cube_bundle_import(c, bad, NULL), CUBE_STATUS_FAILED_PRECONDITION,
+               "is not read: it is a FIFO");
+  alarm(0);
+  unlink(bad);
+  REQUIRE(symlink(good, bad) == 0);
+  CHECK_STATUS(cube_bundle_import(c, bad, NULL), CUBE_STATUS_FAILED_PRECONDITION,
+               "is not read: it is a symbolic link");
   /* None of the refusals stored anything (the other device's entry is the
    * one this case stored itself). */
   CHECK_EQ_U64(entries_in(dir), before + 1);

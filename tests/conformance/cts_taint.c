@@ -19,6 +19,7 @@
 #include "backends/backend.h"
 #include "base/fault.h"
 #include "cts.h"
+#include "cube/dlpack_types.h"
 
 enum { TN = 1037 }; /* elements: not a multiple of any cube */
 
@@ -400,6 +401,65 @@ CUBE_TEST(taint_failed_write_and_copy) {
   CHECK_OK(cube_client_sync(c));
   cube_handle_t hs[] = {h, dst, half, up};
   for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); ++i) cube_handle_release(hs[i]);
+  CTS_END(c);
+}
+
+/* A DLPack export hands the memory to a consumer that reads it as valid: an
+ * ordered export (the stream waited for, or a native stream) of a spoiled
+ * buffer, or of a view of one, is refused with DATA_LOST naming the failure,
+ * and no tensor is made; an unordered one (CUBE_DLPACK_STREAM_NONE) is not
+ * checked; written whole, the buffer exports again. */
+CUBE_TEST(taint_dlpack_export_refused) {
+  CTS_CLIENT(c);
+  int32_t type = -1, id = -1;
+  cube_status_t s = cube_client_dlpack_device(c, &type, &id);
+  if (cube_status_code(s) == CUBE_STATUS_UNIMPLEMENTED) {
+    cube_status_free(s);
+    CTS_END(c);
+    CUBE_SKIP("%s: no DLPack", cts_backend()->name);
+  }
+  CHECK_OK(s);
+  uint32_t a[TN], b[TN];
+  cube_test_fill_random(a, sizeof(a), 39001);
+  cube_test_fill_random(b, sizeof(b), 39002);
+  cube_handle_t h, view;
+  REQUIRE_OK(cube_client_create_from_slice(c, a, sizeof(a), &h));
+  REQUIRE_OK(cube_handle_offset_view(h, 4, 8, &view));
+  CHECK_OK(cube_client_sync(c)); /* the upload is done: the fault hits the write */
+  taint_fault_next(CUBE__SLOT_WRITE);
+  CHECK_OK(cube_client_write(c, h, b, sizeof(b)));
+  CHECK_STATUS(cube_client_sync(c), CUBE_STATUS_INTERNAL, "injected fault");
+  cube__fault_reset();
+  const int64_t shape[1] = {TN}, vshape[1] = {TN - 3};
+  cube_dlpack_export_t e, ev;
+  REQUIRE_OK(cube_dlpack_export_initialize(h, cube_dlpack_dtype(CUBE_DLPACK_UINT, 32), 1, shape,
+                                           &e));
+  REQUIRE_OK(cube_dlpack_export_initialize(view, cube_dlpack_dtype(CUBE_DLPACK_UINT, 32), 1,
+                                           vshape, &ev));
+  struct DLManagedTensorVersioned* t = NULL;
+  struct DLManagedTensor* lt = NULL;
+  CHECK_STATUS(cube_client_to_dlpack(c, &e, &t), CUBE_STATUS_DATA_LOST, "cube_client_to_dlpack",
+               "export of memory", "no valid contents", "write of 4148 bytes", "injected fault");
+  CHECK(t == NULL);
+  CHECK_STATUS(cube_client_to_dlpack_legacy(c, &ev, &lt), CUBE_STATUS_DATA_LOST,
+               "cube_client_to_dlpack_legacy", "no valid contents", "injected fault");
+  CHECK(lt == NULL);
+  /* Unordered: handed out as it is (docs/failures.md, "Limits"). */
+  e.stream = CUBE_DLPACK_STREAM_NONE;
+  CHECK_OK(cube_client_to_dlpack(c, &e, &t));
+  if (t) t->deleter(t);
+  t = NULL;
+  /* Written whole: valid, exported, and the view too. */
+  e.stream = CUBE_DLPACK_STREAM_WAIT;
+  CHECK_OK(cube_client_write(c, h, b, sizeof(b)));
+  CHECK_OK(cube_client_to_dlpack(c, &e, &t));
+  CHECK_OK(cube_client_to_dlpack_legacy(c, &ev, &lt));
+  if (t && type == 1) CHECK(memcmp(t->dl_tensor.data, b, sizeof(b)) == 0);
+  if (t) t->deleter(t);
+  if (lt) lt->deleter(lt);
+  CHECK_OK(cube_client_sync(c));
+  cube_handle_release(view);
+  cube_handle_release(h);
   CTS_END(c);
 }
 

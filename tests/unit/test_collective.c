@@ -349,7 +349,7 @@ static void* worker(void* p) {
   for (uint32_t j = 0; j < w->ndev; ++j) ids[j] = cpu(w->ndev - 1 - j);
   size_t count = 1031 + w->iters;
   for (uint32_t it = 0; it < w->iters; ++it) {
-    cube_handle_t src, dst;
+    cube_handle_t src = CUBE_HANDLE_NULL, dst = CUBE_HANDLE_NULL;
     cube_status_t s = cube_client_empty(c, count * 4, &src);
     if (!s) s = cube_client_empty(c, count * 4, &dst);
     float val = (float)(w->dev + 1 + it);
@@ -550,6 +550,82 @@ static void send_recv_case(const char* mode) {
 
 CUBE_TEST(send_recv_threaded) { send_recv_case("threaded"); }
 CUBE_TEST(send_recv_inline) { send_recv_case("inline"); }
+
+/* Fails every launch: its output is spoiled (taint, docs/failures.md). */
+static int spoil_kernel(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
+  (void)cube;
+  (void)args;
+  (void)n;
+  return 9;
+}
+
+/* to_client of a buffer a failed launch spoiled goes through the transport
+ * between CPU devices, which carries bytes and not taint: it must refuse as
+ * a read does (DATA_LOST naming the failure), not hand out a valid handle of
+ * the invalid bytes; a whole write makes the buffer movable again. */
+static void to_client_spoiled_case(const char* mode) {
+  setup(mode);
+  cube_client_t* c[2];
+  for (uint32_t i = 0; i < 2; ++i) {
+    c[i] = load(i);
+    REQUIRE(c[i] != NULL);
+  }
+  static const cube_arg_kind_t kinds[1] = {CUBE_ARG_BUFFER};
+  cube_kernel_desc_t d;
+  cube_kernel_desc_initialize(&d);
+  d.name = "spoil";
+  d.cube_dim = (cube_dim_t){1, 1, 1};
+  d.arg_kinds = kinds;
+  d.arg_count = 1;
+  d.cpu_fn = spoil_kernel;
+  cube_kernel_t* k = NULL;
+  REQUIRE_OK(cube_kernel_create(&d, &k));
+  enum { R = 13, C = 29 };
+  const uint64_t shape[2] = {R, C};
+  float data[R * C];
+  cube_test_fill_random(data, sizeof(data), 4242);
+  cube_tensor_t t;
+  REQUIRE_OK(cube_client_create_tensor_from_slice(c[0], data, sizeof(data), 2, shape, 4, &t));
+  cube_arg_t a = cube_arg_buffer(t.handle);
+  CHECK_OK(cube_client_launch(c[0], k, cube_count_static(1, 1, 1), 1, &a));
+  CHECK_STATUS(cube_client_sync(c[0]), CUBE_STATUS_LAUNCH_FAILED, "'spoil'");
+  for (uint32_t dst = 0; dst < 2; ++dst) {
+    cube_handle_t out = CUBE_HANDLE_NULL;
+    CHECK_STATUS(cube_client_to_client(c[0], t.handle, c[dst], &out), CUBE_STATUS_DATA_LOST,
+                 "cube_client_to_client", "no valid contents", "'spoil'", "returned error 9");
+    CHECK(out.id == CUBE_HANDLE_NULL.id);
+    cube_tensor_t t1;
+    memset(&t1, 0, sizeof(t1));
+    CHECK_STATUS(cube_client_to_client_tensor(c[0], &t, c[dst], &t1), CUBE_STATUS_DATA_LOST,
+                 "cube_client_to_client_tensor", "no valid contents", "'spoil'");
+  }
+  /* Written whole, it moves again, bit for bit. */
+  cube_test_fill_random(data, sizeof(data), 4343);
+  CHECK_OK(cube_client_write_tensor(c[0], &t, data, sizeof(data)));
+  cube_handle_t out;
+  CHECK_OK(cube_client_to_client(c[0], t.handle, c[1], &out));
+  float back[R * C];
+  CHECK_OK(cube_client_read_into(c[1], out, back, sizeof(back)));
+  CHECK(memcmp(back, data, sizeof(data)) == 0);
+  cube_handle_release(out);
+  cube_tensor_t t1;
+  CHECK_OK(cube_client_to_client_tensor(c[0], &t, c[1], &t1));
+  cube_bytes_t* tb = NULL;
+  CHECK_OK(cube_client_read_tensor(c[1], 1, &t1, &tb));
+  CHECK(tb && memcmp(cube_bytes_const_data(tb), data, sizeof(data)) == 0);
+  cube_bytes_release(tb);
+  cube_tensor_release(&t1);
+  cube_tensor_release(&t);
+  cube_kernel_release(k);
+  for (uint32_t i = 0; i < 2; ++i) {
+    CHECK_OK(cube_client_sync(c[i]));
+    cube_client_release(c[i]);
+  }
+  cube_shutdown();
+}
+
+CUBE_TEST(to_client_refuses_spoiled_contents_threaded) { to_client_spoiled_case("threaded"); }
+CUBE_TEST(to_client_refuses_spoiled_contents_inline) { to_client_spoiled_case("inline"); }
 
 //===----------------------------------------------------------------------===//
 // Failures

@@ -214,6 +214,60 @@ static void* gate_thread(void* user) {
  * write fails with the fault, the read and the sync find the device lost:
  * both futures complete with DEVICE_LOST, and the buffer the write should
  * have filled is tainted with the loss. */
+/* A device lost before cube_shutdown: its context stays poisoned, so a new
+ * client of it fails to load with DEVICE_LOST naming the fault (and the
+ * loss record of the server that could not be made is freed: the ASan build
+ * checks), and the other GPU loads and computes; cube_device_recover, which
+ * has no server of it to reset, resets the context as it opens the device,
+ * and then the device loads and round-trips new data. */
+CUBE_TEST(device_lost_across_shutdown_is_recovered) {
+  MOCK_SETUP("2");
+  mock_t m;
+  REQUIRE(mock_get(&m));
+  cube_client_t* c0 = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c0));
+  unsigned char data[1001];
+  fill_random(data, sizeof(data), 44);
+  cube_handle_t h;
+  REQUIRE_OK(cube_client_create_from_slice(c0, data, sizeof(data), &h));
+  m.fail_sticky("d2h", 1, ERR_ILLEGAL_ADDRESS);
+  cube_bytes_t* b = NULL;
+  CHECK_STATUS(cube_client_read_one(c0, h, &b), CUBE_STATUS_DEVICE_LOST,
+               "CUDA_ERROR_ILLEGAL_ADDRESS");
+  cube_handle_release(h);
+  cube_client_release(c0);
+  cube_shutdown();
+  CHECK(m.lost(0) != 0);
+  for (int i = 0; i < 3; ++i) {
+    c0 = NULL;
+    CHECK_STATUS(cube_client_load(cuda0, &c0), CUBE_STATUS_DEVICE_LOST, "cube_client_load",
+                 "cuda:0", "CUDA_ERROR_ILLEGAL_ADDRESS");
+    CHECK(c0 == NULL);
+  }
+  cube_client_t* c1 = NULL;
+  REQUIRE_OK(cube_client_load(cuda1, &c1));
+  CHECK(roundtrip(c1, 4099, 45));
+  long resets = m.resets();
+  CHECK_OK(cube_device_recover(cuda0));
+  CHECK_EQ_U64(m.resets(), resets + 1);
+  CHECK(m.lost(0) == 0);
+  CHECK_OK(cube_device_recover(cuda0)); /* its server works now: nothing to do */
+  CHECK_EQ_U64(m.resets(), resets + 1);
+  c0 = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c0));
+  CHECK(roundtrip(c0, 7001, 46));
+  CHECK(roundtrip(c1, 999, 47));
+  cube_client_release(c0);
+  cube_client_release(c1);
+  cube_shutdown();
+  /* A device opened by the recovery that was never lost: not reset. */
+  resets = m.resets();
+  CHECK_OK(cube_device_recover(cuda1));
+  CHECK_EQ_U64(m.resets(), resets);
+  cube_shutdown();
+  m.restore(0);
+}
+
 CUBE_TEST(queued_work_fails_and_futures_complete) {
   MOCK_SETUP("1");
   mock_t m;

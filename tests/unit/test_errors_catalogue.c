@@ -561,7 +561,11 @@ static cube_status_t load_try(cube_device_id_t d) {
   X("E139", "cube_client_create_tensors", "bytes[1] NULL", INV,                                  \
     cube_client_create_tensors(c, 2, descs2, fresh2(64, 0), ts), "cube_client_create_tensors", "bytes[1] is NULL") \
   X("E140", "cube_client_create_tensors", "bytes[1] of 8 != 16 the shape needs", INV,            \
-    cube_client_create_tensors(c, 2, descs2, fresh2(64, 8), ts), "cube_client_create_tensors", "bytes[1] holds 8 bytes", "needs 16")
+    cube_client_create_tensors(c, 2, descs2, fresh2(64, 8), ts), "cube_client_create_tensors", "bytes[1] holds 8 bytes", "needs 16") \
+  X("E468", "cube_client_create_restorable", "data NULL", INV,                                   \
+    cube_client_create_restorable(c, NULL, 64, &h), "cube_client_create_restorable: data is NULL") \
+  X("E469", "cube_client_create_restorable", "size 0", INV,                                      \
+    cube_client_create_restorable(c, data2[0], 0, &h), "cube_client_create_restorable: size 0")
 
 /* Staging. */
 #define G_STAGING(X, V)                                                                           \

@@ -136,11 +136,56 @@ static cube_status_t cube__cuda_params_take(const cube_server_options_t* options
   return cube__option_check_value(CUBE__OPT_CUDA_STREAM_COPY, (uint64_t)prm->stream_copy, what);
 }
 
+static cube_status_t cube__cuda_device_open(uint32_t index, const cube_server_options_t* options,
+                                            cube__backend_device_t** out_device,
+                                            cube_device_properties_t* p,
+                                            cube_features_t* out_features,
+                                            cube_backend_info_t* out_info);
+
+/* The primary context of |index| reset (cuDevicePrimaryCtxReset) and
+ * forgotten, so that the next open retains the one the driver has now: for
+ * a device lost before a cube_shutdown, opened by cube_device_recover
+ * (cube__backend_open_may_reset). */
+static cube_status_t cube__cuda_primary_reset(uint32_t index) {
+  const cube__cuda_driver_t* cu;
+  CUBE_RETURN_IF_ERROR(cube__cuda_driver(&cu));
+  CUdevice dev;
+  CUresult r = cu->DeviceGet(&dev, (int)index);
+  if (r != CUDA_SUCCESS) return cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuDeviceGet", index);
+  pthread_mutex_lock(&cube__cuda_ctx_lock);
+  r = cu->DevicePrimaryCtxReset(dev);
+  if (r == CUDA_SUCCESS) cube__cuda_ctxs[index] = NULL;
+  pthread_mutex_unlock(&cube__cuda_ctx_lock);
+  if (r != CUDA_SUCCESS)
+    return cube__cuda_error(r, CUBE_STATUS_OK, "cuda:%u: cuDevicePrimaryCtxReset", index);
+  return CUBE_OK;
+}
+
 cube_status_t cube__cuda_device_create(uint32_t index, const cube_server_options_t* options,
                                        cube__backend_device_t** out_device,
                                        cube_device_properties_t* p,
                                        cube_features_t* out_features,
                                        cube_backend_info_t* out_info) {
+  cube_status_t st = cube__cuda_device_open(index, options, out_device, p, out_features, out_info);
+  if (cube_status_code(st) != CUBE_STATUS_DEVICE_LOST || !cube__backend_open_may_reset ||
+      index >= CUBE__CUDA_MAX_DEVICES)
+    return st;
+  /* Lost before: reset and open once more (a GPU whose driver refuses the
+   * process a new context fails again, with DEVICE_LOST). */
+  cube_status_t reset = cube__cuda_primary_reset(index);
+  if (reset) {
+    cube_status_free(st);
+    return cube__status_annotate(reset, "cuda:%u was lost before and could not be reset", index);
+  }
+  cube_status_free(st);
+  return cube__cuda_device_open(index, options, out_device, p, out_features, out_info);
+}
+
+static cube_status_t cube__cuda_device_open(uint32_t index, const cube_server_options_t* options,
+                                            cube__backend_device_t** out_device,
+                                            cube_device_properties_t* p,
+                                            cube_features_t* out_features,
+                                            cube_backend_info_t* out_info) {
   cube_cuda_params_t prm;
   CUBE_RETURN_IF_ERROR(cube__cuda_params_take(options, index, &prm));
   const cube__cuda_driver_t* cu;
