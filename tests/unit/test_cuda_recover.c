@@ -254,9 +254,25 @@ CUBE_TEST(recovery_refused_keeps_restorable_copies) {
   unsetenv("CUBE_MOCK_CUDA_STICKY_PROCESS");
 }
 
-/* Read results the program holds in the device's pinned memory: the reset
- * would free them, so the recovery is refused (the device stays lost) until
- * they are released. The CPU device is not lost: recovering it does nothing. */
+/* Captures o = a, x = b, o = x (o written by two nodes) as |*g|, replays
+ * it once and syncs; false when any of that fails or the graph is not
+ * native. */
+static bool capture_copies(cube_client_t* c, cube_handle_t ha, cube_handle_t hb,
+                           cube_handle_t hx, cube_handle_t ho, cube_graph_t** g) {
+  cube_status_t s = cube_client_capture_begin(c);
+  if (!s) s = cube_client_copy(c, ha, ho);
+  if (!s) s = cube_client_copy(c, hb, hx);
+  if (!s) s = cube_client_copy(c, hx, ho);
+  cube_status_t e = cube_client_capture_end(c, g);
+  if (!s) s = e;
+  else cube_status_free(e);
+  if (!s) s = cube_client_replay(c, *g, 0, NULL);
+  if (!s) s = cube_client_sync(c);
+  bool ok = !s && cube_graph_is_native(*g);
+  cube_status_free(s);
+  return ok;
+}
+
 /* A native graph captured before a recovery holds driver objects of the old
  * context: its replay after the recovery fails (deferred, FAILED_PRECONDITION
  * saying to capture it again) and spoils what its nodes write with that one
@@ -277,16 +293,8 @@ CUBE_TEST(graph_made_before_recovery_is_refused) {
   REQUIRE_OK(cube_client_create_restorable(c, b, sizeof(b), &hb));
   REQUIRE_OK(cube_client_create_from_slice(c, poison, sizeof(poison), &hx));
   REQUIRE_OK(cube_client_create_from_slice(c, poison, sizeof(poison), &ho));
-  /* o = a, x = b, o = x: o written by two nodes. */
   cube_graph_t* g = NULL;
-  REQUIRE_OK(cube_client_capture_begin(c));
-  CHECK_OK(cube_client_copy(c, ha, ho));
-  CHECK_OK(cube_client_copy(c, hb, hx));
-  CHECK_OK(cube_client_copy(c, hx, ho));
-  REQUIRE_OK(cube_client_capture_end(c, &g));
-  CHECK_OK(cube_client_replay(c, g, 0, NULL));
-  CHECK_OK(cube_client_sync(c));
-  CHECK(cube_graph_is_native(g));
+  REQUIRE(capture_copies(c, ha, hb, hx, ho, &g));
   CHECK(cube_test_read_equals(c, ho, b, sizeof(b)));
 
   lose(&m, c, hx);
@@ -309,14 +317,7 @@ CUBE_TEST(graph_made_before_recovery_is_refused) {
   /* Captured again: it replays right. */
   CHECK_OK(cube_client_write(c, hx, poison, sizeof(poison)));
   CHECK_OK(cube_client_write(c, ho, poison, sizeof(poison)));
-  REQUIRE_OK(cube_client_capture_begin(c));
-  CHECK_OK(cube_client_copy(c, ha, ho));
-  CHECK_OK(cube_client_copy(c, hb, hx));
-  CHECK_OK(cube_client_copy(c, hx, ho));
-  REQUIRE_OK(cube_client_capture_end(c, &g));
-  CHECK_OK(cube_client_replay(c, g, 0, NULL));
-  CHECK_OK(cube_client_sync(c));
-  CHECK(cube_graph_is_native(g));
+  REQUIRE(capture_copies(c, ha, hb, hx, ho, &g));
   CHECK(cube_test_read_equals(c, ho, b, sizeof(b)));
   CHECK(cube_test_read_equals(c, hx, b, sizeof(b)));
   cube_graph_release(g);
@@ -369,6 +370,9 @@ CUBE_TEST(recovery_is_logged_once) {
   m.restore(0);
 }
 
+/* Read results the program holds in the device's pinned memory: the reset
+ * would free them, so the recovery is refused (the device stays lost) until
+ * they are released. The CPU device is not lost: recovering it does nothing. */
 CUBE_TEST(recover_waits_for_pinned_results) {
   MOCK_SETUP("1");
   mock_t m;
