@@ -413,7 +413,9 @@ CUBE_MUST_USE_RESULT cube_status_t cube_client_checkpoint(cube_client_t* client,
 
 /* As cube_client_create_from_slice, and the buffer is restorable from
  * |data| (copied: the caller keeps |data|), its contents until a
- * cube_client_checkpoint replaces them. Fails as
+ * cube_client_checkpoint replaces them. The host copy is kept before the
+ * upload, so a recovery of the device by another thread at any moment of
+ * the call leaves a buffer whose creation succeeded with |data|. Fails as
  * cube_client_create_from_slice, and with OUT_OF_MEMORY for the host copy
  * (then no handle is made). */
 CUBE_MUST_USE_RESULT cube_status_t cube_client_create_restorable(cube_client_t* client,

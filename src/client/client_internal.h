@@ -73,10 +73,10 @@ static inline cube_status_t cube__client_stream(const cube_client_t* c, cube__st
   return cube__server_stream(c->server, cube__client_stream_id(c), out);
 }
 
-/* cube_client_create_from_slice whose statuses name |fn| (a public function
- * built on it: cube_client_create_restorable). */
-cube_status_t cube__client_create_from_slice_as(cube_client_t* c, const char* fn, const void* data,
-                                               size_t size, cube_handle_t* out_handle);
+/* cube_client_create_restorable (statuses name |fn|): a buffer of |size|
+ * bytes from |data| whose host copy is kept before the upload (create.c). */
+cube_status_t cube__client_create_kept(cube_client_t* c, const char* fn, const void* data,
+                                       size_t size, cube_handle_t* out_handle);
 
 /* The failure of cube__client_handle for a live handle of another device. */
 cube_status_t cube__client_handle_foreign(const cube_client_t* c, cube_handle_t h,

@@ -8,6 +8,7 @@
 #include "base/abi.h"
 #include "base/bytes.h"
 #include "client/client_internal.h"
+#include "server/recover.h"
 
 //===----------------------------------------------------------------------===//
 // Creating memory
@@ -242,9 +243,15 @@ static inline __attribute__((always_inline)) bool cube__empty_1d(
 }
 
 /* cube_client_create_from_slice for the public function |fn|, which its
- * statuses name. */
+ * statuses name. |keep| (cube_client_create_restorable): the buffer made
+ * empty, then its host copy kept, then the upload, in that order: a
+ * recovery before the copy is kept comes before the upload, whose whole
+ * write makes the buffer valid again, and one after it restores the copy;
+ * no recovery between the upload and the copy can leave a buffer created
+ * restorable lost. (Constant for each caller: the plain path is unchanged.) */
 static inline __attribute__((always_inline)) cube_status_t cube__create_from_slice(
-    cube_client_t* c, const char* fn, const void* data, size_t size, cube_handle_t* out_handle) {
+    cube_client_t* c, const char* fn, const void* data, size_t size, bool keep,
+    cube_handle_t* out_handle) {
   CUBE__CHECK_CLIENT(c, fn);
   CUBE__CHECK_OUT(out_handle, fn, "out_handle");
   if (!data) return CUBE_INVALID("%s: data is NULL", fn);
@@ -253,25 +260,47 @@ static inline __attribute__((always_inline)) cube_status_t cube__create_from_sli
   cube__stream_t* stream;
   cube__memory_t* mem;
   if (cube__empty_1d(c, fn, size, out_handle, &stream, &mem, &st)) {
+    if (!st && keep) {
+      st = cube__server_keep(mem, data, size);
+      if (st) {
+        cube_handle_release(*out_handle);
+        *out_handle = CUBE_HANDLE_NULL;
+        return cube__status_annotate(st, "%s", fn);
+      }
+    }
     if (!st) cube__server_write(stream, mem, 0, size, data, size, 1, NULL);
     return st;
   }
   cube_layout_desc_t d;
   cube__desc_1d(size, &d);
   cube_tensor_t t;
-  CUBE_RETURN_IF_ERROR(cube__create_tensors(c, fn, 1, &d, &data, &size, NULL, &t));
+  if (!keep) {
+    CUBE_RETURN_IF_ERROR(cube__create_tensors(c, fn, 1, &d, &data, &size, NULL, &t));
+    *out_handle = t.handle;
+    return CUBE_OK;
+  }
+  CUBE_RETURN_IF_ERROR(cube__create_tensors(c, fn, 1, &d, NULL, NULL, NULL, &t));
+  cube__handle_info_t info;
+  st = cube__client_handle_f(c, t.handle, &info, "%s: handle", fn);
+  if (!st) st = cube__server_keep(info.mem, data, size);
+  if (!st) st = cube_client_write(c, t.handle, data, size);
+  if (st) {
+    cube_handle_release(t.handle);
+    return cube__status_annotate(st, "%s", fn);
+  }
   *out_handle = t.handle;
   return CUBE_OK;
 }
 
 cube_status_t cube_client_create_from_slice(cube_client_t* c, const void* data, size_t size,
                                             cube_handle_t* out_handle) {
-  return cube__create_from_slice(c, "cube_client_create_from_slice", data, size, out_handle);
+  return cube__create_from_slice(c, "cube_client_create_from_slice", data, size, false,
+                                 out_handle);
 }
 
-cube_status_t cube__client_create_from_slice_as(cube_client_t* c, const char* fn, const void* data,
-                                               size_t size, cube_handle_t* out_handle) {
-  return cube__create_from_slice(c, fn, data, size, out_handle);
+cube_status_t cube__client_create_kept(cube_client_t* c, const char* fn, const void* data,
+                                       size_t size, cube_handle_t* out_handle) {
+  return cube__create_from_slice(c, fn, data, size, true, out_handle);
 }
 
 cube_status_t cube_client_create(cube_client_t* c, cube_bytes_t* bytes, cube_handle_t* out_handle) {

@@ -36,17 +36,7 @@ cube_status_t cube_client_create_restorable(cube_client_t* c, const void* data, 
   static const char fn[] = "cube_client_create_restorable";
   CUBE__CHECK_CLIENT(c, fn);
   if (!out_handle) return CUBE_INVALID("%s: out_handle is NULL", fn);
-  cube_handle_t h;
-  CUBE_RETURN_IF_ERROR(cube__client_create_from_slice_as(c, fn, data, size, &h));
-  cube__handle_info_t info;
-  cube_status_t st = cube__client_handle_f(c, h, &info, "%s: handle", fn);
-  if (!st) st = cube__server_keep(info.mem, data, size);
-  if (st) {
-    cube_handle_release(h);
-    return cube__status_annotate(st, "%s", fn);
-  }
-  *out_handle = h;
-  return CUBE_OK;
+  return cube__client_create_kept(c, fn, data, size, out_handle);
 }
 
 cube_status_t cube_client_read_restorable(cube_client_t* c, cube_handle_t handle,

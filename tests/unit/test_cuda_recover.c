@@ -549,6 +549,145 @@ static void* worker(void* p) {
   return NULL;
 }
 
+enum { MAKER_RING = 64 };
+typedef struct {
+  cube_client_t* c;
+  atomic_int* stop;
+  int made, refused, other, checked, lost, wrong;
+  bool full[MAKER_RING];
+  cube_handle_t h[MAKER_RING];
+  size_t size[MAKER_RING];
+  unsigned seed[MAKER_RING];
+} maker_t;
+
+/* Reads back buffer |k| of the maker's ring (its bytes regenerated) and
+ * releases it: right, or refused while the device is lost; a restorable
+ * buffer is never DATA_LOST and never wrong. */
+static void maker_check(maker_t* mk, int k, unsigned char* want) {
+  fill_random(want, mk->size[k], mk->seed[k]);
+  unsigned char* back = malloc(mk->size[k]);
+  cube_status_t st = back ? cube_client_read_into(mk->c, mk->h[k], back, mk->size[k])
+                          : cube_status_make(CUBE_STATUS_OUT_OF_MEMORY, "test");
+  cube_status_code_t code = cube_status_code(st);
+  if (!st) {
+    mk->checked++;
+    if (memcmp(back, want, mk->size[k]) != 0) mk->wrong++;
+  } else if (code == CUBE_STATUS_DEVICE_LOST) {
+    mk->refused++;
+  } else {
+    fprintf(stderr, "maker: buffer %d of %zu bytes: [%s] %s\n", mk->made, mk->size[k],
+            cube_status_code_name(code), cube_status_message(st));
+    if (code == CUBE_STATUS_DATA_LOST) mk->lost++;
+    else mk->other++;
+  }
+  cube_status_free(st);
+  free(back);
+  cube_handle_release(mk->h[k]);
+  mk->full[k] = false;
+}
+
+/* Creates restorable buffers of random sizes and contents until told to
+ * stop, in a ring: the oldest is read back (maker_check) before its place
+ * is taken. A creation may be refused while the device is lost; never with
+ * another failure. The buffers left are checked by the caller. */
+static void* maker(void* p) {
+  maker_t* mk = p;
+  unsigned char* data = malloc(9000);
+  unsigned char* want = malloc(9000);
+  for (unsigned i = 0; data && want && !atomic_load(mk->stop); ++i) {
+    size_t n = 1 + (size_t)((i * 2654435761u) % 9000);
+    unsigned seed = 7001 + i;
+    fill_random(data, n, seed);
+    int k = mk->made % MAKER_RING;
+    if (mk->full[k]) maker_check(mk, k, want);
+    cube_handle_t h;
+    cube_status_t st = cube_client_create_restorable(mk->c, data, n, &h);
+    cube_status_code_t code = cube_status_code(st);
+    if (!st) {
+      mk->h[k] = h;
+      mk->size[k] = n;
+      mk->seed[k] = seed;
+      mk->full[k] = true;
+      mk->made++;
+    } else if (code == CUBE_STATUS_DEVICE_LOST) {
+      mk->refused++; /* its place stays empty: the next creation takes it */
+    } else {
+      fprintf(stderr, "maker: [%s] %s\n", cube_status_code_name(code), cube_status_message(st));
+      mk->other++;
+    }
+    cube_status_free(st);
+  }
+  free(data);
+  free(want);
+  return NULL;
+}
+
+/* Restorable buffers are made (and read back) on one thread while another
+ * makes cuda:0 lost (an upload faults) and recovers it, many times: every
+ * buffer whose creation succeeded reads back its bytes whenever the device
+ * works, wherever the losses and recoveries fell (before its upload,
+ * between the upload and its host copy, after both). */
+CUBE_TEST(restorable_buffers_made_while_the_device_recovers) {
+  MOCK_SETUP("1");
+  mock_t m;
+  REQUIRE(mock_get(&m));
+  cube_client_t* c = NULL;
+  REQUIRE_OK(cube_client_load(cuda0, &c));
+  atomic_int stop = 0;
+  static maker_t mk;
+  memset(&mk, 0, sizeof(mk));
+  mk.c = c;
+  mk.stop = &stop;
+  pthread_t t;
+  REQUIRE(pthread_create(&t, NULL, maker, &mk) == 0);
+  long resets = m.resets();
+  enum { ROUNDS = 40 };
+  int recovered = 0;
+  for (int round = 0; round < ROUNDS; ++round) {
+    m.fail_sticky_on(0, "h2d", 1 + round % 7, ERR_ILLEGAL_ADDRESS);
+    while (!m.lost(0)) sched_yield();
+    for (;;) { /* cube has seen it: this thread's sync meets the loss */
+      cube_status_t s = cube_client_sync(c);
+      cube_status_code_t code = cube_status_code(s);
+      cube_status_free(s);
+      if (code == CUBE_STATUS_DEVICE_LOST) break;
+      sched_yield();
+    }
+    struct timespec t0, tn;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+      clock_gettime(CLOCK_MONOTONIC, &tn);
+      if (tn.tv_sec - t0.tv_sec > 20) break;
+      cube_status_t s = cube_device_recover(cuda0);
+      cube_status_code_t code = cube_status_code(s);
+      cube_status_free(s);
+      if (code == CUBE_STATUS_OK) {
+        recovered++;
+        break;
+      }
+      CHECK_EQ_U64(code, CUBE_STATUS_FAILED_PRECONDITION);
+      sched_yield();
+    }
+    CHECK(m.lost(0) == 0);
+  }
+  atomic_store(&stop, 1);
+  pthread_join(t, NULL);
+  CHECK_EQ_U64(recovered, ROUNDS);
+  CHECK_EQ_U64(m.resets(), resets + ROUNDS);
+  CHECK(mk.made > ROUNDS);
+  /* The buffers left, on the device that works now. */
+  static unsigned char want[9000];
+  for (int k = 0; k < MAKER_RING; ++k)
+    if (mk.full[k]) maker_check(&mk, k, want);
+  CHECK(mk.checked > 0);
+  CHECK_EQ_U64(mk.lost, 0);
+  CHECK_EQ_U64(mk.wrong, 0);
+  CHECK_EQ_U64(mk.other, 0);
+  cube_client_release(c);
+  cube_shutdown();
+  m.restore(0);
+}
+
 /* Four threads work on cuda:0 while a fifth makes it lost and recovers it,
  * three times (TSan: no race; ASan: nothing leaks or is read after free). */
 CUBE_TEST(recover_while_threads_call_in) {
