@@ -549,6 +549,36 @@ static void* worker(void* p) {
   return NULL;
 }
 
+/* While other threads work on cuda:0: waits until the mock has lost it and
+ * cube has seen the loss (a sync of this thread's stream meets it: a
+ * recovery of a device cube does not know lost does nothing), then recovers
+ * it, again while it is refused because a worker holds a read result (for
+ * up to 20 s: on a loaded machine one may be held for long). True when the
+ * recovery worked and the mock's device works again. */
+static bool await_loss_and_recover(mock_t* m, cube_client_t* c) {
+  while (!m->lost(0)) sched_yield();
+  for (;;) {
+    cube_status_t s = cube_client_sync(c);
+    cube_status_code_t code = cube_status_code(s);
+    cube_status_free(s);
+    if (code == CUBE_STATUS_DEVICE_LOST) break;
+    sched_yield();
+  }
+  struct timespec t0, tn;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    clock_gettime(CLOCK_MONOTONIC, &tn);
+    if (tn.tv_sec - t0.tv_sec > 20) return false;
+    cube_status_t s = cube_device_recover(cuda0);
+    cube_status_code_t code = cube_status_code(s);
+    cube_status_free(s);
+    if (code == CUBE_STATUS_OK) break;
+    CHECK_EQ_U64(code, CUBE_STATUS_FAILED_PRECONDITION);
+    sched_yield();
+  }
+  return m->lost(0) == 0;
+}
+
 enum { MAKER_RING = 64 };
 typedef struct {
   cube_client_t* c;
@@ -645,30 +675,7 @@ CUBE_TEST(restorable_buffers_made_while_the_device_recovers) {
   int recovered = 0;
   for (int round = 0; round < ROUNDS; ++round) {
     m.fail_sticky_on(0, "h2d", 1 + round % 7, ERR_ILLEGAL_ADDRESS);
-    while (!m.lost(0)) sched_yield();
-    for (;;) { /* cube has seen it: this thread's sync meets the loss */
-      cube_status_t s = cube_client_sync(c);
-      cube_status_code_t code = cube_status_code(s);
-      cube_status_free(s);
-      if (code == CUBE_STATUS_DEVICE_LOST) break;
-      sched_yield();
-    }
-    struct timespec t0, tn;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-      clock_gettime(CLOCK_MONOTONIC, &tn);
-      if (tn.tv_sec - t0.tv_sec > 20) break;
-      cube_status_t s = cube_device_recover(cuda0);
-      cube_status_code_t code = cube_status_code(s);
-      cube_status_free(s);
-      if (code == CUBE_STATUS_OK) {
-        recovered++;
-        break;
-      }
-      CHECK_EQ_U64(code, CUBE_STATUS_FAILED_PRECONDITION);
-      sched_yield();
-    }
-    CHECK(m.lost(0) == 0);
+    if (await_loss_and_recover(&m, c)) recovered++;
   }
   atomic_store(&stop, 1);
   pthread_join(t, NULL);
@@ -710,31 +717,7 @@ CUBE_TEST(recover_while_threads_call_in) {
   long resets = m.resets();
   for (int round = 0; round < 3; ++round) {
     m.fail_sticky_on(0, "d2h", 3, ERR_ILLEGAL_ADDRESS);
-    while (!m.lost(0)) sched_yield();
-    /* And cube has seen it (a recovery of a device it does not know lost
-     * does nothing): a sync of this thread's stream meets the loss. */
-    for (;;) {
-      cube_status_t s = cube_client_sync(c);
-      cube_status_code_t code = cube_status_code(s);
-      cube_status_free(s);
-      if (code == CUBE_STATUS_DEVICE_LOST) break;
-      sched_yield();
-    }
-    /* Refused while a worker holds a read result: try again (for up to 20
-     * s: on a loaded machine the workers may hold one for long). */
-    struct timespec t0, tn;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-      clock_gettime(CLOCK_MONOTONIC, &tn);
-      if (tn.tv_sec - t0.tv_sec > 20) break;
-      cube_status_t s = cube_device_recover(cuda0);
-      cube_status_code_t code = cube_status_code(s);
-      cube_status_free(s);
-      if (code == CUBE_STATUS_OK) break;
-      CHECK_EQ_U64(code, CUBE_STATUS_FAILED_PRECONDITION);
-      sched_yield();
-    }
-    CHECK(m.lost(0) == 0);
+    CHECK(await_loss_and_recover(&m, c));
   }
   atomic_store(&stop, 1);
   for (int i = 0; i < 4; ++i) pthread_join(t[i], NULL);
