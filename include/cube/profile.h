@@ -113,9 +113,16 @@ typedef struct cube_profile_summary {
 void cube_profile_summary_deinitialize(cube_profile_summary_t* summary);
 
 /* Receives each log line (without newline; |line| is valid for the call
- * only). Called on the device runner or the calling thread, possibly from
- * several threads at once for different devices, never under a lock that a
- * cube call could need. */
+ * only). Called on a thread that has a line for the server (its device
+ * runner, a calling thread, the compile watcher), possibly from several
+ * threads at once for different devices; for one device one line at a time,
+ * each thread's lines in order: a line that comes while the callback runs
+ * waits (up to 4096 lines; more are counted in a line of their own) and is
+ * delivered by the thread in the callback once its call returns. Never
+ * called under a lock that a cube call could need: the callback may call
+ * cube functions; from inside a device's task (level exec's "Executing")
+ * those that must queue work behind that task are refused with
+ * FAILED_PRECONDITION naming the call (docs/observability.md, "Log lines"). */
 typedef void (*cube_log_fn)(void* user, const char* line);
 
 #ifdef __cplusplus

@@ -277,7 +277,9 @@ cube_status_t cube_client_exclusive(cube_client_t* c, cube_task_fn fn, void* use
   if (!fn) return CUBE_INVALID("cube_client_exclusive: fn is NULL");
   /* The device to itself after everything called before: held steps too. */
   if (cube__server_auto(c->server)) cube__auto_end_device(c->server, "cube_client_exclusive");
-  return cube__server_exclusive(c->server, cube__client_stream_id(c), fn, user);
+  return cube__queue_name_refusal(
+      cube__server_exclusive(c->server, cube__client_stream_id(c), fn, user),
+      "cube_client_exclusive");
 }
 
 static cube_status_t cube__set_mode(cube_client_t* c, uint64_t stream_id,
@@ -402,7 +404,8 @@ cube_status_t cube_client_sync_async(cube_client_t* c, cube_future_t** out_futur
   if (cube__stream_capturing(stream))
     return cube__stream_capture_refusal(stream, "cube_client_sync_async", "a sync");
   if (cube__stream_auto(stream)) cube__auto_step_end(stream, "a sync");
-  return cube__server_sync_async(stream, out_future);
+  return cube__queue_name_refusal(cube__server_sync_async(stream, out_future),
+                                  "cube_client_sync_async");
 }
 
 cube_status_t cube_client_profile(cube_client_t* c, cube_task_fn fn, void* user, const char* name,
@@ -414,7 +417,8 @@ cube_status_t cube_client_profile(cube_client_t* c, cube_task_fn fn, void* user,
   cube__stream_t* stream;
   CUBE_RETURN_IF_ERROR(cube__server_stream(c->server, sid, &stream));
   if (cube__server_auto(c->server)) cube__auto_end_device(c->server, "cube_client_profile");
-  return cube__server_profile(stream, sid, fn, user, name, out_duration);
+  return cube__queue_name_refusal(cube__server_profile(stream, sid, fn, user, name, out_duration),
+                                  "cube_client_profile");
 }
 
 cube_status_t cube_client_io_optimized_vector_sizes(const cube_client_t* c, uint32_t elem_size,

@@ -171,11 +171,13 @@ static cube_status_t cube__launch_body(const char* fn, cube_client_t* c, cube_ke
   if (cube__stream_capturing(stream))
     return cube__graph_record_launch(stream, kernel, xyz, dyn_mem, dyn_offset, mode,
                                      (uint32_t)arg_count, targs);
-  if (cube__stream_auto(stream))
-    return cube__auto_launch(stream, kernel, xyz, dyn_mem, dyn_offset, mode, (uint32_t)arg_count,
-                             targs);
-  return cube__server_launch(stream, kernel, xyz, dyn_mem, dyn_offset, mode, (uint32_t)arg_count,
-                             targs);
+  cube_status_t st =
+      cube__stream_auto(stream)
+          ? cube__auto_launch(stream, kernel, xyz, dyn_mem, dyn_offset, mode, (uint32_t)arg_count,
+                              targs)
+          : cube__server_launch(stream, kernel, xyz, dyn_mem, dyn_offset, mode,
+                                (uint32_t)arg_count, targs);
+  return st ? cube__queue_name_refusal(st, fn) : CUBE_OK; /* e.g. from a log callback */
 }
 
 static cube_status_t cube__launch(const char* fn, cube_client_t* c, cube_kernel_t* kernel,

@@ -71,7 +71,7 @@ static cube_status_t cube__read_queue(cube_client_t* c, const char* fn, size_t c
     st = cube__server_read_wait(stream, count, r, out_bytes);
   }
   if (heap) free(r);
-  return st;
+  return st ? cube__queue_name_refusal(st, fn) : CUBE_OK; /* e.g. from a log callback */
 }
 
 static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t count,
@@ -153,7 +153,7 @@ cube_status_t cube_client_read_into(cube_client_t* c, cube_handle_t handle, void
   cube_bytes_t* none = NULL; /* a read into the caller's memory has no buffer */
   cube_status_t st = cube__server_read_wait(stream, 1, &r, &none);
   cube_bytes_release(none);
-  return st;
+  return st ? cube__queue_name_refusal(st, fn) : CUBE_OK;
 }
 
 static cube_status_t cube__read_tensors(cube_client_t* c, const char* fn, size_t count,

@@ -16,6 +16,7 @@ cube_status_t cube__profiler_init(cube__profiler_t* p, cube_profile_level_t leve
                                   cube_log_fn log_fn, void* log_user) {
   memset(p, 0, sizeof(*p));
   pthread_mutex_init(&p->lock, NULL);
+  pthread_mutex_init(&p->log_lock, NULL);
   p->level = level;
   const char* env;
   /* CUBE_PROFILE's words are cube_profile_level_t's, in order. */
@@ -47,18 +48,86 @@ void cube__profiler_deinit(cube__profiler_t* p) {
   for (size_t i = 0; i < p->count; ++i) free(p->entries[i].name);
   free(p->entries);
   if (p->file) fclose(p->file);
+  for (cube__log_line_t* l = p->queued; l;) { /* none: deliverers return only once it is empty */
+    cube__log_line_t* next = l->next;
+    free(l);
+    l = next;
+  }
   pthread_mutex_destroy(&p->lock);
+  pthread_mutex_destroy(&p->log_lock);
   memset(p, 0, sizeof(*p));
 }
 
-static void cube__profiler_emit_locked(cube__profiler_t* p, const char* line) {
-  if (p->log_fn) {
-    p->log_fn(p->log_user, line);
-  } else {
+/* Queues |n| lines behind the thread that is delivering (log_lock held). */
+static void cube__log_queue_locked(cube__profiler_t* p, const char* const* lines, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    size_t len = strlen(lines[i]);
+    cube__log_line_t* l =
+        p->queued_count < CUBE__LOG_QUEUE_MAX ? malloc(sizeof(*l) + len + 1) : NULL;
+    if (!l) {
+      p->dropped++;
+      continue;
+    }
+    memcpy(l->text, lines[i], len + 1);
+    l->next = NULL;
+    if (p->queued_tail)
+      p->queued_tail->next = l;
+    else
+      p->queued = l;
+    p->queued_tail = l;
+    p->queued_count++;
+  }
+}
+
+/* Writes |n| lines together: no other line of this server comes between
+ * them. To the file (or stderr) under log_lock; to log_fn under no lock
+ * (profiler.h). */
+static void cube__profiler_emit(cube__profiler_t* p, const char* const* lines, size_t n) {
+  pthread_mutex_lock(&p->log_lock);
+  if (!p->log_fn) {
     FILE* f = p->file ? p->file : stderr;
-    fputs(line, f);
-    fputc('\n', f);
+    for (size_t i = 0; i < n; ++i) {
+      fputs(lines[i], f);
+      fputc('\n', f);
+    }
     fflush(f);
+    pthread_mutex_unlock(&p->log_lock);
+    return;
+  }
+  if (p->delivering) { /* another thread, or this one from inside the callback */
+    cube__log_queue_locked(p, lines, n);
+    pthread_mutex_unlock(&p->log_lock);
+    return;
+  }
+  p->delivering = true;
+  pthread_mutex_unlock(&p->log_lock);
+  for (size_t i = 0; i < n; ++i) p->log_fn(p->log_user, lines[i]);
+  for (;;) { /* the lines others left meanwhile */
+    pthread_mutex_lock(&p->log_lock);
+    cube__log_line_t* l = p->queued;
+    uint64_t dropped = 0;
+    if (l) {
+      p->queued = l->next;
+      if (!p->queued) p->queued_tail = NULL;
+      p->queued_count--;
+    } else {
+      dropped = p->dropped;
+      p->dropped = 0;
+      if (!dropped) p->delivering = false;
+    }
+    pthread_mutex_unlock(&p->log_lock);
+    if (l) {
+      p->log_fn(p->log_user, l->text);
+      free(l);
+    } else if (dropped) {
+      char note[128];
+      snprintf(note, sizeof(note),
+               "cube: %llu log lines dropped (%d were waiting for the log callback)",
+               (unsigned long long)dropped, CUBE__LOG_QUEUE_MAX);
+      p->log_fn(p->log_user, note);
+    } else {
+      return;
+    }
   }
 }
 
@@ -68,9 +137,8 @@ void cube__profiler_log(cube__profiler_t* p, const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof(buf), fmt, ap);
   va_end(ap);
-  pthread_mutex_lock(&p->lock);
-  cube__profiler_emit_locked(p, buf);
-  pthread_mutex_unlock(&p->lock);
+  const char* line = buf;
+  cube__profiler_emit(p, &line, 1);
 }
 
 void cube__profiler_record(cube__profiler_t* p, cube_profile_row_kind_t kind, const char* name,
@@ -212,23 +280,31 @@ void cube__profiler_summary(cube__profiler_t* p) {
     if (l > width) width = l;
   }
   if (width > 60) width = 60;
-  char line[320], d[32];
-  pthread_mutex_lock(&p->lock);
-  snprintf(line, sizeof(line), "| %-*s | %-10s | %14s | %12s | %7s |", (int)width, "Name", "Kind",
+  /* The table's lines, written together (a header, the rows, a Total). */
+  enum { LINE = 320 };
+  size_t n = 0;
+  char* text = malloc((sum.row_count + 2) * LINE);
+  const char** lines = malloc((sum.row_count + 2) * sizeof(*lines));
+  if (!text || !lines) {
+    free(text);
+    free(lines);
+    cube_profile_summary_deinitialize(&sum);
+    return;
+  }
+  char d[32];
+#define CUBE__ROW() (lines[n] = text + n * LINE, text + (n++) * LINE)
+  snprintf(CUBE__ROW(), LINE, "| %-*s | %-10s | %14s | %12s | %7s |", (int)width, "Name", "Kind",
            "Duration", "Num Computed", "Ratio");
-  cube__profiler_emit_locked(p, line);
   bool total_done = false;
   for (size_t i = 0; i <= sum.row_count; ++i) {
     const cube_profile_row_t* r = i < sum.row_count ? &sum.rows[i] : NULL;
     if (!total_done && (!r || !cube__row_is_device(r->kind))) {
       /* Device work ends here: its total, each operation counted once. */
       total_done = true;
-      if (sum.device_count) {
-        snprintf(line, sizeof(line), "| %-*s | %-10s | %14s | %12llu | %6.2f%% |", (int)width,
+      if (sum.device_count)
+        snprintf(CUBE__ROW(), LINE, "| %-*s | %-10s | %14s | %12llu | %6.2f%% |", (int)width,
                  "Total", "", cube__format_duration(sum.device_ns, d, sizeof(d)),
                  (unsigned long long)sum.device_count, 100.0);
-        cube__profiler_emit_locked(p, line);
-      }
     }
     if (!r) break;
     char ratio[16];
@@ -237,11 +313,14 @@ void cube__profiler_summary(cube__profiler_t* p) {
                sum.device_ns ? 100.0 * (double)r->total_ns / (double)sum.device_ns : 0.0);
     else
       snprintf(ratio, sizeof(ratio), "%7s", "-");
-    snprintf(line, sizeof(line), "| %-*.*s | %-10s | %14s | %12llu | %s |", (int)width,
-             (int)width, r->name, cube_profile_row_kind_name(r->kind),
-             cube__format_duration(r->total_ns, d, sizeof(d)), (unsigned long long)r->count, ratio);
-    cube__profiler_emit_locked(p, line);
+    snprintf(CUBE__ROW(), LINE, "| %-*.*s | %-10s | %14s | %12llu | %s |", (int)width, (int)width,
+             r->name, cube_profile_row_kind_name(r->kind),
+             cube__format_duration(r->total_ns, d, sizeof(d)), (unsigned long long)r->count,
+             ratio);
   }
-  pthread_mutex_unlock(&p->lock);
+#undef CUBE__ROW
+  cube__profiler_emit(p, lines, n);
+  free(lines);
+  free(text);
   cube_profile_summary_deinitialize(&sum);
 }

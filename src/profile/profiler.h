@@ -1,7 +1,12 @@
 /* Profiling and logging of one server (docs/cubecl.md, "Profiling levels"): the profile level,
  * the log sink, and the per-kernel summary that sync prints.
  *
- * Thread-safe (a mutex guards the table and the sink).
+ * Thread-safe: a mutex guards the table, another the sink. A program's log
+ * callback is never called under either: a thread that has a line while
+ * another thread (or itself, from inside the callback) is delivering one
+ * leaves it in a queue that the delivering thread empties before it returns,
+ * so the callback sees one line at a time, in each thread's order, and may
+ * call any cube function (docs/observability.md, "Log lines").
  */
 #ifndef CUBE_PROFILE_PROFILER_H_
 #define CUBE_PROFILE_PROFILER_H_
@@ -20,12 +25,23 @@ typedef struct cube__profile_entry {
   uint64_t min_ns, max_ns;
 } cube__profile_entry_t;
 
+/* A line waiting for the thread that is in the callback. */
+typedef struct cube__log_line {
+  struct cube__log_line* next;
+  char text[];
+} cube__log_line_t;
+
 typedef struct cube__profiler {
   cube_profile_level_t level;
   cube_log_fn log_fn;
   void* log_user;
   FILE* file;       /* CUBE_LOG_FILE, owned; NULL = stderr */
-  pthread_mutex_t lock;
+  pthread_mutex_t lock;     /* the table */
+  pthread_mutex_t log_lock; /* the sink: the file, or the fields below */
+  bool delivering;          /* a thread is in log_fn (or emptying the queue) */
+  cube__log_line_t *queued, *queued_tail;
+  size_t queued_count;
+  uint64_t dropped;         /* lines not queued: CUBE__LOG_QUEUE_MAX were waiting */
   cube__profile_entry_t* entries;
   size_t count, capacity;
 } cube__profiler_t;
@@ -34,6 +50,10 @@ typedef struct cube__profiler {
 cube_status_t cube__profiler_init(cube__profiler_t* p, cube_profile_level_t level,
                                   cube_log_fn log_fn, void* log_user);
 void cube__profiler_deinit(cube__profiler_t* p);
+
+/* At most this many lines wait for a thread in the callback; more are
+ * counted, and the count is delivered as a line of its own. */
+#define CUBE__LOG_QUEUE_MAX 4096
 
 /* Writes one line to the sink. */
 void cube__profiler_log(cube__profiler_t* p, const char* fmt, ...) CUBE_PRINTF(2, 3);

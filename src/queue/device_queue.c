@@ -99,13 +99,23 @@ static bool cube__is_borrowed(const cube__service_t* s) {
   return false;
 }
 
+#define CUBE__REENTRY "re-entrant use of service '"
+
+cube_status_t cube__queue_name_refusal(cube_status_t st, const char* fn) {
+  if (st && cube_status_code(st) == CUBE_STATUS_FAILED_PRECONDITION &&
+      strncmp(cube_status_message(st), CUBE__REENTRY, sizeof(CUBE__REENTRY) - 1) == 0)
+    return cube__status_annotate(st, "%s", fn);
+  return st;
+}
+
 /* Refusals common to every call into |s|; NULL when the call may go on. */
 static cube_status_t cube__check_usable(const cube__service_t* s) {
   const cube__device_t* d = s->device;
   if (cube__is_borrowed(s))
     return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,
-                             "re-entrant use of service '%s' on device %s from inside its own "
-                             "task",
+                             CUBE__REENTRY "%s' on device %s from inside its own task (a log "
+                             "callback or an exclusive function of that device runs inside "
+                             "one)",
                              cube__service_name(s), CUBE__KEY(d->key));
   if (s->destroyed)
     return cube__status_make(CUBE_STATUS_FAILED_PRECONDITION,

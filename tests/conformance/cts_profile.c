@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cts.h"
+#include "cube/dlpack_types.h"
 
 typedef struct cts_prof {
   cube_client_t* c;
@@ -400,4 +401,102 @@ CUBE_TEST(profile_log_file_env) {
   fclose(f);
   CHECK(found);
   remove(path);
+}
+
+/* What a log callback may call. The server's log callback runs inside the
+ * device's own task ("Executing <kernel>" at level exec); from there:
+ *  - calls that only read what cube keeps (the profile summary, the memory
+ *    report) work. The summary used to hang the device for good: the
+ *    callback ran under the lock the summary takes.
+ *  - calls that must queue work behind that task are refused, and each
+ *    refusal names its call (reads and launches used to say only
+ *    "re-entrant use of service ...", naming none). */
+typedef struct cts_from_log {
+  cube_client_t* c;
+  cube_kernel_t* k;
+  cube_handle_t h;
+  int calls;
+  cube_status_t summary, report;
+  cube_status_t refused[7];
+} cts_from_log_t;
+
+static const char* const cts_from_log_names[7] = {
+    "cube_client_read_one",    "cube_client_read_into",        "cube_client_read_async",
+    "cube_client_launch",      "cube_client_launch_unchecked", "cube_client_sync_async",
+    "cube_client_to_dlpack"};
+
+static void cts_from_log_fn(void* user, const char* line) {
+  (void)line;
+  cts_from_log_t* s = user;
+  if (s->calls++) return;
+  cube_profile_summary_t sum;
+  s->summary = cube_client_profile_summary(s->c, 0, &sum);
+  if (!s->summary) cube_profile_summary_deinitialize(&sum);
+  cube_memory_report_t rep;
+  memset(&rep, 0, sizeof(rep));
+  s->report = cube_client_memory_report(s->c, &rep);
+  cube_bytes_t* b = NULL;
+  s->refused[0] = cube_client_read_one(s->c, s->h, &b);
+  cube_bytes_release(b);
+  unsigned char into[64];
+  s->refused[1] = cube_client_read_into(s->c, s->h, into, sizeof(into));
+  cube_future_t* f = NULL;
+  s->refused[2] = cube_client_read_async(s->c, 1, &s->h, &f);
+  if (f) cube_future_release(f);
+  cube_arg_t a = cube_arg_buffer(s->h);
+  s->refused[3] = cube_client_launch(s->c, s->k, cube_count_static(1, 1, 1), 1, &a);
+  s->refused[4] = cube_client_launch_unchecked(s->c, s->k, cube_count_static(1, 1, 1), 1, &a);
+  f = NULL;
+  s->refused[5] = cube_client_sync_async(s->c, &f);
+  if (f) cube_future_release(f);
+  cube_dlpack_export_t ex;
+  memset(&ex, 0, sizeof(ex));
+  ex.handle = s->h;
+  ex.dtype = (cube_dlpack_dtype_t){CUBE_DLPACK_UINT, 8, 1};
+  ex.rank = 1;
+  ex.shape[0] = 64;
+  struct DLManagedTensorVersioned* t = NULL;
+  s->refused[6] = cube_client_to_dlpack(s->c, &ex, &t);
+  if (t && t->deleter) t->deleter(t);
+}
+
+CUBE_TEST(log_callback_calls_name_themselves) {
+  CTS_REQUIRE_BACKEND();
+  if (strncmp(cts_backend()->name, "cuda-mock", 9) == 0 ||
+      cts_backend()->backend == CUBE_BACKEND_NULL)
+    CUBE_SKIP("no kernel runs here: no log line from inside a task");
+  cts_from_log_t s;
+  memset(&s, 0, sizeof(s));
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.profile_level = CUBE_PROFILE_EXEC;
+  o.log_fn = cts_from_log_fn;
+  o.log_user = &s;
+  cube_status_t init = cube_client_init(cts_device(0), &o, &s.c);
+  if (cube_status_code(init) == CUBE_STATUS_UNAVAILABLE) {
+    cube_status_free(init);
+    CUBE_SKIP("backend unavailable");
+  }
+  REQUIRE_OK(init);
+  CTS_KERNEL(k, "nop_logged_calls", cts_k_nop, 1, 0, CUBE_ARG_BUFFER);
+  s.k = k;
+  REQUIRE_OK(cube_client_empty(s.c, 64, &s.h));
+  cube_arg_t a = cube_arg_buffer(s.h);
+  REQUIRE_OK(cube_client_launch(s.c, k, cube_count_static(1, 1, 1), 1, &a));
+  REQUIRE_OK(cube_client_sync(s.c));
+  REQUIRE(s.calls > 0);
+  CHECK_OK(s.summary);
+  CHECK_OK(s.report);
+  for (int i = 0; i < 7; ++i)
+    CHECK_STATUS(s.refused[i], CUBE_STATUS_FAILED_PRECONDITION, cts_from_log_names[i],
+                 "re-entrant", "log callback");
+  /* The device works afterwards. */
+  uint8_t bytes[5] = {9, 8, 7, 6, 5};
+  cube_handle_t h2;
+  REQUIRE_OK(cube_client_create_from_slice(s.c, bytes, 5, &h2));
+  CHECK(cts_read_equals(s.c, h2, bytes, 5));
+  cube_handle_release(h2);
+  cube_handle_release(s.h);
+  cube_kernel_release(k);
+  cube_client_release(s.c);
 }
