@@ -678,3 +678,134 @@ CUBE_TEST(profile_summary_struct) {
   CTS_END(c);
   cts_log_free(&log);
 }
+
+/* Traces started and stopped over and over while four threads work, push
+ * and pop ranges, tag buffers and read them back, and the main thread takes
+ * memory snapshots: every file is whole JSON whose tracks are monotone, whose
+ * ranges nest on their thread's track, and the work's results stay right. */
+typedef struct cts_churn {
+  cube_client_t* c;
+  cube_kernel_t* k;
+  int id;
+  atomic_bool* stop;
+  int rounds, bad;
+} cts_churn_t;
+
+static void* cts_churn_main(void* p) {
+  cts_churn_t* w = p;
+  char name[32];
+  snprintf(name, sizeof(name), "worker %d", w->id);
+  uint32_t n = 257u + 64u * (uint32_t)w->id;
+  uint32_t* in = malloc((size_t)n * 4);
+  uint32_t* out = malloc((size_t)n * 4);
+  while (!atomic_load(w->stop) || w->rounds < 3) {
+    cube_trace_range_push(name);
+    cube_trace_range_push("round");
+    for (uint32_t i = 0; i < n; ++i) in[i] = i * 13u + (uint32_t)w->rounds;
+    cube_handle_t a, b;
+    if (cube_client_create_from_slice(w->c, in, (size_t)n * 4, &a)) {
+      w->bad++;
+      break;
+    }
+    if (cube_client_empty(w->c, (size_t)n * 4, &b)) {
+      cube_handle_release(a);
+      w->bad++;
+      break;
+    }
+    if (cube_handle_set_tag(b, w->id % 2 ? "odd" : "even")) w->bad++;
+    uint32_t add = 0;
+    if (w->k) {
+      cube_arg_t args[4] = {cube_arg_buffer(a), cube_arg_buffer(b), cube_arg_u32(3),
+                            cube_arg_u32(n)};
+      if (cube_client_launch(w->c, w->k, cube_count_static((n + 63) / 64, 1, 1), 4, args))
+        w->bad++;
+      add = 3;
+    } else if (cube_client_copy(w->c, a, b)) {
+      w->bad++;
+    }
+    if (cube_client_read_into(w->c, b, out, (size_t)n * 4)) w->bad++;
+    for (uint32_t i = 0; i < n; ++i) w->bad += out[i] != in[i] + add;
+    cube_handle_release(a);
+    cube_handle_release(b);
+    cube_trace_range_pop();
+    cube_trace_range_pop();
+    w->rounds++;
+    cts_sleep_ms(1); /* files of hundreds of events, not of a full ring */
+  }
+  free(in);
+  free(out);
+  return NULL;
+}
+
+CUBE_TEST(trace_start_stop_while_threads_work) {
+  CTS_CLIENT(c);
+  cube_kernel_t* k = NULL;
+  if (cts_trace_kernels()) {
+    CTS_KERNEL(kk, "add_u32_churn", cts_k_add_u32, 64, 0, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER,
+               CUBE_ARG_U32, CUBE_ARG_U32);
+    k = kk;
+  }
+  enum { WORKERS = 4, TRACES = 8 };
+  atomic_bool stop = false;
+  cts_churn_t w[WORKERS];
+  pthread_t th[WORKERS];
+  for (int i = 0; i < WORKERS; ++i) {
+    w[i] = (cts_churn_t){c, k, i, &stop, 0, 0};
+    REQUIRE(pthread_create(&th[i], NULL, cts_churn_main, &w[i]) == 0);
+  }
+  int files = 0, ranges = 0;
+  for (int t = 0; t < TRACES; ++t) {
+    char path[512], name[64];
+    snprintf(name, sizeof(name), "trace_churn_%d.json", t);
+    cts_tmp_path(path, sizeof(path), name);
+    unlink(path);
+    CHECK_OK(cube_trace_start(path));
+    cts_sleep_ms(5 + 3 * (unsigned)t);
+    char* snap = NULL;
+    CHECK_OK(cube_client_memory_snapshot_json(c, &snap));
+    cJSON* sd = snap ? cJSON_Parse(snap) : NULL;
+    CHECK(sd != NULL);
+    cJSON_Delete(sd);
+    free(snap);
+    CHECK_OK(cube_trace_stop());
+    cJSON* doc = cts_trace_load(path);
+    CHECK(doc != NULL);
+    if (!doc) continue;
+    files++;
+    const cJSON* events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+    CHECK(cJSON_IsArray(events));
+    cts_trace_tracks_monotone(events);
+    /* A round's range lies within its worker's range on the same track
+     * when that range is in this trace too (it is not when the trace
+     * started between the two pushes): a worker range that overlaps a
+     * round contains it. */
+    const cJSON* e;
+    cJSON_ArrayForEach(e, events) {
+      if (strcmp(cts_str(e, "cat"), "range") != 0 || strcmp(cts_str(e, "name"), "round") != 0)
+        continue;
+      if (++ranges % 300 == 0) break; /* enough of each file (the search is quadratic) */
+      const cJSON* o;
+      double e0 = cts_num(e, "ts"), e1 = e0 + cts_num(e, "dur");
+      cJSON_ArrayForEach(o, events) {
+        if (strcmp(cts_str(o, "cat"), "range") != 0 || strncmp(cts_str(o, "name"), "worker", 6))
+          continue;
+        if (cts_num(o, "tid") != cts_num(e, "tid")) continue;
+        double o0 = cts_num(o, "ts"), o1 = o0 + cts_num(o, "dur");
+        if (o1 < e0 || o0 > e1) continue; /* another round's worker range */
+        CHECK(o0 <= e0 && o1 >= e1);
+      }
+    }
+    cJSON_Delete(doc);
+    unlink(path);
+  }
+  atomic_store(&stop, true);
+  for (int i = 0; i < WORKERS; ++i) {
+    pthread_join(th[i], NULL);
+    CHECK(w[i].rounds >= 3);
+    CHECK_EQ_U64((uint64_t)w[i].bad, 0);
+  }
+  CHECK_EQ_U64((uint64_t)files, TRACES);
+  CHECK(ranges > 0);
+  if (k) cube_kernel_release(k);
+  CTS_END(c);
+}
