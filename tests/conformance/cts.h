@@ -217,6 +217,32 @@ void cts_log_dump(cts_log_t* log);
 void cts_log_clear(cts_log_t* log);
 void cts_log_free(cts_log_t* log);
 
+/* A client of device 0 (its own server) at profile |level| whose log lines go
+ * to |fn| with |user|. An UNAVAILABLE status means: skip. */
+cube_status_t cts_client_logging(cube_profile_level_t level, cube_log_fn fn, void* user,
+                                 cube_client_t** out);
+
+/* Skips the case where no kernel runs (the CUDA mock, the null backend):
+ * there no line is logged from inside a device task. */
+#define CTS_REQUIRE_KERNEL_LOGS()                                               \
+  do {                                                                        \
+    CTS_REQUIRE_BACKEND();                                                    \
+    if (strncmp(cts_backend()->name, "cuda-mock", 9) == 0 ||                  \
+        cts_backend()->backend == CUBE_BACKEND_NULL)                          \
+      CUBE_SKIP("no kernel runs here: no log line from inside a task");      \
+  } while (0)
+
+/* cts_client_logging into |var|, skipping the case when unavailable. */
+#define CTS_CLIENT_LOGGING(var, level, fn, user)                                \
+  do {                                                                        \
+    cube_status_t cts_init_ = cts_client_logging((level), (fn), (user), &(var)); \
+    if (cube_status_code(cts_init_) == CUBE_STATUS_UNAVAILABLE) {             \
+      cube_status_free(cts_init_);                                            \
+      CUBE_SKIP("backend unavailable");                                       \
+    }                                                                         \
+    REQUIRE_OK(cts_init_);                                                    \
+  } while (0)
+
 /* A path "<CUBE_TEST_TMPDIR or /tmp>/<name>.<pid>" in |buf|. */
 const char* cts_tmp_path(char* buf, size_t size, const char* name);
 

@@ -345,6 +345,16 @@ void cts_log_init(cts_log_t* log) {
   pthread_mutex_init(&log->lock, NULL);
 }
 
+cube_status_t cts_client_logging(cube_profile_level_t level, cube_log_fn fn, void* user,
+                                 cube_client_t** out) {
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.profile_level = level;
+  o.log_fn = fn;
+  o.log_user = user;
+  return cube_client_init(cts_device(0), &o, out);
+}
+
 void cts_log_fn(void* user, const char* line) {
   cts_log_t* log = user;
   pthread_mutex_lock(&log->lock);

@@ -582,22 +582,10 @@ static void snap_log_fn(void* user, const char* line) {
  * waits for the device there is: the message now names the call, not only
  * "re-entrant use of service ...". */
 CUBE_TEST(memory_snapshot_from_a_log_callback_names_the_call) {
-  CTS_REQUIRE_BACKEND();
-  if (strncmp(cts_backend()->name, "cuda-mock", 9) == 0 ||
-      cts_backend()->backend == CUBE_BACKEND_NULL)
-    CUBE_SKIP("no kernel runs here: no log line from inside a task");
+  CTS_REQUIRE_KERNEL_LOGS();
   snap_from_log_t s = {NULL, 0, NULL, NULL};
-  cube_server_options_t o;
-  cube_server_options_initialize(&o);
-  o.profile_level = CUBE_PROFILE_EXEC; /* "Executing <kernel>" at every launch */
-  o.log_fn = snap_log_fn;
-  o.log_user = &s;
-  cube_status_t init = cube_client_init(cts_device(0), &o, &s.c);
-  if (cube_status_code(init) == CUBE_STATUS_UNAVAILABLE) {
-    cube_status_free(init);
-    CUBE_SKIP("backend unavailable");
-  }
-  REQUIRE_OK(init);
+  /* "Executing <kernel>" at every launch */
+  CTS_CLIENT_LOGGING(s.c, CUBE_PROFILE_EXEC, snap_log_fn, &s);
   CTS_KERNEL(k, "nop_logged", cts_k_nop, 1, 0, CUBE_ARG_BUFFER);
   cube_handle_t h;
   REQUIRE_OK(cube_client_empty(s.c, 64, &h));

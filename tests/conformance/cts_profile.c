@@ -145,12 +145,7 @@ CUBE_TEST(profile_failing_launch_reported_by_profile) {
 
 /* A client with its own server options: profile |level|, logs into |log|. */
 static cube_status_t cts_client_with_log(cube_profile_level_t level, cts_log_t* log, cube_client_t** out) {
-  cube_server_options_t o;
-  cube_server_options_initialize(&o);
-  o.profile_level = level;
-  o.log_fn = cts_log_fn;
-  o.log_user = log;
-  return cube_client_init(cts_device(0), &o, out);
+  return cts_client_logging(level, cts_log_fn, log, out);
 }
 
 static void cts_launch_named(cube_client_t* c, cube_kernel_t* k, cube_handle_t h, int times) {
@@ -461,23 +456,10 @@ static void cts_from_log_fn(void* user, const char* line) {
 }
 
 CUBE_TEST(log_callback_calls_name_themselves) {
-  CTS_REQUIRE_BACKEND();
-  if (strncmp(cts_backend()->name, "cuda-mock", 9) == 0 ||
-      cts_backend()->backend == CUBE_BACKEND_NULL)
-    CUBE_SKIP("no kernel runs here: no log line from inside a task");
+  CTS_REQUIRE_KERNEL_LOGS();
   cts_from_log_t s;
   memset(&s, 0, sizeof(s));
-  cube_server_options_t o;
-  cube_server_options_initialize(&o);
-  o.profile_level = CUBE_PROFILE_EXEC;
-  o.log_fn = cts_from_log_fn;
-  o.log_user = &s;
-  cube_status_t init = cube_client_init(cts_device(0), &o, &s.c);
-  if (cube_status_code(init) == CUBE_STATUS_UNAVAILABLE) {
-    cube_status_free(init);
-    CUBE_SKIP("backend unavailable");
-  }
-  REQUIRE_OK(init);
+  CTS_CLIENT_LOGGING(s.c, CUBE_PROFILE_EXEC, cts_from_log_fn, &s);
   CTS_KERNEL(k, "nop_logged_calls", cts_k_nop, 1, 0, CUBE_ARG_BUFFER);
   s.k = k;
   REQUIRE_OK(cube_client_empty(s.c, 64, &s.h));

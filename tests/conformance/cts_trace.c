@@ -58,6 +58,15 @@ static const cJSON* cts_trace_find(const cJSON* events, const char* cat, const c
   return NULL;
 }
 
+/* |k|: an add_u32 kernel named |name| where kernels run, else NULL. */
+#define CTS_TRACE_ADD_KERNEL(k, name)                                               \
+  cube_kernel_t* k = NULL;                                                         \
+  if (cts_trace_kernels()) {                                                       \
+    CTS_KERNEL(k##_made, name, cts_k_add_u32, 64, 0, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, \
+               CUBE_ARG_U32, CUBE_ARG_U32);                                        \
+    k = k##_made;                                                                  \
+  }
+
 typedef struct cts_trace_worker {
   cube_client_t* c;
   cube_kernel_t* k;
@@ -100,12 +109,7 @@ static void* cts_trace_worker_main(void* p) {
 
 CUBE_TEST(trace_two_streams_json) {
   CTS_CLIENT(c);
-  cube_kernel_t* k = NULL;
-  if (cts_trace_kernels()) {
-    CTS_KERNEL(kk, "add_u32_traced", cts_k_add_u32, 64, 0, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER,
-               CUBE_ARG_U32, CUBE_ARG_U32);
-    k = kk;
-  }
+  CTS_TRACE_ADD_KERNEL(k, "add_u32_traced");
   char path[512];
   cts_tmp_path(path, sizeof(path), "trace_two_streams.json");
   unlink(path);
@@ -739,12 +743,7 @@ static void* cts_churn_main(void* p) {
 
 CUBE_TEST(trace_start_stop_while_threads_work) {
   CTS_CLIENT(c);
-  cube_kernel_t* k = NULL;
-  if (cts_trace_kernels()) {
-    CTS_KERNEL(kk, "add_u32_churn", cts_k_add_u32, 64, 0, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER,
-               CUBE_ARG_U32, CUBE_ARG_U32);
-    k = kk;
-  }
+  CTS_TRACE_ADD_KERNEL(k, "add_u32_churn");
   enum { WORKERS = 4, TRACES = 8 };
   atomic_bool stop = false;
   cts_churn_t w[WORKERS];
