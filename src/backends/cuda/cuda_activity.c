@@ -385,6 +385,20 @@ static const char* cube__act_launch_name(struct cube__cuda_activity* a, uint64_t
   return NULL;
 }
 
+/* A launching thread whose stream's ring is full of launches not read yet:
+ * the stream copies their slots, this thread waits for the copy and reads
+ * them (as a trace's stop does, for one stream). The lock order is the
+ * poller's: the registry's, then the stream's copy lock. */
+static void cube__act_self_catch_up(cube__cuda_stream_t* s) {
+  cube__backend_device_t* d = s->act->device;
+  pthread_mutex_lock(&g_act.lock);
+  if (!atomic_load(&d->lost)) {
+    cube__ktimer_copy(d, s, 1, true);
+    cube__ktimer_drain(s);
+  }
+  pthread_mutex_unlock(&g_act.lock);
+}
+
 CUdeviceptr cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name,
                                          uint64_t order, const uint32_t count[3]) {
   struct cube__cuda_activity* a = s->act;
@@ -394,11 +408,19 @@ CUdeviceptr cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, 
   if (g_act.mode == CUBE__ACT_SELF && !self) return 0; /* not set up: untimed */
   uint64_t put = atomic_load_explicit(&a->put, memory_order_relaxed);
   uint64_t got = atomic_load_explicit(&a->got, memory_order_acquire);
-  /* Full: CUPTI's record gets the module's name; a self-timed launch goes
-   * untimed (counted as dropped when read). */
+  /* Full: CUPTI's record gets the module's name. Self-timed, the reader is a
+   * whole ring behind the launches (the poller was not scheduled: a loaded
+   * host): this thread reads what the stream completed itself, waiting for
+   * it, rather than leave launches untimed; should that free nothing (a lost
+   * device), the launch goes untimed (counted as dropped when read). */
   if (put - got >= CUBE__ACT_LAUNCHES) {
-    if (self) atomic_fetch_add_explicit(&a->untimed, 1, memory_order_relaxed);
-    return 0;
+    if (!self) return 0;
+    cube__act_self_catch_up(s);
+    got = atomic_load_explicit(&a->got, memory_order_acquire);
+    if (put - got >= CUBE__ACT_LAUNCHES) {
+      atomic_fetch_add_explicit(&a->untimed, 1, memory_order_relaxed);
+      return 0;
+    }
   }
   const uint64_t i = put % CUBE__ACT_LAUNCHES;
   cube__act_launch_t* l = &a->launches[i];
