@@ -65,13 +65,15 @@ static cube_status_t cube__read_queue(cube_client_t* c, const char* fn, size_t c
   }
   if (st) {
     for (size_t j = 0; j < count; ++j) cube__memory_unref(r[j].mem);
-  } else if (out) {
-    st = cube__server_read(stream, count, r, out);
   } else {
-    st = cube__server_read_wait(stream, count, r, out_bytes);
+    /* The read's own failures (the stream's deferred errors, spoiled
+     * contents, a refusal from inside a device task) start with the call. */
+    st = out ? cube__server_read(stream, count, r, out)
+             : cube__server_read_wait(stream, count, r, out_bytes);
+    if (st) st = cube__status_annotate(st, "%s", fn);
   }
   if (heap) free(r);
-  return st ? cube__queue_name_refusal(st, fn) : CUBE_OK; /* e.g. from a log callback */
+  return st;
 }
 
 static cube_status_t cube__read_handles(cube_client_t* c, const char* fn, size_t count,
@@ -153,7 +155,7 @@ cube_status_t cube_client_read_into(cube_client_t* c, cube_handle_t handle, void
   cube_bytes_t* none = NULL; /* a read into the caller's memory has no buffer */
   cube_status_t st = cube__server_read_wait(stream, 1, &r, &none);
   cube_bytes_release(none);
-  return st ? cube__queue_name_refusal(st, fn) : CUBE_OK;
+  return st ? cube__status_annotate(st, "%s", fn) : CUBE_OK;
 }
 
 static cube_status_t cube__read_tensors(cube_client_t* c, const char* fn, size_t count,
