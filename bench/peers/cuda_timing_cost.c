@@ -59,7 +59,8 @@ static double now(void) {
 }
 
 enum { N = 10000, ROUNDS = 11 };
-static CUfunction fe, fe_t, fe_t8, fres;
+static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fres;
+static CUdeviceptr slotsL_dev; /* N slots of 4224 bytes: start, 32 ends 128 bytes apart (not copied) */
 static CUdeviceptr slots_dev; /* N slots of 16 bytes: start, blocks done */
 static unsigned long long* slots_host; /* N x {start, end}, mapped */
 static CUdeviceptr slots_host_dev;
@@ -116,10 +117,10 @@ static void buf_done(CUcontext c, uint32_t sid, uint8_t* b, size_t size, size_t 
 static void launch(void) {
   CUdeviceptr sd = 0, sh = 0;
   unsigned copy_from = 0, copy_n = 0;
-  const unsigned long long slot_bytes = timed_launch == 2 ? 72 : 16;
+  const unsigned long long slot_bytes = timed_launch == 2 ? 72 : timed_launch == 3 ? 4224 : 16;
   if (timed_launch) {
     unsigned i = timed_i++ % N;
-    sd = (timed_launch == 2 ? slots8_dev : slots_dev) + slot_bytes * i;
+    sd = (timed_launch == 2 ? slots8_dev : timed_launch == 3 ? slotsL_dev : slots_dev) + slot_bytes * i;
     /* Every 256 launches the stream copies their slots to the host ring. */
     if ((i + 1) % 256 == 0 || i + 1 == N) {
       copy_from = (i / 256) * 256;
@@ -130,13 +131,14 @@ static void launch(void) {
     float a = 0.5f;
     int n = 1 << 20;
     void* args[] = {&px, &py, &a, &n, &sd, &sh, &counters};
-    CK(cuLaunchKernel(timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, (1 << 20) / 256, 1, 1,
+    CK(cuLaunchKernel(timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, (1 << 20) / 256, 1, 1,
                       256, 1, 1, 0, s, args, 0));
   } else {
     void* args[] = {&p, &sd, &sh, &counters};
-    CK(cuLaunchKernel(timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, 1, 1, 1, 32, 1, 1, 0,
+    CK(cuLaunchKernel(timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, 1, 1, 1, 32, 1, 1, 0,
                       s, args, 0));
   }
+  if (timed_launch == 3) copy_n = 0; /* 32 lines a slot: not copied (cost on the device only) */
   if (copy_n && timed_launch == 2)
     CK(cuMemcpyDtoHAsync(slots8_host + 9ull * copy_from, slots8_dev + 72ull * copy_from,
                          72ull * copy_n, s));
@@ -189,7 +191,7 @@ static void* launcher(void* arg) {
  * (globaltimer, above); 8: the same with eight end words per slot. */
 static double run(int mode) {
   double t0 = now();
-  timed_launch = mode == 7 ? 1 : mode == 8 ? 2 : 0;
+  timed_launch = mode == 7 ? 1 : mode == 8 ? 2 : mode == 9 ? 3 : mode == 10 ? 4 : 0;
   if (threaded && (mode == 0 || mode == 4 || mode >= 7)) {
     for (int i = 0; i < N; i++) {
       while (atomic_load(&ring_put) - atomic_load_explicit(&ring_got, memory_order_acquire) >= RING)
@@ -261,6 +263,22 @@ int main(void) {
       "      d->start = gt(); }\n"
       "  __device__ ~timer8() {\n"
       "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) atomicMax(&d->end[blockIdx.x & 7], gt()); } };\n"
+      "struct slotL { unsigned long long start, pad[15], end[32][16]; };\n"
+      "struct timerL {\n"
+      "  slotL* d;\n"
+      "  __device__ timerL(slotL* d_) : d(d_) {\n"
+      "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)\n"
+      "      d->start = gt(); }\n"
+      "  __device__ ~timerL() {\n"
+      "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) atomicMax(&d->end[blockIdx.x & 31][0], gt()); } };\n"
+      "struct timerT {\n"
+      "  slot* d;\n"
+      "  __device__ timerT(slot* d_) : d(d_) {\n"
+      "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)\n"
+      "      d->start = gt(); }\n"
+      "  __device__ ~timerT() {\n"
+      "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0 && blockIdx.x + 256 >= gridDim.x)\n"
+      "      atomicMax(&d->end, gt()); } };\n"
       "extern \"C\" __global__ void res(unsigned long long* out) {\n"
       "  unsigned long long first = gt(), last = first, mind = ~0ull, ch = 0;\n"
       "  for (int i = 0; i < 200000; i++) { unsigned long long t = gt();\n"
@@ -272,9 +290,15 @@ int main(void) {
                              "{timer t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                              "extern \"C\" __global__ void empty_t8(const float* x, float* y, float a, int n, slot8* d, unsigned long long* h, unsigned* c)"
                              "{timer8 t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tL(const float* x, float* y, float a, int n, slotL* d, unsigned long long* h, unsigned* c)"
+                             "{timerL t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tT(const float* x, float* y, float a, int n, slot* d, unsigned long long* h, unsigned* c)"
+                             "{timerT t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                            : "extern \"C\" __global__ void empty(float* p, slot* d, unsigned long long* h, unsigned* c){}\n"
                              "extern \"C\" __global__ void empty_t(float* p, slot* d, unsigned long long* h, unsigned* c){timer t_(d);}\n"
-                             "extern \"C\" __global__ void empty_t8(float* p, slot8* d, unsigned long long* h, unsigned* c){timer8 t_(d);}\n";
+                             "extern \"C\" __global__ void empty_t8(float* p, slot8* d, unsigned long long* h, unsigned* c){timer8 t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tL(float* p, slotL* d, unsigned long long* h, unsigned* c){timerL t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tT(float* p, slot* d, unsigned long long* h, unsigned* c){timerT t_(d);}\n";
   char* src = malloc(strlen(timer_src) + strlen(ksrc) + 1);
   strcpy(src, timer_src);
   strcat(src, ksrc);
@@ -298,6 +322,10 @@ int main(void) {
   CK(cuModuleGetFunction(&fe, m, "empty"));
   CK(cuModuleGetFunction(&fe_t, m, "empty_t"));
   CK(cuModuleGetFunction(&fe_t8, m, "empty_t8"));
+  CK(cuModuleGetFunction(&fe_tL, m, "empty_tL"));
+  CK(cuModuleGetFunction(&fe_tT, m, "empty_tT"));
+  CK(cuMemAlloc(&slotsL_dev, 4224ull * N));
+  CK(cuMemsetD32(slotsL_dev, 0, 1056ull * N));
   CK(cuModuleGetFunction(&fres, m, "res"));
   CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CK(cuMemAlloc(&p, 1 << 20));
@@ -321,9 +349,9 @@ int main(void) {
   if (threaded) pthread_create(&lt, NULL, launcher, NULL);
   const char* names[] = {"none", "event after", "events around", "events no timing", "cupti",
                          "cupti + correlation", "cupti + ctx query", "globaltimer",
-                         "globaltimer, 8 ends"};
+                         "globaltimer, 8 ends", "gt, 32 lines", "gt, last 256"};
   int modes = 4;
-  int timer_mode = 2; /* modes 7 and 8 are always run */
+  int timer_mode = 4; /* modes 7 to 10 are always run */
   const char* libs[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12",
                         "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
                         "/usr/local/cuda/lib64/libcupti.so"};
@@ -365,14 +393,16 @@ int main(void) {
     cupti_ns_sum = 0;
     cupti_ns_count = 0;
   }
-  double t[9][ROUNDS];
+  double t[11][ROUNDS];
+  double timerT_ns_sum = 0;
+  long timerT_ns_count = 0, timerT_bad = 0;
   double timer_ns_sum = 0, timer8_ns_sum = 0;
   long timer_ns_count = 0, timer_bad = 0, timer8_ns_count = 0, timer8_bad = 0;
   int all = modes + timer_mode;
   for (int r = 0; r < ROUNDS; r++) {
     for (int k = 0; k < all; k++) {
       int idx = (r % 2) ? all - 1 - k : k;
-      int mode = idx < modes ? idx : idx == modes ? 7 : 8;
+      int mode = idx < modes ? idx : 7 + (idx - modes);
       if (threaded && mode != 0 && mode != 4 && mode < 7) continue;
       if (mode == 3 && r == 0) {
         for (int i = 0; i < 2 * N; i++) {
@@ -408,6 +438,18 @@ int main(void) {
         }
         memset(slots_host, 0, 16ull * N);
       }
+      if (mode == 10) {
+        for (int i = 0; i < N; i++) {
+          unsigned long long st = slots_host[2 * i], en = slots_host[2 * i + 1];
+          if (en == 0 || st == 0 || en < st) {
+            timerT_bad++;
+          } else {
+            timerT_ns_sum += (double)(en - st);
+            timerT_ns_count++;
+          }
+        }
+        memset(slots_host, 0, 16ull * N);
+      }
       if (mode == 8) {
         for (int i = 0; i < N; i++) {
           unsigned long long st = slots8_host[9 * i], en = 0;
@@ -437,7 +479,7 @@ int main(void) {
   printf("10,000 %s launches + sync%s, %d alternating rounds: us per launch, median (min-max), ratio to none\n",
          saxpy ? "saxpy (2^20 floats)" : "empty", threaded ? " (a launcher thread fed through a ring; none, cupti and globaltimer only)" : "", ROUNDS);
   double base = 0;
-  for (int k = 0; k < 9; k++) {
+  for (int k = 0; k < 11; k++) {
     if (k >= modes && k < 7) continue;
     if (threaded && k != 0 && k != 4 && k < 7) continue;
     double v[ROUNDS];
@@ -452,6 +494,8 @@ int main(void) {
          timer_ns_count ? timer_ns_sum / timer_ns_count : 0.0, timer_ns_count, timer_bad);
   printf("; globaltimer, 8 ends %.0f ns over %ld launches (%ld not written)",
          timer8_ns_count ? timer8_ns_sum / timer8_ns_count : 0.0, timer8_ns_count, timer8_bad);
+  printf("; last 256 %.0f ns over %ld (%ld not written)",
+         timerT_ns_count ? timerT_ns_sum / timerT_ns_count : 0.0, timerT_ns_count, timerT_bad);
   if (modes == 7)
     printf(", CUPTI %.0f ns over %ld records", cupti_ns_count ? cupti_ns_sum / cupti_ns_count : 0.0,
            cupti_ns_count);

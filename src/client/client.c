@@ -175,7 +175,14 @@ cube_status_t cube_client_profile_summary(cube_client_t* c, cube_profile_summary
                         fn, out_summary->struct_size, need);
   cube__stream_t* st;
   CUBE_RETURN_IF_ERROR(cube__client_stream(c, &st));
-  CUBE_RETURN_IF_ERROR(cube__server_timing_poll(st));
+  /* The stream's timed work that completed goes into the rows first. From
+   * inside a task of this device (a log callback) that poll cannot be
+   * queued: the summary then has the rows made so far. */
+  cube_status_t polled = cube__server_timing_poll(st);
+  if (cube__queue_refused_reentry(polled))
+    cube_status_free(polled);
+  else if (polled)
+    return cube__status_annotate(polled, "%s", fn);
   cube_profile_summary_t sum;
   if (!cube__profiler_snapshot(&c->server->profiler, (flags & CUBE_PROFILE_SUMMARY_RESET) != 0,
                                &sum))

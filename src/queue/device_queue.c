@@ -101,11 +101,13 @@ static bool cube__is_borrowed(const cube__service_t* s) {
 
 #define CUBE__REENTRY "re-entrant use of service '"
 
+bool cube__queue_refused_reentry(cube_status_t st) {
+  return st && cube_status_code(st) == CUBE_STATUS_FAILED_PRECONDITION &&
+         strncmp(cube_status_message(st), CUBE__REENTRY, sizeof(CUBE__REENTRY) - 1) == 0;
+}
+
 cube_status_t cube__queue_name_refusal(cube_status_t st, const char* fn) {
-  if (st && cube_status_code(st) == CUBE_STATUS_FAILED_PRECONDITION &&
-      strncmp(cube_status_message(st), CUBE__REENTRY, sizeof(CUBE__REENTRY) - 1) == 0)
-    return cube__status_annotate(st, "%s", fn);
-  return st;
+  return cube__queue_refused_reentry(st) ? cube__status_annotate(st, "%s", fn) : st;
 }
 
 /* Refusals common to every call into |s|; NULL when the call may go on. */

@@ -112,6 +112,9 @@ cube__device_key_t cube__device_key(const cube__device_t* d);
  * themselves there. Any other status (or CUBE_OK) is returned as it is. */
 cube_status_t cube__queue_name_refusal(cube_status_t st, const char* fn);
 
+/* True when |st| is that refusal. */
+bool cube__queue_refused_reentry(cube_status_t st);
+
 cube_status_t cube__submit(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,
                            const void* payload, size_t size, cube__payload_drop_fn drop);
 

@@ -424,7 +424,7 @@ static void cts_from_log_fn(void* user, const char* line) {
   (void)line;
   cts_from_log_t* s = user;
   if (s->calls++) return;
-  cube_profile_summary_t sum;
+  cube_profile_summary_t sum = {0};
   s->summary = cube_client_profile_summary(s->c, 0, &sum);
   if (!s->summary) cube_profile_summary_deinitialize(&sum);
   cube_memory_report_t rep;

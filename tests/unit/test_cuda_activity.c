@@ -701,3 +701,59 @@ CUBE_TEST(self_timed_refused_launch_takes_no_slot) {
   self_case_close(&t);
 #endif
 }
+
+#ifdef CUBE_MOCK_CUDA_PATH
+typedef struct summary_from_log {
+  cube_client_t* c;
+  int lines;
+  cube_status_t first; /* the summary's status, read from the first line */
+  uint64_t rows;
+} summary_from_log_t;
+
+static void summary_log_fn(void* user, const char* line) {
+  (void)line;
+  summary_from_log_t* s = user;
+  if (s->lines++ != 1) return; /* the second launch's line: the first is timed by then */
+  cube_profile_summary_t sum = {0};
+  s->first = cube_client_profile_summary(s->c, 0, &sum);
+  if (!s->first) s->rows = sum.row_count;
+  cube_profile_summary_deinitialize(&sum);
+}
+#endif
+
+/* The profile summary read from the log callback, inside the device's task,
+ * on a device that times its work with events (the stream's timed work is
+ * polled first, and that poll is a task of the device): the poll is left
+ * out there and the summary has the rows made so far. It used to fail
+ * with the queue's refusal, which named no call. */
+CUBE_TEST(summary_from_a_log_callback_inside_a_task) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  setup(NULL, "10", "events");
+  summary_from_log_t s = {NULL, 0, NULL, 0};
+  cube_server_options_t o;
+  cube_server_options_initialize(&o);
+  o.profile_level = CUBE_PROFILE_EXEC; /* "Executing <kernel>", inside the launch's task */
+  o.log_fn = summary_log_fn;
+  o.log_user = &s;
+  REQUIRE_OK(cube_client_init((cube_device_id_t){CUBE_BACKEND_CUDA, 0}, &o, &s.c));
+  cube_kernel_t* k = make_kernel("scale logged", scale_src, "scale");
+  REQUIRE(k);
+  char path[512];
+  trace_path(path, sizeof(path), "summary_from_log");
+  REQUIRE_OK(cube_trace_start(path)); /* launches timed by events: the stream has timed work */
+  worker_t a = {s.c, k, 3, 1, 0, 0, false};
+  worker_main(&a); /* the first launch timed, the second logs while it is pending */
+  CHECK(a.ok);
+  REQUIRE_OK(cube_trace_stop());
+  unlink(path);
+  CHECK(s.lines >= 3);
+  CHECK(s.first == CUBE_OK);
+  if (s.first) fprintf(stderr, "summary from the log callback: %s\n", cube_status_message(s.first));
+  cube_status_free(s.first);
+  cube_kernel_release(k);
+  cube_client_release(s.c);
+  cube_shutdown();
+#endif
+}
