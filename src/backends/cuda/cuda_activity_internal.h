@@ -32,14 +32,25 @@ typedef struct cube__act_launch {
   char name[80];
 } cube__act_launch_t;
 
-/* Self-timed kernels: a stream's slot |i| of CUBE__ACT_LAUNCHES, for its
- * launch |i| modulo the ring: 16 bytes of device memory (preludes/cuda.h,
- * struct cube__timing: start, end) that the stream copies, in batches, into
- * the same place of its ring of mapped host memory (0 until copied there). */
-#define CUBE__ACT_SLOT_BYTES 16u
 /* Launches submitted and not copied after which the launching thread has
  * the stream copy their slots. */
 #define CUBE__ACT_BATCH 256u
+/* Self-timed kernels (preludes/cuda.h, struct cube__timing): the slots of a
+ * stream's CUBE__ACT_LAUNCHES launches, in batches of CUBE__ACT_BATCH. A
+ * batch is CUBE__ACT_PLANES + 1 planes of CUBE__ACT_BATCH words: plane 0
+ * holds each launch's start, plane 1 + j the end raised by the launch's cubes
+ * whose index is j modulo CUBE__ACT_PLANES. Launch k of a batch has its
+ * words 8 * k bytes into each plane, planes CUBE__ACT_PLANE_BYTES apart: a
+ * launch's cubes meet in 32 cache lines, not one (one line cost a kernel of
+ * 4,096 cubes 22 % on the H200; 32 lines nothing measurable:
+ * docs/benchmarks.md), and a batch's slots are one contiguous region that
+ * the stream copies, in the same layout, into its ring of mapped host
+ * memory. The prelude's CUBE__TIMING_PLANE_WORDS is CUBE__ACT_BATCH. */
+#define CUBE__ACT_PLANES 32u
+#define CUBE__ACT_PLANE_BYTES (CUBE__ACT_BATCH * 8u)
+#define CUBE__ACT_BATCH_BYTES ((CUBE__ACT_PLANES + 1u) * CUBE__ACT_PLANE_BYTES)
+#define CUBE__ACT_SLOTS_BYTES ((CUBE__ACT_LAUNCHES / CUBE__ACT_BATCH) * CUBE__ACT_BATCH_BYTES)
+_Static_assert(CUBE__ACT_LAUNCHES % CUBE__ACT_BATCH == 0, "whole batches in the ring");
 
 struct cube__cuda_activity {
   /* |put| is the launching thread's, |got| the reader's: 64 bytes apart, so

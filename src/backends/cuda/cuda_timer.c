@@ -132,7 +132,7 @@ bool cube__ktimer_setup(cube__backend_device_t* d, cube__cuda_stream_t* s) {
   if (!atomic_load(&d->act_calibrated) || d->act_epoch != atomic_load(&d->epoch))
     if (!cube__act_calibrate(d)) return false;
   if (a->slots) return true;
-  const size_t bytes = (size_t)CUBE__ACT_LAUNCHES * CUBE__ACT_SLOT_BYTES;
+  const size_t bytes = (size_t)CUBE__ACT_SLOTS_BYTES;
   CUdeviceptr slots = 0;
   void* host = NULL;
   bool ok = d->cu->MemAlloc(&slots, bytes) == CUDA_SUCCESS;
@@ -182,12 +182,23 @@ void cube__ktimer_copy(cube__backend_device_t* d, cube__cuda_stream_t* s, uint64
   CUresult r = CUDA_SUCCESS;
   if (upto - from >= (at_least ? at_least : 1)) {
     uint64_t i = from;
-    while (r == CUDA_SUCCESS && i < upto) { /* at most two pieces: the ring wraps */
+    while (r == CUDA_SUCCESS && i < upto) { /* a piece per batch */
       const uint64_t at = i % CUBE__ACT_LAUNCHES;
+      const uint64_t k = at % CUBE__ACT_BATCH;
       uint64_t n = upto - i;
-      if (n > CUBE__ACT_LAUNCHES - at) n = CUBE__ACT_LAUNCHES - at;
-      r = d->cu->MemcpyDtoHAsync((void*)(a->host + 2 * at), a->slots + at * CUBE__ACT_SLOT_BYTES,
-                                 (size_t)n * CUBE__ACT_SLOT_BYTES, s->stream);
+      if (n > CUBE__ACT_BATCH - k) n = CUBE__ACT_BATCH - k;
+      const size_t base = (size_t)(at / CUBE__ACT_BATCH) * CUBE__ACT_BATCH_BYTES;
+      /* The ends of launches k .. k+n-1 in every plane (one region: what lies
+       * between them, other launches' ends, is copied too, and is read only
+       * after a copy of their own), then their starts: a start seen on the
+       * host means its ends landed before it, in the stream's order. */
+      const size_t e0 = base + CUBE__ACT_PLANE_BYTES + (size_t)k * 8u;
+      const size_t e1 = base + (size_t)CUBE__ACT_PLANES * CUBE__ACT_PLANE_BYTES + (size_t)(k + n) * 8u;
+      r = d->cu->MemcpyDtoHAsync((void*)((volatile char*)a->host + e0), a->slots + e0, e1 - e0,
+                                 s->stream);
+      if (r == CUDA_SUCCESS)
+        r = d->cu->MemcpyDtoHAsync((void*)((volatile char*)a->host + base + k * 8u),
+                                   a->slots + base + k * 8u, (size_t)n * 8u, s->stream);
       i += n;
     }
     if (r == CUDA_SUCCESS) atomic_store(&a->copied, upto);
@@ -215,13 +226,21 @@ void cube__ktimer_drain(cube__cuda_stream_t* s) {
   for (; got < put; ++got) {
     const uint64_t i = got % CUBE__ACT_LAUNCHES;
     const cube__act_launch_t* l = &a->launches[i];
-    uint64_t* h = (uint64_t*)a->host + 2 * i;
-    /* Copied by the stream: done when both words have landed. */
-    uint64_t end = __atomic_load_n(&h[1], __ATOMIC_ACQUIRE);
+    uint64_t* h = (uint64_t*)((char*)a->host + (size_t)(i / CUBE__ACT_BATCH) * CUBE__ACT_BATCH_BYTES) +
+                  i % CUBE__ACT_BATCH;
+    /* Copied by the stream: done when the start has landed (its ends were
+     * copied before it); the end is the latest of the 32. An end word left
+     * from the slot's earlier use is older than this launch's, and a
+     * launch's cube 0 raises one of its words. */
     uint64_t start = __atomic_load_n(&h[0], __ATOMIC_ACQUIRE);
-    if (!end || !start) break; /* not copied yet */
+    if (!start) break; /* not copied yet */
+    uint64_t end = 0;
+    for (unsigned j = 1; j <= CUBE__ACT_PLANES; ++j) {
+      uint64_t e = __atomic_load_n(&h[(size_t)j * CUBE__ACT_BATCH], __ATOMIC_RELAXED);
+      if (e > end) end = e;
+    }
+    if (!end) break; /* not copied yet */
     __atomic_store_n(&h[0], 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&h[1], 0, __ATOMIC_RELAXED);
     if (end < start) start = end;
     if (got < a->quiet_below) continue; /* launched before records came on again */
     cube__act_entry_t e;

@@ -91,17 +91,21 @@ typedef uint64_t CUBE__U64;
  * body starts with CUBE__ENTRY_TIMER (the generator puts it after the body's
  * '{'): an object whose constructor reads the GPU's global timer into the
  * slot's start in the first unit of cube 0, and whose destructor, run at
- * every return, raises the slot's end to the timer in the first unit of
- * every cube (an atomic max whose result nobody waits for: no cube is held
- * at its end). The slot is device memory; the host has the stream copy its
+ * every return, raises one of the slot's 32 ends to the timer in the first
+ * unit of every cube (an atomic max whose result nobody waits for: no cube
+ * is held at its end). The slot is device memory; the host has the stream copy its
  * slots into mapped memory in batches (cuda_timer.c). Nothing else is put on
  * the stream and no profiler is involved; an untimed launch pays two tests
  * of a parameter. */
 struct cube__timing {
-  uint64_t start; /* cube 0's first unit, at its start */
-  uint64_t end;   /* the latest end of a cube's first unit (never lowered: the timer only
-                     grows, so a slot used again needs no reset) */
+  uint64_t start; /* cube 0's first unit, at its start; the ends are further on (below) */
 };
+/* The ends of a launch: 32 words CUBE__TIMING_PLANE_WORDS apart (each in a
+ * cache line of its own), the word of cube i raised by cubes whose x index
+ * is i modulo 32 (cuda_activity_internal.h, CUBE__ACT_PLANES), so that a
+ * kernel's cubes do not all meet in one line. Never lowered: the timer only
+ * grows, so a slot used again needs no reset. */
+#define CUBE__TIMING_PLANE_WORDS 256u
 CUBE__PFN uint64_t cube__globaltimer(void) {
   uint64_t t = 0;
 #if defined(__CUDA_ARCH__)
@@ -117,11 +121,14 @@ struct cube__timer {
   }
   __device__ ~cube__timer() {
     if (t && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) {
+      uint64_t* end = &t->start + CUBE__TIMING_PLANE_WORDS * (1u + (blockIdx.x & 31u));
       /* A reduction: no result, nothing waits. (Not atomicMax on 64 bits:
        * that makes NVRTC load its builtins library, whose thread-local
        * storage LeakSanitizer cannot read at exit.) */
 #if defined(__CUDA_ARCH__)
-      asm volatile("red.max.u64 [%0], %1;" ::"l"(&t->end), "l"(cube__globaltimer()) : "memory");
+      asm volatile("red.max.u64 [%0], %1;" ::"l"(end), "l"(cube__globaltimer()) : "memory");
+#else
+      (void)end;
 #endif
     }
   }
