@@ -102,10 +102,6 @@ void* cube__service_state_unsafe(cube__service_t* s); /* for read-only immutable
 bool cube__device_is_blocking(const cube__device_t* d); /* inline mode */
 cube__device_key_t cube__device_key(const cube__device_t* d);
 
-/* Fire and forget: copies |size| bytes of |payload| and queues |fn|. A
- * non-OK return of |fn| goes to vt->task_failed. Returns an error only if
- * the task could not be queued (re-entrant use of the same service, or out
- * of host memory for a large payload); then |drop| has run. */
 /* |st| prefixed with |fn| when it is the refusal of a call into a service
  * from inside one of its own tasks (above, "Re-entrancy"): client calls
  * whose other failures do not start with their name (a launch, a read) name
@@ -115,6 +111,10 @@ cube_status_t cube__queue_name_refusal(cube_status_t st, const char* fn);
 /* True when |st| is that refusal. */
 bool cube__queue_refused_reentry(cube_status_t st);
 
+/* Fire and forget: copies |size| bytes of |payload| and queues |fn|. A
+ * non-OK return of |fn| goes to vt->task_failed. Returns an error only if
+ * the task could not be queued (re-entrant use of the same service, or out
+ * of host memory for a large payload); then |drop| has run. */
 cube_status_t cube__submit(cube__service_t* s, uint64_t stream_id, cube__task_fn fn,
                            const void* payload, size_t size, cube__payload_drop_fn drop);
 
