@@ -42,7 +42,7 @@ cube_status_t cube_handle_set_tag(cube_handle_t h, const char* tag) {
   const char* interned = NULL;
   CUBE_RETURN_IF_ERROR(cube__tag_intern(fn, tag, &interned));
   cube__mem_track_enable();
-  atomic_store_explicit(&info.mem->tag, interned, memory_order_relaxed);
+  atomic_store_explicit(&info.mem->tag, interned, memory_order_release);
   return CUBE_OK;
 }
 

@@ -554,7 +554,7 @@ cube_status_t cube__mm_oom_locate(const cube__mm_t* mm, cube_status_t status, co
 static __attribute__((noinline, cold)) void cube__mm_track_alloc(cube__mm_t* mm,
                                                                  cube__memory_t* m) {
   const char* tag = cube__tag_current();
-  atomic_store_explicit(&m->tag, tag, memory_order_relaxed);
+  atomic_store_explicit(&m->tag, tag, memory_order_release);
   m->born_ns = cube__now_ns();
   if (!mm->ring) return;
   const cube__slice_t* s = m->slice;
@@ -575,7 +575,7 @@ void cube__mm_track_release(cube__mm_t* mm, const cube__slice_t* s, cube__memory
                           .id = m->id,
                           .size = s->size,
                           .stream = mm->stream_id,
-                          .tag = atomic_load_explicit(&m->tag, memory_order_relaxed),
+                          .tag = atomic_load_explicit(&m->tag, memory_order_acquire),
                           .memory = mm->name,
                           .pool = s->page->pool ? s->page->pool->index : 0,
                           .kind = CUBE__MEM_EVENT_RELEASE};

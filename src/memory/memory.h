@@ -93,7 +93,9 @@ typedef struct cube__memory {
   struct cube__memory* notify_next; /* link on that pool's release queue */
   /* Allocation tracking (memory/track.h): the tag (interned, NULL: none) and
    * the time of the allocation (cube__now_ns, 0: not recorded). Stamped by
-   * the manager while tracking is on; the tag also by cube_handle_set_tag. */
+   * the manager while tracking is on; the tag also by cube_handle_set_tag,
+   * from any thread. The tag is stored with release and loaded with acquire,
+   * so that a snapshot on another thread sees the interned text whole. */
   _Atomic(const char*) tag;
   uint64_t born_ns;
   bool external; /* memory cube did not allocate (cube__memory_create_external) */

@@ -41,7 +41,7 @@ static bool cube__snapshot_allocation(cJSON* allocations, const cube__mm_t* mm, 
   cJSON* a = cJSON_CreateObject();
   if (!a) return false;
   cJSON_AddItemToArray(allocations, a);
-  const char* tag = atomic_load_explicit(&m->tag, memory_order_relaxed);
+  const char* tag = atomic_load_explicit(&m->tag, memory_order_acquire);
   bool ok = cube__json_num(a, "id", (double)m->id) && cube__json_num(a, "stream", (double)stream) &&
             cJSON_AddStringToObject(a, "memory", cube__mm_name(mm)) &&
             cube__json_num(a, "pool", pool) && cube__json_num(a, "page", page) &&
@@ -166,7 +166,7 @@ void cube__mm_tag_totals(cube__mm_t* mm, cube__tag_total_t* totals, uint32_t* co
       for (cube__slice_t* s = list[p]->pages[i]->first; s; s = s->next) {
         if (cube__slice_check_free(s)) continue;
         cube__tag_add(totals, count, cap,
-                      atomic_load_explicit(&s->memory->tag, memory_order_relaxed), s->size);
+                      atomic_load_explicit(&s->memory->tag, memory_order_acquire), s->size);
       }
 }
 

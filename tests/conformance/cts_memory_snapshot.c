@@ -684,6 +684,91 @@ CUBE_TEST(memory_snapshot_text_is_utf8) {
   CTS_END(c);
 }
 
+/* A tag set on one thread, read by a snapshot on another: the snapshot sees
+ * the tag's text whole (the tag was published with a relaxed store, and a
+ * snapshot read the text without an order to the thread that wrote it: TSan
+ * saw it in the trace stress case). The worker tags each buffer with a tag
+ * new to the process; the last eight stay live and are in the last
+ * snapshot, each with its buffer's bytes. */
+typedef struct cts_tagger {
+  cube_client_t* c;
+  atomic_int made, bad;
+  atomic_bool done, release;
+  cube_handle_t live[8];
+  uint32_t base;
+} cts_tagger_t;
+
+static void* cts_tagger_main(void* p) {
+  cts_tagger_t* t = p;
+  for (int r = 0; r < 160; ++r) {
+    cube_handle_t* slot = &t->live[r % 8];
+    if (slot->id) cube_handle_release(*slot);
+    char tag[32];
+    snprintf(tag, sizeof(tag), "w%u", t->base + (uint32_t)r);
+    if (cube_client_empty(t->c, 256u + 8u * (uint32_t)r, slot) || cube_handle_set_tag(*slot, tag)) {
+      atomic_fetch_add(&t->bad, 1);
+      break;
+    }
+    atomic_store(&t->made, r + 1);
+  }
+  cube_status_t st = cube_client_sync(t->c); /* its stream's work done before the last snapshot */
+  if (st) atomic_fetch_add(&t->bad, 1);
+  cube_status_free(st);
+  atomic_store(&t->done, true);
+  while (!atomic_load(&t->release)) cts_sleep_ms(1);
+  for (int i = 0; i < 8; ++i)
+    if (t->live[i].id) cube_handle_release(t->live[i]);
+  return NULL;
+}
+
+static bool cts_tag_is_workers(const char* tag, uint32_t base, uint32_t* out) {
+  char* end = NULL;
+  if (tag[0] != 'w') return false;
+  unsigned long v = strtoul(tag + 1, &end, 10);
+  if (!end || *end || v < base || v >= base + 160u) return false;
+  *out = (uint32_t)v - base;
+  return true;
+}
+
+CUBE_TEST(memory_tags_set_on_another_thread) {
+  CTS_CLIENT(c);
+  uint64_t seed = seed_now();
+  cts_tagger_t t = {.c = c, .base = (uint32_t)(cube_test_rand(&seed) % 100000u)};
+  pthread_t th;
+  REQUIRE(pthread_create(&th, NULL, cts_tagger_main, &t) == 0);
+  int snaps = 0;
+  for (bool last = false; !last; ++snaps) {
+    last = atomic_load(&t.done) || atomic_load(&t.bad);
+    char* text = NULL;
+    CHECK_OK(cube_client_memory_snapshot_json(c, &text));
+    cJSON* doc = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CHECK(doc != NULL);
+    if (!doc) break;
+    bool seen[8] = {false};
+    const cJSON* e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "by_tag")) {
+      const cJSON* tag = cJSON_GetObjectItemCaseSensitive(e, "tag");
+      if (!cJSON_IsString(tag)) continue; /* untagged */
+      uint32_t r = 0;
+      CHECK(cts_tag_is_workers(tag->valuestring, t.base, &r));
+      if (!last || r + 8u < 160u) continue;
+      seen[r % 8] = true;
+      CHECK(cube_test_json_num(e, "bytes") >= 256.0 + 8.0 * r);
+    }
+    if (last) {
+      CHECK_EQ_U64((uint64_t)atomic_load(&t.made), 160);
+      for (int i = 0; i < 8; ++i) CHECK(seen[i]);
+    }
+    cJSON_Delete(doc);
+  }
+  atomic_store(&t.release, true);
+  pthread_join(th, NULL);
+  CHECK_EQ_U64((uint64_t)atomic_load(&t.bad), 0);
+  CHECK(snaps >= 1);
+  CTS_END(c);
+}
+
 /* The ledger's device fields add up to what the driver reports used; where
  * the driver reports nothing, cube's own sum stands for it. */
 CUBE_TEST(memory_ledger_adds_up) {

@@ -692,7 +692,7 @@ typedef struct cts_churn {
   cube_kernel_t* k;
   int id;
   atomic_bool* stop;
-  int rounds, bad;
+  atomic_int rounds, bad; /* read by the main thread while the worker runs */
 } cts_churn_t;
 
 static void* cts_churn_main(void* p) {
@@ -702,7 +702,7 @@ static void* cts_churn_main(void* p) {
   uint32_t n = 257u + 64u * (uint32_t)w->id;
   uint32_t* in = malloc((size_t)n * 4);
   uint32_t* out = malloc((size_t)n * 4);
-  while (!atomic_load(w->stop) || w->rounds < 3) {
+  while (!atomic_load(w->stop) || atomic_load(&w->rounds) < 3) {
     cube_trace_range_push(name);
     cube_trace_range_push("round");
     for (uint32_t i = 0; i < n; ++i) in[i] = i * 13u + (uint32_t)w->rounds;
@@ -733,7 +733,7 @@ static void* cts_churn_main(void* p) {
     cube_handle_release(b);
     cube_trace_range_pop();
     cube_trace_range_pop();
-    w->rounds++;
+    atomic_fetch_add(&w->rounds, 1);
     cts_sleep_ms(1); /* files of hundreds of events, not of a full ring */
   }
   free(in);
@@ -749,9 +749,16 @@ CUBE_TEST(trace_start_stop_while_threads_work) {
   cts_churn_t w[WORKERS];
   pthread_t th[WORKERS];
   for (int i = 0; i < WORKERS; ++i) {
-    w[i] = (cts_churn_t){c, k, i, &stop, 0, 0};
+    w[i] = (cts_churn_t){.c = c, .k = k, .id = i, .stop = &stop};
     REQUIRE(pthread_create(&th[i], NULL, cts_churn_main, &w[i]) == 0);
   }
+  /* Every worker past its first round (the kernel's compile: seconds under
+   * a sanitizer), so that each trace below holds whole rounds. */
+  for (int i = 0, waited = 0; i < WORKERS && waited < 120000; ++i)
+    while (atomic_load(&w[i].rounds) < 1 && !atomic_load(&w[i].bad) && waited < 120000) {
+      cts_sleep_ms(10);
+      waited += 10;
+    }
   int files = 0, ranges = 0;
   for (int t = 0; t < TRACES; ++t) {
     char path[512], name[64];
@@ -759,7 +766,17 @@ CUBE_TEST(trace_start_stop_while_threads_work) {
     cts_tmp_path(path, sizeof(path), name);
     unlink(path);
     CHECK_OK(cube_trace_start(path));
+    /* At least the planned time, and two more rounds of every worker: one
+     * of them begins and ends inside this trace. */
+    int before[WORKERS];
+    for (int i = 0; i < WORKERS; ++i) before[i] = atomic_load(&w[i].rounds);
     cts_sleep_ms(5 + 3 * (unsigned)t);
+    for (int i = 0, waited = 0; i < WORKERS && waited < 60000; ++i)
+      while (atomic_load(&w[i].rounds) < before[i] + 2 && !atomic_load(&w[i].bad) &&
+             waited < 60000) {
+        cts_sleep_ms(2);
+        waited += 2;
+      }
     char* snap = NULL;
     CHECK_OK(cube_client_memory_snapshot_json(c, &snap));
     cJSON* sd = snap ? cJSON_Parse(snap) : NULL;
@@ -800,8 +817,8 @@ CUBE_TEST(trace_start_stop_while_threads_work) {
   atomic_store(&stop, true);
   for (int i = 0; i < WORKERS; ++i) {
     pthread_join(th[i], NULL);
-    CHECK(w[i].rounds >= 3);
-    CHECK_EQ_U64((uint64_t)w[i].bad, 0);
+    CHECK(atomic_load(&w[i].rounds) >= 3);
+    CHECK_EQ_U64((uint64_t)atomic_load(&w[i].bad), 0);
   }
   CHECK_EQ_U64((uint64_t)files, TRACES);
   CHECK(ranges > 0);
