@@ -16,6 +16,12 @@
 #   scripts/gpu-check.sh nccl       build + the CUDA collectives on the GPU through NCCL
 #                                   (CTS, the staged fallback, the mock cases) + bench_nccl
 #                                   (cube's nccl transport beside raw NCCL, 1 MiB .. 4 GiB)
+#   scripts/gpu-check.sh timer      build + what tracing costs (issue 17): the raw peer
+#                                   bench/peers/cuda_timing_cost.c (empty and saxpy: the
+#                                   timing forms side by side, the end words' layouts among
+#                                   them), bench_cuda's figure 11 with CUBE_CUDA_KERNEL_TIMER
+#                                   self, cupti, self, cupti, the CUDA cases self-timed, and
+#                                   the demo's trace self-timed
 # Several words may be given. CUBE_GPU_CTS_REGEX narrows the CTS cases;
 # CUBE_NCCL_BENCH_MAX_MIB caps bench_nccl's sweep (default 4096).
 set -uo pipefail
@@ -123,6 +129,41 @@ if has tune; then
         grep -E "^\[5\] |^\[6c\] |ceiling|FAIL"
     done
   } 2>&1 | tee "$OUT/tune.log"
+fi
+
+if has timer; then
+  {
+    echo "== raw peer: per-launch timing forms (10,000 launches, 11 alternating rounds)"
+    if [ -f "$PEERS/cuda_timing_cost.c" ] &&
+       gcc -O2 -pthread "$PEERS/cuda_timing_cost.c" -I/usr/local/cuda/include \
+         -L/usr/local/cuda/lib64 -lcuda -lnvrtc -ldl -o /tmp/cuda_timing_cost; then
+      for k in empty saxpy; do
+        echo "-- CUDA_TIMING_KERNEL=$k"
+        CUDA_TIMING_KERNEL=$k timeout 240 /tmp/cuda_timing_cost 2>&1
+      done
+    fi
+    echo "== bench_cuda figure 11 (tracing on / off), each timer twice, alternating"
+    for t in self cupti self cupti; do
+      echo "-- CUBE_CUDA_KERNEL_TIMER=$t"
+      CUBE_CUDA_KERNEL_TIMER=$t CUBE_BENCH_ONLY=trace timeout 300 ./build-gpu/bench_cuda 2>&1 |
+        grep -E "^## \[11|ratio on/off|per launch, medians|FAIL"
+    done
+    echo "== the CUDA cases and unit tests, self-timed"
+    CUBE_CUDA_KERNEL_TIMER=self ctest --test-dir build-gpu \
+      -R "^(cts\.cuda\.|unit\.cuda_activity)${CUBE_GPU_CTS_REGEX:-}" -j 8 --timeout 120 \
+      --output-on-failure > "$OUT/cts-cuda-self.log" 2>&1
+    grep -E "tests passed|Failed|\*\*\*|Timeout|SEGFAULT" "$OUT/cts-cuda-self.log" | head -30
+    echo "== the demo's trace, self-timed"
+    CUBE_CUDA_KERNEL_TIMER=self CUBE_BACKEND=cuda CUBE_TRACE="$OUT/demo-self-trace.json" \
+      ./build-gpu/cube demo 2>&1 | tail -2
+    python3 - "$OUT/demo-self-trace.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+k = [e for e in ev if e.get("cat") == "kernel"]
+print("demo trace: %d events, %d kernels, details %s" % (len(ev), len(k),
+      sorted({e.get("args", {}).get("detail") for e in k})))
+PY
+  } 2>&1 | tee "$OUT/timer.log"
 fi
 
 if has bench; then

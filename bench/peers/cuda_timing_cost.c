@@ -14,7 +14,12 @@
 // nothing on the stream, no profiler. Mode "globaltimer, 8 ends": the same with
 // eight end words per slot, each block raising the one of its index modulo 8
 // (the host takes their maximum), so that the blocks' reductions at the end of
-// a kernel of many blocks do not all meet at one address. The program also prints the timer's
+// a kernel of many blocks do not all meet at one address. Modes "gt, 32 lines" (a launch's
+// 32 ends 128 bytes apart, a slot of its own), "gt, 32 x 2 KiB" (cube's batches of 256
+// slots as planes: the 32 ends of a launch 2 KiB apart) and "gt, 16 a line" (batches of
+// 256 slots in groups of 16 launches side by side in each 128-byte line: a launch's 32 ends
+// 128 bytes apart, as in the first): the slots are not copied, the cost is the device's
+// alone. The program also prints the timer's
 // step (the smallest change seen by a unit spinning on it, without and with
 // CUPTI's records on) and the mean kernel duration each source reports.
 // Build (on a CUDA machine), one line:
@@ -59,7 +64,8 @@ static double now(void) {
 }
 
 enum { N = 10000, ROUNDS = 11 };
-static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fres;
+static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fe_tP, fe_tG, fres;
+static CUdeviceptr slotsB_dev; /* batches of 256 slots, 67,584 bytes each (not copied) */
 static CUdeviceptr slotsL_dev; /* N slots of 4224 bytes: start, 32 ends 128 bytes apart (not copied) */
 static CUdeviceptr slots_dev; /* N slots of 16 bytes: start, blocks done */
 static unsigned long long* slots_host; /* N x {start, end}, mapped */
@@ -121,6 +127,10 @@ static void launch(void) {
   if (timed_launch) {
     unsigned i = timed_i++ % N;
     sd = (timed_launch == 2 ? slots8_dev : timed_launch == 3 ? slotsL_dev : slots_dev) + slot_bytes * i;
+    if (timed_launch == 5) /* planes: starts, then 32 planes of ends, 2 KiB each */
+      sd = slotsB_dev + 67584ull * (i / 256) + 8ull * (i % 256);
+    if (timed_launch == 6) /* groups of 16: a line of starts, 32 lines of ends */
+      sd = slotsB_dev + 67584ull * (i / 256) + 4224ull * ((i % 256) / 16) + 8ull * (i % 16);
     /* Every 256 launches the stream copies their slots to the host ring. */
     if ((i + 1) % 256 == 0 || i + 1 == N) {
       copy_from = (i / 256) * 256;
@@ -131,14 +141,14 @@ static void launch(void) {
     float a = 0.5f;
     int n = 1 << 20;
     void* args[] = {&px, &py, &a, &n, &sd, &sh, &counters};
-    CK(cuLaunchKernel(timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, (1 << 20) / 256, 1, 1,
+    CK(cuLaunchKernel(timed_launch == 6 ? fe_tG : timed_launch == 5 ? fe_tP : timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, (1 << 20) / 256, 1, 1,
                       256, 1, 1, 0, s, args, 0));
   } else {
     void* args[] = {&p, &sd, &sh, &counters};
-    CK(cuLaunchKernel(timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, 1, 1, 1, 32, 1, 1, 0,
+    CK(cuLaunchKernel(timed_launch == 6 ? fe_tG : timed_launch == 5 ? fe_tP : timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, 1, 1, 1, 32, 1, 1, 0,
                       s, args, 0));
   }
-  if (timed_launch == 3) copy_n = 0; /* 32 lines a slot: not copied (cost on the device only) */
+  if (timed_launch == 3 || timed_launch >= 5) copy_n = 0; /* not copied (cost on the device only) */
   if (copy_n && timed_launch == 2)
     CK(cuMemcpyDtoHAsync(slots8_host + 9ull * copy_from, slots8_dev + 72ull * copy_from,
                          72ull * copy_n, s));
@@ -191,7 +201,7 @@ static void* launcher(void* arg) {
  * (globaltimer, above); 8: the same with eight end words per slot. */
 static double run(int mode) {
   double t0 = now();
-  timed_launch = mode == 7 ? 1 : mode == 8 ? 2 : mode == 9 ? 3 : mode == 10 ? 4 : 0;
+  timed_launch = mode >= 7 ? mode - 6 : 0;
   if (threaded && (mode == 0 || mode == 4 || mode >= 7)) {
     for (int i = 0; i < N; i++) {
       while (atomic_load(&ring_put) - atomic_load_explicit(&ring_got, memory_order_acquire) >= RING)
@@ -279,6 +289,13 @@ int main(void) {
       "  __device__ ~timerT() {\n"
       "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0 && blockIdx.x + 256 >= gridDim.x)\n"
       "      atomicMax(&d->end, gt()); } };\n"
+      "template <unsigned STRIDE> struct timerS {\n"
+      "  unsigned long long* d;\n"
+      "  __device__ timerS(unsigned long long* d_) : d(d_) {\n"
+      "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)\n"
+      "      d[0] = gt(); }\n"
+      "  __device__ ~timerS() {\n"
+      "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) atomicMax(d + STRIDE * (1u + (blockIdx.x & 31u)), gt()); } };\n"
       "extern \"C\" __global__ void res(unsigned long long* out) {\n"
       "  unsigned long long first = gt(), last = first, mind = ~0ull, ch = 0;\n"
       "  for (int i = 0; i < 200000; i++) { unsigned long long t = gt();\n"
@@ -294,11 +311,17 @@ int main(void) {
                              "{timerL t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                              "extern \"C\" __global__ void empty_tT(const float* x, float* y, float a, int n, slot* d, unsigned long long* h, unsigned* c)"
                              "{timerT t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tP(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerS<256> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tG(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerS<16> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                            : "extern \"C\" __global__ void empty(float* p, slot* d, unsigned long long* h, unsigned* c){}\n"
                              "extern \"C\" __global__ void empty_t(float* p, slot* d, unsigned long long* h, unsigned* c){timer t_(d);}\n"
                              "extern \"C\" __global__ void empty_t8(float* p, slot8* d, unsigned long long* h, unsigned* c){timer8 t_(d);}\n"
                              "extern \"C\" __global__ void empty_tL(float* p, slotL* d, unsigned long long* h, unsigned* c){timerL t_(d);}\n"
-                             "extern \"C\" __global__ void empty_tT(float* p, slot* d, unsigned long long* h, unsigned* c){timerT t_(d);}\n";
+                             "extern \"C\" __global__ void empty_tT(float* p, slot* d, unsigned long long* h, unsigned* c){timerT t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tP(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<256> t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tG(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16> t_(d);}\n";
   char* src = malloc(strlen(timer_src) + strlen(ksrc) + 1);
   strcpy(src, timer_src);
   strcat(src, ksrc);
@@ -324,6 +347,10 @@ int main(void) {
   CK(cuModuleGetFunction(&fe_t8, m, "empty_t8"));
   CK(cuModuleGetFunction(&fe_tL, m, "empty_tL"));
   CK(cuModuleGetFunction(&fe_tT, m, "empty_tT"));
+  CK(cuModuleGetFunction(&fe_tP, m, "empty_tP"));
+  CK(cuModuleGetFunction(&fe_tG, m, "empty_tG"));
+  CK(cuMemAlloc(&slotsB_dev, 67584ull * ((N + 255) / 256)));
+  CK(cuMemsetD32(slotsB_dev, 0, 16896ull * ((N + 255) / 256)));
   CK(cuMemAlloc(&slotsL_dev, 4224ull * N));
   CK(cuMemsetD32(slotsL_dev, 0, 1056ull * N));
   CK(cuModuleGetFunction(&fres, m, "res"));
@@ -349,9 +376,10 @@ int main(void) {
   if (threaded) pthread_create(&lt, NULL, launcher, NULL);
   const char* names[] = {"none", "event after", "events around", "events no timing", "cupti",
                          "cupti + correlation", "cupti + ctx query", "globaltimer",
-                         "globaltimer, 8 ends", "gt, 32 lines", "gt, last 256"};
+                         "globaltimer, 8 ends", "gt, 32 lines", "gt, last 256",
+                         "gt, 32 x 2 KiB", "gt, 16 a line"};
   int modes = 4;
-  int timer_mode = 4; /* modes 7 to 10 are always run */
+  int timer_mode = 6; /* modes 7 to 12 are always run */
   const char* libs[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12",
                         "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
                         "/usr/local/cuda/lib64/libcupti.so"};
@@ -393,7 +421,7 @@ int main(void) {
     cupti_ns_sum = 0;
     cupti_ns_count = 0;
   }
-  double t[11][ROUNDS];
+  double t[13][ROUNDS];
   double timerT_ns_sum = 0;
   long timerT_ns_count = 0, timerT_bad = 0;
   double timer_ns_sum = 0, timer8_ns_sum = 0;
@@ -479,7 +507,7 @@ int main(void) {
   printf("10,000 %s launches + sync%s, %d alternating rounds: us per launch, median (min-max), ratio to none\n",
          saxpy ? "saxpy (2^20 floats)" : "empty", threaded ? " (a launcher thread fed through a ring; none, cupti and globaltimer only)" : "", ROUNDS);
   double base = 0;
-  for (int k = 0; k < 11; k++) {
+  for (int k = 0; k < 13; k++) {
     if (k >= modes && k < 7) continue;
     if (threaded && k != 0 && k != 4 && k < 7) continue;
     double v[ROUNDS];

@@ -1006,18 +1006,29 @@ static void mock_clock_ran(void* p) {
   __atomic_store_n(&out[1], 1ull, __ATOMIC_RELEASE);
 }
 /* A self-timed kernel runs (CUBE_MOCK_CUDA_KERNEL_US) and writes its times
- * into its slot (struct cube__timing: the start; the end, as its cube 0
- * would, raised in the first of the 32 end words, 256 words on), device
- * memory that cube has the stream copy to the host. */
+ * into its slot (struct cube__timing), device memory that cube has the
+ * stream copy to the host, as its cubes would: cube 0 the start, and its end
+ * (at once: a reader of that word alone gets a duration near 0) into the
+ * first of the 32 end words (16 words on: the prelude's
+ * CUBE__TIMING_PLANE_WORDS); the last cube, x index gx - 1, the end into
+ * word (gx - 1) % 32 of them. The reader takes the latest. */
+typedef struct mock_timed_run {
+  volatile uint64_t* slot;
+  uint32_t gx;
+} mock_timed_run_t;
 static void mock_timed_ran(void* p) {
+  const mock_timed_run_t* t = p;
   uint64_t start = mock_realtime_ns();
   const char* e = getenv("CUBE_MOCK_CUDA_KERNEL_US");
   if (e && atoi(e) > 0) usleep((useconds_t)atoi(e));
   uint64_t end = mock_realtime_ns();
   if (end == start) end++;
-  volatile uint64_t* slot = p;
+  volatile uint64_t* slot = t->slot;
+  const uint64_t first = start + 1;
+  volatile uint64_t* last = &slot[16u * (1u + ((t->gx - 1u) % 32u))];
   slot[0] = start;
-  if (slot[256] < end) slot[256] = end;
+  if (slot[16] < first) slot[16] = first;
+  if (*last < end) *last = end;
 }
 
 /* Functions by name (the mock CUPTI's records name them); past the table's
@@ -1076,8 +1087,14 @@ static CUresult m_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
   if (slot) {
     mock_op_t* op = mock_op(OP_HOST);
     if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+    mock_timed_run_t* t = malloc(sizeof(*t));
+    if (!t) {
+      free(op);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *t = (mock_timed_run_t){slot, gx ? gx : 1u};
     op->fn = mock_timed_ran;
-    op->user = slot;
+    op->user = op->owned = t;
     return mock_push(s, op);
   }
   return CUDA_SUCCESS;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cuda/cuda_timing_layout.h"
 #include "base/abi.h"
 #include "check.h"
 #include "cube/backends/cpu.h"
@@ -400,6 +401,24 @@ CUBE_TEST(generate_structure) {
   CHECK(strstr(cube__dialect_prelude(CUBE__TARGET_OPENCL), "__kernel") != NULL);
   CHECK(strstr(cube__dialect_prelude(CUBE__TARGET_CPU), "#include <stdint.h>") != NULL);
   CHECK(cube__dialect_prelude((cube__target_t)7) == NULL);
+}
+
+/* The CUDA prelude's self-timed kernels raise their ends where the backend
+ * reads them: CUBE__TIMING_PLANE_WORDS words apart, one 128-byte line each
+ * (cuda_timing_layout.h). The prelude is CUDA text, so it cannot take the
+ * constant from the backend's header; this holds the two together. */
+CUBE_TEST(cuda_prelude_timing_layout_is_the_backends) {
+  const char* prelude = cube__dialect_prelude(CUBE__TARGET_CUDA);
+  REQUIRE(prelude != NULL);
+  const char* key = "#define CUBE__TIMING_PLANE_WORDS ";
+  const char* at = strstr(prelude, key);
+  REQUIRE(at != NULL);
+  char* end = NULL;
+  unsigned long words = strtoul(at + strlen(key), &end, 10);
+  CHECK(end != at + strlen(key) && *end == 'u');
+  CHECK_EQ_U64((uint64_t)words, (uint64_t)(CUBE__ACT_LINE / 8u));
+  CHECK(strstr(prelude, "CUBE__TIMING_PLANE_WORDS * (1u + (blockIdx.x & 31u))") != NULL);
+  CHECK_EQ_U64((uint64_t)CUBE__ACT_PLANES, 32u);
 }
 
 CUBE_TEST(generate_rejects_bad_input) {

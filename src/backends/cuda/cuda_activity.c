@@ -430,9 +430,7 @@ CUdeviceptr cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, 
   cube__trace_copy_name(l->name, sizeof(l->name), name);
   atomic_store_explicit(&a->put, put + 1, memory_order_release);
   a->noted = put + 1;
-  return self ? a->slots + (i / CUBE__ACT_BATCH) * CUBE__ACT_BATCH_BYTES +
-                    (i % CUBE__ACT_BATCH) * 8u
-              : 0;
+  return self ? a->slots + cube__act_slot_offset(i) : 0;
 }
 
 void cube__cuda_activity_submitted(cube__backend_device_t* d, cube__cuda_stream_t* s, bool ok) {
@@ -825,7 +823,7 @@ void cube__cuda_activity_stream_gone(cube__cuda_stream_t* s) {
     /* The stream was waited for (a lost device's kernels run no more). */
     cube__ktimer_drain(s);
     cube__backend_device_t* d = a->device;
-    atomic_fetch_sub(&d->act_bytes, (uint64_t)CUBE__ACT_SLOTS_BYTES);
+    atomic_fetch_sub(&d->act_bytes, (uint64_t)CUBE__ACT_DEVICE_BYTES);
     if (!atomic_load(&d->lost) && a->device->act_epoch == atomic_load(&d->epoch)) {
       CUBE__CUDA_SCOPE(d->ctx);
       d->cu->MemFree(a->slots);

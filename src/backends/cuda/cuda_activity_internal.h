@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "backends/cuda/cuda_backend_internal.h"
+#include "backends/cuda/cuda_timing_layout.h"
 
 typedef struct cube__act_entry {
   uint64_t start_ns, end_ns;
@@ -32,24 +33,19 @@ typedef struct cube__act_launch {
   char name[80];
 } cube__act_launch_t;
 
-/* Launches submitted and not copied after which the launching thread has
- * the stream copy their slots. */
-#define CUBE__ACT_BATCH 256u
-/* Self-timed kernels (preludes/cuda.h, struct cube__timing): the slots of a
- * stream's CUBE__ACT_LAUNCHES launches, in batches of CUBE__ACT_BATCH. A
- * batch is CUBE__ACT_PLANES + 1 planes of CUBE__ACT_BATCH words: plane 0
- * holds each launch's start, plane 1 + j the end raised by the launch's cubes
- * whose index is j modulo CUBE__ACT_PLANES. Launch k of a batch has its
- * words 8 * k bytes into each plane, planes CUBE__ACT_PLANE_BYTES apart: a
- * launch's cubes meet in 32 cache lines, not one (one line cost a kernel of
- * 4,096 cubes 22 % on the H200; 32 lines nothing measurable:
- * docs/benchmarks.md), and a batch's slots are one contiguous region that
- * the stream copies, in the same layout, into its ring of mapped host
- * memory. The prelude's CUBE__TIMING_PLANE_WORDS is CUBE__ACT_BATCH. */
-#define CUBE__ACT_PLANES 32u
-#define CUBE__ACT_PLANE_BYTES (CUBE__ACT_BATCH * 8u)
-#define CUBE__ACT_BATCH_BYTES ((CUBE__ACT_PLANES + 1u) * CUBE__ACT_PLANE_BYTES)
+/* The slots' layout: cuda_timing_layout.h. */
 #define CUBE__ACT_SLOTS_BYTES ((CUBE__ACT_LAUNCHES / CUBE__ACT_BATCH) * CUBE__ACT_BATCH_BYTES)
+/* The device's words of 1 (one a launch of a batch) after the slots, and
+ * the host's marks (one a launch of the ring) after its copy of the slots. */
+#define CUBE__ACT_DEVICE_BYTES (CUBE__ACT_SLOTS_BYTES + CUBE__ACT_BATCH * 8u)
+#define CUBE__ACT_HOST_BYTES (CUBE__ACT_SLOTS_BYTES + CUBE__ACT_LAUNCHES * 8u)
+/* Launch |i| of the ring: its slot's offset (its start; its ends are
+ * CUBE__ACT_LINE bytes apart after it), on the device and in the host's copy. */
+static inline size_t cube__act_slot_offset(uint64_t i) {
+  const uint64_t k = i % CUBE__ACT_BATCH;
+  return (size_t)((i / CUBE__ACT_BATCH) * CUBE__ACT_BATCH_BYTES +
+                  (k / CUBE__ACT_GROUP) * CUBE__ACT_GROUP_BYTES + (k % CUBE__ACT_GROUP) * 8u);
+}
 _Static_assert(CUBE__ACT_LAUNCHES % CUBE__ACT_BATCH == 0, "whole batches in the ring");
 
 struct cube__cuda_activity {

@@ -132,16 +132,20 @@ bool cube__ktimer_setup(cube__backend_device_t* d, cube__cuda_stream_t* s) {
   if (!atomic_load(&d->act_calibrated) || d->act_epoch != atomic_load(&d->epoch))
     if (!cube__act_calibrate(d)) return false;
   if (a->slots) return true;
-  const size_t bytes = (size_t)CUBE__ACT_SLOTS_BYTES;
+  const size_t bytes = (size_t)CUBE__ACT_DEVICE_BYTES;
   CUdeviceptr slots = 0;
   void* host = NULL;
   bool ok = d->cu->MemAlloc(&slots, bytes) == CUDA_SUCCESS;
   if (ok)
-    ok = d->cu->MemHostAlloc(&host, bytes, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS;
+    ok = d->cu->MemHostAlloc(&host, CUBE__ACT_HOST_BYTES, CU_MEMHOSTALLOC_PORTABLE) ==
+         CUDA_SUCCESS;
   if (ok) {
-    /* The device slots start at 0 (an end only grows); before the first
-     * timed launch, which the caller makes after this returns. */
-    memset(host, 0, bytes);
+    /* The device slots start at 0 (an end only grows), its marks at 1;
+     * before the first timed launch, which the caller makes after this
+     * returns. The host's marks start at 0: nothing copied. */
+    memset(host, 0, CUBE__ACT_HOST_BYTES);
+    uint64_t* ones = (uint64_t*)((char*)host + CUBE__ACT_SLOTS_BYTES);
+    for (unsigned k = 0; k < CUBE__ACT_BATCH; ++k) ones[k] = 1;
     CUstream cs = NULL;
     ok = d->cu->StreamCreate(&cs, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS;
     if (ok) {
@@ -149,6 +153,7 @@ bool cube__ktimer_setup(cube__backend_device_t* d, cube__cuda_stream_t* s) {
            d->cu->StreamSynchronize(cs) == CUDA_SUCCESS;
       d->cu->StreamDestroy(cs);
     }
+    memset(ones, 0, CUBE__ACT_BATCH * 8u);
   }
   if (!ok) {
     if (slots) d->cu->MemFree(slots);
@@ -188,17 +193,19 @@ void cube__ktimer_copy(cube__backend_device_t* d, cube__cuda_stream_t* s, uint64
       uint64_t n = upto - i;
       if (n > CUBE__ACT_BATCH - k) n = CUBE__ACT_BATCH - k;
       const size_t base = (size_t)(at / CUBE__ACT_BATCH) * CUBE__ACT_BATCH_BYTES;
-      /* The ends of launches k .. k+n-1 in every plane (one region: what lies
-       * between them, other launches' ends, is copied too, and is read only
-       * after a copy of their own), then their starts: a start seen on the
-       * host means its ends landed before it, in the stream's order. */
-      const size_t e0 = base + CUBE__ACT_PLANE_BYTES + (size_t)k * 8u;
-      const size_t e1 = base + (size_t)CUBE__ACT_PLANES * CUBE__ACT_PLANE_BYTES + (size_t)(k + n) * 8u;
-      r = d->cu->MemcpyDtoHAsync((void*)((volatile char*)a->host + e0), a->slots + e0, e1 - e0,
+      /* The groups of launches k .. k+n-1 (one region: the other launches
+       * of its first and last group are copied too, and are read only after
+       * a copy of their own), then a mark for each of the n: a mark seen on
+       * the host means its launch's words landed before it, in the stream's
+       * order. */
+      const size_t g0 = base + (size_t)(k / CUBE__ACT_GROUP) * CUBE__ACT_GROUP_BYTES;
+      const size_t g1 = base + (size_t)((k + n - 1) / CUBE__ACT_GROUP + 1) * CUBE__ACT_GROUP_BYTES;
+      r = d->cu->MemcpyDtoHAsync((void*)((volatile char*)a->host + g0), a->slots + g0, g1 - g0,
                                  s->stream);
       if (r == CUDA_SUCCESS)
-        r = d->cu->MemcpyDtoHAsync((void*)((volatile char*)a->host + base + k * 8u),
-                                   a->slots + base + k * 8u, (size_t)n * 8u, s->stream);
+        r = d->cu->MemcpyDtoHAsync(
+            (void*)((volatile char*)a->host + CUBE__ACT_SLOTS_BYTES + (size_t)at * 8u),
+            a->slots + CUBE__ACT_SLOTS_BYTES, (size_t)n * 8u, s->stream);
       i += n;
     }
     if (r == CUDA_SUCCESS) atomic_store(&a->copied, upto);
@@ -226,21 +233,21 @@ void cube__ktimer_drain(cube__cuda_stream_t* s) {
   for (; got < put; ++got) {
     const uint64_t i = got % CUBE__ACT_LAUNCHES;
     const cube__act_launch_t* l = &a->launches[i];
-    uint64_t* h = (uint64_t*)((char*)a->host + (size_t)(i / CUBE__ACT_BATCH) * CUBE__ACT_BATCH_BYTES) +
-                  i % CUBE__ACT_BATCH;
-    /* Copied by the stream: done when the start has landed (its ends were
+    uint64_t* h = (uint64_t*)((char*)a->host + cube__act_slot_offset(i));
+    uint64_t* mark = (uint64_t*)((char*)a->host + CUBE__ACT_SLOTS_BYTES) + i;
+    /* Copied by the stream: done when its mark has landed (its words were
      * copied before it); the end is the latest of the 32. An end word left
      * from the slot's earlier use is older than this launch's, and a
      * launch's cube 0 raises one of its words. */
-    uint64_t start = __atomic_load_n(&h[0], __ATOMIC_ACQUIRE);
-    if (!start) break; /* not copied yet */
+    if (!__atomic_load_n(mark, __ATOMIC_ACQUIRE)) break; /* not copied yet */
+    uint64_t start = __atomic_load_n(&h[0], __ATOMIC_RELAXED);
     uint64_t end = 0;
     for (unsigned j = 1; j <= CUBE__ACT_PLANES; ++j) {
-      uint64_t e = __atomic_load_n(&h[(size_t)j * CUBE__ACT_BATCH], __ATOMIC_RELAXED);
+      uint64_t e = __atomic_load_n(&h[(size_t)j * (CUBE__ACT_LINE / 8u)], __ATOMIC_RELAXED);
       if (e > end) end = e;
     }
-    if (!end) break; /* not copied yet */
-    __atomic_store_n(&h[0], 0, __ATOMIC_RELAXED);
+    if (!start || !end) break; /* not written: not copied yet */
+    __atomic_store_n(mark, 0, __ATOMIC_RELAXED);
     if (end < start) start = end;
     if (got < a->quiet_below) continue; /* launched before records came on again */
     cube__act_entry_t e;

@@ -100,12 +100,13 @@ typedef uint64_t CUBE__U64;
 struct cube__timing {
   uint64_t start; /* cube 0's first unit, at its start; the ends are further on (below) */
 };
-/* The ends of a launch: 32 words CUBE__TIMING_PLANE_WORDS apart (each in a
- * cache line of its own), the word of cube i raised by cubes whose x index
- * is i modulo 32 (cuda_activity_internal.h, CUBE__ACT_PLANES), so that a
+/* The ends of a launch: 32 words CUBE__TIMING_PLANE_WORDS apart, each in a
+ * 128-byte line of its own (beside the words of 15 other launches), the
+ * word of cube i raised by cubes whose x index is i modulo 32
+ * (cuda_activity_internal.h, CUBE__ACT_PLANES, CUBE__ACT_LINE), so that a
  * kernel's cubes do not all meet in one line. Never lowered: the timer only
  * grows, so a slot used again needs no reset. */
-#define CUBE__TIMING_PLANE_WORDS 256u
+#define CUBE__TIMING_PLANE_WORDS 16u
 CUBE__PFN uint64_t cube__globaltimer(void) {
   uint64_t t = 0;
 #if defined(__CUDA_ARCH__)
