@@ -531,8 +531,13 @@ CUBE_TEST(trace_profiled_launch_duration) {
   cts_tmp_path(path, sizeof(path), "trace_duration.json");
   unlink(path);
   REQUIRE_OK(cube_trace_start(path));
-  uint64_t brackets[3];
-  for (int i = 0; i < 3; ++i) {
+  /* Ten runs: on a loaded machine (a sanitizer's make check) a bracket may
+   * hold several times its kernel (the backend's queue, the host's share of
+   * two cores); one run of ten near its kernel is enough for the lower
+   * bound, and every run is checked against the upper one. */
+  enum { RUNS = 10 };
+  uint64_t brackets[RUNS];
+  for (int i = 0; i < RUNS; ++i) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     REQUIRE_OK(cube_client_launch(c, k, cube_count_static(n / 256, 1, 1), 5, args));
@@ -551,10 +556,10 @@ CUBE_TEST(trace_profiled_launch_duration) {
   cJSON_ArrayForEach(e, events) {
     if (strcmp(cts_str(e, "cat"), "kernel") != 0) continue;
     double dur_ns = cts_num(e, "dur") * 1000.0;
-    double b = (double)brackets[seen < 3 ? seen : 2];
+    double b = (double)brackets[seen < RUNS ? seen : RUNS - 1];
     /* Inside the bracket (plus the two clocks' resolution and rate); on a
      * loaded machine the bracket may hold much more than the kernel, so the
-     * other side is checked on the best of the three runs. */
+     * other side is checked on the best of the runs. */
     CHECK(dur_ns <= b * 1.01 + 20000.0);
     if (!(dur_ns <= b * 1.01 + 20000.0))
       fprintf(stderr, "kernel record %.0f ns, host bracket %.0f ns\n", dur_ns, b);
@@ -563,7 +568,7 @@ CUBE_TEST(trace_profiled_launch_duration) {
   }
   CHECK(best >= 0.3);
   if (best < 0.3) fprintf(stderr, "the records took at most %.2f of their brackets\n", best);
-  CHECK(seen == 3);
+  CHECK(seen == RUNS);
   cJSON_Delete(doc);
   unlink(path);
   cube_handle_release(hx);
