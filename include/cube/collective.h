@@ -24,7 +24,10 @@
  * read after cube_client_sync_collective. A participant waits at most
  * CUBE_COLLECTIVE_TIMEOUT seconds (default 60) for the others; then the
  * operation fails with DEADLINE_EXCEEDED naming the devices (and ranks) that
- * did not join, on every participant, and the clients stay usable. A rank
+ * did not join, on every participant, and the clients stay usable. A
+ * destination the operation did not produce (it failed, or an input of a
+ * participant of this process held no valid contents) reads as DATA_LOST
+ * naming why, after cube_client_sync_collective (docs/failures.md). A rank
  * (process) that died shows so too; cube_client_shrink_collective then
  * rebuilds the set among the survivors, and any set holding a device of a
  * rank it found lost fails at once with PEER_LOST.

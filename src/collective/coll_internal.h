@@ -41,6 +41,12 @@ struct cube__coll_op {
   uint32_t nslots;
   cube__coll_slot_t* slots; /* all_reduce: one per rank; pair: [0] send, [1] recv */
   cube_status_t status;
+  /* Under comm->lock: the union of the taints (memory/taint.h) of the inputs
+   * of this process's parts that joined, NULL while all were valid. Each
+   * part's destination takes it where the part is settled, in its stream's
+   * order (collective.c, cube__coll_pending_settle): a recv gets the taint
+   * of what was sent, an all_reduce that of every input. */
+  struct cube__taint* spoiled;
   /* Set when the performer starts (or the operation ends without it): from
    * then on the waiters of this process help with the blocks. */
   cube__event_t started;
@@ -197,8 +203,19 @@ void cube__coll_staged_add(cube__coll_part_t* part, cube__coll_op_t* op, void* s
 
 /* Pending operations and tasks (collective.c) ------------------------------ */
 
-/* Records |op| (consumes the reference) as pending on |stream|. */
-void cube__coll_pending_add(cube__stream_t* stream, cube__comm_t* comm, cube__coll_op_t* op);
+/* Records |op| (consumes the reference) as pending on |stream|, for the part
+ * whose destination is |bytes| at |dst_offset| of |dst| (NULL: a send) and
+ * whose own input had the taint |own| (NULL: valid, or none); both are
+ * borrowed, and the caller's reference to |dst| must still be held (the
+ * record takes its own references). On |stream|'s runner. */
+void cube__coll_pending_add(cube__stream_t* stream, cube__comm_t* comm, cube__coll_op_t* op,
+                            struct cube__memory* dst, uint64_t dst_offset, uint64_t bytes,
+                            struct cube__taint* own);
+
+/* Settles and forgets the operations pending on |stream| that completed
+ * without error (their destinations take the taint of the operation's other
+ * inputs). On |stream|'s runner, before its next part. */
+void cube__coll_pending_settle_done(cube__stream_t* stream);
 
 /* Waits for the operations pending on |stream|, at most |timeout_ns| for each
  * that is not complete, abandoning those whose participants did not all

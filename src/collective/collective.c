@@ -25,12 +25,54 @@
 #include "server/server.h"
 #include "server/tasks_internal.h"
 
-/* An operation that a stream's next sync_collective waits for. */
+/* An operation that a stream's next sync_collective waits for, and the
+ * part's destination, which takes the taint of the operation's other inputs
+ * (or its failure) when the record is settled. */
 typedef struct cube__coll_pending {
   struct cube__coll_pending* next;
   cube__stream_t* stream;
   cube__coll_op_t* op;
+  cube__memory_t* dst; /* a reference, or NULL (a send) */
+  uint64_t dst_offset, bytes;
+  cube__taint_t* own; /* the taint of the part's own input (a reference), or NULL */
 } cube__coll_pending_t;
+
+/* "all_reduce of 4096 bytes into memory 7": what a part's destination is
+ * spoiled by. */
+static const char* cube__coll_dst_what(char* buf, size_t size, bool all_reduce, uint64_t bytes,
+                                       const cube__memory_t* dst) {
+  snprintf(buf, size, "%s of %" PRIu64 " bytes into memory %" PRIu64,
+           all_reduce ? "all_reduce" : "recv", bytes, dst->id);
+  return buf;
+}
+
+/* On |x->stream|'s runner, |x->op| done: the destination takes the taint of
+ * the inputs of the operation's other parts of this process (its own input's
+ * was given when the part ran), or a root for the operation's failure, found
+ * after the part ran (a participant that never came): its contents are not
+ * the operation's. Drops |x|'s references; frees |x| when |owned|. (Taint
+ * does not travel between processes: docs/failures.md, "Limits".) */
+static void cube__coll_pending_settle(cube__coll_pending_t* x, bool owned) {
+  cube__coll_op_t* op = x->op;
+  if (x->dst) {
+    pthread_mutex_lock(&op->comm->lock);
+    cube__taint_t* spoiled = cube__taint_ref(op->spoiled);
+    pthread_mutex_unlock(&op->comm->lock);
+    if (op->status || (spoiled && !(x->own && cube__taint_contains(x->own, spoiled)))) {
+      char what[96];
+      cube__taint_collective(x->stream, x->dst, x->dst_offset, x->bytes, spoiled,
+                             cube__coll_dst_what(what, sizeof(what),
+                                                 op->kind == CUBE_COLLECTIVE_ALL_REDUCE,
+                                                 x->bytes, x->dst),
+                             op->status);
+    }
+    cube__taint_unref(spoiled);
+    cube__memory_unref(x->dst);
+  }
+  cube__taint_unref(x->own);
+  cube__coll_op_unref(op);
+  if (owned) free(x);
+}
 
 static pthread_mutex_t g_pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static cube__coll_pending_t* g_pending;
@@ -111,13 +153,13 @@ const char* cube_collective_transport(cube_backend_t backend, const char** out_d
 // Pending operations and their wait
 //===----------------------------------------------------------------------===//
 
-void cube__coll_pending_add(cube__stream_t* stream, cube__comm_t* comm, cube__coll_op_t* op) {
-  (void)comm;
-  cube__coll_pending_t* e = calloc(1, sizeof(*e));
+void cube__coll_pending_settle_done(cube__stream_t* stream) {
   cube__coll_pending_t* drop = NULL;
   pthread_mutex_lock(&g_pending_lock);
-  /* Completed successes of this stream need no wait: forget them, so that a
-   * program that never calls sync_collective does not grow the list. */
+  /* Completed successes of this stream need no wait: settled and forgotten
+   * here (on the stream's runner, after them in its order, before its next
+   * part), so that a program that never calls sync_collective does not grow
+   * the list. The list is newest first: |drop| comes out oldest first. */
   for (cube__coll_pending_t** p = &g_pending; *p;) {
     cube__coll_pending_t* x = *p;
     if (x->stream == stream && cube__event_is_set(&x->op->done) && !x->op->status) {
@@ -128,24 +170,40 @@ void cube__coll_pending_add(cube__stream_t* stream, cube__comm_t* comm, cube__co
       p = &x->next;
     }
   }
-  if (e) {
-    e->stream = stream;
-    e->op = op;
-    e->next = g_pending;
-    g_pending = e;
-  }
   pthread_mutex_unlock(&g_pending_lock);
-  if (!e) {
-    /* Out of host memory: wait now rather than lose the ordering. */
-    cube__event_wait(&op->done, UINT64_MAX);
-    cube__coll_op_unref(op);
-  }
   while (drop) {
     cube__coll_pending_t* x = drop;
     drop = x->next;
-    cube__coll_op_unref(x->op);
-    free(x);
+    cube__coll_pending_settle(x, true);
   }
+}
+
+void cube__coll_pending_add(cube__stream_t* stream, cube__comm_t* comm, cube__coll_op_t* op,
+                            cube__memory_t* dst, uint64_t dst_offset, uint64_t bytes,
+                            cube__taint_t* own) {
+  (void)comm;
+  cube__coll_pending_t* e = calloc(1, sizeof(*e));
+  cube__coll_pending_t local;
+  cube__coll_pending_t* x = e ? e : &local;
+  memset(x, 0, sizeof(*x));
+  x->stream = stream;
+  x->op = op;
+  x->dst = dst;
+  if (dst) cube__memory_ref(dst);
+  x->dst_offset = dst_offset;
+  x->bytes = bytes;
+  x->own = cube__taint_ref(own);
+  if (!e) {
+    /* Out of host memory: wait now rather than lose the ordering (and the
+     * taint of the other inputs). */
+    cube__event_wait(&op->done, UINT64_MAX);
+    cube__coll_pending_settle(x, false);
+    return;
+  }
+  pthread_mutex_lock(&g_pending_lock);
+  e->next = g_pending;
+  g_pending = e;
+  pthread_mutex_unlock(&g_pending_lock);
 }
 
 /* Abandons |op| (its participants did not all join): the error names those
@@ -219,8 +277,7 @@ cube_status_t cube__coll_pending_wait(cube__stream_t* stream, uint64_t timeout_n
     cube__coll_op_help(op);
     cube__event_wait(&op->done, UINT64_MAX);
     if (op->status) errors = cube__status_join(errors, cube__status_clone(op->status));
-    cube__coll_op_unref(op);
-    free(x);
+    cube__coll_pending_settle(x, true);
   }
   return errors;
 }
@@ -248,6 +305,9 @@ static cube_status_t cube__coll_task_run(void* state, void* payload) {
   cube__coll_task_t* t = payload;
   cube__coll_op_t* op = NULL;
   g_perform_timeout_ns = t->timeout_ns;
+  /* The stream's earlier operations that are done pass their taint on
+   * before this part's (which may write the same buffer) is given. */
+  cube__coll_pending_settle_done(t->part.stream);
   /* Taint (server/taint.c): what the part writes follows its own input; the
    * transport may take the references over, so these are the task's own. */
   cube__memory_t* dst = t->part.dst_mem;
@@ -265,14 +325,17 @@ static cube_status_t cube__coll_task_run(void* state, void* payload) {
   if (dst) {
     if (__builtin_expect(st != NULL || in != NULL || cube__memory_taint(dst) != NULL, 0)) {
       char what[96];
-      snprintf(what, sizeof(what), "%s of %" PRIu64 " bytes into memory %" PRIu64,
-               t->kind == CUBE_COLLECTIVE_ALL_REDUCE ? "all_reduce" : "recv", bytes, dst->id);
-      cube__taint_collective(stream, dst, dst_offset, bytes, in, what, st);
+      cube__taint_collective(stream, dst, dst_offset, bytes, in,
+                             cube__coll_dst_what(what, sizeof(what),
+                                                 t->kind == CUBE_COLLECTIVE_ALL_REDUCE, bytes,
+                                                 dst),
+                             st);
     }
-    cube__memory_unref(dst);
   }
+  /* Recorded while this task still holds |dst|. */
+  if (op) cube__coll_pending_add(stream, t->comm, op, dst, dst_offset, bytes, in);
+  if (dst) cube__memory_unref(dst);
   cube__taint_unref(in);
-  if (op) cube__coll_pending_add(stream, t->comm, op);
   if (st) cube__stream_push_error(stream, st);
   return CUBE_OK;
 }
@@ -358,6 +421,8 @@ void cube__coll_shutdown(void) {
   while (p) {
     cube__coll_pending_t* x = p;
     p = x->next;
+    if (x->dst) cube__memory_unref(x->dst);
+    cube__taint_unref(x->own);
     cube__coll_op_unref(x->op);
     free(x);
   }

@@ -24,6 +24,8 @@
 #include "platform/platform.h"
 #include "base/status.h"
 #include "collective/coll_internal.h"
+#include "memory/memory.h"
+#include "memory/taint.h"
 #include "platform/platform.h"
 #include "server/server.h"
 
@@ -234,6 +236,7 @@ void cube__coll_op_unref(cube__coll_op_t* op) {
     if (op->slots[i].aux && op->aux_free) op->aux_free(op->slots[i].aux);
   }
   cube_status_free(op->status);
+  cube__taint_unref(op->spoiled);
   free(op->slots);
   free(op);
 }
@@ -399,6 +402,12 @@ bool cube__coll_op_arrive_locked(cube__coll_op_t* op, uint32_t slot, cube__coll_
     }
     cube__coll_op_complete_locked(op, st);
     return last;
+  }
+  cube__taint_t* in = part->src_mem ? cube__memory_taint(part->src_mem) : NULL;
+  if (__builtin_expect(in != NULL, 0)) {
+    cube__taint_t* u = cube__taint_union(op->spoiled, in);
+    cube__taint_unref(op->spoiled);
+    op->spoiled = u;
   }
   cube__coll_slot_t* s = &op->slots[slot];
   s->has = true;

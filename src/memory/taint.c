@@ -76,7 +76,7 @@ bool cube__taint_has(const cube__taint_t* t, const cube__taint_root_t* r) {
 
 /* True when every root of |b| is known to be in |a|: its kept ones kept by
  * |a|, its dropped ones all named and dropped by |a| too. */
-static bool cube__taint_covers(const cube__taint_t* a, const cube__taint_t* b) {
+bool cube__taint_contains(const cube__taint_t* a, const cube__taint_t* b) {
   if (b->inexact || b->dropped != b->ndrops || b->dropped > a->dropped) return false;
   for (uint32_t i = 0; i < b->count; ++i)
     if (!cube__taint_has(a, b->roots[i])) return false;
@@ -90,8 +90,8 @@ static bool cube__taint_covers(const cube__taint_t* a, const cube__taint_t* b) {
 
 cube__taint_t* cube__taint_union(cube__taint_t* a, cube__taint_t* b) {
   if (!a) return cube__taint_ref(b);
-  if (!b || a == b || cube__taint_covers(a, b)) return cube__taint_ref(a);
-  if (cube__taint_covers(b, a)) return cube__taint_ref(b);
+  if (!b || a == b || cube__taint_contains(a, b)) return cube__taint_ref(a);
+  if (cube__taint_contains(b, a)) return cube__taint_ref(b);
   cube__taint_t* u = cube__taint_alloc();
   if (!u) return cube__taint_ref(a->count >= b->count ? a : b);
   /* Merge by serial: the earliest failures are the ones kept (a side's

@@ -77,6 +77,10 @@ cube__taint_t* cube__taint_union(cube__taint_t* a, cube__taint_t* b);
  * every root of |t|. */
 void cube__taint_note(cube__taint_t* t, const char* what);
 
+/* True when |a| holds every failure |b| holds (so a union of the two is
+ * |a|); false when |b| is not exactly known. */
+bool cube__taint_contains(const cube__taint_t* a, const cube__taint_t* b);
+
 /* True when |t| holds the root |r|. */
 bool cube__taint_has(const cube__taint_t* t, const cube__taint_root_t* r);
 

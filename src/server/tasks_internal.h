@@ -148,7 +148,9 @@ void cube__taint_after_copy(cube__stream_t* stream, cube__memory_t* src, cube__m
  * taint of the part's own input (borrowed, may be NULL), passes to |dst|
  * (the collective ran on it: the other participants would wait for it), and
  * a clean part that covered all of |dst| clears its taint. The taint of
- * other participants' inputs is not seen (docs/failures.md). */
+ * the other inputs of the same process comes when the part is settled
+ * (collective.c); that of other processes' inputs is not seen
+ * (docs/failures.md). */
 void cube__taint_collective(cube__stream_t* stream, cube__memory_t* dst, uint64_t dst_offset,
                             uint64_t bytes, cube__taint_t* in, const char* what,
                             cube_status_t status);

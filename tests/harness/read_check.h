@@ -31,4 +31,21 @@ static inline int cube_test_read_equals(cube_client_t* c, cube_handle_t h, const
   return ok;
 }
 
+/* A read of |h| that fails with DATA_LOST (its contents are not valid:
+ * docs/failures.md) and whose message holds |why|; says what it got when
+ * not. */
+static inline int cube_test_read_lost(cube_client_t* c, cube_handle_t h, const char* why) {
+  cube_bytes_t* b = NULL;
+  cube_status_t s = cube_client_read_one(c, h, &b);
+  if (!s) {
+    fprintf(stderr, "read: %zu bytes, expected DATA_LOST (%s)\n", cube_bytes_size(b), why);
+    cube_bytes_release(b);
+    return 0;
+  }
+  int ok = cube_status_code(s) == CUBE_STATUS_DATA_LOST && strstr(cube_status_message(s), why);
+  if (!ok) fprintf(stderr, "read: %s, expected DATA_LOST (%s)\n", cube_status_message(s), why);
+  cube_status_free(s);
+  return ok;
+}
+
 #endif /* CUBE_TEST_READ_CHECK_H_ */

@@ -477,7 +477,8 @@ CUBE_TEST(send_recv_both_ways_and_self) {
   cube_status_t e1 = cube_client_sync_collective(c[1]);
   if (!e1) e1 = cube_client_sync(c[1]);
   CHECK_STATUS(e1, CUBE_STATUS_INVALID_ARGUMENT, "5000", "100");
-  CHECK(cube_test_read_equals(c[1], small, poison, 100));
+  /* Not written: its contents are not the recv's (docs/failures.md). */
+  CHECK(cube_test_read_lost(c[1], small, "the sender has 5000 bytes, the receiver 100"));
   cube_handle_t hl[] = {s0, s1, r0, r1, self, small};
   for (size_t i = 0; i < 6; ++i) cube_handle_release(hl[i]);
   for (uint32_t i = 0; i < 2; ++i) cube_client_release(c[i]);
@@ -501,7 +502,7 @@ CUBE_TEST(missing_participant_times_out) {
   cube_status_t st = cube_client_sync_collective(c[0]);
   if (!st) st = cube_client_sync(c[0]);
   CHECK_STATUS(st, CUBE_STATUS_DEADLINE_EXCEEDED, "cuda:1", "did not join", "all_reduce #0");
-  CHECK(cube_test_read_equals(c[0], d, poison, sizeof(poison)));
+  CHECK(cube_test_read_lost(c[0], d, "cuda:1 did not join"));
   nccl_stats_t s;
   nccl_stats(&s);
   CHECK_EQ_U64(s.all_reduces, 0);
