@@ -298,6 +298,15 @@ static void taint_fault_next(cube__backend_slot_t slot) {
                   1);
 }
 
+/* Spoils |h|: a write of |n| bytes from |data| into it that fails at the
+ * backend's fault site (reported by the sync, which clears the stream). */
+static void taint_spoil_by_write(cube_client_t* c, cube_handle_t h, const void* data, size_t n) {
+  taint_fault_next(CUBE__SLOT_WRITE);
+  CHECK_OK(cube_client_write(c, h, data, n));
+  CHECK_STATUS(cube_client_sync(c), CUBE_STATUS_INTERNAL, "injected fault");
+  cube__fault_reset();
+}
+
 /* Writes and copies without kernels (every backend, the null one too): a
  * write that fails spoils its buffer; a copy out of a spoiled buffer is not
  * run and spoils its destination; a copy that fails spoils its destination
@@ -320,10 +329,7 @@ CUBE_TEST(taint_failed_write_and_copy) {
   char sw[48];
   stream_words(c, sw, sizeof(sw));
   /* A write that fails: the error once, then the buffer says why. */
-  taint_fault_next(CUBE__SLOT_WRITE);
-  CHECK_OK(cube_client_write(c, h, b, sizeof(b)));
-  CHECK_STATUS(cube_client_sync(c), CUBE_STATUS_INTERNAL, "injected fault");
-  cube__fault_reset();
+  taint_spoil_by_write(c, h, b, sizeof(b));
   CHECK(cts_read_lost(c, h, "no valid contents", "write of 4148 bytes into memory", sw,
                       " failed at 20", "injected fault", (const char*)NULL));
   /* A copy out of it is not run; its destination takes the taint. */
@@ -426,10 +432,7 @@ CUBE_TEST(taint_dlpack_export_refused) {
   REQUIRE_OK(cube_client_create_from_slice(c, a, sizeof(a), &h));
   REQUIRE_OK(cube_handle_offset_view(h, 4, 8, &view));
   CHECK_OK(cube_client_sync(c)); /* the upload is done: the fault hits the write */
-  taint_fault_next(CUBE__SLOT_WRITE);
-  CHECK_OK(cube_client_write(c, h, b, sizeof(b)));
-  CHECK_STATUS(cube_client_sync(c), CUBE_STATUS_INTERNAL, "injected fault");
-  cube__fault_reset();
+  taint_spoil_by_write(c, h, b, sizeof(b));
   const int64_t shape[1] = {TN}, vshape[1] = {TN - 3};
   cube_dlpack_export_t e, ev;
   REQUIRE_OK(cube_dlpack_export_initialize(h, cube_dlpack_dtype(CUBE_DLPACK_UINT, 32), 1, shape,
@@ -486,10 +489,7 @@ CUBE_TEST(taint_collective_follows_its_input) {
   REQUIRE_OK(cts_poisoned(c, sizeof(v), &dst));
   REQUIRE_OK(cts_poisoned(c, sizeof(v), &copy));
   CHECK_OK(cube_client_sync(c));
-  taint_fault_next(CUBE__SLOT_WRITE);
-  CHECK_OK(cube_client_write(c, src, w, sizeof(w)));
-  CHECK_STATUS(cube_client_sync(c), CUBE_STATUS_INTERNAL, "injected fault");
-  cube__fault_reset();
+  taint_spoil_by_write(c, src, w, sizeof(w));
   CHECK_OK(cube_client_all_reduce(c, src, dst, CUBE_DTYPE_F32, 1, devs, CUBE_REDUCE_SUM));
   CHECK_OK(cube_client_send(c, src, devs[0]));
   CHECK_OK(cube_client_recv(c, copy, devs[0]));
@@ -551,10 +551,7 @@ CUBE_TEST(taint_collective_crosses_participants) {
   CHECK_OK(cube_client_sync(c0));
   CHECK_OK(cube_client_sync(c1));
   /* Device 0's input spoiled: the write of x into it fails. */
-  taint_fault_next(CUBE__SLOT_WRITE);
-  CHECK_OK(cube_client_write(c0, s0, x, sizeof(x)));
-  CHECK_STATUS(cube_client_sync(c0), CUBE_STATUS_INTERNAL, "injected fault");
-  cube__fault_reset();
+  taint_spoil_by_write(c0, s0, x, sizeof(x));
   CHECK_OK(cube_client_all_reduce(c0, s0, d0, CUBE_DTYPE_F32, 2, devs, CUBE_REDUCE_SUM));
   CHECK_OK(cube_client_all_reduce(c1, s1, d1, CUBE_DTYPE_F32, 2, devs, CUBE_REDUCE_SUM));
   CHECK_OK(cube_client_send(c0, s0, devs[1]));
@@ -582,10 +579,7 @@ CUBE_TEST(taint_collective_crosses_participants) {
   /* Device 1's input spoiled, and many operations before a sync_collective:
    * those the stream forgets as done (settled by the next part) pass the
    * taint too. */
-  taint_fault_next(CUBE__SLOT_WRITE);
-  CHECK_OK(cube_client_write(c1, s1, v, sizeof(v)));
-  CHECK_STATUS(cube_client_sync(c1), CUBE_STATUS_INTERNAL, "injected fault");
-  cube__fault_reset();
+  taint_spoil_by_write(c1, s1, v, sizeof(v));
   for (int k = 0; k < 5; ++k) {
     CHECK_OK(cube_client_all_reduce(c0, s0, d0, CUBE_DTYPE_F32, 2, devs, CUBE_REDUCE_MAX));
     CHECK_OK(cube_client_all_reduce(c1, s1, d1, CUBE_DTYPE_F32, 2, devs, CUBE_REDUCE_MAX));
