@@ -26,8 +26,9 @@
  * operation fails with DEADLINE_EXCEEDED naming the devices (and ranks) that
  * did not join, on every participant, and the clients stay usable. A
  * destination the operation did not produce (it failed, or an input of a
- * participant of this process held no valid contents) reads as DATA_LOST
- * naming why, after cube_client_sync_collective (docs/failures.md). A rank
+ * participant held no valid contents: in this process, or in another over
+ * MPI; not through NCCL between processes) reads as DATA_LOST naming why,
+ * after cube_client_sync_collective (docs/failures.md). A rank
  * (process) that died shows so too; cube_client_shrink_collective then
  * rebuilds the set among the survivors, and any set holding a device of a
  * rank it found lost fails at once with PEER_LOST.

@@ -220,16 +220,19 @@ cube_status_t cube__mpi_start(bool* out_active, uint32_t* out_rank, uint32_t* ou
 /* Exchanges this rank's |bytes| of |partial| with the |count| other |ranks|
  * (message tag derived from |tag_key|), each message carrying |header|
  * (cube__mpi_header_t, mpi_abi.h). out_received[i] gets rank ranks[i]'s
- * payload (a scratch buffer: cube__coll_scratch_put it). Waits until
+ * payload (a scratch buffer: cube__coll_scratch_put it), out_flags[i] (when
+ * |out_flags| is not NULL) the flags of its header. Waits until
  * |deadline_ns| (cube__now_ns clock); on timeout the error names the ranks
  * whose message did not come. The functions below are UNAVAILABLE
  * unless cube__mpi_start made MPI active. */
 cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* header,
                                  const void* partial, uint32_t count, const uint32_t* ranks,
-                                 void** out_received, uint64_t deadline_ns, const char* what);
+                                 void** out_received, uint32_t* out_flags, uint64_t deadline_ns,
+                                 const char* what);
 
 /* Point to point: sends |bytes| with |header| to |rank| / receives from
- * |rank| into |dst|, until |deadline_ns|. */
+ * |rank| into |dst| (*out_flags, when not NULL, the flags of the sender's
+ * header), until |deadline_ns|. */
 /* A shrink found a rank dead: MPI_Finalize is not called at exit (it would
  * wait for the dead rank). Nothing when MPI is not active. */
 void cube__mpi_peer_lost(void);
@@ -238,11 +241,13 @@ void cube__mpi_peer_lost(void);
  * |deadline_ns| is no error: its out_received entry is NULL. */
 cube_status_t cube__mpi_gather(uint64_t tag_key, const cube__mpi_header_t* header,
                                const void* partial, uint32_t count, const uint32_t* ranks,
-                               void** out_received, uint64_t deadline_ns, const char* what);
+                               void** out_received, uint32_t* out_flags, uint64_t deadline_ns,
+                               const char* what);
 
 cube_status_t cube__mpi_send(uint64_t tag_key, const cube__mpi_header_t* header, const void* src,
                              uint32_t rank, uint64_t deadline_ns, const char* what);
 cube_status_t cube__mpi_recv(uint64_t tag_key, const cube__mpi_header_t* header, void* dst,
-                             uint32_t rank, uint64_t deadline_ns, const char* what);
+                             uint32_t* out_flags, uint32_t rank, uint64_t deadline_ns,
+                             const char* what);
 
 #endif /* CUBE_COLLECTIVE_COLLECTIVE_H_ */

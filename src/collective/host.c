@@ -15,6 +15,8 @@
 
 #include "base/status.h"
 #include "collective/coll_internal.h"
+#include "memory/memory.h"
+#include "memory/taint.h"
 #include "platform/platform.h"
 
 #define CUBE__COLL_BLOCK (256u * 1024u) /* bytes reduced per pass over the parts */
@@ -22,6 +24,39 @@
 //===----------------------------------------------------------------------===//
 // Performing
 //===----------------------------------------------------------------------===//
+
+/* Adds to |op|'s taint a root for what other ranks flagged as made from
+ * memory without valid contents (CUBE__MPI_FLAG_SPOILED): the ranks
+ * |ranks[i]| whose |flags[i]| say so. Taint does not cross processes as a
+ * chain: the root names the ranks, whose own reads name why. */
+static void cube__coll_remote_spoiled(cube__coll_op_t* op, const char* what, uint32_t count,
+                                      const uint32_t* ranks, const uint32_t* flags) {
+  char list[160];
+  size_t o = 0;
+  uint32_t n = 0;
+  list[0] = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    if (!(flags[i] & CUBE__MPI_FLAG_SPOILED)) continue;
+    if (o + 16 < sizeof(list))
+      o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%u", n ? ", " : "", ranks[i]);
+    ++n;
+  }
+  if (!n) return;
+  cube_status_t st = cube__status_make(
+      CUBE_STATUS_DATA_LOST,
+      "what rank%s %s sent was made from memory that held no valid contents there (a read of it "
+      "on that rank names why)",
+      n == 1 ? "" : "s", list);
+  cube__taint_t* root = cube__taint_create(st, what);
+  cube_status_free(st);
+  if (!root) return; /* no host memory: nothing more is known */
+  pthread_mutex_lock(&op->comm->lock);
+  cube__taint_t* u = cube__taint_union(op->spoiled, root);
+  cube__taint_unref(op->spoiled);
+  op->spoiled = u;
+  pthread_mutex_unlock(&op->comm->lock);
+  cube__taint_unref(root);
+}
 
 /* Reduces the local parts of |op| into every local dst, exchanging with the
  * other ranks when the communicator spans several. */
@@ -38,8 +73,9 @@ static cube_status_t cube__coll_host_reduce(cube__coll_op_t* op, uint64_t timeou
   void* partial = cube__coll_scratch_get(op->bytes);
   void** received = calloc(c->rank_count, sizeof(void*));
   uint32_t* others = calloc(c->rank_count, sizeof(uint32_t));
+  uint32_t* flags = calloc(c->rank_count, sizeof(uint32_t));
   cube_status_t st = CUBE_OK;
-  if (!partial || !received || !others) {
+  if (!partial || !received || !others || !flags) {
     st = cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "no host memory for the partial result");
     goto done;
   }
@@ -49,17 +85,22 @@ static cube_status_t cube__coll_host_reduce(cube__coll_op_t* op, uint64_t timeou
   uint32_t no = 0;
   for (uint32_t k = 0; k < c->rank_count; ++k)
     if (c->ranks[k] != c->my_rank) others[no++] = c->ranks[k];
+  /* This rank's parts all arrived: their taint is final. */
+  pthread_mutex_lock(&c->lock);
+  uint32_t mine = op->spoiled ? CUBE__MPI_FLAG_SPOILED : 0u;
+  pthread_mutex_unlock(&c->lock);
   cube__mpi_header_t h = {c->hash, op->seq, op->bytes, (uint32_t)op->kind, (uint32_t)op->dtype,
-                          (uint32_t)op->op, c->local_per_rank, c->my_rank, 0};
+                          (uint32_t)op->op, c->local_per_rank, c->my_rank, mine};
   char what[320];
   cube__coll_op_name(op, what, sizeof(what));
   /* Queued before a shrink found one of its ranks lost: fail now rather than
    * wait out the timeout for it. */
   st = cube__coll_lost_check(c, what);
   if (!st)
-    st = cube__mpi_exchange(c->hash * 4u + 1u, &h, partial, no, others, received,
-                          cube__now_ns() + timeout_ns, what);
+    st = cube__mpi_exchange(c->hash * 4u + 1u, &h, partial, no, others, received, flags,
+                            cube__now_ns() + timeout_ns, what);
   if (st) goto done;
+  cube__coll_remote_spoiled(op, what, no, others, flags);
   /* received[j] belongs to others[j]; combine in rank order into |acc|. */
   void* acc = NULL;
   uint32_t j = 0;
@@ -85,6 +126,7 @@ done:
     for (uint32_t k = 0; k < c->rank_count; ++k) cube__coll_scratch_put(received[k]);
   free(received);
   free(others);
+  free(flags);
   cube__coll_scratch_put(partial);
   return st;
 }
@@ -263,8 +305,13 @@ cube_status_t cube__coll_host_p2p_at(cube__comm_t* c, cube__coll_part_t* part, b
     pthread_mutex_lock(&c->lock);
     uint64_t seq = is_send ? c->send_seq[from * c->n + to]++ : c->recv_seq[from * c->n + to]++;
     pthread_mutex_unlock(&c->lock);
+    /* A send made from memory without valid contents says so; the
+     * receiver's destination takes a root naming this rank. */
+    uint32_t flags = is_send && part->src_mem && cube__memory_taint(part->src_mem)
+                         ? CUBE__MPI_FLAG_SPOILED
+                         : 0u;
     cube__mpi_header_t h = {c->hash, seq, part->bytes, (uint32_t)CUBE_COLLECTIVE_SEND, 0, 0,
-                            c->local_per_rank, c->my_rank, 0};
+                            c->local_per_rank, c->my_rank, flags};
     char what[200], a[32], b[32];
     snprintf(what, sizeof(what), "send/recv #%" PRIu64 " %s -> %s (%" PRIu64 " bytes)", seq,
              cube__coll_dev_name(c->ids[from], a, sizeof(a)),
@@ -274,7 +321,7 @@ cube_status_t cube__coll_host_p2p_at(cube__comm_t* c, cube__coll_part_t* part, b
     uint64_t tag = c->hash * 4u + 2u + (uint64_t)from * 8191u + to;
     if (!st)
       st = is_send ? cube__mpi_send(tag, &h, p, c->rank_of[to], t0 + timeout_ns, what)
-                   : cube__mpi_recv(tag, &h, p, c->rank_of[from], t0 + timeout_ns, what);
+                   : cube__mpi_recv(tag, &h, p, &flags, c->rank_of[from], t0 + timeout_ns, what);
     if (!st)
       cube__coll_part_record(part, is_send ? CUBE_COLLECTIVE_SEND : CUBE_COLLECTIVE_RECV, c, seq,
                              t0, cube__now_ns());
@@ -283,6 +330,10 @@ cube_status_t cube__coll_host_p2p_at(cube__comm_t* c, cube__coll_part_t* part, b
     if (!op) {
       if (staged) cube__coll_scratch_put(p);
       return cube__status_make(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", what);
+    }
+    if (!is_send && !op->status) {
+      uint32_t sender = c->rank_of[from];
+      cube__coll_remote_spoiled(op, what, 1, &sender, &flags);
     }
     if (staged) {
       /* The host copy is the part's until its sync, which writes a received

@@ -220,18 +220,22 @@ static cube_status_t cube__mpi_inactive(const char* what) {
 
 cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* header,
                                  const void* partial, uint32_t count, const uint32_t* ranks,
-                                 void** out_received, uint64_t deadline_ns, const char* what) {
+                                 void** out_received, uint32_t* out_flags, uint64_t deadline_ns,
+                                 const char* what) {
   const cube__mpi_plugin_t* p = cube__mpi_active();
   if (!p) return cube__mpi_inactive(what);
-  return p->exchange(tag_key, header, partial, count, ranks, out_received, deadline_ns, what);
+  return p->exchange(tag_key, header, partial, count, ranks, out_received, out_flags,
+                     deadline_ns, what);
 }
 
 cube_status_t cube__mpi_gather(uint64_t tag_key, const cube__mpi_header_t* header,
                                const void* partial, uint32_t count, const uint32_t* ranks,
-                               void** out_received, uint64_t deadline_ns, const char* what) {
+                               void** out_received, uint32_t* out_flags, uint64_t deadline_ns,
+                               const char* what) {
   const cube__mpi_plugin_t* p = cube__mpi_active();
   if (!p) return cube__mpi_inactive(what);
-  return p->gather(tag_key, header, partial, count, ranks, out_received, deadline_ns, what);
+  return p->gather(tag_key, header, partial, count, ranks, out_received, out_flags, deadline_ns,
+                   what);
 }
 
 cube_status_t cube__mpi_send(uint64_t tag_key, const cube__mpi_header_t* header, const void* src,
@@ -242,10 +246,11 @@ cube_status_t cube__mpi_send(uint64_t tag_key, const cube__mpi_header_t* header,
 }
 
 cube_status_t cube__mpi_recv(uint64_t tag_key, const cube__mpi_header_t* header, void* dst,
-                             uint32_t rank, uint64_t deadline_ns, const char* what) {
+                             uint32_t* out_flags, uint32_t rank, uint64_t deadline_ns,
+                             const char* what) {
   const cube__mpi_plugin_t* p = cube__mpi_active();
   if (!p) return cube__mpi_inactive(what);
-  return p->recv(tag_key, header, dst, rank, deadline_ns, what);
+  return p->recv(tag_key, header, dst, out_flags, rank, deadline_ns, what);
 }
 
 void cube__mpi_peer_lost(void) {

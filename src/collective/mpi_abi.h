@@ -28,21 +28,25 @@
 
 #include "cube/status.h"
 
-#define CUBE__MPI_PLUGIN_ABI 2u
+#define CUBE__MPI_PLUGIN_ABI 3u
 #define CUBE__MPI_PLUGIN_ENTRY "cube_mpi_plugin_open"
 #define CUBE__MPI_PLUGIN_FILE "libcube_mpi.so"
 
 /* The header of every message between ranks (compared on receipt: a header
- * that differs in anything but the rank is a mismatch). kind 0 is a reduction
- * (dtype and op name it), anything else is data (send/recv, NCCL's id, the
- * proposals of a shrink: CUBE__MPI_KIND_SHRINK). */
+ * that differs in anything but the rank and the flags is a mismatch). kind 0
+ * is a reduction (dtype and op name it), anything else is data (send/recv,
+ * NCCL's id, the proposals of a shrink: CUBE__MPI_KIND_SHRINK). */
 #define CUBE__MPI_KIND_SHRINK 3u
+/* flags: the payload was made from memory that held no valid contents on
+ * the sending rank (docs/failures.md: the receiver's destination is spoiled
+ * too). */
+#define CUBE__MPI_FLAG_SPOILED 1u
 typedef struct cube__mpi_header {
   uint64_t comm_hash;
   uint64_t sequence;
   uint64_t bytes;
   uint32_t kind, dtype, op, local_cpu;
-  uint32_t sender_rank, pad;
+  uint32_t sender_rank, flags;
 } cube__mpi_header_t;
 
 /* What libcube lends the plugin. */
@@ -73,17 +77,20 @@ typedef struct cube__mpi_plugin {
   cube_status_t (*start)(uint32_t* out_rank, uint32_t* out_ranks);
   cube_status_t (*exchange)(uint64_t tag_key, const cube__mpi_header_t* header,
                             const void* partial, uint32_t count, const uint32_t* ranks,
-                            void** out_received, uint64_t deadline_ns, const char* what);
+                            void** out_received, uint32_t* out_flags, uint64_t deadline_ns,
+                            const char* what);
   /* exchange, except that a rank whose message did not come by the deadline
    * is no error: its out_received entry stays NULL (the shrink's rounds,
    * src/collective/shrink.c). Errors are those of exchange but the timeout. */
   cube_status_t (*gather)(uint64_t tag_key, const cube__mpi_header_t* header,
                           const void* partial, uint32_t count, const uint32_t* ranks,
-                          void** out_received, uint64_t deadline_ns, const char* what);
+                          void** out_received, uint32_t* out_flags, uint64_t deadline_ns,
+                          const char* what);
   cube_status_t (*send)(uint64_t tag_key, const cube__mpi_header_t* header, const void* src,
                         uint32_t rank, uint64_t deadline_ns, const char* what);
   cube_status_t (*recv)(uint64_t tag_key, const cube__mpi_header_t* header, void* dst,
-                        uint32_t rank, uint64_t deadline_ns, const char* what);
+                        uint32_t* out_flags, uint32_t rank, uint64_t deadline_ns,
+                        const char* what);
   /* A shrink found a rank of the job dead: the plugin does not call
    * MPI_Finalize at exit (Open MPI 4.1's fences with every process of the
    * job, the dead one included, and may wait for it forever). */

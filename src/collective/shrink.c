@@ -177,7 +177,7 @@ static cube_status_t cube__coll_agree(cube__comm_t* c, uint8_t* alive, uint64_t 
                             c->local_per_rank, c->my_rank,          0};
     uint64_t wait = 2 * timeout_ns;
     st = cube__mpi_gather((c->hash ^ 0x736872696e6bull) * 4u + 3u, &h, alive, no, others, got,
-                          cube__now_ns() + wait, what);
+                          NULL, cube__now_ns() + wait, what);
     if (st) goto done;
     memcpy(next, alive, n);
     bool agreed = true;

@@ -388,6 +388,106 @@ CUBE_TEST(mismatch) {
   cube_shutdown();
 }
 
+/* Fails every launch: its output is spoiled (taint, docs/failures.md). */
+static int spoil_kernel(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
+  (void)cube;
+  (void)args;
+  (void)n;
+  return 9;
+}
+
+/* A read of |h| that fails with DATA_LOST naming |why|. */
+static bool read_lost(cube_client_t* c, cube_handle_t h, const char* why) {
+  cube_bytes_t* b = NULL;
+  cube_status_t s = cube_client_read_one(c, h, &b);
+  bool ok = s && cube_status_code(s) == CUBE_STATUS_DATA_LOST &&
+            strstr(cube_status_message(s), why) != NULL;
+  if (!ok)
+    fprintf(stderr, "rank %u: read: %s (expected DATA_LOST naming \"%s\")\n", g_rank,
+            s ? cube_status_message(s) : "valid", why);
+  cube_status_free(s);
+  cube_bytes_release(b);
+  return ok;
+}
+
+/* Rank 1's input is spoiled (a launch over it failed): the all_reduce's
+ * output on rank 0 and the recv on rank 0 of rank 1's send read DATA_LOST
+ * naming rank 1 (the header's flag), rank 1's own output its own failure;
+ * with the input written whole again, both ranks read the sum, and the
+ * recv the bytes sent. */
+CUBE_TEST(spoiled_input_crosses_ranks) {
+  SKIP_WITHOUT_MPI("1", "threaded");
+  cube_client_t* c = load(0);
+  REQUIRE(c != NULL);
+  const cube_device_id_t ids[2] = {cpu(0), cpu(1)};
+  enum { N = 1031 };
+  float v[N], w[N], sum[N];
+  for (int i = 0; i < N; ++i) {
+    v[i] = (float)((i * 7) % 101) - 50.0f;   /* rank 0 */
+    w[i] = (float)((i * 13) % 61);           /* rank 1 */
+    sum[i] = v[i] + w[i];
+  }
+  static const cube_arg_kind_t kinds[1] = {CUBE_ARG_BUFFER};
+  cube_kernel_desc_t d;
+  cube_kernel_desc_initialize(&d);
+  d.name = "spoil";
+  d.cube_dim = (cube_dim_t){1, 1, 1};
+  d.arg_kinds = kinds;
+  d.arg_count = 1;
+  d.cpu_fn = spoil_kernel;
+  cube_kernel_t* k = NULL;
+  REQUIRE_OK(cube_kernel_create(&d, &k));
+  cube_handle_t src, dst, got;
+  REQUIRE_OK(cube_client_create_from_slice(c, g_rank ? w : v, sizeof(v), &src));
+  REQUIRE_OK(cube_client_empty(c, sizeof(v), &dst));
+  REQUIRE_OK(cube_client_empty(c, sizeof(v), &got));
+  if (g_rank == 1) {
+    cube_arg_t a = cube_arg_buffer(src);
+    CHECK_OK(cube_client_launch(c, k, cube_count_static(1, 1, 1), 1, &a));
+    CHECK_STATUS(cube_client_sync(c), CUBE_STATUS_LAUNCH_FAILED, "'spoil'");
+  }
+  for (int round = 0; round < 2; ++round) {
+    CHECK_OK(cube_client_all_reduce(c, src, dst, CUBE_DTYPE_F32, 2, ids, CUBE_REDUCE_SUM));
+    if (g_rank == 1)
+      CHECK_OK(cube_client_send(c, src, cpu(0)));
+    else
+      CHECK_OK(cube_client_recv(c, got, cpu(1)));
+    CHECK_OK(cube_client_sync_collective(c));
+    CHECK_OK(cube_client_flush(c)); /* a spoiled input is no error of the operation */
+    if (round == 0) {
+      if (g_rank == 0) {
+        CHECK(read_lost(c, dst, "rank 1 sent was made from memory that held no valid contents"));
+        CHECK(read_lost(c, dst, "all_reduce #0"));
+        CHECK(read_lost(c, got, "rank 1 sent was made from memory that held no valid contents"));
+        CHECK(read_lost(c, got, "send/recv #0 cpu:1 -> cpu:0"));
+      } else {
+        CHECK(read_lost(c, dst, "'spoil'"));
+      }
+      /* Written whole: valid again on rank 1, and so what it sends. */
+      if (g_rank == 1) CHECK_OK(cube_client_write(c, src, w, sizeof(w)));
+    } else {
+      cube_bytes_t* b = NULL;
+      CHECK_OK(cube_client_read_one(c, dst, &b));
+      CHECK(b && cube_bytes_size(b) == sizeof(sum) &&
+            memcmp(cube_bytes_const_data(b), sum, sizeof(sum)) == 0);
+      cube_bytes_release(b);
+      if (g_rank == 0) {
+        b = NULL;
+        CHECK_OK(cube_client_read_one(c, got, &b));
+        CHECK(b && cube_bytes_size(b) == sizeof(w) &&
+              memcmp(cube_bytes_const_data(b), w, sizeof(w)) == 0);
+        cube_bytes_release(b);
+      }
+    }
+  }
+  cube_handle_release(src);
+  cube_handle_release(dst);
+  cube_handle_release(got);
+  cube_kernel_release(k);
+  cube_client_release(c);
+  cube_shutdown();
+}
+
 static uint64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

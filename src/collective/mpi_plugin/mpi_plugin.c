@@ -423,8 +423,8 @@ static bool cube__mpi_wait_sends(MPI_Request* reqs, int count, void* msg, uint64
 static cube_status_t cube__mpi_exchange_some(uint64_t tag_key, const cube__mpi_header_t* header,
                                              const void* partial, uint32_t count,
                                              const uint32_t* ranks, void** out_received,
-                                             uint64_t deadline_ns, const char* what,
-                                             bool some) {
+                                             uint32_t* out_flags, uint64_t deadline_ns,
+                                             const char* what, bool some) {
   int tag = cube__mpi_tag(tag_key);
   size_t msg_size = 0;
   void* msg = cube__mpi_message(header, partial, &msg_size);
@@ -439,7 +439,10 @@ static cube_status_t cube__mpi_exchange_some(uint64_t tag_key, const cube__mpi_h
     return cube__mpi_status(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", what);
   }
   cube_status_t st = CUBE_OK;
-  for (uint32_t i = 0; i < count; ++i) out_received[i] = NULL;
+  for (uint32_t i = 0; i < count; ++i) {
+    out_received[i] = NULL;
+    if (out_flags) out_flags[i] = 0;
+  }
   for (uint32_t i = 0; !st && i < count; ++i)
     st = cube__mpi_rx_post(&rx[i], (int)ranks[i], tag, msg_size, what);
   pthread_mutex_lock(&g_mpi_lock);
@@ -471,6 +474,7 @@ static cube_status_t cube__mpi_exchange_some(uint64_t tag_key, const cube__mpi_h
           st = cube__mpi_status(CUBE_STATUS_OUT_OF_MEMORY, "%s: no host memory", what);
         else
           memcpy(out_received[i], rx[i].buf + sizeof(h), h.bytes);
+        if (out_flags) out_flags[i] = h.flags;
       }
       got[i] = true;
       ++have;
@@ -515,16 +519,17 @@ static cube_status_t cube__mpi_exchange_some(uint64_t tag_key, const cube__mpi_h
 static cube_status_t cube__mpi_exchange(uint64_t tag_key, const cube__mpi_header_t* header,
                                         const void* partial, uint32_t count,
                                         const uint32_t* ranks, void** out_received,
-                                        uint64_t deadline_ns, const char* what) {
-  return cube__mpi_exchange_some(tag_key, header, partial, count, ranks, out_received,
+                                        uint32_t* out_flags, uint64_t deadline_ns,
+                                        const char* what) {
+  return cube__mpi_exchange_some(tag_key, header, partial, count, ranks, out_received, out_flags,
                                  deadline_ns, what, false);
 }
 
 static cube_status_t cube__mpi_gather(uint64_t tag_key, const cube__mpi_header_t* header,
                                       const void* partial, uint32_t count, const uint32_t* ranks,
-                                      void** out_received, uint64_t deadline_ns,
-                                      const char* what) {
-  return cube__mpi_exchange_some(tag_key, header, partial, count, ranks, out_received,
+                                      void** out_received, uint32_t* out_flags,
+                                      uint64_t deadline_ns, const char* what) {
+  return cube__mpi_exchange_some(tag_key, header, partial, count, ranks, out_received, out_flags,
                                  deadline_ns, what, true);
 }
 
@@ -553,8 +558,9 @@ static cube_status_t cube__mpi_send(uint64_t tag_key, const cube__mpi_header_t* 
 }
 
 static cube_status_t cube__mpi_recv(uint64_t tag_key, const cube__mpi_header_t* header,
-                                    void* dst, uint32_t rank, uint64_t deadline_ns,
-                                    const char* what) {
+                                    void* dst, uint32_t* out_flags, uint32_t rank,
+                                    uint64_t deadline_ns, const char* what) {
+  if (out_flags) *out_flags = 0;
   int tag = cube__mpi_tag(tag_key);
   cube__mpi_rx_t rx;
   memset(&rx, 0, sizeof(rx));
@@ -570,6 +576,7 @@ static cube_status_t cube__mpi_recv(uint64_t tag_key, const cube__mpi_header_t* 
       memcpy(&h, rx.buf, sizeof(h));
       st = cube__mpi_check(header, &h, n, rank, what);
       if (!st && h.bytes) memcpy(dst, rx.buf + sizeof(h), h.bytes);
+      if (!st && out_flags) *out_flags = h.flags;
       break;
     }
     if (cube__mpi_now_ns() >= deadline_ns) {

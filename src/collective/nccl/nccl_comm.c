@@ -197,7 +197,7 @@ static cube_status_t cube__nccl_unique_id(const cube__nccl_t* nc, cube__comm_t* 
     cube__mpi_header_t h = {c->hash, ns->generation, sizeof(*id), 3u, 0, 0, c->local_per_rank,
                             c->my_rank, 0};
     uint64_t tag = c->hash * 4u + 3u;
-    if (!root) return cube__mpi_recv(tag, &h, id, c->rank_of[0], deadline, what);
+    if (!root) return cube__mpi_recv(tag, &h, id, NULL, c->rank_of[0], deadline, what);
     for (uint32_t k = 0; k < c->rank_count; ++k) {
       if (c->ranks[k] == c->my_rank) continue;
       CUBE_RETURN_IF_ERROR(cube__mpi_send(tag, &h, id, c->ranks[k], deadline, what));
