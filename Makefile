@@ -78,6 +78,7 @@ test-asan: deps
 	cmake -S . -B $(BUILD)-asan $(GENERATOR) $(SAN_CMAKE) -DCUBE_SANITIZE=address,undefined
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  ctest --test-dir $(BUILD)-asan --output-on-failure --no-tests=error -j $(JOBS)
 
 test-tsan: deps
