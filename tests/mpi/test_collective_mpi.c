@@ -13,6 +13,7 @@
 #include "base/abi.h"
 #include "check.h"
 #include "cube/cube.h"
+#include "spoil_kernel.h"
 
 static uint32_t g_rank, g_ranks, g_local;
 
@@ -388,14 +389,6 @@ CUBE_TEST(mismatch) {
   cube_shutdown();
 }
 
-/* Fails every launch: its output is spoiled (taint, docs/failures.md). */
-static int spoil_kernel(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
-  (void)cube;
-  (void)args;
-  (void)n;
-  return 9;
-}
-
 /* A read of |h| that fails with DATA_LOST naming |why|. */
 static bool read_lost(cube_client_t* c, cube_handle_t h, const char* why) {
   cube_bytes_t* b = NULL;
@@ -427,16 +420,8 @@ CUBE_TEST(spoiled_input_crosses_ranks) {
     w[i] = (float)((i * 13) % 61);           /* rank 1 */
     sum[i] = v[i] + w[i];
   }
-  static const cube_arg_kind_t kinds[1] = {CUBE_ARG_BUFFER};
-  cube_kernel_desc_t d;
-  cube_kernel_desc_initialize(&d);
-  d.name = "spoil";
-  d.cube_dim = (cube_dim_t){1, 1, 1};
-  d.arg_kinds = kinds;
-  d.arg_count = 1;
-  d.cpu_fn = spoil_kernel;
   cube_kernel_t* k = NULL;
-  REQUIRE_OK(cube_kernel_create(&d, &k));
+  REQUIRE_OK(cube_test_spoil_kernel(&k));
   cube_handle_t src, dst, got;
   REQUIRE_OK(cube_client_create_from_slice(c, g_rank ? w : v, sizeof(v), &src));
   REQUIRE_OK(cube_client_empty(c, sizeof(v), &dst));

@@ -19,6 +19,7 @@
 #include "base/abi.h"
 #include "check.h"
 #include "cube/cube.h"
+#include "spoil_kernel.h"
 
 #define MAXDEV 4
 
@@ -551,14 +552,6 @@ static void send_recv_case(const char* mode) {
 CUBE_TEST(send_recv_threaded) { send_recv_case("threaded"); }
 CUBE_TEST(send_recv_inline) { send_recv_case("inline"); }
 
-/* Fails every launch: its output is spoiled (taint, docs/failures.md). */
-static int spoil_kernel(const cube_cpu_cube_t* cube, const cube_cpu_arg_t* args, uint32_t n) {
-  (void)cube;
-  (void)args;
-  (void)n;
-  return 9;
-}
-
 /* to_client of a buffer a failed launch spoiled goes through the transport
  * between CPU devices, which carries bytes and not taint: it must refuse as
  * a read does (DATA_LOST naming the failure), not hand out a valid handle of
@@ -570,16 +563,8 @@ static void to_client_spoiled_case(const char* mode) {
     c[i] = load(i);
     REQUIRE(c[i] != NULL);
   }
-  static const cube_arg_kind_t kinds[1] = {CUBE_ARG_BUFFER};
-  cube_kernel_desc_t d;
-  cube_kernel_desc_initialize(&d);
-  d.name = "spoil";
-  d.cube_dim = (cube_dim_t){1, 1, 1};
-  d.arg_kinds = kinds;
-  d.arg_count = 1;
-  d.cpu_fn = spoil_kernel;
   cube_kernel_t* k = NULL;
-  REQUIRE_OK(cube_kernel_create(&d, &k));
+  REQUIRE_OK(cube_test_spoil_kernel(&k));
   enum { R = 13, C = 29 };
   const uint64_t shape[2] = {R, C};
   float data[R * C];
