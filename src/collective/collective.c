@@ -50,8 +50,9 @@ static const char* cube__coll_dst_what(char* buf, size_t size, bool all_reduce, 
  * the inputs of the operation's other parts of this process (its own input's
  * was given when the part ran), or a root for the operation's failure, found
  * after the part ran (a participant that never came): its contents are not
- * the operation's. Drops |x|'s references; frees |x| when |owned|. (Taint
- * does not travel between processes: docs/failures.md, "Limits".) */
+ * the operation's. Drops |x|'s references; frees |x| when |owned|. (Inputs
+ * of other processes count through the flag of their MPI messages, host.c;
+ * through NCCL they do not: docs/failures.md, "Limits".) */
 static void cube__coll_pending_settle(cube__coll_pending_t* x, bool owned) {
   cube__coll_op_t* op = x->op;
   if (x->dst) {
