@@ -702,6 +702,36 @@ CUBE_TEST(self_timed_refused_launch_takes_no_slot) {
 #endif
 }
 
+/* Self-timed: a launch whose slot was copied but never written (a kernel
+ * that did not run to its timer: the mock's CUBE_MOCK_CUDA_TIMED_SILENT) has
+ * no record, and the reader goes on past it: the launches after it are in
+ * the trace (it waited at such a slot for good before). */
+CUBE_TEST(self_timed_unwritten_slot_is_passed) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  /* Before the client's threads start (the mock reads it on the stream's). */
+  setenv("CUBE_MOCK_CUDA_TIMED_SILENT", "3", 1);
+  self_case_t t;
+  REQUIRE(self_case_open(&t, "200", "silent"));
+  float ys[64] = {0};
+  cube_handle_t y;
+  REQUIRE_OK(cube_client_create_from_slice(t.c, ys, sizeof(ys), &y));
+  REQUIRE_OK(cube_client_sync(t.c));
+  cube_arg_t args[2] = {cube_arg_buffer(y), cube_arg_f32(2.0f)};
+  REQUIRE_OK(cube_trace_start(t.path));
+  launch_n(t.c, t.before, 3, args); /* the third writes nothing */
+  launch_n(t.c, t.after, 4, args);
+  REQUIRE_OK(cube_client_sync(t.c));
+  REQUIRE_OK(cube_trace_stop());
+  CHECK_EQ_U64((uint64_t)trace_kernels(t.path, "scale before", 150.0).n, 2);
+  CHECK_EQ_U64((uint64_t)trace_kernels(t.path, "scale after", 150.0).n, 4);
+  cube_handle_release(y);
+  self_case_close(&t);
+  unsetenv("CUBE_MOCK_CUDA_TIMED_SILENT");
+#endif
+}
+
 #ifdef CUBE_MOCK_CUDA_PATH
 typedef struct summary_from_log {
   cube_client_t* c;

@@ -246,8 +246,14 @@ void cube__ktimer_drain(cube__cuda_stream_t* s) {
       uint64_t e = __atomic_load_n(&h[(size_t)j * (CUBE__ACT_LINE / 8u)], __ATOMIC_RELAXED);
       if (e > end) end = e;
     }
-    if (!start || !end) break; /* not written: not copied yet */
     __atomic_store_n(mark, 0, __ATOMIC_RELAXED);
+    if (!start || !end) {
+      /* Copied (its mark landed) but never written: the kernel did not run
+       * to its timer. No record, counted as dropped; the launches after it
+       * are read on. */
+      a->dropped++;
+      continue;
+    }
     if (end < start) start = end;
     if (got < a->quiet_below) continue; /* launched before records came on again */
     cube__act_entry_t e;
