@@ -58,7 +58,7 @@
  *      rounds (target <= 1.03x), and its speedup over the untuned default;
  *      10b: a tuned launch that hits vs a plain launch of the same kernel,
  *      caller-side, in bursts of 32 (target: <= 0.1 us more).
- *  11. tracing on vs off (issue 17): 10,000 launches + sync, 15 alternating
+ *  11. tracing on vs off (issue 17): 10,000 launches + sync, 31 alternating
  *      rounds, of the empty kernel (11) and of saxpy over 2^20 floats (11b);
  *      target <= 1.05x each.
  *
@@ -2221,7 +2221,7 @@ static void fig_tune(void) {
  * an elementwise operation of a small model). */
 static void fig_trace_of(const char* row, const char* what, cube_kernel_t* k, cube_count_t count,
                          uint32_t argc, const cube_arg_t* args) {
-  enum { ROUNDS = 15 };
+  enum { ROUNDS = 31 };
   const uint64_t n = 10000;
   printf("\n## [%s] tracing on vs off: N = %" PRIu64 " launches of %s + sync, end to end; %d "
          "rounds alternating off/on\n",

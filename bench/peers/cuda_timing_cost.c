@@ -19,7 +19,11 @@
 // slots as planes: the 32 ends of a launch 2 KiB apart) and "gt, 16 a line" (batches of
 // 256 slots in groups of 16 launches side by side in each 128-byte line: a launch's 32 ends
 // 128 bytes apart, as in the first): the slots are not copied, the cost is the device's
-// alone. The program also prints the timer's
+// alone. "gt, 16 + copies": the last, with cube's copies (every 256 launches the stream
+// copies the batch's 67,584 bytes of slots, then 8 bytes a launch of marks, into pinned
+// host memory). "gt, 16 generic": the last's layout, the end raised by `red.max.u64` on the
+// generic address (inline PTX, as cube's prelude had it) instead of atomicMax, which the
+// compiler issues on the global address. The program also prints the timer's
 // step (the smallest change seen by a unit spinning on it, without and with
 // CUPTI's records on) and the mean kernel duration each source reports.
 // Build (on a CUDA machine), one line:
@@ -64,7 +68,7 @@ static double now(void) {
 }
 
 enum { N = 10000, ROUNDS = 11 };
-static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fe_tP, fe_tG, fres;
+static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fe_tP, fe_tG, fe_tR, fres;
 static CUdeviceptr slotsB_dev; /* batches of 256 slots, 67,584 bytes each (not copied) */
 static CUdeviceptr slotsL_dev; /* N slots of 4224 bytes: start, 32 ends 128 bytes apart (not copied) */
 static CUdeviceptr slots_dev; /* N slots of 16 bytes: start, blocks done */
@@ -73,6 +77,9 @@ static CUdeviceptr slots_host_dev;
 static CUdeviceptr slots8_dev;          /* N slots of 72 bytes: start, 8 ends */
 static unsigned long long* slots8_host; /* N x {start, end[8]} */
 static CUdeviceptr counters; /* 65 counters 128 bytes apart, shared by the launches */
+static unsigned char* slotsB_host;
+static unsigned long long* marks_host;
+static CUdeviceptr ones_dev;
 static int timed_launch; /* launch() takes the timed kernel: 1 one end, 2 eight ends */
 static unsigned timed_i;
 static CUstream s;
@@ -129,6 +136,8 @@ static void launch(void) {
     sd = (timed_launch == 2 ? slots8_dev : timed_launch == 3 ? slotsL_dev : slots_dev) + slot_bytes * i;
     if (timed_launch == 5) /* planes: starts, then 32 planes of ends, 2 KiB each */
       sd = slotsB_dev + 67584ull * (i / 256) + 8ull * (i % 256);
+    if (timed_launch == 7 || timed_launch == 8)
+      sd = slotsB_dev + 67584ull * (i / 256) + 4224ull * ((i % 256) / 16) + 8ull * (i % 16);
     if (timed_launch == 6) /* groups of 16: a line of starts, 32 lines of ends */
       sd = slotsB_dev + 67584ull * (i / 256) + 4224ull * ((i % 256) / 16) + 8ull * (i % 16);
     /* Every 256 launches the stream copies their slots to the host ring. */
@@ -141,12 +150,16 @@ static void launch(void) {
     float a = 0.5f;
     int n = 1 << 20;
     void* args[] = {&px, &py, &a, &n, &sd, &sh, &counters};
-    CK(cuLaunchKernel(timed_launch == 6 ? fe_tG : timed_launch == 5 ? fe_tP : timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, (1 << 20) / 256, 1, 1,
+    CK(cuLaunchKernel(timed_launch == 8 ? fe_tR : timed_launch >= 6 ? fe_tG : timed_launch == 5 ? fe_tP : timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, (1 << 20) / 256, 1, 1,
                       256, 1, 1, 0, s, args, 0));
   } else {
     void* args[] = {&p, &sd, &sh, &counters};
-    CK(cuLaunchKernel(timed_launch == 6 ? fe_tG : timed_launch == 5 ? fe_tP : timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, 1, 1, 1, 32, 1, 1, 0,
+    CK(cuLaunchKernel(timed_launch == 8 ? fe_tR : timed_launch >= 6 ? fe_tG : timed_launch == 5 ? fe_tP : timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, 1, 1, 1, 32, 1, 1, 0,
                       s, args, 0));
+  }
+  if (copy_n && timed_launch == 7) {
+    CK(cuMemcpyDtoHAsync(slotsB_host + 67584ull * (copy_from / 256), slotsB_dev + 67584ull * (copy_from / 256), 67584ull, s));
+    CK(cuMemcpyDtoHAsync(marks_host + copy_from, ones_dev, 8ull * copy_n, s));
   }
   if (timed_launch == 3 || timed_launch >= 5) copy_n = 0; /* not copied (cost on the device only) */
   if (copy_n && timed_launch == 2)
@@ -296,6 +309,14 @@ int main(void) {
       "      d[0] = gt(); }\n"
       "  __device__ ~timerS() {\n"
       "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) atomicMax(d + STRIDE * (1u + (blockIdx.x & 31u)), gt()); } };\n"
+      "struct timerR {\n"
+      "  unsigned long long* d;\n"
+      "  __device__ timerR(unsigned long long* d_) : d(d_) {\n"
+      "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)\n"
+      "      d[0] = gt(); }\n"
+      "  __device__ ~timerR() {\n"
+      "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0)\n"
+      "      asm volatile(\"red.max.u64 [%0], %1;\" :: \"l\"(d + 16u * (1u + (blockIdx.x & 31u))), \"l\"(gt()) : \"memory\"); } };\n"
       "extern \"C\" __global__ void res(unsigned long long* out) {\n"
       "  unsigned long long first = gt(), last = first, mind = ~0ull, ch = 0;\n"
       "  for (int i = 0; i < 200000; i++) { unsigned long long t = gt();\n"
@@ -315,13 +336,16 @@ int main(void) {
                              "{timerS<256> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                              "extern \"C\" __global__ void empty_tG(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
                              "{timerS<16> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tR(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerR t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                            : "extern \"C\" __global__ void empty(float* p, slot* d, unsigned long long* h, unsigned* c){}\n"
                              "extern \"C\" __global__ void empty_t(float* p, slot* d, unsigned long long* h, unsigned* c){timer t_(d);}\n"
                              "extern \"C\" __global__ void empty_t8(float* p, slot8* d, unsigned long long* h, unsigned* c){timer8 t_(d);}\n"
                              "extern \"C\" __global__ void empty_tL(float* p, slotL* d, unsigned long long* h, unsigned* c){timerL t_(d);}\n"
                              "extern \"C\" __global__ void empty_tT(float* p, slot* d, unsigned long long* h, unsigned* c){timerT t_(d);}\n"
                              "extern \"C\" __global__ void empty_tP(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<256> t_(d);}\n"
-                             "extern \"C\" __global__ void empty_tG(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16> t_(d);}\n";
+                             "extern \"C\" __global__ void empty_tG(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16> t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tR(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerR t_(d);}\n";
   char* src = malloc(strlen(timer_src) + strlen(ksrc) + 1);
   strcpy(src, timer_src);
   strcat(src, ksrc);
@@ -349,8 +373,13 @@ int main(void) {
   CK(cuModuleGetFunction(&fe_tT, m, "empty_tT"));
   CK(cuModuleGetFunction(&fe_tP, m, "empty_tP"));
   CK(cuModuleGetFunction(&fe_tG, m, "empty_tG"));
+  CK(cuModuleGetFunction(&fe_tR, m, "empty_tR"));
   CK(cuMemAlloc(&slotsB_dev, 67584ull * ((N + 255) / 256)));
   CK(cuMemsetD32(slotsB_dev, 0, 16896ull * ((N + 255) / 256)));
+  CK(cuMemHostAlloc((void**)&slotsB_host, 67584ull * ((N + 255) / 256), 0));
+  CK(cuMemHostAlloc((void**)&marks_host, 8ull * N, 0));
+  CK(cuMemAlloc(&ones_dev, 8 * 256));
+  CK(cuMemsetD32(ones_dev, 1, 2 * 256));
   CK(cuMemAlloc(&slotsL_dev, 4224ull * N));
   CK(cuMemsetD32(slotsL_dev, 0, 1056ull * N));
   CK(cuModuleGetFunction(&fres, m, "res"));
@@ -377,9 +406,9 @@ int main(void) {
   const char* names[] = {"none", "event after", "events around", "events no timing", "cupti",
                          "cupti + correlation", "cupti + ctx query", "globaltimer",
                          "globaltimer, 8 ends", "gt, 32 lines", "gt, last 256",
-                         "gt, 32 x 2 KiB", "gt, 16 a line"};
+                         "gt, 32 x 2 KiB", "gt, 16 a line", "gt, 16 + copies", "gt, 16 generic"};
   int modes = 4;
-  int timer_mode = 6; /* modes 7 to 12 are always run */
+  int timer_mode = 8; /* modes 7 to 14 are always run */
   const char* libs[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12",
                         "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
                         "/usr/local/cuda/lib64/libcupti.so"};
@@ -421,7 +450,7 @@ int main(void) {
     cupti_ns_sum = 0;
     cupti_ns_count = 0;
   }
-  double t[13][ROUNDS];
+  double t[15][ROUNDS];
   double timerT_ns_sum = 0;
   long timerT_ns_count = 0, timerT_bad = 0;
   double timer_ns_sum = 0, timer8_ns_sum = 0;
@@ -507,7 +536,7 @@ int main(void) {
   printf("10,000 %s launches + sync%s, %d alternating rounds: us per launch, median (min-max), ratio to none\n",
          saxpy ? "saxpy (2^20 floats)" : "empty", threaded ? " (a launcher thread fed through a ring; none, cupti and globaltimer only)" : "", ROUNDS);
   double base = 0;
-  for (int k = 0; k < 13; k++) {
+  for (int k = 0; k < 15; k++) {
     if (k >= modes && k < 7) continue;
     if (threaded && k != 0 && k != 4 && k < 7) continue;
     double v[ROUNDS];

@@ -137,11 +137,11 @@
     "seconds a kernel compile runs before it is logged (when it passes them and when it ends)")   \
   X(CUPTI, PATH, PROCESS, ONCE, NULL,                                                             \
     "libcupti.so.13, then libcupti.so, then /usr/local/cuda/lib64/libcupti.so", 0, 4095, 0, NULL, \
-    NULL, "the CUPTI library that times traced and profiled CUDA kernels; 0: none (events)")     \
+    NULL, "the CUPTI library of CUBE_CUDA_KERNEL_TIMER=cupti; 0: none (events)")                   \
   X(DEVICE_RECOVER, ENUM, PROCESS, AT_USE, "off", "off", 0, 0, 0, "off|auto", NULL,               \
     "auto: the first call that finds a device lost recovers it (cube_device_recover)")       \
-  X(CUDA_KERNEL_TIMER, ENUM, PROCESS, ONCE, "cupti", "cupti", 0, 0, 0, "self|cupti|events",     \
-    NULL, "how traced and profiled CUDA kernels are timed: cupti, self (each times itself), events")
+  X(CUDA_KERNEL_TIMER, ENUM, PROCESS, ONCE, "self", "self", 0, 0, 0, "self|cupti|events",          \
+    NULL, "how traced and profiled CUDA kernels are timed: self (each times itself), cupti, events")
 
 /* CUBE__OPT_<ID>: the same numbers as the public CUBE_OPTION_<ID>. */
 typedef enum cube__option_id {

@@ -2,11 +2,11 @@
  * version 5; docs/observability.md, "How kernels are timed"). Two sources,
  * CUBE_CUDA_KERNEL_TIMER choosing (once per process):
  *
- *  - self: every kernel times itself. Each generated CUDA
+ *  - self (the default): every kernel times itself. Each generated CUDA
  *    kernel takes a timing slot as its last parameter (preludes/cuda.h): the
  *    first unit of cube 0 writes the GPU's global timer into the slot's start
  *    at entry, the first unit of every cube raises its end at exit (an atomic
- *    max nobody waits for). The launching thread notes the launch in the
+ *    max on the global address, nobody waits for it). The launching thread notes the launch in the
  *    stream's ring and passes the slot; every CUBE__ACT_BATCH launches, and
  *    before a wait for the stream, the stream is given a copy of the slots
  *    into pinned host memory (cuda_timer.c). A poller thread reads copied
@@ -15,7 +15,7 @@
  *    writes it into mapped memory while the host reads its own clock around
  *    the launch (16 tries, the tightest bound kept; measured again when
  *    records come on after a second and after a recovery).
- *  - cupti (the default): CUPTI's activity API records each kernel's start and end in the
+ *  - cupti: CUPTI's activity API records each kernel's start and end in the
  *    background and hands the records over in buffers. The library is
  *    loaded with dlopen on the first activity_begin (CUBE_CUPTI; not with a
  *    substitute driver unless CUBE_CUPTI names the library), and only a
