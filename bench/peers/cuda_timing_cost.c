@@ -23,7 +23,9 @@
 // copies the batch's 67,584 bytes of slots, then 8 bytes a launch of marks, into pinned
 // host memory). "gt, 16 generic": the last's layout, the end raised by `red.max.u64` on the
 // generic address (inline PTX, as cube's prelude had it) instead of atomicMax, which the
-// compiler issues on the global address. The program also prints the timer's
+// compiler issues on the global address. "gt, 16 start only" and "gt, 16 end only": the
+// form of "gt, 16 a line" with only its start written, or only its ends raised. The
+// program also prints the timer's
 // step (the smallest change seen by a unit spinning on it, without and with
 // CUPTI's records on) and the mean kernel duration each source reports.
 // Build (on a CUDA machine), one line:
@@ -68,7 +70,7 @@ static double now(void) {
 }
 
 enum { N = 10000, ROUNDS = 11 };
-static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fe_tP, fe_tG, fe_tR, fres;
+static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fe_tP, fe_tG, fe_tR, fe_tS, fe_tE, fres;
 static CUdeviceptr slotsB_dev; /* batches of 256 slots, 67,584 bytes each (not copied) */
 static CUdeviceptr slotsL_dev; /* N slots of 4224 bytes: start, 32 ends 128 bytes apart (not copied) */
 static CUdeviceptr slots_dev; /* N slots of 16 bytes: start, blocks done */
@@ -136,7 +138,7 @@ static void launch(void) {
     sd = (timed_launch == 2 ? slots8_dev : timed_launch == 3 ? slotsL_dev : slots_dev) + slot_bytes * i;
     if (timed_launch == 5) /* planes: starts, then 32 planes of ends, 2 KiB each */
       sd = slotsB_dev + 67584ull * (i / 256) + 8ull * (i % 256);
-    if (timed_launch == 7 || timed_launch == 8)
+    if (timed_launch >= 7)
       sd = slotsB_dev + 67584ull * (i / 256) + 4224ull * ((i % 256) / 16) + 8ull * (i % 16);
     if (timed_launch == 6) /* groups of 16: a line of starts, 32 lines of ends */
       sd = slotsB_dev + 67584ull * (i / 256) + 4224ull * ((i % 256) / 16) + 8ull * (i % 16);
@@ -150,11 +152,11 @@ static void launch(void) {
     float a = 0.5f;
     int n = 1 << 20;
     void* args[] = {&px, &py, &a, &n, &sd, &sh, &counters};
-    CK(cuLaunchKernel(timed_launch == 8 ? fe_tR : timed_launch >= 6 ? fe_tG : timed_launch == 5 ? fe_tP : timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, (1 << 20) / 256, 1, 1,
+    CK(cuLaunchKernel(timed_launch == 10 ? fe_tE : timed_launch == 9 ? fe_tS : timed_launch == 8 ? fe_tR : timed_launch >= 6 ? fe_tG : timed_launch == 5 ? fe_tP : timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, (1 << 20) / 256, 1, 1,
                       256, 1, 1, 0, s, args, 0));
   } else {
     void* args[] = {&p, &sd, &sh, &counters};
-    CK(cuLaunchKernel(timed_launch == 8 ? fe_tR : timed_launch >= 6 ? fe_tG : timed_launch == 5 ? fe_tP : timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, 1, 1, 1, 32, 1, 1, 0,
+    CK(cuLaunchKernel(timed_launch == 10 ? fe_tE : timed_launch == 9 ? fe_tS : timed_launch == 8 ? fe_tR : timed_launch >= 6 ? fe_tG : timed_launch == 5 ? fe_tP : timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, 1, 1, 1, 32, 1, 1, 0,
                       s, args, 0));
   }
   if (copy_n && timed_launch == 7) {
@@ -302,13 +304,13 @@ int main(void) {
       "  __device__ ~timerT() {\n"
       "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0 && blockIdx.x + 256 >= gridDim.x)\n"
       "      atomicMax(&d->end, gt()); } };\n"
-      "template <unsigned STRIDE> struct timerS {\n"
+      "template <unsigned STRIDE, int START = 1, int END = 1> struct timerS {\n"
       "  unsigned long long* d;\n"
       "  __device__ timerS(unsigned long long* d_) : d(d_) {\n"
-      "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)\n"
+      "    if (START && d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)\n"
       "      d[0] = gt(); }\n"
       "  __device__ ~timerS() {\n"
-      "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) atomicMax(d + STRIDE * (1u + (blockIdx.x & 31u)), gt()); } };\n"
+      "    if (END && d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) atomicMax(d + STRIDE * (1u + (blockIdx.x & 31u)), gt()); } };\n"
       "struct timerR {\n"
       "  unsigned long long* d;\n"
       "  __device__ timerR(unsigned long long* d_) : d(d_) {\n"
@@ -338,6 +340,10 @@ int main(void) {
                              "{timerS<16> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                              "extern \"C\" __global__ void empty_tR(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
                              "{timerR t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tS(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerS<16, 1, 0> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tE(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerS<16, 0, 1> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                            : "extern \"C\" __global__ void empty(float* p, slot* d, unsigned long long* h, unsigned* c){}\n"
                              "extern \"C\" __global__ void empty_t(float* p, slot* d, unsigned long long* h, unsigned* c){timer t_(d);}\n"
                              "extern \"C\" __global__ void empty_t8(float* p, slot8* d, unsigned long long* h, unsigned* c){timer8 t_(d);}\n"
@@ -345,7 +351,9 @@ int main(void) {
                              "extern \"C\" __global__ void empty_tT(float* p, slot* d, unsigned long long* h, unsigned* c){timerT t_(d);}\n"
                              "extern \"C\" __global__ void empty_tP(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<256> t_(d);}\n"
                              "extern \"C\" __global__ void empty_tG(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16> t_(d);}\n"
-                             "extern \"C\" __global__ void empty_tR(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerR t_(d);}\n";
+                             "extern \"C\" __global__ void empty_tR(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerR t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tS(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 1, 0> t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tE(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 0, 1> t_(d);}\n";
   char* src = malloc(strlen(timer_src) + strlen(ksrc) + 1);
   strcpy(src, timer_src);
   strcat(src, ksrc);
@@ -374,6 +382,8 @@ int main(void) {
   CK(cuModuleGetFunction(&fe_tP, m, "empty_tP"));
   CK(cuModuleGetFunction(&fe_tG, m, "empty_tG"));
   CK(cuModuleGetFunction(&fe_tR, m, "empty_tR"));
+  CK(cuModuleGetFunction(&fe_tS, m, "empty_tS"));
+  CK(cuModuleGetFunction(&fe_tE, m, "empty_tE"));
   CK(cuMemAlloc(&slotsB_dev, 67584ull * ((N + 255) / 256)));
   CK(cuMemsetD32(slotsB_dev, 0, 16896ull * ((N + 255) / 256)));
   CK(cuMemHostAlloc((void**)&slotsB_host, 67584ull * ((N + 255) / 256), 0));
@@ -406,9 +416,10 @@ int main(void) {
   const char* names[] = {"none", "event after", "events around", "events no timing", "cupti",
                          "cupti + correlation", "cupti + ctx query", "globaltimer",
                          "globaltimer, 8 ends", "gt, 32 lines", "gt, last 256",
-                         "gt, 32 x 2 KiB", "gt, 16 a line", "gt, 16 + copies", "gt, 16 generic"};
+                         "gt, 32 x 2 KiB", "gt, 16 a line", "gt, 16 + copies", "gt, 16 generic",
+                         "gt, 16 start only", "gt, 16 end only"};
   int modes = 4;
-  int timer_mode = 8; /* modes 7 to 14 are always run */
+  int timer_mode = 10; /* modes 7 to 16 are always run */
   const char* libs[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12",
                         "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
                         "/usr/local/cuda/lib64/libcupti.so"};
@@ -450,7 +461,7 @@ int main(void) {
     cupti_ns_sum = 0;
     cupti_ns_count = 0;
   }
-  double t[15][ROUNDS];
+  double t[17][ROUNDS];
   double timerT_ns_sum = 0;
   long timerT_ns_count = 0, timerT_bad = 0;
   double timer_ns_sum = 0, timer8_ns_sum = 0;
@@ -536,7 +547,7 @@ int main(void) {
   printf("10,000 %s launches + sync%s, %d alternating rounds: us per launch, median (min-max), ratio to none\n",
          saxpy ? "saxpy (2^20 floats)" : "empty", threaded ? " (a launcher thread fed through a ring; none, cupti and globaltimer only)" : "", ROUNDS);
   double base = 0;
-  for (int k = 0; k < 15; k++) {
+  for (int k = 0; k < 17; k++) {
     if (k >= modes && k < 7) continue;
     if (threaded && k != 0 && k != 4 && k < 7) continue;
     double v[ROUNDS];
