@@ -47,7 +47,10 @@ static cube_mock_cupti_stats_t cupti_stats(void) {
 /* The mock for the driver, NVRTC and (unless |cupti| is NULL) CUPTI; kernel
  * launches succeed and each "runs" |kernel_us|. */
 static void setup(const char* cupti, const char* kernel_us, const char* timer) {
-  setenv("CUBE_CUDA_KERNEL_TIMER", timer, 1);
+  if (timer)
+    setenv("CUBE_CUDA_KERNEL_TIMER", timer, 1);
+  else
+    unsetenv("CUBE_CUDA_KERNEL_TIMER"); /* the default */
   setenv("CUBE_CUDA_DRIVER", CUBE_MOCK_CUDA_PATH, 1);
   setenv("CUBE_NVRTC", CUBE_MOCK_CUDA_PATH, 1);
   if (cupti) setenv("CUBE_CUPTI", cupti, 1);
@@ -160,7 +163,9 @@ static void* worker_main(void* p) {
  * order and never before it was launched; records go off when the trace
  * stops. Self-timed, CUPTI is never turned on. */
 static void traced_kernels(const char* timer) {
-  const bool self = strcmp(timer, "self") == 0;
+  /* NULL: the default, which is self (CUPTI, the mock's, is there to be
+   * taken: a default of cupti would give "device activity" records). */
+  const bool self = !timer || strcmp(timer, "self") == 0;
   setup(CUBE_MOCK_CUDA_PATH, "20", timer);
   cube_client_t* c = NULL;
   cube_kernel_t *ks = NULL, *kh = NULL; /* the same unit under two names */
@@ -259,6 +264,14 @@ CUBE_TEST(traced_kernels_time_themselves) {
   CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
 #else
   traced_kernels("self");
+#endif
+}
+
+CUBE_TEST(traced_kernels_time_themselves_by_default) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  traced_kernels(NULL);
 #endif
 }
 
