@@ -6,10 +6,10 @@
  *    kernel takes a timing slot as its last parameter (preludes/cuda.h): the
  *    first unit of cube 0 writes the GPU's global timer into the slot's start
  *    at entry, the first unit of every cube raises its end at exit (an atomic
- *    max on the global address, nobody waits for it). The launching thread notes the launch in the
- *    stream's ring and passes the slot; every CUBE__ACT_BATCH launches, and
- *    before a wait for the stream, the stream is given a copy of the slots
- *    into pinned host memory (cuda_timer.c). A poller thread reads copied
+ *    max on the global address, which nobody waits for). The launching
+ *    thread notes the launch in the stream's ring and passes the slot; every
+ *    CUBE__ACT_BATCH launches, and before a wait for the stream, the stream
+ *    is given a copy of the slots into pinned host memory (cuda_timer.c). A poller thread reads copied
  *    slots in launch order every millisecond (a trace's stop copies and
  *    waits). The global timer is put on cube's clock by a clock kernel that
  *    writes it into mapped memory while the host reads its own clock around
