@@ -71,7 +71,7 @@ static double now(void) {
 
 enum { N = 10000, ROUNDS = 11 };
 static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fe_tP, fe_tG, fe_tR, fe_tS, fe_tE, fres;
-static CUdeviceptr slotsB_dev; /* batches of 256 slots, 67,584 bytes each (not copied) */
+static CUdeviceptr slotsB_dev; /* batches of 256 slots, 67,584 bytes each (copied by "gt, 16 + copies" only) */
 static CUdeviceptr slotsL_dev; /* N slots of 4224 bytes: start, 32 ends 128 bytes apart (not copied) */
 static CUdeviceptr slots_dev; /* N slots of 16 bytes: start, blocks done */
 static unsigned long long* slots_host; /* N x {start, end}, mapped */
@@ -138,9 +138,7 @@ static void launch(void) {
     sd = (timed_launch == 2 ? slots8_dev : timed_launch == 3 ? slotsL_dev : slots_dev) + slot_bytes * i;
     if (timed_launch == 5) /* planes: starts, then 32 planes of ends, 2 KiB each */
       sd = slotsB_dev + 67584ull * (i / 256) + 8ull * (i % 256);
-    if (timed_launch >= 7)
-      sd = slotsB_dev + 67584ull * (i / 256) + 4224ull * ((i % 256) / 16) + 8ull * (i % 16);
-    if (timed_launch == 6) /* groups of 16: a line of starts, 32 lines of ends */
+    if (timed_launch >= 6) /* groups of 16: a line of starts, 32 lines of ends */
       sd = slotsB_dev + 67584ull * (i / 256) + 4224ull * ((i % 256) / 16) + 8ull * (i % 16);
     /* Every 256 launches the stream copies their slots to the host ring. */
     if ((i + 1) % 256 == 0 || i + 1 == N) {
