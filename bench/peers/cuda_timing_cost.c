@@ -24,8 +24,9 @@
 // host memory). "gt, 16 generic": the last's layout, the end raised by `red.max.u64` on the
 // generic address (inline PTX, as cube's prelude had it) instead of atomicMax, which the
 // compiler issues on the global address. "gt, 16 start only" and "gt, 16 end only": the
-// form of "gt, 16 a line" with only its start written, or only its ends raised. The
-// program also prints the timer's
+// form of "gt, 16 a line" with only its start written, or only its ends raised. "gt, 16
+// late start": that form with the start read at cube 0's entry and stored at its end (the
+// timer's read then waits for nobody). The program also prints the timer's
 // step (the smallest change seen by a unit spinning on it, without and with
 // CUPTI's records on) and the mean kernel duration each source reports.
 // Build (on a CUDA machine), one line:
@@ -70,7 +71,7 @@ static double now(void) {
 }
 
 enum { N = 10000, ROUNDS = 11 };
-static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fe_tP, fe_tG, fe_tR, fe_tS, fe_tE, fres;
+static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fe_tP, fe_tG, fe_tR, fe_tS, fe_tE, fe_tD, fres;
 static CUdeviceptr slotsB_dev; /* batches of 256 slots, 67,584 bytes each (copied by "gt, 16 + copies" only) */
 static CUdeviceptr slotsL_dev; /* N slots of 4224 bytes: start, 32 ends 128 bytes apart (not copied) */
 static CUdeviceptr slots_dev; /* N slots of 16 bytes: start, blocks done */
@@ -129,6 +130,23 @@ static void buf_done(CUcontext c, uint32_t sid, uint8_t* b, size_t size, size_t 
   free(b);
 }
 
+/* The kernel of the form being measured (timed_launch; 0: untimed). */
+static CUfunction timed_fn(void) {
+  switch (timed_launch) {
+    case 0: return fe;
+    case 1: return fe_t;
+    case 2: return fe_t8;
+    case 3: return fe_tL;
+    case 4: return fe_tT;
+    case 5: return fe_tP;
+    case 8: return fe_tR;
+    case 9: return fe_tS;
+    case 10: return fe_tE;
+    case 11: return fe_tD;
+    default: return fe_tG; /* 6, 7: "gt, 16 a line", "+ copies" */
+  }
+}
+
 static void launch(void) {
   CUdeviceptr sd = 0, sh = 0;
   unsigned copy_from = 0, copy_n = 0;
@@ -150,11 +168,11 @@ static void launch(void) {
     float a = 0.5f;
     int n = 1 << 20;
     void* args[] = {&px, &py, &a, &n, &sd, &sh, &counters};
-    CK(cuLaunchKernel(timed_launch == 10 ? fe_tE : timed_launch == 9 ? fe_tS : timed_launch == 8 ? fe_tR : timed_launch >= 6 ? fe_tG : timed_launch == 5 ? fe_tP : timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, (1 << 20) / 256, 1, 1,
+    CK(cuLaunchKernel(timed_fn(), (1 << 20) / 256, 1, 1,
                       256, 1, 1, 0, s, args, 0));
   } else {
     void* args[] = {&p, &sd, &sh, &counters};
-    CK(cuLaunchKernel(timed_launch == 10 ? fe_tE : timed_launch == 9 ? fe_tS : timed_launch == 8 ? fe_tR : timed_launch >= 6 ? fe_tG : timed_launch == 5 ? fe_tP : timed_launch == 4 ? fe_tT : timed_launch == 3 ? fe_tL : timed_launch == 2 ? fe_t8 : timed_launch ? fe_t : fe, 1, 1, 1, 32, 1, 1, 0,
+    CK(cuLaunchKernel(timed_fn(), 1, 1, 1, 32, 1, 1, 0,
                       s, args, 0));
   }
   if (copy_n && timed_launch == 7) {
@@ -303,11 +321,13 @@ int main(void) {
       "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0 && blockIdx.x + 256 >= gridDim.x)\n"
       "      atomicMax(&d->end, gt()); } };\n"
       "template <unsigned STRIDE, int START = 1, int END = 1> struct timerS {\n"
-      "  unsigned long long* d;\n"
-      "  __device__ timerS(unsigned long long* d_) : d(d_) {\n"
-      "    if (START && d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)\n"
-      "      d[0] = gt(); }\n"
+      "  unsigned long long* d; unsigned long long t0;\n"
+      "  __device__ timerS(unsigned long long* d_) : d(d_), t0(0) {\n"
+      "    if (START && d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0) {\n"
+      "      if (START == 2) t0 = gt(); else d[0] = gt(); } }\n"
       "  __device__ ~timerS() {\n"
+      "    if (START == 2 && d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)\n"
+      "      d[0] = t0;\n"
       "    if (END && d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) atomicMax(d + STRIDE * (1u + (blockIdx.x & 31u)), gt()); } };\n"
       "struct timerR {\n"
       "  unsigned long long* d;\n"
@@ -342,6 +362,8 @@ int main(void) {
                              "{timerS<16, 1, 0> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                              "extern \"C\" __global__ void empty_tE(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
                              "{timerS<16, 0, 1> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tD(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerS<16, 2, 1> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                            : "extern \"C\" __global__ void empty(float* p, slot* d, unsigned long long* h, unsigned* c){}\n"
                              "extern \"C\" __global__ void empty_t(float* p, slot* d, unsigned long long* h, unsigned* c){timer t_(d);}\n"
                              "extern \"C\" __global__ void empty_t8(float* p, slot8* d, unsigned long long* h, unsigned* c){timer8 t_(d);}\n"
@@ -351,7 +373,8 @@ int main(void) {
                              "extern \"C\" __global__ void empty_tG(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16> t_(d);}\n"
                              "extern \"C\" __global__ void empty_tR(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerR t_(d);}\n"
                              "extern \"C\" __global__ void empty_tS(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 1, 0> t_(d);}\n"
-                             "extern \"C\" __global__ void empty_tE(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 0, 1> t_(d);}\n";
+                             "extern \"C\" __global__ void empty_tE(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 0, 1> t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tD(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 2, 1> t_(d);}\n";
   char* src = malloc(strlen(timer_src) + strlen(ksrc) + 1);
   strcpy(src, timer_src);
   strcat(src, ksrc);
@@ -382,6 +405,7 @@ int main(void) {
   CK(cuModuleGetFunction(&fe_tR, m, "empty_tR"));
   CK(cuModuleGetFunction(&fe_tS, m, "empty_tS"));
   CK(cuModuleGetFunction(&fe_tE, m, "empty_tE"));
+  CK(cuModuleGetFunction(&fe_tD, m, "empty_tD"));
   CK(cuMemAlloc(&slotsB_dev, 67584ull * ((N + 255) / 256)));
   CK(cuMemsetD32(slotsB_dev, 0, 16896ull * ((N + 255) / 256)));
   CK(cuMemHostAlloc((void**)&slotsB_host, 67584ull * ((N + 255) / 256), 0));
@@ -415,9 +439,9 @@ int main(void) {
                          "cupti + correlation", "cupti + ctx query", "globaltimer",
                          "globaltimer, 8 ends", "gt, 32 lines", "gt, last 256",
                          "gt, 32 x 2 KiB", "gt, 16 a line", "gt, 16 + copies", "gt, 16 generic",
-                         "gt, 16 start only", "gt, 16 end only"};
+                         "gt, 16 start only", "gt, 16 end only", "gt, 16 late start"};
   int modes = 4;
-  int timer_mode = 10; /* modes 7 to 16 are always run */
+  int timer_mode = 11; /* modes 7 to 17 are always run */
   const char* libs[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12",
                         "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
                         "/usr/local/cuda/lib64/libcupti.so"};
@@ -459,7 +483,7 @@ int main(void) {
     cupti_ns_sum = 0;
     cupti_ns_count = 0;
   }
-  double t[17][ROUNDS];
+  double t[18][ROUNDS];
   double timerT_ns_sum = 0;
   long timerT_ns_count = 0, timerT_bad = 0;
   double timer_ns_sum = 0, timer8_ns_sum = 0;
@@ -545,7 +569,7 @@ int main(void) {
   printf("10,000 %s launches + sync%s, %d alternating rounds: us per launch, median (min-max), ratio to none\n",
          saxpy ? "saxpy (2^20 floats)" : "empty", threaded ? " (a launcher thread fed through a ring; none, cupti and globaltimer only)" : "", ROUNDS);
   double base = 0;
-  for (int k = 0; k < 17; k++) {
+  for (int k = 0; k < 18; k++) {
     if (k >= modes && k < 7) continue;
     if (threaded && k != 0 && k != 4 && k < 7) continue;
     double v[ROUNDS];

@@ -198,7 +198,7 @@ static void mock_run(mock_op_t* op) {
   switch (op->kind) {
     case OP_COPY:
       if ((uintptr_t)op->dst % 8 == 0 && (uintptr_t)op->src % 8 == 0 && op->n % 8 == 0 &&
-          op->n <= (256u << 10)) {
+          op->n <= (1u << 20)) { /* a batch of slots is 264 KiB */
         /* In whole words, as a copy engine writes them: a host thread that
          * polls the destination with atomic loads (cube's reader of
          * self-timed kernels' slots) sees each word written once. */
@@ -928,6 +928,8 @@ static CUresult m_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUst
   return mock_push(s, op);
 }
 static int mock_module_tag, mock_function_tag;
+static long mock_clock_launches;    /* under mock.lock */
+static char mock_clock_thread[32]; /* under mock.lock */
 /* Self-timed kernels (cube's CUDA prelude: every kernel's last parameter
  * is a timing slot, struct cube__timing): the "cubin" is the unit's text
  * (the mock NVRTC's), so a module load reads the entry function's name
@@ -1078,6 +1080,12 @@ static CUresult m_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
   if (s) mock_cupti_launch((mock_stream_t*)s, f, gx, gy, gz);
   const char* fname = f == (CUfunction)&mock_function_tag ? "" : ((mock_fn_t*)f)->name;
   if (strcmp(fname, "cube_clock") == 0) {
+    /* Who measures the clock: counted, and the launching thread's name kept. */
+    pthread_mutex_lock(&mock.lock);
+    mock_clock_launches++;
+    if (pthread_getname_np(pthread_self(), mock_clock_thread, sizeof(mock_clock_thread)) != 0)
+      mock_clock_thread[0] = '\0';
+    pthread_mutex_unlock(&mock.lock);
     mock_op_t* op = mock_op(OP_HOST);
     if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
     op->fn = mock_clock_ran;
@@ -1430,10 +1438,24 @@ static struct {
   uint64_t delivered, enables, disables;
 } mock_cupti = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* The global timer's shift from CLOCK_REALTIME (cube_mock_cuda_timer_shift:
+ * a drift of the device's clock from the host's, as a test makes it). */
+static _Atomic int64_t mock_timer_shift_ns;
 static uint64_t mock_realtime_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_REALTIME, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec +
+         (uint64_t)atomic_load(&mock_timer_shift_ns);
+}
+MOCK_API void cube_mock_cuda_timer_shift(int64_t ns) { atomic_fetch_add(&mock_timer_shift_ns, ns); }
+/* The clock kernel's launches so far, and the name of the thread that made
+ * the last (empty if none or unnamed). */
+MOCK_API long cube_mock_cuda_clock_launches(char* thread, size_t size) {
+  pthread_mutex_lock(&mock.lock);
+  long n = mock_clock_launches;
+  if (thread && size) snprintf(thread, size, "%s", mock_clock_thread);
+  pthread_mutex_unlock(&mock.lock);
+  return n;
 }
 
 static void mock_cupti_ran(void* p) {

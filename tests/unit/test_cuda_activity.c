@@ -682,8 +682,9 @@ CUBE_TEST(self_timed_kernels_after_a_recovery) {
 
 /* Self-timed: a launch the driver refuses takes no slot (its note is taken
  * back and the next launch takes its place): the reader does not wait at it,
- * and the launches after it, on another buffer (the refused one's output is
- * tainted), are in the trace with their own names and durations. */
+ * and the launches after it, of the refused one's kernel on another buffer
+ * (the refused one's output is tainted), are in the trace with their own
+ * names and durations. */
 CUBE_TEST(self_timed_refused_launch_takes_no_slot) {
 #ifndef CUBE_MOCK_CUDA_PATH
   CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
@@ -701,7 +702,9 @@ CUBE_TEST(self_timed_refused_launch_takes_no_slot) {
   launch_n(t.c, t.before, 2, args_y);
   REQUIRE_OK(cube_client_sync(t.c)); /* both submitted: the next one is refused */
   t.m.fail_with("cuLaunchKernel", 1, 1 /* CUDA_ERROR_INVALID_VALUE: not sticky */);
-  cube_status_t st = cube_client_launch(t.c, t.before, cube_count_static(1, 1, 1), 2, args_y);
+  /* A launch of the next kernel refused: its note named it (the first of a
+   * run), and is taken back; the next launch of that kernel names itself. */
+  cube_status_t st = cube_client_launch(t.c, t.after, cube_count_static(1, 1, 1), 2, args_y);
   cube_status_free(st); /* refused now or at the sync: either way not run */
   launch_n(t.c, t.after, 3, args_z);
   st = cube_client_sync(t.c);
@@ -742,6 +745,77 @@ CUBE_TEST(self_timed_unwritten_slot_is_passed) {
   cube_handle_release(y);
   self_case_close(&t);
   unsetenv("CUBE_MOCK_CUDA_TIMED_SILENT");
+#endif
+}
+
+/* Self-timed: a device clock measured more than a second before a trace
+ * starts is measured again before that trace's records are converted, by
+ * the reader (the poller thread, "cube-ktimer"), not on a launching thread
+ * (where it would stall the launches being measured). The mock's global
+ * timer is moved 3 s from the host's clock meanwhile (a drift): the second
+ * trace's kernels must still lie inside the host's range around their
+ * launches and the sync. */
+CUBE_TEST(self_timed_stale_clock_is_measured_again_by_the_reader) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  self_case_t t;
+  REQUIRE(self_case_open(&t, "200", "stale"));
+  void* lib = dlopen(CUBE_MOCK_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(lib != NULL);
+  long (*clock_launches)(char*, size_t) = NULL;
+  void (*timer_shift)(int64_t) = NULL;
+  *(void**)&clock_launches = dlsym(lib, "cube_mock_cuda_clock_launches");
+  *(void**)&timer_shift = dlsym(lib, "cube_mock_cuda_timer_shift");
+  dlclose(lib); /* still loaded: cube holds it */
+  REQUIRE(clock_launches != NULL && timer_shift != NULL);
+  float ys[64] = {0};
+  cube_handle_t y;
+  REQUIRE_OK(cube_client_create_from_slice(t.c, ys, sizeof(ys), &y));
+  REQUIRE_OK(cube_client_sync(t.c));
+  cube_arg_t args[2] = {cube_arg_buffer(y), cube_arg_f32(2.0f)};
+  REQUIRE_OK(cube_trace_start(t.path));
+  launch_n(t.c, t.before, 2, args);
+  REQUIRE_OK(cube_client_sync(t.c));
+  REQUIRE_OK(cube_trace_stop());
+  CHECK_EQ_U64((uint64_t)trace_kernels(t.path, "scale before", 150.0).n, 2);
+  char who[32] = "";
+  const long first = clock_launches(who, sizeof(who));
+  CHECK(first > 0); /* measured once, before the first timed launch */
+  timer_shift(3000000000ll);
+  usleep(1100 * 1000); /* the measure is over a second old */
+  char path2[512];
+  trace_path(path2, sizeof(path2), "stale2");
+  REQUIRE_OK(cube_trace_start(path2));
+  cube_trace_range_push("launches");
+  launch_n(t.c, t.after, 3, args);
+  REQUIRE_OK(cube_client_sync(t.c));
+  cube_trace_range_pop();
+  /* The poller measures it again (within 5 s, at most). */
+  for (int i = 0; i < 500 && clock_launches(who, sizeof(who)) == first; ++i) usleep(10 * 1000);
+  CHECK(clock_launches(who, sizeof(who)) > first);
+  CHECK(strcmp(who, "cube-ktimer") == 0);
+  REQUIRE_OK(cube_trace_stop());
+  named_kernels_t k = trace_kernels(path2, "scale after", 150.0);
+  CHECK_EQ_U64((uint64_t)k.n, 3);
+  double range_ts = -1, range_end = -1;
+  cJSON* doc = load_json(path2);
+  REQUIRE(doc != NULL);
+  const cJSON* e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "traceEvents")) {
+    if (strcmp(str(e, "name"), "launches") != 0) continue;
+    range_ts = num(e, "ts");
+    range_end = range_ts + num(e, "dur");
+  }
+  cJSON_Delete(doc);
+  CHECK(range_ts >= 0);
+  /* Device times are never earlier than they were; late by the clock
+   * kernel's flag's trip at most (50 ms allowed: a loaded sanitized run). */
+  CHECK(k.first >= range_ts - 1.0);
+  CHECK(k.last_end <= range_end + 50000.0);
+  unlink(path2);
+  cube_handle_release(y);
+  self_case_close(&t);
 #endif
 }
 

@@ -377,7 +377,7 @@ static const char* cube__act_launch_name(struct cube__cuda_activity* a, uint64_t
   for (uint64_t i = got; i < put && i - got < CUBE__ACT_SEARCH; ++i) {
     const cube__act_launch_t* l = &a->launches[i % CUBE__ACT_LAUNCHES];
     if (l->hash != hash) continue;
-    cube__trace_copy_name(out, size, l->name);
+    cube__trace_copy_name(out, size, a->names[i % CUBE__ACT_LAUNCHES]);
     *order = l->order;
     atomic_store_explicit(&a->got, i + 1, memory_order_release);
     return out;
@@ -400,7 +400,8 @@ static void cube__act_self_catch_up(cube__cuda_stream_t* s) {
 }
 
 CUdeviceptr cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name,
-                                         uint64_t order, const uint32_t count[3]) {
+                                         uint64_t kernel, uint64_t order,
+                                         const uint32_t count[3]) {
   struct cube__cuda_activity* a = s->act;
   a->noted = 0;
   if (!atomic_load_explicit(&g_act.enabled, memory_order_relaxed)) return 0;
@@ -427,7 +428,13 @@ CUdeviceptr cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, 
   l->hash = hash;
   l->order = order;
   memcpy(l->count, count, sizeof(l->count));
-  cube__trace_copy_name(l->name, sizeof(l->name), name);
+  /* The name once per run of launches of one kernel, self-timed (CUPTI's
+   * records are matched out of order: each launch carries its own). */
+  l->named = !self || !kernel || kernel != a->named_kernel;
+  if (l->named) {
+    cube__trace_copy_name(a->names[i], sizeof(a->names[i]), name);
+    a->named_kernel = self ? kernel : 0;
+  }
   atomic_store_explicit(&a->put, put + 1, memory_order_release);
   a->noted = put + 1;
   return self ? a->slots + cube__act_slot_offset(i) : 0;
@@ -442,6 +449,7 @@ void cube__cuda_activity_submitted(cube__backend_device_t* d, cube__cuda_stream_
      * not yet copied), so that the next launch takes its place. */
     atomic_store_explicit(&a->put, a->noted - 1, memory_order_release);
     a->noted = 0;
+    a->named_kernel = 0; /* the next launch names itself: this one's name is not read */
     return;
   }
   if (a->slots) {
@@ -665,15 +673,15 @@ static bool cube__act_enable_locked(void) {
     }
     /* Kernels launched while records were on before and not read then are
      * read but not delivered (a trace gets none of an earlier one's). A
-     * clock measured more than a second ago is measured again at its
-     * device's next timed launch. */
+     * clock measured more than a second ago is measured again by the
+     * reader before it converts the next record (cube__ktimer_drain), not
+     * by a launching thread: the launches time as they would. */
     pthread_mutex_lock(&g_act.lock);
     const uint64_t now = cube__now_ns();
     for (size_t i = 0; i < g_act.stream_count; ++i) {
       struct cube__cuda_activity* a = g_act.streams[i]->act;
       a->quiet_below = atomic_load(&a->put);
-      if (now - a->device->act_calibrated_at > 1000000000ull)
-        atomic_store(&a->device->act_calibrated, false);
+      if (now - a->device->act_calibrated_at > 1000000000ull) a->device->act_stale = true;
     }
     atomic_store(&g_act.enabled, true);
     pthread_cond_broadcast(&g_act.poll_cond);

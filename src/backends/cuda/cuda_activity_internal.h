@@ -24,13 +24,16 @@ typedef struct cube__act_entry {
 /* The launches of a stream while records are on, in order: a ring with one
  * writer (the stream's launching thread) and one reader (whoever reads
  * buffers, under the registry's lock). */
-#define CUBE__ACT_LAUNCHES 16384u /* 1.5 MiB a stream, touched as used */
+#define CUBE__ACT_LAUNCHES 16384u /* 512 KiB a stream, and 1.25 MiB of names, touched as used */
 #define CUBE__ACT_SEARCH 64u /* launches a record's match is looked for in */
 typedef struct cube__act_launch {
   uint64_t hash;
   uint64_t order;
   uint32_t count[3];
-  char name[80];
+  /* Its name is in |names| at its index. Self-timed, a launch of the kernel
+   * of the launch before it carries no name (false): the reader, which reads
+   * the ring in order, keeps the last name it passed. */
+  bool named;
 } cube__act_launch_t;
 
 /* The slots' layout: cuda_timing_layout.h. */
@@ -55,6 +58,9 @@ struct cube__cuda_activity {
   char put_line[64 - sizeof(atomic_uint_fast64_t)];
   atomic_uint_fast64_t got;
   cube__act_launch_t launches[CUBE__ACT_LAUNCHES];
+  char names[CUBE__ACT_LAUNCHES][80]; /* launch i's name, where launches[i].named */
+  uint64_t named_kernel; /* the launching thread's: the kernel whose name the last record carried, 0 none */
+  char read_name[80];    /* the reader's: the name of the last record it passed that carried one */
   cube__backend_device_t* device;
   uint64_t noted;       /* the launching thread's last noted launch + 1, 0: none */
   uint64_t quiet_below; /* self-timed: launches below it are read but not delivered */
@@ -80,6 +86,12 @@ void cube__act_deliver(cube__cuda_stream_t* s, cube__act_entry_t* e);
  * |s|'s slots set up and its device's clock measured where it is not (its
  * context made current here); false: not timed this way (events then). */
 bool cube__ktimer_setup(cube__backend_device_t* d, cube__cuda_stream_t* s);
+/* |d|'s clock, stale (measured over a second before records came on
+ * again), measured again (its context made current here); a failed measure
+ * keeps the earlier offset. cube__ktimer_drain calls it before it converts
+ * a record: on the poller, a trace's stop, a stream's end, or a launching
+ * thread only when that thread reads its own full ring. */
+void cube__ktimer_recalibrate(cube__backend_device_t* d);
 /* |s|'s completed kernels, in launch order, delivered. */
 void cube__ktimer_drain(cube__cuda_stream_t* s);
 /* Not under the registry's lock: the stream told to copy the slots of the

@@ -133,6 +133,7 @@ struct cube__backend_device {
    * (a recovery resets the context: measured again), and the clock kernel. */
   int64_t act_offset;
   uint64_t act_calibrated_at; /* cube's clock when |act_offset| was measured */
+  bool act_stale; /* measured over a second before records came on: measured again by the reader */
   unsigned act_epoch;
   atomic_bool act_calibrated; /* read without the lock by activity_begin */
   atomic_uint act_refused;    /* epoch + 1 in which the clock kernel failed: events then */
@@ -330,14 +331,17 @@ bool cube__cuda_activity_begin(cube__backend_device_t* d, void* stream, uint32_t
 size_t cube__cuda_activity_take(cube__backend_device_t* d, void* stream, bool flush,
                                 cube__activity_record_t* out, size_t max);
 /* A kernel of |hash| (its entry's name) about to be launched on |s| as
- * |name| with cube count |count|: noted while records are on, so that its
+ * |name| (of the kernel whose id is |kernel|, 0 if none: self-timed, a run
+ * of launches of one kernel notes its name once) with cube count |count|:
+ * noted while records are on, so that its
  * record gets the launch's name (kernels of one unit share an entry) and its
  * place in the stream's order (|order|, trace.h). Returns the timing slot to
  * pass as the kernel's last parameter (self-timed kernels), or 0: untimed.
  * activity_submitted follows. The launching thread; one relaxed load when
  * records are off. */
 CUdeviceptr cube__cuda_activity_launched(cube__cuda_stream_t* s, uint64_t hash, const char* name,
-                                         uint64_t order, const uint32_t count[3]);
+                                         uint64_t kernel, uint64_t order,
+                                         const uint32_t count[3]);
 /* After the driver took (|ok|) or refused the launch just noted: a refused
  * one is passed over; self-timed, every CUBE__ACT_BATCH launches the stream
  * is told to copy their slots. The launching thread, |d|'s context current. */

@@ -97,7 +97,8 @@ cube_status_t cube__cuda_launch(cube__backend_device_t* d, void* stream,
   if (r == CUDA_SUCCESS) {
     cube__cuda_stream_t* cs = stream;
     if (__builtin_expect(cs && cs->act != NULL, 0))
-      p.timing = cube__cuda_activity_launched(cs, f.name_hash, name, l->trace_order, l->count);
+      p.timing = cube__cuda_activity_launched(cs, f.name_hash, name, k ? k->id : 0,
+                                              l->trace_order, l->count);
     r = d->cu->LaunchKernel(f.fn, l->count[0], l->count[1], l->count[2], dim[0], dim[1], dim[2], 0,
                             s, params, NULL);
     if (__builtin_expect(cs && cs->act != NULL, 0))

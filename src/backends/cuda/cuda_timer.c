@@ -126,6 +126,17 @@ static bool cube__act_calibrate_once(cube__backend_device_t* d) {
   return true;
 }
 
+void cube__ktimer_recalibrate(cube__backend_device_t* d) {
+  d->act_stale = false;
+  /* A lost device runs nothing; a recovered one is measured at its next
+   * timed launch (its epoch changed: cube__ktimer_setup). */
+  if (atomic_load(&d->lost) || d->act_epoch != atomic_load(&d->epoch) ||
+      !atomic_load(&d->act_calibrated))
+    return;
+  CUBE__CUDA_SCOPE(d->ctx);
+  (void)cube__act_calibrate_once(d);
+}
+
 /* Under the registry's lock, |d|'s context current: |s|'s slots, set up. */
 bool cube__ktimer_setup(cube__backend_device_t* d, cube__cuda_stream_t* s) {
   struct cube__cuda_activity* a = s->act;
@@ -160,9 +171,12 @@ bool cube__ktimer_setup(cube__backend_device_t* d, cube__cuda_stream_t* s) {
     if (host) d->cu->MemFreeHost(host);
     return false;
   }
-  /* Launches noted before (none while records were off) are passed. */
+  /* Launches noted before (none while records were off) are passed; the
+   * next one names itself (the reader does not read those before it). The
+   * caller is the stream's launching thread. */
   uint64_t put = atomic_load(&a->put);
   atomic_store(&a->got, put);
+  a->named_kernel = 0;
   atomic_store(&a->submitted, put);
   pthread_mutex_init(&a->copy_lock, NULL);
   atomic_store(&a->copied, put);
@@ -228,11 +242,13 @@ void cube__ktimer_drain(cube__cuda_stream_t* s) {
   struct cube__cuda_activity* a = s->act;
   if (!a->slots) return;
   cube__backend_device_t* d = a->device;
+  if (d->act_stale) cube__ktimer_recalibrate(d); /* before a record is converted */
   uint64_t got = atomic_load_explicit(&a->got, memory_order_relaxed);
   const uint64_t put = atomic_load_explicit(&a->put, memory_order_acquire);
   for (; got < put; ++got) {
     const uint64_t i = got % CUBE__ACT_LAUNCHES;
     const cube__act_launch_t* l = &a->launches[i];
+    if (l->named) memcpy(a->read_name, a->names[i], sizeof(a->read_name));
     uint64_t* h = (uint64_t*)((char*)a->host + cube__act_slot_offset(i));
     uint64_t* mark = (uint64_t*)((char*)a->host + CUBE__ACT_SLOTS_BYTES) + i;
     /* Copied by the stream: done when its mark has landed (its words were
@@ -262,7 +278,7 @@ void cube__ktimer_drain(cube__cuda_stream_t* s) {
     e.end_ns = (uint64_t)((int64_t)end + d->act_offset);
     e.order = l->order;
     memcpy(e.count, l->count, sizeof(e.count));
-    cube__trace_copy_name(e.foreign, sizeof(e.foreign), l->name); /* the launch's name */
+    memcpy(e.foreign, a->read_name, sizeof(e.foreign)); /* the launch's name */
     cube__act_deliver(s, &e);
   }
   atomic_store_explicit(&a->got, got, memory_order_release);

@@ -8,7 +8,7 @@
 
 /* Launches submitted and not copied after which the launching thread has
  * the stream copy their slots. */
-#define CUBE__ACT_BATCH 256u
+#define CUBE__ACT_BATCH 1024u
 /* Self-timed kernels (preludes/cuda.h, struct cube__timing): the slots of a
  * stream's CUBE__ACT_LAUNCHES launches, in batches of CUBE__ACT_BATCH, a
  * batch in groups of CUBE__ACT_GROUP launches. A group is CUBE__ACT_PLANES
