@@ -26,7 +26,12 @@
 // compiler issues on the global address. "gt, 16 start only" and "gt, 16 end only": the
 // form of "gt, 16 a line" with only its start written, or only its ends raised. "gt, 16
 // late start": that form with the start read at cube 0's entry and stored at its end (the
-// timer's read then waits for nobody). The program also prints the timer's
+// timer's read then waits for nobody). "gt, 16 start const", "gt, 16 end const": the
+// start, or the ends, without the timer (a constant written: the store or reduction alone);
+// "gt, 16 tests only": the form's tests of the unit's and cube's indices, nothing written.
+// "gt, 16 start by max", "gt, 16 start .cs": the start written by atomicMax, or by a store
+// with the streaming hint (st.global.cs), instead of a plain store.
+// The program also prints the timer's
 // step (the smallest change seen by a unit spinning on it, without and with
 // CUPTI's records on) and the mean kernel duration each source reports.
 // Build (on a CUDA machine), one line:
@@ -71,7 +76,7 @@ static double now(void) {
 }
 
 enum { N = 10000, ROUNDS = 11 };
-static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fe_tP, fe_tG, fe_tR, fe_tS, fe_tE, fe_tD, fres;
+static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fe_tP, fe_tG, fe_tR, fe_tS, fe_tE, fe_tD, fe_tC, fe_tF, fe_tN, fe_tM, fe_tW, fres;
 static CUdeviceptr slotsB_dev; /* batches of 256 slots, 67,584 bytes each (copied by "gt, 16 + copies" only) */
 static CUdeviceptr slotsL_dev; /* N slots of 4224 bytes: start, 32 ends 128 bytes apart (not copied) */
 static CUdeviceptr slots_dev; /* N slots of 16 bytes: start, blocks done */
@@ -143,6 +148,11 @@ static CUfunction timed_fn(void) {
     case 9: return fe_tS;
     case 10: return fe_tE;
     case 11: return fe_tD;
+    case 12: return fe_tC;
+    case 13: return fe_tF;
+    case 14: return fe_tN;
+    case 15: return fe_tM;
+    case 16: return fe_tW;
     default: return fe_tG; /* 6, 7: "gt, 16 a line", "+ copies" */
   }
 }
@@ -324,11 +334,17 @@ int main(void) {
       "  unsigned long long* d; unsigned long long t0;\n"
       "  __device__ timerS(unsigned long long* d_) : d(d_), t0(0) {\n"
       "    if (START && d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0) {\n"
-      "      if (START == 2) t0 = gt(); else d[0] = gt(); } }\n"
+      "      if (START == 2) t0 = gt(); else if (START == 3) d[0] = 1ull; else if (START == 4) asm volatile(\"\");\n"
+      "      else if (START == 5) atomicMax(d, gt());\n"
+      "      else if (START == 6) asm volatile(\"st.global.cs.u64 [%0], %1;\" :: \"l\"(d), \"l\"(gt()) : \"memory\");\n"
+      "      else d[0] = gt(); } }\n"
       "  __device__ ~timerS() {\n"
       "    if (START == 2 && d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)\n"
       "      d[0] = t0;\n"
-      "    if (END && d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) atomicMax(d + STRIDE * (1u + (blockIdx.x & 31u)), gt()); } };\n"
+      "    if (END && d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) {\n"
+      "      if (END == 2) atomicMax(d + STRIDE * (1u + (blockIdx.x & 31u)), 1ull);\n"
+      "      else if (END == 3) asm volatile(\"\");\n"
+      "      else atomicMax(d + STRIDE * (1u + (blockIdx.x & 31u)), gt()); } } };\n"
       "struct timerR {\n"
       "  unsigned long long* d;\n"
       "  __device__ timerR(unsigned long long* d_) : d(d_) {\n"
@@ -364,6 +380,16 @@ int main(void) {
                              "{timerS<16, 0, 1> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                              "extern \"C\" __global__ void empty_tD(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
                              "{timerS<16, 2, 1> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tN(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerS<16, 4, 3> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tW(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerS<16, 6, 1> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tM(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerS<16, 5, 1> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tF(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerS<16, 0, 2> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tC(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerS<16, 3, 0> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                            : "extern \"C\" __global__ void empty(float* p, slot* d, unsigned long long* h, unsigned* c){}\n"
                              "extern \"C\" __global__ void empty_t(float* p, slot* d, unsigned long long* h, unsigned* c){timer t_(d);}\n"
                              "extern \"C\" __global__ void empty_t8(float* p, slot8* d, unsigned long long* h, unsigned* c){timer8 t_(d);}\n"
@@ -374,7 +400,12 @@ int main(void) {
                              "extern \"C\" __global__ void empty_tR(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerR t_(d);}\n"
                              "extern \"C\" __global__ void empty_tS(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 1, 0> t_(d);}\n"
                              "extern \"C\" __global__ void empty_tE(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 0, 1> t_(d);}\n"
-                             "extern \"C\" __global__ void empty_tD(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 2, 1> t_(d);}\n";
+                             "extern \"C\" __global__ void empty_tD(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 2, 1> t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tN(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 4, 3> t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tW(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 6, 1> t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tM(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 5, 1> t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tF(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 0, 2> t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tC(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 3, 0> t_(d);}\n";
   char* src = malloc(strlen(timer_src) + strlen(ksrc) + 1);
   strcpy(src, timer_src);
   strcat(src, ksrc);
@@ -406,6 +437,11 @@ int main(void) {
   CK(cuModuleGetFunction(&fe_tS, m, "empty_tS"));
   CK(cuModuleGetFunction(&fe_tE, m, "empty_tE"));
   CK(cuModuleGetFunction(&fe_tD, m, "empty_tD"));
+  CK(cuModuleGetFunction(&fe_tC, m, "empty_tC"));
+  CK(cuModuleGetFunction(&fe_tF, m, "empty_tF"));
+  CK(cuModuleGetFunction(&fe_tN, m, "empty_tN"));
+  CK(cuModuleGetFunction(&fe_tM, m, "empty_tM"));
+  CK(cuModuleGetFunction(&fe_tW, m, "empty_tW"));
   CK(cuMemAlloc(&slotsB_dev, 67584ull * ((N + 255) / 256)));
   CK(cuMemsetD32(slotsB_dev, 0, 16896ull * ((N + 255) / 256)));
   CK(cuMemHostAlloc((void**)&slotsB_host, 67584ull * ((N + 255) / 256), 0));
@@ -439,9 +475,11 @@ int main(void) {
                          "cupti + correlation", "cupti + ctx query", "globaltimer",
                          "globaltimer, 8 ends", "gt, 32 lines", "gt, last 256",
                          "gt, 32 x 2 KiB", "gt, 16 a line", "gt, 16 + copies", "gt, 16 generic",
-                         "gt, 16 start only", "gt, 16 end only", "gt, 16 late start"};
+                         "gt, 16 start only", "gt, 16 end only", "gt, 16 late start",
+                         "gt, 16 start const", "gt, 16 end const", "gt, 16 tests only",
+                         "gt, 16 start by max", "gt, 16 start .cs"};
   int modes = 4;
-  int timer_mode = 11; /* modes 7 to 17 are always run */
+  int timer_mode = 16; /* modes 7 to 22 are always run */
   const char* libs[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12",
                         "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
                         "/usr/local/cuda/lib64/libcupti.so"};
@@ -483,7 +521,7 @@ int main(void) {
     cupti_ns_sum = 0;
     cupti_ns_count = 0;
   }
-  double t[18][ROUNDS];
+  double t[23][ROUNDS];
   double timerT_ns_sum = 0;
   long timerT_ns_count = 0, timerT_bad = 0;
   double timer_ns_sum = 0, timer8_ns_sum = 0;
@@ -569,7 +607,7 @@ int main(void) {
   printf("10,000 %s launches + sync%s, %d alternating rounds: us per launch, median (min-max), ratio to none\n",
          saxpy ? "saxpy (2^20 floats)" : "empty", threaded ? " (a launcher thread fed through a ring; none, cupti and globaltimer only)" : "", ROUNDS);
   double base = 0;
-  for (int k = 0; k < 18; k++) {
+  for (int k = 0; k < 23; k++) {
     if (k >= modes && k < 7) continue;
     if (threaded && k != 0 && k != 4 && k < 7) continue;
     double v[ROUNDS];
