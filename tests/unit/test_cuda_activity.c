@@ -585,6 +585,23 @@ static bool self_case_open(self_case_t* t, const char* kernel_us, const char* ta
          mock_get(&t->m);
 }
 
+/* A buffer of 64 floats on |t|'s client, synced, and the kernels'
+ * arguments over it (|y| released by the caller). */
+static bool self_case_buffer(self_case_t* t, cube_handle_t* y, cube_arg_t args[2]) {
+  static const float ys[64] = {0};
+  cube_status_t st = cube_client_create_from_slice(t->c, ys, sizeof(ys), y);
+  if (!st) st = cube_client_sync(t->c);
+  CHECK(st == NULL);
+  if (st) {
+    fprintf(stderr, "%s\n", cube_status_message(st));
+    cube_status_free(st);
+    return false;
+  }
+  args[0] = cube_arg_buffer(*y);
+  args[1] = cube_arg_f32(2.0f);
+  return true;
+}
+
 static void self_case_close(self_case_t* t) {
   unlink(t->path);
   cube_kernel_release(t->before);
@@ -730,11 +747,9 @@ CUBE_TEST(self_timed_unwritten_slot_is_passed) {
   setenv("CUBE_MOCK_CUDA_TIMED_SILENT", "3", 1);
   self_case_t t;
   REQUIRE(self_case_open(&t, "200", "silent"));
-  float ys[64] = {0};
   cube_handle_t y;
-  REQUIRE_OK(cube_client_create_from_slice(t.c, ys, sizeof(ys), &y));
-  REQUIRE_OK(cube_client_sync(t.c));
-  cube_arg_t args[2] = {cube_arg_buffer(y), cube_arg_f32(2.0f)};
+  cube_arg_t args[2];
+  REQUIRE(self_case_buffer(&t, &y, args));
   REQUIRE_OK(cube_trace_start(t.path));
   launch_n(t.c, t.before, 3, args); /* the third writes nothing */
   launch_n(t.c, t.after, 4, args);
@@ -769,11 +784,9 @@ CUBE_TEST(self_timed_stale_clock_is_measured_again_by_the_reader) {
   *(void**)&timer_shift = dlsym(lib, "cube_mock_cuda_timer_shift");
   dlclose(lib); /* still loaded: cube holds it */
   REQUIRE(clock_launches != NULL && timer_shift != NULL);
-  float ys[64] = {0};
   cube_handle_t y;
-  REQUIRE_OK(cube_client_create_from_slice(t.c, ys, sizeof(ys), &y));
-  REQUIRE_OK(cube_client_sync(t.c));
-  cube_arg_t args[2] = {cube_arg_buffer(y), cube_arg_f32(2.0f)};
+  cube_arg_t args[2];
+  REQUIRE(self_case_buffer(&t, &y, args));
   REQUIRE_OK(cube_trace_start(t.path));
   launch_n(t.c, t.before, 2, args);
   REQUIRE_OK(cube_client_sync(t.c));
