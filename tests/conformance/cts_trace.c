@@ -579,6 +579,85 @@ CUBE_TEST(trace_profiled_launch_duration) {
   CTS_END(c);
 }
 
+/* A trace started more than a second after the last one: its kernels are
+ * still on the host's clock, each inside the host range around its launch
+ * and the sync (a device whose clock drifts from the host's has it measured
+ * again when records come on after such a pause; CUDA's self-timed kernels
+ * by the reader thread: docs/observability.md). */
+CUBE_TEST(trace_after_a_pause_stays_on_the_host_clock) {
+  CTS_CLIENT(c);
+  if (!cts_trace_kernels()) {
+    CTS_END(c);
+    CUBE_SKIP("%s runs no kernels", cts_backend()->name);
+  }
+  uint64_t seed = (uint64_t)time(NULL) * 2654435761u + 29u;
+  const uint32_t n = 1001u + (uint32_t)(cube_test_rand(&seed) % 3000u); /* odd sizes */
+  float* x = malloc((size_t)n * 4);
+  REQUIRE(x);
+  for (uint32_t i = 0; i < n; ++i) x[i] = (float)(cube_test_rand(&seed) % 1000u);
+  const cube_arg_kind_t kinds[5] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_F32,
+                                    CUBE_ARG_U32};
+  cube_kernel_t* k = NULL;
+  cube_dim_t dim = {256, 1, 1};
+  REQUIRE_OK(cts_kernel_create("saxpy_paused", cts_k_saxpy, dim, 0, 5, kinds, &k));
+  cube_handle_t hx, hy, ho;
+  REQUIRE_OK(cube_client_create_from_slice(c, x, (size_t)n * 4, &hx));
+  REQUIRE_OK(cube_client_create_from_slice(c, x, (size_t)n * 4, &hy));
+  REQUIRE_OK(cube_client_empty(c, (size_t)n * 4, &ho));
+  cube_arg_t args[5] = {cube_arg_buffer(hx), cube_arg_buffer(hy), cube_arg_buffer(ho),
+                        cube_arg_f32(2.0f), cube_arg_u32(n)};
+  const cube_count_t count = cube_count_static((n + 255u) / 256u, 1, 1);
+  char first[512], second[512];
+  cts_tmp_path(first, sizeof(first), "trace_pause_1.json");
+  cts_tmp_path(second, sizeof(second), "trace_pause_2.json");
+  unlink(first);
+  unlink(second);
+  REQUIRE_OK(cube_trace_start(first));
+  REQUIRE_OK(cube_client_launch(c, k, count, 5, args));
+  REQUIRE_OK(cube_client_sync(c));
+  REQUIRE_OK(cube_trace_stop());
+  struct timespec pause = {1, 200 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  enum { LAUNCHES = 3 };
+  REQUIRE_OK(cube_trace_start(second));
+  cube_trace_range_push("after a pause");
+  for (int i = 0; i < LAUNCHES; ++i) REQUIRE_OK(cube_client_launch(c, k, count, 5, args));
+  REQUIRE_OK(cube_client_sync(c));
+  cube_trace_range_pop();
+  REQUIRE_OK(cube_trace_stop());
+  cJSON* doc = cts_trace_load(second);
+  REQUIRE(doc != NULL);
+  const cJSON* events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+  const cJSON* range = cts_trace_find(events, "range", "after a pause", -1, -1);
+  REQUIRE(range != NULL);
+  const double r0 = cts_num(range, "ts"), r1 = r0 + cts_num(range, "dur");
+  int seen = 0;
+  const cJSON* e;
+  cJSON_ArrayForEach(e, events) {
+    if (strcmp(cts_str(e, "cat"), "kernel") != 0) continue;
+    seen++;
+    const double t0 = cts_num(e, "ts"), t1 = t0 + cts_num(e, "dur");
+    /* Inside the range: a device time is never earlier than it was, and
+     * late by its clock's measure at most (50 ms allowed: a loaded
+     * sanitized run); a stale measure after a drift would be off by it. */
+    CHECK(t0 >= r0 - 1.0);
+    CHECK(t1 <= r1 + 50000.0);
+    if (!(t0 >= r0 - 1.0 && t1 <= r1 + 50000.0))
+      fprintf(stderr, "kernel [%.1f, %.1f] us, the range [%.1f, %.1f] us\n", t0, t1, r0, r1);
+  }
+  CHECK(seen == LAUNCHES);
+  cts_trace_tracks_monotone(events);
+  cJSON_Delete(doc);
+  unlink(first);
+  unlink(second);
+  cube_handle_release(hx);
+  cube_handle_release(hy);
+  cube_handle_release(ho);
+  cube_kernel_release(k);
+  free(x);
+  CTS_END(c);
+}
+
 /* The summary as data: device work counted once (a region and the launches
  * inside it are not added), compiles apart. */
 static cube_status_t cts_region(void* p) {
