@@ -494,6 +494,45 @@ CUBE_TEST(trace_names_are_utf8) {
   unlink(path);
 }
 
+/* A saxpy over |n| floats on |c| (cts_k_saxpy as |name|: out = a * x + y,
+ * x and y uploaded from |x|), its buffers and arguments; false (a check
+ * failed) when any of it could not be made. */
+typedef struct cts_saxpy {
+  cube_kernel_t* k;
+  cube_handle_t hx, hy, ho;
+  cube_arg_t args[5];
+} cts_saxpy_t;
+
+static void cts_saxpy_close(cts_saxpy_t* s) {
+  cube_handle_release(s->hx);
+  cube_handle_release(s->hy);
+  cube_handle_release(s->ho);
+  cube_kernel_release(s->k);
+}
+
+static bool cts_saxpy_open(cube_client_t* c, const char* name, const float* x, uint32_t n,
+                           float a, cts_saxpy_t* s) {
+  memset(s, 0, sizeof(*s));
+  const cube_arg_kind_t kinds[5] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_F32,
+                                    CUBE_ARG_U32};
+  cube_dim_t dim = {256, 1, 1};
+  cube_status_t st = cts_kernel_create(name, cts_k_saxpy, dim, 0, 5, kinds, &s->k);
+  if (!st) st = cube_client_create_from_slice(c, x, (size_t)n * 4, &s->hx);
+  if (!st) st = cube_client_create_from_slice(c, x, (size_t)n * 4, &s->hy);
+  if (!st) st = cube_client_empty(c, (size_t)n * 4, &s->ho);
+  CHECK(st == NULL);
+  if (st) {
+    fprintf(stderr, "%s\n", cube_status_message(st));
+    cube_status_free(st);
+    cts_saxpy_close(s); /* what was made (a zeroed handle's release does nothing) */
+    return false;
+  }
+  const cube_arg_t args[5] = {cube_arg_buffer(s->hx), cube_arg_buffer(s->hy),
+                              cube_arg_buffer(s->ho), cube_arg_f32(a), cube_arg_u32(n)};
+  memcpy(s->args, args, sizeof(args));
+  return true;
+}
+
 /* A long kernel's record agrees with a host bracket around its synchronous
  * run: the device time is inside the bracket and most of it. */
 typedef struct cts_slow {
@@ -513,17 +552,10 @@ CUBE_TEST(trace_profiled_launch_duration) {
   float* x = malloc((size_t)n * 4);
   REQUIRE(x);
   for (uint32_t i = 0; i < n; ++i) x[i] = (float)(i % 977);
-  const cube_arg_kind_t kinds[5] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_F32,
-                                    CUBE_ARG_U32};
-  cube_kernel_t* k = NULL;
-  cube_dim_t dim = {256, 1, 1};
-  REQUIRE_OK(cts_kernel_create("saxpy_timed", cts_k_saxpy, dim, 0, 5, kinds, &k));
-  cube_handle_t hx, hy, ho;
-  REQUIRE_OK(cube_client_create_from_slice(c, x, (size_t)n * 4, &hx));
-  REQUIRE_OK(cube_client_create_from_slice(c, x, (size_t)n * 4, &hy));
-  REQUIRE_OK(cube_client_empty(c, (size_t)n * 4, &ho));
-  cube_arg_t args[5] = {cube_arg_buffer(hx), cube_arg_buffer(hy), cube_arg_buffer(ho),
-                        cube_arg_f32(3.0f), cube_arg_u32(n)};
+  cts_saxpy_t sx;
+  REQUIRE(cts_saxpy_open(c, "saxpy_timed", x, n, 3.0f, &sx));
+  cube_kernel_t* k = sx.k;
+  cube_arg_t* args = sx.args;
   /* Warm: compiled, pages touched. */
   REQUIRE_OK(cube_client_launch(c, k, cube_count_static(n / 256, 1, 1), 5, args));
   REQUIRE_OK(cube_client_sync(c));
@@ -571,10 +603,7 @@ CUBE_TEST(trace_profiled_launch_duration) {
   CHECK(seen == RUNS);
   cJSON_Delete(doc);
   unlink(path);
-  cube_handle_release(hx);
-  cube_handle_release(hy);
-  cube_handle_release(ho);
-  cube_kernel_release(k);
+  cts_saxpy_close(&sx);
   free(x);
   CTS_END(c);
 }
@@ -595,17 +624,10 @@ CUBE_TEST(trace_after_a_pause_stays_on_the_host_clock) {
   float* x = malloc((size_t)n * 4);
   REQUIRE(x);
   for (uint32_t i = 0; i < n; ++i) x[i] = (float)(cube_test_rand(&seed) % 1000u);
-  const cube_arg_kind_t kinds[5] = {CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_BUFFER, CUBE_ARG_F32,
-                                    CUBE_ARG_U32};
-  cube_kernel_t* k = NULL;
-  cube_dim_t dim = {256, 1, 1};
-  REQUIRE_OK(cts_kernel_create("saxpy_paused", cts_k_saxpy, dim, 0, 5, kinds, &k));
-  cube_handle_t hx, hy, ho;
-  REQUIRE_OK(cube_client_create_from_slice(c, x, (size_t)n * 4, &hx));
-  REQUIRE_OK(cube_client_create_from_slice(c, x, (size_t)n * 4, &hy));
-  REQUIRE_OK(cube_client_empty(c, (size_t)n * 4, &ho));
-  cube_arg_t args[5] = {cube_arg_buffer(hx), cube_arg_buffer(hy), cube_arg_buffer(ho),
-                        cube_arg_f32(2.0f), cube_arg_u32(n)};
+  cts_saxpy_t sx;
+  REQUIRE(cts_saxpy_open(c, "saxpy_paused", x, n, 2.0f, &sx));
+  cube_kernel_t* k = sx.k;
+  cube_arg_t* args = sx.args;
   const cube_count_t count = cube_count_static((n + 255u) / 256u, 1, 1);
   char first[512], second[512];
   cts_tmp_path(first, sizeof(first), "trace_pause_1.json");
@@ -650,10 +672,7 @@ CUBE_TEST(trace_after_a_pause_stays_on_the_host_clock) {
   cJSON_Delete(doc);
   unlink(first);
   unlink(second);
-  cube_handle_release(hx);
-  cube_handle_release(hy);
-  cube_handle_release(ho);
-  cube_kernel_release(k);
+  cts_saxpy_close(&sx);
   free(x);
   CTS_END(c);
 }
