@@ -114,11 +114,17 @@ static bool names_rank(const char* msg, uint32_t r) {
 
 /* One all_reduce (i64 sum) of step |step| over |set|: queued, synced, read
  * into |out|. The status of the whole, *out_ms its time. */
+/* The start of the last all_reduce_step (now_ms: CLOCK_MONOTONIC, the same
+ * on every rank of one host), printed with each step after a shrink so that
+ * a failure shows which survivor came late. */
+static uint64_t g_step_t0;
+
 static cube_status_t all_reduce_step(cube_client_t* c, const int64_t* data, size_t n,
                                      const cube_device_id_t* set, size_t set_n,
                                      cube_reduce_op_t op, int64_t* out, bool die,
                                      uint64_t seed, uint64_t* out_ms) {
   uint64_t t0 = now_ms();
+  g_step_t0 = t0;
   cube_handle_t h = CUBE_HANDLE_NULL;
   cube_status_t s = cube_client_create_from_slice(c, data, n * sizeof(int64_t), &h);
   if (!s) s = cube_client_all_reduce(c, h, h, CUBE_DTYPE_I64, set_n, set, op);
@@ -211,6 +217,9 @@ static void rank_killed(bool nccl, bool late) {
         free(p);
       }
       for (size_t i = 0; i < n; ++i) bad += got[i] != other[i];
+      if (shrunk)
+        fprintf(stderr, "rank %u: step %u over %zu ranks started at %" PRIu64 " ms, took %" PRIu64
+                " ms\n", rank, step, set_n, g_step_t0, ms);
       if (bad) {
         fprintf(stderr, "rank %u: step %u over %zu ranks: %zu of %zu sums differ\n", rank, step,
                 set_n, bad, n);
@@ -223,8 +232,8 @@ static void rank_killed(bool nccl, bool late) {
     /* The failure: the victim's death, named, within the timeout. */
     const char* msg = cube_status_message(s);
     cube_status_code_t code = cube_status_code(s);
-    fprintf(stderr, "rank %u: step %u failed after %" PRIu64 " ms: [%s] %s\n", rank, step, ms,
-            cube_status_code_name(code), msg);
+    fprintf(stderr, "rank %u: step %u started at %" PRIu64 " ms failed after %" PRIu64
+            " ms: [%s] %s\n", rank, step, g_step_t0, ms, cube_status_code_name(code), msg);
     CHECK(!shrunk);
     CHECK(code == CUBE_STATUS_DEADLINE_EXCEEDED || code == CUBE_STATUS_PEER_LOST);
     if (nccl) {
