@@ -519,6 +519,8 @@ cube_status_t cube__backend_event_elapsed(const cube__backend_t* be, void* start
              "%s:%u: reading event times failed", be->vt->name, be->index);
 }
 
+atomic_uint_fast64_t cube__activity_epoch;
+
 bool cube__backend_activity_begin(const cube__backend_t* be, void* stream, uint32_t kind,
                                   bool keep) {
   if (!cube__backend_has_activity(be)) return false;

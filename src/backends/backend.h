@@ -435,8 +435,10 @@ typedef struct cube__backend_vtable {
    *
    * activity_begin: true when every kernel launched (|kind|
    * CUBE__ACTIVITY_KERNEL) or every copy made (CUBE__ACTIVITY_COPY) on
-   * |stream| from now on will have a record (a backend may arm only the
-   * next one of that kind: the server asks before each) (the backend starts recording if it was not, and
+   * |stream| from now on will have a record (for copies a backend may arm
+   * only the next one: the server asks before each; for kernels the answer
+   * holds until the backend changes cube__activity_epoch, below, and the
+   * server does not ask again before then) (the backend starts recording if it was not, and
    * learns the stream); false when the backend cannot (the driver's tool
    * library absent or taken by another tool): the server then brackets the
    * launch with events. |keep|: the device's profile summary wants records
@@ -715,6 +717,19 @@ bool cube__backend_activity_begin(const cube__backend_t* be, void* stream, uint3
                                   bool keep);
 size_t cube__backend_activity_take(const cube__backend_t* be, void* stream, bool flush,
                                    cube__activity_record_t* out, size_t max);
+
+/* Changed (cube__activity_epoch_bump) by a backend whenever an
+ * activity_begin for kernels that said true may say otherwise now: its
+ * records went off, a stream or device of it went away, a device's clock is
+ * to be measured again. Until it changes, the server takes a stream's
+ * earlier true (with the same or a weaker |keep|) as still true and does not
+ * ask before each timed launch (server/timing.c): the backend's launch then
+ * finds its records on, or leaves the launch untimed as it would have done
+ * anyway. Any thread; one word for the process. */
+extern atomic_uint_fast64_t cube__activity_epoch;
+static inline void cube__activity_epoch_bump(void) {
+  atomic_fetch_add_explicit(&cube__activity_epoch, 1, memory_order_acq_rel);
+}
 
 /* UNIMPLEMENTED (naming the backend and the operation) without a ctl slot or
  * for an operation the backend does not answer. */

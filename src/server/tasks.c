@@ -260,9 +260,14 @@ __attribute__((noinline)) static cube_status_t cube__launch_timed(
   l->trace_order = m.order;
   cube_status_t status = cube__backend_launch(&s->be, st->backend_stream, l);
   if (events) cube__stream_hold(st, mems, t->arg_count);
-  cube__timed_desc_t d = {CUBE__TRACE_KERNEL, k->name, {count[0], count[1], count[2]}};
-  if (!status) cube__timing_end(st, &m, &d, *device_ns);
-  else if (m.ev0) cube__backend_event_destroy(&s->be, m.ev0);
+  if (!status && m.activity) {
+    cube__timing_end_activity(st); /* the backend's record comes later */
+  } else if (!status) {
+    cube__timed_desc_t d = {CUBE__TRACE_KERNEL, k->name, {count[0], count[1], count[2]}};
+    cube__timing_end(st, &m, &d, *device_ns);
+  } else if (m.ev0) {
+    cube__backend_event_destroy(&s->be, m.ev0);
+  }
   return status;
 }
 

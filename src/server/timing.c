@@ -20,6 +20,11 @@ typedef struct cube__timed_entry {
 
 struct cube__timing {
   bool activity;        /* kernels were timed by the backend's activity records */
+  /* The backend's activity_begin said true for this stream's kernels at
+   * cube__activity_epoch == act_epoch - 1 (0: not known), with |keep| as
+   * act_kept: while the epoch is that, it is not asked again. */
+  bool act_kept;
+  uint64_t act_epoch;
   uint32_t untaken;     /* kernels timed so since the last take */
   uint64_t last_end;    /* the latest end of device-timed work delivered (owner thread) */
   void* anchor;         /* an event of this stream: device time 0, or NULL */
@@ -133,16 +138,26 @@ static struct cube__timing* cube__timing_state(cube__stream_t* st, bool anchor) 
   return t;
 }
 
-void cube__timing_begin_device(cube__stream_t* st, cube__timing_mark_t* m, bool copy) {
+/* cube__timing_begin_device past its common case: the backend asked. */
+__attribute__((noinline)) static void cube__timing_begin_asked(cube__stream_t* st,
+                                                               cube__timing_mark_t* m, bool copy,
+                                                               bool keep) {
   cube__server_t* s = st->server;
   if (!cube__backend_has_activity(&s->be) || !cube__timing_wanted(s)) {
     cube__timing_begin(st, m);
     return;
   }
   struct cube__timing* t = st->timing ? st->timing : cube__timing_state(st, false);
+  /* Read before the backend is asked: a change while it answers is seen at
+   * the next launch. */
+  const uint64_t epoch = atomic_load_explicit(&cube__activity_epoch, memory_order_acquire);
   if (t && cube__backend_activity_begin(&s->be, st->backend_stream,
                                         copy ? CUBE__ACTIVITY_COPY : CUBE__ACTIVITY_KERNEL,
-                                        s->profiler.level >= CUBE_PROFILE_BASIC)) {
+                                        keep)) {
+    if (!copy) {
+      t->act_epoch = epoch + 1;
+      t->act_kept = keep;
+    }
     t->activity = true;
     m->on = true;
     m->activity = true;
@@ -150,7 +165,29 @@ void cube__timing_begin_device(cube__stream_t* st, cube__timing_mark_t* m, bool 
     m->order = cube__timing_next_order(st);
     return;
   }
+  if (t && !copy) t->act_epoch = 0;
   cube__timing_begin(st, m);
+}
+
+void cube__timing_begin_device(cube__stream_t* st, cube__timing_mark_t* m, bool copy) {
+  const cube__server_t* s = st->server;
+  const struct cube__timing* t = st->timing;
+  const bool keep = s->profiler.level >= CUBE_PROFILE_BASIC;
+  /* The common case, a kernel of a stream whose kernels the backend said it
+   * records, nothing changed since (backends/backend.h,
+   * cube__activity_epoch): not asked again. */
+  if (__builtin_expect(!copy && t &&
+                           t->act_epoch == atomic_load_explicit(&cube__activity_epoch,
+                                                                memory_order_acquire) + 1 &&
+                           (t->act_kept || !keep) && cube__timing_wanted(s),
+                       1)) {
+    m->on = true;
+    m->activity = true;
+    m->ev0 = NULL;
+    m->order = cube__timing_next_order(st);
+    return;
+  }
+  cube__timing_begin_asked(st, m, copy, keep);
 }
 
 /* Takes the backend's activity records of |st| (|flush|: after emptying
@@ -261,13 +298,17 @@ void cube__timing_collect(cube__stream_t* st) {
   cube__timing_poll(st, false);
 }
 
+void cube__timing_end_activity(cube__stream_t* st) {
+  /* The record comes later; the summary takes what completed now and then. */
+  struct cube__timing* t = st->timing;
+  if (++t->untaken >= CUBE__TIMING_TAKE_EVERY) cube__timing_take(st, t, false);
+}
+
 void cube__timing_end(cube__stream_t* st, cube__timing_mark_t* m, const cube__timed_desc_t* d,
                       uint64_t device_ns) {
   if (!m->on) return;
   if (m->activity) {
-    /* The record comes later; the summary takes what completed now and then. */
-    struct cube__timing* t = st->timing;
-    if (++t->untaken >= CUBE__TIMING_TAKE_EVERY) cube__timing_take(st, t, false);
+    cube__timing_end_activity(st);
     return;
   }
   if (!m->ev0) {

@@ -66,8 +66,14 @@ void cube__timing_begin(cube__stream_t* st, cube__timing_mark_t* m);
 /* The same for a kernel launch, or (|copy|) a copy between two buffers: where the
  * backend keeps activity records (CUDA with CUPTI), nothing is put on the
  * stream and the record comes from the backend (into the trace itself, to
- * the summary at a later take); else as cube__timing_begin. */
+ * the summary at a later take); else as cube__timing_begin. A stream whose
+ * kernels the backend said it records is not asked again for each launch
+ * while cube__activity_epoch stays (backends/backend.h). */
 void cube__timing_begin_device(cube__stream_t* st, cube__timing_mark_t* m, bool copy);
+
+/* cube__timing_end of a mark whose work the backend's records time
+ * (m->activity): the summary takes what completed now and then. */
+void cube__timing_end_activity(cube__stream_t* st);
 
 /* Ends it: |device_ns| is the backend's own duration (UINT64_MAX: none). */
 void cube__timing_end(cube__stream_t* st, cube__timing_mark_t* m, const cube__timed_desc_t* d,

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/backend.h"
 #include "cube/cube.h"
 #include "check.h"
 #include "json_file.h"
@@ -760,6 +761,93 @@ CUBE_TEST(self_timed_unwritten_slot_is_passed) {
   cube_handle_release(y);
   self_case_close(&t);
   unsetenv("CUBE_MOCK_CUDA_TIMED_SILENT");
+#endif
+}
+
+#ifdef CUBE_MOCK_CUDA_PATH
+static atomic_int g_begins; /* the server asked the backend whether records time a launch */
+static void count_begins(void* user, const cube__backend_call_t* call) {
+  (void)user;
+  if (call->slot == CUBE__SLOT_ACTIVITY_BEGIN && call->status < 0) atomic_fetch_add(&g_begins, 1);
+}
+
+/* The kernels of |name| in the trace at |path| whose detail is |detail|. */
+static int trace_count(const char* path, const char* name, const char* detail) {
+  int n = 0;
+  cJSON* doc = load_json(path);
+  CHECK(doc != NULL);
+  const cJSON* e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(doc, "traceEvents")) {
+    if (strcmp(str(e, "cat"), "kernel") != 0 || strcmp(str(e, "name"), name) != 0) continue;
+    n += strcmp(str(cJSON_GetObjectItemCaseSensitive(e, "args"), "detail"), detail) == 0;
+  }
+  cJSON_Delete(doc);
+  return n;
+}
+
+/* A stream's traced launches ask the backend whether its records time them
+ * once (twice at most: an answer that changed the epoch is asked again),
+ * not before each launch (backends/backend.h, cube__activity_epoch), and
+ * again after the records went off (a trace's stop): the second trace's
+ * launches are recorded too, each once. */
+static void asks_once(const char* timer) {
+  setup(CUBE_MOCK_CUDA_PATH, "20", timer);
+  const char* detail = strcmp(timer, "self") == 0 ? "device timer" : "device activity";
+  cube_client_t* c = NULL;
+  cube_kernel_t *k1 = NULL, *k2 = NULL;
+  REQUIRE(client_and_twins("scale asked", "scale asked again", &c, &k1, &k2));
+  float ys[64] = {0};
+  cube_handle_t y;
+  REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &y));
+  REQUIRE_OK(cube_client_sync(c));
+  cube_arg_t args[2] = {cube_arg_buffer(y), cube_arg_f32(2.0f)};
+  char p1[512], p2[512];
+  trace_path(p1, sizeof(p1), "asked");
+  trace_path(p2, sizeof(p2), "asked_again");
+  atomic_store(&g_begins, 0);
+  cube__backend_set_trace(count_begins, NULL);
+  REQUIRE_OK(cube_trace_start(p1));
+  launch_n(c, k1, 40, args);
+  REQUIRE_OK(cube_client_sync(c));
+  REQUIRE_OK(cube_trace_stop());
+  const int first = atomic_load(&g_begins);
+  REQUIRE_OK(cube_trace_start(p2));
+  launch_n(c, k2, 30, args);
+  REQUIRE_OK(cube_client_sync(c));
+  REQUIRE_OK(cube_trace_stop());
+  const int second = atomic_load(&g_begins) - first;
+  cube__backend_set_trace(NULL, NULL);
+  /* The first trace: the first launch, and self-timed the next one too
+   * (the device's clock measured during the first answer changed the
+   * epoch). */
+  CHECK(first >= 1 && first <= 2);
+  CHECK_EQ_U64((uint64_t)second, 1);
+  CHECK_EQ_U64((uint64_t)trace_count(p1, "scale asked", detail), 40);
+  CHECK_EQ_U64((uint64_t)trace_count(p2, "scale asked again", detail), 30);
+  CHECK_EQ_U64((uint64_t)trace_count(p2, "scale asked", detail), 0);
+  unlink(p1);
+  unlink(p2);
+  cube_handle_release(y);
+  cube_kernel_release(k1);
+  cube_kernel_release(k2);
+  cube_client_release(c);
+  cube_shutdown();
+}
+#endif
+
+CUBE_TEST(traced_launches_ask_for_records_once_self_timed) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  asks_once("self");
+#endif
+}
+
+CUBE_TEST(traced_launches_ask_for_records_once_with_cupti) {
+#ifndef CUBE_MOCK_CUDA_PATH
+  CUBE_SKIP("the CUDA backend is not built (no CUDA headers)");
+#else
+  asks_once("cupti");
 #endif
 }
 

@@ -600,6 +600,7 @@ static void cube__act_maybe_off_locked(void) {
       !g_act.finished) {
     if (g_act.mode == CUBE__ACT_CUPTI) g_act.disable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL);
     atomic_store(&g_act.enabled, false);
+    cube__activity_epoch_bump(); /* servers ask again (backends/backend.h) */
   }
 }
 
@@ -647,6 +648,7 @@ static void cube__act_at_exit(void) {
     if (g_act.mode == CUBE__ACT_CUPTI) g_act.disable(CUBE__CUPTI_KIND_CONCURRENT_KERNEL);
     atomic_store(&g_act.enabled, false);
   }
+  cube__activity_epoch_bump();
   pthread_mutex_lock(&g_act.lock);
   g_act.finished = true;
   pthread_cond_broadcast(&g_act.poll_cond);
@@ -843,6 +845,7 @@ void cube__cuda_activity_stream_gone(cube__cuda_stream_t* s) {
   free(a);
   s->act = NULL;
   pthread_mutex_unlock(&g_act.lock);
+  cube__activity_epoch_bump();
 }
 
 void cube__cuda_activity_device_gone(cube__backend_device_t* d) {
@@ -859,6 +862,7 @@ void cube__cuda_activity_device_gone(cube__backend_device_t* d) {
   if (!atomic_load(&d->act_keep)) return;
   pthread_mutex_lock(&g_act.onoff);
   atomic_store(&d->act_keep, false);
+  cube__activity_epoch_bump();
   if (g_act.keepers) g_act.keepers--;
   cube__act_maybe_off_locked();
   pthread_mutex_unlock(&g_act.onoff);

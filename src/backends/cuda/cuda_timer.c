@@ -64,6 +64,7 @@ static bool cube__act_clock_load(cube__backend_device_t* d) {
   d->act_clock_fn = f;
   d->act_epoch = atomic_load(&d->epoch);
   atomic_store(&d->act_calibrated, false);
+  cube__activity_epoch_bump(); /* servers ask again (backends/backend.h) */
   return true;
 }
 
