@@ -19,7 +19,8 @@
 #   scripts/gpu-check.sh timer      build + what tracing costs (issue 17): the raw peer
 #                                   bench/peers/cuda_timing_cost.c (empty and saxpy: the
 #                                   timing forms side by side, the end words' layouts among
-#                                   them), bench_cuda's figure 11 with CUBE_CUDA_KERNEL_TIMER
+#                                   them; then saxpy's forms over 32, 64 and 128 planes of
+#                                   ends three times), bench_cuda's figure 11 with CUBE_CUDA_KERNEL_TIMER
 #                                   self, cupti, self, cupti, the CUDA cases self-timed, and
 #                                   the demo's trace self-timed
 # Several words may be given. CUBE_GPU_CTS_REGEX narrows the CTS cases;
@@ -140,6 +141,13 @@ if has timer; then
       for k in empty saxpy; do
         echo "-- CUDA_TIMING_KERNEL=$k"
         CUDA_TIMING_KERNEL=$k timeout 240 /tmp/cuda_timing_cost 2>&1
+      done
+      # The ends' planes: 32 lines (a slot each), 16 launches a line over 32,
+      # 64 and 128 planes, and nothing written, three times.
+      for r in 1 2 3; do
+        echo "-- CUDA_TIMING_KERNEL=saxpy CUDA_TIMING_MODES=9,12,23,24,20, run $r"
+        CUDA_TIMING_KERNEL=saxpy CUDA_TIMING_MODES=9,12,23,24,20 timeout 120 \
+          /tmp/cuda_timing_cost 2>&1 | grep -E "^  |launches"
       done
     fi
     echo "== bench_cuda figure 11 (tracing on / off), each timer twice, alternating"

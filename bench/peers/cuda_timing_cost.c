@@ -30,7 +30,12 @@
 // start, or the ends, without the timer (a constant written: the store or reduction alone);
 // "gt, 16 tests only": the form's tests of the unit's and cube's indices, nothing written.
 // "gt, 16 start by max", "gt, 16 start .cs": the start written by atomicMax, or by a store
-// with the streaming hint (st.global.cs), instead of a plain store.
+// with the streaming hint (st.global.cs), instead of a plain store. "gt, 64 lines" and
+// "gt, 128 lines": the form of "gt, 16 a line" with 64 or 128 planes of ends instead of 32
+// (cube `i` raises plane `i mod 64` or `i mod 128`; groups of 16 launches a line; not copied),
+// so that fewer cubes meet at each word.
+// CUDA_TIMING_MODES=9,12,23: only those modes (their numbers in the order printed, "none"
+// being 0 and always run), for more runs of a few forms in one call.
 // The program also prints the timer's
 // step (the smallest change seen by a unit spinning on it, without and with
 // CUPTI's records on) and the mean kernel duration each source reports.
@@ -76,8 +81,9 @@ static double now(void) {
 }
 
 enum { N = 10000, ROUNDS = 11 };
-static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fe_tP, fe_tG, fe_tR, fe_tS, fe_tE, fe_tD, fe_tC, fe_tF, fe_tN, fe_tM, fe_tW, fres;
+static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fe_tP, fe_tG, fe_tR, fe_tS, fe_tE, fe_tD, fe_tC, fe_tF, fe_tN, fe_tM, fe_tW, fe_t64, fe_t128, fres;
 static CUdeviceptr slotsB_dev; /* batches of 256 slots, 67,584 bytes each (copied by "gt, 16 + copies" only) */
+static CUdeviceptr slotsX_dev; /* groups of 16 launches, (1 + planes) lines each ("gt, 64 lines", "gt, 128 lines"; not copied) */
 static CUdeviceptr slotsL_dev; /* N slots of 4224 bytes: start, 32 ends 128 bytes apart (not copied) */
 static CUdeviceptr slots_dev; /* N slots of 16 bytes: start, blocks done */
 static unsigned long long* slots_host; /* N x {start, end}, mapped */
@@ -153,6 +159,8 @@ static CUfunction timed_fn(void) {
     case 14: return fe_tN;
     case 15: return fe_tM;
     case 16: return fe_tW;
+    case 17: return fe_t64;
+    case 18: return fe_t128;
     default: return fe_tG; /* 6, 7: "gt, 16 a line", "+ copies" */
   }
 }
@@ -168,6 +176,8 @@ static void launch(void) {
       sd = slotsB_dev + 67584ull * (i / 256) + 8ull * (i % 256);
     if (timed_launch >= 6) /* groups of 16: a line of starts, 32 lines of ends */
       sd = slotsB_dev + 67584ull * (i / 256) + 4224ull * ((i % 256) / 16) + 8ull * (i % 16);
+    if (timed_launch == 17 || timed_launch == 18) /* groups of 16: a line of starts, 64 or 128 lines of ends */
+      sd = slotsX_dev + (timed_launch == 17 ? 8320ull : 16512ull) * (i / 16) + 8ull * (i % 16);
     /* Every 256 launches the stream copies their slots to the host ring. */
     if ((i + 1) % 256 == 0 || i + 1 == N) {
       copy_from = (i / 256) * 256;
@@ -278,6 +288,21 @@ static double run(int mode) {
   return t;
 }
 
+/* CUDA_TIMING_MODES: the modes to run, a comma list of their numbers (0,
+ * none, always runs); unset, all. */
+static int mode_wanted(int mode) {
+  const char* e = getenv("CUDA_TIMING_MODES");
+  if (!e || !*e || mode == 0) return 1;
+  for (const char* q = e; *q;) {
+    char* end;
+    long v = strtol(q, &end, 10);
+    if (end == q) break;
+    if (v == mode) return 1;
+    q = *end == ',' ? end + 1 : end;
+  }
+  return 0;
+}
+
 static int cmp(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return x < y ? -1 : x > y;
@@ -330,7 +355,7 @@ int main(void) {
       "  __device__ ~timerT() {\n"
       "    if (d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0 && blockIdx.x + 256 >= gridDim.x)\n"
       "      atomicMax(&d->end, gt()); } };\n"
-      "template <unsigned STRIDE, int START = 1, int END = 1> struct timerS {\n"
+      "template <unsigned STRIDE, int START = 1, int END = 1, unsigned PLANES = 32> struct timerS {\n"
       "  unsigned long long* d; unsigned long long t0;\n"
       "  __device__ timerS(unsigned long long* d_) : d(d_), t0(0) {\n"
       "    if (START && d && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0) {\n"
@@ -344,7 +369,7 @@ int main(void) {
       "    if (END && d && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) {\n"
       "      if (END == 2) atomicMax(d + STRIDE * (1u + (blockIdx.x & 31u)), 1ull);\n"
       "      else if (END == 3) asm volatile(\"\");\n"
-      "      else atomicMax(d + STRIDE * (1u + (blockIdx.x & 31u)), gt()); } } };\n"
+      "      else atomicMax(d + STRIDE * (1u + (blockIdx.x & (PLANES - 1u))), gt()); } } };\n"
       "struct timerR {\n"
       "  unsigned long long* d;\n"
       "  __device__ timerR(unsigned long long* d_) : d(d_) {\n"
@@ -384,6 +409,10 @@ int main(void) {
                              "{timerS<16, 4, 3> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                              "extern \"C\" __global__ void empty_tW(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
                              "{timerS<16, 6, 1> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_t64(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerS<16, 1, 1, 64> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_t128(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerS<16, 1, 1, 128> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                              "extern \"C\" __global__ void empty_tM(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
                              "{timerS<16, 5, 1> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                              "extern \"C\" __global__ void empty_tF(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
@@ -403,6 +432,8 @@ int main(void) {
                              "extern \"C\" __global__ void empty_tD(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 2, 1> t_(d);}\n"
                              "extern \"C\" __global__ void empty_tN(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 4, 3> t_(d);}\n"
                              "extern \"C\" __global__ void empty_tW(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 6, 1> t_(d);}\n"
+                             "extern \"C\" __global__ void empty_t64(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 1, 1, 64> t_(d);}\n"
+                             "extern \"C\" __global__ void empty_t128(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 1, 1, 128> t_(d);}\n"
                              "extern \"C\" __global__ void empty_tM(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 5, 1> t_(d);}\n"
                              "extern \"C\" __global__ void empty_tF(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 0, 2> t_(d);}\n"
                              "extern \"C\" __global__ void empty_tC(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 3, 0> t_(d);}\n";
@@ -442,12 +473,16 @@ int main(void) {
   CK(cuModuleGetFunction(&fe_tN, m, "empty_tN"));
   CK(cuModuleGetFunction(&fe_tM, m, "empty_tM"));
   CK(cuModuleGetFunction(&fe_tW, m, "empty_tW"));
+  CK(cuModuleGetFunction(&fe_t64, m, "empty_t64"));
+  CK(cuModuleGetFunction(&fe_t128, m, "empty_t128"));
   CK(cuMemAlloc(&slotsB_dev, 67584ull * ((N + 255) / 256)));
   CK(cuMemsetD32(slotsB_dev, 0, 16896ull * ((N + 255) / 256)));
   CK(cuMemHostAlloc((void**)&slotsB_host, 67584ull * ((N + 255) / 256), 0));
   CK(cuMemHostAlloc((void**)&marks_host, 8ull * N, 0));
   CK(cuMemAlloc(&ones_dev, 8 * 256));
   CK(cuMemsetD32(ones_dev, 1, 2 * 256));
+  CK(cuMemAlloc(&slotsX_dev, 16512ull * (N / 16 + 1)));
+  CK(cuMemsetD32(slotsX_dev, 0, 4128ull * (N / 16 + 1)));
   CK(cuMemAlloc(&slotsL_dev, 4224ull * N));
   CK(cuMemsetD32(slotsL_dev, 0, 1056ull * N));
   CK(cuModuleGetFunction(&fres, m, "res"));
@@ -477,9 +512,10 @@ int main(void) {
                          "gt, 32 x 2 KiB", "gt, 16 a line", "gt, 16 + copies", "gt, 16 generic",
                          "gt, 16 start only", "gt, 16 end only", "gt, 16 late start",
                          "gt, 16 start const", "gt, 16 end const", "gt, 16 tests only",
-                         "gt, 16 start by max", "gt, 16 start .cs"};
+                         "gt, 16 start by max", "gt, 16 start .cs", "gt, 64 lines",
+                         "gt, 128 lines"};
   int modes = 4;
-  int timer_mode = 16; /* modes 7 to 22 are always run */
+  int timer_mode = 18; /* modes 7 to 24 are run (CUDA_TIMING_MODES: a comma list of them, none always) */
   const char* libs[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12",
                         "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
                         "/usr/local/cuda/lib64/libcupti.so"};
@@ -521,7 +557,7 @@ int main(void) {
     cupti_ns_sum = 0;
     cupti_ns_count = 0;
   }
-  double t[23][ROUNDS];
+  double t[25][ROUNDS];
   double timerT_ns_sum = 0;
   long timerT_ns_count = 0, timerT_bad = 0;
   double timer_ns_sum = 0, timer8_ns_sum = 0;
@@ -532,6 +568,7 @@ int main(void) {
       int idx = (r % 2) ? all - 1 - k : k;
       int mode = idx < modes ? idx : 7 + (idx - modes);
       if (threaded && mode != 0 && mode != 4 && mode < 7) continue;
+      if (!mode_wanted(mode)) continue;
       if (mode == 3 && r == 0) {
         for (int i = 0; i < 2 * N; i++) {
           CK(cuEventDestroy(evs[i]));
@@ -607,9 +644,10 @@ int main(void) {
   printf("10,000 %s launches + sync%s, %d alternating rounds: us per launch, median (min-max), ratio to none\n",
          saxpy ? "saxpy (2^20 floats)" : "empty", threaded ? " (a launcher thread fed through a ring; none, cupti and globaltimer only)" : "", ROUNDS);
   double base = 0;
-  for (int k = 0; k < 23; k++) {
+  for (int k = 0; k < 25; k++) {
     if (k >= modes && k < 7) continue;
     if (threaded && k != 0 && k != 4 && k < 7) continue;
+    if (!mode_wanted(k)) continue;
     double v[ROUNDS];
     memcpy(v, t[k], sizeof(v));
     qsort(v, ROUNDS, sizeof(double), cmp);
