@@ -561,47 +561,57 @@ CUBE_TEST(trace_profiled_launch_duration) {
   REQUIRE_OK(cube_client_sync(c));
   char path[512];
   cts_tmp_path(path, sizeof(path), "trace_duration.json");
-  unlink(path);
-  REQUIRE_OK(cube_trace_start(path));
-  /* Ten runs: on a loaded machine (a sanitizer's make check) a bracket may
-   * hold several times its kernel (the backend's queue, the host's share of
-   * two cores); one run of ten near its kernel is enough for the lower
-   * bound, and every run is checked against the upper one. */
-  enum { RUNS = 10 };
-  uint64_t brackets[RUNS];
-  for (int i = 0; i < RUNS; ++i) {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    REQUIRE_OK(cube_client_launch(c, k, cube_count_static(n / 256, 1, 1), 5, args));
-    REQUIRE_OK(cube_client_sync(c));
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    brackets[i] = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)t1.tv_nsec -
-                  (uint64_t)t0.tv_nsec;
-  }
-  REQUIRE_OK(cube_trace_stop());
-  cJSON* doc = cts_trace_load(path);
-  REQUIRE(doc != NULL);
-  const cJSON* events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
-  int seen = 0;
+  /* Traces of ten runs each: on a loaded machine (a sanitizer's make check,
+   * other processes on the same GPU) a bracket may hold many times its
+   * kernel (the backend's queue, the host's share of two cores, the GPU's
+   * time slices); one run near its kernel is enough for the lower bound, so
+   * another trace of ten is taken while none was (five at most), and every
+   * run is checked against the upper one. */
+  enum { RUNS = 10, TRACES = 5 };
   double best = 0.0; /* the largest share of its bracket a record took */
-  const cJSON* e;
-  cJSON_ArrayForEach(e, events) {
-    if (strcmp(cts_str(e, "cat"), "kernel") != 0) continue;
-    double dur_ns = cts_num(e, "dur") * 1000.0;
-    double b = (double)brackets[seen < RUNS ? seen : RUNS - 1];
-    /* Inside the bracket (plus the two clocks' resolution and rate); on a
-     * loaded machine the bracket may hold much more than the kernel, so the
-     * other side is checked on the best of the runs. */
-    CHECK(dur_ns <= b * 1.01 + 20000.0);
-    if (!(dur_ns <= b * 1.01 + 20000.0))
-      fprintf(stderr, "kernel record %.0f ns, host bracket %.0f ns\n", dur_ns, b);
-    if (dur_ns / b > best) best = dur_ns / b;
-    seen++;
+  int traces = 0;
+  for (; traces < TRACES && best < 0.3; ++traces) {
+    unlink(path);
+    REQUIRE_OK(cube_trace_start(path));
+    uint64_t brackets[RUNS];
+    for (int i = 0; i < RUNS; ++i) {
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      REQUIRE_OK(cube_client_launch(c, k, cube_count_static(n / 256, 1, 1), 5, args));
+      REQUIRE_OK(cube_client_sync(c));
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      brackets[i] = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)t1.tv_nsec -
+                    (uint64_t)t0.tv_nsec;
+    }
+    REQUIRE_OK(cube_trace_stop());
+    cJSON* doc = cts_trace_load(path);
+    REQUIRE(doc != NULL);
+    const cJSON* events = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+    int seen = 0;
+    const cJSON* e;
+    cJSON_ArrayForEach(e, events) {
+      if (strcmp(cts_str(e, "cat"), "kernel") != 0) continue;
+      double dur_ns = cts_num(e, "dur") * 1000.0;
+      double b = (double)brackets[seen < RUNS ? seen : RUNS - 1];
+      /* Inside the bracket (plus the two clocks' resolution and rate); on a
+       * loaded machine the bracket may hold much more than the kernel, so
+       * the other side is checked on the best of the runs. */
+      CHECK(dur_ns <= b * 1.01 + 20000.0);
+      if (!(dur_ns <= b * 1.01 + 20000.0))
+        fprintf(stderr, "kernel record %.0f ns, host bracket %.0f ns\n", dur_ns, b);
+      if (dur_ns / b > best) best = dur_ns / b;
+      seen++;
+    }
+    CHECK(seen == RUNS);
+    cJSON_Delete(doc);
   }
   CHECK(best >= 0.3);
-  if (best < 0.3) fprintf(stderr, "the records took at most %.2f of their brackets\n", best);
-  CHECK(seen == RUNS);
-  cJSON_Delete(doc);
+  if (best < 0.3)
+    fprintf(stderr, "the records took at most %.2f of their brackets over %d traces of %d runs\n",
+            best, traces, RUNS);
+  else if (traces > 1)
+    fprintf(stderr, "a record took %.2f of its bracket in trace %d of %d runs each\n", best,
+            traces, RUNS);
   unlink(path);
   cts_saxpy_close(&sx);
   free(x);
