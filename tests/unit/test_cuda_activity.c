@@ -578,12 +578,17 @@ typedef struct self_case {
   char path[512];
 } self_case_t;
 
-static bool self_case_open(self_case_t* t, const char* kernel_us, const char* tag) {
+static bool timer_case_open(self_case_t* t, const char* kernel_us, const char* timer,
+                            const char* tag) {
   memset(t, 0, sizeof(*t));
-  setup(CUBE_MOCK_CUDA_PATH, kernel_us, "self");
+  setup(CUBE_MOCK_CUDA_PATH, kernel_us, timer);
   trace_path(t->path, sizeof(t->path), tag);
   return client_and_twins("scale before", "scale after", &t->c, &t->before, &t->after) &&
          mock_get(&t->m);
+}
+
+static bool self_case_open(self_case_t* t, const char* kernel_us, const char* tag) {
+  return timer_case_open(t, kernel_us, "self", tag);
 }
 
 /* A buffer of 64 floats on |t|'s client, synced, and the kernels'
@@ -791,29 +796,24 @@ static int trace_count(const char* path, const char* name, const char* detail) {
  * again after the records went off (a trace's stop): the second trace's
  * launches are recorded too, each once. */
 static void asks_once(const char* timer) {
-  setup(CUBE_MOCK_CUDA_PATH, "20", timer);
   const char* detail = strcmp(timer, "self") == 0 ? "device timer" : "device activity";
-  cube_client_t* c = NULL;
-  cube_kernel_t *k1 = NULL, *k2 = NULL;
-  REQUIRE(client_and_twins("scale asked", "scale asked again", &c, &k1, &k2));
-  float ys[64] = {0};
+  self_case_t t;
+  REQUIRE(timer_case_open(&t, "20", timer, "asked"));
   cube_handle_t y;
-  REQUIRE_OK(cube_client_create_from_slice(c, ys, sizeof(ys), &y));
-  REQUIRE_OK(cube_client_sync(c));
-  cube_arg_t args[2] = {cube_arg_buffer(y), cube_arg_f32(2.0f)};
-  char p1[512], p2[512];
-  trace_path(p1, sizeof(p1), "asked");
-  trace_path(p2, sizeof(p2), "asked_again");
+  cube_arg_t args[2];
+  REQUIRE(self_case_buffer(&t, &y, args));
+  char again[512];
+  trace_path(again, sizeof(again), "asked_again");
   atomic_store(&g_begins, 0);
   cube__backend_set_trace(count_begins, NULL);
-  REQUIRE_OK(cube_trace_start(p1));
-  launch_n(c, k1, 40, args);
-  REQUIRE_OK(cube_client_sync(c));
+  REQUIRE_OK(cube_trace_start(t.path));
+  launch_n(t.c, t.before, 40, args);
+  REQUIRE_OK(cube_client_sync(t.c));
   REQUIRE_OK(cube_trace_stop());
   const int first = atomic_load(&g_begins);
-  REQUIRE_OK(cube_trace_start(p2));
-  launch_n(c, k2, 30, args);
-  REQUIRE_OK(cube_client_sync(c));
+  REQUIRE_OK(cube_trace_start(again));
+  launch_n(t.c, t.after, 30, args);
+  REQUIRE_OK(cube_client_sync(t.c));
   REQUIRE_OK(cube_trace_stop());
   const int second = atomic_load(&g_begins) - first;
   cube__backend_set_trace(NULL, NULL);
@@ -822,16 +822,12 @@ static void asks_once(const char* timer) {
    * epoch). */
   CHECK(first >= 1 && first <= 2);
   CHECK_EQ_U64((uint64_t)second, 1);
-  CHECK_EQ_U64((uint64_t)trace_count(p1, "scale asked", detail), 40);
-  CHECK_EQ_U64((uint64_t)trace_count(p2, "scale asked again", detail), 30);
-  CHECK_EQ_U64((uint64_t)trace_count(p2, "scale asked", detail), 0);
-  unlink(p1);
-  unlink(p2);
+  CHECK_EQ_U64((uint64_t)trace_count(t.path, "scale before", detail), 40);
+  CHECK_EQ_U64((uint64_t)trace_count(again, "scale after", detail), 30);
+  CHECK_EQ_U64((uint64_t)trace_count(again, "scale before", detail), 0);
+  unlink(again);
   cube_handle_release(y);
-  cube_kernel_release(k1);
-  cube_kernel_release(k2);
-  cube_client_release(c);
-  cube_shutdown();
+  self_case_close(&t);
 }
 #endif
 
