@@ -73,6 +73,12 @@ typedef struct cube__stream {
    * backend's prepare. Owner thread only, as |timing|. */
   uint64_t prepared_kernel;
   int prepared_mode;
+  /* The backend said its activity records time this stream's kernels when
+   * cube__activity_epoch was act_epoch - 1 (0: not known; reset with
+   * |timing|), asked to keep them if act_kept: while the epoch is that, it
+   * is not asked again (server/timing.h). Owner thread only, as |timing|. */
+  uint64_t act_epoch;
+  bool act_kept;
   /* The place in the stream's order of its next timed work (trace records
    * carry it: server/timing.h); any thread that issues work on it. */
   atomic_uint_fast64_t timed_order;

@@ -20,11 +20,6 @@ typedef struct cube__timed_entry {
 
 struct cube__timing {
   bool activity;        /* kernels were timed by the backend's activity records */
-  /* The backend's activity_begin said true for this stream's kernels at
-   * cube__activity_epoch == act_epoch - 1 (0: not known), with |keep| as
-   * act_kept: while the epoch is that, it is not asked again. */
-  bool act_kept;
-  uint64_t act_epoch;
   uint32_t untaken;     /* kernels timed so since the last take */
   uint64_t last_end;    /* the latest end of device-timed work delivered (owner thread) */
   void* anchor;         /* an event of this stream: device time 0, or NULL */
@@ -155,8 +150,8 @@ __attribute__((noinline)) static void cube__timing_begin_asked(cube__stream_t* s
                                         copy ? CUBE__ACTIVITY_COPY : CUBE__ACTIVITY_KERNEL,
                                         keep)) {
     if (!copy) {
-      t->act_epoch = epoch + 1;
-      t->act_kept = keep;
+      st->act_epoch = epoch + 1;
+      st->act_kept = keep;
     }
     t->activity = true;
     m->on = true;
@@ -165,21 +160,16 @@ __attribute__((noinline)) static void cube__timing_begin_asked(cube__stream_t* s
     m->order = cube__timing_next_order(st);
     return;
   }
-  if (t && !copy) t->act_epoch = 0;
+  if (!copy) st->act_epoch = 0;
   cube__timing_begin(st, m);
 }
 
 void cube__timing_begin_device(cube__stream_t* st, cube__timing_mark_t* m, bool copy) {
   const cube__server_t* s = st->server;
-  const struct cube__timing* t = st->timing;
   const bool keep = s->profiler.level >= CUBE_PROFILE_BASIC;
   /* The common case, a kernel of a stream whose kernels the backend said it
-   * records, nothing changed since (backends/backend.h,
-   * cube__activity_epoch): not asked again. */
-  if (__builtin_expect(!copy && t &&
-                           t->act_epoch == atomic_load_explicit(&cube__activity_epoch,
-                                                                memory_order_acquire) + 1 &&
-                           (t->act_kept || !keep) && cube__timing_wanted(s),
+   * records, nothing changed since: not asked again. */
+  if (__builtin_expect(!copy && cube__timing_activity_known(st, keep) && cube__timing_wanted(s),
                        1)) {
     m->on = true;
     m->activity = true;
@@ -353,4 +343,5 @@ void cube__timing_destroy(cube__stream_t* st) {
   if (t->anchor) cube__backend_event_destroy(&st->server->be, t->anchor);
   free(t);
   st->timing = NULL;
+  st->act_epoch = 0; /* asked again, with the next timing */
 }

@@ -60,6 +60,17 @@ static inline bool cube__timing_wanted(const cube__server_t* s) {
   return s->profiler.level >= CUBE_PROFILE_BASIC || cube__trace_on();
 }
 
+/* True when the backend said its activity records time |st|'s kernels
+ * (asked to keep them, or |keep| not wanted) and nothing changed since
+ * (backends/backend.h, cube__activity_epoch): a timed launch of a kernel
+ * needs no mark then, only cube__timing_next_order and, after it,
+ * cube__timing_end_activity. Owner thread of |st|. */
+static inline bool cube__timing_activity_known(const cube__stream_t* st, bool keep) {
+  return st->act_epoch ==
+             atomic_load_explicit(&cube__activity_epoch, memory_order_acquire) + 1 &&
+         (st->act_kept || !keep);
+}
+
 /* Starts timing work about to be issued on |st| (m->on false: nothing). */
 void cube__timing_begin(cube__stream_t* st, cube__timing_mark_t* m);
 
