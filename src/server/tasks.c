@@ -238,42 +238,39 @@ __attribute__((noinline)) static cube_status_t cube__launch_timed(
     const uint32_t count[3], cube__memory_t** mems, bool events, uint64_t* device_ns) {
   cube_kernel_t* k = t->kernel;
   cube_profile_level_t level = s->profiler.level;
-  /* Timed as this stream's kernels were, by the backend's records, the
-   * kernel loaded: no mark, no prepare (the traced loop's common case; the
-   * caller comes here only when the profile or a trace wants timing, so
-   * below the exec level timing is wanted). */
+  cube__timing_mark_t m;
+  /* The traced loop's common case: the kernel loaded, the stream's kernels
+   * timed by the backend's records as before (the caller comes here only
+   * when the profile or a trace wants timing, so below the exec level
+   * timing is wanted): marked at once, nothing to prepare. */
   if (level != CUBE_PROFILE_EXEC && cube__launch_prepared(s, st, k, t->mode) &&
       cube__timing_activity_known(st, level >= CUBE_PROFILE_BASIC)) {
-    l->activity = true;
-    l->trace_order = cube__timing_next_order(st);
-    cube_status_t status = cube__backend_launch(&s->be, st->backend_stream, l);
-    if (events) cube__stream_hold(st, mems, t->arg_count);
-    if (!status) cube__timing_end_activity(st); /* the backend's record comes later */
-    return status;
+    cube__timing_mark_activity(st, &m);
+  } else {
+    if (level == CUBE_PROFILE_EXEC) cube__profiler_log(&s->profiler, "Executing %s", k->name);
+    if (!cube__launch_prepared(s, st, k, t->mode)) {
+      /* Compile (or load from the kernel cache) outside the timed launch,
+       * as a row of its own: a first launch is not a slow kernel. The
+       * stream's next timed launch of the same kernel and mode finds it
+       * loaded and skips this (after a recovery of the device, which
+       * forgets modules, its load is inside that launch's time). */
+      cube__cache_outcome_t outcome;
+      cube__cache_outcome_begin(&outcome);
+      uint64_t c0 = cube__now_ns();
+      cube_status_t prep = cube__backend_prepare(&s->be, k, t->mode);
+      uint64_t cns = cube__now_ns() - c0;
+      cube__cache_outcome_end();
+      if (prep) return prep;
+      st->prepared_kernel = k->id;
+      st->prepared_mode = (int)t->mode;
+      if ((outcome.misses || outcome.disk_hits) && level >= CUBE_PROFILE_BASIC)
+        cube__profiler_record(&s->profiler,
+                              outcome.misses ? CUBE_PROFILE_ROW_COMPILE
+                                             : CUBE_PROFILE_ROW_CACHE_LOAD,
+                              k->name, cns);
+    }
+    cube__timing_begin_device(st, &m, false);
   }
-  if (level == CUBE_PROFILE_EXEC) cube__profiler_log(&s->profiler, "Executing %s", k->name);
-  if (!cube__launch_prepared(s, st, k, t->mode)) {
-    /* Compile (or load from the kernel cache) outside the timed launch, as
-     * a row of its own: a first launch is not a slow kernel. The stream's
-     * next timed launch of the same kernel and mode finds it loaded and
-     * skips this (after a recovery of the device, which forgets modules,
-     * its load is inside that launch's time). */
-    cube__cache_outcome_t outcome;
-    cube__cache_outcome_begin(&outcome);
-    uint64_t c0 = cube__now_ns();
-    cube_status_t prep = cube__backend_prepare(&s->be, k, t->mode);
-    uint64_t cns = cube__now_ns() - c0;
-    cube__cache_outcome_end();
-    if (prep) return prep;
-    st->prepared_kernel = k->id;
-    st->prepared_mode = (int)t->mode;
-    if ((outcome.misses || outcome.disk_hits) && level >= CUBE_PROFILE_BASIC)
-      cube__profiler_record(&s->profiler,
-                            outcome.misses ? CUBE_PROFILE_ROW_COMPILE : CUBE_PROFILE_ROW_CACHE_LOAD,
-                            k->name, cns);
-  }
-  cube__timing_mark_t m;
-  cube__timing_begin_device(st, &m, false);
   /* Without events or activity records the backend may time the kernel
    * itself (OpenCL's profiling info); with them the marks are the device's. */
   if (!m.ev0 && !m.activity) l->device_ns = device_ns;

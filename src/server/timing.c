@@ -154,10 +154,7 @@ __attribute__((noinline)) static void cube__timing_begin_asked(cube__stream_t* s
       st->act_kept = keep;
     }
     t->activity = true;
-    m->on = true;
-    m->activity = true;
-    m->ev0 = NULL;
-    m->order = cube__timing_next_order(st);
+    cube__timing_mark_activity(st, m);
     return;
   }
   if (!copy) st->act_epoch = 0;
@@ -171,10 +168,7 @@ void cube__timing_begin_device(cube__stream_t* st, cube__timing_mark_t* m, bool 
    * records, nothing changed since: not asked again. */
   if (__builtin_expect(!copy && cube__timing_activity_known(st, keep) && cube__timing_wanted(s),
                        1)) {
-    m->on = true;
-    m->activity = true;
-    m->ev0 = NULL;
-    m->order = cube__timing_next_order(st);
+    cube__timing_mark_activity(st, m);
     return;
   }
   cube__timing_begin_asked(st, m, copy, keep);

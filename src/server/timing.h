@@ -71,6 +71,15 @@ static inline bool cube__timing_activity_known(const cube__stream_t* st, bool ke
          (st->act_kept || !keep);
 }
 
+/* |m| for a kernel that the backend's records time (as
+ * cube__timing_activity_known says): no event, its place in the order. */
+static inline void cube__timing_mark_activity(cube__stream_t* st, cube__timing_mark_t* m) {
+  m->on = true;
+  m->activity = true;
+  m->ev0 = NULL;
+  m->order = cube__timing_next_order(st);
+}
+
 /* Starts timing work about to be issued on |st| (m->on false: nothing). */
 void cube__timing_begin(cube__stream_t* st, cube__timing_mark_t* m);
 
