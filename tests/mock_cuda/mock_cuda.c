@@ -44,6 +44,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../src/backends/cuda/cuda_timing_layout.h"
+
 #define MOCK_API __attribute__((visibility("default")))
 #define MOCK_MAX_DEVICES 8
 
@@ -1011,9 +1013,9 @@ static void mock_clock_ran(void* p) {
  * into its slot (struct cube__timing), device memory that cube has the
  * stream copy to the host, as its cubes would: cube 0 the start, and its end
  * (at once: a reader of that word alone gets a duration near 0) into the
- * first of the 32 end words (16 words on: the prelude's
- * CUBE__TIMING_PLANE_WORDS); the last cube, x index gx - 1, the end into
- * word (gx - 1) % 32 of them. The reader takes the latest. */
+ * first of the CUBE__ACT_PLANES end words (CUBE__ACT_LINE / 8 words on:
+ * the prelude's CUBE__TIMING_PLANE_WORDS); the last cube, x index gx - 1,
+ * the end into word (gx - 1) % CUBE__ACT_PLANES of them. The reader takes the latest. */
 typedef struct mock_timed_run {
   volatile uint64_t* slot;
   uint32_t gx;
@@ -1033,9 +1035,10 @@ static void mock_timed_ran(void* p) {
   if (end == start) end++;
   volatile uint64_t* slot = t->slot;
   const uint64_t first = start + 1;
-  volatile uint64_t* last = &slot[16u * (1u + ((t->gx - 1u) % 32u))];
+  const unsigned words = CUBE__ACT_LINE / 8u;
+  volatile uint64_t* last = &slot[words * (1u + ((t->gx - 1u) % CUBE__ACT_PLANES))];
   slot[0] = start;
-  if (slot[16] < first) slot[16] = first;
+  if (slot[words] < first) slot[words] = first;
   if (*last < end) *last = end;
 }
 

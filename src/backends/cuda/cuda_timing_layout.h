@@ -24,12 +24,15 @@
  * as many words of 1 (on the device after the slots) into
  * the host's marks, one a launch after the slots: a mark seen on the host
  * means its launch's words landed before it, in the stream's order. The
- * prelude's CUBE__TIMING_PLANE_WORDS is CUBE__ACT_LINE / 8. */
+ * prelude's CUBE__TIMING_PLANE_WORDS is CUBE__ACT_LINE / 8, its
+ * CUBE__TIMING_PLANES is CUBE__ACT_PLANES (unit.dialect holds them). */
 #define CUBE__ACT_PLANES 32u
 #define CUBE__ACT_GROUP 16u
 #define CUBE__ACT_LINE (CUBE__ACT_GROUP * 8u)
 #define CUBE__ACT_GROUP_BYTES ((CUBE__ACT_PLANES + 1u) * CUBE__ACT_LINE)
 #define CUBE__ACT_BATCH_BYTES ((CUBE__ACT_BATCH / CUBE__ACT_GROUP) * CUBE__ACT_GROUP_BYTES)
 _Static_assert(CUBE__ACT_BATCH % CUBE__ACT_GROUP == 0, "whole groups in a batch");
+_Static_assert((CUBE__ACT_PLANES & (CUBE__ACT_PLANES - 1u)) == 0,
+               "the prelude takes a cube's plane by a mask (CUBE__TIMING_PLANES)");
 
 #endif  // CUBE_BACKENDS_CUDA_CUDA_TIMING_LAYOUT_H_

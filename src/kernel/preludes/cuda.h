@@ -91,7 +91,7 @@ typedef uint64_t CUBE__U64;
  * body starts with CUBE__ENTRY_TIMER (the generator puts it after the body's
  * '{'): an object whose constructor reads the GPU's global timer into the
  * slot's start in the first unit of cube 0, and whose destructor, run at
- * every return, raises one of the slot's 32 ends to the timer in the first
+ * every return, raises one of the slot's ends to the timer in the first
  * unit of every cube (an atomic max whose result nobody waits for: no cube
  * is held at its end). The slot is device memory; the host has the stream copy its
  * slots into mapped memory in batches (cuda_timer.c). Nothing else is put on
@@ -100,13 +100,15 @@ typedef uint64_t CUBE__U64;
 struct cube__timing {
   uint64_t start; /* cube 0's first unit, at its start; the ends are further on (below) */
 };
-/* The ends of a launch: 32 words CUBE__TIMING_PLANE_WORDS apart, each in a
- * 128-byte line of its own (beside the words of 15 other launches), the
- * word of cube i raised by cubes whose x index is i modulo 32
- * (cuda_activity_internal.h, CUBE__ACT_PLANES, CUBE__ACT_LINE), so that a
+/* The ends of a launch: CUBE__TIMING_PLANES words CUBE__TIMING_PLANE_WORDS
+ * apart, each in a 128-byte line of its own (beside the words of 15 other
+ * launches), the word of cube i raised by cubes whose x index is i modulo
+ * CUBE__TIMING_PLANES (cuda_timing_layout.h, CUBE__ACT_PLANES,
+ * CUBE__ACT_LINE; unit.dialect holds the two together), so that a
  * kernel's cubes do not all meet in one line. Never lowered: the timer only
  * grows, so a slot used again needs no reset. */
 #define CUBE__TIMING_PLANE_WORDS 16u
+#define CUBE__TIMING_PLANES 32u /* a power of two: cube i raises word i modulo it */
 CUBE__PFN uint64_t cube__globaltimer(void) {
   uint64_t t = 0;
 #if defined(__CUDA_ARCH__)
@@ -122,7 +124,7 @@ struct cube__timer {
   }
   __device__ ~cube__timer() {
     if (t && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) {
-      uint64_t* end = &t->start + CUBE__TIMING_PLANE_WORDS * (1u + (blockIdx.x & 31u));
+      uint64_t* end = &t->start + CUBE__TIMING_PLANE_WORDS * (1u + (blockIdx.x & (CUBE__TIMING_PLANES - 1u)));
       /* A reduction: no result, nothing waits. On the global address: the
        * same reduction on the generic address cost a kernel of 4,096 cubes
        * 20 % on the H100 against 5 % for this (docs/benchmarks.md). (Not
