@@ -20,7 +20,7 @@
 #                                   bench/peers/cuda_timing_cost.c (empty and saxpy: the
 #                                   timing forms side by side, the end words' layouts among
 #                                   them; then saxpy's forms over 32, 64 and 128 planes of
-#                                   ends three times), bench_cuda's figure 11 with CUBE_CUDA_KERNEL_TIMER
+#                                   ends and with the tests' forms three times), bench_cuda's figure 11 with CUBE_CUDA_KERNEL_TIMER
 #                                   self, cupti, self, cupti, the CUDA cases self-timed, and
 #                                   the demo's trace self-timed
 # Several words may be given. CUBE_GPU_CTS_REGEX narrows the CTS cases;
@@ -142,11 +142,12 @@ if has timer; then
         echo "-- CUDA_TIMING_KERNEL=$k"
         CUDA_TIMING_KERNEL=$k timeout 240 /tmp/cuda_timing_cost 2>&1
       done
-      # The ends' planes: 32 lines (a slot each), 16 launches a line over 32,
-      # 64 and 128 planes, and nothing written, three times.
+      # The ends' planes (32, 64, 128) and the tests' forms (every index in
+      # every unit, nested, nested by inline PTX, the x indices only), and
+      # nothing written, three times.
       for r in 1 2 3; do
-        echo "-- CUDA_TIMING_KERNEL=saxpy CUDA_TIMING_MODES=9,12,23,24,20, run $r"
-        CUDA_TIMING_KERNEL=saxpy CUDA_TIMING_MODES=9,12,23,24,20 timeout 120 \
+        echo "-- CUDA_TIMING_KERNEL=saxpy CUDA_TIMING_MODES=12,23,24,25,26,27,20, run $r"
+        CUDA_TIMING_KERNEL=saxpy CUDA_TIMING_MODES=12,23,24,25,26,27,20 timeout 120 \
           /tmp/cuda_timing_cost 2>&1 | grep -E "^  |launches"
       done
     fi

@@ -34,6 +34,11 @@
 // "gt, 128 lines": the form of "gt, 16 a line" with 64 or 128 planes of ends instead of 32
 // (cube `i` raises plane `i mod 64` or `i mod 128`; groups of 16 launches a line; not copied),
 // so that fewer cubes meet at each word.
+// "gt, 16 nested tests": "gt, 16 a line" whose tests read only the unit's and cube's x
+// index in every unit (which the kernel's body reads anyway), the other four indices only
+// where those are 0; "gt, 16 nested, asm": the same with those four read by inline PTX
+// (not moved out of the branch by the compiler); "gt, 16 x tests (1-D)": only the x
+// indices tested (right for 1-D launches only), what reading the others costs.
 // CUDA_TIMING_MODES=9,12,23: only those modes (their numbers in the order printed, "none"
 // being 0 and always run), for more runs of a few forms in one call.
 // The program also prints the timer's
@@ -81,7 +86,7 @@ static double now(void) {
 }
 
 enum { N = 10000, ROUNDS = 11 };
-static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fe_tP, fe_tG, fe_tR, fe_tS, fe_tE, fe_tD, fe_tC, fe_tF, fe_tN, fe_tM, fe_tW, fe_t64, fe_t128, fres;
+static CUfunction fe, fe_t, fe_t8, fe_tL, fe_tT, fe_tP, fe_tG, fe_tR, fe_tS, fe_tE, fe_tD, fe_tC, fe_tF, fe_tN, fe_tM, fe_tW, fe_t64, fe_t128, fe_tQ1, fe_tQ2, fe_tQ3, fres;
 static CUdeviceptr slotsB_dev; /* batches of 256 slots, 67,584 bytes each (copied by "gt, 16 + copies" only) */
 static CUdeviceptr slotsX_dev; /* groups of 16 launches, (1 + planes) lines each ("gt, 64 lines", "gt, 128 lines"; not copied) */
 static CUdeviceptr slotsL_dev; /* N slots of 4224 bytes: start, 32 ends 128 bytes apart (not copied) */
@@ -161,6 +166,9 @@ static CUfunction timed_fn(void) {
     case 16: return fe_tW;
     case 17: return fe_t64;
     case 18: return fe_t128;
+    case 19: return fe_tQ1;
+    case 20: return fe_tQ2;
+    case 21: return fe_tQ3;
     default: return fe_tG; /* 6, 7: "gt, 16 a line", "+ copies" */
   }
 }
@@ -370,6 +378,22 @@ int main(void) {
       "      if (END == 2) atomicMax(d + STRIDE * (1u + (blockIdx.x & 31u)), 1ull);\n"
       "      else if (END == 3) asm volatile(\"\");\n"
       "      else atomicMax(d + STRIDE * (1u + (blockIdx.x & (PLANES - 1u))), gt()); } } };\n"
+      "static __device__ __forceinline__ unsigned s_yz(void) { unsigned y, z;\n"
+      "  asm volatile(\"mov.u32 %0, %%tid.y;\" : \"=r\"(y)); asm volatile(\"mov.u32 %0, %%tid.z;\" : \"=r\"(z)); return y | z; }\n"
+      "static __device__ __forceinline__ unsigned c_yz(void) { unsigned y, z;\n"
+      "  asm volatile(\"mov.u32 %0, %%ctaid.y;\" : \"=r\"(y)); asm volatile(\"mov.u32 %0, %%ctaid.z;\" : \"=r\"(z)); return y | z; }\n"
+      "template <int TESTS> struct timerQ {\n"
+      "  unsigned long long* d;\n"
+      "  __device__ timerQ(unsigned long long* d_) : d(d_) {\n"
+      "    if (!d || (threadIdx.x | blockIdx.x) != 0) return;\n"
+      "    if (TESTS == 1 && (threadIdx.y | threadIdx.z | blockIdx.y | blockIdx.z) != 0) return;\n"
+      "    if (TESTS == 2 && (s_yz() | c_yz()) != 0) return;\n"
+      "    d[0] = gt(); }\n"
+      "  __device__ ~timerQ() {\n"
+      "    if (!d || threadIdx.x != 0) return;\n"
+      "    if (TESTS == 1 && (threadIdx.y | threadIdx.z) != 0) return;\n"
+      "    if (TESTS == 2 && s_yz() != 0) return;\n"
+      "    atomicMax(d + 16u * (1u + (blockIdx.x & 31u)), gt()); } };\n"
       "struct timerR {\n"
       "  unsigned long long* d;\n"
       "  __device__ timerR(unsigned long long* d_) : d(d_) {\n"
@@ -417,6 +441,12 @@ int main(void) {
                              "{timerS<16, 5, 1> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                              "extern \"C\" __global__ void empty_tF(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
                              "{timerS<16, 0, 2> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tQ1(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerQ<1> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tQ2(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerQ<2> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
+                             "extern \"C\" __global__ void empty_tQ3(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
+                             "{timerQ<3> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                              "extern \"C\" __global__ void empty_tC(const float* x, float* y, float a, int n, unsigned long long* d, unsigned long long* h, unsigned* c)"
                              "{timerS<16, 3, 0> t_(d); int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i];}\n"
                            : "extern \"C\" __global__ void empty(float* p, slot* d, unsigned long long* h, unsigned* c){}\n"
@@ -436,6 +466,9 @@ int main(void) {
                              "extern \"C\" __global__ void empty_t128(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 1, 1, 128> t_(d);}\n"
                              "extern \"C\" __global__ void empty_tM(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 5, 1> t_(d);}\n"
                              "extern \"C\" __global__ void empty_tF(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 0, 2> t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tQ1(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerQ<1> t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tQ2(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerQ<2> t_(d);}\n"
+                             "extern \"C\" __global__ void empty_tQ3(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerQ<3> t_(d);}\n"
                              "extern \"C\" __global__ void empty_tC(float* p, unsigned long long* d, unsigned long long* h, unsigned* c){timerS<16, 3, 0> t_(d);}\n";
   char* src = malloc(strlen(timer_src) + strlen(ksrc) + 1);
   strcpy(src, timer_src);
@@ -475,6 +508,9 @@ int main(void) {
   CK(cuModuleGetFunction(&fe_tW, m, "empty_tW"));
   CK(cuModuleGetFunction(&fe_t64, m, "empty_t64"));
   CK(cuModuleGetFunction(&fe_t128, m, "empty_t128"));
+  CK(cuModuleGetFunction(&fe_tQ1, m, "empty_tQ1"));
+  CK(cuModuleGetFunction(&fe_tQ2, m, "empty_tQ2"));
+  CK(cuModuleGetFunction(&fe_tQ3, m, "empty_tQ3"));
   CK(cuMemAlloc(&slotsB_dev, 67584ull * ((N + 255) / 256)));
   CK(cuMemsetD32(slotsB_dev, 0, 16896ull * ((N + 255) / 256)));
   CK(cuMemHostAlloc((void**)&slotsB_host, 67584ull * ((N + 255) / 256), 0));
@@ -513,9 +549,10 @@ int main(void) {
                          "gt, 16 start only", "gt, 16 end only", "gt, 16 late start",
                          "gt, 16 start const", "gt, 16 end const", "gt, 16 tests only",
                          "gt, 16 start by max", "gt, 16 start .cs", "gt, 64 lines",
-                         "gt, 128 lines"};
+                         "gt, 128 lines", "gt, 16 nested tests", "gt, 16 nested, asm",
+                         "gt, 16 x tests (1-D)"};
   int modes = 4;
-  int timer_mode = 18; /* modes 7 to 24 are run (CUDA_TIMING_MODES: a comma list of them, none always) */
+  int timer_mode = 21; /* modes 7 to 27 are run (CUDA_TIMING_MODES: a comma list of them, none always) */
   const char* libs[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12",
                         "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
                         "/usr/local/cuda/lib64/libcupti.so"};
@@ -557,7 +594,7 @@ int main(void) {
     cupti_ns_sum = 0;
     cupti_ns_count = 0;
   }
-  double t[25][ROUNDS];
+  double t[28][ROUNDS];
   double timerT_ns_sum = 0;
   long timerT_ns_count = 0, timerT_bad = 0;
   double timer_ns_sum = 0, timer8_ns_sum = 0;
@@ -644,7 +681,7 @@ int main(void) {
   printf("10,000 %s launches + sync%s, %d alternating rounds: us per launch, median (min-max), ratio to none\n",
          saxpy ? "saxpy (2^20 floats)" : "empty", threaded ? " (a launcher thread fed through a ring; none, cupti and globaltimer only)" : "", ROUNDS);
   double base = 0;
-  for (int k = 0; k < 25; k++) {
+  for (int k = 0; k < 28; k++) {
     if (k >= modes && k < 7) continue;
     if (threaded && k != 0 && k != 4 && k < 7) continue;
     if (!mode_wanted(k)) continue;
@@ -653,7 +690,7 @@ int main(void) {
     qsort(v, ROUNDS, sizeof(double), cmp);
     double med = v[ROUNDS / 2];
     if (k == 0) base = med;
-    printf("  %-18s %.3f (%.3f-%.3f)  %.3fx\n", names[k], med / N * 1e6, v[0] / N * 1e6,
+    printf("  %-22s %.3f (%.3f-%.3f)  %.3fx\n", names[k], med / N * 1e6, v[0] / N * 1e6,
            v[ROUNDS - 1] / N * 1e6, med / base);
   }
   printf("  kernel duration, mean: globaltimer %.0f ns over %ld launches (%ld slots not written)",
