@@ -439,6 +439,32 @@ CUBE_TEST(cuda_prelude_timing_layout_is_the_backends) {
   CHECK(cvta != NULL && cvta < red);
 }
 
+/* The timer's tests read no y or z index in every unit: the 1-D form (the
+ * backend's CUBE_LAUNCH_1D, launches of 1 in y and z) makes them constants,
+ * and the general form reads them only behind the tests of the x indices,
+ * which the kernel's body reads anyway (docs/benchmarks.md, sixteenth
+ * session: those reads, in all units, were what a self-timed saxpy paid).
+ * The prelude is CUDA text; this holds its text to that. */
+CUBE_TEST(cuda_prelude_timer_reads_y_and_z_only_behind_x) {
+  const char* prelude = cube__dialect_prelude(CUBE__TARGET_CUDA);
+  REQUIRE(prelude != NULL);
+  CHECK(strstr(prelude, "#if defined(CUBE_LAUNCH_1D)\n#define CUBE__TIMER_UNIT_YZ 0u\n"
+                        "#define CUBE__TIMER_CUBE_YZ 0u\n#else\n") != NULL);
+  const char* from = strstr(prelude, "struct cube__timer {");
+  const char* to = from ? strstr(from, "#define CUBE__ENTRY_TIMER") : NULL;
+  REQUIRE(from != NULL && to != NULL);
+  char timer[4096];
+  REQUIRE((size_t)(to - from) < sizeof(timer));
+  memcpy(timer, from, (size_t)(to - from));
+  timer[to - from] = '\0';
+  static const char* const yz[] = {"threadIdx.y", "threadIdx.z", "blockIdx.y", "blockIdx.z",
+                                   "UNIT_POS_Y", "CUBE_POS_Y"};
+  for (size_t i = 0; i < sizeof(yz) / sizeof(yz[0]); ++i) CHECK(strstr(timer, yz[i]) == NULL);
+  CHECK(strstr(timer, "if (t && (threadIdx.x | blockIdx.x) == 0 && "
+                      "(CUBE__TIMER_UNIT_YZ | CUBE__TIMER_CUBE_YZ) == 0)") != NULL);
+  CHECK(strstr(timer, "if (t && threadIdx.x == 0 && CUBE__TIMER_UNIT_YZ == 0)") != NULL);
+}
+
 CUBE_TEST(generate_rejects_bad_input) {
   if (!parse_ok(saxpy_src, "saxpy")) return;
   char* text = (char*)1;

@@ -116,14 +116,27 @@ CUBE__PFN uint64_t cube__globaltimer(void) {
 #endif
   return t;
 }
+/* Which units time: every unit tests its x indices, which a kernel's body
+ * reads anyway; only the 1-D form knows the y and z ones are 0 (CUBE_LAUNCH_1D,
+ * below), the general form reads them where the x ones are 0 only: not four
+ * more special registers read by every unit of a kernel whose body reads
+ * none of them (as the 1-D form spares ABSOLUTE_POS; docs/benchmarks.md,
+ * sixteenth session, for what a self-timed saxpy paid). */
+#if defined(CUBE_LAUNCH_1D)
+#define CUBE__TIMER_UNIT_YZ 0u
+#define CUBE__TIMER_CUBE_YZ 0u
+#else
+#define CUBE__TIMER_UNIT_YZ (threadIdx.y | threadIdx.z)
+#define CUBE__TIMER_CUBE_YZ (blockIdx.y | blockIdx.z)
+#endif
 struct cube__timer {
   cube__timing* t;
   __device__ explicit cube__timer(cube__timing* t_) : t(t_) {
-    if (t && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0)
+    if (t && (threadIdx.x | blockIdx.x) == 0 && (CUBE__TIMER_UNIT_YZ | CUBE__TIMER_CUBE_YZ) == 0)
       t->start = cube__globaltimer();
   }
   __device__ ~cube__timer() {
-    if (t && (threadIdx.x | threadIdx.y | threadIdx.z) == 0) {
+    if (t && threadIdx.x == 0 && CUBE__TIMER_UNIT_YZ == 0) {
       uint64_t* end = &t->start + CUBE__TIMING_PLANE_WORDS * (1u + (blockIdx.x & (CUBE__TIMING_PLANES - 1u)));
       /* A reduction: no result, nothing waits. On the global address: the
        * same reduction on the generic address cost a kernel of 4,096 cubes
