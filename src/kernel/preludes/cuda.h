@@ -118,10 +118,11 @@ CUBE__PFN uint64_t cube__globaltimer(void) {
 }
 /* Which units time: every unit tests its x indices, which a kernel's body
  * reads anyway; only the 1-D form knows the y and z ones are 0 (CUBE_LAUNCH_1D,
- * below), the general form reads them where the x ones are 0 only: not four
- * more special registers read by every unit of a kernel whose body reads
- * none of them (as the 1-D form spares ABSOLUTE_POS; docs/benchmarks.md,
- * sixteenth session, for what a self-timed saxpy paid). */
+ * below), the general form tests them where the x ones are 0 only (the
+ * compiler may still read them early there): in the 1-D form no unit reads
+ * four more special registers that the body does not (as that form spares
+ * ABSOLUTE_POS; docs/benchmarks.md, sixteenth session, for what a self-timed
+ * saxpy paid). */
 #if defined(CUBE_LAUNCH_1D)
 #define CUBE__TIMER_UNIT_YZ 0u
 #define CUBE__TIMER_CUBE_YZ 0u
